@@ -1,0 +1,12 @@
+"""Analysis core for "Pre-trained LLMs use Fourier features to compute addition".
+
+Data flows one way: tasks -> models/capture -> fourier/filters -> cache. Nothing here imports
+Streamlit. Heavy modules (torch, transformers) are imported by the submodules that need them,
+so `import core` and `core.cache` stay cheap for the dashboard.
+"""
+
+#: Version of the cache layout. Bump it when a table's columns or meaning change; runs written
+#: with another version are reported by `verify` and skipped by the dashboard.
+SCHEMA_VERSION = 1
+
+__all__ = ["SCHEMA_VERSION"]

@@ -1,0 +1,213 @@
+"""Batched forward passes that keep only the answer position: h(l), Attn(l), MLP(l) for every layer.
+
+Prompts are tokenized once, sorted by length and cut into batches, so most batches need no
+padding at all; the rest are padded on the left, with position ids counted from the first real
+token, so the last position of every row is the answer position and each row computes what it
+would compute alone. Hooks copy the last position of each block, attention and MLP output (a
+few KB per example) and nothing else, so memory grows with examples x layers x width, never
+with prompt length. Attention weights and the KV cache are not kept.
+
+resid[:, l] is h(l): l = 0 is the embedding output (the input of block 0), l = 1..L the output
+of block l. attn[:, l-1] and mlp[:, l-1] are Attn(l), MLP(l), the outputs the block adds to the
+stream (after the output projection).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from core.errors import CoreError
+
+STREAMS = ("resid", "attn", "mlp")
+
+
+@dataclass
+class PreparedBatch:
+    indices: np.ndarray  # positions of these rows in the caller's list of prompts
+    input_ids: object
+    attention_mask: object
+    position_ids: object
+
+
+def prepare_batches(tokenizer, texts: Sequence[str], batch_size: int) -> list[PreparedBatch]:
+    """Tokenize, sort by length, batch, left-pad; position ids start at 0 on the first real token."""
+    import torch
+
+    if batch_size < 1:
+        raise CoreError(f"batch size must be at least 1, got {batch_size}")
+    if len(texts) == 0:
+        raise CoreError("no prompts to run")
+    encoded = tokenizer(list(texts))["input_ids"]
+    lengths = np.array([len(e) for e in encoded])
+    if lengths.min() == 0:
+        raise CoreError("a prompt tokenized to nothing")
+    order = np.argsort(lengths, kind="stable")
+    pad = tokenizer.pad_token_id
+    batches = []
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        width = int(lengths[idx].max())
+        ids = torch.full((len(idx), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for row, i in enumerate(idx):
+            seq = encoded[i]
+            ids[row, width - len(seq) :] = torch.tensor(seq)
+            mask[row, width - len(seq) :] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        batches.append(PreparedBatch(idx, ids, mask, pos))
+    return batches
+
+
+def _accepts(model, name: str) -> bool:
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def forward_batch(loaded, batch: PreparedBatch):
+    """One forward pass; returns the logits at the last (answer) position, (B, vocab)."""
+    import torch
+
+    model = loaded.model
+    device = loaded.input_device
+    kwargs = dict(
+        input_ids=batch.input_ids.to(device),
+        attention_mask=batch.attention_mask.to(device),
+        position_ids=batch.position_ids.to(device),
+        use_cache=False,
+    )
+    if _accepts(model, "logits_to_keep"):
+        kwargs["logits_to_keep"] = 1
+    with torch.no_grad():
+        out = model(**kwargs)
+    return out.logits[:, -1, :]
+
+
+def progress_bar(total: int, desc: str, enabled: bool | None = None):
+    from tqdm.auto import tqdm
+
+    if enabled is None:
+        enabled = sys.stderr.isatty() and total > 1
+    return tqdm(total=total, desc=desc, disable=not enabled, leave=False, file=sys.stderr)
+
+
+def _output_tensor(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+class LastPositionRecorder:
+    """Forward hooks that keep a copy of the last position of every block, attention and MLP output."""
+
+    def __init__(self, parts, streams: Sequence[str] = STREAMS):
+        unknown = set(streams) - set(STREAMS)
+        if unknown:
+            raise CoreError(f"unknown streams {sorted(unknown)}: choose from {', '.join(STREAMS)}")
+        self.parts = parts
+        self.streams = tuple(streams)
+        self.handles = []
+        self.reset()
+
+    def reset(self):
+        L = self.parts.n_layers
+        self.store = {"resid": [None] * (L + 1), "attn": [None] * L, "mlp": [None] * L}
+
+    def _keep(self, stream: str, index: int):
+        def hook(module, args, out):
+            self.store[stream][index] = _output_tensor(out)[:, -1, :].detach().clone()
+
+        return hook
+
+    def _keep_input(self, module, args, kwargs):
+        hidden = args[0] if args else kwargs.get("hidden_states")
+        self.store["resid"][0] = hidden[:, -1, :].detach().clone()
+
+    def __enter__(self):
+        p = self.parts
+        if "resid" in self.streams:
+            self.handles.append(p.blocks[0].register_forward_pre_hook(self._keep_input, with_kwargs=True))
+            for l, block in enumerate(p.blocks):
+                self.handles.append(block.register_forward_hook(self._keep("resid", l + 1)))
+        for stream, modules in (("attn", p.attn), ("mlp", p.mlp)):
+            if stream in self.streams:
+                for l, mod in enumerate(modules):
+                    self.handles.append(mod.register_forward_hook(self._keep(stream, l)))
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def take(self, device) -> dict:
+        """The batch's vectors stacked per stream, (B, layers, D), on `device`; then forget them."""
+        import torch
+
+        out = {}
+        for stream in self.streams:
+            vecs = self.store[stream]
+            if any(v is None for v in vecs):
+                missing = [i for i, v in enumerate(vecs) if v is None]
+                raise CoreError(
+                    f"the {stream} hooks did not fire for layers {missing[:5]}: the module names "
+                    f"({self.parts.names}) do not match what the model runs"
+                )
+            out[stream] = torch.stack([v.to(device) for v in vecs], dim=1)
+        self.reset()
+        return out
+
+
+@dataclass
+class CapturedBatch:
+    indices: np.ndarray  # rows of the caller's prompt list
+    logits: object  # (B, vocab) final logits at the answer position
+    resid: object | None = None  # (B, L+1, D)
+    attn: object | None = None  # (B, L, D)
+    mlp: object | None = None  # (B, L, D)
+
+
+def iter_capture(
+    loaded,
+    texts: Sequence[str],
+    batch_size: int = 32,
+    streams: Sequence[str] = STREAMS,
+    progress: bool | None = None,
+    desc: str = "capture",
+) -> Iterator[CapturedBatch]:
+    """Run the prompts in batches and yield the answer-position vectors of each batch.
+
+    `texts` are the prompts exactly as the model reads them (see `core.models.prompt_texts`).
+    """
+    batches = prepare_batches(loaded.tokenizer, texts, batch_size)
+    target = loaded.model.get_output_embeddings().weight.device
+    bar = progress_bar(len(texts), desc, progress)
+    try:
+        with LastPositionRecorder(loaded.parts, streams) as rec:
+            for batch in batches:
+                logits = forward_batch(loaded, batch)
+                vecs = rec.take(target)
+                yield CapturedBatch(batch.indices, logits.to(target), **vecs)
+                bar.update(len(batch.indices))
+    finally:
+        bar.close()
+
+
+def capture(loaded, texts: Sequence[str], batch_size: int = 32, streams: Sequence[str] = STREAMS, progress=None) -> dict:
+    """All answer-position vectors at once, in the order of `texts`, as float32 numpy arrays.
+
+    Fine for small sets; `iter_capture` streams for large ones.
+    """
+    chunks: dict[str, list] = {s: [] for s in ("logits", *streams)}
+    order = []
+    for cb in iter_capture(loaded, texts, batch_size, streams, progress):
+        order.append(cb.indices)
+        for s in chunks:
+            chunks[s].append(getattr(cb, s).float().cpu().numpy())
+    inv = np.argsort(np.concatenate(order), kind="stable")
+    return {s: np.concatenate(v)[inv] for s, v in chunks.items()}
+

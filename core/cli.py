@@ -1,0 +1,183 @@
+"""`python -m core ...`: precompute, list, verify, train.
+
+Errors the user can fix are printed as one line starting with "error:" and exit with status 2;
+nothing already cached is touched by a failed command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from core.errors import CoreError
+
+
+def _taus(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"taus must be whole numbers separated by commas, like 10,20,50 (got {text!r})")
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one tau, like --taus 50")
+    return values
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {v}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m core", description="Fourier features of addition: analysis core")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    pre = sub.add_parser("precompute", help="run a model over the addition dataset and cache every table")
+    pre.add_argument("--model", required=True, help="hub id (gpt2, EleutherAI/pythia-160m) or a local folder")
+    pre.add_argument("--task", default="addition", choices=["addition", "reverse-polish", "multiplication"])
+    pre.add_argument("--max-operand", type=_positive, default=260, help="operands 0..N (default 260: answers 0..520)")
+    pre.add_argument("--dataset-seed", type=int, default=0, help="seed of the phrasings and the split (default 0)")
+    pre.add_argument("--split", default="test", choices=["train", "val", "test", "all"])
+    pre.add_argument("--shots", type=int, default=0, help="solved training examples before each question (4 for GPT-J)")
+    pre.add_argument("--limit", type=_positive, default=None, help="use a seeded subset of N examples (15+93 always in)")
+    pre.add_argument("--taus", type=_taus, default=None, help="cutoffs for the ablation grid, e.g. 10,20,50")
+    pre.add_argument("--basis", default="paper", choices=["paper", "dft"], help="Fourier basis of the filters")
+    pre.add_argument("--positions", default="last", choices=["last", "all"], help="filter the answer position or all")
+    pre.add_argument("--n-sample", type=_positive, default=24, help="examples whose full logits are kept")
+    pre.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    pre.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
+    pre.add_argument("--batch-size", type=_positive, default=32)
+    pre.add_argument("--device-map", default=None, help="'auto' spreads a large model over all GPUs (accelerate)")
+    pre.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code (off by default)")
+    pre.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+    pre.add_argument("--modules", default=None, help="name the parts by hand: blocks=PATH,attn=NAME,mlp=NAME,final_norm=PATH")
+    pre.add_argument("--label", default=None, help="readable name of the run (default: the model's)")
+    pre.add_argument("--cache-dir", default="cache")
+    pre.add_argument("--recompute", action="store_true", help="rebuild even if the run exists, discarding partial work")
+    pre.add_argument("--no-progress", action="store_true")
+
+    ls = sub.add_parser("list", help="list the runs in a cache folder")
+    ls.add_argument("--cache-dir", default="cache")
+    ls.add_argument("--deep", action="store_true", help="also check every table's checksum")
+
+    ver = sub.add_parser("verify", help="re-check a run (or all runs) against its manifest")
+    ver.add_argument("run", nargs="?", help="run name (default: every run)")
+    ver.add_argument("--cache-dir", default="cache")
+
+    tr = sub.add_parser("train", help="train a demo model from a committed recipe")
+    tr.add_argument("--recipe", required=True, help="recipe name (a file recipes/NAME.json) or a path")
+    tr.add_argument("--out", default=None, help="output folder (default: the recipe's)")
+    tr.add_argument("--seed", type=int, default=None, help="override the recipe's seed")
+    tr.add_argument("--epochs", type=_positive, default=None, help="override the recipe's epochs")
+    tr.add_argument("--restart", action="store_true", help="ignore a checkpoint and start from scratch")
+    tr.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def cmd_precompute(args) -> int:
+    from core.precompute import PrecomputeOptions, precompute
+
+    opts = PrecomputeOptions(
+        model=args.model,
+        task=args.task,
+        max_operand=args.max_operand,
+        dataset_seed=args.dataset_seed,
+        split=args.split,
+        shots=args.shots,
+        limit=args.limit,
+        taus=args.taus,
+        basis=args.basis,
+        positions=args.positions,
+        n_sample=args.n_sample,
+        device=args.device,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        device_map=args.device_map,
+        trust_remote_code=args.trust_remote_code,
+        revision=args.revision,
+        module_names=args.modules,
+        label=args.label,
+        cache_dir=args.cache_dir,
+        recompute=args.recompute,
+        progress=False if args.no_progress else None,
+    )
+    precompute(opts)
+    return 0
+
+
+def cmd_list(args) -> int:
+    from core.cache import list_runs
+
+    runs = list_runs(args.cache_dir, deep=args.deep)
+    if not runs:
+        print(f"no runs in {args.cache_dir}: make one with `python -m core precompute --model MODEL`")
+        return 0
+    for r in runs:
+        m = r.manifest or {}
+        task = m.get("task", {})
+        status = "ok" if r.ok else "BROKEN: " + "; ".join(r.problems)
+        acc = m.get("accuracy")
+        acc_s = f"{acc:.2%}" if isinstance(acc, float) else "?"
+        print(
+            f"{r.name}\t{r.label}\t{task.get('task', '?')}/{task.get('split', '?')} n={task.get('n_examples', '?')}\t"
+            f"layers={m.get('n_layers', '?')} width={m.get('width', '?')}\taccuracy={acc_s}\t{status}"
+        )
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from core.cache import list_runs, resolve_run, verify_run
+
+    if args.run:
+        targets = [(args.run, resolve_run(args.cache_dir, args.run))]
+    else:
+        targets = [(r.name, r.path) for r in list_runs(args.cache_dir)]
+        if not targets:
+            print(f"no runs in {args.cache_dir}")
+            return 0
+    bad = 0
+    for name, path in targets:
+        problems = verify_run(path, deep=True)
+        if problems:
+            bad += 1
+            print(f"{name}: FAILED")
+            for p in problems:
+                print(f"  - {p}")
+        else:
+            print(f"{name}: ok")
+    return 1 if bad else 0
+
+
+def cmd_train(args) -> int:
+    from core.train import train_from_recipe
+
+    train_from_recipe(
+        args.recipe,
+        out=args.out,
+        seed=args.seed,
+        epochs=args.epochs,
+        restart=args.restart,
+        progress=False if args.no_progress else None,
+    )
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    handlers = {"precompute": cmd_precompute, "list": cmd_list, "verify": cmd_verify, "train": cmd_train}
+    try:
+        return handlers[args.command](args)
+    except CoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: finished tables are kept; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

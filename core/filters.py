@@ -1,0 +1,290 @@
+"""Fourier filters on module outputs (PAPER.md definition A.6) and evaluation under them.
+
+For a module output x in R^D and a set G of frequencies to remove, the filter returns the y
+closest to x whose logits have no component at those frequencies:
+
+    y = argmin ||x - y||^2  subject to  (F W_U y)_i = 0 for every row i of F with frequency in G.
+
+With A = F[G rows] W_U, that is the orthogonal projection onto the null space of A:
+y = x - Q Q^T x, Q an orthonormal basis of A's row space (from an SVD, in float64). When Q
+spans all of R^D (a model narrower than the number of removed rows) the filter erases the
+output entirely; `ProjectionFilter.erased` says so and evaluation results carry the flag.
+
+Low-pass removes the high band (k >= tau), high-pass removes the low band (1 <= k < tau),
+keep-one-frequency removes every non-constant frequency but one. The constant row is never
+removed. Filters act through forward hooks on the attention and/or MLP module of every layer, at
+the answer position (or at every position).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from core.errors import CoreError
+from core.fourier import FourierBasis, band_frequencies, check_tau
+
+MODULE_SETS = {"attn": ("attn",), "mlp": ("mlp",), "both": ("attn", "mlp")}
+POSITIONS = ("last", "all")
+#: Singular values below this share of the largest count as zero when finding the rank of A.
+RANK_TOLERANCE = 1e-9
+
+
+@dataclass(eq=False)
+class ProjectionFilter:
+    """Projection onto the null space of F[removed rows] W_U."""
+
+    removed: tuple[int, ...]  # frequencies removed
+    basis_name: str
+    q: np.ndarray  # (D, rank) orthonormal columns spanning the row space of A
+    width: int
+    _torch_cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def rank(self) -> int:
+        return int(self.q.shape[1])
+
+    @property
+    def erased(self) -> bool:
+        """True when the constraint leaves only y = 0: the module output is wiped out."""
+        return self.rank >= self.width
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        """Filter vectors (last axis D) with numpy, in float64."""
+        x = np.asarray(x, dtype=float)
+        if self.erased:
+            return np.zeros_like(x)
+        return x - (x @ self.q) @ self.q.T
+
+    def torch_q(self, device):
+        import torch
+
+        key = str(device)
+        if key not in self._torch_cache:
+            self._torch_cache[key] = torch.as_tensor(self.q, dtype=torch.float32, device=device)
+        return self._torch_cache[key]
+
+
+def projection_filter(unembedding, basis: FourierBasis, removed: Sequence[int]) -> ProjectionFilter:
+    """The filter that removes the frequencies `removed` from what W_U reads off a module output."""
+    W_U = _as_numpy(unembedding)
+    if W_U.ndim != 2 or W_U.shape[0] != basis.p:
+        raise CoreError(f"the unembedding must have {basis.p} number rows, got shape {W_U.shape}")
+    removed = tuple(sorted({int(k) for k in removed}))
+    if any(k < 1 or k > basis.n_freq for k in removed):
+        raise CoreError(f"frequencies to remove must lie in 1..{basis.n_freq} (the constant is never removed)")
+    D = W_U.shape[1]
+    rows = basis.rows_of(removed)
+    if len(rows) == 0:
+        return ProjectionFilter(removed, basis.name, np.zeros((D, 0)), D)
+    A = basis.matrix[rows] @ W_U
+    _, s, vt = np.linalg.svd(A, full_matrices=False)
+    rank = int((s > RANK_TOLERANCE * s.max()).sum()) if s.size and s.max() > 0 else 0
+    return ProjectionFilter(removed, basis.name, vt[:rank].T.copy(), D)
+
+
+def _as_numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().float().cpu().numpy()
+    return np.asarray(x, dtype=float)
+
+
+def low_pass(unembedding, basis: FourierBasis, tau: int) -> ProjectionFilter:
+    """Keep frequencies below tau: remove the high band k >= tau."""
+    return projection_filter(unembedding, basis, band_frequencies(basis, "high", tau))
+
+
+def high_pass(unembedding, basis: FourierBasis, tau: int) -> ProjectionFilter:
+    """Keep frequencies at or above tau: remove the low band 1 <= k < tau."""
+    return projection_filter(unembedding, basis, band_frequencies(basis, "low", tau))
+
+
+def keep_frequency(unembedding, basis: FourierBasis, k: int) -> ProjectionFilter:
+    """Keep one frequency k (and the constant): remove every other frequency."""
+    if not 1 <= int(k) <= basis.n_freq:
+        raise CoreError(f"frequency to keep must lie in 1..{basis.n_freq}, got {k}")
+    return projection_filter(unembedding, basis, [j for j in basis.frequencies if j != int(k)])
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """Which filter, on which modules. removed: "none", "low", "high" (a band by tau) or "keep" (one k)."""
+
+    modules: str = "none"
+    removed: str = "none"
+    tau: int | None = None
+    keep_k: int | None = None
+
+    def __post_init__(self):
+        if self.removed == "none" or self.modules == "none":
+            if not (self.removed == "none" and self.modules == "none"):
+                raise CoreError("an ablation with no filter must have modules='none' and removed='none'")
+            return
+        if self.modules not in MODULE_SETS:
+            raise CoreError(f"unknown modules {self.modules!r}: choose attn, mlp or both")
+        if self.removed in ("low", "high"):
+            if self.tau is None:
+                raise CoreError(f"removing the {self.removed} band needs a cutoff tau")
+        elif self.removed == "keep":
+            if self.keep_k is None:
+                raise CoreError("keep-one-frequency needs the frequency k to keep")
+        else:
+            raise CoreError(f"unknown band {self.removed!r}: choose low, high, keep or none")
+
+    def label(self) -> str:
+        if self.removed == "none":
+            return "no filter"
+        what = {"attn": "Attn", "mlp": "MLP", "both": "Attn+MLP"}[self.modules]
+        if self.removed == "keep":
+            return f"{what}: keep only k = {self.keep_k}"
+        return f"{what}: {self.removed} frequencies removed (tau = {self.tau})"
+
+    def build(self, unembedding, basis: FourierBasis) -> ProjectionFilter | None:
+        if self.removed == "none":
+            return None
+        if self.removed == "keep":
+            return keep_frequency(unembedding, basis, self.keep_k)
+        check_tau(basis, self.tau)
+        return projection_filter(unembedding, basis, band_frequencies(basis, self.removed, self.tau))
+
+
+def _filter_hook(flt: ProjectionFilter, positions: str):
+    import torch
+
+    def hook(module, args, out):
+        t = out[0] if isinstance(out, tuple) else out
+        if t.requires_grad:
+            t = t.clone()
+        sel = t[:, -1, :] if positions == "last" else t
+        if flt.erased:
+            sel.zero_()
+        else:
+            q = flt.torch_q(sel.device)
+            x = sel.float()
+            sel.copy_((x - (x @ q) @ q.T).to(sel.dtype))
+        if isinstance(out, tuple):
+            return (t, *out[1:])
+        return t
+
+    return hook
+
+
+@contextmanager
+def filtered(loaded, flt: ProjectionFilter | None, modules: str = "both", positions: str = "last"):
+    """Apply `flt` to the chosen modules' outputs at every layer while the block is active."""
+    if positions not in POSITIONS:
+        raise CoreError(f"unknown positions {positions!r}: choose 'last' (answer position) or 'all'")
+    if flt is None:
+        yield
+        return
+    if modules not in MODULE_SETS:
+        raise CoreError(f"unknown modules {modules!r}: choose attn, mlp or both")
+    if flt.width != loaded.width:
+        raise CoreError(f"the filter was built for width {flt.width}, the model has width {loaded.width}")
+    handles = []
+    try:
+        for kind in MODULE_SETS[modules]:
+            for mod in getattr(loaded.parts, kind):
+                handles.append(mod.register_forward_hook(_filter_hook(flt, positions)))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@dataclass
+class Evaluation:
+    """Results of running a set of prompts, with or without a filter."""
+
+    answers: np.ndarray
+    predictions: np.ndarray  # argmax over the number tokens 0..p-1
+    losses: np.ndarray  # cross-entropy of the answer token over the whole vocabulary
+    erased: bool = False
+    rank: int = 0
+    width: int = 0
+
+    @property
+    def n(self) -> int:
+        return int(len(self.answers))
+
+    @property
+    def accuracy(self) -> float:
+        return float(np.mean(self.predictions == self.answers)) if self.n else float("nan")
+
+    @property
+    def loss(self) -> float:
+        return float(np.mean(self.losses)) if self.n else float("nan")
+
+    def within(self, d: int) -> float:
+        return float(np.mean(np.abs(self.predictions - self.answers) <= d)) if self.n else float("nan")
+
+    @property
+    def parity_match(self) -> float:
+        return float(np.mean((self.predictions - self.answers) % 2 == 0)) if self.n else float("nan")
+
+
+def answer_losses(logits, answer_token_ids):
+    """Cross-entropy of each row's answer token over the whole vocabulary (float32)."""
+    import torch
+
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -logp.gather(1, answer_token_ids.view(-1, 1).to(logp.device)).squeeze(1)
+
+
+def evaluate(
+    loaded,
+    texts: Sequence[str],
+    answers: Sequence[int],
+    p: int,
+    flt: ProjectionFilter | None = None,
+    modules: str = "both",
+    positions: str = "last",
+    batch_size: int = 32,
+    progress: bool | None = None,
+    desc: str = "evaluate",
+    on_batch=None,
+) -> Evaluation:
+    """Run prompts (as the model reads them) with an optional filter; accuracy, loss, predictions.
+
+    `on_batch(done, total)` is called after each batch (for progress bars in the dashboard).
+    """
+    import torch
+
+    from core.capture import forward_batch, prepare_batches, progress_bar
+
+    answers = np.asarray(answers, dtype=np.int64)
+    if len(answers) != len(texts):
+        raise CoreError(f"{len(texts)} prompts but {len(answers)} answers")
+    if answers.min() < 0 or answers.max() >= p:
+        raise CoreError(f"answers must lie in 0..{p - 1}")
+    number_ids = torch.as_tensor(loaded.numbers.ids_for(p))
+    preds = np.zeros(len(texts), dtype=np.int64)
+    losses = np.zeros(len(texts), dtype=np.float64)
+    batches = prepare_batches(loaded.tokenizer, texts, batch_size)
+    bar = progress_bar(len(texts), desc, progress)
+    done = 0
+    try:
+        with filtered(loaded, flt, modules, positions):
+            for batch in batches:
+                logits = forward_batch(loaded, batch)
+                ids = number_ids.to(logits.device)
+                preds[batch.indices] = logits[:, ids].argmax(-1).cpu().numpy()
+                target = ids[torch.as_tensor(answers[batch.indices], device=logits.device)]
+                losses[batch.indices] = answer_losses(logits, target).cpu().numpy()
+                done += len(batch.indices)
+                bar.update(len(batch.indices))
+                if on_batch is not None:
+                    on_batch(done, len(texts))
+    finally:
+        bar.close()
+    return Evaluation(
+        answers=answers,
+        predictions=preds,
+        losses=losses,
+        erased=bool(flt is not None and flt.erased),
+        rank=flt.rank if flt is not None else 0,
+        width=loaded.width,
+    )

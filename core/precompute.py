@@ -1,0 +1,492 @@
+"""From a model to a run folder: every table the dashboard reads, in three resumable stages.
+
+1. measurements: one streaming pass with capture over the split -> examples, layer_accuracy
+   (logit lens with and without the final norm), module_spectra (mean Fourier magnitude of the
+   attention, MLP and residual logits per layer), module_logits and final_waves for a sample of
+   examples that always holds 15 + 93.
+2. embeddings: embedding_spectrum (input and output number rows, both bases, with a
+   permutation baseline) and embedding_clusters (t-SNE + k-means).
+3. ablations: the filter grid (modules x band removed x tau, no filter, keep-one-frequency for
+   periods 2 and p-1), one evaluation each, saved one by one so an interrupted grid resumes.
+Then error_analysis, the manifest, and an atomic publish (core.cache).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from core.behaviour import error_histogram, error_summary
+from core.cache import RunWriter, check_table, run_name
+from core.errors import CoreError
+from core.fourier import BASES, check_basis_name, check_tau, fourier_basis, frequency_magnitudes, top_components
+from core.tasks import build_examples, number_space, running_example_id, select_split, subsample, with_shots
+
+DEFAULT_TAUS = (5, 10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
+PROMPT_FORMAT = "paper phrasings + ' Answer:'"
+WAVES_KEPT = 10  # top-k waves stored per sampled example (the dashboard picks k <= this)
+
+
+@dataclass
+class PrecomputeOptions:
+    model: str
+    task: str = "addition"
+    max_operand: int = 260
+    dataset_seed: int = 0
+    split: str = "test"
+    shots: int = 0
+    limit: int | None = None
+    taus: tuple[int, ...] | None = None  # None: DEFAULT_TAUS that fit the number space
+    basis: str = "paper"
+    positions: str = "last"
+    n_sample: int = 24
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch_size: int = 32
+    device_map: str | None = None
+    trust_remote_code: bool = False
+    revision: str | None = None
+    module_names: str | None = None
+    label: str | None = None
+    cache_dir: str = "cache"
+    recompute: bool = False
+    progress: bool | None = None
+    ablations: bool = True
+    extra_notes: list[str] = field(default_factory=list)
+
+
+def default_taus(p: int) -> tuple[int, ...]:
+    K = (p - 1) // 2
+    taus = tuple(t for t in DEFAULT_TAUS if 2 <= t <= K)
+    return taus or (max(2, K // 2),)
+
+
+def _model_label(opts: PrecomputeOptions, loaded) -> str:
+    if opts.label:
+        return opts.label
+    if loaded.local:
+        from core.models import read_recipe_label
+
+        return read_recipe_label(Path(loaded.source)) or Path(loaded.source).name
+    return opts.model
+
+
+def run_identity(opts: PrecomputeOptions, loaded, taus) -> dict:
+    """What determines the numbers of a run (paths excluded, so a run moves between machines)."""
+    return {
+        "model": Path(loaded.source).name if loaded.local else loaded.source,
+        "fingerprint": loaded.fingerprint,
+        "revision": loaded.revision,
+        "task": opts.task,
+        "max_operand": opts.max_operand,
+        "dataset_seed": opts.dataset_seed,
+        "split": opts.split,
+        "shots": opts.shots,
+        "limit": opts.limit,
+        "prompt_format": PROMPT_FORMAT,
+        "basis": opts.basis,
+        "positions": opts.positions,
+        "dtype": opts.dtype,
+    }
+
+
+def precompute(opts: PrecomputeOptions, log=print) -> Path:
+    """Compute and publish a run; returns its folder. Raises CoreError on bad input."""
+    import torch
+
+    from core.models import ModuleNames, load_model, prompt_texts, require_number_range
+
+    check_basis_name(opts.basis)
+    p = number_space(opts.task, opts.max_operand)
+    all_examples = build_examples(opts.task, opts.max_operand, opts.dataset_seed)
+    running = running_example_id(opts.task, opts.max_operand)
+    examples = subsample(select_split(all_examples, opts.split), opts.limit, opts.dataset_seed, [running] if running else [])
+    pool = select_split(all_examples, "train")
+    taus = tuple(sorted(set(opts.taus))) if opts.taus else default_taus(p)
+    basis = fourier_basis(p, opts.basis)
+    for t in taus:
+        check_tau(basis, t)
+
+    t0 = time.time()
+    names = ModuleNames.parse(opts.module_names) if opts.module_names else None
+    loaded = load_model(
+        opts.model,
+        device=opts.device,
+        dtype=opts.dtype,
+        device_map=opts.device_map,
+        trust_remote_code=opts.trust_remote_code,
+        revision=opts.revision,
+        module_names=names,
+    )
+    require_number_range(loaded.numbers, p, f"the {opts.task} task with operands 0..{opts.max_operand}")
+    label = _model_label(opts, loaded)
+    identity = run_identity(opts, loaded, taus)
+    run_label = f"{label} {opts.task} {opts.split}" + (f" {opts.shots}-shot" if opts.shots else "")
+    name = run_name(run_label, identity)
+    options = {"taus": list(taus), "n_sample": opts.n_sample}
+    writer = RunWriter(opts.cache_dir, name, identity, options, recompute=opts.recompute)
+    if writer.exists and not opts.recompute:
+        log(f"run {name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
+        return writer.final
+    if writer.resumed:
+        log(f"resuming {name} from its unfinished tables")
+
+    texts = prompt_texts(loaded, with_shots(examples, pool, opts.shots, opts.dataset_seed))
+    answers = np.array([e.answer for e in examples])
+    timings = {"load_s": round(time.time() - t0, 2)}
+    notes = list(opts.extra_notes)
+
+    with torch.no_grad():
+        t1 = time.time()
+        if not all(writer.has(t) for t in ("examples", "layer_accuracy", "module_spectra", "module_logits", "final_waves")):
+            tables = measure(loaded, examples, texts, p, opts, running, log)
+            for t, frame in tables.items():
+                writer.write(t, frame)
+        timings["measurements_s"] = round(time.time() - t1, 2)
+
+        t2 = time.time()
+        if not (writer.has("embedding_spectrum") and writer.has("embedding_clusters")):
+            spectrum, clusters, tied = embedding_tables(loaded, p, opts.dataset_seed)
+            writer.write("embedding_spectrum", spectrum)
+            writer.write("embedding_clusters", clusters)
+            writer.write_json("embeddings.json", {"tied": tied})
+        tied = (writer.read_json("embeddings.json") or {}).get("tied")
+        timings["embeddings_s"] = round(time.time() - t2, 2)
+
+        t3 = time.time()
+        if not (writer.has("ablations") and writer.has("ablation_errors")):
+            ablations, ablation_errors = ablation_grid(loaded, texts, answers, p, basis, taus, opts, writer, log)
+            writer.write("ablations", ablations)
+            writer.write("ablation_errors", ablation_errors)
+        timings["ablations_s"] = round(time.time() - t3, 2)
+
+    examples_frame = writer.read("examples")
+    ablations = writer.read("ablations")
+    writer.write("error_analysis", error_analysis_table(examples_frame, ablations))
+    erased = ablations[ablations["erased"]]
+    if len(erased):
+        notes.append(
+            f"{len(erased)} filter(s) erase the whole module output: the model is {loaded.width} wide and the "
+            f"removed Fourier rows span all of it ({', '.join(erased['label'].head(4))}"
+            + (", ..." if len(erased) > 4 else "")
+            + ")"
+        )
+    training_log = _training_log(loaded)
+    if training_log is not None:
+        writer.write("training_log", training_log)
+
+    from core.models import describe_model
+
+    acc = float(examples_frame["correct"].mean())
+    manifest = {
+        "label": label,
+        "run_label": run_label,
+        "model": {**describe_model(loaded), "source_as_given": opts.model, "tied_embeddings": tied},
+        "task": {
+            "task": opts.task,
+            "max_operand": opts.max_operand,
+            "p": p,
+            "split": opts.split,
+            "shots": opts.shots,
+            "n_examples": len(examples),
+            "running_example_id": running,
+            "dataset_seed": opts.dataset_seed,
+        },
+        "p": p,
+        "n_layers": loaded.n_layers,
+        "width": loaded.width,
+        "basis": opts.basis,
+        "taus": list(taus),
+        "accuracy": acc,
+        "timings": timings,
+        "notes": notes,
+    }
+    path = writer.publish(manifest)
+    log(f"wrote run {name} to {path} (accuracy {acc:.2%} on {len(examples)} {opts.split} examples)")
+    return path
+
+
+def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: str | None, log=print) -> dict:
+    """The capture pass: per-example results, logit-lens accuracy, module spectra, sampled logits."""
+    import torch
+
+    from core.capture import iter_capture
+    from core.filters import answer_losses
+
+    L = loaded.n_layers
+    W_U = loaded.unembedding(p)  # (p, D) float32 on the unembedding's device
+    number_ids = torch.as_tensor(loaded.numbers.ids_for(p), device=W_U.device)
+    norm = loaded.parts.final_norm
+    bases = {b: fourier_basis(p, b) for b in BASES}
+    K = {b: bases[b].n_freq for b in BASES}
+    spectra = {(m, b): np.zeros((L + 1 if m == "resid" else L, K[b])) for m in ("resid", "attn", "mlp") for b in BASES}
+    layer_hits = {fn: np.zeros((L + 1, 3)) for fn in (False, True)}  # exact, within 2, within 10
+    answers = np.array([e.answer for e in examples])
+    n = len(examples)
+    predictions = np.zeros(n, dtype=np.int64)
+    losses = np.zeros(n)
+    top_is_number = np.zeros(n, dtype=bool)
+    sample_ids = _sample_ids(examples, opts.n_sample, running, opts.dataset_seed)
+    sample_rows = {i for i, e in enumerate(examples) if e.id in sample_ids}
+    logit_rows, wave_rows = [], []
+
+    for cb in iter_capture(loaded, texts, opts.batch_size, progress=opts.progress, desc="measure"):
+        idx = cb.indices
+        ans = torch.as_tensor(answers[idx], device=W_U.device)
+        resid = cb.resid.float()
+        lens = {False: resid @ W_U.T}
+        if norm is not None:
+            lens[True] = norm(cb.resid.to(next(norm.parameters(), cb.resid).device)).float().to(W_U.device) @ W_U.T
+        else:
+            lens[True] = lens[False]
+        for fn, logits in lens.items():
+            pred = logits.argmax(-1)  # (B, L+1)
+            err = (pred - ans[:, None]).abs()
+            layer_hits[fn] += torch.stack([(err == 0).sum(0), (err <= 2).sum(0), (err <= 10).sum(0)], -1).cpu().numpy()
+        module_logits = {"resid": lens[False], "attn": cb.attn.float() @ W_U.T, "mlp": cb.mlp.float() @ W_U.T}
+        for m, logits in module_logits.items():
+            arr = logits.double().cpu().numpy()
+            for b in BASES:
+                spectra[(m, b)] += frequency_magnitudes(bases[b], arr).sum(0)
+        final = cb.logits.float()
+        number_logits = final[:, number_ids]
+        predictions[idx] = number_logits.argmax(-1).cpu().numpy()
+        losses[idx] = answer_losses(final, number_ids[ans]).cpu().numpy()
+        top_is_number[idx] = torch.isin(final.argmax(-1), number_ids).cpu().numpy()
+
+        for row_in_batch, i in enumerate(idx):
+            if i not in sample_rows:
+                continue
+            eid = examples[i].id
+            for m, logits in module_logits.items():
+                vals = logits[row_in_batch].cpu().numpy()  # (layers, p)
+                first = 0 if m == "resid" else 1
+                for l in range(vals.shape[0]):
+                    logit_rows.append((eid, m, l + first, vals[l]))
+            fin = number_logits[row_in_batch].cpu().numpy()
+            logit_rows.append((eid, "final", L, fin))
+            for b in BASES:
+                for rank, wave in enumerate(top_components(bases[b], fin, WAVES_KEPT), start=1):
+                    wave_rows.append((eid, b, rank, wave.k, wave.period, wave.magnitude, wave.values))
+
+    correct = predictions == answers
+    examples_frame = pd.DataFrame(
+        {
+            "id": [e.id for e in examples],
+            "split": [e.split for e in examples],
+            "a": [e.a for e in examples],
+            "b": [e.b for e in examples],
+            "answer": answers,
+            "phrasing": [e.phrasing for e in examples],
+            "prompt": list(texts),
+            "prediction": predictions,
+            "correct": correct,
+            "loss": losses,
+            "top_token_is_number": top_is_number,
+            "in_sample": [i in sample_rows for i in range(n)],
+        }
+    )
+    acc_rows = []
+    for fn, hits in layer_hits.items():
+        for l in range(L + 1):
+            acc_rows.append(
+                {
+                    "layer": l,
+                    "final_norm": fn,
+                    "exact": hits[l, 0] / n,
+                    "within_2": hits[l, 1] / n,
+                    "within_10": hits[l, 2] / n,
+                    "n": n,
+                }
+            )
+    spec_rows = []
+    for (m, b), total in spectra.items():
+        ks = bases[b].frequencies
+        first = 0 if m == "resid" else 1
+        for l in range(total.shape[0]):
+            spec_rows.append(
+                pd.DataFrame(
+                    {"basis": b, "module": m, "layer": l + first, "k": ks, "period": bases[b].period(ks), "magnitude": total[l] / n}
+                )
+            )
+    numbers = np.arange(p)
+    logits_frame = pd.concat(
+        [
+            pd.DataFrame({"example_id": eid, "module": m, "layer": l, "number": numbers, "logit": v.astype(np.float32)})
+            for eid, m, l, v in logit_rows
+        ],
+        ignore_index=True,
+    )
+    waves_frame = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "example_id": eid,
+                    "basis": b,
+                    "rank": rank,
+                    "k": k,
+                    "period": period,
+                    "magnitude": mag,
+                    "number": numbers,
+                    "value": values.astype(np.float32),
+                }
+            )
+            for eid, b, rank, k, period, mag, values in wave_rows
+        ],
+        ignore_index=True,
+    )
+    for col in ("module", "example_id"):
+        logits_frame[col] = logits_frame[col].astype("category")
+    return {
+        "examples": examples_frame,
+        "layer_accuracy": pd.DataFrame(acc_rows),
+        "module_spectra": pd.concat(spec_rows, ignore_index=True),
+        "module_logits": logits_frame,
+        "final_waves": waves_frame,
+    }
+
+
+def _sample_ids(examples, n_sample: int, running: str | None, seed: int) -> set[str]:
+    picked = subsample(examples, n_sample, seed + 1, [running] if running else [])
+    return {e.id for e in picked}
+
+
+def embedding_tables(loaded, p: int, seed: int):
+    """Spectra of the number rows of the input and output embeddings, and their t-SNE picture."""
+    from core.embeddings import embedding_clusters, spectrum_table
+
+    W_E = loaded.number_embedding(p).cpu().numpy()
+    W_U = loaded.unembedding(p).cpu().numpy()
+    in_w = loaded.model.get_input_embeddings().weight
+    out_w = loaded.model.get_output_embeddings().weight
+    tied = bool(in_w.data_ptr() == out_w.data_ptr())
+    frames, clusters = [], []
+    for matrix, W in (("input", W_E), ("output", W_U)):
+        for b in BASES:
+            t = spectrum_table(W, fourier_basis(p, b), seed=seed)
+            t.insert(0, "matrix", matrix)
+            t.insert(0, "basis", b)
+            frames.append(t)
+        c = embedding_clusters(W, seed=seed)
+        c.insert(0, "matrix", matrix)
+        clusters.append(c)
+    return pd.concat(frames, ignore_index=True), pd.concat(clusters, ignore_index=True), tied
+
+
+def ablation_specs(basis, taus):
+    """The grid: no filter; modules x band removed x tau; keep-one for periods 2 and p-1."""
+    from core.filters import Ablation
+
+    specs = [Ablation()]
+    for tau in taus:
+        for modules in ("both", "attn", "mlp"):
+            for removed in ("low", "high"):
+                specs.append(Ablation(modules, removed, int(tau)))
+    for k in sorted({basis.frequency_of_period(2.0), 1}, reverse=True):
+        specs.append(Ablation("both", "keep", keep_k=int(k)))
+    return specs
+
+
+def _spec_key(spec) -> str:
+    return json.dumps(asdict(spec), sort_keys=True)
+
+
+def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts: PrecomputeOptions, writer: RunWriter, log=print):
+    """Evaluate every ablation of the grid; results saved after each one so a rerun resumes."""
+    from core.filters import evaluate
+
+    W_U = loaded.unembedding(p)
+    done = writer.read_json("ablations.partial.json") or {}
+    specs = ablation_specs(basis, taus)
+    for i, spec in enumerate(specs, start=1):
+        key = _spec_key(spec)
+        if key in done:
+            continue
+        flt = spec.build(W_U, basis)
+        modules = spec.modules if spec.modules != "none" else "both"
+        ev = evaluate(
+            loaded, texts, answers, p, flt, modules, opts.positions, opts.batch_size, opts.progress, desc=f"ablation {i}/{len(specs)}"
+        )
+        summary = error_summary(ev.answers, ev.predictions)
+        hist = error_histogram(ev.answers, ev.predictions)
+        done[key] = {
+            "row": {
+                **asdict(spec),
+                "keep_period": float(basis.period(spec.keep_k)) if spec.keep_k else None,
+                "label": spec.label(),
+                "accuracy": ev.accuracy,
+                "within_2": ev.within(2),
+                "within_10": ev.within(10),
+                "parity_match": ev.parity_match,
+                "loss": ev.loss,
+                "n": ev.n,
+                "erased": ev.erased,
+                "rank": ev.rank,
+                "width": ev.width,
+                "share_multiple_of_10": summary.share_multiple_of_10,
+                "share_within_2": summary.share_within_2,
+                "mean_abs_error": summary.mean_abs_error,
+            },
+            "errors": hist.to_dict(orient="list"),
+        }
+        writer.write_json("ablations.partial.json", done)
+    rows, err_frames = [], []
+    for spec in specs:
+        entry = done[_spec_key(spec)]
+        rows.append(entry["row"])
+        h = pd.DataFrame(entry["errors"], columns=["error", "count"])
+        for col in ("modules", "removed", "tau", "keep_k"):
+            h.insert(len(h.columns) - 2, col, getattr(spec, col))
+        err_frames.append(h)
+    table = pd.DataFrame(rows)
+    base = table[table["removed"] == "none"].iloc[0]
+    table["delta_accuracy"] = table["accuracy"] - base["accuracy"]
+    table["delta_loss"] = table["loss"] - base["loss"]
+    for col in ("tau", "keep_k"):
+        table[col] = table[col].astype("Int64")
+    errors = pd.concat(err_frames, ignore_index=True)
+    for col in ("tau", "keep_k"):
+        errors[col] = errors[col].astype("Int64")
+    errors["error"] = errors["error"].astype(np.int64)
+    errors["count"] = errors["count"].astype(np.int64)
+    return table, errors
+
+
+def error_analysis_table(examples: pd.DataFrame, ablations: pd.DataFrame) -> pd.DataFrame:
+    """Share of errors that are multiples of 10: the model itself, and under each filter."""
+    s = error_summary(examples["answer"], examples["prediction"])
+    rows = [{"source": "model", **s.as_row()}]
+    for _, r in ablations[ablations["removed"] != "none"].iterrows():
+        n_wrong = int(round((1 - r["accuracy"]) * r["n"]))
+        rows.append(
+            {
+                "source": r["label"],
+                "n": int(r["n"]),
+                "n_wrong": n_wrong,
+                "accuracy": r["accuracy"],
+                "share_multiple_of_10": r["share_multiple_of_10"],
+                "share_within_2": r["share_within_2"],
+                "mean_abs_error": r["mean_abs_error"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _training_log(loaded):
+    """A project-trained model ships its training log beside its weights; include it in the run."""
+    if not loaded.local:
+        return None
+    f = Path(loaded.source) / "training_log.parquet"
+    if not f.exists():
+        return None
+    frame = pd.read_parquet(f)
+    try:
+        check_table("training_log", frame)
+    except CoreError as exc:
+        raise CoreError(f"{f}: {exc}") from None
+    return frame
