@@ -383,7 +383,7 @@ def load_model(
         raise
     except (OSError, ValueError, EnvironmentError) as exc:
         where = f"the folder {source}" if local else f"the Hugging Face hub id {source!r}"
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        msg = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
         if "trust_remote_code" in str(exc):
             raise CoreError(
                 f"{where} needs custom code to load. It is off by default; pass --trust-remote-code on the "
