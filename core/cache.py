@@ -114,7 +114,7 @@ class RunWriter:
         stage_key = {"identity": identity, "options": options, "schema_version": SCHEMA_VERSION}
         stage_file = self.staging / "stage.json"
         if self.staging.exists():
-            old = _read_json(stage_file)
+            old = read_json_file(stage_file)
             if recompute or old != json.loads(json.dumps(stage_key, default=str)):
                 shutil.rmtree(self.staging)
         self.resumed = self.staging.exists()
@@ -140,7 +140,7 @@ class RunWriter:
         _atomic_write_bytes(self.staging / filename, json.dumps(data, indent=1, default=str).encode())
 
     def read_json(self, filename: str):
-        return _read_json(self.staging / filename)
+        return read_json_file(self.staging / filename)
 
     def publish(self, manifest: dict) -> Path:
         """Write the manifest and move the run into place (replacing an older one by renames)."""
@@ -180,7 +180,7 @@ class RunWriter:
         return self.final
 
 
-def _read_json(path: Path):
+def read_json_file(path: Path):
     try:
         return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError):
@@ -223,7 +223,7 @@ def verify_run(path: str | Path, deep: bool = True) -> list[str]:
     and present, and (deep) every file's sha256, row count and columns match.
     """
     path = Path(path)
-    manifest = _read_json(path / MANIFEST)
+    manifest = read_json_file(path / MANIFEST)
     if manifest is None:
         return [f"{path.name}: no readable {MANIFEST}"]
     problems = []
@@ -269,13 +269,13 @@ def list_runs(cache_dir: str | Path, deep: bool = False) -> list[RunInfo]:
         if not path.is_dir() or path.name.startswith("."):
             continue
         problems = verify_run(path, deep=deep)
-        runs.append(RunInfo(path.name, path, _read_json(path / MANIFEST), problems))
+        runs.append(RunInfo(path.name, path, read_json_file(path / MANIFEST), problems))
     return runs
 
 
 def read_manifest(cache_dir: str | Path, name: str) -> dict:
     path = resolve_run(cache_dir, name)
-    manifest = _read_json(path / MANIFEST)
+    manifest = read_json_file(path / MANIFEST)
     if manifest is None:
         raise CoreError(f"run {name} has no readable manifest: run `python -m core verify {name}`")
     return manifest

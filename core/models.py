@@ -363,6 +363,9 @@ def load_model(
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own bars say what is being computed; theirs only clutter
     local, folder = resolve_source(source)
     torch_dtype = _torch_dtype(dtype)
     if device_map is None:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from core.behaviour import error_histogram, error_summary
-from core.cache import RunWriter, check_table, run_name
+from core.cache import RunWriter, check_table, read_json_file, run_name
 from core.errors import CoreError
 from core.fourier import BASES, check_basis_name, check_tau, fourier_basis, frequency_magnitudes, top_components
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample, with_shots
@@ -74,6 +74,10 @@ def _model_label(opts: PrecomputeOptions, loaded) -> str:
 
         return read_recipe_label(Path(loaded.source)) or Path(loaded.source).name
     return opts.model
+
+
+def _options_text(options: dict) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in sorted(options.items()))
 
 
 def run_identity(opts: PrecomputeOptions, loaded, taus) -> dict:
@@ -131,6 +135,12 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
     options = {"taus": list(taus), "n_sample": opts.n_sample}
     writer = RunWriter(opts.cache_dir, name, identity, options, recompute=opts.recompute)
     if writer.exists and not opts.recompute:
+        existing = (read_json_file(writer.final / "manifest.json") or {}).get("options")
+        if existing is not None and existing != json.loads(json.dumps(options)):
+            raise CoreError(
+                f"run {name} is already cached with other options ({_options_text(existing)}); you asked for "
+                f"{_options_text(options)}. Pass --recompute to rebuild it with yours (the old run stays until the new one is complete)."
+            )
         log(f"run {name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
         return writer.final
     if writer.resumed:

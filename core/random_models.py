@@ -15,9 +15,16 @@ from core.vocab import number_tokenizer
 ARCHITECTURES = ("gpt2", "gptj", "gpt_neox", "phi", "llama", "mistral", "qwen2")
 
 
-def random_config(arch: str, vocab_size: int, n_layers: int = 2, width: int = 64, heads: int = 4, max_positions: int = 256):
+def random_config(
+    arch: str, vocab_size: int, n_layers: int = 2, width: int = 64, heads: int = 4, max_positions: int = 256, **special
+):
+    """A small config of `arch`; `special` sets token ids (pad_token_id, bos_token_id, eos_token_id)."""
     import transformers as tf
 
+    return _config(tf, arch, vocab_size, n_layers, width, heads, max_positions, special)
+
+
+def _config(tf, arch, vocab_size, n_layers, width, heads, max_positions, special):
     common_llama = dict(
         vocab_size=vocab_size,
         hidden_size=width,
@@ -27,12 +34,17 @@ def random_config(arch: str, vocab_size: int, n_layers: int = 2, width: int = 64
         num_key_value_heads=heads // 2 if heads % 2 == 0 else heads,
         max_position_embeddings=max_positions,
         tie_word_embeddings=False,
+        **special,
     )
     if arch == "gpt2":
-        return tf.GPT2Config(vocab_size=vocab_size, n_embd=width, n_layer=n_layers, n_head=heads, n_positions=max_positions)
+        return tf.GPT2Config(
+            vocab_size=vocab_size, n_embd=width, n_layer=n_layers, n_head=heads, n_positions=max_positions, **special
+        )
     if arch == "gptj":
         return tf.GPTJConfig(
-            vocab_size=vocab_size, n_embd=width, n_layer=n_layers, n_head=heads, n_positions=max_positions, rotary_dim=width // heads // 2
+            vocab_size=vocab_size, n_embd=width, n_layer=n_layers, n_head=heads, n_positions=max_positions,
+            rotary_dim=width // heads // 2,
+            **special,
         )
     if arch == "gpt_neox":
         return tf.GPTNeoXConfig(
@@ -43,6 +55,7 @@ def random_config(arch: str, vocab_size: int, n_layers: int = 2, width: int = 64
             intermediate_size=2 * width,
             max_position_embeddings=max_positions,
             use_parallel_residual=True,
+            **special,
         )
     if arch == "phi":
         return tf.PhiConfig(
@@ -52,6 +65,7 @@ def random_config(arch: str, vocab_size: int, n_layers: int = 2, width: int = 64
             num_hidden_layers=n_layers,
             num_attention_heads=heads,
             max_position_embeddings=max_positions,
+            **special,
         )
     if arch == "llama":
         return tf.LlamaConfig(**common_llama)
@@ -77,10 +91,8 @@ def save_random_model(
     from transformers import AutoModelForCausalLM
 
     tok = tokenizer if tokenizer is not None else number_tokenizer(max_number)
-    config = random_config(arch, len(tok), n_layers, width, heads)
-    config.pad_token_id = tok.pad_token_id
-    config.eos_token_id = tok.eos_token_id
-    config.bos_token_id = tok.eos_token_id
+    special = dict(pad_token_id=tok.pad_token_id, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
+    config = random_config(arch, len(tok), n_layers, width, heads, **special)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     folder = Path(folder)

@@ -1,0 +1,70 @@
+import numpy as np
+import pytest
+
+from core.behaviour import error_histogram, error_summary, read_answers_csv
+from core.embeddings import embedding_clusters, embedding_spectrum, spectrum_table, top_periods
+from core.errors import CoreError
+from core.fourier import fourier_basis
+
+
+def planted_embedding(p=521, D=48, periods=(10, 5, 2), noise=0.3, seed=0):
+    rng = np.random.default_rng(seed)
+    x = np.arange(p)
+    W = noise * rng.normal(size=(p, D))
+    for j, T in enumerate(periods):
+        W[:, 2 * j] += np.cos(2 * np.pi * x / T)
+        W[:, 2 * j + 1] += np.sin(2 * np.pi * x / T)
+    return W
+
+
+def test_planted_sinusoids_peak_at_their_periods():
+    basis = fourier_basis(521, "paper")
+    table = spectrum_table(planted_embedding(), basis, n_permutations=20)
+    assert sorted(top_periods(table, 3)) == [2.0, 5.0, 10.0]
+    assert set(table.loc[table["outlier"], "period"]) >= {2.0, 5.0, 10.0}
+    # away from the planted periods, magnitudes look like the shuffled baseline
+    quiet = table[~table["period"].isin([2.0, 5.0, 10.0])]
+    assert quiet["magnitude"].median() < 2 * quiet["null_mean"].median()
+
+
+def test_spectrum_is_norm_of_transformed_rows():
+    basis = fourier_basis(41, "dft")
+    W = np.random.default_rng(1).normal(size=(41, 7))
+    mags = embedding_spectrum(W, basis)
+    coeff = basis.matrix @ W
+    k = 3
+    rows = basis.rows_of([k])
+    assert np.isclose(mags[k - 1], np.sqrt((np.linalg.norm(coeff[rows], axis=1) ** 2).sum()))
+    with pytest.raises(CoreError, match="41 number rows"):
+        embedding_spectrum(W[:40], basis)
+
+
+def test_clusters_have_coordinates_and_labels():
+    table = embedding_clusters(planted_embedding(p=101, D=16), n_clusters=10, seed=0)
+    assert list(table["number"]) == list(range(101))
+    assert table["cluster"].nunique() == 10
+    assert np.isfinite(table[["x", "y"]].to_numpy()).all()
+    assert (table["last_digit"] == table["number"] % 10).all()
+
+
+def test_error_summary_counts_multiples_of_ten():
+    s = error_summary([10, 20, 30, 40, 50], [10, 30, 29, 140, 52])
+    assert s.n == 5 and s.n_wrong == 4 and s.accuracy == 0.2
+    assert s.share_multiple_of_10 == 0.5 and s.share_within_2 == 0.5
+    hist = error_histogram([10, 20, 30, 40, 50], [10, 30, 29, 140, 52])
+    assert dict(zip(hist["error"], hist["count"])) == {-1: 1, 2: 1, 10: 1, 100: 1}
+
+
+def test_uploaded_csv_is_checked():
+    ok = read_answers_csv(b"a,b,answer_given\n15,93,108\n1,2,13\n")
+    assert list(ok["answer"]) == [108, 3] and list(ok["answer_given"]) == [108, 13]
+    with pytest.raises(CoreError, match="lacks the column"):
+        read_answers_csv("a,b,answer\n1,2,3\n")
+    with pytest.raises(CoreError, match="row 3 of the file has 'x'"):
+        read_answers_csv("a,b,answer_given\n1,2,3\n1,2,x\n")
+    with pytest.raises(CoreError, match="at most 2"):
+        read_answers_csv("a,b,answer_given\n1,2,3\n1,2,3\n1,2,3\n", max_rows=2)
+    with pytest.raises(CoreError, match="UTF-8"):
+        read_answers_csv(b"\xff\xfe\x00a")
+    with pytest.raises(CoreError, match="no rows"):
+        read_answers_csv("a,b,answer_given\n")

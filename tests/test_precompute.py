@@ -1,0 +1,198 @@
+"""End to end: `python -m core precompute` on tiny models of several architectures, then the tables."""
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import core.precompute as pre
+from core.cache import REQUIRED_TABLES, list_runs, read_manifest, read_table, resolve_run, verify_run
+from core.cli import main
+from core.errors import CoreError
+
+# operands 0..93 (15 + 93 in range, p = 187, K = 93); the e2e models are 192 wide, so no filter erases
+FAST = ["--max-operand", "93", "--taus", "5,10", "--n-sample", "4", "--no-progress"]
+WIDE = dict(width=192, heads=4)
+
+
+def run_cli(*args):
+    return main(["precompute", *args])
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "gpt_neox", "llama", "phi", "gptj"])
+def test_precompute_end_to_end(model_dir, cache, arch):
+    folder = model_dir(arch, **WIDE)
+    assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "40", *FAST) == 0
+    run = next(r for r in list_runs(cache) if r.manifest and r.manifest["model"]["architecture"].lower().startswith(arch.replace("_", "")[:4]))
+    assert run.ok and verify_run(run.path) == []
+    m = run.manifest
+    L, p = m["n_layers"], m["p"]
+    assert (L, p, m["width"]) == (2, 187, 192)
+    assert set(REQUIRED_TABLES) <= set(m["tables"])
+
+    ex = read_table(cache, run.name, "examples")
+    assert len(ex) == 40 and "15+93" in set(ex["id"])
+    assert (ex["answer"] == ex["a"] + ex["b"]).all() and (ex["split"] == "test").all()
+    assert (ex["correct"] == (ex["prediction"] == ex["answer"])).all()
+    assert ex["prediction"].between(0, p - 1).all() and (ex["loss"] > 0).all()
+
+    acc = read_table(cache, run.name, "layer_accuracy")
+    assert sorted(acc["layer"].unique()) == list(range(L + 1)) and set(acc["final_norm"]) == {True, False}
+    assert (acc["exact"] <= acc["within_2"]).all() and (acc["within_2"] <= acc["within_10"]).all()
+    last = acc[(acc["layer"] == L) & acc["final_norm"]].iloc[0]
+    assert np.isclose(last["exact"], ex["correct"].mean())  # logit lens at the top is the model itself
+
+    spec = read_table(cache, run.name, "module_spectra")
+    assert set(spec["module"]) == {"attn", "mlp", "resid"} and set(spec["basis"]) == {"paper", "dft"}
+    one = spec[(spec["module"] == "mlp") & (spec["basis"] == "paper")]
+    assert len(one) == L * 93 and one["k"].min() == 1 and (one["magnitude"] > 0).all()
+    assert np.allclose(one["period"], 186 / one["k"])
+
+    logits = read_table(cache, run.name, "module_logits")
+    assert "15+93" in set(logits["example_id"].astype(str))
+    ours = logits[(logits["example_id"] == "15+93") & (logits["module"] == "final")]
+    assert len(ours) == p
+    pred = ex.set_index("id").loc["15+93", "prediction"]
+    assert ours.sort_values("number")["logit"].to_numpy().argmax() == pred
+
+    waves = read_table(cache, run.name, "final_waves")
+    w = waves[(waves["example_id"] == "15+93") & (waves["basis"] == "dft")]
+    assert sorted(w["rank"].unique()) == list(range(1, 11))
+    mags = w.groupby("rank")["magnitude"].first()
+    assert (np.diff(mags.to_numpy()) <= 1e-6).all()
+
+    ab = read_table(cache, run.name, "ablations")
+    assert len(ab) == 1 + 2 * 3 * 2 + 2
+    none = ab[ab["removed"] == "none"].iloc[0]
+    assert np.isclose(none["accuracy"], ex["correct"].mean()) and np.isclose(none["loss"], ex["loss"].mean(), rtol=1e-4)
+    assert set(ab.loc[ab["removed"] == "keep", "keep_k"]) == {1, 93}
+    assert not ab["erased"].any()  # width 192 > 2 * 93 rows
+    errs = read_table(cache, run.name, "ablation_errors")
+    for _, row in ab.iterrows():
+        mask = (errs["modules"] == row["modules"]) & (errs["removed"] == row["removed"])
+        mask &= errs["tau"].fillna(-1) == (row["tau"] if pd.notna(row["tau"]) else -1)
+        mask &= errs["keep_k"].fillna(-1) == (row["keep_k"] if pd.notna(row["keep_k"]) else -1)
+        assert errs.loc[mask, "count"].sum() == round((1 - row["accuracy"]) * row["n"])
+
+    emb = read_table(cache, run.name, "embedding_spectrum")
+    assert set(emb["matrix"]) == {"input", "output"} and len(emb) == 2 * 2 * 93
+    clusters = read_table(cache, run.name, "embedding_clusters")
+    assert len(clusters) == 2 * p
+    ea = read_table(cache, run.name, "error_analysis")
+    assert ea.iloc[0]["source"] == "model" and ea.iloc[0]["n"] == 40
+
+
+def test_narrow_model_full_range_flags_erasure(model_dir, tmp_path):
+    folder = model_dir("gpt2")
+    assert run_cli("--model", str(folder), "--cache-dir", str(tmp_path), "--limit", "12", "--taus", "50", "--n-sample", "2", "--no-progress") == 0
+    (run,) = list_runs(tmp_path)
+    m = run.manifest
+    assert m["p"] == 521 and m["task"]["running_example_id"] == "15+93"
+    ab = read_table(tmp_path, run.name, "ablations")
+    high = ab[(ab["removed"] == "high") & (ab["tau"] == 50)]
+    assert high["erased"].all() and (high["rank"] == 64).all()
+    assert any("erase the whole module output" in n for n in m["notes"])
+
+
+def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeypatch):
+    folder = str(model_dir("llama"))
+    args = ["--model", folder, "--cache-dir", str(tmp_path), "--limit", "20", *FAST]
+    # an existing run of another configuration must survive untouched
+    assert run_cli("--model", folder, "--cache-dir", str(tmp_path), "--limit", "10", *FAST) == 0
+    (before,) = list_runs(tmp_path)
+    before_hash = (before.path / "manifest.json").read_bytes()
+
+    calls = {"n": 0}
+    real_evaluate = __import__("core.filters", fromlist=["evaluate"]).evaluate
+
+    def failing_evaluate(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real_evaluate(*a, **kw)
+
+    monkeypatch.setattr("core.filters.evaluate", failing_evaluate)
+    assert run_cli(*args) == 130
+    names = [r.name for r in list_runs(tmp_path)]
+    assert names == [before.name]  # no half-written run is visible
+    assert (before.path / "manifest.json").read_bytes() == before_hash
+    staging = [p for p in tmp_path.iterdir() if p.name.startswith(".staging-")]
+    assert len(staging) == 1 and (staging[0] / "examples.parquet").exists()
+
+    # resume: measurements are not recomputed, the three finished ablations are not re-run
+    monkeypatch.setattr(pre, "measure", lambda *a, **kw: pytest.fail("measurements recomputed on resume"))
+    calls["n"] = -100
+    assert run_cli(*args) == 0
+    assert calls["n"] == -100 + (1 + 12 + 2) - 3
+    assert len(list_runs(tmp_path)) == 2 and not any(p.name.startswith(".staging-") for p in tmp_path.iterdir())
+
+    # an existing run is not recomputed unless asked, and other options are not silently ignored
+    assert run_cli(*args) == 0
+    assert calls["n"] == -100 + 12
+    other_taus = [a if a != "5,10" else "7" for a in args]
+    assert run_cli(*other_taus) == 2
+    monkeypatch.undo()
+    assert run_cli(*other_taus, "--recompute") == 0
+    rebuilt = [r for r in list_runs(tmp_path) if r.name != before.name]
+    assert len(rebuilt) == 1 and rebuilt[0].manifest["taus"] == [7] and rebuilt[0].ok
+    assert (before.path / "manifest.json").read_bytes() == before_hash
+    assert len(list_runs(tmp_path)) == 2
+
+
+def test_verify_and_list_catch_tampering(model_dir, tmp_path, capsys):
+    assert run_cli("--model", str(model_dir("gpt2")), "--cache-dir", str(tmp_path), "--limit", "10", *FAST) == 0
+    (run,) = list_runs(tmp_path)
+    assert main(["verify", run.name, "--cache-dir", str(tmp_path)]) == 0
+    table = run.path / "layer_accuracy.parquet"
+    frame = pd.read_parquet(table)
+    frame.loc[0, "exact"] = 0.99
+    frame.to_parquet(table)
+    assert main(["verify", run.name, "--cache-dir", str(tmp_path)]) == 1
+    assert "sha256 differs" in capsys.readouterr().out
+    (run.path / "examples.parquet").unlink()
+    broken = list_runs(tmp_path)[0]
+    assert not broken.ok and "examples" in " ".join(broken.problems)
+    main(["list", "--cache-dir", str(tmp_path)])
+    assert "BROKEN" in capsys.readouterr().out
+
+
+def test_cache_reads_stay_inside_the_cache(tmp_path):
+    (tmp_path / "cache").mkdir()
+    for bad in ("../etc", "/etc", ".staging-x", "a/b", ""):
+        with pytest.raises(CoreError):
+            resolve_run(tmp_path / "cache", bad)
+    with pytest.raises(CoreError, match="no run"):
+        read_manifest(tmp_path / "cache", "nothing-here")
+
+
+def test_cli_errors_are_one_clear_line(tmp_path, capsys):
+    from core.random_models import save_random_model
+    from core.vocab import digit_tokenizer
+
+    folder = save_random_model(tmp_path / "digits", "gpt2", tokenizer=digit_tokenizer())
+    capsys.readouterr()
+    assert run_cli("--model", str(folder), "--cache-dir", str(tmp_path / "c"), "--no-progress") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and err.count("\n") == 1 and "splits numbers into digits" in err and "--max-operand 4" in err
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
+    # with the task shrunk to the usable range it runs
+    assert run_cli("--model", str(folder), "--cache-dir", str(tmp_path / "c"), "--max-operand", "4", "--taus", "2", "--no-progress") == 0
+    assert run_cli("--model", "nobody/none", "--cache-dir", str(tmp_path / "c")) == 2
+    assert "hub id 'nobody/none'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["precompute", "--model", "x", "--taus", "a,b"])
+    assert run_cli("--model", str(folder), "--max-operand", "4", "--taus", "99", "--cache-dir", str(tmp_path / "c")) == 2
+    assert "tau = 99 is out of range" in capsys.readouterr().err
+
+
+def test_list_and_verify_on_empty_cache(tmp_path, capsys):
+    assert main(["list", "--cache-dir", str(tmp_path)]) == 0
+    assert "no runs" in capsys.readouterr().out
+    assert main(["verify", "--cache-dir", str(tmp_path)]) == 0
