@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--seed", type=int, default=None, help="override the recipe's seed")
     tr.add_argument("--epochs", type=_positive, default=None, help="override the recipe's epochs")
     tr.add_argument("--restart", action="store_true", help="ignore a checkpoint and start from scratch")
+    tr.add_argument("--threads", type=_positive, default=None, help="CPU threads for torch (default: all)")
     tr.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -161,6 +162,7 @@ def cmd_train(args) -> int:
         seed=args.seed,
         epochs=args.epochs,
         restart=args.restart,
+        threads=args.threads,
         progress=False if args.no_progress else None,
     )
     return 0

@@ -488,15 +488,16 @@ def error_analysis_table(examples: pd.DataFrame, ablations: pd.DataFrame) -> pd.
 
 
 def _training_log(loaded):
-    """A project-trained model ships its training log beside its weights; include it in the run."""
+    """A project-trained model ships its training log (and its extra seeds') beside its weights."""
     if not loaded.local:
         return None
-    f = Path(loaded.source) / "training_log.parquet"
-    if not f.exists():
+    from core.train import seed_logs
+
+    frame = seed_logs(Path(loaded.source))
+    if frame is None:
         return None
-    frame = pd.read_parquet(f)
     try:
         check_table("training_log", frame)
     except CoreError as exc:
-        raise CoreError(f"{f}: {exc}") from None
+        raise CoreError(f"training log of {loaded.source}: {exc}") from None
     return frame

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine.
+#   bash run.sh app    set up, then start the dashboard on the shipped demo runs (http://localhost:8501)
+#   bash run.sh test   set up, then run the test suite
+#   bash run.sh setup  set up only: .venv with the pinned requirements, and Chromium for the browser test
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=.venv
+PY="$VENV/bin/python"
+
+setup_python() {
+  if [ ! -x "$PY" ]; then
+    python3 -m venv "$VENV"
+  fi
+  # torch==2.13.0 is pinned: on these machines it installs the local CPU wheel. An unpinned torch would
+  # pull several GB of CUDA packages.
+  "$PY" -m pip install -q --disable-pip-version-check -r requirements.txt
+}
+
+setup_browser() {
+  # The real-browser test drives Debian's Chromium (headless). Installed here when missing and when we can.
+  if command -v chromium >/dev/null 2>&1; then return 0; fi
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "run.sh: could not install chromium; the browser test will be skipped" >&2
+  else
+    echo "run.sh: chromium is not installed (apt-get install chromium); the browser test will be skipped" >&2
+  fi
+}
+
+case "${1:-}" in
+  setup)
+    setup_python; setup_browser ;;
+  test)
+    setup_python; setup_browser
+    exec "$PY" -m pytest tests ;;
+  app)
+    setup_python
+    exec "$PY" -m streamlit run app/main.py ;;
+  *)
+    echo "usage: bash run.sh app|test|setup" >&2; exit 2 ;;
+esac
