@@ -239,6 +239,15 @@ def answer_logits(model, ids, mask, pos):
     return out.logits[:, -1, :]
 
 
+def answer_loss(model, ids, mask, pos, target, precision: str = "float32"):
+    """Mean cross-entropy of the answer token, read at the last prompt position: the only loss."""
+    import torch
+
+    with _autocast(precision):
+        logits = answer_logits(model, ids, mask, pos)
+    return torch.nn.functional.cross_entropy(logits.float(), target)
+
+
 def evaluate_split(model, data: AdditionBatches, number_ids, batch_size: int, precision: str, subset=None):
     """(accuracy, mean answer-token loss) over a split; prediction = argmax over the number tokens."""
     import torch
@@ -490,9 +499,7 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
         t0 = time.time()
         order = np.random.default_rng((recipe.seed, epoch)).permutation(len(data["train"]))
         for _, ids, mask, pos, target in data["train"].batches(recipe.batch_size, order):
-            with _autocast(recipe.precision):
-                logits = answer_logits(model, ids, mask, pos)
-            loss = torch.nn.functional.cross_entropy(logits.float(), target)
+            loss = answer_loss(model, ids, mask, pos, target, recipe.precision)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -1,0 +1,171 @@
+"""The training loop on a tiny model: answer-token loss, frozen rows, transplant, resume."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from core.errors import CoreError
+from core.tasks import build_examples, select_split
+from core.train import (
+    AdditionBatches,
+    PRETRAIN_WORDS,
+    Recipe,
+    answer_loss,
+    build_model,
+    fourier_embedding,
+    number_token_ids,
+    pretraining_corpus,
+    train,
+)
+from core.vocab import number_tokenizer
+
+
+def tiny(tmp_path, **kw):
+    base = dict(
+        name="tiny", label="tiny", out=str(tmp_path / "out"), width=32, heads=4, max_operand=20, epochs=2,
+        batch_size=32, lr=3e-3, warmup_steps=2, eval_train_subset=50, precision="float32",
+    )
+    base.update(kw)
+    r = Recipe(**base)
+    r.check()
+    return r
+
+
+def load_weights(folder):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True).float()
+
+
+def test_loss_is_the_answer_token_only(tmp_path):
+    r = tiny(tmp_path)
+    tok = number_tokenizer(40, extra_words=PRETRAIN_WORDS)
+    ids = number_token_ids(tok, 41)
+    model = build_model(r, tok).eval()
+    ex = select_split(build_examples("addition", 20), "train")[:6]
+    data = AdditionBatches(tok, ex, ids)
+    (_, x, mask, pos, target), = list(data.batches(6))
+    assert (mask == 0).any()  # the batch mixes prompt lengths
+    loss = answer_loss(model, x, mask, pos, target)
+    manual = []
+    for e in ex:  # each prompt alone, full logits, read at its last position
+        enc = torch.tensor([tok(e.prompt)["input_ids"]])
+        logits = model(input_ids=enc).logits[0, -1]
+        manual.append(torch.nn.functional.cross_entropy(logits[None], torch.tensor([ids[e.answer]])))
+    assert torch.allclose(loss, torch.stack(manual).mean(), atol=1e-5)
+    # changing any earlier token's target would not matter: only the answer token enters the loss
+    assert target.tolist() == [ids[e.answer] for e in ex]
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_frozen_number_rows_stay_fixed(tmp_path, tied):
+    r = tiny(tmp_path, tied=tied, weight_decay=0.5, freeze={"kind": "fourier", "periods": [2, 5, 10]})
+    before = build_model(r, number_tokenizer(40, extra_words=PRETRAIN_WORDS)).get_input_embeddings().weight.detach().clone()
+    result = train(r, log=lambda *_: None)
+    model = load_weights(result.out)
+    tok = number_tokenizer(40, extra_words=PRETRAIN_WORDS)
+    ids = number_token_ids(tok, 41)
+    emb = model.get_input_embeddings().weight.detach()
+    planted = torch.as_tensor(fourier_embedding(41, 32, [2, 5, 10], 1.0, r.seed))
+    assert torch.allclose(emb[ids], planted.half().float(), atol=1e-3)  # shipped in float16
+    others = [i for i in range(len(tok)) if i not in set(ids.tolist())]
+    assert (emb[others] - before[others].half().float()).abs().max() > 1e-2  # the rest did learn
+    out_rows = model.get_output_embeddings().weight.detach()[ids]
+    if tied:
+        assert torch.equal(out_rows, emb[ids])
+    else:
+        assert (out_rows - planted).abs().max() > 1e-2
+    log = result.log
+    assert set(log["split"]) == {"train", "val", "test"} and sorted(log["epoch"].unique()) == [1, 2]
+
+
+def test_frozen_rows_equal_in_float32_checkpoint(tmp_path):
+    from safetensors.torch import load_file
+
+    r = tiny(tmp_path, weight_decay=1.0, epochs=1, freeze={"kind": "fourier", "periods": [2, 10]})
+    result = train(r, log=lambda *_: None)
+    weights = load_file(str(result.out / "checkpoint" / "model.safetensors"))
+    tok = number_tokenizer(40, extra_words=PRETRAIN_WORDS)
+    ids = number_token_ids(tok, 41)
+    planted = torch.as_tensor(fourier_embedding(41, 32, [2, 10], 1.0, r.seed))
+    assert torch.equal(weights["transformer.wte.weight"][ids], planted)
+
+
+def test_transplant_copies_rows_by_number(tmp_path):
+    from core.random_models import save_random_model
+
+    # the donor's vocabulary puts numbers at other ids: rows must be matched by number, not by id
+    donor_tok = number_tokenizer(60, extra_words=["zebra", "yak"])
+    donor_dir = save_random_model(tmp_path / "donor", "gpt2", width=32, tokenizer=donor_tok, seed=3)
+    donor = load_weights(donor_dir)
+    r = tiny(tmp_path, epochs=1, freeze={"kind": "transplant", "source": str(donor_dir)})
+    result = train(r, log=lambda *_: None)
+    ours = load_weights(result.out).get_input_embeddings().weight.detach()
+    tok = number_tokenizer(40, extra_words=PRETRAIN_WORDS)
+    for n in (0, 7, 40):
+        donor_row = donor.get_input_embeddings().weight.detach()[donor_tok.convert_tokens_to_ids(str(n))]
+        assert torch.allclose(ours[tok.convert_tokens_to_ids(str(n))], donor_row.half().float(), atol=1e-3)
+    with pytest.raises(CoreError, match="set width to 32"):
+        train(tiny(tmp_path, width=64, freeze={"kind": "transplant", "source": str(donor_dir)}), log=lambda *_: None)
+
+
+def test_resume_continues_where_it_stopped(tmp_path, monkeypatch):
+    import core.train as tr
+
+    straight = train(tiny(tmp_path / "a", epochs=2), log=lambda *_: None)
+    real_save = tr._save_checkpoint
+
+    def save_then_stop(*args, **kwargs):
+        real_save(*args, **kwargs)
+        raise KeyboardInterrupt  # the machine stops right after the first epoch's checkpoint
+
+    monkeypatch.setattr(tr, "_save_checkpoint", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny(tmp_path / "b", epochs=2), log=lambda *_: None)
+    monkeypatch.setattr(tr, "_save_checkpoint", real_save)
+    lines = []
+    resumed = train(tiny(tmp_path / "b", epochs=2), log=lines.append)
+    assert any("resuming" in line for line in lines)
+    assert sorted(resumed.log["epoch"].unique()) == [1, 2]
+    a = load_weights(straight.out).state_dict()
+    b = load_weights(resumed.out).state_dict()
+    assert set(a) == set(b)
+    for k in a:  # same weights as a run that was never interrupted
+        assert torch.allclose(a[k], b[k], atol=1e-3), k
+    assert np.allclose(straight.log["accuracy"], resumed.log["accuracy"])
+
+
+def test_pretraining_corpus_has_no_addition():
+    texts = pretraining_corpus(520, 3000, seed=0)
+    assert any(t.startswith("count :") for t in texts)
+    assert any(t.startswith("digits of") for t in texts)
+    assert any(" is less than " in t or " is more than " in t for t in texts)
+    assert not any("+" in t or "sum" in t or "Answer" in t or "together" in t for t in texts)
+    t = next(t for t in texts if t.startswith("digits of"))
+    n = t.split()[2]
+    assert t.split(":")[1].split() == list(n)
+
+
+def test_pretrain_then_finetune_runs(tmp_path):
+    r = tiny(tmp_path, epochs=1, pretrain={"epochs": 1, "n_sequences": 200, "batch_size": 32})
+    result = train(r, log=lambda *_: None)
+    assert (result.out / "recipe.json").exists() and json.loads((result.out / "recipe.json").read_text())["pretrain"]
+
+
+def test_recipe_errors(tmp_path):
+    with pytest.raises(CoreError, match="no recipe"):
+        Recipe.load("no-such-recipe")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "x", "label": "x", "out": "x", "colour": "red"}))
+    with pytest.raises(CoreError, match="unknown fields"):
+        Recipe.load(str(bad))
+    with pytest.raises(CoreError, match="divisible"):
+        tiny(tmp_path, width=30)
+
+
+def test_shipped_recipes_load():
+    for name in ("scratch", "fourier-frozen", "fourier-frozen-untied", "pretrained-mini"):
+        r = Recipe.load(name)
+        assert r.width >= 640 and r.n_layers == 2
