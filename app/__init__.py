@@ -1,0 +1,1 @@
+"""The Streamlit dashboard: a thin layer over `core` and the run cache."""

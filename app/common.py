@@ -1,0 +1,322 @@
+"""What every page shares: the sidebar, the view's state in the URL, cached reads, chart output.
+
+The sidebar (run, comparison run, basis, cutoff tau, split, presentation mode) is drawn once by
+main.py for all pages. Every control's value is mirrored into `st.query_params`, so a copied link
+reopens the same page, run, layer, cutoff and ablation.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from core import cache as run_cache
+from core.errors import CoreError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+def cache_dir() -> Path:
+    """The cache folder the dashboard reads (FOURIER_CACHE_DIR, default: the project's cache/)."""
+    return Path(os.environ.get("FOURIER_CACHE_DIR", PROJECT_ROOT / "cache"))
+
+GLOSSARY = {
+    "logit lens": "Reading the residual stream h(l) at a middle layer through the unembedding W_U, as if the model "
+    "stopped there: which number would it answer now?",
+    "module logits": "W_U times one module's output (an attention or MLP block at one layer): how much that module "
+    "alone pushes each number up or down.",
+    "Fourier component": "One sine/cosine pair of frequency k over the number line 0..p-1. Any vector over the numbers "
+    "is a sum of such waves.",
+    "frequency k": "How many times a wave repeats over the number line: k = 1 is one slow wave, k = 260 alternates "
+    "between neighbours.",
+    "period": "T = 520/k numbers per repetition (paper basis). T = 2 marks even/odd, T = 10 the last digit, T = 520 a "
+    "broad bump.",
+    "low-pass": "Keep the low frequencies (k < tau): removes the high band. The paper's 'high frequencies removed'.",
+    "high-pass": "Keep the high frequencies (k ≥ tau): removes the low band. The paper's 'low frequencies removed'.",
+    "cutoff tau": "Frequencies k < tau are 'low', k ≥ tau are 'high' (the paper uses tau = 50).",
+    "basis": "'paper': the paper's Fourier basis (periods exactly 520/k, not exactly orthonormal). 'dft': the "
+    "orthonormal real DFT on 521 points (periods 521/k).",
+    "ablation": "Filtering every layer's attention and/or MLP output so that W_U reads no component at the removed "
+    "frequencies (the smallest change that does so), then measuring accuracy.",
+}
+
+
+def term(name: str) -> str:
+    return GLOSSARY[name]
+
+
+# ----------------------------------------------------------------------------- cached reads
+
+
+@st.cache_data(show_spinner=False, ttl=30)
+def valid_runs(cache_dir: str) -> tuple[list[dict], list[dict]]:
+    """(good runs, broken runs) of the cache folder: name, label, manifest / problems."""
+    good, broken = [], []
+    for r in run_cache.list_runs(cache_dir, deep=False):
+        if r.ok:
+            good.append({"name": r.name, "label": r.manifest.get("run_label") or r.label, "manifest": r.manifest})
+        else:
+            broken.append({"name": r.name, "problems": r.problems})
+    good.sort(key=lambda r: (r["manifest"].get("display_order", 100), r["label"]))
+    return good, broken
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def table(cache_dir: str, run: str, name: str, created: str) -> pd.DataFrame:
+    """One table of a run (`created` keys the cache, so a rebuilt run is read afresh)."""
+    frame = run_cache.read_table(cache_dir, run, name)
+    for col in frame.columns:
+        if isinstance(frame[col].dtype, pd.CategoricalDtype):
+            frame[col] = frame[col].astype(str)
+    return frame
+
+
+class Run:
+    """A chosen run: its manifest and lazily read tables."""
+
+    def __init__(self, info: dict):
+        self.name = info["name"]
+        self.label = info["label"]
+        self.manifest = info["manifest"]
+
+    def table(self, name: str) -> pd.DataFrame:
+        return table(str(cache_dir()), self.name, name, self.manifest.get("created", ""))
+
+    def has(self, name: str) -> bool:
+        return name in (self.manifest.get("tables") or {})
+
+    @property
+    def p(self) -> int:
+        return int(self.manifest["p"])
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.manifest["n_layers"])
+
+    @property
+    def k_max(self) -> int:
+        return (self.p - 1) // 2
+
+    @property
+    def period_span(self) -> int:
+        return self.p - 1
+
+
+# ----------------------------------------------------------------------------- URL state
+
+
+def _from_url(key: str, default, cast):
+    raw = st.query_params.get(key)
+    if raw is None:
+        return default
+    try:
+        return cast(raw)
+    except (TypeError, ValueError):
+        return default
+
+
+def url_state(key: str, default, cast=str, options=None):
+    """Give the control `key` its value before it is drawn: the value it had (kept in a shadow
+    key, because Streamlit forgets widget state when the page changes), else the URL's (a shared
+    link), else `default`. Values outside `options` fall back to `default`."""
+    shadow = f"_keep_{key}"
+    if key in st.session_state:
+        value = st.session_state[key]
+    elif shadow in st.session_state:
+        value = st.session_state[shadow]
+    else:
+        value = _from_url(key, default, cast)
+    if options is not None and value not in options:
+        value = default
+    st.session_state[key] = value
+    return value
+
+
+def to_url(*keys: str) -> None:
+    """Mirror the given controls' values into the URL (and keep them across pages)."""
+    for key in keys:
+        value = st.session_state.get(key)
+        st.session_state[f"_keep_{key}"] = value
+        if value is None:
+            if key in st.query_params:
+                del st.query_params[key]
+            continue
+        text = str(int(value)) if isinstance(value, bool) else str(value)
+        if st.query_params.get(key) != text:
+            st.query_params[key] = text
+
+
+def _bool(text: str) -> bool:
+    return str(text).lower() in ("1", "true", "yes", "on")
+
+
+# ----------------------------------------------------------------------------- sidebar
+
+
+def sidebar() -> None:
+    """The shared sidebar; stores the selection in st.session_state["view"]."""
+    good, broken = valid_runs(str(cache_dir()))
+    st.session_state["view"] = None
+    with st.sidebar:
+        st.markdown("### Choose what to look at")
+        if not good:
+            return
+        splits = sorted({r["manifest"]["task"]["split"] for r in good})
+        url_state("split", "test" if "test" in splits else splits[0], str, splits)
+        st.selectbox("Split", splits, key="split", help="Which part of the dataset the runs were computed on.")
+        runs = [r for r in good if r["manifest"]["task"]["split"] == st.session_state["split"]]
+        names = [r["name"] for r in runs]
+        labels = {r["name"]: r["label"] for r in runs}
+        url_state("run", names[0], str, names)
+        st.selectbox("Model run", names, key="run", format_func=labels.get, help="One model on one dataset split.")
+        others = ["none"] + [n for n in names if n != st.session_state["run"]]
+        default_cmp = _default_comparison(runs, st.session_state["run"])
+        url_state("compare", default_cmp, str, others)
+        st.selectbox(
+            "Compare with", others, key="compare", format_func=lambda n: "no comparison" if n == "none" else labels[n],
+            help="A second run shown beside the first where a page compares.",
+        )
+        run = Run(next(r for r in runs if r["name"] == st.session_state["run"]))
+        url_state("basis", "paper", str, ["paper", "dft"])
+        st.radio("Fourier basis", ["paper", "dft"], key="basis", horizontal=True, help=term("basis"))
+        url_state("tau", min(50, run.k_max), int)
+        st.session_state["tau"] = max(2, min(int(st.session_state["tau"]), run.k_max))
+        st.slider("Cutoff tau (frequency k)", 2, run.k_max, key="tau", help=term("cutoff tau"))
+        st.caption(f"tau = {st.session_state['tau']} ↔ period T = {run.period_span / st.session_state['tau']:.3g}")
+        url_state("large", False, _bool)
+        st.toggle("Presentation mode (large type)", key="large", help="Bigger text and charts for a projector.")
+        if broken:
+            with st.expander(f"{len(broken)} run(s) skipped"):
+                for b in broken:
+                    st.caption(f"**{b['name']}**: {'; '.join(b['problems'])}")
+        to_url("split", "run", "compare", "basis", "tau", "large")
+    compare = None
+    if st.session_state["compare"] != "none":
+        compare = Run(next(r for r in runs if r["name"] == st.session_state["compare"]))
+    st.session_state["view"] = {"run": run, "compare": compare}
+    if st.session_state["large"]:
+        st.markdown(LARGE_CSS, unsafe_allow_html=True)
+
+
+def _default_comparison(runs, chosen: str) -> str:
+    """Compare a demo run with its natural partner (scratch <-> Fourier), else nothing."""
+    label = next(r["label"] for r in runs if r["name"] == chosen).lower()
+    want = "scratch" if "fourier" in label or "pre-trained" in label else "fourier-frozen, tied"
+    for r in runs:
+        if r["name"] != chosen and want in r["label"].lower():
+            return r["name"]
+    return "none"
+
+
+LARGE_CSS = """
+<style>
+html, body, [class*="css"], .stMarkdown p, .stCaption, li { font-size: 1.3rem !important; }
+h1 { font-size: 3rem !important; } h2 { font-size: 2.3rem !important; } h3 { font-size: 1.8rem !important; }
+[data-testid="stMetricValue"] { font-size: 3rem !important; }
+</style>
+"""
+
+
+def view():
+    """The shared selection, or None (and an explanation on the page) when there is no run."""
+    v = st.session_state.get("view")
+    if v is None:
+        no_runs_message()
+        st.stop()
+    return v
+
+
+def no_runs_message() -> None:
+    good, broken = valid_runs(str(cache_dir()))
+    st.warning(f"No usable runs in `{cache_dir()}` yet.")
+    st.markdown(
+        "Make one with the analysis core, for example:\n\n"
+        "```\n.venv/bin/python -m core precompute --model models/fourier-frozen\n```\n"
+        "or for any Hugging Face model on a machine with internet: `--model gpt2`. "
+        "Then reload this page."
+    )
+    if broken:
+        st.error("These runs failed their checks and are skipped: " + ", ".join(b["name"] for b in broken))
+
+
+def intro(title: str, what_to_look_for: str) -> None:
+    st.title(title)
+    st.markdown(what_to_look_for)
+
+
+def large() -> bool:
+    return bool(st.session_state.get("large"))
+
+
+# ----------------------------------------------------------------------------- charts
+
+
+def styled(chart: alt.Chart, title: str, height: int = 320) -> alt.Chart:
+    """Title, size and font sizes (bigger in presentation mode)."""
+    big = large()
+    return (
+        chart.properties(title=alt.TitleParams(title, fontSize=22 if big else 15, anchor="start"), height=int(height * (1.3 if big else 1)))
+        .configure_axis(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12)
+        .configure_legend(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
+        .configure_text(fontSize=16 if big else 11)
+    )
+
+
+def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, name: str | None = None) -> None:
+    """The chart, its one-line caption, and downloads of the chart (PNG, SVG) and its data (CSV)."""
+    name = name or key
+    st.altair_chart(chart, use_container_width=True)
+    st.caption(caption)
+    spec = chart.to_json()
+    cols = st.columns([1, 1, 1, 5])
+    cols[0].download_button("PNG", lambda: _png(spec), f"{name}.png", "image/png", key=f"{key}-png", on_click="ignore", icon=":material/download:")
+    cols[1].download_button("SVG", lambda: _svg(spec), f"{name}.svg", "image/svg+xml", key=f"{key}-svg", on_click="ignore", icon=":material/download:")
+    cols[2].download_button(
+        "CSV", lambda: data.to_csv(index=False), f"{name}.csv", "text/csv", key=f"{key}-csv", on_click="ignore", icon=":material/download:"
+    )
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _png(spec: str) -> bytes:
+    import vl_convert as vlc
+
+    return vlc.vegalite_to_png(spec, scale=2)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _svg(spec: str) -> str:
+    import vl_convert as vlc
+
+    return vlc.vegalite_to_svg(spec)
+
+
+def error_box(exc: CoreError) -> None:
+    st.error(str(exc))
+
+
+def csv_bytes(frame: pd.DataFrame) -> bytes:
+    buf = io.StringIO()
+    frame.to_csv(buf, index=False)
+    return buf.getvalue().encode()
+
+
+def example_picker(run: Run, key: str = "example") -> pd.Series:
+    """Choose one of the examples whose logits are cached (15 + 93 first)."""
+    from core.views import sampled_examples
+
+    ex = sampled_examples(run.table("examples"))
+    ids = list(ex["id"])
+    url_state(key, ids[0], str, ids)
+    by_id = ex.set_index("id")
+
+    def fmt(i):
+        r = by_id.loc[i]
+        mark = "✓" if r["correct"] else "✗"
+        return f"{r['a']} + {r['b']} = {r['answer']}  (model: {r['prediction']} {mark})"
+
+    st.selectbox("Example", ids, key=key, format_func=fmt, help="Examples whose full logits were cached; 15 + 93 is the paper's running example.")
+    to_url(key)
+    return by_id.loc[st.session_state[key]]

@@ -1,0 +1,231 @@
+"""Altair figures: each takes a run (and choices), returns (chart, data, caption).
+
+Data come from `core.views`; here only the drawing. Pages and the Tour share these, so a figure
+looks the same wherever it appears.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from app.common import Run, styled
+from core import views
+
+ANSWER_COLOUR = "#d62728"
+MODULE_COLOURS = alt.Scale(domain=["Attention", "MLP"], range=["#1f77b4", "#ff7f0e"])
+
+
+def accuracy_by_layer(run: Run, final_norm: bool):
+    data = views.accuracy_by_layer(run.table("layer_accuracy"), final_norm)
+    how = "final norm applied" if final_norm else "no final norm (the paper's reading)"
+    chart = (
+        alt.Chart(data)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("layer:Q", title="layer (0 = embeddings)", axis=alt.Axis(tickMinStep=1)),
+            y=alt.Y("accuracy:Q", title="accuracy (share of test prompts)", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]),
+            tooltip=["layer", "measure", alt.Tooltip("accuracy:Q", format=".1%")],
+        )
+    )
+    caption = (
+        f"Logit lens, {how}: read each layer's residual stream through W_U. Early layers land near the answer "
+        "(within ±10) before they land on it exactly."
+    )
+    return styled(chart, f"Logit-lens accuracy by layer — {run.label}"), data, caption
+
+
+def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
+    data = views.logits_around_answer(run.table("module_logits"), example.name, int(example["answer"]), window)
+    chart = (
+        alt.Chart(data)
+        .mark_rect()
+        .encode(
+            x=alt.X("number:O", title=f"number (answer {example['answer']} in the middle)"),
+            y=alt.Y("row:N", title="module and layer", sort=alt.SortField("layer", order="ascending")),
+            color=alt.Color("centred:Q", title="logit − row mean", scale=alt.Scale(scheme="redblue", domainMid=0, reverse=True)),
+            tooltip=["row", "number", "offset", alt.Tooltip("centred:Q", format=".3f"), alt.Tooltip("logit:Q", format=".3f")],
+        )
+    )
+    answer = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rect(fill=None, stroke="black", strokeWidth=2).encode(
+        x="number:O"
+    )
+    caption = (
+        "Each row is one module's push on the numbers near the answer (red = up, blue = down). Look for rows that "
+        "favour every 2nd, 5th or 10th number: those modules classify the answer's parity or last digit."
+    )
+    title = f"Module logits around {example['a']} + {example['b']} = {example['answer']}"
+    return styled(chart + answer, title, height=max(200, 18 * data["row"].nunique())), data, caption
+
+
+def module_wave(run: Run, example: pd.Series, layer: int):
+    frames = []
+    for module in ("attn", "mlp"):
+        w = views.logit_wave(run.table("module_logits"), example.name, module, layer)
+        w["module"] = views.MODULE_NAMES[module]
+        frames.append(w)
+    data = pd.concat(frames, ignore_index=True)
+    lines = (
+        alt.Chart(data)
+        .mark_line(strokeWidth=1.5)
+        .encode(
+            x=alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[0, run.p - 1])),
+            y=alt.Y("centred:Q", title="logit − mean"),
+            color=alt.Color("module:N", scale=MODULE_COLOURS, title="module"),
+            tooltip=["module", "number", alt.Tooltip("centred:Q", format=".3f")],
+        )
+    )
+    rule = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3]).encode(x="number:Q")
+    caption = f"Layer {layer}'s attention and MLP logits over all numbers; the red dashed line is the answer {example['answer']}. Waves that peak there help."
+    return styled(lines + rule, f"Layer {layer}: module logits as waves over the number line"), data, caption
+
+
+def spectrum_heatmap(run: Run, basis: str, module: str, tau: int):
+    data = views.spectrum_heatmap(run.table("module_spectra"), basis, module)
+    chart = (
+        alt.Chart(data)
+        .mark_rect()
+        .encode(
+            x=alt.X("k:O", title=f"frequency k (period T = {_span(run, basis)}/k)", axis=alt.Axis(values=_k_ticks(run), labelAngle=0)),
+            y=alt.Y("layer:O", title="layer", sort="descending"),
+            color=alt.Color("magnitude:Q", title="mean |Fourier|", scale=alt.Scale(scheme="viridis")),
+            tooltip=["layer", "k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f")],
+        )
+    )
+    cut = alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(color="white", strokeDash=[6, 3], strokeWidth=2).encode(x="k:O")
+    span = _span(run, basis)
+    caption = (
+        f"Bright columns are frequencies that many layers use: k = {span // 10}, {span // 5}, {round(span / 2.5)}, {span // 2} "
+        f"are periods 10, 5, 2.5, 2. The dashed line is the cutoff tau = {tau}."
+    )
+    name = views.MODULE_NAMES[module]
+    return styled(chart + cut, f"{name}: mean Fourier magnitude of module logits, by layer and frequency", height=max(160, 40 * run.n_layers)), data, caption
+
+
+def _span(run: Run, basis: str) -> int:
+    return run.p - 1 if basis == "paper" else run.p
+
+
+def _k_ticks(run: Run) -> list[int]:
+    K = run.k_max
+    ticks = [1, 26, 52, 104, 130, 173, 208, 260] if K == 260 else list(range(1, K + 1, max(1, K // 8)))
+    return [t for t in ticks if t <= K]
+
+
+def layer_spectrum(run: Run, basis: str, module: str, layer: int, tau: int):
+    data = views.layer_spectrum(run.table("module_spectra"), basis, module, layer, tau)
+    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1])))
+    bars = base.mark_bar(width=2).encode(
+        y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
+        color=alt.Color("band:N", title="band", scale=alt.Scale(domain=["low (k < tau)", "high (k ≥ tau)"], range=["#ff7f0e", "#1f77b4"])),
+        tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "band"],
+    )
+    labels = base.mark_text(dy=-8, fontWeight="bold").encode(y="magnitude:Q", text="label:N")
+    cut = alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(strokeDash=[6, 3], color="gray").encode(x="k:Q")
+    caption = f"Tall labelled bars are the frequencies this module writes most, labelled with their period T; the dashed line is tau = {tau}."
+    name = views.MODULE_NAMES[module]
+    return styled(bars + labels + cut, f"{name}, layer {layer}: Fourier spectrum of the module logits"), data, caption
+
+
+def waves(run: Run, example: pd.Series, basis: str, top: int):
+    comps, total = views.waves_for(run.table("final_waves"), example.name, basis, top)
+    logits = views.final_logits(run.table("module_logits"), example.name)
+    logits["centred"] = logits["logit"] - logits["logit"].mean()
+    x = alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[0, run.p - 1]))
+    comp_chart = (
+        alt.Chart(comps)
+        .mark_line(strokeWidth=1.2, opacity=0.8)
+        .encode(x=x, y=alt.Y("value:Q", title="contribution to the logit"), color=alt.Color("component:N", title="component (period T)"),
+                tooltip=["component", "number", alt.Tooltip("value:Q", format=".3f")])
+    )
+    sum_chart = alt.Chart(total).mark_line(color="black", strokeWidth=2.5).encode(x=x, y="value:Q", tooltip=["number", alt.Tooltip("value:Q", format=".3f")])
+    rule = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3]).encode(x="number:Q")
+    data = comps[["component", "k", "period", "magnitude", "number", "value"]]
+    peak = int(total.loc[total["value"].idxmax(), "number"])
+    caption = (
+        f"Coloured: the {top} strongest Fourier components of the final logits; black: their sum, which peaks at {peak} "
+        f"(answer {example['answer']}, red). Long waves place the bump, short waves pick the exact number."
+    )
+    return styled(comp_chart + sum_chart + rule, f"Top-{top} Fourier components of the final logits for {example['a']} + {example['b']}"), data, caption, logits
+
+
+def table1_chart(run: Run, tau: int):
+    data = views.accuracy_by_tau(run.table("ablations"))
+    chart = (
+        alt.Chart(data)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("tau:Q", title="cutoff tau (frequency k)"),
+            y=alt.Y("accuracy:Q", title="accuracy under the filter", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("filter:N", title="filter"),
+            tooltip=["filter", "tau", alt.Tooltip("accuracy:Q", format=".1%"), alt.Tooltip("loss:Q", format=".3f"), "erased"],
+        )
+    )
+    rule = alt.Chart(pd.DataFrame({"tau": [tau]})).mark_rule(strokeDash=[6, 3], color="gray").encode(x="tau:Q")
+    caption = "Accuracy when every layer's outputs lose one band, for each cached cutoff. A line that collapses marks the band those modules need."
+    return styled(chart + rule, "Accuracy under Fourier filters, by cutoff tau"), data, caption
+
+
+def error_histogram(data: pd.DataFrame, title: str, caption: str):
+    chart = (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("error:Q", title="error = prediction − answer (numbers)", bin=False),
+            y=alt.Y("count:Q", title="wrong answers"),
+            color=alt.Color("multiple of 10:N", title="multiple of 10", scale=alt.Scale(domain=[True, False], range=["#d62728", "#7f7f7f"])),
+            tooltip=["error", "count", "multiple of 10"],
+        )
+    )
+    return styled(chart, title), data, caption
+
+
+def embedding_spectrum(run: Run, basis: str, matrix: str):
+    data = views.embedding_outliers(run.table("embedding_spectrum"), basis, matrix)
+    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1])))
+    bars = base.mark_bar(width=2, color="#1f77b4").encode(
+        y=alt.Y("magnitude:Q", title="magnitude (norm of Fourier row)"),
+        tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "outlier"],
+    )
+    null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_p95:Q")
+    labels = base.mark_text(dy=-8, fontWeight="bold").encode(y="magnitude:Q", text="label:N")
+    side = "input embedding W_E" if matrix == "input" else "unembedding W_U"
+    caption = (
+        "Bars above the dashed line (95th percentile of the same spectrum with the numbers shuffled) are outliers, "
+        "labelled with their period T; pre-trained models show T = 2, 2.5, 5, 10."
+    )
+    return styled(bars + null + labels, f"Fourier spectrum of the number rows of the {side} — {run.label}"), data, caption
+
+
+def embedding_map(run: Run, matrix: str, colour: str):
+    data = run.table("embedding_clusters")
+    data = data[data["matrix"] == matrix]
+    enc = (
+        alt.Color("number:Q", title="number", scale=alt.Scale(scheme="viridis"))
+        if colour == "magnitude"
+        else alt.Color("last_digit:N", title="last digit", scale=alt.Scale(scheme="category10"))
+    )
+    chart = (
+        alt.Chart(data)
+        .mark_circle(size=28, opacity=0.8)
+        .encode(
+            x=alt.X("x:Q", title="t-SNE 1 (no unit)", axis=alt.Axis(labels=False)),
+            y=alt.Y("y:Q", title="t-SNE 2 (no unit)", axis=alt.Axis(labels=False)),
+            color=enc,
+            tooltip=["number", "last_digit", "cluster"],
+        )
+    )
+    what = "size of the number" if colour == "magnitude" else "last digit"
+    caption = f"Each dot is one number's embedding, coloured by its {what}: neighbouring colours mean the embedding encodes it."
+    return styled(chart, f"t-SNE of number embeddings by {what} — {run.label}", height=300), data, caption
+
+
+def training_curves(curves: pd.DataFrame, split: str):
+    base = alt.Chart(curves).encode(x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1)), color=alt.Color("run:N", title="model"))
+    band = base.mark_area(opacity=0.2).encode(y=alt.Y("low:Q", title=f"{split} accuracy", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])), y2="high:Q")
+    line = base.mark_line(point=True).encode(
+        y="mean:Q", tooltip=["run", "epoch", alt.Tooltip("mean:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%"), alt.Tooltip("high:Q", format=".1%"), "seeds"]
+    )
+    caption = "Lines: mean over seeds; shaded: lowest to highest seed. Frozen Fourier embeddings learn faster and end higher (the paper's figure 7b)."
+    return styled(band + line, f"{split.capitalize()} accuracy during training"), curves, caption

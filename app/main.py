@@ -1,0 +1,29 @@
+"""Entry point: `streamlit run app/main.py` (or `bash run.sh app`)."""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from app.common import sidebar  # noqa: E402
+
+st.set_page_config(page_title="How language models add: Fourier features", page_icon="➕", layout="wide")
+
+PAGES = [
+    st.Page("views/tour.py", title="Tour", icon=":material/slideshow:", url_path="tour", default=True),
+    st.Page("views/logit_lens.py", title="Logit lens", icon=":material/stacked_line_chart:", url_path="logit-lens"),
+    st.Page("views/spectra.py", title="Spectra", icon=":material/equalizer:", url_path="spectra"),
+    st.Page("views/waves.py", title="Waves", icon=":material/waves:", url_path="waves"),
+    st.Page("views/ablations.py", title="Ablations", icon=":material/filter_alt:", url_path="ablations"),
+    st.Page("views/embeddings.py", title="Embeddings", icon=":material/scatter_plot:", url_path="embeddings"),
+    st.Page("views/training.py", title="Training", icon=":material/school:", url_path="training"),
+    st.Page("views/behaviour.py", title="Behaviour", icon=":material/rule:", url_path="behaviour"),
+]
+
+page = st.navigation(PAGES)
+sidebar()
+page.run()

@@ -1,0 +1,131 @@
+import streamlit as st
+
+from app import figures
+from app.common import intro, show_chart, term, to_url, url_state, view
+from core import views
+from core.errors import CoreError
+from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
+
+v = view()
+run, tau, basis = v["run"], st.session_state["tau"], st.session_state["basis"]
+intro(
+    "Ablations: which frequencies does the model need?",
+    "Filter every layer's attention and/or MLP output so that the unembedding reads nothing in one band, and measure "
+    "accuracy. In GPT-2-XL, removing the MLPs' low frequencies or the attention's high frequencies hurts most: MLPs "
+    "approximate, attention classifies. Compare this run's table with the paper's.",
+)
+ablations = run.table("ablations")
+errors = run.table("ablation_errors")
+run_basis = run.manifest.get("basis", "paper")
+shown_tau = views.nearest_tau(ablations, tau)
+if shown_tau != tau:
+    st.info(
+        f"The cached grid of this run has tau ∈ {views.cached_taus(ablations)}; showing the nearest, tau = {shown_tau}. "
+        "Live computation below can use any tau."
+    )
+if basis != run_basis:
+    st.caption(f"The filters of this run were computed in the '{run_basis}' basis (the sidebar's basis changes the spectra only).")
+
+st.subheader(f"Table 1 for this run (tau = {shown_tau})", help=term("ablation"))
+t1 = views.table1(ablations, shown_tau)
+if shown_tau != TABLE1_TAU:
+    t1[["paper GPT-2-XL accuracy %", "paper GPT-2-XL loss"]] = None
+st.dataframe(
+    t1.drop(columns=["modules", "removed"]),
+    hide_index=True,
+    column_config={
+        "accuracy %": st.column_config.NumberColumn(format="%.2f"),
+        "loss": st.column_config.NumberColumn(format="%.4f"),
+        "Δ accuracy (points)": st.column_config.NumberColumn(format="%+.2f"),
+        "within ±10 %": st.column_config.NumberColumn(format="%.1f"),
+        "paper GPT-2-XL accuracy %": st.column_config.NumberColumn(format="%.2f"),
+        "paper GPT-2-XL loss": st.column_config.NumberColumn(format="%.4f"),
+    },
+)
+st.caption(
+    "'low removed' keeps only k ≥ tau (high-pass); 'high removed' keeps only k < tau (low-pass). The paper's numbers are "
+    "GPT-2-XL's validation results at tau = 50."
+)
+if t1["erased"].any():
+    st.warning(
+        f"Some filters erase the module output entirely: this model is {run.manifest['width']} wide, and the removed "
+        "Fourier rows span all of it. Those rows measure a model with the modules switched off, not a frequency filter."
+    )
+show_chart(*figures.table1_chart(run, shown_tau), key="acc-by-tau")
+
+st.subheader("Errors under one filter")
+cells = {f"{views.ABLATION_MODULES[m]}: {r} removed": (m, r) for r in ("low", "high") for m in ("both", "attn", "mlp")}
+cell_names = ["no filter", *cells]
+url_state("cell", "MLP: low removed", str, cell_names)
+st.selectbox("Filter", cell_names, key="cell")
+to_url("cell")
+cell = st.session_state["cell"]
+modules, removed = cells.get(cell, ("none", "none"))
+dist = views.error_distribution(errors, modules, removed, None if removed == "none" else shown_tau)
+if dist.empty:
+    st.success("No wrong answers under this filter.")
+else:
+    share = dist.loc[dist["multiple of 10"], "count"].sum() / dist["count"].sum()
+    small = dist.loc[dist["error"].abs() < 6, "count"].sum() / dist["count"].sum()
+    c1, c2 = st.columns(2)
+    c1.metric("Errors that are multiples of 10", f"{share:.0%}", help="Paper: with the MLPs' low frequencies removed, errors are off by 10, 50, 100.")
+    c2.metric("Errors smaller than 6", f"{small:.0%}", help="Paper: with attention's high frequencies removed, all errors are below 6.")
+    show_chart(
+        *figures.error_histogram(dist, f"Error distribution — {cell} (tau = {shown_tau})", "Red bars are errors that are multiples of 10: the last digit is right, the size is off."),
+        key="err-hist",
+    )
+
+st.subheader("Keep one frequency")
+keep = views.keep_one_results(ablations)
+keep_view = keep.rename(columns={"keep_k": "k kept", "keep_period": "period T", "parity_match": "right parity"})
+st.dataframe(
+    keep_view,
+    hide_index=True,
+    column_config={
+        "period T": st.column_config.NumberColumn(format="%.3g"),
+        "loss": st.column_config.NumberColumn(format="%.4f"),
+        "accuracy": st.column_config.ProgressColumn(format="percent", min_value=0, max_value=1),
+        "within_10": st.column_config.ProgressColumn("within ±10", format="percent", min_value=0, max_value=1),
+        "right parity": st.column_config.ProgressColumn(format="percent", min_value=0, max_value=1),
+    },
+)
+st.caption(
+    f"Every frequency but one removed from attention and MLP outputs. Paper: keeping only period 2 gives the right parity "
+    f"{PARITY_KEEP_PERIOD_2}% of the time; keeping period 520 gives answers spread around the right one."
+)
+
+st.subheader("Compute a filter live")
+from core.live import live_model_folder  # noqa: E402  (cheap; torch is imported only when computing)
+
+folder, why = live_model_folder(run.manifest)
+if folder is None:
+    st.info(f"Live computation is not available for this run: {why}. The cached grid above is what there is.")
+else:
+    c1, c2, c3 = st.columns(3)
+    url_state("live_modules", "mlp", str, ["both", "attn", "mlp"])
+    url_state("live_removed", "low", str, ["low", "high"])
+    c1.selectbox("Modules", ["both", "attn", "mlp"], key="live_modules", format_func=views.ABLATION_MODULES.get)
+    c2.selectbox("Band removed", ["low", "high"], key="live_removed", format_func=views.BAND_NAMES.get, help=term("low-pass"))
+    c3.metric("Cutoff tau (sidebar)", tau)
+    to_url("live_modules", "live_removed")
+    if st.button(f"Run the {run.manifest['task']['n_examples']} prompts with this filter", type="primary"):
+        from app.live import run_live
+
+        try:
+            result = run_live(run, folder, st.session_state["live_modules"], st.session_state["live_removed"], tau, run_basis)
+        except CoreError as exc:
+            st.error(str(exc))
+        else:
+            st.session_state["live_result"] = result
+    result = st.session_state.get("live_result")
+    if result and result["run"] == run.name:
+        st.markdown(f"**{result['label']}** on {result['n']} prompts (computed live):")
+        c1, c2, c3 = st.columns(3)
+        base = ablations[ablations["removed"] == "none"].iloc[0]
+        c1.metric("accuracy", f"{result['accuracy']:.2%}", f"{100 * (result['accuracy'] - base['accuracy']):+.2f} points vs no filter")
+        c2.metric("loss", f"{result['loss']:.4f}")
+        c3.metric("errors that are multiples of 10", "–" if result["share10"] != result["share10"] else f"{result['share10']:.0%}")
+        if result["erased"]:
+            st.warning("This filter erases the module outputs entirely (the removed rows span the model's width).")
+        if len(result["hist"]):
+            show_chart(*figures.error_histogram(result["hist"], f"Error distribution — {result['label']}", "Errors of the live run; red bars are multiples of 10."), key="live-hist")

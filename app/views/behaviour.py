@@ -1,0 +1,46 @@
+import streamlit as st
+
+from app import figures
+from app.common import intro, show_chart, view
+from core import views
+from core.behaviour import MAX_UPLOAD_ROWS, read_answers_csv
+from core.errors import CoreError
+from core.paper import MULTIPLE_OF_10
+
+v = view()
+run = v["run"]
+intro(
+    "Behaviour: how wrong are the wrong answers?",
+    "A model that classifies the last digit with high frequencies and approximates the size with low ones makes a "
+    "telling kind of mistake: right last digit, wrong tens, so errors are multiples of 10. Look at the share of such "
+    "errors here, and upload any model's answers (an API model's, say) to test it the same way.",
+)
+ex = run.table("examples")
+summary, hist = views.behaviour(ex["answer"], ex["prediction"])
+c1, c2, c3 = st.columns(3)
+c1.metric("Accuracy", f"{summary['accuracy']:.2%}", help=f"{summary['n']} prompts of the {run.manifest['task']['split']} split")
+c2.metric("Wrong answers that are off by a multiple of 10", "–" if summary["n_wrong"] == 0 else f"{summary['share_multiple_of_10']:.0%}")
+c3.metric("Wrong answers off by 1 or 2", "–" if summary["n_wrong"] == 0 else f"{summary['share_within_2']:.0%}")
+if len(hist):
+    show_chart(*figures.error_histogram(hist, f"Errors of {run.label}", "Red bars are errors that are multiples of 10 (last digit right)."), key="errors")
+st.caption("Paper (share of errors that are multiples of 10): " + "; ".join(f"{k} {v}%" for k, v in MULTIPLE_OF_10.items()) + ".")
+
+st.subheader("Test another model's answers")
+st.markdown(
+    f"Upload a CSV with a header row `a,b,answer_given` (whole numbers, at most {MAX_UPLOAD_ROWS:,} rows): one line per "
+    "question 'a + b', with the answer the model gave."
+)
+upload = st.file_uploader("CSV of answers", type=["csv"], accept_multiple_files=False)
+if upload is not None:
+    try:
+        frame = read_answers_csv(upload.getvalue())
+    except CoreError as exc:
+        st.error(str(exc))
+    else:
+        s, h = views.behaviour(frame["answer"], frame["answer_given"])
+        c1, c2, c3 = st.columns(3)
+        c1.metric("Accuracy", f"{s['accuracy']:.2%}", help=f"{s['n']} answers")
+        c2.metric("Errors that are multiples of 10", "–" if s["n_wrong"] == 0 else f"{s['share_multiple_of_10']:.0%}")
+        c3.metric("Errors of 1 or 2", "–" if s["n_wrong"] == 0 else f"{s['share_within_2']:.0%}")
+        if len(h):
+            show_chart(*figures.error_histogram(h, f"Errors in {upload.name}", "Red bars are multiples of 10."), key="upload-errors")

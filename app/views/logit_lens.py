@@ -1,0 +1,28 @@
+import streamlit as st
+
+from app import figures
+from app.common import example_picker, intro, show_chart, term, to_url, url_state, view
+
+v = view()
+run = v["run"]
+intro(
+    "Logit lens: when does the model know the answer?",
+    "Read every layer's residual stream through the unembedding and ask which number it would answer. "
+    "Look for layers that are already close (within ±10) long before they are exact: the model first approximates "
+    "the size of the sum, then pins down its last digit.",
+)
+url_state("norm", False, lambda t: t.lower() in ("1", "true"))
+st.toggle("Apply the final layer norm before W_U (usual logit lens; the paper applies W_U directly)", key="norm", help=term("logit lens"))
+to_url("norm")
+show_chart(*figures.accuracy_by_layer(run, st.session_state["norm"]), key="acc-by-layer")
+
+st.subheader("What each module writes", help=term("module logits"))
+example = example_picker(run)
+show_chart(*figures.logit_heatmap(run, example), key="heatmap")
+
+layers = list(range(1, run.n_layers + 1))
+url_state("layer", layers[-1], int, layers)
+if len(layers) > 1:
+    st.select_slider("Layer", options=layers, key="layer", help="Which layer's attention and MLP output to draw over the whole number line.")
+to_url("layer")
+show_chart(*figures.module_wave(run, example, st.session_state["layer"]), key="wave")

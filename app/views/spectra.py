@@ -1,0 +1,38 @@
+import streamlit as st
+
+from app import figures
+from app.common import intro, show_chart, term, to_url, url_state, view
+from core import views
+
+v = view()
+run, basis, tau = v["run"], st.session_state["basis"], st.session_state["tau"]
+intro(
+    "Spectra: which frequencies do the modules use?",
+    "Take each module's logits over the number line and split them into Fourier components. Look for a few bright "
+    "frequencies (a sparse spectrum): periods 2, 2.5, 5 and 10 classify the last digit; MLPs also carry strong low "
+    "frequencies (long periods) that approximate the size of the answer, attention mostly does not.",
+)
+modules = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)"}
+url_state("module", "mlp", str, list(modules))
+st.radio("Module", list(modules), key="module", format_func=modules.get, horizontal=True, help=term("Fourier component"))
+to_url("module")
+module = st.session_state["module"]
+show_chart(*figures.spectrum_heatmap(run, basis, module, tau), key="spec-heat")
+
+layers = sorted(run.table("module_spectra").query("module == @module")["layer"].unique().tolist())
+url_state("layer", layers[-1], int, layers)
+if len(layers) > 1:
+    st.select_slider("Layer", options=layers, key="layer")
+to_url("layer")
+layer = st.session_state["layer"]
+show_chart(*figures.layer_spectrum(run, basis, module, layer, tau), key="spec-layer")
+
+energy = views.energy_by_band(run.table("module_spectra"), basis, tau)
+row = energy[(energy["module"] == module) & (energy["layer"] == layer)].iloc[0]
+c1, c2, c3 = st.columns(3)
+c1.metric(f"Energy below tau = {tau}", f"{row['low']:.0%}", help="Share of the squared mean magnitude at frequencies k < tau.")
+c2.metric(f"Energy at or above tau = {tau}", f"{row['high']:.0%}", help="Share at k ≥ tau (periods shorter than 520/tau).")
+top = views.top_periods_by_module(run.table("module_spectra"), basis, module, last_layers=min(15, len(layers)))
+c3.metric("Top periods (last layers)", ", ".join(f"{t:.3g}" for t in top["period"]), help="Largest mean magnitudes averaged over the last layers.")
+with st.expander("Energy split for every layer and module"):
+    st.dataframe(energy.rename(columns={"low": f"share k < {tau}", "high": f"share k ≥ {tau}"}), hide_index=True)

@@ -1,0 +1,36 @@
+import pandas as pd
+import streamlit as st
+
+from app import figures
+from app.common import intro, show_chart, to_url, url_state, valid_runs, cache_dir, Run, view
+from core import views
+from core.paper import ACCURACY
+
+v = view()
+intro(
+    "Training: from scratch vs Fourier embeddings vs self-pre-trained",
+    "The same small network learns addition from random init, with number embeddings frozen to Fourier features, or "
+    "after pre-training on text about numbers. Look at how much faster and higher the Fourier-featured model goes: the "
+    "paper's figure 7b (GPT-2-small: 53.95% from scratch vs 100% with pre-trained embeddings).",
+)
+good, _ = valid_runs(str(cache_dir()))
+trained = [Run(r) for r in good if "training_log" in (r["manifest"].get("tables") or {}) and r["manifest"]["task"]["split"] == st.session_state["split"]]
+if not trained:
+    st.info("No run in the cache carries a training log. Runs of the demo models trained with `python -m core train` do.")
+    st.stop()
+url_state("curve_split", "val", str, ["train", "val", "test"])
+st.radio("Accuracy on", ["val", "train", "test"], key="curve_split", horizontal=True)
+to_url("curve_split")
+logs = {r.manifest.get("label", r.label): r.table("training_log") for r in trained}
+curves = views.training_curves(logs, st.session_state["curve_split"])
+show_chart(*figures.training_curves(curves, st.session_state["curve_split"]), key="training")
+final = curves.sort_values("epoch").groupby("run").tail(1)[["run", "epoch", "mean", "low", "high", "seeds"]]
+st.dataframe(
+    final.rename(columns={"mean": "final accuracy (mean)", "low": "lowest seed", "high": "highest seed"}),
+    hide_index=True,
+    column_config={c: st.column_config.NumberColumn(format="percent") for c in ["final accuracy (mean)", "lowest seed", "highest seed"]},
+)
+st.caption(
+    "Paper, for scale: " + "; ".join(f"{k}: {v}%" for k, v in ACCURACY.items() if "small" in k or "scratch" in k)
+    + ". The demo models are 2-layer, 640-wide GPT-2-style networks trained here on a CPU."
+)

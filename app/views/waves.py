@@ -1,0 +1,20 @@
+import streamlit as st
+
+from app import figures
+from app.common import example_picker, intro, show_chart, to_url, url_state, view
+
+v = view()
+run, basis = v["run"], st.session_state["basis"]
+intro(
+    "Waves: how a handful of frequencies spell out the answer",
+    "The final logits are almost entirely a sum of a few Fourier components. Look at how the long waves put a broad "
+    "bump near the answer and the short waves (periods 2, 5, 10) add sharp peaks on every number with the right last "
+    "digit: only at the answer do they all agree.",
+)
+example = example_picker(run)
+url_state("k", 5, int, list(range(1, 11)))
+st.slider("Number of components k", 1, 10, key="k", help="How many of the strongest Fourier components to add up.")
+to_url("k")
+chart, data, caption, logits = figures.waves(run, example, basis, st.session_state["k"])
+show_chart(chart, data, caption, key="waves")
+st.caption(f"Basis: {basis}. The final logits themselves peak at {int(logits.loc[logits['logit'].idxmax(), 'number'])}.")

@@ -1,0 +1,89 @@
+"""Live ablations for runs whose model is small and on this machine.
+
+The dashboard may compute any tau and module choice on the spot, but only for a model that:
+lives in the project's models folder (or FOURIER_MODELS_DIR), has the weights fingerprint the run
+was computed from, and is small enough for a CPU (MAX_LIVE_PARAMS). Anything else uses the cached
+grid, and `live_model_folder` says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from core.errors import CoreError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+MAX_LIVE_PARAMS = 150_000_000
+
+
+def models_root() -> Path:
+    return Path(os.environ.get("FOURIER_MODELS_DIR", PROJECT_ROOT / "models")).resolve()
+
+
+def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
+    """(folder, "") when the run's model can be run here, else (None, the reason)."""
+    model = manifest.get("model") or {}
+    given = model.get("source_as_given") or ""
+    root = models_root()
+    candidates = []
+    for c in (given, model.get("source") or ""):
+        if not c:
+            continue
+        path = Path(c)
+        candidates.append(path if path.is_absolute() else PROJECT_ROOT / path)
+    folder = next((c.resolve() for c in candidates if c.exists()), None)
+    if folder is None:
+        return None, f"the model ({given or model.get('source')}) is not on this machine"
+    if root not in folder.parents:
+        return None, f"the model folder is outside {root}, the only place the dashboard loads models from"
+    from core.models import fingerprint_folder
+
+    try:
+        fp = fingerprint_folder(folder)
+    except OSError:
+        return None, "the model folder cannot be read"
+    if fp != model.get("fingerprint"):
+        return None, "the model's weights differ from the ones this run was computed with"
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None, "the model folder has no readable config.json"
+    width = config.get("n_embd") or config.get("hidden_size") or 0
+    layers = config.get("n_layer") or config.get("num_hidden_layers") or 0
+    if 12 * layers * width * width > MAX_LIVE_PARAMS:
+        return None, f"the model is too large to run live on a CPU (about {12 * layers * width * width / 1e6:.0f}M parameters)"
+    return folder, ""
+
+
+def load_live_model(folder: Path):
+    from core.models import load_model
+
+    root = models_root()
+    folder = Path(folder).resolve()
+    if root not in folder.parents:
+        raise CoreError(f"refusing to load a model from outside {root}")
+    return load_model(str(folder), device="cpu", dtype="float32")
+
+
+def live_ablation(loaded, examples, p: int, basis_name: str, ablation, positions: str = "last", on_batch=None):
+    """Evaluate the run's prompts (examples table: prompt, answer) under one ablation."""
+    from core.filters import evaluate
+    from core.fourier import fourier_basis
+
+    basis = fourier_basis(p, basis_name)
+    flt = ablation.build(loaded.unembedding(p), basis)
+    modules = ablation.modules if ablation.modules != "none" else "both"
+    return evaluate(
+        loaded,
+        list(examples["prompt"]),
+        examples["answer"].to_numpy(),
+        p,
+        flt,
+        modules,
+        positions,
+        batch_size=64,
+        progress=False,
+        on_batch=on_batch,
+    )

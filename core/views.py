@@ -1,0 +1,240 @@
+"""What each dashboard view shows, computed from a run's cached tables (no Streamlit here).
+
+Pages call these with frames read from the cache and draw what comes back; every number on the
+screen comes from here or straight from a table. Long-format frames throughout, so Altair can
+plot them as they are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from core.behaviour import error_histogram, error_summary
+from core.errors import CoreError
+from core.fourier import band_energy_share
+from core.paper import TABLE1_GPT2_XL
+
+MODULE_NAMES = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)", "final": "Final logits"}
+ABLATION_MODULES = {"both": "Attn + MLP", "attn": "Attn", "mlp": "MLP"}
+BAND_NAMES = {"low": "low frequencies removed (high-pass)", "high": "high frequencies removed (low-pass)"}
+
+
+# ----------------------------------------------------------------------------- logit lens
+
+
+def accuracy_by_layer(layer_accuracy: pd.DataFrame, final_norm: bool) -> pd.DataFrame:
+    """Long frame: layer, measure ("exact", "within 2", "within 10"), accuracy (0..1)."""
+    sub = layer_accuracy[layer_accuracy["final_norm"] == final_norm]
+    long = sub.melt(id_vars=["layer"], value_vars=["exact", "within_2", "within_10"], var_name="measure", value_name="accuracy")
+    long["measure"] = long["measure"].map({"exact": "exact", "within_2": "within ±2", "within_10": "within ±10"})
+    return long.sort_values(["measure", "layer"]).reset_index(drop=True)
+
+
+def first_layer_reaching(layer_accuracy: pd.DataFrame, final_norm: bool, measure: str, level: float) -> int | None:
+    sub = layer_accuracy[layer_accuracy["final_norm"] == final_norm].sort_values("layer")
+    hit = sub[sub[measure] >= level]
+    return int(hit["layer"].iloc[0]) if len(hit) else None
+
+
+def sampled_examples(examples: pd.DataFrame) -> pd.DataFrame:
+    """The examples whose full logits are cached, the running example first."""
+    sub = examples[examples["in_sample"]].copy()
+    sub["running"] = sub["id"] == "15+93"
+    return sub.sort_values(["running", "id"], ascending=[False, True]).drop(columns="running").reset_index(drop=True)
+
+
+def logits_around_answer(module_logits: pd.DataFrame, example_id: str, answer: int, window: int = 12) -> pd.DataFrame:
+    """Per-module logits for numbers answer-window .. answer+window, centred per row.
+
+    Each (module, layer) row has its mean over all numbers subtracted (a constant shift changes no
+    prediction), so colour shows which numbers that module pushes up or down.
+    Columns: module, layer, row (label), number, offset, logit, centred.
+    """
+    sub = module_logits[(module_logits["example_id"] == example_id) & module_logits["module"].isin(["attn", "mlp"])].copy()
+    if sub.empty:
+        raise CoreError(f"no cached logits for example {example_id}")
+    sub["module"] = sub["module"].astype(str)
+    sub["centred"] = sub["logit"] - sub.groupby(["module", "layer"], observed=True)["logit"].transform("mean")
+    sub = sub[(sub["number"] >= answer - window) & (sub["number"] <= answer + window)]
+    sub["offset"] = sub["number"] - answer
+    sub["row"] = sub["module"].map({"attn": "Attn", "mlp": "MLP"}) + " " + sub["layer"].astype(str)
+    return sub.sort_values(["layer", "module", "number"]).reset_index(drop=True)
+
+
+def logit_wave(module_logits: pd.DataFrame, example_id: str, module: str, layer: int) -> pd.DataFrame:
+    """One module's logits over the whole number line: number, logit, centred."""
+    sub = module_logits[
+        (module_logits["example_id"] == example_id) & (module_logits["module"] == module) & (module_logits["layer"] == layer)
+    ][["number", "logit"]].copy()
+    if sub.empty:
+        raise CoreError(f"no cached {module} logits at layer {layer} for example {example_id}")
+    sub["centred"] = sub["logit"] - sub["logit"].mean()
+    return sub.sort_values("number").reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- spectra
+
+
+def spectrum_heatmap(module_spectra: pd.DataFrame, basis: str, module: str) -> pd.DataFrame:
+    """Mean |Fourier| of one module's logits: layer, k, period, magnitude."""
+    sub = module_spectra[(module_spectra["basis"] == basis) & (module_spectra["module"] == module)]
+    return sub[["layer", "k", "period", "magnitude"]].reset_index(drop=True)
+
+
+def layer_spectrum(module_spectra: pd.DataFrame, basis: str, module: str, layer: int, tau: int, top: int = 5) -> pd.DataFrame:
+    """One layer's spectrum with band (low/high by tau) and the top outliers labelled by period."""
+    sub = spectrum_heatmap(module_spectra, basis, module)
+    sub = sub[sub["layer"] == layer].sort_values("k").reset_index(drop=True)
+    if sub.empty:
+        raise CoreError(f"no {module} spectrum at layer {layer}")
+    sub["band"] = np.where(sub["k"] < tau, "low (k < tau)", "high (k ≥ tau)")
+    order = sub["magnitude"].rank(ascending=False, method="first")
+    sub["label"] = np.where(order <= top, sub["period"].map(period_label), "")
+    return sub
+
+
+def period_label(period: float) -> str:
+    """T = 10, T = 2.5, T = 3.33."""
+    return f"T={period:.3g}"
+
+
+def energy_by_band(module_spectra: pd.DataFrame, basis: str, tau: int) -> pd.DataFrame:
+    """Share of squared mean magnitude below / at-or-above tau, per module and layer."""
+    rows = []
+    sub = module_spectra[module_spectra["basis"] == basis]
+    for (module, layer), g in sub.groupby(["module", "layer"]):
+        low, high = band_energy_share(g.sort_values("k")["magnitude"].to_numpy(), tau)
+        rows.append({"module": module, "layer": int(layer), "low": low, "high": high})
+    return pd.DataFrame(rows)
+
+
+def top_periods_by_module(module_spectra: pd.DataFrame, basis: str, module: str, last_layers: int, top: int = 5) -> pd.DataFrame:
+    """The periods with the largest mean magnitude, averaged over the last `last_layers` layers."""
+    sub = module_spectra[(module_spectra["basis"] == basis) & (module_spectra["module"] == module)]
+    keep = sorted(sub["layer"].unique())[-last_layers:]
+    mean = sub[sub["layer"].isin(keep)].groupby(["k", "period"], as_index=False)["magnitude"].mean()
+    return mean.sort_values("magnitude", ascending=False).head(top).reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- waves
+
+
+def waves_for(final_waves: pd.DataFrame, example_id: str, basis: str, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The top-`top` waves of the final logits (number, value, component) and their sum."""
+    sub = final_waves[(final_waves["example_id"] == example_id) & (final_waves["basis"] == basis) & (final_waves["rank"] <= top)]
+    if sub.empty:
+        raise CoreError(f"no cached waves for example {example_id}")
+    sub = sub.copy()
+    sub["component"] = sub["rank"].astype(str) + ": " + sub["period"].map(period_label) + " (k=" + sub["k"].astype(str) + ")"
+    total = sub.groupby("number", as_index=False)["value"].sum()
+    return sub.reset_index(drop=True), total
+
+
+def final_logits(module_logits: pd.DataFrame, example_id: str) -> pd.DataFrame:
+    sub = module_logits[(module_logits["example_id"] == example_id) & (module_logits["module"] == "final")][["number", "logit"]]
+    return sub.sort_values("number").reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- ablations
+
+
+def cached_taus(ablations: pd.DataFrame) -> list[int]:
+    return sorted(int(t) for t in ablations["tau"].dropna().unique())
+
+
+def nearest_tau(ablations: pd.DataFrame, tau: int) -> int:
+    taus = cached_taus(ablations)
+    if not taus:
+        raise CoreError("this run has no band ablations cached")
+    return min(taus, key=lambda t: (abs(t - tau), t))
+
+
+def table1(ablations: pd.DataFrame, tau: int) -> pd.DataFrame:
+    """The paper's Table 1 for one tau: modules x band removed, ours next to GPT-2-XL's."""
+    base = ablations[ablations["removed"] == "none"].iloc[0]
+    rows = [_table1_row(base, "none", "none")]
+    sub = ablations[(ablations["tau"] == tau) & ablations["removed"].isin(["low", "high"])]
+    if sub.empty:
+        raise CoreError(f"no ablations cached for tau = {tau}")
+    for removed in ("low", "high"):
+        for modules in ("both", "attn", "mlp"):
+            hit = sub[(sub["modules"] == modules) & (sub["removed"] == removed)]
+            if len(hit):
+                rows.append(_table1_row(hit.iloc[0], modules, removed))
+    return pd.DataFrame(rows)
+
+
+def _table1_row(r, modules: str, removed: str) -> dict:
+    paper = TABLE1_GPT2_XL.get((modules, removed))
+    return {
+        "filter": "none" if removed == "none" else f"{ABLATION_MODULES[modules]}: {removed} removed",
+        "modules": modules,
+        "removed": removed,
+        "accuracy %": 100 * r["accuracy"],
+        "loss": r["loss"],
+        "Δ accuracy (points)": 100 * r["delta_accuracy"],
+        "within ±10 %": 100 * r.get("within_10", np.nan),
+        "erased": bool(r["erased"]),
+        "paper GPT-2-XL accuracy %": paper[1] if paper else np.nan,
+        "paper GPT-2-XL loss": paper[0] if paper else np.nan,
+    }
+
+
+def error_distribution(ablation_errors: pd.DataFrame, modules: str, removed: str, tau: int | None, keep_k: int | None = None) -> pd.DataFrame:
+    """Histogram of signed errors (prediction - answer) under one ablation: error, count, multiple_of_10."""
+    m = (ablation_errors["modules"] == modules) & (ablation_errors["removed"] == removed)
+    m &= ablation_errors["tau"].isna() if tau is None else ablation_errors["tau"] == tau
+    m &= ablation_errors["keep_k"].isna() if keep_k is None else ablation_errors["keep_k"] == keep_k
+    sub = ablation_errors[m][["error", "count"]].copy()
+    sub["multiple of 10"] = sub["error"] % 10 == 0
+    return sub.reset_index(drop=True)
+
+
+def keep_one_results(ablations: pd.DataFrame) -> pd.DataFrame:
+    sub = ablations[ablations["removed"] == "keep"].copy()
+    cols = ["keep_k", "keep_period", "accuracy", "within_10", "parity_match", "loss", "erased"]
+    return sub[cols].sort_values("keep_k", ascending=False).reset_index(drop=True)
+
+
+def accuracy_by_tau(ablations: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy of every band ablation by tau: tau, filter, accuracy."""
+    sub = ablations[ablations["removed"].isin(["low", "high"])].copy()
+    sub["filter"] = sub["modules"].map(ABLATION_MODULES) + ": " + sub["removed"] + " removed"
+    return sub[["tau", "filter", "modules", "removed", "accuracy", "loss", "erased"]].sort_values(["filter", "tau"]).reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- embeddings
+
+
+def embedding_outliers(spectrum: pd.DataFrame, basis: str, matrix: str, top: int = 6) -> pd.DataFrame:
+    sub = spectrum[(spectrum["basis"] == basis) & (spectrum["matrix"] == matrix)].sort_values("k").reset_index(drop=True)
+    order = sub["magnitude"].rank(ascending=False, method="first")
+    sub["label"] = np.where((order <= top) & sub["outlier"], sub["period"].map(period_label), "")
+    return sub
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def training_curves(logs: dict[str, pd.DataFrame], split: str = "val") -> pd.DataFrame:
+    """Mean, min and max accuracy over seeds by epoch, per run label: run, epoch, mean, low, high, seeds."""
+    frames = []
+    for label, log in logs.items():
+        sub = log[log["split"] == split]
+        g = sub.groupby("epoch")["accuracy"].agg(["mean", "min", "max", "count"]).reset_index()
+        g.columns = ["epoch", "mean", "low", "high", "seeds"]
+        g.insert(0, "run", label)
+        frames.append(g)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "epoch", "mean", "low", "high", "seeds"])
+
+
+# ----------------------------------------------------------------------------- behaviour
+
+
+def behaviour(answers, predictions) -> tuple[dict, pd.DataFrame]:
+    """Error summary (as a dict) and the histogram of signed errors, for any model's answers."""
+    summary = error_summary(answers, predictions).as_row()
+    hist = error_histogram(answers, predictions)
+    hist["multiple of 10"] = hist["error"] % 10 == 0
+    return summary, hist
