@@ -7,7 +7,6 @@ reopens the same page, run, layer, cutoff and ablation.
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 
@@ -16,7 +15,6 @@ import pandas as pd
 import streamlit as st
 
 from core import cache as run_cache
-from core.errors import CoreError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 def cache_dir() -> Path:
@@ -55,7 +53,7 @@ def term(name: str) -> str:
 def valid_runs(cache_dir: str) -> tuple[list[dict], list[dict]]:
     """(good runs, broken runs) of the cache folder: name, label, manifest / problems."""
     good, broken = [], []
-    for r in run_cache.list_runs(cache_dir, deep=False):
+    for r in run_cache.list_runs(cache_dir, deep=True):  # checksums too: a corrupt table never reaches a page
         if r.ok:
             good.append({"name": r.name, "label": r.manifest.get("run_label") or r.label, "manifest": r.manifest})
         else:
@@ -83,7 +81,14 @@ class Run:
         self.manifest = info["manifest"]
 
     def table(self, name: str) -> pd.DataFrame:
-        return table(str(cache_dir()), self.name, name, self.manifest.get("created", ""))
+        try:
+            return table(str(cache_dir()), self.name, name, self.manifest.get("created", ""))
+        except Exception as exc:  # a table changed on disk after the run was listed
+            st.error(
+                f"Run {self.name} cannot be read ({name}: {type(exc).__name__}). Check it with "
+                f"`python -m core verify {self.name}`; pick another run meanwhile."
+            )
+            st.stop()
 
     def has(self, name: str) -> bool:
         return name in (self.manifest.get("tables") or {})
@@ -291,16 +296,6 @@ def _svg(spec: str) -> str:
     import vl_convert as vlc
 
     return vlc.vegalite_to_svg(spec)
-
-
-def error_box(exc: CoreError) -> None:
-    st.error(str(exc))
-
-
-def csv_bytes(frame: pd.DataFrame) -> bytes:
-    buf = io.StringIO()
-    frame.to_csv(buf, index=False)
-    return buf.getvalue().encode()
 
 
 def example_picker(run: Run, key: str = "example") -> pd.Series:

@@ -1,0 +1,279 @@
+"""Drive every dashboard page with streamlit.testing on real cached runs of tiny models."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from core.cache import list_runs, read_table
+
+PAGES = {
+    "tour": "views/tour.py",
+    "logit_lens": "views/logit_lens.py",
+    "spectra": "views/spectra.py",
+    "waves": "views/waves.py",
+    "ablations": "views/ablations.py",
+    "embeddings": "views/embeddings.py",
+    "training": "views/training.py",
+    "behaviour": "views/behaviour.py",
+}
+
+
+@pytest.fixture(scope="module")
+def app_env(tmp_path_factory, model_dir):
+    """A cache with: a trained tiny model (training log, live-capable), a random llama, a broken run."""
+    from core.cli import main
+    from core.train import Recipe, train
+
+    root = tmp_path_factory.mktemp("appenv")
+    models, cache = root / "models", root / "cache"
+    recipe = Recipe(
+        name="tiny-trained", label="tiny trained", out=str(models / "tiny-trained"), width=64, heads=4,
+        epochs=2, batch_size=256, lr=3e-3, warmup_steps=5, eval_train_subset=200, precision="float32",
+        freeze={"kind": "fourier", "periods": [2, 5, 10, 520]},
+    )
+    train(recipe, log=lambda *_: None)
+    common = ["--cache-dir", str(cache), "--limit", "120", "--taus", "10,50", "--n-sample", "4", "--no-progress"]
+    assert main(["precompute", "--model", str(models / "tiny-trained"), *common]) == 0
+    assert main(["precompute", "--model", str(model_dir("llama")), "--label", "random llama", *common]) == 0
+    runs = list_runs(cache)
+    broken = cache / "zz-broken-0000000000"
+    shutil.copytree(runs[0].path, broken)
+    (broken / "examples.parquet").write_bytes(b"not parquet")
+    return {"root": root, "models": models, "cache": cache, "runs": {r.manifest["label"]: r for r in runs}}
+
+
+@pytest.fixture
+def app(app_env, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("FOURIER_CACHE_DIR", str(app_env["cache"]))
+    monkeypatch.setenv("FOURIER_MODELS_DIR", str(app_env["models"]))
+    monkeypatch.setenv("STREAMLIT_CLIENT_SHOW_ERROR_DETAILS", "full")
+    import streamlit as st
+
+    st.cache_data.clear()
+    at = AppTest.from_file("../app/main.py", default_timeout=120)
+    at.run()
+    return at
+
+
+def goto(at, page):
+    at.switch_page(PAGES[page])
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def charts(at):
+    return at.get("vega_lite_chart")
+
+
+def chart_title(el) -> str:
+    spec = json.loads(el.proto.spec)
+    title = spec.get("title")
+    return title["text"] if isinstance(title, dict) else str(title)
+
+
+def chart_data(el) -> pd.DataFrame:
+    frames = [pa.ipc.open_stream(d.data.data).read_all().to_pandas() for d in el.proto.datasets]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def widget(at, kind, key):
+    return next(w for w in getattr(at, kind) if w.key == key)
+
+
+def run_named(at, app_env, label):
+    return app_env["runs"][label]
+
+
+def test_every_page_renders_with_charts_and_captions(app):
+    for page in PAGES:
+        goto(app, page)
+        assert app.title, page
+        if page != "behaviour" or len(charts(app)):
+            assert len(charts(app)) >= 1, page
+        for el in charts(app):
+            assert chart_title(el), page
+        assert len(app.caption) >= 1, page
+
+
+def test_broken_run_is_named_and_skipped(app, app_env):
+    run_select = widget(app, "selectbox", "run")
+    assert "zz-broken-0000000000" not in run_select.options
+    texts = " ".join(c.value for c in app.sidebar.get("caption"))
+    assert "zz-broken-0000000000" in texts and "sha256" in texts
+
+
+def test_run_picker_changes_page_and_url(app, app_env):
+    goto(app, "logit_lens")
+    target = app_env["runs"]["random llama"]
+    widget(app, "selectbox", "run").set_value(target.name).run()
+    assert app.query_params["run"] == target.name
+    assert "random llama" in chart_title(charts(app)[0])
+
+
+def test_logit_lens_controls(app, app_env):
+    goto(app, "logit_lens")
+    run = app_env["runs"]["tiny trained"]
+    widget(app, "selectbox", "run").set_value(run.name).run()
+    table = read_table(app_env["cache"], run.name, "layer_accuracy")
+    for norm in (False, True):
+        widget(app, "toggle", "norm").set_value(norm).run()
+        data = chart_data(charts(app)[0])
+        exact = data[data["measure"] == "exact"].sort_values("layer")["accuracy"].to_numpy()
+        want = table[table["final_norm"] == norm].sort_values("layer")["exact"].to_numpy()
+        assert np.allclose(exact, want)
+    widget(app, "select_slider", "layer").set_value(1).run()
+    assert chart_title(charts(app)[2]).startswith("Layer 1")
+    assert app.query_params["layer"] == "1"
+    examples = widget(app, "selectbox", "example").options
+    assert examples[0].startswith("15 + 93 = 108")
+
+
+def test_spectra_controls(app, app_env):
+    from core import views
+
+    goto(app, "spectra")
+    run = app_env["runs"]["tiny trained"]
+    widget(app, "selectbox", "run").set_value(run.name).run()
+    widget(app, "radio", "module").set_value("attn").run()
+    assert chart_title(charts(app)[0]).startswith("Attention")
+    widget(app, "slider", "tau").set_value(30).run()
+    energy = views.energy_by_band(read_table(app_env["cache"], run.name, "module_spectra"), "paper", 30)
+    layer = widget(app, "select_slider", "layer").value
+    want = energy[(energy["module"] == "attn") & (energy["layer"] == layer)].iloc[0]["low"]
+    metric = next(m for m in app.metric if m.label.startswith("Energy below tau = 30"))
+    assert metric.value == f"{want:.0%}"
+    data = chart_data(charts(app)[1]).dropna(subset=["band"])
+    assert set(data["band"]) == {"low (k < tau)", "high (k ≥ tau)"} and (data[data["k"] < 30]["band"] == "low (k < tau)").all()
+    widget(app, "radio", "basis").set_value("dft").run()
+    assert app.query_params["basis"] == "dft"
+    assert "period T = 521/k" in charts(app)[0].proto.spec
+
+
+def test_waves_k_slider(app):
+    goto(app, "waves")
+    widget(app, "slider", "k").set_value(3).run()
+    data = chart_data(charts(app)[0])
+    assert data["component"].nunique() == 3
+    assert app.query_params["k"] == "3"
+
+
+def test_ablations_table_cell_and_live_run(app, app_env):
+    goto(app, "ablations")
+    run = app_env["runs"]["tiny trained"]
+    widget(app, "selectbox", "run").set_value(run.name).run()
+    widget(app, "slider", "tau").set_value(10).run()
+    ablations = read_table(app_env["cache"], run.name, "ablations")
+    shown = app.dataframe[0].value
+    none = ablations[ablations["removed"] == "none"].iloc[0]
+    assert np.isclose(shown.iloc[0]["accuracy %"], 100 * none["accuracy"])
+    mlp_low = ablations[(ablations["modules"] == "mlp") & (ablations["removed"] == "low") & (ablations["tau"] == 10)].iloc[0]
+    row = shown[shown["filter"] == "MLP: low removed"].iloc[0]
+    assert np.isclose(row["accuracy %"], 100 * mlp_low["accuracy"])
+    widget(app, "selectbox", "cell").set_value("Attn: high removed").run()
+    assert app.query_params["cell"] == "Attn: high removed"
+    # live: the same filter computed on the spot must agree with the cached grid
+    widget(app, "selectbox", "live_modules").set_value("mlp").run()
+    widget(app, "selectbox", "live_removed").set_value("low").run()
+    next(b for b in app.button if b.label.startswith("Run the")).click().run()
+    assert not app.exception, [e.message for e in app.exception]
+    acc = next(m for m in app.metric if m.label == "accuracy")
+    assert acc.value == f"{mlp_low['accuracy']:.2%}"
+
+
+def test_ablations_says_when_live_is_unavailable(app, app_env):
+    goto(app, "ablations")
+    widget(app, "selectbox", "run").set_value(app_env["runs"]["random llama"].name).run()
+    assert any("not available" in i.value for i in app.info)
+
+
+def test_embeddings_compare_side_by_side(app, app_env):
+    goto(app, "embeddings")
+    a, b = app_env["runs"]["tiny trained"], app_env["runs"]["random llama"]
+    widget(app, "selectbox", "run").set_value(a.name).run()
+    widget(app, "selectbox", "compare").set_value(b.name).run()
+    titles = [chart_title(c) for c in charts(app)]
+    assert any("tiny trained" in t for t in titles) and any("random llama" in t for t in titles)
+    widget(app, "radio", "matrix").set_value("output").run()
+    assert any("unembedding" in chart_title(c) for c in charts(app))
+    widget(app, "radio", "colour").set_value("magnitude").run()
+    assert any("size of the number" in chart_title(c) for c in charts(app))
+    data = chart_data(charts(app)[0])
+    spec = read_table(app_env["cache"], a.name, "embedding_spectrum")
+    want = spec[(spec["basis"] == "paper") & (spec["matrix"] == "output")].sort_values("k")["magnitude"].to_numpy()
+    assert np.allclose(data.sort_values("k")["magnitude"].to_numpy(), want)
+
+
+def test_training_curves_come_from_the_log(app, app_env):
+    goto(app, "training")
+    data = chart_data(charts(app)[0])
+    log = read_table(app_env["cache"], app_env["runs"]["tiny trained"].name, "training_log")
+    val = log[log["split"] == "val"].sort_values("epoch")["accuracy"].to_numpy()
+    assert np.allclose(data.sort_values("epoch")["mean"].to_numpy(), val)
+
+
+def test_behaviour_metrics(app, app_env):
+    from core.behaviour import error_summary
+
+    goto(app, "behaviour")
+    name = widget(app, "selectbox", "run").value
+    ex = read_table(app_env["cache"], name, "examples")
+    s = error_summary(ex["answer"], ex["prediction"])
+    assert next(m for m in app.metric if m.label == "Accuracy").value == f"{s.accuracy:.2%}"
+    assert any(u for u in app.get("file_uploader"))
+
+
+def test_tour_steps_and_presentation_mode(app):
+    goto(app, "tour")
+    assert app.header[0].value.startswith("1.")
+    next(b for b in app.button if "Next" in b.label).click().run()
+    assert app.header[0].value.startswith("2.") and app.query_params["step"] == "2"
+    for _ in range(6):
+        next(b for b in app.button if "Next" in b.label).click().run()
+        assert not app.exception, [e.message for e in app.exception]
+    assert app.header[0].value.startswith("8.")
+    widget(app, "toggle", "large").set_value(True).run()
+    assert app.query_params["large"] == "1"
+    assert any("font-size" in m.value for m in app.markdown)
+
+
+def test_shared_link_reopens_the_view(app_env, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("FOURIER_CACHE_DIR", str(app_env["cache"]))
+    run = app_env["runs"]["random llama"]
+    at = AppTest.from_file("../app/main.py", default_timeout=120)
+    at.query_params.update({"run": run.name, "tau": "20", "basis": "dft", "step": "3"})
+    at.run()
+    assert widget(at, "selectbox", "run").value == run.name
+    assert widget(at, "slider", "tau").value == 20
+    assert widget(at, "radio", "basis").value == "dft"
+    assert at.header[0].value.startswith("3.")
+    at.query_params.update({"tau": "9999", "run": "../../etc"})
+    at2 = AppTest.from_file("../app/main.py", default_timeout=120)
+    at2.query_params.update({"tau": "9999", "run": "../../etc"})
+    at2.run()
+    assert not at2.exception
+    assert widget(at2, "slider", "tau").value == 260
+
+
+def test_empty_cache_says_how_to_make_a_run(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("FOURIER_CACHE_DIR", str(tmp_path))
+    import streamlit as st
+
+    st.cache_data.clear()
+    at = AppTest.from_file("../app/main.py", default_timeout=60)
+    at.run()
+    assert not at.exception
+    assert any("No usable runs" in w.value for w in at.warning)
+    assert any("python -m core precompute" in m.value for m in at.markdown)
