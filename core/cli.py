@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--taus", type=_taus, default=None, help="cutoffs for the ablation grid, e.g. 10,20,50")
     pre.add_argument("--basis", default="paper", choices=["paper", "dft"], help="Fourier basis of the filters")
     pre.add_argument("--positions", default="last", choices=["last", "all"], help="filter the answer position or all")
-    pre.add_argument("--n-sample", type=_positive, default=24, help="examples whose full logits are kept")
+    pre.add_argument("--n-sample", type=_positive, default=16, help="examples whose full logits are kept")
+    pre.add_argument("--display-order", type=int, default=100, help="position in the dashboard's run list (lower first)")
     pre.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     pre.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
     pre.add_argument("--batch-size", type=_positive, default=32)
@@ -102,6 +103,7 @@ def cmd_precompute(args) -> int:
         revision=args.revision,
         module_names=args.modules,
         label=args.label,
+        display_order=args.display_order,
         cache_dir=args.cache_dir,
         recompute=args.recompute,
         progress=False if args.no_progress else None,

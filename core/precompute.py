@@ -44,7 +44,8 @@ class PrecomputeOptions:
     taus: tuple[int, ...] | None = None  # None: DEFAULT_TAUS that fit the number space
     basis: str = "paper"
     positions: str = "last"
-    n_sample: int = 24
+    n_sample: int = 16
+    display_order: int = 100
     device: str = "cpu"
     dtype: str = "float32"
     batch_size: int = 32
@@ -141,6 +142,8 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
                 f"run {name} is already cached with other options ({_options_text(existing)}); you asked for "
                 f"{_options_text(options)}. Pass --recompute to rebuild it with yours (the old run stays until the new one is complete)."
             )
+        if _refresh_training_log(writer, loaded, log):
+            return writer.final
         log(f"run {name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
         return writer.final
     if writer.resumed:
@@ -213,6 +216,7 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
         "basis": opts.basis,
         "taus": list(taus),
         "accuracy": acc,
+        "display_order": opts.display_order,
         "timings": timings,
         "notes": notes,
     }
@@ -327,7 +331,7 @@ def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: s
     numbers = np.arange(p)
     logits_frame = pd.concat(
         [
-            pd.DataFrame({"example_id": eid, "module": m, "layer": l, "number": numbers, "logit": v.astype(np.float32)})
+            pd.DataFrame({"example_id": eid, "module": m, "layer": l, "number": numbers, "logit": _half(v)})
             for eid, m, l, v in logit_rows
         ],
         ignore_index=True,
@@ -343,7 +347,7 @@ def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: s
                     "period": period,
                     "magnitude": mag,
                     "number": numbers,
-                    "value": values.astype(np.float32),
+                    "value": _half(values),
                 }
             )
             for eid, b, rank, k, period, mag, values in wave_rows
@@ -359,6 +363,11 @@ def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: s
         "module_logits": logits_frame,
         "final_waves": waves_frame,
     }
+
+
+def _half(values: np.ndarray) -> np.ndarray:
+    """float16 precision (nothing a chart shows is lost), stored as float32 so every reader copes."""
+    return np.asarray(values, dtype=np.float16).astype(np.float32)
 
 
 def _sample_ids(examples, n_sample: int, running: str | None, seed: int) -> set[str]:
@@ -485,6 +494,26 @@ def error_analysis_table(examples: pd.DataFrame, ablations: pd.DataFrame) -> pd.
             }
         )
     return pd.DataFrame(rows)
+
+
+def _refresh_training_log(writer: RunWriter, loaded, log) -> bool:
+    """A cached run of a project-trained model takes in seeds trained since (nothing else changes)."""
+    import shutil
+
+    fresh = _training_log(loaded)
+    if fresh is None:
+        return False
+    old = writer.final / "training_log.parquet"
+    if old.exists() and pd.read_parquet(old).equals(fresh):
+        return False
+    manifest = read_json_file(writer.final / "manifest.json")
+    for f in writer.final.glob("*.parquet"):
+        shutil.copy2(f, writer.staging / f.name)
+    writer.write("training_log", fresh)
+    keep = {k: v for k, v in manifest.items() if k not in ("tables", "created", "name", "schema_version", "identity", "run_id", "options")}
+    writer.publish(keep)
+    log(f"run {writer.name}: training log refreshed ({fresh['seed'].nunique()} seed(s)); nothing else recomputed")
+    return True
 
 
 def _training_log(loaded):

@@ -169,3 +169,33 @@ def test_shipped_recipes_load():
     for name in ("scratch", "fourier-frozen", "fourier-frozen-untied", "pretrained-mini"):
         r = Recipe.load(name)
         assert r.width >= 640 and r.n_layers == 2
+
+
+def test_extra_seeds_reach_the_cached_run_without_recomputing(tmp_path, monkeypatch):
+    import core.precompute as pre
+    from core.cache import list_runs, read_table
+    from core.cli import main
+    from core.train import train_from_recipe
+
+    recipe_file = tmp_path / "tiny.json"
+    recipe = tiny(tmp_path, epochs=1).as_dict()
+    recipe_file.write_text(json.dumps(recipe))
+    out = tmp_path / "out"
+    train_from_recipe(str(recipe_file), log=lambda *_: None)
+    args = ["precompute", "--model", str(out), "--cache-dir", str(tmp_path / "cache"), "--max-operand", "20", "--taus", "5", "--no-progress"]
+    assert main(args) == 0
+    (run,) = list_runs(tmp_path / "cache")
+    before = {t: e["sha256"] for t, e in run.manifest["tables"].items()}
+    assert set(read_table(tmp_path / "cache", run.name, "training_log")["seed"]) == {0}
+
+    train_from_recipe(str(recipe_file), seed=1, log=lambda *_: None)
+    assert (out / "seeds" / "1" / "training_log.parquet").exists()
+    monkeypatch.setattr(pre, "measure", lambda *a, **k: pytest.fail("recomputed"))
+    monkeypatch.setattr(pre, "ablation_grid", lambda *a, **k: pytest.fail("recomputed"))
+    assert main(args) == 0
+    (run,) = list_runs(tmp_path / "cache", deep=True)
+    assert run.ok
+    log = read_table(tmp_path / "cache", run.name, "training_log")
+    assert set(log["seed"]) == {0, 1}
+    after = {t: e["sha256"] for t, e in run.manifest["tables"].items()}
+    assert {t for t in after if after[t] != before.get(t)} == {"training_log"}
