@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--epochs", type=_positive, default=None, help="override the recipe's epochs")
     tr.add_argument("--restart", action="store_true", help="ignore a checkpoint and start from scratch")
     tr.add_argument("--threads", type=_positive, default=None, help="CPU threads for torch (default: all)")
+    tr.add_argument("--width", type=_positive, default=None, help="train a narrower/wider variant (a seed study; weights not shipped)")
     tr.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -165,6 +166,7 @@ def cmd_train(args) -> int:
         epochs=args.epochs,
         restart=args.restart,
         threads=args.threads,
+        width=args.width,
         progress=False if args.no_progress else None,
     )
     return 0

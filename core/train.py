@@ -509,7 +509,7 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
                 frozen.restore()
             bar.update(1)
         elapsed += time.time() - t0
-        row = {"seed": recipe.seed, "epoch": epoch + 1, "seconds": round(elapsed, 1)}
+        row = {"seed": recipe.seed, "width": recipe.width, "epoch": epoch + 1, "seconds": round(elapsed, 1)}
         for split in ("train", "val", "test"):
             subset = train_subset if split == "train" else None
             acc, loss_v = evaluate_split(model, data[split], number_ids, recipe.batch_size, recipe.precision, subset)
@@ -550,27 +550,44 @@ def _publish(out: Path, model, tokenizer, recipe: Recipe, frame: pd.DataFrame, e
 
 
 def seed_logs(main_out: Path) -> pd.DataFrame | None:
-    """The training log of a recipe's shipped model together with those of its extra seeds (seeds/N)."""
-    files = [main_out / "training_log.parquet"] + sorted(main_out.glob("seeds/*/training_log.parquet"))
-    frames = [pd.read_parquet(f) for f in files if f.exists()]
+    """The training log of a recipe's shipped model together with those of its extra seeds (seeds/*)."""
+    folders = [main_out] + sorted(p for p in main_out.glob("seeds/*") if p.is_dir())
+    frames = []
+    for folder in folders:
+        f = folder / "training_log.parquet"
+        if not f.exists():
+            continue
+        frame = pd.read_parquet(f)
+        if "width" not in frame.columns:  # logs written before the width column existed
+            recipe = json.loads((folder / "recipe.json").read_text()) if (folder / "recipe.json").exists() else {}
+            frame.insert(2, "width", int(recipe.get("width", 0)))
+        frames.append(frame)
     if not frames:
         return None
-    merged = pd.concat(frames, ignore_index=True).drop_duplicates(["seed", "epoch", "split"], keep="first")
-    return merged.sort_values(["seed", "epoch", "split"]).reset_index(drop=True)
+    merged = pd.concat(frames, ignore_index=True).drop_duplicates(["width", "seed", "epoch", "split"], keep="first")
+    return merged.sort_values(["width", "seed", "epoch", "split"]).reset_index(drop=True)
 
 
 def train_from_recipe(
-    name: str, out=None, seed=None, epochs=None, restart=False, threads=None, progress=None, log=print
+    name: str, out=None, seed=None, epochs=None, restart=False, threads=None, width=None, progress=None, log=print
 ) -> TrainResult:
-    """CLI entry. The recipe's own seed trains the shipped model; another seed trains into
-    OUT/seeds/N (its weights are not shipped, its log is, and runs merge it in)."""
+    """CLI entry. The recipe as written trains the shipped model. Another seed or width (a seed
+    study) trains into OUT/seeds/[wWIDTH-]sSEED: its weights are not shipped, its log is, and
+    precompute merges it into the run's training log."""
+    shipped = Recipe.load(name)
     recipe = Recipe.load(name)
     if epochs is not None:
         recipe.epochs = epochs
     if threads is not None:
         recipe.threads = threads
     main_out = Path(out or recipe.out)
-    if seed is not None and seed != recipe.seed:
+    if width is not None and width != shipped.width:
+        recipe.width = width
+        recipe.heads = max(1, min(recipe.heads, width // 32))
+    if seed is not None:
         recipe.seed = seed
-        return train(recipe, main_out / "seeds" / str(seed), restart, progress, log)
-    return train(recipe, main_out, restart, progress, log)
+    recipe.check()
+    if (recipe.width, recipe.seed) == (shipped.width, shipped.seed):
+        return train(recipe, main_out, restart, progress, log)
+    sub = (f"w{recipe.width}-" if recipe.width != shipped.width else "") + f"s{recipe.seed}"
+    return train(recipe, main_out / "seeds" / sub, restart, progress, log)

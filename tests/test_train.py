@@ -189,7 +189,7 @@ def test_extra_seeds_reach_the_cached_run_without_recomputing(tmp_path, monkeypa
     assert set(read_table(tmp_path / "cache", run.name, "training_log")["seed"]) == {0}
 
     train_from_recipe(str(recipe_file), seed=1, log=lambda *_: None)
-    assert (out / "seeds" / "1" / "training_log.parquet").exists()
+    assert (out / "seeds" / "s1" / "training_log.parquet").exists()
     monkeypatch.setattr(pre, "measure", lambda *a, **k: pytest.fail("recomputed"))
     monkeypatch.setattr(pre, "ablation_grid", lambda *a, **k: pytest.fail("recomputed"))
     assert main(args) == 0
