@@ -218,15 +218,27 @@ def embedding_outliers(spectrum: pd.DataFrame, basis: str, matrix: str, top: int
 
 
 def training_curves(logs: dict[str, pd.DataFrame], split: str = "val") -> pd.DataFrame:
-    """Mean, min and max accuracy over seeds by epoch, per run label: run, epoch, mean, low, high, seeds."""
+    """Mean, min and max accuracy over seeds by epoch, per run label and model width.
+
+    Columns: run, width, epoch, mean, low, high, seeds. A run whose log holds seed studies at
+    another width gets one curve per width ("scratch, 256 wide").
+    """
     frames = []
     for label, log in logs.items():
         sub = log[log["split"] == split]
-        g = sub.groupby("epoch")["accuracy"].agg(["mean", "min", "max", "count"]).reset_index()
-        g.columns = ["epoch", "mean", "low", "high", "seeds"]
-        g.insert(0, "run", label)
-        frames.append(g)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "epoch", "mean", "low", "high", "seeds"])
+        widths = sorted(sub["width"].unique()) if "width" in sub.columns else [None]
+        for width in widths:
+            part = sub if width is None else sub[sub["width"] == width]
+            g = part.groupby("epoch")["accuracy"].agg(["mean", "min", "max", "nunique"]).reset_index()
+            g["seeds"] = part.groupby("epoch")["seed"].nunique().to_numpy()
+            g = g.drop(columns="nunique")
+            g.columns = ["epoch", "mean", "low", "high", "seeds"]
+            name = label if width is None or len(widths) == 1 else f"{label}, {int(width)} wide"
+            g.insert(0, "width", width)
+            g.insert(0, "run", f"{name} ({int(g['seeds'].max())} seed{'s' if g['seeds'].max() > 1 else ''})")
+            frames.append(g)
+    cols = ["run", "width", "epoch", "mean", "low", "high", "seeds"]
+    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 
 
 # ----------------------------------------------------------------------------- behaviour

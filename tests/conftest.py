@@ -44,3 +44,32 @@ def loaded_model(model_dir):
         return cache[key]
 
     return load
+
+
+@pytest.fixture(scope="session")
+def app_env(tmp_path_factory, model_dir):
+    """A cache with: a trained tiny model (training log, live-capable), a random llama, a broken run."""
+    import shutil
+
+    from core.cache import list_runs
+    from core.cli import main
+    from core.train import Recipe, train
+
+    root = tmp_path_factory.mktemp("appenv")
+    models, cache = root / "models", root / "cache"
+    recipe = Recipe(
+        name="tiny-trained", label="tiny trained", out=str(models / "tiny-trained"), width=64, heads=4,
+        epochs=2, batch_size=256, lr=3e-3, warmup_steps=5, eval_train_subset=200, precision="float32",
+        max_operand=100, freeze={"kind": "fourier", "periods": [2, 5, 10, 200]},
+    )
+    train(recipe, log=lambda *_: None)
+    common = ["--cache-dir", str(cache), "--max-operand", "100", "--limit", "120", "--taus", "10,50", "--n-sample", "4", "--no-progress"]
+    assert main(["precompute", "--model", str(models / "tiny-trained"), *common]) == 0
+    assert main(["precompute", "--model", str(model_dir("llama")), "--label", "random llama", *common]) == 0
+    runs = list_runs(cache)
+    broken = cache / "zz-broken-0000000000"
+    shutil.copytree(runs[0].path, broken)
+    (broken / "examples.parquet").write_bytes(b"not parquet")
+    return {"root": root, "models": models, "cache": cache, "runs": {r.manifest["label"]: r for r in runs}}
+
+

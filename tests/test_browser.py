@@ -1,0 +1,30 @@
+"""A real browser (Debian's Chromium, headless) opens every dashboard page and saves a screenshot."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import browser  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    browser.chromium_path() is None or importlib.util.find_spec("playwright") is None,
+    reason="needs Chromium and playwright: `bash run.sh setup` installs both",
+)
+
+
+def test_every_page_in_a_real_browser(app_env, tmp_path):
+    shots = tmp_path / "screenshots"
+    with browser.serve(app_env["cache"], app_env["models"]) as base, browser.browser() as b:
+        for name in browser.PAGES:
+            report = browser.visit(b, f"{base}/{name}", shots / f"{name}.png")
+            assert report["errors"] == [], (name, report["errors"])
+            assert report["title"], name
+            assert report["charts"] >= 1, name
+            assert (shots / f"{name}.png").stat().st_size > 20_000, name
+        # a shared link reopens the same view
+        run = app_env["runs"]["random llama"].name
+        report = browser.visit(b, f"{base}/tour?run={run}&step=3&tau=20")
+        assert report["errors"] == [] and report["charts"] >= 1
