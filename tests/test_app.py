@@ -130,7 +130,7 @@ def test_spectra_controls(app, app_env):
     assert set(data["band"]) == {"low (k < tau)", "high (k ≥ tau)"} and (data[data["k"] < 30]["band"] == "low (k < tau)").all()
     widget(app, "radio", "basis").set_value("dft").run()
     assert app.query_params["basis"] == "dft"
-    assert "period T = 521/k" in charts(app)[0].proto.spec
+    assert "period T = 201/k" in charts(app)[0].proto.spec
 
 
 def test_waves_k_slider(app):

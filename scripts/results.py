@@ -1,0 +1,78 @@
+"""Print the README's results section (markdown) from the cached runs, so the numbers are the cache's.
+
+    .venv/bin/python scripts/results.py [--cache-dir cache] [--tau 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cache-dir", default="cache")
+    ap.add_argument("--tau", type=int, default=50)
+    args = ap.parse_args(argv)
+
+    import pandas as pd
+
+    from core import views
+    from core.cache import list_runs, read_table
+    from core.embeddings import top_periods
+    from core.paper import TABLE1_GPT2_XL
+
+    runs = [r for r in list_runs(args.cache_dir, deep=True) if r.ok]
+    runs.sort(key=lambda r: (r.manifest.get("display_order", 100), r.label))
+    if not runs:
+        print("no runs")
+        return 1
+    print("| model | test accuracy | errors that are multiples of 10 | top embedding periods (input rows, paper basis) | outliers above shuffled baseline |")
+    print("| --- | --- | --- | --- | --- |")
+    for r in runs:
+        ea = read_table(args.cache_dir, r.name, "error_analysis").iloc[0]
+        spec = read_table(args.cache_dir, r.name, "embedding_spectrum")
+        spec = spec[(spec["basis"] == "paper") & (spec["matrix"] == "input")]
+        tops = ", ".join(f"{t:.3g}" for t in top_periods(spec, 6))
+        share = "no errors" if ea["n_wrong"] == 0 else f"{ea['share_multiple_of_10']:.0%} of {int(ea['n_wrong'])}"
+        print(f"| {r.label} | {ea['accuracy']:.2%} | {share} | {tops} | {int(spec['outlier'].sum())} of {len(spec)} |")
+    print()
+    header = ["filter (every layer)", "paper GPT-2-XL"] + [r.label for r in runs]
+    print(f"Table 1 analogue at tau = {args.tau}: accuracy % (loss)\n")
+    print("| " + " | ".join(header) + " |")
+    print("| " + " | ".join("---" for _ in header) + " |")
+    tables = {}
+    for r in runs:
+        ab = read_table(args.cache_dir, r.name, "ablations")
+        tables[r.name] = views.table1(ab, views.nearest_tau(ab, args.tau)).set_index(["modules", "removed"])
+    for key, (loss, acc) in TABLE1_GPT2_XL.items():
+        name = "none" if key[0] == "none" else f"{views.ABLATION_MODULES[key[0]]}: {key[1]} removed"
+        cells = [name, f"{acc:.2f} ({loss:.4f})"]
+        for r in runs:
+            t = tables[r.name]
+            if key in t.index:
+                row = t.loc[key]
+                cells.append(f"{row['accuracy %']:.2f} ({row['loss']:.4f})" + (" erased" if row["erased"] else ""))
+            else:
+                cells.append("–")
+        print("| " + " | ".join(cells) + " |")
+    print()
+    for r in runs:
+        if "training_log" in (r.manifest.get("tables") or {}):
+            log = read_table(args.cache_dir, r.name, "training_log")
+            curves = views.training_curves({r.label: log}, "val")
+            last = curves.sort_values("epoch").groupby("run").tail(1)
+            for _, row in last.iterrows():
+                secs = log[(log["width"] == row["width"])].groupby("seed")["seconds"].max()
+                print(
+                    f"- {row['run']}: val accuracy after {int(row['epoch'])} epochs {row['mean']:.2%} "
+                    f"(seeds from {row['low']:.2%} to {row['high']:.2%}); training time per seed {secs.mean() / 60:.0f} min"
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
