@@ -56,7 +56,7 @@ def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
         "favour every 2nd, 5th or 10th number: those modules classify the answer's parity or last digit."
     )
     title = f"Module logits around {example['a']} + {example['b']} = {example['answer']}"
-    return styled(chart + answer, title, height=max(200, 18 * data["row"].nunique())), data, caption
+    return styled(chart + answer, title, height=max(160, 26 * data["row"].nunique())), data, caption
 
 
 def module_wave(run: Run, example: pd.Series, layer: int):
@@ -70,7 +70,7 @@ def module_wave(run: Run, example: pd.Series, layer: int):
         alt.Chart(data)
         .mark_line(strokeWidth=1.5)
         .encode(
-            x=alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[0, run.p - 1])),
+            x=alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[0, run.p - 1], nice=False)),
             y=alt.Y("centred:Q", title="logit − mean"),
             color=alt.Color("module:N", scale=MODULE_COLOURS, title="module"),
             tooltip=["module", "number", alt.Tooltip("centred:Q", format=".3f")],
@@ -79,6 +79,42 @@ def module_wave(run: Run, example: pd.Series, layer: int):
     rule = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3]).encode(x="number:Q")
     caption = f"Layer {layer}'s attention and MLP logits over all numbers; the red dashed line is the answer {example['answer']}. Waves that peak there help."
     return styled(lines + rule, f"Layer {layer}: module logits as waves over the number line"), data, caption
+
+
+def final_logits(run: Run, example: pd.Series):
+    data = views.final_logits(run.table("module_logits"), example.name)
+    data["centred"] = data["logit"] - data["logit"].mean()
+    line = (
+        alt.Chart(data)
+        .mark_line(strokeWidth=1.5, color="#1f5fa8")
+        .encode(
+            x=alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[0, run.p - 1], nice=False)),
+            y=alt.Y("centred:Q", title="final logit − mean"),
+            tooltip=["number", alt.Tooltip("centred:Q", format=".3f")],
+        )
+    )
+    rule = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3]).encode(x="number:Q")
+    peak = int(data.loc[data["logit"].idxmax(), "number"])
+    caption = f"The model's final logits over every number 0..{run.p - 1}: the highest is {peak}; the red dashed line is the right answer {example['answer']}."
+    return styled(line + rule, f"What the model says after '{example['a']} + {example['b']}': logits over all numbers"), data, caption
+
+
+def accuracy_by_answer(run: Run, bin_width: int = 20):
+    data = views.accuracy_by_answer(run.table("examples"), bin_width)
+    long = data.melt(id_vars=["answer_from", "answer_to", "n"], value_vars=["accuracy", "within_10"], var_name="measure", value_name="share")
+    long["measure"] = long["measure"].map({"accuracy": "exact", "within_10": "within ±10"})
+    chart = (
+        alt.Chart(long)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("answer_from:Q", title=f"true answer (bins of {bin_width} numbers)"),
+            y=alt.Y("share:Q", title="share of prompts", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("measure:N", title="answer counted if"),
+            tooltip=["answer_from", "answer_to", "n", "measure", alt.Tooltip("share:Q", format=".1%")],
+        )
+    )
+    caption = "Accuracy by the size of the answer: where on the number line the model gets sums right, and where it is only close."
+    return styled(chart, f"Accuracy by answer size — {run.label}"), long, caption
 
 
 def spectrum_heatmap(run: Run, basis: str, module: str, tau: int):
@@ -115,7 +151,7 @@ def _k_ticks(run: Run) -> list[int]:
 
 def layer_spectrum(run: Run, basis: str, module: str, layer: int, tau: int):
     data = views.layer_spectrum(run.table("module_spectra"), basis, module, layer, tau)
-    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1])))
+    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1], nice=False)))
     bars = base.mark_bar(width=2).encode(
         y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
         color=alt.Color("band:N", title="band", scale=alt.Scale(domain=["low (k < tau)", "high (k ≥ tau)"], range=["#ff7f0e", "#1f77b4"])),
@@ -132,7 +168,7 @@ def waves(run: Run, example: pd.Series, basis: str, top: int):
     comps, total = views.waves_for(run.table("final_waves"), example.name, basis, top)
     logits = views.final_logits(run.table("module_logits"), example.name)
     logits["centred"] = logits["logit"] - logits["logit"].mean()
-    x = alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[0, run.p - 1]))
+    x = alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[0, run.p - 1], nice=False))
     comp_chart = (
         alt.Chart(comps)
         .mark_line(strokeWidth=1.2, opacity=0.8)
@@ -183,7 +219,7 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
 
 def embedding_spectrum(run: Run, basis: str, matrix: str):
     data = views.embedding_outliers(run.table("embedding_spectrum"), basis, matrix)
-    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1])))
+    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1], nice=False)))
     bars = base.mark_bar(width=2, color="#1f77b4").encode(
         y=alt.Y("magnitude:Q", title="magnitude (norm of Fourier row)"),
         tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "outlier"],

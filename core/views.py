@@ -244,6 +244,19 @@ def training_curves(logs: dict[str, pd.DataFrame], split: str = "val") -> pd.Dat
 # ----------------------------------------------------------------------------- behaviour
 
 
+def accuracy_by_answer(examples: pd.DataFrame, bin_width: int = 20) -> pd.DataFrame:
+    """Accuracy of the model's answers grouped by the size of the true answer.
+
+    Columns: answer_from (first answer of the bin), answer_to, accuracy, within_10, n.
+    """
+    err = (examples["prediction"] - examples["answer"]).abs()
+    start = (examples["answer"] // bin_width) * bin_width
+    g = pd.DataFrame({"answer_from": start, "exact": err == 0, "near": err <= 10}).groupby("answer_from")
+    out = g.agg(accuracy=("exact", "mean"), within_10=("near", "mean"), n=("exact", "size")).reset_index()
+    out.insert(1, "answer_to", out["answer_from"] + bin_width - 1)
+    return out
+
+
 def behaviour(answers, predictions) -> tuple[dict, pd.DataFrame]:
     """Error summary (as a dict) and the histogram of signed errors, for any model's answers."""
     summary = error_summary(answers, predictions).as_row()

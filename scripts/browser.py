@@ -21,7 +21,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ("tour", "logit-lens", "spectra", "waves", "ablations", "embeddings", "training", "behaviour")
+#: page name -> URL path (the Tour is the default page, served at the root)
+PAGES = {"tour": "", "logit-lens": "logit-lens", "spectra": "spectra", "waves": "waves", "ablations": "ablations",
+         "embeddings": "embeddings", "training": "training", "behaviour": "behaviour"}
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -112,7 +114,8 @@ def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: i
             "url": url,
             "title": page.inner_text("h1"),
             "charts": page.locator(".vega-embed").count(),
-            "errors": [e.inner_text() for e in page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all()],
+            "errors": [e.inner_text() for e in page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all()]
+            + (["page not found"] if page.get_by_text("Page not found").count() else []),
         }
         if out_png is not None:
             out_png.parent.mkdir(parents=True, exist_ok=True)
@@ -132,8 +135,8 @@ def main(argv=None) -> int:
     query = "&".join(q for q in (args.query, "large=1" if args.large else "") if q)
     bad = 0
     with serve(args.cache_dir) as base, browser() as b:
-        for name in PAGES:
-            url = f"{base}/{name}" + (f"?{query}" if query else "")
+        for name, path in PAGES.items():
+            url = f"{base}/{path}" + (f"?{query}" if query else "")
             r = visit(b, url, Path(args.out) / f"{name}{'-large' if args.large else ''}.png")
             status = "ok" if not r["errors"] and r["charts"] else "PROBLEM"
             bad += status != "ok"

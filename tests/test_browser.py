@@ -18,13 +18,13 @@ pytestmark = pytest.mark.skipif(
 def test_every_page_in_a_real_browser(app_env, tmp_path):
     shots = tmp_path / "screenshots"
     with browser.serve(app_env["cache"], app_env["models"]) as base, browser.browser() as b:
-        for name in browser.PAGES:
-            report = browser.visit(b, f"{base}/{name}", shots / f"{name}.png")
+        for name, path in browser.PAGES.items():
+            report = browser.visit(b, f"{base}/{path}", shots / f"{name}.png")
             assert report["errors"] == [], (name, report["errors"])
             assert report["title"], name
             assert report["charts"] >= 1, name
             assert (shots / f"{name}.png").stat().st_size > 20_000, name
         # a shared link reopens the same view
         run = app_env["runs"]["random llama"].name
-        report = browser.visit(b, f"{base}/tour?run={run}&step=3&tau=20")
+        report = browser.visit(b, f"{base}/?run={run}&step=3&tau=20")
         assert report["errors"] == [] and report["charts"] >= 1

@@ -23,6 +23,9 @@ c2.metric("Wrong answers that are off by a multiple of 10", "–" if summary["n_
 c3.metric("Wrong answers off by 1 or 2", "–" if summary["n_wrong"] == 0 else f"{summary['share_within_2']:.0%}")
 if len(hist):
     show_chart(*figures.error_histogram(hist, f"Errors of {run.label}", "Red bars are errors that are multiples of 10 (last digit right)."), key="errors")
+else:
+    st.success(f"All {summary['n']} answers are right: there are no errors to analyse.")
+show_chart(*figures.accuracy_by_answer(run), key="by-answer")
 st.caption("Paper (share of errors that are multiples of 10): " + "; ".join(f"{k} {v}%" for k, v in MULTIPLE_OF_10.items()) + ".")
 
 st.subheader("Test another model's answers")

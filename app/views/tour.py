@@ -13,16 +13,12 @@ example = views.sampled_examples(ex).set_index("id").iloc[0] if running.empty el
 
 
 def step_question():
-    c1, c2, c3 = st.columns(3)
-    c1.metric("Prompt", "Put together 15 and 93. Answer:" if not running.empty else example["prompt"][-40:])
+    st.markdown(f"#### Prompt: `{example['prompt'].splitlines()[-1]}`")
+    c2, c3 = st.columns(2)
     c2.metric("Model answers", int(example["prediction"]), "right" if example["correct"] else f"wrong (answer {example['answer']})",
               delta_color="normal" if example["correct"] else "inverse")
     c3.metric("Test accuracy", f"{ex['correct'].mean():.1%}", help=f"{len(ex)} prompts; the paper's fine-tuned GPT-2-XL: {ACCURACY['GPT-2-XL fine-tuned']}%")
-    summary, hist = views.behaviour(ex["answer"], ex["prediction"])
-    if len(hist):
-        show_chart(*figures.error_histogram(hist, f"How far off are the wrong answers? — {run.label}", "Red: errors that are multiples of 10 (last digit right, size wrong)."), key="tour-err")
-    else:
-        st.success("Every answer is right.")
+    show_chart(*figures.final_logits(run, example), key="tour-final")
 
 
 def step_logit_lens():
