@@ -275,10 +275,10 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, 
     name = name or key
     st.altair_chart(chart, use_container_width=True)
     st.caption(caption)
-    spec = chart.to_json()
     cols = st.columns([1, 1, 1, 5])
-    cols[0].download_button("PNG", lambda: _png(spec), f"{name}.png", "image/png", key=f"{key}-png", on_click="ignore", icon=":material/download:")
-    cols[1].download_button("SVG", lambda: _svg(spec), f"{name}.svg", "image/svg+xml", key=f"{key}-svg", on_click="ignore", icon=":material/download:")
+    # the files are made only when a button is clicked (vl-convert renders the same Vega-Lite spec)
+    cols[0].download_button("PNG", lambda: _png(chart.to_json()), f"{name}.png", "image/png", key=f"{key}-png", on_click="ignore", icon=":material/download:")
+    cols[1].download_button("SVG", lambda: _svg(chart.to_json()), f"{name}.svg", "image/svg+xml", key=f"{key}-svg", on_click="ignore", icon=":material/download:")
     cols[2].download_button(
         "CSV", lambda: data.to_csv(index=False), f"{name}.csv", "text/csv", key=f"{key}-csv", on_click="ignore", icon=":material/download:"
     )
