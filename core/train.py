@@ -469,7 +469,19 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
     ckpt = out / CHECKPOINT
     resume = ckpt.exists() and not restart
     if recipe.pretrain and not resume:
-        pretrain(model, tokenizer, recipe, log, progress)
+        done = out / "pretrained.safetensors"  # kept, so an interrupted fine-tune never redoes pre-training
+        if done.exists():
+            from safetensors.torch import load_file
+
+            model.load_state_dict(load_file(str(done)), strict=False)
+            log(f"{recipe.name}: using the pre-trained weights in {done}")
+        else:
+            pretrain(model, tokenizer, recipe, log, progress)
+            from safetensors.torch import save_file
+
+            tensors = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+            save_file(tensors, str(done.with_suffix(".tmp")))
+            done.with_suffix(".tmp").rename(done)
 
     frozen = None
     if recipe.freeze:

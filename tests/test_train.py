@@ -152,6 +152,10 @@ def test_pretrain_then_finetune_runs(tmp_path):
     r = tiny(tmp_path, epochs=1, pretrain={"epochs": 1, "n_sequences": 200, "batch_size": 32})
     result = train(r, log=lambda *_: None)
     assert (result.out / "recipe.json").exists() and json.loads((result.out / "recipe.json").read_text())["pretrain"]
+    assert (result.out / "pretrained.safetensors").exists()
+    lines = []
+    train(r, restart=True, log=lines.append)  # a restarted fine-tune reuses the finished pre-training
+    assert any("using the pre-trained weights" in line for line in lines)
 
 
 def test_recipe_errors(tmp_path):
