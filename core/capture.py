@@ -36,8 +36,6 @@ class PreparedBatch:
 
 def prepare_batches(tokenizer, texts: Sequence[str], batch_size: int) -> list[PreparedBatch]:
     """Tokenize, sort by length, batch, left-pad; position ids start at 0 on the first real token."""
-    import torch
-
     if batch_size < 1:
         raise CoreError(f"batch size must be at least 1, got {batch_size}")
     if len(texts) == 0:
@@ -47,20 +45,27 @@ def prepare_batches(tokenizer, texts: Sequence[str], batch_size: int) -> list[Pr
     if lengths.min() == 0:
         raise CoreError("a prompt tokenized to nothing")
     order = np.argsort(lengths, kind="stable")
-    pad = tokenizer.pad_token_id
     batches = []
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        width = int(lengths[idx].max())
-        ids = torch.full((len(idx), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(idx), width), dtype=torch.long)
-        for row, i in enumerate(idx):
-            seq = encoded[i]
-            ids[row, width - len(seq) :] = torch.tensor(seq)
-            mask[row, width - len(seq) :] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        batches.append(PreparedBatch(idx, ids, mask, pos))
+        batches.append(PreparedBatch(idx, *left_pad([encoded[i] for i in idx], tokenizer.pad_token_id)))
     return batches
+
+
+def left_pad(seqs, pad_id: int):
+    """(input_ids, attention_mask, position_ids) for token lists padded on the left.
+
+    Position ids count from the first real token, so each row computes what it would alone.
+    """
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        ids[row, width - len(seq) :] = torch.tensor(seq)
+        mask[row, width - len(seq) :] = 1
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
 def _accepts(model, name: str) -> bool:

@@ -220,17 +220,12 @@ class AdditionBatches:
     def batches(self, batch_size: int, order=None):
         import torch
 
+        from core.capture import left_pad
+
         order = np.arange(len(self)) if order is None else order
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            seqs = [self.encoded[i] for i in idx]
-            width = max(len(s) for s in seqs)
-            ids = torch.full((len(seqs), width), self.pad, dtype=torch.long)
-            mask = torch.zeros((len(seqs), width), dtype=torch.long)
-            for r, s in enumerate(seqs):
-                ids[r, width - len(s) :] = torch.tensor(s)
-                mask[r, width - len(s) :] = 1
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            ids, mask, pos = left_pad([self.encoded[i] for i in idx], self.pad)
             yield idx, ids, mask, pos, torch.as_tensor(self.targets[idx])
 
 

@@ -125,6 +125,20 @@ def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: i
         page.close()
 
 
+def upload(b, url: str, file: Path) -> str:
+    """Open a page, upload `file` into its file uploader, return the page's text once it has rerun."""
+    page = b.new_page(viewport={"width": 1400, "height": 2600})
+    try:
+        page.goto(url)
+        wait_until_idle(page)
+        page.set_input_files('[data-testid="stFileUploaderDropzoneInput"]', str(file))
+        page.wait_for_selector(f"text=answers in {file.name}", timeout=60000)
+        wait_until_idle(page)
+        return page.inner_text("body")
+    finally:
+        page.close()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache-dir", default=str(ROOT / "cache"))

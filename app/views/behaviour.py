@@ -15,16 +15,24 @@ intro(
     "telling kind of mistake: right last digit, wrong tens, so errors are multiples of 10. Look at the share of such "
     "errors here, and upload any model's answers (an API model's, say) to test it the same way.",
 )
+
+
+def error_report(answers, given, what: str, key: str) -> None:
+    """Accuracy, share of errors that are multiples of 10 / of size 1-2, and the error histogram."""
+    summary, hist = views.behaviour(answers, given)
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Accuracy", f"{summary['accuracy']:.2%}", help=f"{summary['n']} {what}")
+    none = summary["n_wrong"] == 0
+    c2.metric("Wrong answers off by a multiple of 10", "–" if none else f"{summary['share_multiple_of_10']:.0%}")
+    c3.metric("Wrong answers off by 1 or 2", "–" if none else f"{summary['share_within_2']:.0%}")
+    if none:
+        st.success(f"All {summary['n']} answers are right: there are no errors to analyse.")
+    else:
+        show_chart(*figures.error_histogram(hist, f"Errors: {what}", "Red bars are errors that are multiples of 10 (last digit right, size wrong)."), key=key)
+
+
 ex = run.table("examples")
-summary, hist = views.behaviour(ex["answer"], ex["prediction"])
-c1, c2, c3 = st.columns(3)
-c1.metric("Accuracy", f"{summary['accuracy']:.2%}", help=f"{summary['n']} prompts of the {run.manifest['task']['split']} split")
-c2.metric("Wrong answers that are off by a multiple of 10", "–" if summary["n_wrong"] == 0 else f"{summary['share_multiple_of_10']:.0%}")
-c3.metric("Wrong answers off by 1 or 2", "–" if summary["n_wrong"] == 0 else f"{summary['share_within_2']:.0%}")
-if len(hist):
-    show_chart(*figures.error_histogram(hist, f"Errors of {run.label}", "Red bars are errors that are multiples of 10 (last digit right)."), key="errors")
-else:
-    st.success(f"All {summary['n']} answers are right: there are no errors to analyse.")
+error_report(ex["answer"], ex["prediction"], f"{run.manifest['task']['split']} prompts of {run.label}", "errors")
 show_chart(*figures.accuracy_by_answer(run), key="by-answer")
 st.caption("Paper (share of errors that are multiples of 10): " + "; ".join(f"{k} {v}%" for k, v in MULTIPLE_OF_10.items()) + ".")
 
@@ -40,10 +48,4 @@ if upload is not None:
     except CoreError as exc:
         st.error(str(exc))
     else:
-        s, h = views.behaviour(frame["answer"], frame["answer_given"])
-        c1, c2, c3 = st.columns(3)
-        c1.metric("Accuracy", f"{s['accuracy']:.2%}", help=f"{s['n']} answers")
-        c2.metric("Errors that are multiples of 10", "–" if s["n_wrong"] == 0 else f"{s['share_multiple_of_10']:.0%}")
-        c3.metric("Errors of 1 or 2", "–" if s["n_wrong"] == 0 else f"{s['share_within_2']:.0%}")
-        if len(h):
-            show_chart(*figures.error_histogram(h, f"Errors in {upload.name}", "Red bars are multiples of 10."), key="upload-errors")
+        error_report(frame["answer"], frame["answer_given"], f"answers in {upload.name}", "upload-errors")
