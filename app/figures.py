@@ -258,7 +258,10 @@ def embedding_map(run: Run, matrix: str, colour: str):
 
 
 def training_curves(curves: pd.DataFrame, split: str):
-    base = alt.Chart(curves).encode(x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1)), color=alt.Color("run:N", title="model"))
+    base = alt.Chart(curves).encode(
+        x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1)),
+        color=alt.Color("run:N", title="model", legend=alt.Legend(orient="bottom", columns=1, labelLimit=600)),
+    )
     band = base.mark_area(opacity=0.2).encode(y=alt.Y("low:Q", title=f"{split} accuracy", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])), y2="high:Q")
     line = base.mark_line(point=True).encode(
         y="mean:Q", tooltip=["run", "epoch", alt.Tooltip("mean:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%"), alt.Tooltip("high:Q", format=".1%"), "seeds"]

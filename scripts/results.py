@@ -30,15 +30,16 @@ def main(argv=None) -> int:
     if not runs:
         print("no runs")
         return 1
-    print("| model | test accuracy | errors that are multiples of 10 | top embedding periods (input rows, paper basis) | outliers above shuffled baseline |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| model | test accuracy | wrong answers off by a multiple of 10 | off by 1 or 2 | top embedding periods (input rows, paper basis) | outliers above shuffled baseline |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for r in runs:
         ea = read_table(args.cache_dir, r.name, "error_analysis").iloc[0]
         spec = read_table(args.cache_dir, r.name, "embedding_spectrum")
         spec = spec[(spec["basis"] == "paper") & (spec["matrix"] == "input")]
         tops = ", ".join(f"{t:.3g}" for t in top_periods(spec, 6))
         share = "no errors" if ea["n_wrong"] == 0 else f"{ea['share_multiple_of_10']:.0%} of {int(ea['n_wrong'])}"
-        print(f"| {r.label} | {ea['accuracy']:.2%} | {share} | {tops} | {int(spec['outlier'].sum())} of {len(spec)} |")
+        near = "–" if ea["n_wrong"] == 0 else f"{ea['share_within_2']:.0%}"
+        print(f"| {r.label} | {ea['accuracy']:.2%} | {share} | {near} | {tops} | {int(spec['outlier'].sum())} of {len(spec)} |")
     print()
     header = ["filter (every layer)", "paper GPT-2-XL"] + [r.label for r in runs]
     print(f"Table 1 analogue at tau = {args.tau}: accuracy % (loss)\n")
