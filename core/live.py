@@ -38,6 +38,10 @@ def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
         return None, f"the model ({given or model.get('source')}) is not on this machine"
     if root not in folder.parents:
         return None, f"the model folder is outside {root}, the only place the dashboard loads models from"
+    if not any(folder.glob("*.safetensors")):
+        recipe = folder / "recipe.json"
+        how = f"; `python -m core train --recipe {json.loads(recipe.read_text()).get('name')}` rebuilds them" if recipe.exists() else ""
+        return None, f"the model's weights are not on this machine (this run ships without them{how})"
     from core.models import fingerprint_folder
 
     try:

@@ -252,3 +252,24 @@ def test_empty_cache_says_how_to_make_a_run(tmp_path, monkeypatch):
     assert not at.exception
     assert any("No usable runs" in w.value for w in at.warning)
     assert any("python -m core precompute" in m.value for m in at.markdown)
+
+
+def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
+    import shutil as sh
+
+    from core.live import live_model_folder
+
+    run = app_env["runs"]["tiny trained"]
+    monkeypatch.setenv("FOURIER_MODELS_DIR", str(app_env["models"]))
+    folder, why = live_model_folder(run.manifest)
+    assert folder is not None and why == ""
+    # weights not shipped
+    copy = app_env["models"] / "copy-without-weights"
+    sh.copytree(app_env["models"] / "tiny-trained", copy, ignore=sh.ignore_patterns("*.safetensors", "checkpoint"))
+    manifest = {**run.manifest, "model": {**run.manifest["model"], "source_as_given": str(copy), "source": str(copy)}}
+    folder, why = live_model_folder(manifest)
+    assert folder is None and "weights are not on this machine" in why and "--recipe tiny-trained" in why
+    # outside the models folder
+    monkeypatch.setenv("FOURIER_MODELS_DIR", str(tmp_path))
+    folder, why = live_model_folder(run.manifest)
+    assert folder is None and "outside" in why
