@@ -164,18 +164,24 @@ def layer_spectrum(run: Run, basis: str, module: str, layer: int, tau: int):
     return styled(bars + labels + cut, f"{name}, layer {layer}: Fourier spectrum of the module logits"), data, caption
 
 
-def waves(run: Run, example: pd.Series, basis: str, top: int):
+def waves(run: Run, example: pd.Series, basis: str, top: int, window: int | None = None):
+    """Top-k waves and their sum over the number line (or only answer ± window, to see short waves)."""
     comps, total = views.waves_for(run.table("final_waves"), example.name, basis, top)
     logits = views.final_logits(run.table("module_logits"), example.name)
     logits["centred"] = logits["logit"] - logits["logit"].mean()
-    x = alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[0, run.p - 1], nice=False))
+    lo, hi = 0, run.p - 1
+    if window is not None:
+        lo, hi = max(0, int(example["answer"]) - window), min(run.p - 1, int(example["answer"]) + window)
+        comps = comps[comps["number"].between(lo, hi)]
+        total = total[total["number"].between(lo, hi)]
+    x = alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[lo, hi], nice=False))
     comp_chart = (
         alt.Chart(comps)
         .mark_line(strokeWidth=1.2, opacity=0.8)
         .encode(x=x, y=alt.Y("value:Q", title="contribution to the logit"), color=alt.Color("component:N", title="component (period T)"),
                 tooltip=["component", "number", alt.Tooltip("value:Q", format=".3f")])
     )
-    sum_chart = alt.Chart(total).mark_line(color="black", strokeWidth=2.5).encode(x=x, y="value:Q", tooltip=["number", alt.Tooltip("value:Q", format=".3f")])
+    sum_chart = alt.Chart(total).mark_line(color="black", strokeWidth=2.5 if window is not None else 1.5).encode(x=x, y="value:Q", tooltip=["number", alt.Tooltip("value:Q", format=".3f")])
     rule = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3]).encode(x="number:Q")
     data = comps[["component", "k", "period", "magnitude", "number", "value"]]
     peak = int(total.loc[total["value"].idxmax(), "number"])
@@ -183,7 +189,14 @@ def waves(run: Run, example: pd.Series, basis: str, top: int):
         f"Coloured: the {top} strongest Fourier components of the final logits; black: their sum, which peaks at {peak} "
         f"(answer {example['answer']}, red). Long waves place the bump, short waves pick the exact number."
     )
-    return styled(comp_chart + sum_chart + rule, f"Top-{top} Fourier components of the final logits for {example['a']} + {example['b']}"), data, caption, logits
+    where = "" if window is None else f", numbers {lo}–{hi}"
+    if window is not None:
+        caption = (
+            f"Zoomed to {lo}–{hi}: the short waves (periods 2, 5, 10) peak on every number with the right last digit; "
+            f"only at {example['answer']} do they meet the top of the long waves."
+        )
+    title = f"Top-{top} Fourier components of the final logits for {example['a']} + {example['b']}{where}"
+    return styled(comp_chart + sum_chart + rule, title), data, caption, logits
 
 
 def table1_chart(run: Run, tau: int):

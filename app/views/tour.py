@@ -35,7 +35,7 @@ def step_spectrum():
 
 
 def step_waves():
-    chart, data, caption, _ = figures.waves(run, example, basis, 5)
+    chart, data, caption, _ = figures.waves(run, example, basis, 5, window=25)
     show_chart(chart, data, caption, key="tour-waves")
 
 
