@@ -259,11 +259,14 @@ def large() -> bool:
 # ----------------------------------------------------------------------------- charts
 
 
-def styled(chart: alt.Chart, title: str, height: int = 320) -> alt.Chart:
-    """Title, size and font sizes (bigger in presentation mode)."""
+def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int | None = None) -> alt.Chart:
+    """Title, size and font sizes (bigger in presentation mode). `row_step`: pixels per row of a
+    chart with a discrete y axis (a heatmap), instead of a fixed height."""
     big = large()
+    scale = 1.3 if big else 1
+    size = alt.Step(int(row_step * scale)) if row_step else int(height * scale)
     return (
-        chart.properties(title=alt.TitleParams(title, fontSize=22 if big else 15, anchor="start"), height=int(height * (1.3 if big else 1)))
+        chart.properties(title=alt.TitleParams(title, fontSize=22 if big else 15, anchor="start"), height=size)
         .configure_axis(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12)
         .configure_legend(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
         .configure_text(fontSize=16 if big else 11)

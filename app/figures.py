@@ -48,15 +48,17 @@ def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
             tooltip=["row", "number", "offset", alt.Tooltip("centred:Q", format=".3f"), alt.Tooltip("logit:Q", format=".3f")],
         )
     )
-    answer = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rect(fill=None, stroke="black", strokeWidth=2).encode(
-        x="number:O"
+    answer = (
+        alt.Chart(data[data["offset"] == 0])
+        .mark_rect(fill=None, stroke="black", strokeWidth=2)
+        .encode(x="number:O", y=alt.Y("row:N", sort=alt.SortField("layer", order="ascending")))
     )
     caption = (
         "Each row is one module's push on the numbers near the answer (red = up, blue = down). Look for rows that "
         "favour every 2nd, 5th or 10th number: those modules classify the answer's parity or last digit."
     )
     title = f"Module logits around {example['a']} + {example['b']} = {example['answer']}"
-    return styled(chart + answer, title, height=max(160, 26 * data["row"].nunique())), data, caption
+    return styled(chart + answer, title, row_step=28), data, caption
 
 
 def module_wave(run: Run, example: pd.Series, layer: int):
@@ -273,7 +275,7 @@ def embedding_map(run: Run, matrix: str, colour: str):
 def training_curves(curves: pd.DataFrame, split: str):
     base = alt.Chart(curves).encode(
         x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1)),
-        color=alt.Color("run:N", title="model", legend=alt.Legend(orient="bottom", columns=1, labelLimit=600)),
+        color=alt.Color("run:N", title="model", legend=alt.Legend(labelLimit=0)),
     )
     band = base.mark_area(opacity=0.2).encode(y=alt.Y("low:Q", title=f"{split} accuracy", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])), y2="high:Q")
     line = base.mark_line(point=True).encode(

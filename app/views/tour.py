@@ -66,7 +66,7 @@ def step_training():
     if not trained:
         st.info("No run here carries a training log.")
         return
-    curves = views.training_curves({r.manifest.get("label", r.label): r.table("training_log") for r in trained}, "val")
+    curves = views.training_curves({r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table("training_log") for r in trained}, "val")
     show_chart(*figures.training_curves(curves, "val"), key="tour-train")
 
 

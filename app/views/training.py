@@ -21,7 +21,7 @@ if not trained:
 url_state("curve_split", "val", str, ["train", "val", "test"])
 st.radio("Accuracy on", ["val", "train", "test"], key="curve_split", horizontal=True)
 to_url("curve_split")
-logs = {r.manifest.get("label", r.label): r.table("training_log") for r in trained}
+logs = {r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table("training_log") for r in trained}
 curves = views.training_curves(logs, st.session_state["curve_split"])
 show_chart(*figures.training_curves(curves, st.session_state["curve_split"]), key="training")
 final = curves.sort_values("epoch").groupby("run").tail(1)[["run", "epoch", "mean", "low", "high", "seeds"]]
