@@ -292,10 +292,3 @@ def read_table(cache_dir: str | Path, name: str, table: str, columns: list[str] 
     if f.parent != path:
         raise CoreError(f"table {table} of run {name} points outside its folder")
     return pd.read_parquet(f, columns=columns)
-
-
-def has_table(cache_dir: str | Path, name: str, table: str) -> bool:
-    try:
-        return table in (read_manifest(cache_dir, name).get("tables") or {})
-    except CoreError:
-        return False

@@ -57,7 +57,6 @@ class PrecomputeOptions:
     cache_dir: str = "cache"
     recompute: bool = False
     progress: bool | None = None
-    ablations: bool = True
     extra_notes: list[str] = field(default_factory=list)
 
 

@@ -31,12 +31,6 @@ def accuracy_by_layer(layer_accuracy: pd.DataFrame, final_norm: bool) -> pd.Data
     return long.sort_values(["measure", "layer"]).reset_index(drop=True)
 
 
-def first_layer_reaching(layer_accuracy: pd.DataFrame, final_norm: bool, measure: str, level: float) -> int | None:
-    sub = layer_accuracy[layer_accuracy["final_norm"] == final_norm].sort_values("layer")
-    hit = sub[sub[measure] >= level]
-    return int(hit["layer"].iloc[0]) if len(hit) else None
-
-
 def sampled_examples(examples: pd.DataFrame) -> pd.DataFrame:
     """The examples whose full logits are cached, the running example first."""
     sub = examples[examples["in_sample"]].copy()
