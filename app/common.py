@@ -276,7 +276,7 @@ def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int
 def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, name: str | None = None) -> None:
     """The chart, its one-line caption, and downloads of the chart (PNG, SVG) and its data (CSV)."""
     name = name or key
-    st.altair_chart(chart, use_container_width=True)
+    st.altair_chart(chart, width="stretch")
     st.caption(caption)
     cols = st.columns([1, 1, 1, 5])
     # the files are made only when a button is clicked (vl-convert renders the same Vega-Lite spec)

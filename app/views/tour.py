@@ -94,8 +94,8 @@ st.markdown(
     "switch on presentation mode in the sidebar for a projector."
 )
 left, mid, right = st.columns([1, 4, 1])
-left.button("◀ Previous", on_click=move, args=(-1,), disabled=st.session_state["step"] == 1, use_container_width=True)
-right.button("Next ▶", on_click=move, args=(1,), disabled=st.session_state["step"] == len(STEPS), use_container_width=True)
+left.button("◀ Previous", on_click=move, args=(-1,), disabled=st.session_state["step"] == 1, width="stretch")
+right.button("Next ▶", on_click=move, args=(1,), disabled=st.session_state["step"] == len(STEPS), width="stretch")
 mid.progress(st.session_state["step"] / len(STEPS), text=f"Step {st.session_state['step']} of {len(STEPS)}")
 to_url("step")
 title, text, draw = STEPS[st.session_state["step"] - 1]
