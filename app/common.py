@@ -110,6 +110,13 @@ class Run:
         return self.p - 1
 
 
+def training_logs(split: str) -> dict[str, pd.DataFrame]:
+    """Training logs of every valid run of `split` that carries one, by short model name."""
+    good, _ = valid_runs(str(cache_dir()))
+    runs = [Run(r) for r in good if "training_log" in (r["manifest"].get("tables") or {}) and r["manifest"]["task"]["split"] == split]
+    return {r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table("training_log") for r in runs}
+
+
 # ----------------------------------------------------------------------------- URL state
 
 

@@ -1,7 +1,7 @@
 import streamlit as st
 
 from app import figures
-from app.common import cache_dir, Run, show_chart, to_url, url_state, valid_runs, view
+from app.common import show_chart, to_url, training_logs, url_state, view
 from core import views
 from core.paper import ACCURACY
 
@@ -61,12 +61,11 @@ def step_embeddings():
 
 
 def step_training():
-    good, _ = valid_runs(str(cache_dir()))
-    trained = [Run(r) for r in good if "training_log" in (r["manifest"].get("tables") or {}) and r["manifest"]["task"]["split"] == run.manifest["task"]["split"]]
-    if not trained:
+    logs = training_logs(run.manifest["task"]["split"])
+    if not logs:
         st.info("No run here carries a training log.")
         return
-    curves = views.training_curves({r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table("training_log") for r in trained}, "val")
+    curves = views.training_curves(logs, "val")
     show_chart(*figures.training_curves(curves, "val"), key="tour-train")
 
 

@@ -1,8 +1,7 @@
-import pandas as pd
 import streamlit as st
 
 from app import figures
-from app.common import intro, show_chart, to_url, url_state, valid_runs, cache_dir, Run, view
+from app.common import intro, show_chart, to_url, training_logs, url_state, view
 from core import views
 from core.paper import ACCURACY
 
@@ -13,15 +12,13 @@ intro(
     "after pre-training on text about numbers. Look at how much faster and higher the Fourier-featured model goes: the "
     "paper's figure 7b (GPT-2-small: 53.95% from scratch vs 100% with pre-trained embeddings).",
 )
-good, _ = valid_runs(str(cache_dir()))
-trained = [Run(r) for r in good if "training_log" in (r["manifest"].get("tables") or {}) and r["manifest"]["task"]["split"] == st.session_state["split"]]
-if not trained:
+logs = training_logs(st.session_state["split"])
+if not logs:
     st.info("No run in the cache carries a training log. Runs of the demo models trained with `python -m core train` do.")
     st.stop()
 url_state("curve_split", "val", str, ["train", "val", "test"])
 st.radio("Accuracy on", ["val", "train", "test"], key="curve_split", horizontal=True)
 to_url("curve_split")
-logs = {r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table("training_log") for r in trained}
 curves = views.training_curves(logs, st.session_state["curve_split"])
 show_chart(*figures.training_curves(curves, st.session_state["curve_split"]), key="training")
 final = curves.sort_values("epoch").groupby("run").tail(1)[["run", "epoch", "mean", "low", "high", "seeds"]]
