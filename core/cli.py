@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     pre.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
     pre.add_argument("--batch-size", type=_positive, default=32)
+    pre.add_argument(
+        "--threads", default="auto",
+        help="CPU threads for torch: a number, or 'auto' (default: the cores not busy with other work right now)",
+    )
     pre.add_argument("--device-map", default=None, help="'auto' spreads a large model over all GPUs (accelerate)")
     pre.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code (off by default)")
     pre.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
@@ -83,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_precompute(args) -> int:
     from core.precompute import PrecomputeOptions, precompute
+    from core.threads import parse_threads
 
     opts = PrecomputeOptions(
         model=args.model,
@@ -99,6 +104,7 @@ def cmd_precompute(args) -> int:
         device=args.device,
         dtype=args.dtype,
         batch_size=args.batch_size,
+        threads=parse_threads(args.threads),
         device_map=args.device_map,
         trust_remote_code=args.trust_remote_code,
         revision=args.revision,

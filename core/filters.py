@@ -249,42 +249,267 @@ def evaluate(
 ) -> Evaluation:
     """Run prompts (as the model reads them) with an optional filter; accuracy, loss, predictions.
 
+    With positions="last" the prompt prefix runs once and the answer position runs against its
+    key/value cache (`evaluate_conditions`); with "all" every position is filtered and recomputed.
     `on_batch(done, total)` is called after each batch (for progress bars in the dashboard).
     """
+    return evaluate_conditions(
+        loaded, texts, answers, p, [Condition(flt, modules)], positions, batch_size, progress=progress, desc=desc, on_batch=on_batch
+    )[0]
+
+
+@dataclass(frozen=True, eq=False)
+class Condition:
+    """One ablated condition: a filter (None: the model as it is) on the attention and/or MLP outputs."""
+
+    flt: ProjectionFilter | None
+    modules: str = "both"
+
+    def __post_init__(self):
+        if self.modules not in MODULE_SETS:
+            raise CoreError(f"unknown modules {self.modules!r}: choose attn, mlp or both")
+
+
+@dataclass
+class GridProgress:
+    """Partial results of `evaluate_conditions`, for checkpoints: rows done so far in every condition."""
+
+    predictions: np.ndarray  # (C, N) int64
+    losses: np.ndarray  # (C, N) float64
+    done: np.ndarray  # (N,) bool: rows whose results are final in every condition
+
+    @classmethod
+    def empty(cls, n_conditions: int, n: int) -> "GridProgress":
+        return cls(np.zeros((n_conditions, n), np.int64), np.zeros((n_conditions, n)), np.zeros(n, bool))
+
+    def fits(self, n_conditions: int, n: int) -> bool:
+        return self.predictions.shape == (n_conditions, n) and self.losses.shape == (n_conditions, n) and self.done.shape == (n,)
+
+
+#: Rows of one answer-position pass (conditions x prompts): wide enough that per-call overhead is small.
+ROWS_PER_CALL = 512
+
+
+def evaluate_conditions(
+    loaded,
+    texts: Sequence[str],
+    answers: Sequence[int],
+    p: int,
+    conditions: Sequence[Condition],
+    positions: str = "last",
+    batch_size: int = 32,
+    rows_per_call: int = ROWS_PER_CALL,
+    progress: bool | None = None,
+    desc: str = "evaluate",
+    on_batch=None,
+    resume: GridProgress | None = None,
+    on_checkpoint=None,
+    checkpoint_every_s: float = 30.0,
+) -> list[Evaluation]:
+    """Evaluate every condition on the same prompts; one `Evaluation` per condition, in order.
+
+    positions="last" (filters at the answer position only): each batch's prefix (every token but
+    the last) runs once, without filters, keeping its key/value cache; then the last token runs
+    for many conditions at once against copies of that cache, condition-major, up to
+    `rows_per_call` rows per call, each condition's rows filtered by its own filter. The last
+    token gets its own position id and the full attention mask, so left-padded rows compute what
+    they compute in a full pass. positions="all" recomputes every position for every condition.
+
+    `resume`/`on_checkpoint(progress)` make a long grid resumable: batches already done in
+    `resume` are skipped, and `on_checkpoint` receives the partial results every
+    `checkpoint_every_s` seconds.
+    """
+    import time
+
     import torch
 
-    from core.capture import forward_batch, prepare_batches, progress_bar
+    from core.capture import prepare_batches, progress_bar
 
+    if positions not in POSITIONS:
+        raise CoreError(f"unknown positions {positions!r}: choose 'last' (answer position) or 'all'")
+    conditions = list(conditions)
+    if not conditions:
+        raise CoreError("no conditions to evaluate")
+    for c in conditions:
+        if c.flt is not None and c.flt.width != loaded.width:
+            raise CoreError(f"the filter was built for width {c.flt.width}, the model has width {loaded.width}")
     answers = np.asarray(answers, dtype=np.int64)
     if len(answers) != len(texts):
         raise CoreError(f"{len(texts)} prompts but {len(answers)} answers")
-    if answers.min() < 0 or answers.max() >= p:
+    if len(answers) and (answers.min() < 0 or answers.max() >= p):
         raise CoreError(f"answers must lie in 0..{p - 1}")
     number_ids = torch.as_tensor(loaded.numbers.ids_for(p))
-    preds = np.zeros(len(texts), dtype=np.int64)
-    losses = np.zeros(len(texts), dtype=np.float64)
-    batches = prepare_batches(loaded.tokenizer, texts, batch_size)
-    bar = progress_bar(len(texts), desc, progress)
-    done = 0
+    n, C = len(texts), len(conditions)
+    state = resume if resume is not None and resume.fits(C, n) else GridProgress.empty(C, n)
+    batches = [b for b in prepare_batches(loaded.tokenizer, texts, batch_size) if not state.done[b.indices].all()]
+    total_done = int(state.done.sum())
+    bar = progress_bar(n * C, desc, progress)
+    bar.update(total_done * C)
+    last_save = time.monotonic()
+
+    def record(c: int, rows: np.ndarray, logits) -> None:
+        ids = number_ids.to(logits.device)
+        state.predictions[c, rows] = logits[:, ids].argmax(-1).cpu().numpy()
+        target = ids[torch.as_tensor(answers[rows], device=logits.device)]
+        state.losses[c, rows] = answer_losses(logits, target).cpu().numpy()
+
     try:
-        with filtered(loaded, flt, modules, positions):
-            for batch in batches:
-                logits = forward_batch(loaded, batch)
-                ids = number_ids.to(logits.device)
-                preds[batch.indices] = logits[:, ids].argmax(-1).cpu().numpy()
-                target = ids[torch.as_tensor(answers[batch.indices], device=logits.device)]
-                losses[batch.indices] = answer_losses(logits, target).cpu().numpy()
-                done += len(batch.indices)
-                bar.update(len(batch.indices))
-                if on_batch is not None:
-                    on_batch(done, len(texts))
+        if positions == "all":
+            for c, cond in enumerate(conditions):
+                with filtered(loaded, cond.flt, cond.modules, "all"):
+                    for batch in batches:
+                        record(c, batch.indices, _full_pass(loaded, batch))
+                        bar.update(len(batch.indices))
+            state.done[:] = True
+            if on_batch is not None:
+                on_batch(n, n)
+        else:
+            with _ConditionHooks(loaded) as hooks:
+                for batch in batches:
+                    for c, logits in _answer_position_passes(loaded, batch, conditions, hooks, rows_per_call):
+                        record(c, batch.indices, logits)
+                        bar.update(len(batch.indices))
+                    state.done[batch.indices] = True
+                    total_done += len(batch.indices)
+                    if on_batch is not None:
+                        on_batch(total_done, n)
+                    if on_checkpoint is not None and time.monotonic() - last_save > checkpoint_every_s:
+                        on_checkpoint(state)
+                        last_save = time.monotonic()
+    except BaseException:
+        # interrupted or failed: hand over what is finished, so the caller can resume from it
+        if on_checkpoint is not None and positions == "last" and state.done.any():
+            on_checkpoint(state)
+        raise
     finally:
         bar.close()
-    return Evaluation(
-        answers=answers,
-        predictions=preds,
-        losses=losses,
-        erased=bool(flt is not None and flt.erased),
-        rank=flt.rank if flt is not None else 0,
-        width=loaded.width,
-    )
+    return [
+        Evaluation(
+            answers=answers,
+            predictions=state.predictions[c].copy(),
+            losses=state.losses[c].copy(),
+            erased=bool(cond.flt is not None and cond.flt.erased),
+            rank=cond.flt.rank if cond.flt is not None else 0,
+            width=loaded.width,
+        )
+        for c, cond in enumerate(conditions)
+    ]
+
+
+def _full_pass(loaded, batch):
+    from core.capture import forward_batch
+
+    return forward_batch(loaded, batch)
+
+
+class _ConditionHooks:
+    """Hooks on every attention and MLP module that filter, per block of rows, the last position.
+
+    `plan` maps "attn"/"mlp" to [(first row, end row, filter)]; empty while the prefix runs.
+    """
+
+    def __init__(self, loaded):
+        self.parts = loaded.parts
+        self.plan: dict[str, list] = {}
+        self.handles = []
+
+    def _hook(self, kind: str):
+        def hook(module, args, out):
+            steps = self.plan.get(kind)
+            if not steps:
+                return None
+            t = out[0] if isinstance(out, tuple) else out
+            if t.requires_grad:
+                t = t.clone()
+            last = t[:, -1, :]
+            for start, stop, flt in steps:
+                rows = last[start:stop]
+                if flt.erased:
+                    rows.zero_()
+                else:
+                    q = flt.torch_q(rows.device)
+                    x = rows.float()
+                    rows.copy_((x - (x @ q) @ q.T).to(rows.dtype))
+            if isinstance(out, tuple):
+                return (t, *out[1:])
+            return t
+
+        return hook
+
+    def __enter__(self):
+        for kind in ("attn", "mlp"):
+            for mod in getattr(self.parts, kind):
+                self.handles.append(mod.register_forward_hook(self._hook(kind)))
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        self.plan = {}
+
+
+def _answer_position_passes(loaded, batch, conditions: Sequence[Condition], hooks: _ConditionHooks, rows_per_call: int):
+    """Yield (condition index, answer-position logits (B, vocab)) for every condition on one batch."""
+    import torch
+
+    from core.capture import _accepts
+
+    model = loaded.model
+    device = loaded.input_device
+    ids = batch.input_ids.to(device)
+    mask = batch.attention_mask.to(device)
+    pos = batch.position_ids.to(device)
+    B, S = ids.shape
+    hooks.plan = {}
+    prefix = None
+    if S > 1:
+        with torch.no_grad():
+            out = model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], use_cache=True)
+        prefix = _cache_tensors(out.past_key_values)
+    per_call = max(1, rows_per_call // B)
+    extra = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
+    for first in range(0, len(conditions), per_call):
+        group = conditions[first : first + per_call]
+        G = len(group)
+        plan: dict[str, list] = {"attn": [], "mlp": []}
+        for g, cond in enumerate(group):
+            if cond.flt is None:
+                continue
+            for kind in MODULE_SETS[cond.modules]:
+                plan[kind].append((g * B, (g + 1) * B, cond.flt))
+        kwargs = dict(
+            input_ids=ids[:, -1:].repeat(G, 1),
+            attention_mask=mask.repeat(G, 1),
+            position_ids=pos[:, -1:].repeat(G, 1),
+            use_cache=True,
+            **extra,
+        )
+        if prefix is not None:
+            kwargs["past_key_values"] = _repeated_cache(model, prefix, G)
+        hooks.plan = plan
+        try:
+            with torch.no_grad():
+                logits = model(**kwargs).logits[:, -1, :]
+        finally:
+            hooks.plan = {}
+        for g in range(G):
+            yield first + g, logits[g * B : (g + 1) * B]
+
+
+def _cache_tensors(cache) -> list[tuple]:
+    """(keys, values) of every layer of a transformers cache."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise CoreError(
+            "this model's key/value cache has an unknown layout; evaluate with positions='all' (--positions all)"
+        )
+    return [(layer.keys, layer.values) for layer in layers]
+
+
+def _repeated_cache(model, prefix: list[tuple], times: int):
+    """A fresh cache holding `times` condition-major copies of the prefix cache."""
+    from transformers.cache_utils import DynamicCache
+
+    data = [(k.repeat(times, 1, 1, 1), v.repeat(times, 1, 1, 1)) for k, v in prefix]
+    return DynamicCache(ddp_cache_data=data, config=model.config)

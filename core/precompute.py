@@ -49,6 +49,7 @@ class PrecomputeOptions:
     device: str = "cpu"
     dtype: str = "float32"
     batch_size: int = 32
+    threads: int | None = None  # CPU threads for torch; None: the cores free right now (core.threads)
     device_map: str | None = None
     trust_remote_code: bool = False
     revision: str | None = None
@@ -116,6 +117,9 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
     for t in taus:
         check_tau(basis, t)
 
+    from core.threads import use_threads
+
+    threads = use_threads(opts.threads)
     t0 = time.time()
     names = ModuleNames.parse(opts.module_names) if opts.module_names else None
     loaded = load_model(
@@ -150,7 +154,7 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
 
     texts = prompt_texts(loaded, with_shots(examples, pool, opts.shots, opts.dataset_seed))
     answers = np.array([e.answer for e in examples])
-    timings = {"load_s": round(time.time() - t0, 2)}
+    timings = {"load_s": round(time.time() - t0, 2), "threads": threads}
     notes = list(opts.extra_notes)
 
     with torch.no_grad():
@@ -414,45 +418,57 @@ def _spec_key(spec) -> str:
     return json.dumps(asdict(spec), sort_keys=True)
 
 
+def filter_key(spec) -> str:
+    """What determines a spec's filter (everything but the modules it acts on)."""
+    return json.dumps({k: v for k, v in asdict(spec).items() if k != "modules"}, sort_keys=True)
+
+
+def build_filters(specs, W_U, basis) -> dict:
+    """Each distinct filter of the grid built once (a band's filter serves Attn, MLP and both)."""
+    built = {}
+    for spec in specs:
+        key = filter_key(spec)
+        if key not in built:
+            built[key] = spec.build(W_U, basis)
+    return built
+
+
 def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts: PrecomputeOptions, writer: RunWriter, log=print):
-    """Evaluate every ablation of the grid; results saved after each one so a rerun resumes."""
-    from core.filters import evaluate
+    """Evaluate every ablation of the grid in one pass over the prompts.
+
+    With filters at the answer position the prefix of each batch runs once and every condition
+    runs on the last token only (core.filters.evaluate_conditions). Partial results are
+    checkpointed in the staging folder, so an interrupted grid resumes where it stopped.
+    """
+    from core.filters import Condition, GridProgress, evaluate_conditions
 
     W_U = loaded.unembedding(p)
     done = writer.read_json("ablations.partial.json") or {}
     specs = ablation_specs(basis, taus)
-    for i, spec in enumerate(specs, start=1):
-        key = _spec_key(spec)
-        if key in done:
-            continue
-        flt = spec.build(W_U, basis)
-        modules = spec.modules if spec.modules != "none" else "both"
-        ev = evaluate(
-            loaded, texts, answers, p, flt, modules, opts.positions, opts.batch_size, opts.progress, desc=f"ablation {i}/{len(specs)}"
+    pending = [s for s in specs if _spec_key(s) not in done]
+    if pending:
+        filters = build_filters(pending, W_U, basis)
+        conditions = [Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in pending]
+        keys = [_spec_key(s) for s in pending]
+        progress_file = writer.staging / "ablations.progress.npz"
+        resume = _read_progress(progress_file, writer.read_json("ablations.progress.json"), keys)
+        if resume is not None:
+            log(f"resuming the ablation grid: {int(resume.done.sum())} of {len(texts)} prompts already done")
+
+        def checkpoint(state: GridProgress) -> None:
+            _write_progress(progress_file, state)
+            writer.write_json("ablations.progress.json", {"keys": keys})
+
+        log(f"ablation grid: {len(pending)} conditions, {len(filters)} distinct filters, {len(texts)} prompts")
+        evaluations = evaluate_conditions(
+            loaded, texts, answers, p, conditions, opts.positions, opts.batch_size,
+            progress=opts.progress, desc=f"ablations ({len(pending)} conditions)", resume=resume, on_checkpoint=checkpoint,
         )
-        summary = error_summary(ev.answers, ev.predictions)
-        hist = error_histogram(ev.answers, ev.predictions)
-        done[key] = {
-            "row": {
-                **asdict(spec),
-                "keep_period": float(basis.period(spec.keep_k)) if spec.keep_k else None,
-                "label": spec.label(),
-                "accuracy": ev.accuracy,
-                "within_2": ev.within(2),
-                "within_10": ev.within(10),
-                "parity_match": ev.parity_match,
-                "loss": ev.loss,
-                "n": ev.n,
-                "erased": ev.erased,
-                "rank": ev.rank,
-                "width": ev.width,
-                "share_multiple_of_10": summary.share_multiple_of_10,
-                "share_within_2": summary.share_within_2,
-                "mean_abs_error": summary.mean_abs_error,
-            },
-            "errors": hist.to_dict(orient="list"),
-        }
+        for spec, ev in zip(pending, evaluations):
+            done[_spec_key(spec)] = _ablation_entry(spec, basis, ev)
         writer.write_json("ablations.partial.json", done)
+        progress_file.unlink(missing_ok=True)
+        (writer.staging / "ablations.progress.json").unlink(missing_ok=True)
     rows, err_frames = [], []
     for spec in specs:
         entry = done[_spec_key(spec)]
@@ -473,6 +489,53 @@ def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts: PrecomputeO
     errors["error"] = errors["error"].astype(np.int64)
     errors["count"] = errors["count"].astype(np.int64)
     return table, errors
+
+
+def _ablation_entry(spec, basis, ev) -> dict:
+    summary = error_summary(ev.answers, ev.predictions)
+    hist = error_histogram(ev.answers, ev.predictions)
+    return {
+        "row": {
+            **asdict(spec),
+            "keep_period": float(basis.period(spec.keep_k)) if spec.keep_k else None,
+            "label": spec.label(),
+            "accuracy": ev.accuracy,
+            "within_2": ev.within(2),
+            "within_10": ev.within(10),
+            "parity_match": ev.parity_match,
+            "loss": ev.loss,
+            "n": ev.n,
+            "erased": ev.erased,
+            "rank": ev.rank,
+            "width": ev.width,
+            "share_multiple_of_10": summary.share_multiple_of_10,
+            "share_within_2": summary.share_within_2,
+            "mean_abs_error": summary.mean_abs_error,
+        },
+        "errors": hist.to_dict(orient="list"),
+    }
+
+
+def _write_progress(path: Path, state) -> None:
+    """Partial grid results as plain arrays (no pickles), replaced atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        np.savez(fh, predictions=state.predictions, losses=state.losses, done=state.done)
+    tmp.replace(path)
+
+
+def _read_progress(path: Path, meta, keys: list[str]):
+    """The saved partial results, if they belong to exactly these pending conditions."""
+    from core.filters import GridProgress
+
+    if not path.exists() or not meta or meta.get("keys") != keys:
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            state = GridProgress(z["predictions"], z["losses"], z["done"])
+    except (OSError, ValueError, KeyError):
+        return None
+    return state
 
 
 def error_analysis_table(examples: pd.DataFrame, ablations: pd.DataFrame) -> pd.DataFrame:

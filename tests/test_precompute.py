@@ -103,39 +103,55 @@ def test_narrow_model_full_range_flags_erasure(model_dir, tmp_path):
 
 def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeypatch):
     folder = str(model_dir("llama"))
-    args = ["--model", folder, "--cache-dir", str(tmp_path), "--limit", "20", *FAST]
+    args = ["--model", folder, "--cache-dir", str(tmp_path), "--limit", "20", "--batch-size", "4", *FAST]
     # an existing run of another configuration must survive untouched
     assert run_cli("--model", folder, "--cache-dir", str(tmp_path), "--limit", "10", *FAST) == 0
     (before,) = list_runs(tmp_path)
     before_hash = (before.path / "manifest.json").read_bytes()
 
+    # interrupt the ablation grid in its third batch of prompts (batches of 4: 5 batches in all)
+    import core.filters as filters_mod
+
     calls = {"n": 0}
-    real_evaluate = __import__("core.filters", fromlist=["evaluate"]).evaluate
+    real_passes = filters_mod._answer_position_passes
 
-    def failing_evaluate(*a, **kw):
+    def failing_passes(*a, **kw):
         calls["n"] += 1
-        if calls["n"] == 4:
+        if calls["n"] == 3:
             raise KeyboardInterrupt
-        return real_evaluate(*a, **kw)
+        return real_passes(*a, **kw)
 
-    monkeypatch.setattr("core.filters.evaluate", failing_evaluate)
+    monkeypatch.setattr(filters_mod, "_answer_position_passes", failing_passes)
     assert run_cli(*args) == 130
     names = [r.name for r in list_runs(tmp_path)]
     assert names == [before.name]  # no half-written run is visible
     assert (before.path / "manifest.json").read_bytes() == before_hash
     staging = [p for p in tmp_path.iterdir() if p.name.startswith(".staging-")]
     assert len(staging) == 1 and (staging[0] / "examples.parquet").exists()
+    assert (staging[0] / "ablations.progress.npz").exists()
 
-    # resume: measurements are not recomputed, the three finished ablations are not re-run
+    # resume: measurements are not recomputed, the two finished batches of the grid are not re-run
     monkeypatch.setattr(pre, "measure", lambda *a, **kw: pytest.fail("measurements recomputed on resume"))
     calls["n"] = -100
     assert run_cli(*args) == 0
-    assert calls["n"] == -100 + (1 + 12 + 2) - 3
+    assert calls["n"] == -100 + 5 - 2
     assert len(list_runs(tmp_path)) == 2 and not any(p.name.startswith(".staging-") for p in tmp_path.iterdir())
+    (fresh,) = [r for r in list_runs(tmp_path) if r.name != before.name]
+    assert not any(f.suffix == ".npz" or "progress" in f.name for f in fresh.path.iterdir())
+    # the resumed grid equals one computed in one go
+    whole = tmp_path.parent / f"{tmp_path.name}-whole"
+    monkeypatch.undo()
+    assert run_cli(*[a if a != str(tmp_path) else str(whole) for a in args]) == 0
+    (one_go,) = list_runs(whole)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(fresh.path / "ablations.parquet"), pd.read_parquet(one_go.path / "ablations.parquet")
+    )
+    monkeypatch.setattr(filters_mod, "_answer_position_passes", failing_passes)
+    monkeypatch.setattr(pre, "measure", lambda *a, **kw: pytest.fail("measurements recomputed on resume"))
 
     # an existing run is not recomputed unless asked, and other options are not silently ignored
     assert run_cli(*args) == 0
-    assert calls["n"] == -100 + 12
+    assert calls["n"] == -100 + 5 - 2
     other_taus = [a if a != "5,10" else "7" for a in args]
     assert run_cli(*other_taus) == 2
     monkeypatch.undo()
