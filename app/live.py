@@ -1,4 +1,4 @@
-"""Live computation for the Ablations page: load a small local model once, evaluate with a progress bar."""
+"""Live computation for the Ablations page: a small local model loaded once per process, one computation at a time."""
 
 from __future__ import annotations
 
@@ -9,26 +9,29 @@ from core import views
 from core.filters import Ablation
 
 
-@st.cache_resource(show_spinner="Loading the model…", max_entries=2)
+@st.cache_resource(show_spinner="Loading the model (once; later computations reuse it)…", max_entries=2)
 def _model(folder: str):
     from core.live import load_live_model
 
     return load_live_model(folder)
 
 
-def run_live(run: Run, folder, modules: str, removed: str, tau: int, basis: str) -> dict:
-    from core.live import live_ablation
+def run_live(run: Run, folder, modules: str, removed: str, tau: int, basis: str, threads=None) -> dict:
+    from core.live import live_ablation, live_slot
 
-    loaded = _model(str(folder))
     ablation = Ablation(modules, removed, int(tau))
     examples = run.table("examples")
-    bar = st.progress(0.0, text=f"{ablation.label()}: 0 of {len(examples)} prompts")
+    waiting = st.empty()
+    with live_slot(on_wait=lambda: waiting.info("Another live computation is running on this server; this one starts when it ends.")):
+        waiting.empty()
+        loaded = _model(str(folder))
+        bar = st.progress(0.0, text=f"{ablation.label()}: 0 of {len(examples)} prompts")
 
-    def on_batch(done, total):
-        bar.progress(done / total, text=f"{ablation.label()}: {done} of {total} prompts")
+        def on_batch(done, total):
+            bar.progress(done / total, text=f"{ablation.label()}: {done} of {total} prompts")
 
-    ev = live_ablation(loaded, examples, run.p, basis, ablation, on_batch=on_batch)
-    bar.empty()
+        ev = live_ablation(loaded, examples, run.p, basis, ablation, on_batch=on_batch, threads=threads)
+        bar.empty()
     summary, hist = views.behaviour(ev.answers, ev.predictions)
     return {
         "run": run.name,
@@ -39,4 +42,6 @@ def run_live(run: Run, folder, modules: str, removed: str, tau: int, basis: str)
         "erased": ev.erased,
         "share10": summary["share_multiple_of_10"],
         "hist": hist,
+        "compute_s": ev.extra.get("compute_s"),
+        "threads": ev.extra.get("threads"),
     }

@@ -205,6 +205,7 @@ class Evaluation:
     erased: bool = False
     rank: int = 0
     width: int = 0
+    extra: dict = field(default_factory=dict)  # how it was computed (time, threads), for display
 
     @property
     def n(self) -> int:
@@ -469,6 +470,7 @@ def _answer_position_passes(loaded, batch, conditions: Sequence[Condition], hook
         prefix = _cache_tensors(out.past_key_values)
     per_call = max(1, rows_per_call // B)
     extra = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
+    copies = _PrefixCopies(prefix, min(per_call, len(conditions)), B) if prefix is not None else None
     for first in range(0, len(conditions), per_call):
         group = conditions[first : first + per_call]
         G = len(group)
@@ -485,8 +487,8 @@ def _answer_position_passes(loaded, batch, conditions: Sequence[Condition], hook
             use_cache=True,
             **extra,
         )
-        if prefix is not None:
-            kwargs["past_key_values"] = _repeated_cache(model, prefix, G)
+        if copies is not None:
+            kwargs["past_key_values"] = copies.cache(G)
         hooks.plan = plan
         try:
             with torch.no_grad():
@@ -507,9 +509,67 @@ def _cache_tensors(cache) -> list[tuple]:
     return [(layer.keys, layer.values) for layer in layers]
 
 
-def _repeated_cache(model, prefix: list[tuple], times: int):
-    """A fresh cache holding `times` condition-major copies of the prefix cache."""
-    from transformers.cache_utils import DynamicCache
+class _PrefixCopies:
+    """Key/value buffers holding `copies` condition-major copies of one batch's prefix, plus one slot.
 
-    data = [(k.repeat(times, 1, 1, 1), v.repeat(times, 1, 1, 1)) for k, v in prefix]
-    return DynamicCache(ddp_cache_data=data, config=model.config)
+    Filled once per batch; every call for a group of conditions writes only the answer token's
+    keys and values into the last slot, so no call copies the prefix again.
+    """
+
+    def __init__(self, prefix: list[tuple], copies: int, batch_rows: int):
+        self.rows = batch_rows
+        self.prefix_len = prefix[0][0].shape[-2]
+        self.buffers = []
+        for k, v in prefix:
+            bufs = []
+            for t in (k, v):
+                B, H, S, d = t.shape
+                buf = t.new_empty((copies, B, H, S + 1, d))
+                buf[:, :, :, :S] = t  # broadcast over the copies
+                bufs.append(buf.view(copies * B, H, S + 1, d))
+            self.buffers.append(tuple(bufs))
+
+    def cache(self, copies: int):
+        """A transformers cache over the first `copies` copies (a view: nothing is copied)."""
+        from transformers.cache_utils import DynamicCache
+
+        rows = copies * self.rows
+        cache = DynamicCache()
+        cache.layers = [_PrefixLayer(k[:rows], v[:rows], self.prefix_len) for k, v in self.buffers]
+        return cache
+
+
+def _prefix_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class PrefixLayer(DynamicLayer):
+        """A cache layer over a preallocated buffer: the prefix, then one slot for the new token."""
+
+        def __init__(self, keys, values, prefix_len: int):
+            super().__init__()
+            self.keys, self.values = keys, values
+            self.prefix_len = prefix_len
+            self.dtype, self.device = keys.dtype, keys.device
+            self.is_initialized = True
+
+        def get_seq_length(self) -> int:
+            return self.prefix_len
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if key_states.shape[-2] != 1 or key_states.shape[0] != self.keys.shape[0]:
+                raise CoreError("internal: the answer-position pass must run one token per row against the prefix cache")
+            self.keys[:, :, self.prefix_len :] = key_states
+            self.values[:, :, self.prefix_len :] = value_states
+            return self.keys, self.values
+
+    return PrefixLayer
+
+
+def _PrefixLayer(keys, values, prefix_len):
+    global _PREFIX_LAYER
+    if _PREFIX_LAYER is None:
+        _PREFIX_LAYER = _prefix_layer_class()
+    return _PREFIX_LAYER(keys, values, prefix_len)
+
+
+_PREFIX_LAYER = None

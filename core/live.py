@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from core.errors import CoreError
@@ -71,15 +74,41 @@ def load_live_model(folder: Path):
     return load_model(str(folder), device="cpu", dtype="float32")
 
 
-def live_ablation(loaded, examples, p: int, basis_name: str, ablation, positions: str = "last", on_batch=None):
-    """Evaluate the run's prompts (examples table: prompt, answer) under one ablation."""
+#: One live computation at a time in this process: a second request waits for the first instead of
+#: both competing for the same cores (and, through the app's model cache, for one model load).
+_LIVE_LOCK = threading.Lock()
+
+
+@contextmanager
+def live_slot(on_wait=None):
+    """Hold the live-computation slot; `on_wait()` is called once if another computation holds it."""
+    if not _LIVE_LOCK.acquire(blocking=False):
+        if on_wait is not None:
+            on_wait()
+        _LIVE_LOCK.acquire()
+    try:
+        yield
+    finally:
+        _LIVE_LOCK.release()
+
+
+def live_ablation(loaded, examples, p: int, basis_name: str, ablation, positions: str = "last", on_batch=None, threads=None):
+    """Evaluate the run's prompts (examples table: prompt, answer) under one ablation.
+
+    Filters at the answer position take the fast path (prefix once, the answer position against
+    its key/value cache). The result carries `compute_s` (seconds, model already loaded) and
+    `threads` in `extra`.
+    """
     from core.filters import evaluate
     from core.fourier import fourier_basis
+    from core.threads import use_threads
 
+    used = use_threads(threads)
+    t0 = time.perf_counter()
     basis = fourier_basis(p, basis_name)
     flt = ablation.build(loaded.unembedding(p), basis)
     modules = ablation.modules if ablation.modules != "none" else "both"
-    return evaluate(
+    ev = evaluate(
         loaded,
         list(examples["prompt"]),
         examples["answer"].to_numpy(),
@@ -91,3 +120,5 @@ def live_ablation(loaded, examples, p: int, basis_name: str, ablation, positions
         progress=False,
         on_batch=on_batch,
     )
+    ev.extra = {"compute_s": time.perf_counter() - t0, "threads": used}
+    return ev

@@ -1,15 +1,26 @@
-"""Benchmark: capture and ablated evaluation, each as a ratio to a plain batched forward pass.
+"""Benchmark: capture, ablated evaluation and the ablation grid, as ratios to a plain forward pass.
 
-    .venv/bin/python scripts/bench_core.py [--layers 4] [--width 256] [--batch-size 64] [--prompts 1024]
+    .venv/bin/python scripts/bench_core.py [--quick] [--threads N] [--compare-threads]
 
-One run, same prompts, same batches: a random-init GPT-2-style model (word-level number
-tokenizer, built on the fly), the paper's addition test prompts. The three measurements are
-interleaved round by round and the medians compared, so a busy machine slows all of them alike.
+Everything is measured in one run, on the same prompts and batches, with the measurements
+interleaved round by round and their medians compared, so a busy machine slows all of them alike.
 
-* plain: tokenizing, batching and the model's forward pass on each batch (logits of the answer position only), no hooks;
+Models:
+* demo: the shipped demo model models/fourier-frozen (2 layers, width 640), 1,024 test prompts;
+* gpt2-12x768: a random-init GPT-2-style model with 12 layers, width 768 (GPT-2 small's shape,
+  with the project's word-level number tokenizer), 256 test prompts.
+
+Measurements (each as a multiple of `plain`, one batched forward pass over the prompts):
+* plain: tokenizing, batching and the model's forward pass (logits of the answer position only);
 * capture: the same passes keeping h(l), Attn(l), MLP(l) of every layer at the answer position;
-* ablated: the evaluation under a Fourier filter on the attention and MLP outputs of every layer
-  (loss of the answer token, predictions), with a filter that really projects (rank < width).
+* ablated: one evaluation under a Fourier filter on the attention and MLP outputs of every layer;
+* grid: the precompute's ablation grid (63 conditions: no filter, 10 taus x 3 module sets x 2
+  bands, keep-one for two frequencies) through `evaluate_conditions`, filters included;
+  next to it, the ideal: one plain pass plus one last-token pass per condition, that is
+  1 + conditions / (mean prompt length in tokens);
+* full recompute: what the grid cost before (every position of every prompt for each condition),
+  measured on 3 conditions and given per condition (demo model only, with --full).
+--compare-threads also times the plain pass with 1 thread and with all cores.
 """
 
 from __future__ import annotations
@@ -21,72 +32,125 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TAUS = (10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--width", type=int, default=256)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--prompts", type=int, default=1024)
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--tau", type=int, default=50)
-    ap.add_argument("--threads", type=int, default=None)
-    args = ap.parse_args(argv)
+def _medians(jobs: dict, rounds: int) -> dict:
+    times = {k: [] for k in jobs}
+    for fn in jobs.values():  # warm-up
+        fn()
+    for _ in range(rounds):
+        for name, fn in jobs.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
 
+
+def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, full: bool, compare_threads: bool):
     import numpy as np
     import torch
 
     from core.capture import forward_batch, iter_capture, prepare_batches
-    from core.filters import evaluate, high_pass
+    from core.filters import Condition, evaluate, evaluate_conditions, filtered, high_pass
     from core.fourier import fourier_basis
-    from core.models import load_model, prompt_texts
-    from core.random_models import save_random_model
+    from core.models import prompt_texts
+    from core.precompute import ablation_specs, build_filters, filter_key
     from core.tasks import build_examples, select_split
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory() as tmp:
-        save_random_model(tmp, "gpt2", n_layers=args.layers, width=args.width, heads=8, max_number=600)
-        lm = load_model(tmp)
-    examples = select_split(build_examples("addition", 260), "test")[: args.prompts]
+    p = 521
+    examples = select_split(build_examples("addition", 260), "test")[:n_prompts]
     texts = prompt_texts(lm, [e.prompt for e in examples])
     answers = np.array([e.answer for e in examples])
-    p = 521
-    flt = high_pass(lm.unembedding(p), fourier_basis(p, "paper"), args.tau)
+    basis = fourier_basis(p, "paper")
+    W_U = lm.unembedding(p)
+    specs = ablation_specs(basis, TAUS)
+    filters = build_filters(specs, W_U, basis)
+    conditions = [Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in specs]
+    flt = high_pass(W_U, basis, 50)
+    mean_tokens = float(np.mean([len(x) for x in lm.tokenizer(texts)["input_ids"]]))
 
-    def plain():  # tokenizes and batches like the other two, then runs the bare model
-        for b in prepare_batches(lm.tokenizer, texts, args.batch_size):
+    def plain():
+        for b in prepare_batches(lm.tokenizer, texts, batch_size):
             forward_batch(lm, b)
 
     def capture():
-        for _ in iter_capture(lm, texts, args.batch_size, progress=False):
+        for _ in iter_capture(lm, texts, batch_size, progress=False):
             pass
 
     def ablated():
-        evaluate(lm, texts, answers, p, flt, "both", "last", args.batch_size, progress=False)
+        evaluate(lm, texts, answers, p, flt, "both", "last", batch_size, progress=False)
 
-    jobs = {"plain": plain, "capture": capture, "ablated": ablated}
-    times = {k: [] for k in jobs}
+    def grid():
+        evaluate_conditions(lm, texts, answers, p, conditions, "last", batch_size, progress=False)
+
+    def full_recompute_3():  # the old grid: every position recomputed, one condition after another
+        for cond in conditions[1:4]:
+            with filtered(lm, cond.flt, cond.modules, "last"):
+                plain()
+
+    jobs = {"plain": plain, "capture": capture, "ablated": ablated, "grid": grid}
+    if full:
+        jobs["full recompute (3 conditions)"] = full_recompute_3
+    cores = torch.get_num_threads()
+    if compare_threads:
+        def plain_1_thread():
+            torch.set_num_threads(1)
+            try:
+                plain()
+            finally:
+                torch.set_num_threads(cores)
+
+        jobs["plain, 1 thread"] = plain_1_thread
     with torch.no_grad():
-        for fn in jobs.values():  # warm-up
-            fn()
-        for _ in range(args.rounds):
-            for name, fn in jobs.items():
-                t = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t)
-    med = {k: statistics.median(v) for k, v in times.items()}
+        med = _medians(jobs, rounds)
+    base = med["plain"]
+    ideal = 1 + len(conditions) / mean_tokens
     print(
-        f"model: GPT-2-style, {args.layers} layers, width {args.width}; {len(texts)} prompts, batch {args.batch_size}; "
-        f"torch threads {torch.get_num_threads()}; filter: high-pass tau={args.tau} on Attn+MLP of every layer "
-        f"(rank {flt.rank} of {flt.width}, erased={flt.erased}); {args.rounds} interleaved rounds, medians"
+        f"\n{name}: {lm.n_layers} layers, width {lm.width}; {len(texts)} prompts of {mean_tokens:.1f} tokens on average, "
+        f"batch {batch_size}; torch threads {cores}; {rounds} interleaved rounds, medians"
     )
-    for k in jobs:
-        print(f"  {k:8s} {med[k] * 1000:8.1f} ms   ({len(texts) / med[k]:,.0f} prompts/s)")
-    print(f"capture / plain forward = {med['capture'] / med['plain']:.3f}x   (target <= 1.15x)")
-    print(f"ablated / plain forward = {med['ablated'] / med['plain']:.3f}x   (target <= 1.30x)")
+    for k, v in med.items():
+        print(f"  {k:32s} {v * 1000:9.1f} ms   {v / base:6.2f} plain passes")
+    print(f"  capture / plain                  {med['capture'] / base:.3f}x   (target <= 1.15x)")
+    print(f"  ablated / plain                  {med['ablated'] / base:.3f}x   (target <= 1.30x)")
+    print(
+        f"  grid of {len(conditions)} conditions ({len(filters) - 1} distinct filters): {med['grid'] / base:.2f} plain passes; "
+        f"ideal 1 + {len(conditions)}/{mean_tokens:.1f} = {ideal:.2f}"
+    )
+    if full:
+        per = med["full recompute (3 conditions)"] / 3 / base
+        print(f"  full recompute: {per:.2f} plain passes per condition, so {per * len(conditions):.1f} for the grid")
+    if compare_threads:
+        print(f"  plain with 1 thread / with {cores}: {med['plain, 1 thread'] / base:.2f}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer prompts and rounds (a smoke run)")
+    ap.add_argument("--threads", default=None, help="torch threads (default: auto, see core.threads)")
+    ap.add_argument("--compare-threads", action="store_true", help="also time the plain pass with 1 thread")
+    ap.add_argument("--full", action="store_true", help="also time the old full-recompute grid on the demo model")
+    ap.add_argument("--skip-large", action="store_true", help="only the demo model")
+    args = ap.parse_args(argv)
+
+    from core.models import load_model
+    from core.random_models import save_random_model
+    from core.threads import use_threads
+
+    n = use_threads(args.threads)
+    print(f"torch threads: {n}")
+    demo = ROOT / "models" / "fourier-frozen"
+    rounds = 2 if args.quick else 5
+    bench_model("demo model (models/fourier-frozen)", load_model(str(demo)), 256 if args.quick else 1024, 64, rounds, args.full, args.compare_threads)
+    if not args.skip_large:
+        with tempfile.TemporaryDirectory() as tmp:
+            save_random_model(tmp, "gpt2", n_layers=12, width=768, heads=12, max_number=600)
+            big = load_model(tmp)
+        bench_model("gpt2-12x768 (random init)", big, 64 if args.quick else 256, 64, 1 if args.quick else 3, False, args.compare_threads)
     return 0
 
 

@@ -120,3 +120,54 @@ def test_bad_conditions_are_refused(loaded_model):
     flt = low_pass(other.unembedding(P), fourier_basis(P, "paper"), 10)
     with pytest.raises(CoreError, match="width"):
         evaluate_conditions(loaded, texts, answers, P, [Condition(flt)])
+
+
+def test_second_live_request_waits_for_the_first():
+    import threading
+    import time
+
+    from core.live import live_slot
+
+    order, waited = [], []
+    first_in = threading.Event()
+
+    def first():
+        with live_slot():
+            first_in.set()
+            time.sleep(0.3)
+            order.append("first done")
+
+    t = threading.Thread(target=first)
+    t.start()
+    first_in.wait()
+    with live_slot(on_wait=lambda: waited.append(True)):
+        order.append("second runs")
+    t.join()
+    assert waited == [True] and order == ["first done", "second runs"]
+    with live_slot(on_wait=lambda: waited.append(True)):  # a free slot: no waiting
+        pass
+    assert waited == [True]
+
+
+def test_threads_option():
+    import torch
+
+    from core.threads import auto_threads, available_cores, parse_threads, use_threads
+
+    assert parse_threads("auto") is None and parse_threads(None) is None and parse_threads("2") == 2
+    for bad in ("0", "-1", "two", 1.5j):
+        with pytest.raises(CoreError, match="threads"):
+            parse_threads(bad)
+    assert 1 <= auto_threads() <= available_cores()
+    before = torch.get_num_threads()
+    try:
+        assert use_threads(1) == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cli_rejects_bad_threads(model_dir, tmp_path, capsys):
+    from core.cli import main
+
+    assert main(["precompute", "--model", str(model_dir("gpt2")), "--cache-dir", str(tmp_path), "--threads", "zero"]) == 2
+    assert "threads must be a whole number" in capsys.readouterr().err

@@ -101,25 +101,33 @@ folder, why = live_model_folder(run.manifest)
 if folder is None:
     st.info(f"Live computation is not available for this run: {why}. The cached grid above is what there is.")
 else:
-    c1, c2, c3 = st.columns(3)
+    c1, c2, c3, c4 = st.columns(4)
     url_state("live_modules", "mlp", str, ["both", "attn", "mlp"])
     url_state("live_removed", "low", str, ["low", "high"])
     c1.selectbox("Modules", ["both", "attn", "mlp"], key="live_modules", format_func=views.ABLATION_MODULES.get)
     c2.selectbox("Band removed", ["low", "high"], key="live_removed", format_func=views.BAND_NAMES.get, help=term("low-pass"))
     c3.metric("Cutoff tau (sidebar)", tau)
+    c4.selectbox(
+        "CPU threads", ["auto", 1, 2, 4], key="live_threads",
+        help="auto: the cores not busy with other work right now. On a shared machine 1 thread is often faster.",
+    )
     to_url("live_modules", "live_removed")
     if st.button(f"Run the {run.manifest['task']['n_examples']} prompts with this filter", type="primary"):
         from app.live import run_live
 
         try:
-            result = run_live(run, folder, st.session_state["live_modules"], st.session_state["live_removed"], tau, run_basis)
+            result = run_live(
+                run, folder, st.session_state["live_modules"], st.session_state["live_removed"], tau, run_basis,
+                threads=st.session_state["live_threads"],
+            )
         except CoreError as exc:
             st.error(str(exc))
         else:
             st.session_state["live_result"] = result
     result = st.session_state.get("live_result")
     if result and result["run"] == run.name:
-        st.markdown(f"**{result['label']}** on {result['n']} prompts (computed live):")
+        took = f" in {result['compute_s']:.2f} s with {result['threads']} CPU thread(s)" if result.get("compute_s") else ""
+        st.markdown(f"**{result['label']}** on {result['n']} prompts (computed live{took}):")
         c1, c2, c3 = st.columns(3)
         base = ablations[ablations["removed"] == "none"].iloc[0]
         c1.metric("accuracy", f"{result['accuracy']:.2%}", f"{100 * (result['accuracy'] - base['accuracy']):+.2f} points vs no filter")
