@@ -441,6 +441,10 @@ class _ConditionHooks:
         for kind in ("attn", "mlp"):
             for mod in getattr(self.parts, kind):
                 self.handles.append(mod.register_forward_hook(self._hook(kind)))
+        # registered after, run before the filter hooks (prepend): the first attention runs on one copy
+        first = self.parts.attn[0]
+        self.handles.append(first.register_forward_pre_hook(self._share_input, with_kwargs=True, prepend=True))
+        self.handles.append(first.register_forward_hook(self._share_output, prepend=True))
         return self
 
     def __exit__(self, *exc):
@@ -448,10 +452,52 @@ class _ConditionHooks:
             h.remove()
         self.handles = []
         self.plan = {}
+        self.shared = None
+
+    #: (copies, rows per copy) while a call runs conditions whose first-attention inputs are identical
+    shared: tuple[int, int] | None = None
+
+    def _share_input(self, module, args, kwargs):
+        """Every condition's answer position reaches layer 1's attention unchanged: keep one copy."""
+        if not self.shared:
+            return None
+        copies, rows = self.shared
+        total = copies * rows
+        return _first_rows(args, total, rows), _first_rows(kwargs, total, rows)
+
+    def _share_output(self, module, args, out):
+        if not self.shared:
+            return None
+        copies = self.shared[0]
+        t = out[0] if isinstance(out, tuple) else out
+        t = t.repeat(copies, *([1] * (t.dim() - 1)))
+        return (t, *out[1:]) if isinstance(out, tuple) else t
 
 
-def _answer_position_passes(loaded, batch, conditions: Sequence[Condition], hooks: _ConditionHooks, rows_per_call: int):
-    """Yield (condition index, answer-position logits (B, vocab)) for every condition on one batch."""
+def _first_rows(value, total: int, rows: int):
+    """`value` with every tensor whose first dimension is `total` cut to its first `rows` rows."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value[:rows] if value.dim() and value.shape[0] == total else value
+    if isinstance(value, tuple):
+        return tuple(_first_rows(v, total, rows) for v in value)
+    if isinstance(value, list):
+        return [_first_rows(v, total, rows) for v in value]
+    if isinstance(value, dict):
+        return {k: _first_rows(v, total, rows) for k, v in value.items()}
+    return value
+
+
+def _answer_position_passes(
+    loaded, batch, conditions: Sequence[Condition], hooks: _ConditionHooks, rows_per_call: int, share_first: bool = True
+):
+    """Yield (condition index, answer-position logits (B, vocab)) for every condition on one batch.
+
+    With `share_first`, the first layer's attention (whose input at the answer position is the
+    same in every condition: no filter has acted yet) runs on one copy of the batch and its output
+    is copied to every condition before the filters act.
+    """
     import torch
 
     from core.capture import _accepts
@@ -490,11 +536,13 @@ def _answer_position_passes(loaded, batch, conditions: Sequence[Condition], hook
         if copies is not None:
             kwargs["past_key_values"] = copies.cache(G)
         hooks.plan = plan
+        hooks.shared = (G, B) if G > 1 and copies is not None and share_first else None
         try:
             with torch.no_grad():
                 logits = model(**kwargs).logits[:, -1, :]
         finally:
             hooks.plan = {}
+            hooks.shared = None
         for g in range(G):
             yield first + g, logits[g * B : (g + 1) * B]
 
@@ -556,11 +604,14 @@ def _prefix_layer_class():
             return self.prefix_len
 
         def update(self, key_states, value_states, *args, **kwargs):
-            if key_states.shape[-2] != 1 or key_states.shape[0] != self.keys.shape[0]:
+            rows = key_states.shape[0]
+            if key_states.shape[-2] != 1 or rows > self.keys.shape[0]:
                 raise CoreError("internal: the answer-position pass must run one token per row against the prefix cache")
-            self.keys[:, :, self.prefix_len :] = key_states
-            self.values[:, :, self.prefix_len :] = value_states
-            return self.keys, self.values
+            # fewer rows than the buffer: the first layer's attention runs on one copy (_SharedFirstAttention)
+            keys, values = self.keys[:rows], self.values[:rows]
+            keys[:, :, self.prefix_len :] = key_states
+            values[:, :, self.prefix_len :] = value_states
+            return keys, values
 
     return PrefixLayer
 

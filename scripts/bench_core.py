@@ -135,6 +135,9 @@ def main(argv=None) -> int:
     ap.add_argument("--compare-threads", action="store_true", help="also time the plain pass with 1 thread")
     ap.add_argument("--full", action="store_true", help="also time the old full-recompute grid on the demo model")
     ap.add_argument("--skip-large", action="store_true", help="only the demo model")
+    ap.add_argument("--only-large", action="store_true", help="only the 12-layer model")
+    ap.add_argument("--prompts", type=int, default=None, help="prompts for the demo model (default 1,024; large: a quarter)")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5 demo, 3 large)")
     args = ap.parse_args(argv)
 
     from core.models import load_model
@@ -144,13 +147,16 @@ def main(argv=None) -> int:
     n = use_threads(args.threads)
     print(f"torch threads: {n}")
     demo = ROOT / "models" / "fourier-frozen"
-    rounds = 2 if args.quick else 5
-    bench_model("demo model (models/fourier-frozen)", load_model(str(demo)), 256 if args.quick else 1024, 64, rounds, args.full, args.compare_threads)
+    prompts = args.prompts or (256 if args.quick else 1024)
+    if not args.only_large:
+        rounds = args.rounds or (2 if args.quick else 5)
+        bench_model("demo model (models/fourier-frozen)", load_model(str(demo)), prompts, 64, rounds, args.full, args.compare_threads)
     if not args.skip_large:
         with tempfile.TemporaryDirectory() as tmp:
             save_random_model(tmp, "gpt2", n_layers=12, width=768, heads=12, max_number=600)
             big = load_model(tmp)
-        bench_model("gpt2-12x768 (random init)", big, 64 if args.quick else 256, 64, 1 if args.quick else 3, False, args.compare_threads)
+        rounds = args.rounds or (1 if args.quick else 3)
+        bench_model("gpt2-12x768 (random init)", big, max(64, prompts // 4), 64, rounds, args.full, args.compare_threads)
     return 0
 
 
