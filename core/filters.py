@@ -287,6 +287,35 @@ class GridProgress:
         return self.predictions.shape == (n_conditions, n) and self.losses.shape == (n_conditions, n) and self.done.shape == (n,)
 
 
+class PrefixCache:
+    """Key/value caches of the prompts' prefixes, kept between evaluations of the same prompts.
+
+    Every filter condition at the answer position starts from the same prefix, so a process that
+    evaluates one condition after another on the same prompts (the dashboard's live filter) runs
+    the prefix once and keeps it, up to `max_bytes`; batches beyond the budget are recomputed.
+    """
+
+    def __init__(self, max_bytes: int = 512 * 2**20):
+        self.max_bytes = max_bytes
+        self.key = None
+        self.entries: dict[int, list] = {}
+        self.bytes = 0
+
+    def use_for(self, key) -> None:
+        """Start over when the prompts (or their batching) change."""
+        if key != self.key:
+            self.key, self.entries, self.bytes = key, {}, 0
+
+    def get(self, batch_no: int):
+        return self.entries.get(batch_no)
+
+    def put(self, batch_no: int, prefix: list) -> None:
+        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in prefix)
+        if self.bytes + size <= self.max_bytes:
+            self.entries[batch_no] = prefix
+            self.bytes += size
+
+
 #: Rows of one answer-position pass (conditions x prompts): wide enough that per-call overhead is small.
 ROWS_PER_CALL = 512
 
@@ -306,6 +335,7 @@ def evaluate_conditions(
     resume: GridProgress | None = None,
     on_checkpoint=None,
     checkpoint_every_s: float = 30.0,
+    prefix_cache: PrefixCache | None = None,
 ) -> list[Evaluation]:
     """Evaluate every condition on the same prompts; one `Evaluation` per condition, in order.
 
@@ -318,7 +348,8 @@ def evaluate_conditions(
 
     `resume`/`on_checkpoint(progress)` make a long grid resumable: batches already done in
     `resume` are skipped, and `on_checkpoint` receives the partial results every
-    `checkpoint_every_s` seconds.
+    `checkpoint_every_s` seconds. `prefix_cache` keeps the prefixes' key/value caches for the
+    next evaluation of the same prompts.
     """
     import time
 
@@ -342,7 +373,9 @@ def evaluate_conditions(
     number_ids = torch.as_tensor(loaded.numbers.ids_for(p))
     n, C = len(texts), len(conditions)
     state = resume if resume is not None and resume.fits(C, n) else GridProgress.empty(C, n)
-    batches = [b for b in prepare_batches(loaded.tokenizer, texts, batch_size) if not state.done[b.indices].all()]
+    batches = [(i, b) for i, b in enumerate(prepare_batches(loaded.tokenizer, texts, batch_size)) if not state.done[b.indices].all()]
+    if prefix_cache is not None:
+        prefix_cache.use_for((id(loaded.model), tuple(texts), batch_size))
     total_done = int(state.done.sum())
     bar = progress_bar(n * C, desc, progress)
     bar.update(total_done * C)
@@ -358,7 +391,7 @@ def evaluate_conditions(
         if positions == "all":
             for c, cond in enumerate(conditions):
                 with filtered(loaded, cond.flt, cond.modules, "all"):
-                    for batch in batches:
+                    for _, batch in batches:
                         record(c, batch.indices, _full_pass(loaded, batch))
                         bar.update(len(batch.indices))
             state.done[:] = True
@@ -366,8 +399,9 @@ def evaluate_conditions(
                 on_batch(n, n)
         else:
             with _ConditionHooks(loaded) as hooks:
-                for batch in batches:
-                    for c, logits in _answer_position_passes(loaded, batch, conditions, hooks, rows_per_call):
+                for batch_no, batch in batches:
+                    stored = _StoredPrefix(prefix_cache, batch_no) if prefix_cache is not None else None
+                    for c, logits in _answer_position_passes(loaded, batch, conditions, hooks, rows_per_call, stored=stored):
                         record(c, batch.indices, logits)
                         bar.update(len(batch.indices))
                     state.done[batch.indices] = True
@@ -489,8 +523,20 @@ def _first_rows(value, total: int, rows: int):
     return value
 
 
+@dataclass
+class _StoredPrefix:
+    cache: PrefixCache
+    batch_no: int
+
+
 def _answer_position_passes(
-    loaded, batch, conditions: Sequence[Condition], hooks: _ConditionHooks, rows_per_call: int, share_first: bool = True
+    loaded,
+    batch,
+    conditions: Sequence[Condition],
+    hooks: _ConditionHooks,
+    rows_per_call: int,
+    share_first: bool = True,
+    stored: _StoredPrefix | None = None,
 ):
     """Yield (condition index, answer-position logits (B, vocab)) for every condition on one batch.
 
@@ -511,9 +557,13 @@ def _answer_position_passes(
     hooks.plan = {}
     prefix = None
     if S > 1:
-        with torch.no_grad():
-            out = model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], use_cache=True)
-        prefix = _cache_tensors(out.past_key_values)
+        prefix = stored.cache.get(stored.batch_no) if stored is not None else None
+        if prefix is None:
+            with torch.no_grad():
+                out = model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], use_cache=True)
+            prefix = _cache_tensors(out.past_key_values)
+            if stored is not None:
+                stored.cache.put(stored.batch_no, prefix)
     per_call = max(1, rows_per_call // B)
     extra = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
     copies = _PrefixCopies(prefix, min(per_call, len(conditions)), B) if prefix is not None else None

@@ -19,6 +19,9 @@ from core.errors import CoreError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MAX_LIVE_PARAMS = 150_000_000
+#: Memory kept for the prompts' prefix key/value caches of a live model (the next filter skips the prefix).
+LIVE_PREFIX_BYTES = 768 * 2**20
+LIVE_BATCH = 64
 
 
 def models_root() -> Path:
@@ -108,17 +111,21 @@ def live_ablation(loaded, examples, p: int, basis_name: str, ablation, positions
     basis = fourier_basis(p, basis_name)
     flt = ablation.build(loaded.unembedding(p), basis)
     modules = ablation.modules if ablation.modules != "none" else "both"
-    ev = evaluate(
-        loaded,
-        list(examples["prompt"]),
-        examples["answer"].to_numpy(),
-        p,
-        flt,
-        modules,
-        positions,
-        batch_size=64,
-        progress=False,
-        on_batch=on_batch,
-    )
-    ev.extra = {"compute_s": time.perf_counter() - t0, "threads": used}
+    if positions == "last":
+        from core.filters import Condition, PrefixCache, evaluate_conditions
+
+        cache = loaded.extra.setdefault("prefix_cache", PrefixCache(LIVE_PREFIX_BYTES))
+        prompts = list(examples["prompt"])
+        reused = cache.key == (id(loaded.model), tuple(prompts), LIVE_BATCH) and bool(cache.entries)
+        (ev,) = evaluate_conditions(
+            loaded, prompts, examples["answer"].to_numpy(), p, [Condition(flt, modules)], "last",
+            batch_size=LIVE_BATCH, progress=False, on_batch=on_batch, prefix_cache=cache,
+        )
+    else:
+        reused = False
+        ev = evaluate(
+            loaded, list(examples["prompt"]), examples["answer"].to_numpy(), p, flt, modules, positions,
+            batch_size=LIVE_BATCH, progress=False, on_batch=on_batch,
+        )
+    ev.extra = {"compute_s": time.perf_counter() - t0, "threads": used, "prefix_reused": reused}
     return ev

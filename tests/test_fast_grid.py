@@ -171,3 +171,48 @@ def test_cli_rejects_bad_threads(model_dir, tmp_path, capsys):
 
     assert main(["precompute", "--model", str(model_dir("gpt2")), "--cache-dir", str(tmp_path), "--threads", "zero"]) == 2
     assert "threads must be a whole number" in capsys.readouterr().err
+
+
+def test_prefix_cache_reuses_prefixes_and_changes_nothing(loaded_model, monkeypatch):
+    import core.filters as F
+    from core.filters import PrefixCache
+
+    loaded = loaded_model("llama")
+    texts, answers = _prompts(loaded, n=24)
+    conds = _conditions(loaded)
+    cache = PrefixCache()
+    first = evaluate_conditions(loaded, texts, answers, P, conds[:2], batch_size=8, progress=False, prefix_cache=cache)
+    assert len(cache.entries) == 3 and cache.bytes > 0
+    calls = []
+    real = loaded.model.forward
+
+    def counting(*a, **kw):
+        calls.append(kw["input_ids"].shape[1])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(loaded.model, "forward", counting)
+    again = evaluate_conditions(loaded, texts, answers, P, conds[:2], batch_size=8, progress=False, prefix_cache=cache)
+    assert calls and all(width == 1 for width in calls)  # no prefix pass: only answer-position passes
+    for a, b in zip(first, again):
+        assert np.array_equal(a.predictions, b.predictions) and np.allclose(a.losses, b.losses, atol=1e-6)
+    # other prompts: the cache starts over; a tiny budget keeps nothing but still computes
+    small = PrefixCache(max_bytes=1)
+    other = evaluate_conditions(loaded, texts[:10], answers[:10], P, conds[:1], batch_size=8, progress=False, prefix_cache=small)
+    assert small.entries == {} and small.key[1] == tuple(texts[:10])
+    assert np.allclose(other[0].losses, first[0].losses[:10], atol=1e-4)
+
+
+def test_live_ablation_reports_time_and_reuses_the_prefix(loaded_model):
+    import pandas as pd
+
+    from core.filters import Ablation
+    from core.live import live_ablation
+
+    loaded = loaded_model("gpt2")
+    texts, answers = _prompts(loaded, n=16)
+    examples = pd.DataFrame({"prompt": texts, "answer": answers})
+    a = live_ablation(loaded, examples, P, "paper", Ablation("mlp", "low", 10), threads=1)
+    b = live_ablation(loaded, examples, P, "paper", Ablation("mlp", "low", 10), threads=1)
+    assert a.extra["prefix_reused"] is False and b.extra["prefix_reused"] is True
+    assert a.extra["threads"] == 1 and a.extra["compute_s"] > 0
+    assert np.array_equal(a.predictions, b.predictions)
