@@ -44,4 +44,5 @@ def run_live(run: Run, folder, modules: str, removed: str, tau: int, basis: str,
         "hist": hist,
         "compute_s": ev.extra.get("compute_s"),
         "threads": ev.extra.get("threads"),
+        "prefix_reused": ev.extra.get("prefix_reused", False),
     }

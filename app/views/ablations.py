@@ -126,7 +126,10 @@ else:
             st.session_state["live_result"] = result
     result = st.session_state.get("live_result")
     if result and result["run"] == run.name:
-        took = f" in {result['compute_s']:.2f} s with {result['threads']} CPU thread(s)" if result.get("compute_s") else ""
+        took = ""
+        if result.get("compute_s"):
+            took = f" in {result['compute_s']:.2f} s with {result['threads']} CPU thread(s)"
+            took += "; the prompts' prefixes were kept from the previous filter" if result.get("prefix_reused") else ""
         st.markdown(f"**{result['label']}** on {result['n']} prompts (computed live{took}):")
         c1, c2, c3 = st.columns(3)
         base = ablations[ablations["removed"] == "none"].iloc[0]
