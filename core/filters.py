@@ -300,11 +300,12 @@ class PrefixCache:
         self.key = None
         self.entries: dict[int, list] = {}
         self.bytes = 0
+        self.batches = None  # the tokenized, batched prompts (core.capture.PreparedBatch)
 
     def use_for(self, key) -> None:
         """Start over when the prompts (or their batching) change."""
         if key != self.key:
-            self.key, self.entries, self.bytes = key, {}, 0
+            self.key, self.entries, self.bytes, self.batches = key, {}, 0, None
 
     def get(self, batch_no: int):
         return self.entries.get(batch_no)
@@ -373,9 +374,14 @@ def evaluate_conditions(
     number_ids = torch.as_tensor(loaded.numbers.ids_for(p))
     n, C = len(texts), len(conditions)
     state = resume if resume is not None and resume.fits(C, n) else GridProgress.empty(C, n)
-    batches = [(i, b) for i, b in enumerate(prepare_batches(loaded.tokenizer, texts, batch_size)) if not state.done[b.indices].all()]
     if prefix_cache is not None:
         prefix_cache.use_for((id(loaded.model), tuple(texts), batch_size))
+        if prefix_cache.batches is None:
+            prefix_cache.batches = prepare_batches(loaded.tokenizer, texts, batch_size)
+        prepared = prefix_cache.batches
+    else:
+        prepared = prepare_batches(loaded.tokenizer, texts, batch_size)
+    batches = [(i, b) for i, b in enumerate(prepared) if not state.done[b.indices].all()]
     total_done = int(state.done.sum())
     bar = progress_bar(n * C, desc, progress)
     bar.update(total_done * C)

@@ -21,7 +21,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MAX_LIVE_PARAMS = 150_000_000
 #: Memory kept for the prompts' prefix key/value caches of a live model (the next filter skips the prefix).
 LIVE_PREFIX_BYTES = 768 * 2**20
-LIVE_BATCH = 64
+#: One condition at a time: wide batches, so each answer-position call has many rows (few calls).
+LIVE_BATCH = 512
 
 
 def models_root() -> Path:
@@ -95,6 +96,20 @@ def live_slot(on_wait=None):
         _LIVE_LOCK.release()
 
 
+def live_filter(loaded, p: int, basis_name: str, ablation):
+    """The ablation's filter, built once per loaded model (kept with it for the next request)."""
+    from core.fourier import fourier_basis
+    from core.precompute import filter_key
+
+    if ablation.removed == "none":
+        return None
+    built = loaded.extra.setdefault("filters", {})
+    key = (p, basis_name, filter_key(ablation))
+    if key not in built:
+        built[key] = ablation.build(loaded.unembedding(p), fourier_basis(p, basis_name))
+    return built[key]
+
+
 def live_ablation(loaded, examples, p: int, basis_name: str, ablation, positions: str = "last", on_batch=None, threads=None):
     """Evaluate the run's prompts (examples table: prompt, answer) under one ablation.
 
@@ -103,20 +118,18 @@ def live_ablation(loaded, examples, p: int, basis_name: str, ablation, positions
     `threads` in `extra`.
     """
     from core.filters import evaluate
-    from core.fourier import fourier_basis
     from core.threads import use_threads
 
     used = use_threads(threads)
     t0 = time.perf_counter()
-    basis = fourier_basis(p, basis_name)
-    flt = ablation.build(loaded.unembedding(p), basis)
+    flt = live_filter(loaded, p, basis_name, ablation)
     modules = ablation.modules if ablation.modules != "none" else "both"
     if positions == "last":
         from core.filters import Condition, PrefixCache, evaluate_conditions
 
         cache = loaded.extra.setdefault("prefix_cache", PrefixCache(LIVE_PREFIX_BYTES))
         prompts = list(examples["prompt"])
-        reused = cache.key == (id(loaded.model), tuple(prompts), LIVE_BATCH) and bool(cache.entries)
+        reused = cache.key is not None and cache.key[:2] == (id(loaded.model), tuple(prompts)) and bool(cache.entries)
         (ev,) = evaluate_conditions(
             loaded, prompts, examples["answer"].to_numpy(), p, [Condition(flt, modules)], "last",
             batch_size=LIVE_BATCH, progress=False, on_batch=on_batch, prefix_cache=cache,

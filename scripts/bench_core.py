@@ -21,6 +21,8 @@ Measurements (each as a multiple of `plain`, one batched forward pass over the p
 * full recompute: what the grid cost before (every position of every prompt for each condition),
   measured on 3 conditions and given per condition (demo model only, with --full).
 --compare-threads also times the plain pass with 1 thread and with all cores.
+--live times the dashboard's live filter on the demo model over its whole test split (3,419
+prompts): the first filter (prefixes computed) and the next ones (prefixes kept with the model).
 """
 
 from __future__ import annotations
@@ -128,6 +130,37 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
         print(f"  plain with 1 thread / with {cores}: {med['plain, 1 thread'] / base:.2f}")
 
 
+def bench_live(lm, rounds: int) -> None:
+    import pandas as pd
+
+    from core.capture import forward_batch, prepare_batches
+    from core.filters import Ablation
+    from core.live import live_ablation
+    from core.models import prompt_texts
+    from core.tasks import build_examples, select_split
+
+    examples = select_split(build_examples("addition", 260), "test")
+    frame = pd.DataFrame({"prompt": prompt_texts(lm, [e.prompt for e in examples]), "answer": [e.answer for e in examples]})
+    lm.extra.pop("prefix_cache", None)
+    t = time.perf_counter()
+    first = live_ablation(lm, frame, 521, "paper", Ablation("mlp", "low", 50), threads="auto")
+    first_s = time.perf_counter() - t
+    later = []
+    for i in range(rounds):
+        ab = Ablation(["mlp", "attn", "both"][i % 3], ["low", "high"][i % 2], [50, 20, 100][i % 3])
+        ev = live_ablation(lm, frame, 521, "paper", ab, threads="auto")
+        later.append(ev.extra["compute_s"])
+    t = time.perf_counter()
+    for b in prepare_batches(lm.tokenizer, list(frame["prompt"]), 64):
+        forward_batch(lm, b)
+    plain_s = time.perf_counter() - t
+    print(
+        f"\nlive filter on the demo model, {len(frame)} prompts, {first.extra['threads']} thread(s): first filter {first_s:.2f} s "
+        f"(prefixes computed), next filters median {statistics.median(later):.2f} s (prefixes kept); "
+        f"a plain forward pass over the same prompts {plain_s:.2f} s"
+    )
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer prompts and rounds (a smoke run)")
@@ -136,6 +169,7 @@ def main(argv=None) -> int:
     ap.add_argument("--full", action="store_true", help="also time the old full-recompute grid on the demo model")
     ap.add_argument("--skip-large", action="store_true", help="only the demo model")
     ap.add_argument("--only-large", action="store_true", help="only the 12-layer model")
+    ap.add_argument("--live", action="store_true", help="only the live filter on the demo model")
     ap.add_argument("--prompts", type=int, default=None, help="prompts for the demo model (default 1,024; large: a quarter)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5 demo, 3 large)")
     args = ap.parse_args(argv)
@@ -148,6 +182,12 @@ def main(argv=None) -> int:
     print(f"torch threads: {n}")
     demo = ROOT / "models" / "fourier-frozen"
     prompts = args.prompts or (256 if args.quick else 1024)
+    if args.live:
+        import torch
+
+        with torch.no_grad():
+            bench_live(load_model(str(demo)), args.rounds or 5)
+        return 0
     if not args.only_large:
         rounds = args.rounds or (2 if args.quick else 5)
         bench_model("demo model (models/fourier-frozen)", load_model(str(demo)), prompts, 64, rounds, args.full, args.compare_threads)
