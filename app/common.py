@@ -54,10 +54,12 @@ def valid_runs(cache_dir: str) -> tuple[list[dict], list[dict]]:
     """(good runs, broken runs) of the cache folder: name, label, manifest / problems."""
     good, broken = [], []
     for r in run_cache.list_runs(cache_dir, deep=True):  # checksums too: a corrupt table never reaches a page
-        if r.ok:
-            good.append({"name": r.name, "label": r.manifest.get("run_label") or r.label, "manifest": r.manifest})
+        # list_runs checks the manifest's shape too (keys the pages read, their types): a run lacking
+        # `p` or with a wrongly shaped manifest is listed as broken, never handed to the sidebar
+        if r.ok and isinstance(r.manifest, dict):
+            good.append({"name": r.name, "label": str(r.manifest.get("run_label") or r.label), "manifest": r.manifest})
         else:
-            broken.append({"name": r.name, "problems": r.problems})
+            broken.append({"name": r.name, "problems": r.problems or ["unreadable manifest"]})
     good.sort(key=lambda r: (r["manifest"].get("display_order", 100), r["label"]))
     return good, broken
 

@@ -17,12 +17,14 @@ with `read_table`, which refuses paths outside the cache folder.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,12 +36,15 @@ from core.errors import CoreError
 MANIFEST = "manifest.json"
 STAGING_PREFIX = ".staging-"
 OLD_PREFIX = ".old-"
+LOCK_PREFIX = ".lock-"
+STAGE_FILE = "stage.json"
 
 #: Required columns of each table. A table may carry more.
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "examples": ("id", "split", "a", "b", "answer", "prompt", "prediction", "correct", "loss"),
     "layer_accuracy": ("layer", "final_norm", "exact", "within_2", "within_10", "n"),
     "module_spectra": ("basis", "module", "layer", "k", "period", "magnitude"),
+    "module_spectra_baseline": ("basis", "module", "layer", "k", "period", "magnitude", "magnitude_p95", "rms_norm", "match"),
     "module_logits": ("example_id", "module", "layer", "number", "logit"),
     "final_waves": ("example_id", "basis", "rank", "k", "period", "magnitude", "number", "value"),
     "embedding_spectrum": ("basis", "matrix", "k", "period", "magnitude", "null_mean", "null_p95", "outlier"),
@@ -49,7 +54,10 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "error_analysis": ("source", "n", "n_wrong", "accuracy", "share_multiple_of_10"),
     "training_log": ("seed", "epoch", "split", "accuracy", "loss"),
 }
-REQUIRED_TABLES = tuple(t for t in TABLE_COLUMNS if t != "training_log")
+#: Tables a run may lack: the training log (models trained here only) and the module-spectra baseline
+#: (runs computed before it existed; a chart shows the excess over it where the run has it).
+OPTIONAL_TABLES = ("training_log", "module_spectra_baseline")
+REQUIRED_TABLES = tuple(t for t in TABLE_COLUMNS if t not in OPTIONAL_TABLES)
 NAME_OK = re.compile(r"^[a-z0-9][a-z0-9._-]{0,120}$")
 
 
@@ -83,19 +91,112 @@ def check_table(name: str, frame: pd.DataFrame) -> None:
         raise CoreError(f"table {name} lacks columns {missing}")
 
 
+def _cache_write_error(path: Path, exc: OSError) -> CoreError:
+    why = {errno.EACCES: "permission denied", errno.EROFS: "read-only file system", errno.ENOSPC: "disk full"}.get(
+        exc.errno, exc.strerror or type(exc).__name__
+    )
+    return CoreError(f"cannot write {path} ({why}): choose a writable cache folder with --cache-dir")
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _cache_write_error(path, exc) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    frame.to_parquet(tmp, index=False, compression="zstd")
-    os.replace(tmp, path)
+    try:
+        frame.to_parquet(tmp, index=False, compression="zstd")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _cache_write_error(path, exc) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def ensure_cache_dir(cache_dir: str | Path) -> Path:
+    """The cache folder, created if needed; a clear error if it is a file or cannot be written."""
+    cache = Path(cache_dir)
+    if cache.exists() and not cache.is_dir():
+        raise CoreError(f"--cache-dir {cache_dir} is a file, not a folder: give a folder (it is created if missing)")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _cache_write_error(cache, exc) from None
+    if not os.access(cache, os.W_OK | os.X_OK):
+        raise CoreError(f"cannot write to the cache folder {cache_dir}: choose a writable one with --cache-dir")
+    return cache
+
+
+def existing_cache_dir(cache_dir: str | Path) -> Path:
+    """The cache folder for reading; a clear error if it does not exist or is not a folder."""
+    cache = Path(cache_dir)
+    if not cache.exists():
+        raise CoreError(f"there is no cache folder {cache_dir}: give the right --cache-dir, or make runs with `python -m core precompute`")
+    if not cache.is_dir():
+        raise CoreError(f"--cache-dir {cache_dir} is a file, not a folder")
+    return cache
+
+
+@contextmanager
+def run_lock(cache_dir: str | Path, name: str, log=print, wait: bool = True):
+    """Serialise work on one run: a second precompute of the same run waits for the first (or, with
+    wait=False, fails with a clear message). An exclusive flock on `.lock-NAME` in the cache folder;
+    the lock file is removed on release."""
+    import fcntl
+
+    cache = ensure_cache_dir(cache_dir)
+    path = cache / f"{LOCK_PREFIX}{name}"
+    while True:
+        try:
+            fh = open(path, "a+")
+        except OSError as exc:
+            raise _cache_write_error(path, exc) from None
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            if not wait:
+                fh.close()
+                raise CoreError(
+                    f"another precompute of run {name} is running (pid {holder}): wait for it to finish, then run this "
+                    "command again (it will find the run cached)"
+                ) from None
+            log(f"another precompute of run {name} is running (pid {holder}): waiting for it to finish")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            same = path.exists() and os.stat(path).st_ino == os.fstat(fh.fileno()).st_ino
+        except OSError:
+            same = False
+        if same:
+            break
+        fh.close()  # the holder removed the file while we waited: lock the new one
+    try:
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
+    finally:
+        try:
+            path.unlink(missing_ok=True)
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
 
 
 class RunWriter:
@@ -104,23 +205,39 @@ class RunWriter:
     def __init__(self, cache_dir: str | Path, name: str, identity: dict, options: dict, recompute: bool = False):
         if not NAME_OK.match(name):
             raise CoreError(f"invalid run name {name!r}")
-        self.cache_dir = Path(cache_dir)
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.cache_dir = ensure_cache_dir(cache_dir)
         self.name = name
         self.identity = identity
         self.options = options
         self.final = self.cache_dir / name
         self.staging = self.cache_dir / f"{STAGING_PREFIX}{name}"
-        stage_key = {"identity": identity, "options": options, "schema_version": SCHEMA_VERSION}
-        stage_file = self.staging / "stage.json"
-        if self.staging.exists():
-            old = read_json_file(stage_file)
-            if recompute or old != json.loads(json.dumps(stage_key, default=str)):
-                shutil.rmtree(self.staging)
-        self.resumed = self.staging.exists()
-        self.staging.mkdir(parents=True, exist_ok=True)
+        # A staging folder is resumed when it was started for the same identity and options and
+        # (under --recompute) by a --recompute too: an interrupted rebuild resumes, but --recompute
+        # never resumes partial work of an earlier, ordinary run.
+        mode = "recompute" if recompute else "fresh"
+        stage_key = json.loads(json.dumps({"identity": identity, "options": options, "schema_version": SCHEMA_VERSION}, default=str))
+        stage_file = self.staging / STAGE_FILE
+        try:
+            if self.staging.is_symlink() or (self.staging.exists() and not self.staging.is_dir()):
+                self.staging.unlink()
+            elif self.staging.exists():
+                old = read_json_file(stage_file)
+                same = isinstance(old, dict) and old.get("key") == stage_key
+                if not same or (recompute and old.get("mode") != "recompute"):
+                    shutil.rmtree(self.staging)
+            self.resumed = self.staging.exists()
+            self.staging.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _cache_write_error(self.staging, exc) from None
         if not self.resumed:
-            _atomic_write_bytes(stage_file, json.dumps(stage_key, indent=1, default=str).encode())
+            _atomic_write_bytes(stage_file, json.dumps({"key": stage_key, "mode": mode}, indent=1).encode())
+        for leftover in self.staging.glob(".*.tmp-*"):  # temporary files of an interrupted write
+            leftover.unlink(missing_ok=True)
+
+    def discard_if_empty(self) -> None:
+        """Remove the staging folder when it holds no finished table (nothing worth resuming)."""
+        if self.staging.is_dir() and not any(self.staging.glob("*.parquet")) and not (self.staging / "ablations.partial.json").exists():
+            shutil.rmtree(self.staging, ignore_errors=True)
 
     @property
     def exists(self) -> bool:
@@ -167,16 +284,26 @@ class RunWriter:
             "tables": tables,
         }
         _atomic_write_bytes(self.staging / MANIFEST, json.dumps(manifest, indent=1, default=str).encode())
-        for f in self.staging.glob("*.json"):  # working files of the stages (stage.json, partial results)
-            if f.name != MANIFEST:
-                f.unlink()
+        keep = {MANIFEST, *(entry["file"] for entry in tables.values())}
+        for f in self.staging.iterdir():  # working files of the stages, temporary files: never published
+            if f.name not in keep:
+                shutil.rmtree(f) if f.is_dir() and not f.is_symlink() else f.unlink()
         old = None
-        if self.final.exists():
-            old = self.cache_dir / f"{OLD_PREFIX}{self.name}-{os.getpid()}"
-            os.replace(self.final, old)
-        os.replace(self.staging, self.final)
+        try:
+            if self.final.is_symlink() or (self.final.exists() and not self.final.is_dir()):
+                self.final.unlink()
+            elif self.final.exists():
+                old = self.cache_dir / f"{OLD_PREFIX}{self.name}-{os.getpid()}"
+                os.replace(self.final, old)
+            os.replace(self.staging, self.final)
+        except OSError as exc:
+            if old is not None and not self.final.exists():
+                os.replace(old, self.final)  # put the old run back
+            raise _cache_write_error(self.final, exc) from None
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+        for stale in self.cache_dir.glob(f"{OLD_PREFIX}{self.name}-*"):  # left by a publish that was killed
+            shutil.rmtree(stale, ignore_errors=True)
         return self.final
 
 
@@ -200,7 +327,8 @@ class RunInfo:
 
     @property
     def label(self) -> str:
-        return (self.manifest or {}).get("label") or self.name
+        label = (self.manifest or {}).get("label")
+        return label if isinstance(label, str) and label else self.name
 
 
 def resolve_run(cache_dir: str | Path, name: str) -> Path:
@@ -208,6 +336,8 @@ def resolve_run(cache_dir: str | Path, name: str) -> Path:
     cache = Path(cache_dir).resolve()
     if not isinstance(name, str) or not NAME_OK.match(name) or name.startswith("."):
         raise CoreError(f"{name!r} is not a run name (runs are folders like 'scratch-1a2b3c4d5e' in {cache_dir})")
+    if (cache / name).is_symlink():
+        raise CoreError(f"run {name!r} is a symbolic link: only plain run folders inside the cache are read")
     path = (cache / name).resolve()
     if path.parent != cache:
         raise CoreError(f"{name!r} is outside the cache folder")
@@ -216,29 +346,112 @@ def resolve_run(cache_dir: str | Path, name: str) -> Path:
     return path
 
 
+#: Manifest keys the readers (CLI list, dashboard) rely on, with their types.
+MANIFEST_KEYS = {
+    "label": str,
+    "p": int,
+    "n_layers": int,
+    "width": int,
+    "basis": str,
+    "taus": list,
+    "task": dict,
+    "model": dict,
+    "tables": dict,
+}
+TASK_KEYS = {"task": str, "split": str, "n_examples": int}
+TABLE_ENTRY_KEYS = {"file": str, "rows": int, "sha256": str, "columns": list}
+
+
+def _type_name(t) -> str:
+    return {str: "text", int: "a whole number", list: "a list", dict: "an object"}.get(t, t.__name__)
+
+
+def _has_type(value, t) -> bool:
+    if t is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, t)
+
+
+def manifest_problems(manifest) -> list[str]:
+    """What is wrong with a manifest's shape: missing keys or wrong types the readers would trip on."""
+    if not isinstance(manifest, dict):
+        return [f"{MANIFEST} is not a JSON object"]
+    problems = []
+    for key, t in MANIFEST_KEYS.items():
+        if key not in manifest:
+            problems.append(f"{MANIFEST} lacks {key!r}")
+        elif not _has_type(manifest[key], t):
+            problems.append(f"{MANIFEST}: {key!r} should be {_type_name(t)}, is {type(manifest[key]).__name__}")
+    if _has_type(manifest.get("p"), int) and manifest["p"] < 3:
+        problems.append(f"{MANIFEST}: p = {manifest['p']} (a number space needs at least 3 numbers)")
+    for key in ("n_layers", "width"):
+        if _has_type(manifest.get(key), int) and manifest[key] < 1:
+            problems.append(f"{MANIFEST}: {key} = {manifest[key]}")
+    if isinstance(manifest.get("taus"), list) and not all(_has_type(t, int) for t in manifest["taus"]):
+        problems.append(f"{MANIFEST}: 'taus' should be whole numbers")
+    if isinstance(manifest.get("task"), dict):
+        for key, t in TASK_KEYS.items():
+            if not _has_type(manifest["task"].get(key), t):
+                problems.append(f"{MANIFEST}: task.{key} should be {_type_name(t)}")
+    if "run_label" in manifest and not isinstance(manifest["run_label"], str):
+        problems.append(f"{MANIFEST}: 'run_label' should be text")
+    for key in ("accuracy", "display_order"):
+        if key in manifest and (isinstance(manifest[key], bool) or not isinstance(manifest[key], (int, float))):
+            problems.append(f"{MANIFEST}: {key!r} should be a number")
+    if isinstance(manifest.get("tables"), dict):
+        for t, entry in manifest["tables"].items():
+            if not isinstance(entry, dict):
+                problems.append(f"{MANIFEST}: table {t} is not an object")
+                continue
+            for key, typ in TABLE_ENTRY_KEYS.items():
+                if not _has_type(entry.get(key), typ):
+                    problems.append(f"{MANIFEST}: table {t}: {key!r} should be {_type_name(typ)}")
+    return problems
+
+
 def verify_run(path: str | Path, deep: bool = True) -> list[str]:
     """Problems found in a run folder (empty when it matches its manifest).
 
-    Checks the manifest is readable and of this schema version, every required table is listed
-    and present, and (deep) every file's sha256, row count and columns match.
+    Checks the folder and its files are plain (no symbolic links: the readers refuse them too),
+    the manifest is readable, of this schema version and of the shape the readers expect, every
+    required table is listed and present, no file is there that the manifest does not list, and
+    (deep) every file's sha256, row count and columns match.
     """
     path = Path(path)
+    if path.is_symlink():
+        return [f"{path.name} is a symbolic link: the dashboard reads only plain run folders inside the cache"]
+    if not NAME_OK.match(path.name):
+        return [f"{path.name!r} is not a run name (lower-case letters, digits, '.', '_', '-'): the readers refuse it"]
+    if (path / MANIFEST).is_symlink():
+        return [f"{MANIFEST} is a symbolic link"]
     manifest = read_json_file(path / MANIFEST)
     if manifest is None:
         return [f"{path.name}: no readable {MANIFEST}"]
-    problems = []
+    problems = manifest_problems(manifest)
+    if not isinstance(manifest, dict):
+        return problems
     if manifest.get("schema_version") != SCHEMA_VERSION:
         problems.append(
             f"schema version {manifest.get('schema_version')} (this code reads {SCHEMA_VERSION}): recompute the run"
         )
-    tables = manifest.get("tables") or {}
+    tables = manifest.get("tables") if isinstance(manifest.get("tables"), dict) else {}
     for t in REQUIRED_TABLES:
         if t not in tables:
             problems.append(f"table {t} is not in the manifest")
+    listed = {MANIFEST}
     for t, entry in tables.items():
-        f = path / str(entry.get("file", ""))
-        if f.parent != path or not f.is_file():
-            problems.append(f"table {t}: file {entry.get('file')} is missing")
+        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+            continue
+        f = path / entry["file"]
+        listed.add(entry["file"])
+        if f.parent != path or f.name in ("", ".", ".."):
+            problems.append(f"table {t}: file {entry['file']!r} is not inside the run folder")
+            continue
+        if f.is_symlink():
+            problems.append(f"table {t}: {entry['file']} is a symbolic link (the readers refuse it)")
+            continue
+        if not f.is_file():
+            problems.append(f"table {t}: file {entry['file']} is missing")
             continue
         if not deep:
             continue
@@ -256,6 +469,12 @@ def verify_run(path: str | Path, deep: bool = True) -> list[str]:
             missing = [c for c in TABLE_COLUMNS[t] if c not in frame.columns]
             if missing:
                 problems.append(f"table {t}: lacks columns {missing}")
+    extra = sorted(f.name for f in path.iterdir() if f.name not in listed)
+    if extra:
+        problems.append(
+            f"files not in the manifest: {', '.join(extra[:5])}{', ...' if len(extra) > 5 else ''} "
+            "(remove them, or recompute the run)"
+        )
     return problems
 
 
@@ -266,17 +485,18 @@ def list_runs(cache_dir: str | Path, deep: bool = False) -> list[RunInfo]:
         return []
     runs = []
     for path in sorted(cache.iterdir()):
-        if not path.is_dir() or path.name.startswith("."):
+        if path.name.startswith(".") or not (path.is_dir() or path.is_symlink()):
             continue
         problems = verify_run(path, deep=deep)
-        runs.append(RunInfo(path.name, path, read_json_file(path / MANIFEST), problems))
+        manifest = None if path.is_symlink() else read_json_file(path / MANIFEST)
+        runs.append(RunInfo(path.name, path, manifest if isinstance(manifest, dict) else None, problems))
     return runs
 
 
 def read_manifest(cache_dir: str | Path, name: str) -> dict:
     path = resolve_run(cache_dir, name)
     manifest = read_json_file(path / MANIFEST)
-    if manifest is None:
+    if not isinstance(manifest, dict):
         raise CoreError(f"run {name} has no readable manifest: run `python -m core verify {name}`")
     return manifest
 
@@ -285,9 +505,12 @@ def read_table(cache_dir: str | Path, name: str, table: str, columns: list[str] 
     """One table of a run, as listed in its manifest."""
     path = resolve_run(cache_dir, name)
     manifest = read_manifest(cache_dir, name)
-    entry = (manifest.get("tables") or {}).get(table)
-    if entry is None:
+    tables = manifest.get("tables")
+    entry = tables.get(table) if isinstance(tables, dict) else None
+    if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
         raise CoreError(f"run {name} has no table {table!r}")
+    if (path / entry["file"]).is_symlink():
+        raise CoreError(f"table {table} of run {name} is a symbolic link: run `python -m core verify {name}`")
     f = (path / entry["file"]).resolve()
     if f.parent != path:
         raise CoreError(f"table {table} of run {name} points outside its folder")

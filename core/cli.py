@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--modules", default=None, help="name the parts by hand: blocks=PATH,attn=NAME,mlp=NAME,final_norm=PATH")
     pre.add_argument("--label", default=None, help="readable name of the run (default: the model's)")
     pre.add_argument("--cache-dir", default="cache")
-    pre.add_argument("--recompute", action="store_true", help="rebuild even if the run exists, discarding partial work")
+    pre.add_argument("--recompute", action="store_true", help="rebuild even if the run exists (partial work of an earlier ordinary run is discarded; an interrupted --recompute resumes)")
     pre.add_argument("--no-progress", action="store_true")
 
     ls = sub.add_parser("list", help="list the runs in a cache folder")
@@ -120,8 +120,9 @@ def cmd_precompute(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from core.cache import list_runs
+    from core.cache import existing_cache_dir, list_runs
 
+    existing_cache_dir(args.cache_dir)
     runs = list_runs(args.cache_dir, deep=args.deep)
     if not runs:
         print(f"no runs in {args.cache_dir}: make one with `python -m core precompute --model MODEL`")
@@ -130,6 +131,7 @@ def cmd_list(args) -> int:
         m = r.manifest or {}
         task = m.get("task", {})
         status = "ok" if r.ok else "BROKEN: " + "; ".join(r.problems)
+        task = task if isinstance(task, dict) else {}
         acc = m.get("accuracy")
         acc_s = f"{acc:.2%}" if isinstance(acc, float) else "?"
         print(
@@ -140,8 +142,9 @@ def cmd_list(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from core.cache import list_runs, resolve_run, verify_run
+    from core.cache import existing_cache_dir, list_runs, resolve_run, verify_run
 
+    existing_cache_dir(args.cache_dir)
     if args.run:
         targets = [(args.run, resolve_run(args.cache_dir, args.run))]
     else:
@@ -184,11 +187,22 @@ def main(argv=None) -> int:
     try:
         return handlers[args.command](args)
     except CoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("error: out of memory: use a smaller --limit, --batch-size or --max-operand", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file system problem the core did not foresee: still one line, no traceback
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        print(f"error: {exc.strerror or type(exc).__name__}{where}: check the paths and permissions", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: finished tables are kept; run the same command again to resume", file=sys.stderr)
         return 130
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

@@ -29,8 +29,36 @@ from core.fourier import FourierBasis, band_frequencies, check_tau
 
 MODULE_SETS = {"attn": ("attn",), "mlp": ("mlp",), "both": ("attn", "mlp")}
 POSITIONS = ("last", "all")
-#: Singular values below this share of the largest count as zero when finding the rank of A.
-RANK_TOLERANCE = 1e-9
+#: removed = "random-low" / "random-high": a random subspace of the rank of the low / high band filter.
+RANDOM_CONTROLS = {"random-low": "low", "random-high": "high"}
+RANDOM_CONTROL_SEED = 20240
+
+
+def rank_tolerance(s_max: float, shape: tuple[int, int], weight_dtype=None) -> float:
+    """Singular values at or below this count as zero: numpy's matrix_rank convention,
+    S.max() * max(M, N) * eps, with eps of the dtype the weights are stored in (their rounding
+    error, not float64's, is what an SVD of the stored weights sees)."""
+    return float(s_max) * max(shape) * _eps(weight_dtype)
+
+
+def _eps(dtype) -> float:
+    if dtype is None:
+        return float(np.finfo(np.float32).eps)
+    name = str(dtype).replace("torch.", "")
+    if name == "bfloat16":
+        return 2.0**-7
+    try:
+        return float(np.finfo(np.dtype(name)).eps)
+    except TypeError:
+        return float(np.finfo(np.float32).eps)
+
+
+def _weight_dtype(unembedding):
+    """The dtype the model stores W_U in: an Unembed's, a tensor's `weight_dtype` tag, else the array's own."""
+    tagged = getattr(unembedding, "weight_dtype", None)
+    if tagged is not None:
+        return tagged
+    return getattr(unembedding, "dtype", None)
 
 
 @dataclass(eq=False)
@@ -68,9 +96,15 @@ class ProjectionFilter:
         return self._torch_cache[key]
 
 
-def projection_filter(unembedding, basis: FourierBasis, removed: Sequence[int]) -> ProjectionFilter:
-    """The filter that removes the frequencies `removed` from what W_U reads off a module output."""
-    W_U = _as_numpy(unembedding)
+def projection_filter(unembedding, basis: FourierBasis, removed: Sequence[int], weight_dtype=None) -> ProjectionFilter:
+    """The filter that removes the frequencies `removed` from what W_U reads off a module output.
+
+    `unembedding`: W_U's number rows (p, D) as an array or tensor, or a `core.models.Unembed`. The
+    rank of A = F[removed] W_U counts singular values above `rank_tolerance` for the dtype the
+    weights are stored in (`weight_dtype`, else the one the unembedding carries).
+    """
+    weight_dtype = weight_dtype if weight_dtype is not None else _weight_dtype(unembedding)
+    W_U = _as_numpy(getattr(unembedding, "weight", unembedding) if not hasattr(unembedding, "shape") else unembedding)
     if W_U.ndim != 2 or W_U.shape[0] != basis.p:
         raise CoreError(f"the unembedding must have {basis.p} number rows, got shape {W_U.shape}")
     removed = tuple(sorted({int(k) for k in removed}))
@@ -82,8 +116,34 @@ def projection_filter(unembedding, basis: FourierBasis, removed: Sequence[int]) 
         return ProjectionFilter(removed, basis.name, np.zeros((D, 0)), D)
     A = basis.matrix[rows] @ W_U
     _, s, vt = np.linalg.svd(A, full_matrices=False)
-    rank = int((s > RANK_TOLERANCE * s.max()).sum()) if s.size and s.max() > 0 else 0
+    rank = int((s > rank_tolerance(s.max(), A.shape, weight_dtype)).sum()) if s.size and s.max() > 0 else 0
     return ProjectionFilter(removed, basis.name, vt[:rank].T.copy(), D)
+
+
+def random_subspace_filter(unembedding, rank: int, seed: int, weight_dtype=None) -> ProjectionFilter:
+    """A control for a frequency filter of rank r: remove a random r-dimensional subspace instead.
+
+    The subspace is drawn uniformly (Haar) from the row space of W_U's number rows, the directions
+    W_U reads (a subspace drawn from all of R^D would be mostly invisible to W_U and change nothing
+    a frequency filter could change). When r reaches the rank of W_U the whole row space is removed.
+    """
+    weight_dtype = weight_dtype if weight_dtype is not None else _weight_dtype(unembedding)
+    W_U = _as_numpy(getattr(unembedding, "weight", unembedding) if not hasattr(unembedding, "shape") else unembedding)
+    D = W_U.shape[1]
+    if rank >= D:
+        return ProjectionFilter((), "random", np.eye(D), D)
+    if rank <= 0:
+        return ProjectionFilter((), "random", np.zeros((D, 0)), D)
+    _, s, vt = np.linalg.svd(W_U, full_matrices=False)
+    r_w = int((s > rank_tolerance(s.max(), W_U.shape, weight_dtype)).sum()) if s.size and s.max() > 0 else 0
+    row_space = vt[:r_w].T  # (D, r_w)
+    if rank >= r_w:
+        return ProjectionFilter((), "random", row_space.copy(), D)
+    rng = np.random.default_rng(seed)
+    g = rng.standard_normal((r_w, rank))
+    q, r = np.linalg.qr(g)
+    q = q * np.sign(np.diag(r))  # Haar-uniform orthonormal columns
+    return ProjectionFilter((), "random", row_space @ q, D)
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -111,7 +171,12 @@ def keep_frequency(unembedding, basis: FourierBasis, k: int) -> ProjectionFilter
 
 @dataclass(frozen=True)
 class Ablation:
-    """Which filter, on which modules. removed: "none", "low", "high" (a band by tau) or "keep" (one k)."""
+    """Which filter, on which modules.
+
+    removed: "none", "low", "high" (a band by tau), "keep" (one k), or a random-subspace control
+    "random-low" / "random-high": a seeded random subspace of W_U's row space with the rank of the
+    low / high band filter at the same tau (PAPER.md section 5).
+    """
 
     modules: str = "none"
     removed: str = "none"
@@ -125,14 +190,14 @@ class Ablation:
             return
         if self.modules not in MODULE_SETS:
             raise CoreError(f"unknown modules {self.modules!r}: choose attn, mlp or both")
-        if self.removed in ("low", "high"):
+        if self.removed in ("low", "high") or self.removed in RANDOM_CONTROLS:
             if self.tau is None:
                 raise CoreError(f"removing the {self.removed} band needs a cutoff tau")
         elif self.removed == "keep":
             if self.keep_k is None:
                 raise CoreError("keep-one-frequency needs the frequency k to keep")
         else:
-            raise CoreError(f"unknown band {self.removed!r}: choose low, high, keep or none")
+            raise CoreError(f"unknown band {self.removed!r}: choose low, high, keep, random-low, random-high or none")
 
     def label(self) -> str:
         if self.removed == "none":
@@ -140,6 +205,8 @@ class Ablation:
         what = {"attn": "Attn", "mlp": "MLP", "both": "Attn+MLP"}[self.modules]
         if self.removed == "keep":
             return f"{what}: keep only k = {self.keep_k}"
+        if self.removed in RANDOM_CONTROLS:
+            return f"{what}: random subspace of the {RANDOM_CONTROLS[self.removed]} band's rank removed (tau = {self.tau})"
         return f"{what}: {self.removed} frequencies removed (tau = {self.tau})"
 
     def build(self, unembedding, basis: FourierBasis) -> ProjectionFilter | None:
@@ -148,6 +215,11 @@ class Ablation:
         if self.removed == "keep":
             return keep_frequency(unembedding, basis, self.keep_k)
         check_tau(basis, self.tau)
+        if self.removed in RANDOM_CONTROLS:
+            band = RANDOM_CONTROLS[self.removed]
+            matched = projection_filter(unembedding, basis, band_frequencies(basis, band, self.tau))
+            seed = RANDOM_CONTROL_SEED + 1000 * int(self.tau) + (1 if band == "high" else 0)
+            return random_subspace_filter(unembedding, matched.rank, seed)
         return projection_filter(unembedding, basis, band_frequencies(basis, self.removed, self.tau))
 
 

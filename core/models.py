@@ -29,6 +29,15 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$
 #: The prompt the number tokens are probed with: the paper's running example.
 PROBE_PROMPT = "Put together 15 and 93. Answer:"
 NUMBER_SCAN_LIMIT = 2048
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model", "vocab.txt")
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def project_relative(folder: Path) -> str:
+    """A local model folder as manifests store it: relative to the project root (portable between machines)."""
+    import os
+
+    return Path(os.path.relpath(Path(folder).resolve(), PROJECT_ROOT)).as_posix()
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,9 @@ class ModuleNames:
 KNOWN_LAYOUTS = (
     ModuleNames("transformer.h", "attn", "mlp", "transformer.ln_f"),  # GPT-2, GPT-J
     ModuleNames("gpt_neox.layers", "attention", "mlp", "gpt_neox.final_layer_norm"),  # GPT-NeoX, Pythia
+    # Gemma2, Gemma3, OLMo2 normalise each module's output before adding it to the stream: what is
+    # added is the output of the post-norms, so those are the "attention" and "MLP" outputs here.
+    ModuleNames("model.layers", "post_attention_layernorm", "post_feedforward_layernorm", "model.norm"),
     ModuleNames("model.layers", "self_attn", "mlp", "model.norm"),  # Llama, Mistral, Qwen2, Gemma, Phi-3
     ModuleNames("model.layers", "self_attn", "mlp", "model.final_layernorm"),  # Phi-1/1.5/2
 )
@@ -92,15 +104,25 @@ class ModelParts:
 class NumberTokens:
     """The single tokens the model would emit for the numbers 0..P-1 after a prompt.
 
-    `prompt_suffix` is appended to every prompt: "" when the number token carries its own
-    leading space (GPT-2's " 108"), " " when the tokenizer splits the space off ("108" after
-    "Answer: ").
+    A prompt is read as `prompt + prompt_suffix`; the answer n follows it as the text
+    `answer_prefix + str(n)`, one token. Three ways are tried (`core.models.NUMBER_CONVENTIONS`):
+
+    * "leading-space": the token carries its space (GPT-2's " 108" after "Answer:");
+    * "no-space" after a prompt ending in a space ("Answer: " then "108": the space is its own
+      token or is dropped by a word-level tokenizer);
+    * "no-space" right after the prompt ("Answer:" then "108": what the paper's fine-tuned GPT-2
+      emits; with GPT-2's vocabulary it is the only way the numbers 0..520 are all single tokens).
+
+    k-shot prompts write their solved examples the same way, so an un-fine-tuned model sees in
+    the prompt the very tokens it is scored on.
     """
 
     ids: tuple[int, ...]
     prompt_suffix: str
     first_split: int | None  # first number that is not a single token (None: all up to the scan limit are)
     first_split_pieces: tuple[str, ...] = ()
+    convention: str = "leading-space"  # "leading-space" or "no-space"
+    answer_prefix: str = " "  # text between the prompt (with its suffix) and the number
 
     @property
     def P(self) -> int:
@@ -110,17 +132,37 @@ class NumberTokens:
         require_number_range(self, p)
         return np.asarray(self.ids[:p], dtype=np.int64)
 
+    def answer_text(self, n: int) -> str:
+        """The text that follows the prompt (as the model reads it) when the answer is n."""
+        return f"{self.answer_prefix}{n}"
+
     def describe(self) -> str:
-        style = "with a leading space inside the token" if self.prompt_suffix == "" else "after a prompt ending in a space"
+        style = {
+            ("leading-space", "", " "): 'with the leading space inside the token (" 108" after "Answer:")',
+            ("no-space", "", " "): 'without a space ("108" after "Answer:", the tokenizer drops the space between)',
+            ("no-space", " ", ""): 'without a space, after a prompt ending in a space ("108" after "Answer: ")',
+            ("no-space", "", ""): 'without a space, right after the prompt ("108" after "Answer:")',
+        }.get((self.convention, self.prompt_suffix, self.answer_prefix), f"{self.convention} tokens")
         if self.first_split is None:
             return f"numbers 0..{self.P - 1} (at least) are single tokens, {style}"
         return f"numbers 0..{self.P - 1} are single tokens, {style}; {self.first_split} is the first that is not"
+
+
+#: (convention, prompt_suffix, answer_prefix), in order of preference when several cover a task:
+#: the way running text writes an answer first, the fine-tuned paper models' way last.
+NUMBER_CONVENTIONS = (("leading-space", "", " "), ("no-space", " ", ""), ("no-space", "", ""))
 
 
 def require_number_range(numbers: NumberTokens, p: int, what: str = "this task") -> None:
     """Fail with a clear message when the numbers 0..p-1 are not all single tokens."""
     if p <= numbers.P:
         return
+    if numbers.P == 0:
+        pieces = f" (it becomes {list(numbers.first_split_pieces)})" if numbers.first_split_pieces else ""
+        raise CoreError(
+            f"{what} needs the numbers 0..{p - 1} as single tokens, but this tokenizer has not even 0 as one token "
+            f"after the prompt{pieces}: this model cannot be analysed with this method"
+        )
     if numbers.P == 10 and numbers.first_split == 10:
         hint = "this tokenizer splits numbers into digits, so only 0..9 are single tokens (P = 10)"
     else:
@@ -138,20 +180,21 @@ def require_number_range(numbers: NumberTokens, p: int, what: str = "this task")
     )
 
 
-def find_number_tokens(tokenizer, probe_prompt: str = PROBE_PROMPT, limit: int = NUMBER_SCAN_LIMIT) -> NumberTokens:
-    """Find, for each n, the single token a model emits for n after `probe_prompt`.
+def number_token_candidates(
+    tokenizer, probe_prompt: str = PROBE_PROMPT, limit: int = NUMBER_SCAN_LIMIT
+) -> list[NumberTokens]:
+    """The number tokens under each convention of `NUMBER_CONVENTIONS`, in that order.
 
-    Two conventions are tried: the number token carries its leading space (prompt ends in
-    "Answer:", token " 108"), or the space is its own token or part of the prompt (prompt ends
-    in "Answer: ", token "108"). The one that covers the longer run 0..P-1 wins. A number counts
-    only if it adds exactly one token, that token is not the unknown token, decodes back to the
-    number, and differs from the tokens of all smaller numbers.
+    A number counts only if `prompt + suffix + prefix + str(n)` tokenizes to the prompt's own
+    tokens plus exactly one more, that token is not the unknown token, decodes back to the
+    number, and differs from the tokens of all smaller numbers. The scan stops at the first
+    number that fails.
     """
     unk = getattr(tokenizer, "unk_token_id", None)
-    best: NumberTokens | None = None
-    for suffix in ("", " "):
+    out = []
+    for convention, suffix, prefix in NUMBER_CONVENTIONS:
         base = tokenizer(probe_prompt + suffix)["input_ids"]
-        texts = [probe_prompt + " " + str(n) for n in range(limit)]
+        texts = [probe_prompt + suffix + prefix + str(n) for n in range(limit)]
         encoded = tokenizer(texts)["input_ids"]
         ids: list[int] = []
         seen: set[int] = set()
@@ -167,15 +210,120 @@ def find_number_tokens(tokenizer, probe_prompt: str = PROBE_PROMPT, limit: int =
             )
             if not ok:
                 first_split = n
-                pieces = tuple(tokenizer.convert_ids_to_tokens(new if full[: len(base)] == base else full))
+                pieces = tuple(tokenizer.convert_ids_to_tokens(new if full[: len(base)] == base else full[-4:]))
                 break
             ids.append(new[0])
             seen.add(new[0])
-        cand = NumberTokens(tuple(ids), suffix, first_split, pieces)
-        if best is None or cand.P > best.P:
+        if ids and convention == "leading-space" and not _carries_space(tokenizer, ids[0]):
+            convention = "no-space"  # a word-level tokenizer drops the space: the token is the bare number
+        out.append(NumberTokens(tuple(ids), suffix, first_split, pieces, convention, prefix))
+    return out
+
+
+def _carries_space(tokenizer, token_id: int) -> bool:
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    return tokenizer.decode([token_id]).startswith(" ") or (isinstance(piece, str) and piece[:1] in ("Ġ", "▁", " "))
+
+
+def choose_number_tokens(candidates: Sequence[NumberTokens], p: int | None = None) -> NumberTokens:
+    """The first convention (in order of preference) that covers 0..p-1; else the longest range."""
+    if p is not None:
+        for cand in candidates:
+            if cand.P >= p:
+                return cand
+    best = candidates[0]
+    for cand in candidates[1:]:
+        if cand.P > best.P:
             best = cand
-    assert best is not None
     return best
+
+
+def find_number_tokens(
+    tokenizer, probe_prompt: str = PROBE_PROMPT, limit: int = NUMBER_SCAN_LIMIT, p: int | None = None
+) -> NumberTokens:
+    """Find, for each n, the single token a model emits for n after `probe_prompt`.
+
+    With `p`, the first convention that covers 0..p-1 wins (a natural-text convention before the
+    fine-tuned models' no-space one); without, the one that covers the longest run 0..P-1.
+    """
+    return choose_number_tokens(number_token_candidates(tokenizer, probe_prompt, limit), p)
+
+
+@dataclass(eq=False)
+class Unembed:
+    """How the model turns a residual-stream vector into logits over the number tokens.
+
+    logits(h) = softcap(scale * (W_U norm(h) + b)): the final norm (optional, off for the
+    logit lens "without the final norm"), the unembedding rows of the number tokens 0..p-1, the
+    lm_head bias, a constant logit scale (Cohere, Granite) and final logit soft-capping
+    (c tanh(z / c), Gemma2). `read(x)` is the linear part scale * W_U x: what W_U reads off a
+    module output (module logits, module spectra, the Fourier filters), with no bias, since a
+    module output adds no bias of its own.
+    """
+
+    weight: object  # (p, D) float32 tensor, on the lm_head's device
+    bias: object | None  # (p,) float32 or None
+    norm: object | None  # the final norm module or None
+    scale: float = 1.0
+    softcap: float | None = None
+    weight_dtype: object = None  # the dtype the model stores W_U in (sets the filters' rank tolerance)
+
+    @property
+    def p(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.weight.shape[1])
+
+    def read(self, x):
+        """scale * W_U x over the last axis, float32 (..., D) -> (..., p)."""
+        out = x.to(self.weight.device).float() @ self.weight.T
+        return out * self.scale if self.scale != 1.0 else out
+
+    def logits(self, h, final_norm: bool = True):
+        """The model's own logits over the number tokens for residual vectors h (..., D)."""
+        import torch
+
+        if final_norm and self.norm is not None:
+            dev = next(self.norm.parameters(), h).device
+            with torch.no_grad():
+                h = self.norm(h.to(dev))
+        z = h.to(self.weight.device).float() @ self.weight.T
+        if self.bias is not None:
+            z = z + self.bias
+        if self.scale != 1.0:
+            z = z * self.scale
+        if self.softcap:
+            z = torch.tanh(z / self.softcap) * self.softcap
+        return z
+
+
+def build_unembed(model, final_norm, ids) -> Unembed:
+    """The model's `Unembed` restricted to the token ids `ids` (the number tokens)."""
+    import torch
+
+    head = model.get_output_embeddings()
+    weight = head.weight
+    t = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=weight.device)
+    rows = weight.detach()[t].float()
+    bias = getattr(head, "bias", None)
+    bias = bias.detach()[t.to(bias.device)].float().to(weight.device) if bias is not None else None
+    scale, softcap = logit_transform(model.config)
+    return Unembed(rows, bias, final_norm, scale, softcap, weight.dtype)
+
+
+def logit_transform(config) -> tuple[float, float | None]:
+    """(scale, softcap) the model applies to its logits after lm_head, read from its config."""
+    model_type = getattr(config, "model_type", "")
+    text = getattr(config, "text_config", None) or config
+    scale = 1.0
+    if model_type.startswith("cohere") and getattr(text, "logit_scale", None):
+        scale = float(text.logit_scale)
+    if model_type.startswith("granite") and getattr(text, "logits_scaling", None):
+        scale = 1.0 / float(text.logits_scaling)
+    softcap = getattr(text, "final_logit_softcapping", None)
+    return scale, (float(softcap) if softcap else None)
 
 
 @dataclass
@@ -192,6 +340,7 @@ class LoadedModel:
     architecture: str
     local: bool
     extra: dict = field(default_factory=dict)
+    number_candidates: list = field(default_factory=list)  # NumberTokens under each convention
 
     @property
     def n_layers(self) -> int:
@@ -205,13 +354,30 @@ class LoadedModel:
     def input_device(self):
         return self.model.get_input_embeddings().weight.device
 
+    def select_numbers(self, p: int, what: str = "this task") -> NumberTokens:
+        """Use the number-token convention that covers 0..p-1 (see `choose_number_tokens`); fail clearly if none does."""
+        chosen = choose_number_tokens(self.number_candidates or [self.numbers], p)
+        require_number_range(chosen, p, what)
+        self.numbers = chosen
+        return chosen
+
+    def unembed(self, p: int, ids=None) -> Unembed:
+        """The `Unembed` of the number tokens 0..p-1 (or of the token ids `ids`)."""
+        return build_unembed(self.model, self.parts.final_norm, self.numbers.ids_for(p) if ids is None else ids)
+
     def unembedding(self, p: int):
-        """W_U: the p rows of the unembedding for the number tokens 0..p-1, float32, (p, D)."""
+        """W_U: the p rows of the unembedding for the number tokens 0..p-1, float32, (p, D).
+
+        The tensor carries `weight_dtype`, the dtype the model stores W_U in, which sets the
+        rank tolerance of the filters built from it (`core.filters.projection_filter`).
+        """
         import torch
 
         ids = torch.as_tensor(self.numbers.ids_for(p))
         weight = self.model.get_output_embeddings().weight
-        return weight.detach()[ids.to(weight.device)].float()
+        rows = weight.detach()[ids.to(weight.device)].float()
+        rows.weight_dtype = weight.dtype
+        return rows
 
     def number_embedding(self, p: int):
         """W_E: the p input-embedding rows of the number tokens 0..p-1, float32, (p, D)."""
@@ -251,7 +417,7 @@ def find_parts(model, names: ModuleNames | None = None) -> ModelParts:
         blocks = _get(model, cand.blocks)
         if blocks is None or not hasattr(blocks, "__len__") or len(blocks) == 0:
             continue
-        if not all(hasattr(b, cand.attn) and hasattr(b, cand.mlp) for b in blocks):
+        if not all(_get(b, cand.attn) is not None and _get(b, cand.mlp) is not None for b in blocks):
             continue
         final_norm = _get(model, cand.final_norm) if cand.final_norm else None
         if cand.final_norm and final_norm is None:
@@ -259,8 +425,8 @@ def find_parts(model, names: ModuleNames | None = None) -> ModelParts:
         return ModelParts(
             names=cand,
             blocks=list(blocks),
-            attn=[getattr(b, cand.attn) for b in blocks],
-            mlp=[getattr(b, cand.mlp) for b in blocks],
+            attn=[_get(b, cand.attn) for b in blocks],
+            mlp=[_get(b, cand.mlp) for b in blocks],
             final_norm=final_norm,
         )
     what = f"the module names you gave ({names})" if names is not None else "any known layout (GPT-2, GPT-J, GPT-NeoX, Phi, Llama-style)"
@@ -269,6 +435,70 @@ def find_parts(model, names: ModuleNames | None = None) -> ModelParts:
         f"Modules found: {_module_listing(model)}. Name them by hand with "
         f"--modules blocks=PATH,attn=NAME,mlp=NAME,final_norm=PATH (for GPT-2: {KNOWN_LAYOUTS[0]})"
     )
+
+
+#: Largest share of h(l) that h(l) - h(l-1) - Attn(l) - MLP(l) may have (float32; half precisions get more).
+RESIDUAL_TOLERANCE = {"float32": 1e-3, "half": 3e-2}
+
+
+def check_layout(model, tokenizer, parts: ModelParts, unembed_of, probe_ids=None, texts: Sequence[str] = (PROBE_PROMPT,)) -> dict:
+    """Check on a probe batch that the hooked modules are what the analysis assumes; fail clearly if not.
+
+    1. h(l) = h(l-1) + Attn(l) + MLP(l) at every layer (the residual stream adds exactly the hooked
+       attention and MLP outputs): post-norm layouts hooked at the wrong place, or --modules naming
+       the wrong modules, break it.
+    2. The `Unembed` at the last layer reproduces the model's own logits (final norm, bias, scale,
+       soft-cap all accounted for).
+    Returns the largest relative errors seen, for the manifest.
+    """
+    import torch
+
+    from core.capture import LastPositionRecorder, prepare_batches
+
+    batch = prepare_batches(tokenizer, list(texts), len(texts))[0]
+    device = model.get_input_embeddings().weight.device
+    with LastPositionRecorder(parts) as rec, torch.no_grad():
+        out = model(
+            input_ids=batch.input_ids.to(device),
+            attention_mask=batch.attention_mask.to(device),
+            position_ids=batch.position_ids.to(device),
+            use_cache=False,
+        )
+        vecs = rec.take(model.get_output_embeddings().weight.device)
+    resid, attn, mlp = vecs["resid"].float(), vecs["attn"].float(), vecs["mlp"].float()
+    if attn.shape[-1] != resid.shape[-1] or mlp.shape[-1] != resid.shape[-1]:
+        raise CoreError(
+            f"the hooked attention/MLP outputs are {attn.shape[-1]}/{mlp.shape[-1]} wide but the residual stream is "
+            f"{resid.shape[-1]} wide: the module names ({parts.names}) do not name the modules whose outputs are added "
+            "to the stream. Name them with --modules blocks=PATH,attn=NAME,mlp=NAME,final_norm=PATH"
+        )
+    half = model.get_output_embeddings().weight.dtype in (torch.float16, torch.bfloat16)
+    tol = RESIDUAL_TOLERANCE["half" if half else "float32"]
+    gap = resid[:, 1:] - resid[:, :-1] - attn - mlp
+    share = (gap.norm(dim=-1) / resid[:, 1:].norm(dim=-1).clamp_min(1e-12)).max(0).values  # per layer
+    worst = int(share.argmax())
+    if float(share[worst]) > tol:
+        raise CoreError(
+            f"{type(model).__name__}: h(l) - h(l-1) - Attn(l) - MLP(l) is {float(share[worst]):.1%} of h(l) at layer "
+            f"{worst + 1} (allowed {tol:.1%}), so the hooked modules ({parts.names}) are not what each block adds to "
+            "the residual stream. This happens with post-norm layouts (a norm after each module) hooked before their "
+            "norm, or with --modules naming the wrong modules. Name the modules whose outputs are added to the stream "
+            "with --modules blocks=PATH,attn=NAME,mlp=NAME,final_norm=PATH, or use another model."
+        )
+    lens_share = None
+    if probe_ids is not None and len(probe_ids):
+        unembed = unembed_of(probe_ids)
+        lens = unembed.logits(resid[:, -1])
+        own = out.logits[:, -1, :].float()[:, torch.as_tensor(np.asarray(probe_ids), device=out.logits.device)].to(lens.device)
+        lens_share = float((lens - own).abs().max() / own.abs().max().clamp_min(1e-12))
+        if lens_share > tol * 10:
+            raise CoreError(
+                f"{type(model).__name__}: the logit lens at the last layer (final norm, unembedding, bias, logit "
+                f"scale and soft-cap) differs from the model's own logits by {lens_share:.1%} of their size: the model "
+                "transforms its logits in a way this tool does not know, or final_norm names the wrong module "
+                "(--modules ...,final_norm=PATH)."
+            )
+    return {"residual_gap": round(float(share.max()), 6), "lens_gap": None if lens_share is None else round(lens_share, 6)}
 
 
 def _torch_dtype(name: str):
@@ -328,7 +558,21 @@ def resolve_source(source: str) -> tuple[bool, Path | None]:
                 "unpickles checkpoints: convert the weights with save_pretrained(..., safe_serialization=True) "
                 "in an environment you trust."
             )
+        if not any((path / f).exists() for f in TOKENIZER_FILES):
+            raise CoreError(
+                f"{source} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): save the tokenizer next to "
+                "the weights with tokenizer.save_pretrained(folder)"
+            )
         return True, path
+    parent = path.parent
+    if "/" in source and str(parent) not in ("", ".") and parent.is_dir():
+        import difflib
+
+        near = difflib.get_close_matches(path.name, [c.name for c in parent.iterdir() if c.is_dir()], n=1)
+        hint = f" Did you mean {parent / near[0]}?" if near else ""
+        raise CoreError(
+            f"there is no folder {source} (but {parent} exists here, so this is not read as a hub id).{hint}"
+        )
     if source.startswith((".", "/", "~")) or not HUB_ID.match(source):
         raise CoreError(f"{source!r} is neither an existing folder nor a hub id like 'gpt2' or 'EleutherAI/pythia-160m'")
     return False, None
@@ -384,9 +628,14 @@ def load_model(
         )
     except CoreError:
         raise
-    except (OSError, ValueError, EnvironmentError) as exc:
+    except Exception as exc:  # OSError, ValueError, a corrupt safetensors file (SafetensorError), ...
         where = f"the folder {source}" if local else f"the Hugging Face hub id {source!r}"
         msg = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
+        if type(exc).__name__ == "SafetensorError" or "safetensors" in type(exc).__module__:
+            raise CoreError(
+                f"could not load {where}: a .safetensors file is corrupt or truncated ({msg}). "
+                "Copy or save the weights again."
+            ) from None
         if "trust_remote_code" in str(exc):
             raise CoreError(
                 f"{where} needs custom code to load. It is off by default; pass --trust-remote-code on the "
@@ -402,7 +651,11 @@ def load_model(
         model.to(device)
     model.eval()
     parts = find_parts(model, module_names)
-    numbers = find_number_tokens(tokenizer)
+    candidates = number_token_candidates(tokenizer)
+    numbers = choose_number_tokens(candidates)
+    if numbers.P == 0:
+        require_number_range(numbers, 1, f"{source}")
+    checks = check_layout(model, tokenizer, parts, lambda ids: build_unembed(model, parts.final_norm, ids), numbers.ids)
     revision_seen = getattr(config, "_commit_hash", None) or revision
     if local:
         fingerprint = fingerprint_folder(folder)
@@ -418,14 +671,15 @@ def load_model(
         fingerprint=fingerprint,
         architecture=type(model).__name__,
         local=local,
-        extra={"dtype": dtype, "device": device if device_map is None else f"device_map={device_map}"},
+        extra={"dtype": dtype, "device": device if device_map is None else f"device_map={device_map}", "layout_check": checks},
+        number_candidates=candidates,
     )
 
 
 def describe_model(loaded: LoadedModel) -> dict:
     """A JSON-friendly summary for manifests."""
     return {
-        "source": loaded.source,
+        "source": project_relative(Path(loaded.source)) if loaded.local else loaded.source,
         "revision": loaded.revision,
         "fingerprint": loaded.fingerprint,
         "architecture": loaded.architecture,
@@ -434,7 +688,12 @@ def describe_model(loaded: LoadedModel) -> dict:
         "module_names": str(loaded.parts.names),
         "numbers": loaded.numbers.describe(),
         "number_range": loaded.numbers.P,
+        "number_token_convention": loaded.numbers.convention,
+        "number_ranges_by_convention": {
+            f"{c.convention}, prompt ends {('Answer:' + c.prompt_suffix)!r}": c.P for c in loaded.number_candidates
+        },
         "prompt_suffix": loaded.numbers.prompt_suffix,
+        "answer_prefix": loaded.numbers.answer_prefix,
         **loaded.extra,
     }
 

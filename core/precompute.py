@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from core.behaviour import error_histogram, error_summary
-from core.cache import RunWriter, check_table, read_json_file, run_name
+from core.cache import RunWriter, check_table, read_json_file, run_lock, run_name
 from core.errors import CoreError
 from core.fourier import BASES, check_basis_name, check_tau, fourier_basis, frequency_magnitudes, top_components
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample, with_shots
@@ -30,6 +30,7 @@ from core.tasks import build_examples, number_space, running_example_id, select_
 DEFAULT_TAUS = (5, 10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
 PROMPT_FORMAT = "paper phrasings + ' Answer:'"
 WAVES_KEPT = 10  # top-k waves stored per sampled example (the dashboard picks k <= this)
+MEASURE_TABLES = ("examples", "layer_accuracy", "module_spectra", "module_spectra_baseline", "module_logits", "final_waves")
 
 
 @dataclass
@@ -104,10 +105,12 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
     """Compute and publish a run; returns its folder. Raises CoreError on bad input."""
     import torch
 
-    from core.models import ModuleNames, load_model, prompt_texts, require_number_range
+    from core.cache import ensure_cache_dir
+    from core.models import ModuleNames, load_model
 
     check_basis_name(opts.basis)
-    p = number_space(opts.task, opts.max_operand)
+    p = number_space(opts.task, opts.max_operand)  # checks the task and max operand before any work
+    ensure_cache_dir(opts.cache_dir)
     all_examples = build_examples(opts.task, opts.max_operand, opts.dataset_seed)
     running = running_example_id(opts.task, opts.max_operand)
     examples = subsample(select_split(all_examples, opts.split), opts.limit, opts.dataset_seed, [running] if running else [])
@@ -131,13 +134,58 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
         revision=opts.revision,
         module_names=names,
     )
-    require_number_range(loaded.numbers, p, f"the {opts.task} task with operands 0..{opts.max_operand}")
+    loaded.select_numbers(p, f"the {opts.task} task with operands 0..{opts.max_operand}")
+    texts = model_prompts(loaded, examples, pool, opts.shots, opts.dataset_seed)
+    _check_context(loaded, texts, opts.shots)
     label = _model_label(opts, loaded)
     identity = run_identity(opts, loaded, taus)
     run_label = f"{label} {opts.task} {opts.split}" + (f" {opts.shots}-shot" if opts.shots else "")
     name = run_name(run_label, identity)
     options = {"taus": list(taus), "n_sample": opts.n_sample}
-    writer = RunWriter(opts.cache_dir, name, identity, options, recompute=opts.recompute)
+    with run_lock(opts.cache_dir, name, log):
+        writer = RunWriter(opts.cache_dir, name, identity, options, recompute=opts.recompute)
+        try:
+            return _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, running, label, run_label, options, t0, log)
+        finally:
+            writer.discard_if_empty()  # a staging folder with no finished table is not worth keeping
+
+
+def model_prompts(loaded, examples, pool, shots: int, seed: int) -> list[str]:
+    """The prompts as the model reads them. k-shot examples show their answers exactly as the model
+    is scored on them (its number-token convention), so an un-fine-tuned model sees in the prompt
+    the very tokens it would emit."""
+    from core.models import prompt_texts
+
+    nt = loaded.numbers
+    return prompt_texts(loaded, with_shots(examples, pool, shots, seed, lambda n: nt.prompt_suffix + nt.answer_text(n)))
+
+
+def _check_context(loaded, texts, shots: int) -> None:
+    """Fail clearly when the longest prompt does not fit the model's context window."""
+    config = loaded.model.config
+    limit = None
+    for key in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            limit = value
+            break
+    if limit is None:
+        return
+    longest = max(len(ids) for ids in loaded.tokenizer(list(texts))["input_ids"])
+    if longest > limit:
+        raise CoreError(
+            f"the longest prompt is {longest} tokens but the model reads at most {limit}"
+            + (f": use fewer --shots than {shots}" if shots else ": this task's prompts do not fit this model")
+        )
+
+
+def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, running, label, run_label, options, t0, log) -> Path:
+    """The stages of `precompute`, run under the run's lock."""
+    import torch
+
+    from core.models import project_relative
+
+    name = writer.name
     if writer.exists and not opts.recompute:
         existing = (read_json_file(writer.final / "manifest.json") or {}).get("options")
         if existing is not None and existing != json.loads(json.dumps(options)):
@@ -152,14 +200,13 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
     if writer.resumed:
         log(f"resuming {name} from its unfinished tables")
 
-    texts = prompt_texts(loaded, with_shots(examples, pool, opts.shots, opts.dataset_seed))
     answers = np.array([e.answer for e in examples])
-    timings = {"load_s": round(time.time() - t0, 2), "threads": threads}
+    timings = {"load_s": round(time.time() - t0, 2), "threads": torch.get_num_threads()}
     notes = list(opts.extra_notes)
 
     with torch.no_grad():
         t1 = time.time()
-        if not all(writer.has(t) for t in ("examples", "layer_accuracy", "module_spectra", "module_logits", "final_waves")):
+        if not all(writer.has(t) for t in MEASURE_TABLES):
             tables = measure(loaded, examples, texts, p, opts, running, log)
             for t, frame in tables.items():
                 writer.write(t, frame)
@@ -202,8 +249,13 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
     manifest = {
         "label": label,
         "run_label": run_label,
-        "model": {**describe_model(loaded), "source_as_given": opts.model, "tied_embeddings": tied},
+        "model": {
+            **describe_model(loaded),
+            "source_as_given": project_relative(Path(loaded.source)) if loaded.local else opts.model,
+            "tied_embeddings": tied,
+        },
         "task": {
+            "number_token_convention": loaded.numbers.convention,
             "task": opts.task,
             "max_operand": opts.max_operand,
             "p": p,
@@ -236,12 +288,13 @@ def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: s
     from core.filters import answer_losses
 
     L = loaded.n_layers
-    W_U = loaded.unembedding(p)  # (p, D) float32 on the unembedding's device
+    unembed = loaded.unembed(p)  # final norm, W_U number rows, bias, scale, soft-cap
+    W_U = unembed.weight  # (p, D) float32 on the unembedding's device
     number_ids = torch.as_tensor(loaded.numbers.ids_for(p), device=W_U.device)
-    norm = loaded.parts.final_norm
     bases = {b: fourier_basis(p, b) for b in BASES}
     K = {b: bases[b].n_freq for b in BASES}
     spectra = {(m, b): np.zeros((L + 1 if m == "resid" else L, K[b])) for m in ("resid", "attn", "mlp") for b in BASES}
+    sq_norms = {m: np.zeros(L + 1 if m == "resid" else L) for m in ("resid", "attn", "mlp")}  # sum of ||x||^2
     layer_hits = {fn: np.zeros((L + 1, 3)) for fn in (False, True)}  # exact, within 2, within 10
     answers = np.array([e.answer for e in examples])
     n = len(examples)
@@ -255,17 +308,15 @@ def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: s
     for cb in iter_capture(loaded, texts, opts.batch_size, progress=opts.progress, desc="measure"):
         idx = cb.indices
         ans = torch.as_tensor(answers[idx], device=W_U.device)
-        resid = cb.resid.float()
-        lens = {False: resid @ W_U.T}
-        if norm is not None:
-            lens[True] = norm(cb.resid.to(next(norm.parameters(), cb.resid).device)).float().to(W_U.device) @ W_U.T
-        else:
-            lens[True] = lens[False]
+        lens = {False: unembed.logits(cb.resid, final_norm=False)}
+        lens[True] = unembed.logits(cb.resid, final_norm=True) if unembed.norm is not None else lens[False]
         for fn, logits in lens.items():
             pred = logits.argmax(-1)  # (B, L+1)
             err = (pred - ans[:, None]).abs()
             layer_hits[fn] += torch.stack([(err == 0).sum(0), (err <= 2).sum(0), (err <= 10).sum(0)], -1).cpu().numpy()
-        module_logits = {"resid": lens[False], "attn": cb.attn.float() @ W_U.T, "mlp": cb.mlp.float() @ W_U.T}
+        module_logits = {"resid": unembed.read(cb.resid), "attn": unembed.read(cb.attn), "mlp": unembed.read(cb.mlp)}
+        for m in sq_norms:
+            sq_norms[m] += (getattr(cb, m).float() ** 2).sum(-1).sum(0).cpu().numpy()
         for m, logits in module_logits.items():
             arr = logits.double().cpu().numpy()
             for b in BASES:
@@ -359,13 +410,56 @@ def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: s
     )
     for col in ("module", "example_id"):
         logits_frame[col] = logits_frame[col].astype("category")
+    baseline = module_spectra_baseline(unembed, bases, {m: np.sqrt(v / n) for m, v in sq_norms.items()}, seed=opts.dataset_seed)
     return {
         "examples": examples_frame,
         "layer_accuracy": pd.DataFrame(acc_rows),
         "module_spectra": pd.concat(spec_rows, ignore_index=True),
+        "module_spectra_baseline": baseline,
         "module_logits": logits_frame,
         "final_waves": waves_frame,
     }
+
+
+BASELINE_DRAWS = 2000
+
+
+def module_spectra_baseline(unembed, bases: dict, rms_norms: dict, draws: int = BASELINE_DRAWS, seed: int = 0) -> pd.DataFrame:
+    """The spectrum W_U alone gives: random vectors read through the unembedding, per module and layer.
+
+    For each module and layer, x ~ N(0, s^2 I_D) with s^2 = E||x||^2 / D matched to that module's
+    outputs at the answer position (same root-mean-square norm); the baseline magnitude at k is
+    the mean over `draws` such vectors of |(F W_U x)_k| (the same read as module_spectra), and
+    magnitude_p95 its 95th percentile. Since x scales with s, one set of unit draws serves every
+    row. When W_U has low rank (tied frozen number rows), this baseline is itself sparse: a
+    module spectrum shows something the module learned only where it exceeds it.
+    """
+    import torch
+
+    from core.fourier import frequency_magnitudes
+
+    D = unembed.width
+    gen = torch.Generator(device="cpu").manual_seed(int(seed) + 7919)
+    x = torch.randn(draws, D, generator=gen, dtype=torch.float32) / np.sqrt(D)  # E||x||^2 = 1
+    unit_logits = unembed.read(x).double().cpu().numpy()  # (draws, p)
+    frames = []
+    for b, basis in bases.items():
+        mags = frequency_magnitudes(basis, unit_logits)  # (draws, K)
+        mean, p95 = mags.mean(0), np.percentile(mags, 95, axis=0)
+        ks = basis.frequencies
+        for m, rms in rms_norms.items():
+            first = 0 if m == "resid" else 1
+            for l, r in enumerate(rms):
+                frames.append(
+                    pd.DataFrame(
+                        {
+                            "basis": b, "module": m, "layer": l + first, "k": ks, "period": basis.period(ks),
+                            "magnitude": r * mean, "magnitude_p95": r * p95, "rms_norm": float(r), "match": "norm",
+                            "draws": draws,
+                        }
+                    )
+                )
+    return pd.concat(frames, ignore_index=True)
 
 
 def _half(values: np.ndarray) -> np.ndarray:
@@ -401,13 +495,18 @@ def embedding_tables(loaded, p: int, seed: int):
 
 
 def ablation_specs(basis, taus):
-    """The grid: no filter; modules x band removed x tau; keep-one for periods 2 and p-1."""
+    """The grid: no filter; modules x band removed x tau; keep-one for periods 2 and p-1; and, for
+    each band filter, a random-subspace control of the same rank."""
     from core.filters import Ablation
 
     specs = [Ablation()]
     for tau in taus:
         for modules in ("both", "attn", "mlp"):
             for removed in ("low", "high"):
+                specs.append(Ablation(modules, removed, int(tau)))
+    for tau in taus:  # controls: a random subspace of the same rank as each band filter (PAPER.md section 5)
+        for modules in ("both", "attn", "mlp"):
+            for removed in ("random-low", "random-high"):
                 specs.append(Ablation(modules, removed, int(tau)))
     for k in sorted({basis.frequency_of_period(2.0), 1}, reverse=True):
         specs.append(Ablation("both", "keep", keep_k=int(k)))

@@ -13,6 +13,8 @@ from core.errors import CoreError
 from core.vocab import number_tokenizer
 
 ARCHITECTURES = ("gpt2", "gptj", "gpt_neox", "phi", "llama", "mistral", "qwen2")
+#: Layouts that normalise each module's output before adding it to the stream (handled by hooking the post-norms).
+POST_NORM_ARCHITECTURES = ("gemma2", "olmo2")
 
 
 def random_config(
@@ -73,7 +75,11 @@ def _config(tf, arch, vocab_size, n_layers, width, heads, max_positions, special
         return tf.MistralConfig(**common_llama, sliding_window=None)
     if arch == "qwen2":
         return tf.Qwen2Config(**common_llama)
-    raise CoreError(f"unknown architecture {arch!r}: choose one of {', '.join(ARCHITECTURES)}")
+    if arch == "gemma2":
+        return tf.Gemma2Config(**common_llama, head_dim=width // heads, final_logit_softcapping=30.0)
+    if arch == "olmo2":
+        return tf.Olmo2Config(**common_llama)
+    raise CoreError(f"unknown architecture {arch!r}: choose one of {', '.join(ARCHITECTURES + POST_NORM_ARCHITECTURES)}")
 
 
 def save_random_model(

@@ -40,6 +40,9 @@ SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 RUNNING_EXAMPLE = (15, 93)
 RUNNING_EXAMPLE_PHRASING = 4  # "Put together {a} and {b}."
 PAPER_MAX_OPERAND = 260
+#: Largest operand: answers 0..2046 fit the 2048 numbers `core.models` scans a tokenizer for
+#: (and the example list, about max_operand^2 / 2 pairs, stays small).
+MAX_OPERAND_LIMIT = 1023
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,14 @@ def number_space(task: str, max_operand: int = PAPER_MAX_OPERAND) -> int:
 def check_task(task: str, max_operand: int) -> None:
     if task not in TASKS:
         raise CoreError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
-    if not isinstance(max_operand, int) or max_operand < 1:
+    if not isinstance(max_operand, int) or isinstance(max_operand, bool) or max_operand < 1:
         raise CoreError(f"max_operand must be a whole number >= 1, got {max_operand!r}")
+    if max_operand > MAX_OPERAND_LIMIT:
+        raise CoreError(
+            f"max_operand {max_operand} asks for answers 0..{2 * max_operand}, but no tokenizer is scanned for more than "
+            f"{2 * MAX_OPERAND_LIMIT + 2} single-token numbers: use --max-operand {MAX_OPERAND_LIMIT} or less "
+            f"({PAPER_MAX_OPERAND} is the paper's)"
+        )
 
 
 def example_id(task: str, a: int, b: int) -> str:
@@ -176,13 +185,19 @@ def find_example(examples: Iterable[Example], example_id_: str) -> Example:
     raise CoreError(f"no example with id {example_id_!r}")
 
 
-def with_shots(examples: Sequence[Example], pool: Sequence[Example], shots: int, seed: int = 0) -> list[str]:
+def with_shots(
+    examples: Sequence[Example], pool: Sequence[Example], shots: int, seed: int = 0, answer_text=None
+) -> list[str]:
     """Prompts with `shots` solved examples from `pool` (the training split) before each question.
 
     Each question gets its own examples, drawn with a generator seeded by (seed, question id), so
     a prompt does not change when the set of questions around it does. A question never sees
-    itself among its examples.
+    itself among its examples. `answer_text(d)` is the text that follows a solved example's
+    prompt (default " d"); pass the model's own (`core.models.NumberTokens.answer_text`, after its
+    prompt suffix) so the examples show the very tokens the model is scored on.
     """
+    if answer_text is None:
+        answer_text = lambda n: f" {n}"  # noqa: E731
     if shots < 0:
         raise CoreError(f"shots must be 0 or more, got {shots}")
     if shots == 0:
@@ -197,7 +212,7 @@ def with_shots(examples: Sequence[Example], pool: Sequence[Example], shots: int,
             cand = pool[rng.randrange(len(pool))]
             if cand.id != e.id and cand not in demo:
                 demo.append(cand)
-        prompts.append("".join(f"{d.prompt} {d.answer}\n" for d in demo) + e.prompt)
+        prompts.append("".join(f"{d.prompt}{answer_text(d.answer)}\n" for d in demo) + e.prompt)
     return prompts
 
 

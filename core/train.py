@@ -83,15 +83,27 @@ class Recipe:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise CoreError(f"recipe {path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise CoreError(f"recipe {path} must be a JSON object of fields, not {type(data).__name__}")
         known_fields = set(cls.__dataclass_fields__)
         unknown = set(data) - known_fields
         if unknown:
             raise CoreError(f"recipe {path}: unknown fields {sorted(unknown)}")
+        missing = [f for f in ("name", "label", "out") if f not in data]
+        if missing:
+            raise CoreError(f"recipe {path}: missing fields {missing}")
+        for key, value in data.items():
+            _check_field_type(path, key, value, cls.__dataclass_fields__[key].type)
         recipe = cls(**data)
         recipe.check()
         return recipe
 
     def check(self) -> None:
+        for key in ("n_layers", "width", "heads", "max_positions", "max_operand", "epochs", "batch_size"):
+            if getattr(self, key) < 1:
+                raise CoreError(f"recipe {self.name}: {key} must be at least 1, got {getattr(self, key)}")
+        if not self.lr > 0:
+            raise CoreError(f"recipe {self.name}: lr must be positive, got {self.lr}")
         if self.width % self.heads:
             raise CoreError(f"recipe {self.name}: width {self.width} is not divisible by heads {self.heads}")
         if self.precision not in ("bfloat16", "float32"):
@@ -101,6 +113,19 @@ class Recipe:
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+_FIELD_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "dict": (dict,), "None": (type(None),)}
+
+
+def _check_field_type(path, key: str, value, annotation) -> None:
+    """A recipe field's JSON value must have the field's type (ints are not bools, floats may be ints)."""
+    names = [n.strip() for n in str(annotation).split("|")]
+    allowed = tuple(t for n in names for t in _FIELD_TYPES.get(n, (object,)))
+    ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+    if not ok:
+        want = " or ".join({"int": "a whole number", "float": "a number", "str": "text", "bool": "true/false", "dict": "an object", "None": "null"}.get(n, n) for n in names)
+        raise CoreError(f"recipe {path}: field {key!r} should be {want}, got {json.dumps(value)[:40]}")
 
 
 # ----------------------------------------------------------------------------- model and data
@@ -163,10 +188,10 @@ def fourier_embedding(n_numbers: int, width: int, periods, scale: float = 1.0, s
 
 def transplant_rows(source: str, tokenizer, n_numbers: int, width: int) -> np.ndarray:
     """The input-embedding rows of numbers 0..n-1 of another model, found through its number tokens."""
-    from core.models import load_model, require_number_range
+    from core.models import load_model
 
     donor = load_model(source)
-    require_number_range(donor.numbers, n_numbers, f"transplanting {n_numbers} number embeddings from {source}")
+    donor.select_numbers(n_numbers, f"transplanting {n_numbers} number embeddings from {source}")
     if donor.width != width:
         raise CoreError(f"cannot transplant: {source} is {donor.width} wide, the recipe's model is {width}; set width to {donor.width}")
     return donor.number_embedding(n_numbers).cpu().numpy()
@@ -175,7 +200,7 @@ def transplant_rows(source: str, tokenizer, n_numbers: int, width: int) -> np.nd
 def number_token_ids(tokenizer, p: int) -> np.ndarray:
     from core.models import find_number_tokens, require_number_range
 
-    numbers = find_number_tokens(tokenizer)
+    numbers = find_number_tokens(tokenizer, p=p)
     require_number_range(numbers, p)
     if numbers.prompt_suffix:
         raise CoreError("the training code expects number tokens that follow the prompt directly")

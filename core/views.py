@@ -257,3 +257,39 @@ def behaviour(answers, predictions) -> tuple[dict, pd.DataFrame]:
     hist = error_histogram(answers, predictions)
     hist["multiple of 10"] = hist["error"] % 10 == 0
     return summary, hist
+
+
+# ----------------------------------------------------------------------------- null models (baselines, controls)
+
+
+def spectrum_excess(module_spectra: pd.DataFrame, baseline: pd.DataFrame, basis: str, module: str, layer: int) -> pd.DataFrame:
+    """One layer's module spectrum next to what W_U alone gives norm-matched random vectors.
+
+    Columns: k, period, magnitude (the module's), baseline (mean over random vectors), baseline_p95,
+    excess (magnitude - baseline), above_p95 (magnitude > baseline_p95).
+    """
+    pick = lambda f: f[(f["basis"] == basis) & (f["module"] == module) & (f["layer"] == layer)]  # noqa: E731
+    obs = pick(module_spectra)[["k", "period", "magnitude"]]
+    base = pick(baseline)[["k", "magnitude", "magnitude_p95"]].rename(columns={"magnitude": "baseline", "magnitude_p95": "baseline_p95"})
+    if obs.empty or base.empty:
+        raise CoreError(f"no spectrum or baseline for {module} layer {layer} ({basis} basis) in this run")
+    out = obs.merge(base, on="k", how="inner").sort_values("k").reset_index(drop=True)
+    out["excess"] = out["magnitude"] - out["baseline"]
+    out["above_p95"] = out["magnitude"] > out["baseline_p95"]
+    return out
+
+
+def control_comparison(ablations: pd.DataFrame) -> pd.DataFrame:
+    """Each band filter next to its random-subspace control of the same rank.
+
+    Columns: tau, modules, band, rank, accuracy (band removed), control_accuracy (random subspace),
+    loss, control_loss. Empty when the run has no controls (computed before they existed).
+    """
+    bands = ablations[ablations["removed"].isin(["low", "high"])]
+    ctrl = ablations[ablations["removed"].isin(["random-low", "random-high"])].copy()
+    if ctrl.empty:
+        return pd.DataFrame(columns=["tau", "modules", "band", "rank", "accuracy", "control_accuracy", "loss", "control_loss"])
+    ctrl["band"] = ctrl["removed"].str.removeprefix("random-")
+    b = bands.rename(columns={"removed": "band"})[["tau", "modules", "band", "rank", "accuracy", "loss"]]
+    c = ctrl[["tau", "modules", "band", "accuracy", "loss"]].rename(columns={"accuracy": "control_accuracy", "loss": "control_loss"})
+    return b.merge(c, on=["tau", "modules", "band"], how="inner").sort_values(["modules", "band", "tau"]).reset_index(drop=True)

@@ -68,8 +68,17 @@ def test_precompute_end_to_end(model_dir, cache, arch):
     mags = w.groupby("rank")["magnitude"].first()
     assert (np.diff(mags.to_numpy()) <= 1e-6).all()
 
+    base = read_table(cache, run.name, "module_spectra_baseline")
+    keys = ["basis", "module", "layer", "k"]
+    assert base[keys].sort_values(keys).reset_index(drop=True).equals(spec[keys].sort_values(keys).reset_index(drop=True))
+    assert (base["magnitude"] > 0).all() and (base["rms_norm"] > 0).all()
+
     ab = read_table(cache, run.name, "ablations")
-    assert len(ab) == 1 + 2 * 3 * 2 + 2
+    assert len(ab) == 1 + 2 * 3 * 2 + 2 * 3 * 2 + 2  # none, band filters, their random controls, keep-one
+    bands = ab[ab["removed"].isin(["low", "high"])].set_index(["modules", "removed", "tau"])["rank"]
+    controls = ab[ab["removed"].str.startswith("random-")]
+    for _, row in controls.iterrows():  # each control removes a subspace of its band filter's rank
+        assert row["rank"] == bands[(row["modules"], row["removed"].removeprefix("random-"), row["tau"])]
     none = ab[ab["removed"] == "none"].iloc[0]
     assert np.isclose(none["accuracy"], ex["correct"].mean()) and np.isclose(none["loss"], ex["loss"].mean(), rtol=1e-4)
     assert set(ab.loc[ab["removed"] == "keep", "keep_k"]) == {1, 93}
