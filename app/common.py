@@ -112,6 +112,28 @@ class Run:
         return self.p - 1
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def run_claims(cache: str, name: str, created: str) -> dict:
+    """The story's claims for one run (core.claims), computed from its tables once per run version."""
+    from core import claims
+
+    return claims.run_claims(claims.TableRun(cache, name))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def training_claim(cache: str, names: tuple[str, ...], created: tuple[str, ...]):
+    """The training claim over the runs `names` (those with training logs)."""
+    from core import claims
+
+    return claims.claim_training([claims.TableRun(cache, n) for n in names])
+
+
+def runs_of_split(split: str) -> list[Run]:
+    """Every valid run of one split, in display order."""
+    good, _ = valid_runs(str(cache_dir()))
+    return [Run(r) for r in good if r["manifest"]["task"]["split"] == split]
+
+
 def training_logs(split: str) -> dict[str, pd.DataFrame]:
     """Training logs of every valid run of `split` that carries one, by short model name."""
     good, _ = valid_runs(str(cache_dir()))
@@ -137,16 +159,32 @@ def url_state(key: str, default, cast=str, options=None):
     key, because Streamlit forgets widget state when the page changes), else the URL's (a shared
     link), else `default`. Values outside `options` fall back to `default`."""
     shadow = f"_keep_{key}"
+    from_link = False
     if key in st.session_state:
         value = st.session_state[key]
     elif shadow in st.session_state:
         value = st.session_state[shadow]
     else:
         value = _from_url(key, default, cast)
+        from_link = st.query_params.get(key) is not None
+        if from_link and value is default and str(default) != st.query_params.get(key):
+            _link_notice(key, st.query_params.get(key), default)  # the cast failed
+            from_link = False
     if options is not None and value not in options:
+        if from_link:
+            _link_notice(key, st.query_params.get(key), default)
         value = default
     st.session_state[key] = value
     return value
+
+
+def _link_notice(key: str, asked, shown) -> None:
+    """Say on screen when a shared link asks for something this dashboard does not have."""
+    seen = st.session_state.setdefault("_link_notices", set())
+    if (key, asked) in seen:
+        return
+    seen.add((key, asked))
+    st.toast(f"The link asks for {key} = '{str(asked)[:60]}', which is not available here; showing {shown} instead.", icon="⚠️")
 
 
 def to_url(*keys: str) -> None:
@@ -185,12 +223,15 @@ def sidebar() -> None:
         names = [r["name"] for r in runs]
         labels = {r["name"]: r["label"] for r in runs}
         url_state("run", names[0], str, names)
-        st.selectbox("Model run", names, key="run", format_func=labels.get, help="One model on one dataset split.")
+        st.selectbox(
+            "Model run", names, key="run", format_func=lambda n: short_label(labels[n]),
+            help="One model on one dataset split. 'demo': a small model trained here on a CPU, not a pre-trained LLM.",
+        )
         others = ["none"] + [n for n in names if n != st.session_state["run"]]
         default_cmp = _default_comparison(runs, st.session_state["run"])
         url_state("compare", default_cmp, str, others)
         st.selectbox(
-            "Compare with", others, key="compare", format_func=lambda n: "no comparison" if n == "none" else labels[n],
+            "Compare with", others, key="compare", format_func=lambda n: "no comparison" if n == "none" else short_label(labels[n]),
             help="A second run shown beside the first where a page compares.",
         )
         run = Run(next(r for r in runs if r["name"] == st.session_state["run"]))
@@ -213,6 +254,11 @@ def sidebar() -> None:
     st.session_state["view"] = {"run": run, "compare": compare}
     if st.session_state["large"]:
         st.markdown(LARGE_CSS, unsafe_allow_html=True)
+
+
+def short_label(label: str) -> str:
+    """A run's label as the narrow sidebar shows it: 'Fourier-frozen, tied · demo · test'."""
+    return label.replace(" (demo, trained here)", " · demo").replace(" addition ", " · ").replace(" addition", "")
 
 
 def _default_comparison(runs, chosen: str) -> str:
@@ -270,22 +316,35 @@ def large() -> bool:
 
 def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int | None = None) -> alt.Chart:
     """Title, size and font sizes (bigger in presentation mode). `row_step`: pixels per row of a
-    chart with a discrete y axis (a heatmap), instead of a fixed height."""
+    chart with a discrete y axis (a heatmap), instead of a fixed height. A title "what — run" is
+    split: the run's name goes to a subtitle, so neither is cut on a narrow screen."""
     big = large()
     scale = 1.3 if big else 1
     size = alt.Step(int(row_step * scale)) if row_step else int(height * scale)
+    what, _, run = title.partition(" — ")
+    params = dict(fontSize=22 if big else 15, anchor="start", limit=0)
+    if run:
+        params.update(subtitle=run, subtitleFontSize=17 if big else 12, subtitleColor="#555")
     return (
-        chart.properties(title=alt.TitleParams(title, fontSize=22 if big else 15, anchor="start"), height=size)
+        chart.properties(title=alt.TitleParams(what, **params), height=size)
         .configure_axis(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12)
         .configure_legend(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
         .configure_text(fontSize=16 if big else 11)
     )
 
 
+def _file_stem(chart, key: str) -> str:
+    """Download file names name the model: the chart's key plus the run in its subtitle, if any."""
+    title = getattr(chart, "title", None)
+    sub = getattr(title, "subtitle", None) if title is not None else None
+    sub = sub if isinstance(sub, str) else ""
+    return f"{key}-{run_cache.slugify(sub)}" if sub else key
+
+
 def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, name: str | None = None) -> None:
     """The chart, its one-line caption, and downloads of the chart (PNG, SVG) and its data (CSV)."""
-    name = name or key
-    st.altair_chart(chart, width="stretch")
+    name = name or _file_stem(chart, key)
+    st.altair_chart(chart, width="stretch", theme=None)  # the chart's own colours: the same as the PNG/SVG download
     st.caption(caption)
     cols = st.columns([1, 1, 1, 5])
     # the files are made only when a button is clicked (vl-convert renders the same Vega-Lite spec)

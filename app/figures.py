@@ -9,7 +9,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from app.common import Run, styled
+from app.common import Run, large, styled
 from core import views
 
 ANSWER_COLOUR = "#d62728"
@@ -30,21 +30,23 @@ def accuracy_by_layer(run: Run, final_norm: bool):
         )
     )
     caption = (
-        f"Logit lens, {how}: read each layer's residual stream through W_U. Early layers land near the answer "
-        "(within ±10) before they land on it exactly."
+        f"Logit lens, {how}: each layer's residual stream read through W_U. Where the ±10 line rises layers before the "
+        "exact line, the model approximates the answer first (as GPT-2-XL does in its layers 20-30)."
     )
     return styled(chart, f"Logit-lens accuracy by layer — {run.label}"), data, caption
 
 
 def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
     data = views.logits_around_answer(run.table("module_logits"), example.name, int(example["answer"]), window)
+    reach = float(data["centred"].abs().max()) or 1.0  # symmetric: a small negative looks small
     chart = (
         alt.Chart(data)
         .mark_rect()
         .encode(
             x=alt.X("number:O", title=f"number (answer {example['answer']} in the middle)"),
             y=alt.Y("row:N", title="module and layer", sort=alt.SortField("layer", order="ascending")),
-            color=alt.Color("centred:Q", title="logit − row mean", scale=alt.Scale(scheme="redblue", domainMid=0, reverse=True)),
+            color=alt.Color("centred:Q", title="logit − row mean",
+                            scale=alt.Scale(scheme="redblue", domain=[-reach, reach], domainMid=0, reverse=True)),
             tooltip=["row", "number", "offset", alt.Tooltip("centred:Q", format=".3f"), alt.Tooltip("logit:Q", format=".3f")],
         )
     )
@@ -57,7 +59,7 @@ def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
         "Each row is one module's push on the numbers near the answer (red = up, blue = down). Look for rows that "
         "favour every 2nd, 5th or 10th number: those modules classify the answer's parity or last digit."
     )
-    title = f"Module logits around {example['a']} + {example['b']} = {example['answer']}"
+    title = f"Module logits around {example['a']} + {example['b']} = {example['answer']} — {run.label}"
     return styled(chart + answer, title, row_step=28), data, caption
 
 
@@ -79,8 +81,8 @@ def module_wave(run: Run, example: pd.Series, layer: int):
         )
     )
     rule = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3]).encode(x="number:Q")
-    caption = f"Layer {layer}'s attention and MLP logits over all numbers; the red dashed line is the answer {example['answer']}. Waves that peak there help."
-    return styled(lines + rule, f"Layer {layer}: module logits as waves over the number line"), data, caption
+    caption = f"Layer {layer}'s attention and MLP logits over all numbers; the red dashed line is the answer {example['answer']}: a wave that peaks there pushes the model towards it."
+    return styled(lines + rule, f"Layer {layer}: module logits as waves over the number line — {run.label}"), data, caption
 
 
 def final_logits(run: Run, example: pd.Series):
@@ -97,8 +99,9 @@ def final_logits(run: Run, example: pd.Series):
     )
     rule = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3]).encode(x="number:Q")
     peak = int(data.loc[data["logit"].idxmax(), "number"])
-    caption = f"The model's final logits over every number 0..{run.p - 1}: the highest is {peak}; the red dashed line is the right answer {example['answer']}."
-    return styled(line + rule, f"What the model says after '{example['a']} + {example['b']}': logits over all numbers"), data, caption
+    right = "the right answer" if peak == int(example["answer"]) else f"not the right answer {example['answer']}"
+    caption = f"The model's final logits over every number 0..{run.p - 1}: the highest is {peak}, {right} (red dashed line)."
+    return styled(line + rule, f"What the model says after '{example['a']} + {example['b']}': logits over all numbers — {run.label}"), data, caption
 
 
 def accuracy_by_answer(run: Run, bin_width: int = 20):
@@ -138,7 +141,7 @@ def spectrum_heatmap(run: Run, basis: str, module: str, tau: int):
         f"are periods 10, 5, 2.5, 2. The dashed line is the cutoff tau = {tau}."
     )
     name = views.MODULE_NAMES[module]
-    return styled(chart + cut, f"{name}: mean Fourier magnitude of module logits, by layer and frequency", height=max(160, 40 * run.n_layers)), data, caption
+    return styled(chart + cut, f"{name}: mean Fourier magnitude of module logits, by layer and frequency — {run.label}", height=max(160, 40 * run.n_layers)), data, caption
 
 
 def _span(run: Run, basis: str) -> int:
@@ -152,7 +155,7 @@ def _k_ticks(run: Run) -> list[int]:
 
 
 def layer_spectrum(run: Run, basis: str, module: str, layer: int, tau: int):
-    data = views.layer_spectrum(run.table("module_spectra"), basis, module, layer, tau)
+    data = views.layer_spectrum(run.table("module_spectra"), basis, module, layer, tau, baseline=run.table("module_spectra_baseline"))
     base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1], nice=False)))
     bars = base.mark_bar(width=2).encode(
         y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
@@ -161,9 +164,14 @@ def layer_spectrum(run: Run, basis: str, module: str, layer: int, tau: int):
     )
     labels = base.mark_text(dy=-8, fontWeight="bold").encode(y="magnitude:Q", text="label:N")
     cut = alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(strokeDash=[6, 3], color="gray").encode(x="k:Q")
-    caption = f"Tall labelled bars are the frequencies this module writes most, labelled with their period T; the dashed line is tau = {tau}."
+    null = base.mark_line(color="black", strokeWidth=1, opacity=0.7).encode(y="baseline:Q")
+    caption = (
+        f"Tall labelled bars are the frequencies this module writes most (period T); the black line is what the unembedding "
+        f"alone gives random vectors of the same energy: a bar far above it is the module's own choice, a bar on it is "
+        f"W_U's. Dashed line: tau = {tau}."
+    )
     name = views.MODULE_NAMES[module]
-    return styled(bars + labels + cut, f"{name}, layer {layer}: Fourier spectrum of the module logits"), data, caption
+    return styled(bars + null + labels + cut, f"{name}, layer {layer}: Fourier spectrum of the module logits — {run.label}"), data, caption
 
 
 def waves(run: Run, example: pd.Series, basis: str, top: int, window: int | None = None):
@@ -187,17 +195,21 @@ def waves(run: Run, example: pd.Series, basis: str, top: int, window: int | None
     rule = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3]).encode(x="number:Q")
     data = comps[["component", "k", "period", "magnitude", "number", "value"]]
     peak = int(total.loc[total["value"].idxmax(), "number"])
+    answer, said = int(example["answer"]), int(example["prediction"])
+    periods = ", ".join(f"{t:.3g}" for t in comps.drop_duplicates("component")["period"])
+    where_peak = f"peaks at {peak}, the answer" if peak == answer else f"peaks at {peak}, not at the answer {answer}"
+    model = "" if said == answer else f" The model itself answered {said}."
     caption = (
-        f"Coloured: the {top} strongest Fourier components of the final logits; black: their sum, which peaks at {peak} "
-        f"(answer {example['answer']}, red). Long waves place the bump, short waves pick the exact number."
+        f"Coloured: the {top} strongest Fourier components of the final logits (periods {periods}); black: their sum, "
+        f"which {where_peak} (red line).{model}"
     )
     where = "" if window is None else f", numbers {lo}–{hi}"
     if window is not None:
         caption = (
-            f"Zoomed to {lo}–{hi}: the short waves (periods 2, 5, 10) peak on every number with the right last digit; "
-            f"only at {example['answer']} do they meet the top of the long waves."
+            f"Zoomed to {lo}–{hi}. The top {top} components have periods {periods}; their sum (black) {where_peak} "
+            f"(red line).{model} Short waves put equal peaks on every number they cannot tell apart; long waves tilt them."
         )
-    title = f"Top-{top} Fourier components of the final logits for {example['a']} + {example['b']}{where}"
+    title = f"Top-{top} Fourier components of the final logits for {example['a']} + {example['b']}{where} — {run.label}"
     return styled(comp_chart + sum_chart + rule, title), data, caption, logits
 
 
@@ -215,7 +227,7 @@ def table1_chart(run: Run, tau: int):
     )
     rule = alt.Chart(pd.DataFrame({"tau": [tau]})).mark_rule(strokeDash=[6, 3], color="gray").encode(x="tau:Q")
     caption = "Accuracy when every layer's outputs lose one band, for each cached cutoff. A line that collapses marks the band those modules need."
-    return styled(chart + rule, "Accuracy under Fourier filters, by cutoff tau"), data, caption
+    return styled(chart + rule, f"Accuracy under Fourier filters, by cutoff tau — {run.label}"), data, caption
 
 
 def error_histogram(data: pd.DataFrame, title: str, caption: str):
@@ -239,12 +251,12 @@ def embedding_spectrum(run: Run, basis: str, matrix: str):
         y=alt.Y("magnitude:Q", title="magnitude (norm of Fourier row)"),
         tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "outlier"],
     )
-    null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_p95:Q")
+    null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_threshold:Q")
     labels = base.mark_text(dy=-8, fontWeight="bold").encode(y="magnitude:Q", text="label:N")
     side = "input embedding W_E" if matrix == "input" else "unembedding W_U"
     caption = (
-        "Bars above the dashed line (95th percentile of the same spectrum with the numbers shuffled) are outliers, "
-        "labelled with their period T; pre-trained models show T = 2, 2.5, 5, 10."
+        "Bars above the dashed line are outliers, labelled with their period T: the line is the level that the same "
+        "spectrum with the numbers shuffled passes anywhere in only 5% of 1,000 shuffles. Pre-trained models show T = 2, 2.5, 5, 10."
     )
     return styled(bars + null + labels, f"Fourier spectrum of the number rows of the {side} — {run.label}"), data, caption
 
@@ -281,5 +293,58 @@ def training_curves(curves: pd.DataFrame, split: str):
     line = base.mark_line(point=True).encode(
         y="mean:Q", tooltip=["run", "epoch", alt.Tooltip("mean:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%"), alt.Tooltip("high:Q", format=".1%"), "seeds"]
     )
-    caption = "Lines: mean over seeds; shaded: lowest to highest seed. Frozen Fourier embeddings learn faster and end higher (the paper's figure 7b)."
+    caption = (
+        "Lines: mean over seeds; shaded: lowest to highest seed. Compare how fast and how high each model gets "
+        "(the paper's figure 7b: frozen pre-trained embeddings 100%, from scratch 53.95%)."
+    )
     return styled(band + line, f"{split.capitalize()} accuracy during training"), curves, caption
+
+
+def top_periods_bars(run: Run, basis: str, last_layers: int = 15, top: int = 8):
+    """The strongest periods of MLP and attention logits (mean over the last layers), as bars: readable on a projector."""
+    frames = []
+    layers = sorted(run.table("module_spectra")["layer"].unique())
+    n = min(last_layers, max(1, len(layers) - 1))
+    for module in ("mlp", "attn"):
+        t = views.top_periods_by_module(run.table("module_spectra"), basis, module, last_layers=n, top=top)
+        t["module"] = views.MODULE_NAMES[module]
+        t["period T"] = t["period"].map(lambda x: f"{x:.3g}")
+        frames.append(t)
+    data = pd.concat(frames, ignore_index=True)
+    chart = (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("period T:N", title="period T (numbers), strongest first", sort=None),
+            y=alt.Y("magnitude:Q", title="mean |Fourier| of the module logits"),
+            color=alt.Color("module:N", title="module", scale=MODULE_COLOURS, legend=None),
+            column=alt.Column("module:N", title=None, header=alt.Header(labelFontSize=16 if large() else 12)),
+            tooltip=["module", "k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f")],
+        )
+    )
+    caption = (
+        f"The {top} strongest periods of each module's logits (mean over the last {n} layer{'s' if n > 1 else ''}): "
+        "short periods (2, 2.5, 5, 10) classify the last digit, long ones (104, 520) place the size."
+    )
+    return styled(chart, f"Strongest periods, MLP vs attention — {run.label}", height=260), data, caption
+
+
+def embedding_top_frequencies(run: Run, basis: str, matrix: str = "input", top: int = 10):
+    """The strongest frequencies of the number embeddings as bars, with the null model's threshold."""
+    spec = run.table("embedding_spectrum")
+    data = spec[(spec["basis"] == basis) & (spec["matrix"] == matrix)].sort_values("magnitude", ascending=False).head(top).copy()
+    data["period T"] = data["period"].map(lambda x: f"{x:.3g}")
+    data["outlier"] = data["outlier"].map({True: "above the shuffled threshold", False: "within chance"})
+    base = alt.Chart(data).encode(x=alt.X("period T:N", title="period T (numbers), strongest first", sort=None))
+    bars = base.mark_bar().encode(
+        y=alt.Y("magnitude:Q", title="magnitude (norm of Fourier row)"),
+        color=alt.Color("outlier:N", title=None, scale=alt.Scale(domain=["above the shuffled threshold", "within chance"], range=["#d62728", "#9e9e9e"]),
+                        legend=alt.Legend(orient="bottom", labelLimit=0)),
+        tooltip=["k", alt.Tooltip("period:Q", format=".3g"), alt.Tooltip("magnitude:Q", format=".3f"), alt.Tooltip("null_threshold:Q", format=".3f")],
+    )
+    ticks = base.mark_tick(color="black", thickness=2, size=30).encode(y="null_threshold:Q")
+    caption = (
+        f"The {top} strongest frequencies of the number rows; black ticks: the level shuffled numbers pass anywhere in only "
+        "5% of 1,000 shuffles. Red bars stand above it."
+    )
+    return styled(bars + ticks, f"Strongest periods of the number embeddings — {run.label}", height=260), data, caption

@@ -13,8 +13,16 @@ from app.common import sidebar  # noqa: E402
 
 st.set_page_config(page_title="How language models add: Fourier features", page_icon="➕", layout="wide")
 
+TOUR = st.Page("views/tour.py", title="Tour", icon=":material/slideshow:", url_path="start", default=True)
+
+
+def tour_link():
+    """/tour is the Tour too (the default page itself is served at the root)."""
+    st.switch_page(TOUR, query_params=dict(st.query_params))
+
+
 PAGES = [
-    st.Page("views/tour.py", title="Tour", icon=":material/slideshow:", url_path="tour", default=True),
+    TOUR,
     st.Page("views/logit_lens.py", title="Logit lens", icon=":material/stacked_line_chart:", url_path="logit-lens"),
     st.Page("views/spectra.py", title="Spectra", icon=":material/equalizer:", url_path="spectra"),
     st.Page("views/waves.py", title="Waves", icon=":material/waves:", url_path="waves"),
@@ -22,6 +30,7 @@ PAGES = [
     st.Page("views/embeddings.py", title="Embeddings", icon=":material/scatter_plot:", url_path="embeddings"),
     st.Page("views/training.py", title="Training", icon=":material/school:", url_path="training"),
     st.Page("views/behaviour.py", title="Behaviour", icon=":material/rule:", url_path="behaviour"),
+    st.Page(tour_link, title="Tour (link)", url_path="tour", visibility="hidden"),
 ]
 
 page = st.navigation(PAGES)

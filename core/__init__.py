@@ -7,6 +7,6 @@ so `import core` and `core.cache` stay cheap for the dashboard.
 
 #: Version of the cache layout. Bump it when a table's columns or meaning change; runs written
 #: with another version are reported by `verify` and skipped by the dashboard.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: module_spectra_baseline, random-subspace controls, family-wise embedding null
 
 __all__ = ["SCHEMA_VERSION"]

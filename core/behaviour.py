@@ -16,6 +16,8 @@ from core.errors import CoreError
 
 UPLOAD_COLUMNS = ("a", "b", "answer_given")
 MAX_UPLOAD_ROWS = 100_000
+#: Largest magnitude accepted in an uploaded column (keeps a + b, a * b and the errors within int64).
+MAX_UPLOAD_VALUE = 10**9
 
 
 @dataclass(frozen=True)
@@ -85,14 +87,32 @@ def read_answers_csv(data: bytes | str, max_rows: int = MAX_UPLOAD_ROWS, operati
         raise CoreError("the CSV has a header but no rows")
     out = {}
     for col in UPLOAD_COLUMNS:
-        values = pd.to_numeric(frame[col], errors="coerce")
+        values = pd.to_numeric(frame[col], errors="coerce").astype(float)
         bad = values.isna() | (values != values.round())
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
             raise CoreError(
-                f"column {col} must hold whole numbers; row {row + 2} of the file has {frame[col].iloc[row]!r}"
+                f"column {col} must hold whole numbers; row {row + 2} of the file has '{_cell_text(frame[col].iloc[row])}'"
+            )
+        big = values.abs() > MAX_UPLOAD_VALUE
+        if big.any():
+            row = int(np.flatnonzero(big.to_numpy())[0])
+            raise CoreError(
+                f"column {col} must hold numbers between -{MAX_UPLOAD_VALUE:,} and {MAX_UPLOAD_VALUE:,}; row {row + 2} of "
+                f"the file has '{_cell_text(frame[col].iloc[row])}'"
             )
         out[col] = values.astype(np.int64)
     result = pd.DataFrame(out)
     result["answer"] = result["a"] * result["b"] if operation == "multiplication" else result["a"] + result["b"]
     return result[["a", "b", "answer", "answer_given"]]
+
+
+def _cell_text(value) -> str:
+    """A cell as the user typed it (3.5, not np.float64(3.5); empty for a missing value)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return ""
+    if isinstance(value, (np.generic,)):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)

@@ -47,16 +47,15 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "module_spectra_baseline": ("basis", "module", "layer", "k", "period", "magnitude", "magnitude_p95", "rms_norm", "match"),
     "module_logits": ("example_id", "module", "layer", "number", "logit"),
     "final_waves": ("example_id", "basis", "rank", "k", "period", "magnitude", "number", "value"),
-    "embedding_spectrum": ("basis", "matrix", "k", "period", "magnitude", "null_mean", "null_p95", "outlier"),
+    "embedding_spectrum": ("basis", "matrix", "k", "period", "magnitude", "null_mean", "null_threshold", "outlier"),
     "embedding_clusters": ("matrix", "number", "x", "y", "cluster", "last_digit"),
     "ablations": ("modules", "removed", "tau", "keep_k", "label", "accuracy", "loss", "n", "erased", "rank", "width"),
     "ablation_errors": ("modules", "removed", "tau", "keep_k", "error", "count"),
     "error_analysis": ("source", "n", "n_wrong", "accuracy", "share_multiple_of_10"),
     "training_log": ("seed", "epoch", "split", "accuracy", "loss"),
 }
-#: Tables a run may lack: the training log (models trained here only) and the module-spectra baseline
-#: (runs computed before it existed; a chart shows the excess over it where the run has it).
-OPTIONAL_TABLES = ("training_log", "module_spectra_baseline")
+#: Tables a run may lack: the training log (models trained here only).
+OPTIONAL_TABLES = ("training_log",)
 REQUIRED_TABLES = tuple(t for t in TABLE_COLUMNS if t not in OPTIONAL_TABLES)
 NAME_OK = re.compile(r"^[a-z0-9][a-z0-9._-]{0,120}$")
 

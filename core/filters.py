@@ -53,6 +53,14 @@ def _eps(dtype) -> float:
         return float(np.finfo(np.float32).eps)
 
 
+def unembedding_rank(unembedding, weight_dtype=None) -> int:
+    """The rank of W_U's number rows, counting singular values above `rank_tolerance`."""
+    weight_dtype = weight_dtype if weight_dtype is not None else _weight_dtype(unembedding)
+    W_U = _as_numpy(getattr(unembedding, "weight", unembedding) if not hasattr(unembedding, "shape") else unembedding)
+    s = np.linalg.svd(W_U, compute_uv=False)
+    return int((s > rank_tolerance(s.max(), W_U.shape, weight_dtype)).sum()) if s.size and s.max() > 0 else 0
+
+
 def _weight_dtype(unembedding):
     """The dtype the model stores W_U in: an Unembed's, a tensor's `weight_dtype` tag, else the array's own."""
     tagged = getattr(unembedding, "weight_dtype", None)

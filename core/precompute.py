@@ -246,6 +246,8 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
     from core.models import describe_model
 
     acc = float(examples_frame["correct"].mean())
+    from core.filters import unembedding_rank
+
     manifest = {
         "label": label,
         "run_label": run_label,
@@ -268,6 +270,7 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
         "p": p,
         "n_layers": loaded.n_layers,
         "width": loaded.width,
+        "unembedding_rank": unembedding_rank(loaded.unembed(p)),
         "basis": opts.basis,
         "taus": list(taus),
         "accuracy": acc,
@@ -410,7 +413,10 @@ def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: s
     )
     for col in ("module", "example_id"):
         logits_frame[col] = logits_frame[col].astype("category")
-    baseline = module_spectra_baseline(unembed, bases, {m: np.sqrt(v / n) for m, v in sq_norms.items()}, seed=opts.dataset_seed)
+    baseline = module_spectra_baseline(
+        unembed, bases, {key: total / n for key, total in spectra.items()}, {m: np.sqrt(v / n) for m, v in sq_norms.items()},
+        seed=opts.dataset_seed,
+    )
     return {
         "examples": examples_frame,
         "layer_accuracy": pd.DataFrame(acc_rows),
@@ -424,15 +430,22 @@ def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: s
 BASELINE_DRAWS = 2000
 
 
-def module_spectra_baseline(unembed, bases: dict, rms_norms: dict, draws: int = BASELINE_DRAWS, seed: int = 0) -> pd.DataFrame:
+def module_spectra_baseline(
+    unembed, bases: dict, module_means: dict, rms_norms: dict, draws: int = BASELINE_DRAWS, seed: int = 0
+) -> pd.DataFrame:
     """The spectrum W_U alone gives: random vectors read through the unembedding, per module and layer.
 
-    For each module and layer, x ~ N(0, s^2 I_D) with s^2 = E||x||^2 / D matched to that module's
-    outputs at the answer position (same root-mean-square norm); the baseline magnitude at k is
-    the mean over `draws` such vectors of |(F W_U x)_k| (the same read as module_spectra), and
-    magnitude_p95 its 95th percentile. Since x scales with s, one set of unit draws serves every
-    row. When W_U has low rank (tied frozen number rows), this baseline is itself sparse: a
-    module spectrum shows something the module learned only where it exceeds it.
+    x is drawn isotropic (N(0, I/D)); what W_U reads of it is uniform over W_U's row space, so
+    F W_U x has the spectral shape that W_U itself imposes on anything read through it. When W_U
+    has low rank (tied frozen number rows) that shape is itself sparse: a module spectrum shows a
+    preference of the module's own only where it rises above it.
+
+    The baseline is scaled per module and layer to the same total energy as the module's mean
+    spectrum (`module_means[(module, basis)]`, (layers, K)): sum_k baseline_k^2 = sum_k
+    magnitude_k^2 (match = "energy"). So `magnitude / baseline` says how much more (or less) of its
+    W_U-visible energy a module puts at k than W_U's shape would. magnitude_p95: the 95th
+    percentile of single random vectors at k, scaled the same way; rms_norm: the module outputs'
+    root-mean-square norm (for reference).
     """
     import torch
 
@@ -446,15 +459,18 @@ def module_spectra_baseline(unembed, bases: dict, rms_norms: dict, draws: int = 
     for b, basis in bases.items():
         mags = frequency_magnitudes(basis, unit_logits)  # (draws, K)
         mean, p95 = mags.mean(0), np.percentile(mags, 95, axis=0)
+        unit_energy = float((mean**2).sum())
         ks = basis.frequencies
         for m, rms in rms_norms.items():
             first = 0 if m == "resid" else 1
+            means = module_means[(m, b)]
             for l, r in enumerate(rms):
+                scale = float(np.sqrt((means[l] ** 2).sum() / unit_energy)) if unit_energy > 0 else 0.0
                 frames.append(
                     pd.DataFrame(
                         {
                             "basis": b, "module": m, "layer": l + first, "k": ks, "period": basis.period(ks),
-                            "magnitude": r * mean, "magnitude_p95": r * p95, "rms_norm": float(r), "match": "norm",
+                            "magnitude": scale * mean, "magnitude_p95": scale * p95, "rms_norm": float(r), "match": "energy",
                             "draws": draws,
                         }
                     )

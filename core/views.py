@@ -35,7 +35,8 @@ def sampled_examples(examples: pd.DataFrame) -> pd.DataFrame:
     """The examples whose full logits are cached, the running example first."""
     sub = examples[examples["in_sample"]].copy()
     sub["running"] = sub["id"] == "15+93"
-    return sub.sort_values(["running", "id"], ascending=[False, True]).drop(columns="running").reset_index(drop=True)
+    # by operands as numbers (as text "100+2" would come before "15+93")
+    return sub.sort_values(["running", "a", "b"], ascending=[False, True, True]).drop(columns="running").reset_index(drop=True)
 
 
 def logits_around_answer(module_logits: pd.DataFrame, example_id: str, answer: int, window: int = 12) -> pd.DataFrame:
@@ -76,12 +77,22 @@ def spectrum_heatmap(module_spectra: pd.DataFrame, basis: str, module: str) -> p
     return sub[["layer", "k", "period", "magnitude"]].reset_index(drop=True)
 
 
-def layer_spectrum(module_spectra: pd.DataFrame, basis: str, module: str, layer: int, tau: int, top: int = 5) -> pd.DataFrame:
-    """One layer's spectrum with band (low/high by tau) and the top outliers labelled by period."""
+def layer_spectrum(
+    module_spectra: pd.DataFrame, basis: str, module: str, layer: int, tau: int, top: int = 5, baseline: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """One layer's spectrum with band (low/high by tau) and the top outliers labelled by period.
+
+    With the run's `module_spectra_baseline`, adds `baseline` (what W_U's shape alone gives random
+    vectors with the module's total energy), `ratio` and `above_baseline` (ratio >= BASELINE_RATIO).
+    """
     sub = spectrum_heatmap(module_spectra, basis, module)
     sub = sub[sub["layer"] == layer].sort_values("k").reset_index(drop=True)
     if sub.empty:
         raise CoreError(f"no {module} spectrum at layer {layer}")
+    if baseline is not None:
+        sub = spectrum_excess(module_spectra, baseline, basis, module, layer)[["k", "period", "magnitude", "baseline", "ratio", "above"]]
+        sub = sub.rename(columns={"above": "above_baseline"})
+        sub.insert(0, "layer", layer)
     sub["band"] = np.where(sub["k"] < tau, "low (k < tau)", "high (k ≥ tau)")
     order = sub["magnitude"].rank(ascending=False, method="first")
     sub["label"] = np.where(order <= top, sub["period"].map(period_label), "")
@@ -145,21 +156,26 @@ def nearest_tau(ablations: pd.DataFrame, tau: int) -> int:
 
 
 def table1(ablations: pd.DataFrame, tau: int) -> pd.DataFrame:
-    """The paper's Table 1 for one tau: modules x band removed, ours next to GPT-2-XL's."""
+    """The paper's Table 1 for one tau: modules x band removed, ours next to GPT-2-XL's.
+
+    Each band filter also carries its random-subspace control (same rank, random directions that
+    W_U reads): `rank` and `random control accuracy %` (NaN where the run has no control).
+    """
     base = ablations[ablations["removed"] == "none"].iloc[0]
     rows = [_table1_row(base, "none", "none")]
-    sub = ablations[(ablations["tau"] == tau) & ablations["removed"].isin(["low", "high"])]
-    if sub.empty:
+    sub = ablations[(ablations["tau"] == tau) & ablations["removed"].isin(["low", "high", "random-low", "random-high"])]
+    if sub[sub["removed"].isin(["low", "high"])].empty:
         raise CoreError(f"no ablations cached for tau = {tau}")
     for removed in ("low", "high"):
         for modules in ("both", "attn", "mlp"):
             hit = sub[(sub["modules"] == modules) & (sub["removed"] == removed)]
+            ctrl = sub[(sub["modules"] == modules) & (sub["removed"] == f"random-{removed}")]
             if len(hit):
-                rows.append(_table1_row(hit.iloc[0], modules, removed))
+                rows.append(_table1_row(hit.iloc[0], modules, removed, ctrl.iloc[0] if len(ctrl) else None))
     return pd.DataFrame(rows)
 
 
-def _table1_row(r, modules: str, removed: str) -> dict:
+def _table1_row(r, modules: str, removed: str, control=None) -> dict:
     paper = TABLE1_GPT2_XL.get((modules, removed))
     return {
         "filter": "none" if removed == "none" else f"{ABLATION_MODULES[modules]}: {removed} removed",
@@ -170,6 +186,8 @@ def _table1_row(r, modules: str, removed: str) -> dict:
         "Δ accuracy (points)": 100 * r["delta_accuracy"],
         "within ±10 %": 100 * r.get("within_10", np.nan),
         "erased": bool(r["erased"]),
+        "rank": int(r["rank"]) if removed != "none" and pd.notna(r.get("rank")) else np.nan,
+        "random control accuracy %": 100 * control["accuracy"] if control is not None else np.nan,
         "paper GPT-2-XL accuracy %": paper[1] if paper else np.nan,
         "paper GPT-2-XL loss": paper[0] if paper else np.nan,
     }
@@ -262,11 +280,17 @@ def behaviour(answers, predictions) -> tuple[dict, pd.DataFrame]:
 # ----------------------------------------------------------------------------- null models (baselines, controls)
 
 
+#: A frequency is the module's own preference when it carries at least this many times what
+#: W_U's shape gives it (`module_spectra_baseline`, energy-matched).
+BASELINE_RATIO = 2.0
+
+
 def spectrum_excess(module_spectra: pd.DataFrame, baseline: pd.DataFrame, basis: str, module: str, layer: int) -> pd.DataFrame:
-    """One layer's module spectrum next to what W_U alone gives norm-matched random vectors.
+    """One layer's module spectrum next to what W_U alone gives random vectors (same total energy).
 
     Columns: k, period, magnitude (the module's), baseline (mean over random vectors), baseline_p95,
-    excess (magnitude - baseline), above_p95 (magnitude > baseline_p95).
+    excess (magnitude - baseline), ratio (magnitude / baseline), above (ratio >= BASELINE_RATIO),
+    above_p95 (magnitude > baseline_p95).
     """
     pick = lambda f: f[(f["basis"] == basis) & (f["module"] == module) & (f["layer"] == layer)]  # noqa: E731
     obs = pick(module_spectra)[["k", "period", "magnitude"]]
@@ -275,6 +299,9 @@ def spectrum_excess(module_spectra: pd.DataFrame, baseline: pd.DataFrame, basis:
         raise CoreError(f"no spectrum or baseline for {module} layer {layer} ({basis} basis) in this run")
     out = obs.merge(base, on="k", how="inner").sort_values("k").reset_index(drop=True)
     out["excess"] = out["magnitude"] - out["baseline"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["ratio"] = np.where(out["baseline"] > 0, out["magnitude"] / out["baseline"], np.inf)
+    out["above"] = out["ratio"] >= BASELINE_RATIO
     out["above_p95"] = out["magnitude"] > out["baseline_p95"]
     return out
 

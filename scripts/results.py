@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     if not runs:
         print("no runs")
         return 1
-    print("| model | test accuracy | wrong answers off by a multiple of 10 | off by 1 or 2 | top embedding periods (input rows, paper basis) | outliers above shuffled baseline |")
+    print("| model | test accuracy | wrong answers off by a multiple of 10 | off by 1 or 2 | top embedding periods (input rows, paper basis) | outliers above the shuffled-numbers threshold (family-wise 5%) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in runs:
         ea = read_table(args.cache_dir, r.name, "error_analysis").iloc[0]

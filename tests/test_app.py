@@ -208,13 +208,13 @@ def test_behaviour_metrics(app, app_env):
 
 def test_tour_steps_and_presentation_mode(app):
     goto(app, "tour")
-    assert app.header[0].value.startswith("1.")
+    assert app.subheader[0].value.startswith("1.")
     next(b for b in app.button if "Next" in b.label).click().run()
-    assert app.header[0].value.startswith("2.") and app.query_params["step"] == "2"
+    assert app.subheader[0].value.startswith("2.") and app.query_params["step"] == "2"
     for _ in range(6):
         next(b for b in app.button if "Next" in b.label).click().run()
         assert not app.exception, [e.message for e in app.exception]
-    assert app.header[0].value.startswith("8.")
+    assert app.subheader[0].value.startswith("8.")
     widget(app, "toggle", "large").set_value(True).run()
     assert app.query_params["large"] == "1"
     assert any("font-size" in m.value for m in app.markdown)
@@ -231,7 +231,7 @@ def test_shared_link_reopens_the_view(app_env, monkeypatch):
     assert widget(at, "selectbox", "run").value == run.name
     assert widget(at, "slider", "tau").value == 20
     assert widget(at, "radio", "basis").value == "dft"
-    assert at.header[0].value.startswith("3.")
+    assert at.subheader[0].value.startswith("3.")
     at.query_params.update({"tau": "9999", "run": "../../etc"})
     at2 = AppTest.from_file("../app/main.py", default_timeout=120)
     at2.query_params.update({"tau": "9999", "run": "../../etc"})

@@ -98,23 +98,32 @@ def test_module_spectra_baseline_is_what_w_u_gives_random_vectors():
 
     p, width = 61, 32
     basis = fourier_basis(p, "dft")
-    # W_U whose columns hold only frequency 7: any vector read through it has a spectrum at k = 7 alone
+    K = basis.n_freq
+    # W_U whose columns hold only frequencies 7 and 11: any vector read through it has a spectrum there alone
     n = np.arange(p)[:, None]
-    W = np.hstack([np.cos(2 * np.pi * 7 * n / p), np.sin(2 * np.pi * 7 * n / p)]) @ np.random.default_rng(0).standard_normal((2, width))
+    waves = np.hstack([np.cos(2 * np.pi * 7 * n / p), np.sin(2 * np.pi * 7 * n / p), 2 * np.cos(2 * np.pi * 11 * n / p)])
+    W = waves @ np.random.default_rng(0).standard_normal((3, width))
     unembed = Unembed(torch.as_tensor(W, dtype=torch.float32), None, None)
     rms = {"attn": np.array([1.0, 3.0]), "mlp": np.array([2.0, 0.5]), "resid": np.array([1.0, 1.0, 1.0])}
-    table = module_spectra_baseline(unembed, {"dft": basis}, rms, draws=4000, seed=0)
-    assert len(table) == (2 + 2 + 3) * basis.n_freq
+    means = {}
+    rng = np.random.default_rng(1)
+    for m, r in rms.items():
+        means[(m, "dft")] = rng.uniform(0.1, 1.0, size=(len(r), K))
+    table = module_spectra_baseline(unembed, {"dft": basis}, means, rms, draws=4000, seed=0)
+    assert len(table) == (2 + 2 + 3) * K
     one = table[(table["module"] == "attn") & (table["layer"] == 1)].set_index("k")
-    assert one.loc[7, "magnitude"] > 0.1 and one.drop(index=7)["magnitude"].max() < 1e-4 * one.loc[7, "magnitude"]
-    # the definition: mean over Gaussian vectors of that RMS norm of |(F W_U x)_k|, scaling with the norm
-    gen = np.random.default_rng(5)
-    x = gen.standard_normal((20000, width)) / np.sqrt(width)
-    expected = frequency_magnitudes(basis, x @ W.T).mean(0)[6]
-    assert one.loc[7, "magnitude"] == pytest.approx(expected, rel=0.05)
-    three = table[(table["module"] == "attn") & (table["layer"] == 2)].set_index("k")
-    assert three.loc[7, "magnitude"] == pytest.approx(3 * one.loc[7, "magnitude"])
-    assert (table["magnitude_p95"] >= table["magnitude"]).all() and set(table["match"]) == {"norm"}
+    # the shape is W_U's: only k = 7 and 11 carry anything
+    assert one.loc[[7, 11], "magnitude"].min() > 0.1
+    assert one.drop(index=[7, 11])["magnitude"].max() < 1e-4 * one.loc[7, "magnitude"]
+    # the definition: mean over isotropic Gaussian vectors of |(F W_U x)_k|, scaled to the module's total energy
+    x = np.random.default_rng(5).standard_normal((20000, width)) / np.sqrt(width)
+    shape = frequency_magnitudes(basis, x @ W.T).mean(0)
+    module = means[("attn", "dft")][0]
+    expected = shape * np.sqrt((module**2).sum() / (shape**2).sum())
+    assert one["magnitude"].to_numpy() == pytest.approx(expected, rel=0.05, abs=1e-6)
+    assert (one["magnitude"] ** 2).sum() == pytest.approx((module**2).sum())
+    assert (table["magnitude_p95"] >= table["magnitude"]).all() and set(table["match"]) == {"energy"}
+    assert set(table.loc[(table["module"] == "attn"), "rms_norm"]) == {1.0, 3.0}
 
 
 def test_views_compare_spectra_with_the_baseline_and_filters_with_their_controls():
@@ -128,6 +137,7 @@ def test_views_compare_spectra_with_the_baseline_and_filters_with_their_controls
                              "magnitude": [1.0, 1.0, 1.0], "magnitude_p95": [2.0, 2.0, 2.0], "rms_norm": 1.0, "match": "norm"})
     ex = views.spectrum_excess(spectra, baseline, "dft", "mlp", 1)
     assert ex["excess"].tolist() == [4.0, 0.0, -0.8] and ex["above_p95"].tolist() == [True, False, False]
+    assert ex["ratio"].tolist() == pytest.approx([5.0, 1.0, 0.2]) and ex["above"].tolist() == [True, False, False]
     with pytest.raises(Exception, match="no spectrum or baseline"):
         views.spectrum_excess(spectra, baseline, "dft", "attn", 1)
     ab = pd.DataFrame({

@@ -53,7 +53,7 @@ def _conditions(loaded):
     ]
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "gptj", "gpt_neox", "phi", "llama", "mistral"])
+@pytest.mark.parametrize("arch", ["gpt2", "gptj", "gpt_neox", "phi", "llama", "mistral", "olmo2", "gemma2"])
 def test_fast_path_equals_full_recompute(loaded_model, arch):
     loaded = loaded_model(arch)
     texts, answers = _prompts(loaded, shots=1)

@@ -38,14 +38,27 @@ st.dataframe(
         "loss": st.column_config.NumberColumn(format="%.4f"),
         "Δ accuracy (points)": st.column_config.NumberColumn(format="%+.2f"),
         "within ±10 %": st.column_config.NumberColumn(format="%.1f"),
+        "rank": st.column_config.NumberColumn(format="%d", help="Dimensions of the module output the filter removes."),
+        "random control accuracy %": st.column_config.NumberColumn(
+            format="%.2f", help="Accuracy with a random subspace of the same rank removed instead (directions W_U reads, no frequency chosen)."
+        ),
         "paper GPT-2-XL accuracy %": st.column_config.NumberColumn(format="%.2f"),
         "paper GPT-2-XL loss": st.column_config.NumberColumn(format="%.4f"),
     },
 )
 st.caption(
-    "'low removed' keeps only k ≥ tau (high-pass); 'high removed' keeps only k < tau (low-pass). The paper's numbers are "
-    "GPT-2-XL's validation results at tau = 50."
+    "'low removed' keeps only k ≥ tau (high-pass); 'high removed' keeps only k < tau (low-pass). The random control removes "
+    "as many random directions that W_U reads: a band matters for its frequencies only where its accuracy is well below the "
+    "control's. The paper's numbers are GPT-2-XL's validation results at tau = 50 (the paper has no control)."
 )
+ctrl = t1.dropna(subset=["random control accuracy %"])
+if not ctrl.empty:
+    specific = ctrl[ctrl["accuracy %"] < ctrl["random control accuracy %"] - 5]
+    st.caption(
+        f"In this run, {len(specific)} of {len(ctrl)} band filters cost at least 5 points more than their random control"
+        + (": " + "; ".join(f"{r['filter']} {r['accuracy %']:.1f}% vs {r['random control accuracy %']:.1f}%" for _, r in specific.iterrows()) if len(specific) else "")
+        + "."
+    )
 if t1["erased"].any():
     st.warning(
         f"Some filters erase the module output entirely: this model is {run.manifest['width']} wide, and the removed "

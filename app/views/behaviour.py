@@ -26,7 +26,8 @@ def error_report(answers, given, what: str, key: str) -> None:
     c2.metric("Wrong answers off by a multiple of 10", "–" if none else f"{summary['share_multiple_of_10']:.0%}")
     c3.metric("Wrong answers off by 1 or 2", "–" if none else f"{summary['share_within_2']:.0%}")
     if none:
-        st.success(f"All {summary['n']} answers are right: there are no errors to analyse.")
+        n = summary["n"]
+        st.success("The one answer is right: there are no errors to analyse." if n == 1 else f"All {n:,} answers are right: there are no errors to analyse.")
     else:
         show_chart(*figures.error_histogram(hist, f"Errors: {what}", "Red bars are errors that are multiples of 10 (last digit right, size wrong)."), key=key)
 

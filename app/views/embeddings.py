@@ -9,7 +9,7 @@ run, compare, basis = v["run"], v["compare"], st.session_state["basis"]
 intro(
     "Embeddings: where the Fourier features come from",
     "Transform the number embeddings along the number line and look for a few frequencies that stand far above the "
-    "shuffled baseline: pre-trained models have outliers at periods 2, 2.5, 5 and 10, models trained from scratch have "
+    "shuffled-numbers threshold (a level that pure chance passes anywhere in only 5% of shuffles): pre-trained models have outliers at periods 2, 2.5, 5 and 10, models trained from scratch have "
     "none. Pick a second run in the sidebar to compare side by side.",
 )
 url_state("matrix", "input", str, ["input", "output"])
@@ -33,7 +33,11 @@ for col, r in zip(cols, runs):
             "Top periods", ", ".join(f"{t:.3g}" for t in top_periods(spec, 5)),
             help=term("period"),
         )
-        st.caption(f"{len(outliers)} of {len(spec)} frequencies lie above the shuffled baseline's 95th percentile.")
+        periods = ", ".join(f"{t:.3g}" for t in outliers["period"].head(8))
+        st.caption(
+            f"{len(outliers)} of {len(spec)} frequencies stand above the shuffled-numbers threshold (family-wise 5%)"
+            + (f": periods {periods}" + (" …" if len(outliers) > 8 else "") + "." if len(outliers) else ".")
+        )
 
 url_state("colour", "last digit", str, ["last digit", "magnitude"])
 st.radio("Colour the t-SNE map by", ["last digit", "magnitude"], key="colour", horizontal=True)

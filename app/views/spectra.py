@@ -25,7 +25,15 @@ if len(layers) > 1:
     st.select_slider("Layer", options=layers, key="layer")
 to_url("layer")
 layer = st.session_state["layer"]
-show_chart(*figures.layer_spectrum(run, basis, module, layer, tau), key="spec-layer")
+chart, data, caption = figures.layer_spectrum(run, basis, module, layer, tau)
+show_chart(chart, data, caption, key="spec-layer")
+above = data[data["above_baseline"]].sort_values("magnitude", ascending=False)
+st.caption(
+    f"{len(above)} of {len(data)} frequencies carry at least twice what W_U alone gives random vectors of the same energy"
+    + (": periods " + ", ".join(f"{t:.3g}" for t in above["period"].head(8)) + (" …" if len(above) > 8 else "") if len(above) else "")
+    + f". W_U's number rows have rank {run.manifest.get('unembedding_rank', '?')} of {run.manifest['width']}: "
+    "a low rank makes every spectrum read through it sparse, whatever the module learned."
+)
 
 energy = views.energy_by_band(run.table("module_spectra"), basis, tau)
 row = energy[(energy["module"] == module) & (energy["layer"] == layer)].iloc[0]

@@ -1,103 +1,149 @@
+"""The guided tour: eight steps of the paper's story. Each step says what the paper found (its model,
+its number), what the run on screen measures (computed from its tables by core.claims) and a verdict.
+By default each step is drawn from the shipped run that shows it best, and says so; the sidebar's
+run is then summarised beside it. Switch that off to see every step on the sidebar's run."""
+
 import streamlit as st
 
 from app import figures
-from app.common import show_chart, to_url, training_logs, url_state, view
+from app.common import cache_dir, large, run_claims, runs_of_split, show_chart, to_url, training_claim, training_logs, url_state, view
 from core import views
-from core.paper import ACCURACY
+from core.claims import best_run, describe_run
 
 v = view()
-run, compare, basis, tau = v["run"], v["compare"], st.session_state["basis"], st.session_state["tau"]
-ex = run.table("examples")
-running = ex[ex["id"] == "15+93"]
-example = views.sampled_examples(ex).set_index("id").iloc[0] if running.empty else running.set_index("id").iloc[0]
+chosen, basis, tau = v["run"], st.session_state["basis"], st.session_state["tau"]
+split = chosen.manifest["task"]["split"]
+runs = runs_of_split(split)
+by_name = {r.name: r for r in runs}
+CACHE = str(cache_dir())
 
 
-def step_question():
-    st.markdown(f"#### Prompt: `{example['prompt'].splitlines()[-1]}`")
-    c2, c3 = st.columns(2)
-    c2.metric("Model answers", int(example["prediction"]), "right" if example["correct"] else f"wrong (answer {example['answer']})",
-              delta_color="normal" if example["correct"] else "inverse")
-    c3.metric("Test accuracy", f"{ex['correct'].mean():.1%}", help=f"{len(ex)} prompts; the paper's fine-tuned GPT-2-XL: {ACCURACY['GPT-2-XL fine-tuned']}%")
-    show_chart(*figures.final_logits(run, example), key="tour-final")
+def claims_of(r):
+    return run_claims(CACHE, r.name, r.manifest.get("created", ""))
 
 
-def step_logit_lens():
-    show_chart(*figures.accuracy_by_layer(run, False), key="tour-lens")
+def example_of(r):
+    ex = r.table("examples")
+    running = ex[ex["id"] == "15+93"]
+    return views.sampled_examples(ex).set_index("id").iloc[0] if running.empty else running.set_index("id").iloc[0]
 
 
-def step_heatmap():
-    show_chart(*figures.logit_heatmap(run, example), key="tour-heat")
+# ----------------------------------------------------------------------------- figures of each step
 
 
-def step_spectrum():
-    show_chart(*figures.spectrum_heatmap(run, basis, "mlp", tau), key="tour-spec-mlp")
-    show_chart(*figures.spectrum_heatmap(run, basis, "attn", tau), key="tour-spec-attn")
+def draw_question(r):
+    st.markdown(describe_run(r.manifest))
+    show_chart(*figures.final_logits(r, example_of(r)), key="tour-final")
 
 
-def step_waves():
-    chart, data, caption, _ = figures.waves(run, example, basis, 5, window=25)
+def draw_logit_lens(r):
+    show_chart(*figures.accuracy_by_layer(r, False), key="tour-lens")
+
+
+def draw_heatmap(r):
+    show_chart(*figures.logit_heatmap(r, example_of(r)), key="tour-heat")
+
+
+def draw_spectrum(r):
+    show_chart(*figures.top_periods_bars(r, basis), key="tour-spec")
+
+
+def draw_waves(r):
+    chart, data, caption, _ = figures.waves(r, example_of(r), basis, 5, window=25)
     show_chart(chart, data, caption, key="tour-waves")
 
 
-def step_ablations():
-    ab = run.table("ablations")
-    t = views.nearest_tau(ab, tau)
+def draw_ablations(r):
+    ab = r.table("ablations")
+    t = views.nearest_tau(ab, 50)
     table = views.table1(ab, t)
+    cols = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %"]
     st.dataframe(
-        table[["filter", "accuracy %", "loss", "paper GPT-2-XL accuracy %", "paper GPT-2-XL loss", "erased"]],
+        table[[c for c in cols if c in table.columns]],
         hide_index=True,
-        column_config={"accuracy %": st.column_config.NumberColumn(format="%.2f"), "loss": st.column_config.NumberColumn(format="%.4f")},
+        width="stretch",
+        column_config={c: st.column_config.NumberColumn(format="%.1f") for c in cols[1:]},
     )
-    st.caption(f"Filters on every layer at tau = {t}; paper numbers are GPT-2-XL's at tau = 50.")
-    show_chart(*figures.table1_chart(run, t), key="tour-ablate")
+    st.caption(
+        f"Filters on every layer at tau = {t}. 'Random control': as many random directions removed instead. "
+        "The paper's numbers are GPT-2-XL's at tau = 50."
+    )
 
 
-def step_embeddings():
-    runs = [run] + ([compare] if compare is not None else [])
-    cols = st.columns(len(runs))
-    for col, r in zip(cols, runs):
-        with col:
-            show_chart(*figures.embedding_spectrum(r, basis, "input"), key=f"tour-emb-{r.name}")
+def draw_embeddings(r):
+    show_chart(*figures.embedding_top_frequencies(r, "paper"), key=f"tour-emb-{r.name}")
 
 
-def step_training():
-    logs = training_logs(run.manifest["task"]["split"])
+def draw_training(_r):
+    logs = training_logs(split)
     if not logs:
         st.info("No run here carries a training log.")
         return
-    curves = views.training_curves(logs, "val")
-    show_chart(*figures.training_curves(curves, "val"), key="tour-train")
+    show_chart(*figures.training_curves(views.training_curves(logs, "val"), "val"), key="tour-train")
 
 
 STEPS = [
-    ("1. The question", "A model reads 'Put together 15 and 93. Answer:' and must emit 108 as one token. How good is it, and how are its mistakes shaped?", step_question),
-    ("2. The answer builds up layer by layer", "Read each layer through the unembedding (the logit lens): the model is near the answer before it is exact.", step_logit_lens),
-    ("3. Every module writes a wave", "Each attention and MLP output, read through W_U, favours a pattern of numbers: some every 2nd, 5th or 10th number, some a broad region.", step_heatmap),
-    ("4. Few frequencies, used everywhere", "Split the module logits into Fourier components: the spectrum is sparse. MLPs carry low frequencies (size), attention high ones (last digit).", step_spectrum),
-    ("5. Approximate, then classify", "The strongest components of the final logits: long waves put a bump near the answer, short waves pick the exact number.", step_waves),
-    ("6. Take the frequencies away", "Filter a band out of every layer: without the MLPs' low frequencies answers drift by tens; without attention's high ones the last digit goes.", step_ablations),
-    ("7. The features live in the embeddings", "Number embeddings of pre-trained models carry the same periods; models trained from scratch do not.", step_embeddings),
-    ("8. Give a model the features, and it learns", "The same small network learns addition far faster with Fourier-featured number embeddings.", step_training),
+    ("accuracy", "1. The question", "A model reads “Put together 15 and 93. Answer:” and must emit 108 as one token.", draw_question),
+    ("logit_lens", "2. Does the answer build up layer by layer?", "Read each layer through the unembedding (the logit lens).", draw_logit_lens),
+    ("module_waves", "3. Does every module write a wave?", "Each attention and MLP output, read through W_U, over the numbers near the answer.", draw_heatmap),
+    ("spectra", "4. Few frequencies, split between MLP and attention?", "The module logits split into Fourier components.", draw_spectrum),
+    ("waves", "5. Approximate, then classify?", "The strongest components of the final logits, and their sum.", draw_waves),
+    ("ablations", "6. Take the frequencies away", "Filter one band out of every layer's attention or MLP output.", draw_ablations),
+    ("embeddings", "7. Do the features live in the embeddings?", "The number embeddings, transformed along the number line.", draw_embeddings),
+    ("training", "8. Give a model the features, and it learns?", "The same small network trained with and without Fourier-featured number rows.", draw_training),
 ]
+BADGE = {"agrees": ":green-badge[Agrees]", "partly": ":orange-badge[Partly]", "does not": ":red-badge[Does not agree]",
+         "not tested": ":gray-badge[Not tested here]"}
 
 url_state("step", 1, int, list(range(1, len(STEPS) + 1)))
+url_state("best", True, lambda t: str(t).lower() in ("1", "true", "yes", "on"))
 
 
 def move(delta):
     st.session_state["step"] = min(len(STEPS), max(1, st.session_state["step"] + delta))
 
 
-st.title("How a language model adds: a guided tour")
-st.markdown(
-    f"Eight steps through the paper's story, drawn from **{run.label}**. Use the buttons to move; "
-    "switch on presentation mode in the sidebar for a projector."
-)
-left, mid, right = st.columns([1, 4, 1])
+if large():
+    st.markdown("**How a language model adds: a guided tour**")
+else:
+    st.title("How a language model adds: a guided tour")
+left, mid, right = st.columns([1, 4, 1], vertical_alignment="center")
 left.button("◀ Previous", on_click=move, args=(-1,), disabled=st.session_state["step"] == 1, width="stretch")
 right.button("Next ▶", on_click=move, args=(1,), disabled=st.session_state["step"] == len(STEPS), width="stretch")
 mid.progress(st.session_state["step"] / len(STEPS), text=f"Step {st.session_state['step']} of {len(STEPS)}")
-to_url("step")
-title, text, draw = STEPS[st.session_state["step"] - 1]
-st.header(title)
-st.markdown(text)
-draw()
+st.toggle(
+    "Show each step on the shipped run that shows it best", key="best",
+    help="Off: every step uses the run chosen in the sidebar.",
+)
+to_url("step", "best")
+key, title, what, draw = STEPS[st.session_state["step"] - 1]
+
+if key == "training":
+    logged = [r for r in runs if r.has("training_log")]
+    claim = training_claim(CACHE, tuple(r.name for r in logged), tuple(r.manifest.get("created", "") for r in logged))
+    shown = chosen
+    others = ""
+else:
+    per_run = {r.name: claims_of(r)[key] for r in runs}
+    pick = best_run(per_run, preferred=chosen.name, order=[r.name for r in runs]) if st.session_state["best"] else chosen.name
+    shown = by_name[pick]
+    claim = per_run[pick]
+    if pick != chosen.name:
+        mine = per_run[chosen.name]
+        others = (
+            f"Shown on **{shown.label}**, the shipped run that shows this step best. On your choice, {chosen.label}: "
+            f"{BADGE[mine.verdict]} {mine.measured}"
+        )
+    else:
+        others = ""
+
+st.subheader(title)
+st.markdown(f"{BADGE[claim.verdict]} &nbsp; **Paper:** {claim.paper}")
+st.markdown(
+    f"**{'These runs' if key == 'training' else shown.label}:** {claim.measured}"
+    + (f" *Why: {claim.reason}.*" if claim.reason else "")
+)
+if others:
+    st.caption(others)
+st.caption(what)
+draw(shown)
