@@ -273,9 +273,13 @@ def _default_comparison(runs, chosen: str) -> str:
 
 LARGE_CSS = """
 <style>
-html, body, [class*="css"], .stMarkdown p, .stCaption, li { font-size: 1.3rem !important; }
-h1 { font-size: 3rem !important; } h2 { font-size: 2.3rem !important; } h3 { font-size: 1.8rem !important; }
-[data-testid="stMetricValue"] { font-size: 3rem !important; }
+html, body, [class*="css"], .stMarkdown p, li { font-size: 1.15rem !important; }
+.stCaption, [data-testid="stCaptionContainer"] p { font-size: 1.0rem !important; }
+h1 { font-size: 2.2rem !important; } h2 { font-size: 1.9rem !important; } h3 { font-size: 1.5rem !important; }
+[data-testid="stSidebar"] h3 { font-size: 1.25rem !important; }
+[data-testid="stMainBlockContainer"] { padding: 3.6rem 1.5rem 2rem 1.5rem !important; max-width: 100% !important; }
+[data-testid="stMetricValue"] { font-size: 2.4rem !important; }
+.stButton button p { white-space: nowrap; }
 </style>
 """
 
@@ -319,25 +323,38 @@ def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int
     chart with a discrete y axis (a heatmap), instead of a fixed height. A title "what — run" is
     split: the run's name goes to a subtitle, so neither is cut on a narrow screen."""
     big = large()
-    scale = 1.3 if big else 1
-    size = alt.Step(int(row_step * scale)) if row_step else int(height * scale)
+    scale = 1.1 if big else 1
     what, _, run = title.partition(" — ")
-    params = dict(fontSize=22 if big else 15, anchor="start", limit=0)
+    text = _wrap(what, 36 if big else 60)
+    params = dict(fontSize=20 if big else 15, anchor="start")
+    extra = (len(text) - 1) * (24 if big else 18) if isinstance(text, list) else 0
     if run:
-        params.update(subtitle=run, subtitleFontSize=17 if big else 12, subtitleColor="#555")
+        sub = _wrap(run, 48)
+        params.update(subtitle=sub, subtitleFontSize=16 if big else 12, subtitleColor="#555")
+        extra += (len(sub) if isinstance(sub, list) else 1) * (19 if big else 15)
+    # the height Streamlit gives a stretched chart includes its title: add the title's lines to it
+    size = alt.Step(int(row_step * scale)) if row_step else int(height * scale) + extra
     return (
-        chart.properties(title=alt.TitleParams(what, **params), height=size)
+        chart.properties(title=alt.TitleParams(text, **params), height=size)
         .configure_axis(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12)
         .configure_legend(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
         .configure_text(fontSize=16 if big else 11)
     )
 
 
+def _wrap(text: str, width: int) -> str | list[str]:
+    """A title as lines of at most `width` characters (Vega does not wrap titles; a long one is cut)."""
+    import textwrap
+
+    lines = textwrap.wrap(text, width)
+    return lines[0] if len(lines) == 1 else lines
+
+
 def _file_stem(chart, key: str) -> str:
     """Download file names name the model: the chart's key plus the run in its subtitle, if any."""
     title = getattr(chart, "title", None)
     sub = getattr(title, "subtitle", None) if title is not None else None
-    sub = sub if isinstance(sub, str) else ""
+    sub = " ".join(sub) if isinstance(sub, list) else sub if isinstance(sub, str) else ""
     return f"{key}-{run_cache.slugify(sub)}" if sub else key
 
 
@@ -346,13 +363,12 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, 
     name = name or _file_stem(chart, key)
     st.altair_chart(chart, width="stretch", theme=None)  # the chart's own colours: the same as the PNG/SVG download
     st.caption(caption)
-    cols = st.columns([1, 1, 1, 5])
-    # the files are made only when a button is clicked (vl-convert renders the same Vega-Lite spec)
-    cols[0].download_button("PNG", lambda: _png(chart.to_json()), f"{name}.png", "image/png", key=f"{key}-png", on_click="ignore", icon=":material/download:")
-    cols[1].download_button("SVG", lambda: _svg(chart.to_json()), f"{name}.svg", "image/svg+xml", key=f"{key}-svg", on_click="ignore", icon=":material/download:")
-    cols[2].download_button(
-        "CSV", lambda: data.to_csv(index=False), f"{name}.csv", "text/csv", key=f"{key}-csv", on_click="ignore", icon=":material/download:"
-    )
+    # one button that keeps its word on a narrow column; the files are made only when one is clicked
+    # (vl-convert renders the same Vega-Lite spec as the screen)
+    with st.popover("Download", icon=":material/download:"):
+        st.download_button("Chart as PNG", lambda: _png(chart.to_json()), f"{name}.png", "image/png", key=f"{key}-png", on_click="ignore")
+        st.download_button("Chart as SVG", lambda: _svg(chart.to_json()), f"{name}.svg", "image/svg+xml", key=f"{key}-svg", on_click="ignore")
+        st.download_button("Data as CSV", lambda: data.to_csv(index=False), f"{name}.csv", "text/csv", key=f"{key}-csv", on_click="ignore")
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

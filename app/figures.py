@@ -300,33 +300,37 @@ def training_curves(curves: pd.DataFrame, split: str):
     return styled(band + line, f"{split.capitalize()} accuracy during training"), curves, caption
 
 
-def top_periods_bars(run: Run, basis: str, last_layers: int = 15, top: int = 8):
-    """The strongest periods of MLP and attention logits (mean over the last layers), as bars: readable on a projector."""
+def top_periods_bars(run: Run, basis: str, last_layers: int = 15, top: int = 6):
+    """MLP and attention side by side at the periods either of them carries most (mean over the last
+    layers), as grouped bars: readable on a projector, unlike a heatmap of 260 thin columns."""
+    spectra = run.table("module_spectra")
+    n = min(last_layers, int(run.manifest["n_layers"]))
+    tops = {m: views.top_periods_by_module(spectra, basis, m, last_layers=n, top=run.k_max) for m in ("mlp", "attn")}
+    ks = list(dict.fromkeys([*tops["mlp"]["k"].head(top), *tops["attn"]["k"].head(top)]))
     frames = []
-    layers = sorted(run.table("module_spectra")["layer"].unique())
-    n = min(last_layers, max(1, len(layers) - 1))
-    for module in ("mlp", "attn"):
-        t = views.top_periods_by_module(run.table("module_spectra"), basis, module, last_layers=n, top=top)
-        t["module"] = views.MODULE_NAMES[module]
-        t["period T"] = t["period"].map(lambda x: f"{x:.3g}")
-        frames.append(t)
+    for m, t in tops.items():
+        sub = t.set_index("k").loc[ks].reset_index()
+        sub["module"] = views.MODULE_NAMES[m]
+        frames.append(sub)
     data = pd.concat(frames, ignore_index=True)
+    data["period T"] = data["period"].map(lambda x: f"{x:.3g}")
+    order = [f"{p:.3g}" for p in sorted(data.drop_duplicates("k")["period"], reverse=True)]
     chart = (
         alt.Chart(data)
         .mark_bar()
         .encode(
-            x=alt.X("period T:N", title="period T (numbers), strongest first", sort=None),
-            y=alt.Y("magnitude:Q", title="mean |Fourier| of the module logits"),
-            color=alt.Color("module:N", title="module", scale=MODULE_COLOURS, legend=None),
-            column=alt.Column("module:N", title=None, header=alt.Header(labelFontSize=16 if large() else 12)),
+            x=alt.X("period T:N", title="period T (numbers per repetition)", sort=order, axis=alt.Axis(labelAngle=0)),
+            xOffset=alt.XOffset("module:N"),
+            y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
+            color=alt.Color("module:N", title=None, scale=MODULE_COLOURS, legend=alt.Legend(orient="top")),
             tooltip=["module", "k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f")],
         )
     )
     caption = (
-        f"The {top} strongest periods of each module's logits (mean over the last {n} layer{'s' if n > 1 else ''}): "
-        "short periods (2, 2.5, 5, 10) classify the last digit, long ones (104, 520) place the size."
+        f"The periods that MLP or attention logits carry most (top {top} of each, mean over the last {n} "
+        f"layer{'s' if n > 1 else ''}), long to short: short periods (2, 2.5, 5, 10) tell the last digit, long ones the size."
     )
-    return styled(chart, f"Strongest periods, MLP vs attention — {run.label}", height=260), data, caption
+    return styled(chart, f"Strongest periods, MLP vs attention — {run.label}", height=280), data, caption
 
 
 def embedding_top_frequencies(run: Run, basis: str, matrix: str = "input", top: int = 10):
@@ -335,16 +339,50 @@ def embedding_top_frequencies(run: Run, basis: str, matrix: str = "input", top: 
     data = spec[(spec["basis"] == basis) & (spec["matrix"] == matrix)].sort_values("magnitude", ascending=False).head(top).copy()
     data["period T"] = data["period"].map(lambda x: f"{x:.3g}")
     data["outlier"] = data["outlier"].map({True: "above the shuffled threshold", False: "within chance"})
-    base = alt.Chart(data).encode(x=alt.X("period T:N", title="period T (numbers), strongest first", sort=None))
+    base = alt.Chart(data).encode(x=alt.X("period T:N", title="period T (numbers), strongest first", sort=None, axis=alt.Axis(labelAngle=0)))
     bars = base.mark_bar().encode(
-        y=alt.Y("magnitude:Q", title="magnitude (norm of Fourier row)"),
+        y=alt.Y("magnitude:Q", title="magnitude"),
         color=alt.Color("outlier:N", title=None, scale=alt.Scale(domain=["above the shuffled threshold", "within chance"], range=["#d62728", "#9e9e9e"]),
-                        legend=alt.Legend(orient="bottom", labelLimit=0)),
+                        legend=alt.Legend(orient="top", labelLimit=0)),
         tooltip=["k", alt.Tooltip("period:Q", format=".3g"), alt.Tooltip("magnitude:Q", format=".3f"), alt.Tooltip("null_threshold:Q", format=".3f")],
     )
-    ticks = base.mark_tick(color="black", thickness=2, size=30).encode(y="null_threshold:Q")
+    ticks = base.mark_tick(color="black", thickness=3).encode(y="null_threshold:Q")
     caption = (
         f"The {top} strongest frequencies of the number rows; black ticks: the level shuffled numbers pass anywhere in only "
         "5% of 1,000 shuffles. Red bars stand above it."
     )
-    return styled(bars + ticks, f"Strongest periods of the number embeddings — {run.label}", height=260), data, caption
+    return styled(bars + ticks, f"Strongest periods of the number embeddings — {run.label}", height=330), data, caption
+
+
+def table1_bars(run: Run, tau: int):
+    """Table 1 as grouped bars: accuracy under each band filter, this run next to GPT-2-XL and to the random control."""
+    t1 = views.table1(run.table("ablations"), tau)
+    rows = []
+    for r in t1.itertuples():
+        name = r.filter.replace(" removed", "").replace("Attn + MLP", "both")
+        rows.append({"filter": name, "source": "this run", "accuracy": t1.loc[r.Index, "accuracy %"] / 100})
+        control = t1.loc[r.Index, "random control accuracy %"]
+        if pd.notna(control):
+            rows.append({"filter": name, "source": "random control", "accuracy": control / 100})
+        paper = t1.loc[r.Index, "paper GPT-2-XL accuracy %"]
+        if pd.notna(paper) and tau == 50:
+            rows.append({"filter": name, "source": "GPT-2-XL", "accuracy": paper / 100})
+    data = pd.DataFrame(rows)
+    order = ["this run", "random control", "GPT-2-XL"]
+    chart = (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("filter:N", title=None, sort=list(dict.fromkeys(data["filter"])), axis=alt.Axis(labelAngle=-30, labelLimit=0)),
+            xOffset=alt.XOffset("source:N", sort=order),
+            y=alt.Y("accuracy:Q", title="accuracy", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("source:N", title=None, sort=order, scale=alt.Scale(domain=order, range=["#1f77b4", "#9ecae1", "#7f7f7f"]),
+                            legend=alt.Legend(orient="top", labelLimit=0)),
+            tooltip=["filter", "source", alt.Tooltip("accuracy:Q", format=".1%")],
+        )
+    )
+    caption = (
+        f"Accuracy with one band removed from every layer (tau = {tau}); light bars: the same number of random directions "
+        "removed instead, grey: the paper's GPT-2-XL."
+    )
+    return styled(chart, f"Accuracy with one band removed (Table 1) — {run.label}", height=360), data, caption

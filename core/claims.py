@@ -372,10 +372,11 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
 
 def claim_waves(run, top: int = 5) -> Claim:
     """Step 5. Paper: the top-5 Fourier components of the final logits for 15 + 93: long waves put a
-    bump near 108, short ones pick the exact number; their sum peaks at 108.
+    bump near 108, short ones (periods 2, 5, 10) pick the exact number; their sum peaks at 108.
     Measured: the periods of the top 5 components (paper basis) and where their sum peaks.
-    Verdict: agrees when the sum peaks at the answer and the components hold both low (k < 50) and
-    high (k >= 50) frequencies; partly when one of the two holds; else does not."""
+    Verdict: agrees when the sum peaks at the answer, a long wave (k < 50) is among them and at least
+    two of the periods 2, 2.5, 5, 10 (one short period alone tells only parity or one residue);
+    partly when the sum peaks at the answer or both long and short waves are there; else does not."""
     waves = run.table("final_waves")
     r = _running(run)
     sub = waves[(waves["example_id"] == r["id"]) & (waves["basis"] == "paper") & (waves["rank"] <= top)]
@@ -389,17 +390,27 @@ def claim_waves(run, top: int = 5) -> Claim:
     margin = float(total.max() - runner)
     has_low = bool((comps["k"] < TABLE1_TAU).any())
     has_high = bool((comps["k"] >= TABLE1_TAU).any())
+    short = sorted({float(t) for t in comps["period"] if _is_short(float(t))})
     at_answer = peak == answer
-    verdict = "agrees" if (at_answer and has_low and has_high) else "partly" if (at_answer or (has_low and has_high)) else "does not"
+    if at_answer and has_low and len(short) >= 2:
+        verdict = "agrees"
+    elif at_answer or (has_low and has_high):
+        verdict = "partly"
+    else:
+        verdict = "does not"
     bands = "long and short waves" if has_low and has_high else "short waves only" if has_high else "long waves only"
-    peak_text = (
-        f"their sum peaks at {peak}, the answer" if at_answer else f"their sum peaks at {peak}, not at the answer {answer}"
-    )
+    peak_text = f"their sum peaks at {peak}, the answer" if at_answer else f"their sum peaks at {peak}, not at the answer {answer}"
     reason = ""
     if verdict != "agrees":
-        reason = (
-            f"the top {top} components hold {bands}" + ("" if at_answer else "; the answer needs more components")
-        )
+        if len(short) == 1:
+            reason = (
+                f"the only short period among the top {top} is {short[0]:g}, which tells "
+                + ("even from odd" if short[0] == 2 else "one residue") + ", not the last digit"
+            )
+        elif not short:
+            reason = f"no period 2, 2.5, 5 or 10 among the top {top} components"
+        if not at_answer:
+            reason += ("; " if reason else "") + "the answer needs more components"
     return Claim(
         "waves",
         "For 15 + 93, the top 5 Fourier components of GPT-2-XL's final logits: long waves put a bump near 108, short "
@@ -409,7 +420,7 @@ def claim_waves(run, top: int = 5) -> Claim:
         verdict,
         reason,
         {"periods": [float(t) for t in comps["period"]], "peak": peak, "answer": answer, "margin": margin,
-         "has_low": has_low, "has_high": has_high},
+         "has_low": has_low, "has_high": has_high, "short_periods": short},
     )
 
 

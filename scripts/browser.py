@@ -1,6 +1,9 @@
 """Open the dashboard in a real browser (Debian's Chromium, headless) and screenshot every page.
 
-    .venv/bin/python scripts/browser.py [--cache-dir cache] [--out docs/screenshots] [--large]
+    .venv/bin/python scripts/browser.py [--cache-dir cache] [--out docs/screenshots] [--large] [--size 1024x768] [--tour]
+
+--size sets the browser window (default 1400x2600, the whole page); at 1024x768 the screenshot is
+what a projector shows without scrolling. --tour screenshots each Tour step instead of each page.
 
 Starts `streamlit run app/main.py` on a free local port, visits each page, waits until Streamlit
 has finished running, checks that the page shows its title, at least one chart and no error, and
@@ -33,6 +36,10 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+#: The page's first heading (the Tour in presentation mode has no h1)
+HEADING = '[data-testid="stMain"] h1, [data-testid="stMain"] h2, [data-testid="stMain"] h3'
 
 
 def chromium_path() -> str | None:
@@ -95,7 +102,7 @@ def browser():
 
 def wait_until_idle(page, timeout_ms: int = 60000) -> None:
     """Until Streamlit has drawn the page and stopped running the script."""
-    page.wait_for_selector("h1", timeout=timeout_ms)
+    page.wait_for_selector(HEADING, timeout=timeout_ms)
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
         " && document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0",
@@ -112,7 +119,7 @@ def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: i
         wait_until_idle(page)
         report = {
             "url": url,
-            "title": page.inner_text("h1"),
+            "title": page.locator(HEADING).first.inner_text(),
             "charts": page.locator(".vega-embed").count(),
             "errors": [e.inner_text() for e in page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all()]
             + (["page not found"] if page.get_by_text("Page not found").count() else []),
@@ -145,13 +152,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     ap.add_argument("--large", action="store_true", help="presentation mode (large type)")
     ap.add_argument("--query", default="", help="extra query string, e.g. 'run=NAME&tau=50'")
+    ap.add_argument("--size", default="1400x2600", help="browser window WIDTHxHEIGHT")
+    ap.add_argument("--tour", action="store_true", help="screenshot every Tour step instead of every page")
     args = ap.parse_args(argv)
+    width, height = (int(x) for x in args.size.lower().split("x"))
     query = "&".join(q for q in (args.query, "large=1" if args.large else "") if q)
+    suffix = ("-large" if args.large else "") + ("" if args.size == "1400x2600" else f"-{width}x{height}")
+    targets = {f"tour-step-{i}": ("", f"step={i}") for i in range(1, 9)} if args.tour else {n: (p, "") for n, p in PAGES.items()}
     bad = 0
     with serve(args.cache_dir) as base, browser() as b:
-        for name, path in PAGES.items():
-            url = f"{base}/{path}" + (f"?{query}" if query else "")
-            r = visit(b, url, Path(args.out) / f"{name}{'-large' if args.large else ''}.png")
+        for name, (path, extra) in targets.items():
+            q = "&".join(x for x in (query, extra) if x)
+            url = f"{base}/{path}" + (f"?{q}" if q else "")
+            r = visit(b, url, Path(args.out) / f"{name}{suffix}.png", width=width, height=height)
             status = "ok" if not r["errors"] and r["charts"] else "PROBLEM"
             bad += status != "ok"
             print(f"{status:7s} {name:12s} charts={r['charts']:2d} title={r['title']!r} errors={r['errors'][:1]}")

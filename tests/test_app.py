@@ -50,9 +50,13 @@ def charts(at):
 
 
 def chart_title(el) -> str:
+    """The chart's title and subtitle (the run's name), as one line."""
     spec = json.loads(el.proto.spec)
     title = spec.get("title")
-    return title["text"] if isinstance(title, dict) else str(title)
+    if not isinstance(title, dict):
+        return str(title)
+    parts = [title.get("text", ""), title.get("subtitle", "")]
+    return " — ".join(" ".join(p) if isinstance(p, list) else str(p) for p in parts if p)
 
 
 def chart_data(el) -> pd.DataFrame:

@@ -71,7 +71,10 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
     at_answer = int(total.idxmax()) == 108
     ks = w.groupby("rank")["k"].first()
     both = bool((ks < 50).any() and (ks >= 50).any())
-    out["waves"] = "agrees" if at_answer and both else "partly" if at_answer or both else "does not"
+    n_short = len({s for s in SHORT if any(np.isclose((p - 1) / k, s) for k in ks)})
+    out["waves"] = (
+        "agrees" if at_answer and (ks < 50).any() and n_short >= 2 else "partly" if at_answer or both else "does not"
+    )
 
     ab = t("ablations")
     taus = sorted(ab["tau"].dropna().unique())

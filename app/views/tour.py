@@ -32,7 +32,6 @@ def example_of(r):
 
 
 def draw_question(r):
-    st.markdown(describe_run(r.manifest))
     show_chart(*figures.final_logits(r, example_of(r)), key="tour-final")
 
 
@@ -56,18 +55,14 @@ def draw_waves(r):
 def draw_ablations(r):
     ab = r.table("ablations")
     t = views.nearest_tau(ab, 50)
-    table = views.table1(ab, t)
-    cols = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %"]
-    st.dataframe(
-        table[[c for c in cols if c in table.columns]],
-        hide_index=True,
-        width="stretch",
-        column_config={c: st.column_config.NumberColumn(format="%.1f") for c in cols[1:]},
-    )
-    st.caption(
-        f"Filters on every layer at tau = {t}. 'Random control': as many random directions removed instead. "
-        "The paper's numbers are GPT-2-XL's at tau = 50."
-    )
+    show_chart(*figures.table1_bars(r, t), key="tour-ablate")
+    with st.expander("The numbers"):
+        table = views.table1(ab, t)
+        cols = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %"]
+        st.dataframe(
+            table[[c for c in cols if c in table.columns]], hide_index=True, width="stretch",
+            column_config={c: st.column_config.NumberColumn(format="%.1f") for c in cols[1:]},
+        )
 
 
 def draw_embeddings(r):
@@ -103,47 +98,46 @@ def move(delta):
     st.session_state["step"] = min(len(STEPS), max(1, st.session_state["step"] + delta))
 
 
-if large():
-    st.markdown("**How a language model adds: a guided tour**")
-else:
+if not large():
     st.title("How a language model adds: a guided tour")
-left, mid, right = st.columns([1, 4, 1], vertical_alignment="center")
-left.button("◀ Previous", on_click=move, args=(-1,), disabled=st.session_state["step"] == 1, width="stretch")
+key, title, what, draw = STEPS[st.session_state["step"] - 1]
+left, mid, right = st.columns([1.2, 4, 1.2], vertical_alignment="center")
+left.button("◀ Back", on_click=move, args=(-1,), disabled=st.session_state["step"] == 1, width="stretch")
 right.button("Next ▶", on_click=move, args=(1,), disabled=st.session_state["step"] == len(STEPS), width="stretch")
 mid.progress(st.session_state["step"] / len(STEPS), text=f"Step {st.session_state['step']} of {len(STEPS)}")
+
+if key == "training":
+    logged = [r for r in runs if r.has("training_log")]
+    claim = training_claim(CACHE, tuple(r.name for r in logged), tuple(r.manifest.get("created", "") for r in logged))
+    shown, others = chosen, ""
+else:
+    per_run = {r.name: claims_of(r)[key] for r in runs}
+    pick = best_run(per_run, preferred=chosen.name, order=[r.name for r in runs]) if st.session_state["best"] else chosen.name
+    shown, claim, others = by_name[pick], per_run[pick], ""
+    if pick != chosen.name:
+        mine = per_run[chosen.name]
+        others = (
+            f"Shown on {shown.label}, the shipped run that shows this step best. On your choice, {chosen.label}: "
+            f"{BADGE[mine.verdict]} {mine.measured}"
+        )
+
+text, figure = st.columns([2, 3], gap="medium")
+with text:
+    st.subheader(title)
+    st.markdown(f"{BADGE[claim.verdict]} &nbsp; **Paper:** {claim.paper}")
+    st.markdown(
+        f"**{'These runs' if key == 'training' else shown.label}:** {claim.measured}"
+        + (f" *Why: {claim.reason}.*" if claim.reason else "")
+    )
+    if others:
+        st.caption(others)
+    if key == "accuracy":
+        st.markdown(describe_run(shown.manifest))
+with figure:
+    st.caption(what)
+    draw(shown)
 st.toggle(
     "Show each step on the shipped run that shows it best", key="best",
     help="Off: every step uses the run chosen in the sidebar.",
 )
 to_url("step", "best")
-key, title, what, draw = STEPS[st.session_state["step"] - 1]
-
-if key == "training":
-    logged = [r for r in runs if r.has("training_log")]
-    claim = training_claim(CACHE, tuple(r.name for r in logged), tuple(r.manifest.get("created", "") for r in logged))
-    shown = chosen
-    others = ""
-else:
-    per_run = {r.name: claims_of(r)[key] for r in runs}
-    pick = best_run(per_run, preferred=chosen.name, order=[r.name for r in runs]) if st.session_state["best"] else chosen.name
-    shown = by_name[pick]
-    claim = per_run[pick]
-    if pick != chosen.name:
-        mine = per_run[chosen.name]
-        others = (
-            f"Shown on **{shown.label}**, the shipped run that shows this step best. On your choice, {chosen.label}: "
-            f"{BADGE[mine.verdict]} {mine.measured}"
-        )
-    else:
-        others = ""
-
-st.subheader(title)
-st.markdown(f"{BADGE[claim.verdict]} &nbsp; **Paper:** {claim.paper}")
-st.markdown(
-    f"**{'These runs' if key == 'training' else shown.label}:** {claim.measured}"
-    + (f" *Why: {claim.reason}.*" if claim.reason else "")
-)
-if others:
-    st.caption(others)
-st.caption(what)
-draw(shown)
