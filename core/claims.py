@@ -172,14 +172,14 @@ def _is_short(period: float) -> bool:
     return any(abs(period - t) < 1e-6 for t in SHORT_PERIODS)
 
 
-def _structural_reason(run) -> str:
-    """What about this model limits what it can show: few layers, a low-rank unembedding."""
+def _structural_reason(run, spectra: bool = False) -> str:
+    """What about this model limits what it can show: few layers; for spectra, a low-rank unembedding."""
     m = run.manifest
     bits = []
     if isinstance(m.get("n_layers"), int) and m["n_layers"] <= 4:
         bits.append(f"only {m['n_layers']} layers, so each module has to do both jobs")
     rank = m.get("unembedding_rank")
-    if isinstance(rank, int) and rank <= 32:
+    if spectra and isinstance(rank, int) and rank <= 32:
         bits.append(f"W_U's number rows have rank {rank}, so every spectrum read through it is sparse by construction")
     return "; ".join(bits)
 
@@ -365,7 +365,7 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
         "strong low frequencies (size), attention does not (last digit).",
         measured,
         verdict,
-        _structural_reason(run) if verdict != "agrees" else "",
+        _structural_reason(run, spectra=True) if verdict != "agrees" else "",
         {"low_share": shares, "top_periods": tops, "above_baseline": above, "layers": keep},
     )
 

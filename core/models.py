@@ -523,9 +523,26 @@ def check_device(device: str) -> str:
     return device
 
 
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files that make up the model in `folder`."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
+        except (OSError, json.JSONDecodeError, AttributeError):
+            shards = []
+        if shards and all((folder / f).is_file() for f in shards):
+            return [folder / f for f in shards]
+    if (folder / "model.safetensors").is_file():
+        return [folder / "model.safetensors"]
+    return sorted(folder.glob("*.safetensors"))
+
+
 def fingerprint_folder(folder: Path, full_hash_limit: int = 512 * 2**20) -> str:
-    """A hash of the safetensors weights in a folder: whole files when small, else headers and sizes."""
-    files = sorted(folder.glob("*.safetensors"))
+    """A hash of the safetensors weights a folder's model loads: whole files when small, else headers
+    and sizes. Only the files `from_pretrained` reads count (the shards of model.safetensors.index.json,
+    or model.safetensors): a leftover checkpoint beside them does not change the run's identity."""
+    files = weight_files(folder)
     total = sum(f.stat().st_size for f in files)
     h = hashlib.sha256()
     for f in files:

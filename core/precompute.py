@@ -510,9 +510,9 @@ def embedding_tables(loaded, p: int, seed: int):
     return pd.concat(frames, ignore_index=True), pd.concat(clusters, ignore_index=True), tied
 
 
-def ablation_specs(basis, taus):
+def ablation_specs(basis, taus, controls: bool = True):
     """The grid: no filter; modules x band removed x tau; keep-one for periods 2 and p-1; and, for
-    each band filter, a random-subspace control of the same rank."""
+    each band filter, a random-subspace control of the same rank (unless `controls` is False)."""
     from core.filters import Ablation
 
     specs = [Ablation()]
@@ -520,7 +520,7 @@ def ablation_specs(basis, taus):
         for modules in ("both", "attn", "mlp"):
             for removed in ("low", "high"):
                 specs.append(Ablation(modules, removed, int(tau)))
-    for tau in taus:  # controls: a random subspace of the same rank as each band filter (PAPER.md section 5)
+    for tau in taus if controls else ():  # controls: a random subspace of the same rank as each band filter (PAPER.md section 5)
         for modules in ("both", "attn", "mlp"):
             for removed in ("random-low", "random-high"):
                 specs.append(Ablation(modules, removed, int(tau)))

@@ -14,10 +14,12 @@ Measurements (each as a multiple of `plain`, one batched forward pass over the p
 * plain: tokenizing, batching and the model's forward pass (logits of the answer position only);
 * capture: the same passes keeping h(l), Attn(l), MLP(l) of every layer at the answer position;
 * ablated: one evaluation under a Fourier filter on the attention and MLP outputs of every layer;
-* grid: the precompute's ablation grid (63 conditions: no filter, 10 taus x 3 module sets x 2
-  bands, keep-one for two frequencies) through `evaluate_conditions`, filters included;
-  next to it, the ideal: one plain pass plus one last-token pass per condition, that is
-  1 + conditions / (mean prompt length in tokens);
+* grid: the paper's ablation grid (63 conditions: no filter, 10 taus x 3 module sets x 2 bands,
+  keep-one for two frequencies) through `evaluate_conditions`, filters included; next to it, the
+  ideal: one plain pass plus one last-token pass per condition, that is 1 + conditions / (mean
+  prompt length in tokens);
+* grid + controls: the precompute's whole grid (123 conditions: the above plus a random-subspace
+  control for each band filter);
 * full recompute: what the grid cost before (every position of every prompt for each condition),
   measured on 3 conditions and given per condition (demo model only, with --full).
 --compare-threads also times the plain pass with 1 thread and with all cores.
@@ -69,9 +71,12 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     answers = np.array([e.answer for e in examples])
     basis = fourier_basis(p, "paper")
     W_U = lm.unembedding(p)
-    specs = ablation_specs(basis, TAUS)
-    filters = build_filters(specs, W_U, basis)
+    all_specs = ablation_specs(basis, TAUS)
+    filters = build_filters(all_specs, W_U, basis)
+    all_conditions = [Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in all_specs]
+    specs = ablation_specs(basis, TAUS, controls=False)
     conditions = [Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in specs]
+    n_distinct = len({filter_key(s) for s in specs}) - 1
     flt = high_pass(W_U, basis, 50)
     mean_tokens = float(np.mean([len(x) for x in lm.tokenizer(texts)["input_ids"]]))
 
@@ -89,12 +94,15 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     def grid():
         evaluate_conditions(lm, texts, answers, p, conditions, "last", batch_size, progress=False)
 
+    def grid_with_controls():
+        evaluate_conditions(lm, texts, answers, p, all_conditions, "last", batch_size, progress=False)
+
     def full_recompute_3():  # the old grid: every position recomputed, one condition after another
         for cond in conditions[1:4]:
             with filtered(lm, cond.flt, cond.modules, "last"):
                 plain()
 
-    jobs = {"plain": plain, "capture": capture, "ablated": ablated, "grid": grid}
+    jobs = {"plain": plain, "capture": capture, "ablated": ablated, "grid": grid, "grid + controls": grid_with_controls}
     if full:
         jobs["full recompute (3 conditions)"] = full_recompute_3
     cores = torch.get_num_threads()
@@ -120,8 +128,12 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     print(f"  capture / plain                  {med['capture'] / base:.3f}x   (target <= 1.15x)")
     print(f"  ablated / plain                  {med['ablated'] / base:.3f}x   (target <= 1.30x)")
     print(
-        f"  grid of {len(conditions)} conditions ({len(filters) - 1} distinct filters): {med['grid'] / base:.2f} plain passes; "
+        f"  grid of {len(conditions)} conditions ({n_distinct} distinct filters): {med['grid'] / base:.2f} plain passes; "
         f"ideal 1 + {len(conditions)}/{mean_tokens:.1f} = {ideal:.2f}"
+    )
+    print(
+        f"  grid + controls, {len(all_conditions)} conditions ({len(filters) - 1} distinct filters): "
+        f"{med['grid + controls'] / base:.2f} plain passes; ideal {1 + len(all_conditions) / mean_tokens:.2f}"
     )
     if full:
         per = med["full recompute (3 conditions)"] / 3 / base

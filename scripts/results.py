@@ -56,10 +56,17 @@ def main(argv=None) -> int:
             t = tables[r.name]
             if key in t.index:
                 row = t.loc[key]
-                cells.append(f"{row['accuracy %']:.2f} ({row['loss']:.4f})" + (" erased" if row["erased"] else ""))
+                control = row.get("random control accuracy %")
+                cells.append(
+                    f"{row['accuracy %']:.2f} ({row['loss']:.4f})"
+                    + (f"; control {control:.2f}" if pd.notna(control) else "")
+                    + (" erased" if row["erased"] else "")
+                )
             else:
                 cells.append("–")
         print("| " + " | ".join(cells) + " |")
+    print("\n('control': the same number of random directions that W_U reads removed instead; the paper has no control.)\n")
+    claims_table(args.cache_dir, runs)
     print()
     for r in runs:
         if "training_log" in (r.manifest.get("tables") or {}):
@@ -73,6 +80,27 @@ def main(argv=None) -> int:
                     f"(seeds from {row['low']:.2%} to {row['high']:.2%}); training time per seed {secs.mean() / 60:.0f} min"
                 )
     return 0
+
+
+def claims_table(cache_dir: str, runs) -> None:
+    """The paper's claims, one row each, with each run's verdict and measurement (core.claims)."""
+    from core import claims
+
+    table_runs = [claims.TableRun(cache_dir, r.name) for r in runs]
+    per_run = {r.name: claims.run_claims(r) for r in table_runs}
+    steps = list(claims.RUN_CLAIMS)
+    print("The paper's claims against each shipped run (verdicts and reasons computed by `core.claims`, as on the Tour):\n")
+    for step in steps:
+        first = per_run[table_runs[0].name][step]
+        print(f"**{step.replace('_', ' ')}.** Paper: {first.paper}\n")
+        for r in table_runs:
+            c = per_run[r.name][step]
+            why = f" *Why: {c.reason}.*" if c.reason else ""
+            print(f"- {r.label}: **{c.verdict}**. {c.measured}{why}")
+        print()
+    t = claims.claim_training(table_runs)
+    why = f" *Why: {t.reason}.*" if t.reason else ""
+    print(f"**training.** Paper: {t.paper}\n\n- **{t.verdict}**. {t.measured}{why}")
 
 
 if __name__ == "__main__":

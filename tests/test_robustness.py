@@ -309,3 +309,19 @@ def test_dashboard_run_list_skips_a_manifest_without_p(good_run, tmp_path):
     (run / "manifest.json").write_text(json.dumps(manifest))
     good, broken = valid_runs.__wrapped__(str(run.parent)) if hasattr(valid_runs, "__wrapped__") else valid_runs(str(run.parent))
     assert good == [] and broken and any("lacks 'p'" in p for p in broken[0]["problems"])
+
+
+def test_a_leftover_checkpoint_beside_the_weights_does_not_change_the_fingerprint(model_dir, tmp_path):
+    """Only the files from_pretrained loads identify the model (a run's name must not depend on leftovers)."""
+    import shutil
+
+    from core.models import fingerprint_folder
+
+    folder = tmp_path / "m"
+    shutil.copytree(model_dir("gpt2"), folder)
+    before = fingerprint_folder(folder)
+    (folder / "pretrained.safetensors").write_bytes(b"leftover of an earlier stage")
+    assert fingerprint_folder(folder) == before
+    weights = next(folder.glob("model*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\x01")
+    assert fingerprint_folder(folder) != before
