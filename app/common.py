@@ -184,7 +184,8 @@ def _link_notice(key: str, asked, shown) -> None:
     if (key, asked) in seen:
         return
     seen.add((key, asked))
-    st.toast(f"The link asks for {key} = '{str(asked)[:60]}', which is not available here; showing {shown} instead.", icon="⚠️")
+    what = "the default" if len(str(shown)) > 24 else str(shown)
+    st.toast(f"The link asks for {key} '{str(asked)[:40]}', which is not here: showing {what} instead.", icon="⚠️")
 
 
 def to_url(*keys: str) -> None:
@@ -306,9 +307,23 @@ def no_runs_message() -> None:
         st.error("These runs failed their checks and are skipped: " + ", ".join(b["name"] for b in broken))
 
 
-def intro(title: str, what_to_look_for: str) -> None:
+BADGE = {"agrees": ":green-badge[Agrees]", "partly": ":orange-badge[Partly]", "does not": ":red-badge[Does not agree]",
+         "not tested": ":gray-badge[Not tested here]"}
+
+
+def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
+    """The page's title, what to look for, and (with `claim`, a key of core.claims.RUN_CLAIMS) the
+    paper's finding beside what the chosen run measures, with the verdict."""
     st.title(title)
     st.markdown(what_to_look_for)
+    v = st.session_state.get("view")
+    if claim and v is not None:
+        run = v["run"]
+        c = run_claims(str(cache_dir()), run.name, run.manifest.get("created", ""))[claim]
+        st.markdown(
+            f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}  \n**{run.label}:** {c.measured}"
+            + (f" *Why: {c.reason}.*" if c.reason else "")
+        )
 
 
 def large() -> bool:

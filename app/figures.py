@@ -21,11 +21,13 @@ def accuracy_by_layer(run: Run, final_norm: bool):
     how = "final norm applied" if final_norm else "no final norm (the paper's reading)"
     chart = (
         alt.Chart(data)
-        .mark_line(point=True)
+        .mark_line(point=alt.OverlayMarkDef(size=90, filled=True))
         .encode(
             x=alt.X("layer:Q", title="layer (0 = embeddings)", axis=alt.Axis(tickMinStep=1)),
             y=alt.Y("accuracy:Q", title="accuracy (share of test prompts)", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]),
+            shape=alt.Shape("measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]),
+            strokeDash=alt.StrokeDash("measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]),
             tooltip=["layer", "measure", alt.Tooltip("accuracy:Q", format=".1%")],
         )
     )
@@ -43,7 +45,7 @@ def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
         alt.Chart(data)
         .mark_rect()
         .encode(
-            x=alt.X("number:O", title=f"number (answer {example['answer']} in the middle)"),
+            x=alt.X("number:O", title=f"number (answer {example['answer']} in the middle)", axis=alt.Axis(labelAngle=0, labelOverlap="parity")),
             y=alt.Y("row:N", title="module and layer", sort=alt.SortField("layer", order="ascending")),
             color=alt.Color("centred:Q", title="logit − row mean",
                             scale=alt.Scale(scheme="redblue", domain=[-reach, reach], domainMid=0, reverse=True)),
@@ -137,8 +139,9 @@ def spectrum_heatmap(run: Run, basis: str, module: str, tau: int):
     cut = alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(color="white", strokeDash=[6, 3], strokeWidth=2).encode(x="k:O")
     span = _span(run, basis)
     caption = (
-        f"Bright columns are frequencies that many layers use: k = {span // 10}, {span // 5}, {round(span / 2.5)}, {span // 2} "
-        f"are periods 10, 5, 2.5, 2. The dashed line is the cutoff tau = {tau}."
+        f"Each row is a layer, each column a frequency k (brighter: larger); k = {span // 10}, {span // 5}, "
+        f"{round(span / 2.5)}, {span // 2} are periods 10, 5, 2.5, 2. The dashed line is the cutoff tau = {tau}. "
+        "The bars above show the same spectra's strongest periods at a readable size."
     )
     name = views.MODULE_NAMES[module]
     return styled(chart + cut, f"{name}: mean Fourier magnitude of module logits, by layer and frequency — {run.label}", height=max(160, 40 * run.n_layers)), data, caption
@@ -247,18 +250,18 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
 def embedding_spectrum(run: Run, basis: str, matrix: str):
     data = views.embedding_outliers(run.table("embedding_spectrum"), basis, matrix)
     base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1], nice=False)))
-    bars = base.mark_bar(width=2, color="#1f77b4").encode(
-        y=alt.Y("magnitude:Q", title="magnitude (norm of Fourier row)"),
+    bars = base.mark_bar(width=3, color="#1f77b4").encode(
+        y=alt.Y("magnitude:Q", title="magnitude", scale=alt.Scale(domainMax=float(data["magnitude"].max()) * 1.15)),
         tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "outlier"],
     )
     null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_threshold:Q")
     labels = base.mark_text(dy=-8, fontWeight="bold").encode(y="magnitude:Q", text="label:N")
-    side = "input embedding W_E" if matrix == "input" else "unembedding W_U"
+    side = "input rows W_E" if matrix == "input" else "unembedding rows W_U"
     caption = (
         "Bars above the dashed line are outliers, labelled with their period T: the line is the level that the same "
         "spectrum with the numbers shuffled passes anywhere in only 5% of 1,000 shuffles. Pre-trained models show T = 2, 2.5, 5, 10."
     )
-    return styled(bars + null + labels, f"Fourier spectrum of the number rows of the {side} — {run.label}"), data, caption
+    return styled(bars + null + labels, f"Spectrum of the numbers' {side} — {run.label}"), data, caption
 
 
 def embedding_map(run: Run, matrix: str, colour: str):
@@ -287,7 +290,7 @@ def embedding_map(run: Run, matrix: str, colour: str):
 def training_curves(curves: pd.DataFrame, split: str):
     base = alt.Chart(curves).encode(
         x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1)),
-        color=alt.Color("run:N", title="model", legend=alt.Legend(labelLimit=0)),
+        color=alt.Color("run:N", title="model", legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolOpacity=1)),
     )
     band = base.mark_area(opacity=0.2).encode(y=alt.Y("low:Q", title=f"{split} accuracy", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])), y2="high:Q")
     line = base.mark_line(point=True).encode(

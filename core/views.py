@@ -17,7 +17,7 @@ from core.paper import TABLE1_GPT2_XL
 
 MODULE_NAMES = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)", "final": "Final logits"}
 ABLATION_MODULES = {"both": "Attn + MLP", "attn": "Attn", "mlp": "MLP"}
-BAND_NAMES = {"low": "low frequencies removed (high-pass)", "high": "high frequencies removed (low-pass)"}
+BAND_NAMES = {"low": "low band (high-pass)", "high": "high band (low-pass)"}
 
 
 # ----------------------------------------------------------------------------- logit lens
@@ -219,7 +219,7 @@ def accuracy_by_tau(ablations: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- embeddings
 
 
-def embedding_outliers(spectrum: pd.DataFrame, basis: str, matrix: str, top: int = 6) -> pd.DataFrame:
+def embedding_outliers(spectrum: pd.DataFrame, basis: str, matrix: str, top: int = 4) -> pd.DataFrame:
     sub = spectrum[(spectrum["basis"] == basis) & (spectrum["matrix"] == matrix)].sort_values("k").reset_index(drop=True)
     order = sub["magnitude"].rank(ascending=False, method="first")
     sub["label"] = np.where((order <= top) & sub["outlier"], sub["period"].map(period_label), "")

@@ -138,8 +138,39 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     if full:
         per = med["full recompute (3 conditions)"] / 3 / base
         print(f"  full recompute: {per:.2f} plain passes per condition, so {per * len(conditions):.1f} for the grid")
+        agreement(lm, texts, answers, p, conditions, batch_size)
     if compare_threads:
         print(f"  plain with 1 thread / with {cores}: {med['plain, 1 thread'] / base:.2f}")
+
+
+def agreement(lm, texts, answers, p, conditions, batch_size) -> None:
+    """Do the grid's answer-position path and the full recompute agree? Every condition of the grid,
+    predictions and answer-token losses, on the same prompts."""
+    import numpy as np
+    import torch
+
+    from core.capture import forward_batch, prepare_batches
+    from core.filters import answer_losses, evaluate_conditions, filtered
+
+    fast = evaluate_conditions(lm, texts, answers, p, conditions, "last", batch_size, progress=False)
+    ids = torch.as_tensor(lm.numbers.ids_for(p))
+    differ, worst_loss, near = 0, 0.0, []
+    for c, (cond, ev) in enumerate(zip(conditions, fast)):
+        preds, losses = np.zeros(len(texts), np.int64), np.zeros(len(texts))
+        with torch.no_grad(), filtered(lm, cond.flt, cond.modules, "last"):
+            for b in prepare_batches(lm.tokenizer, texts, batch_size):
+                logits = forward_batch(lm, b)
+                preds[b.indices] = logits[:, ids].argmax(-1).numpy()
+                losses[b.indices] = answer_losses(logits, ids[torch.as_tensor(answers[b.indices])]).numpy()
+        d = int((preds != ev.predictions).sum())
+        differ += d
+        if d:
+            near.append(f"condition {c} (accuracy {ev.accuracy:.1%}): {d}")
+        worst_loss = max(worst_loss, float(np.abs(losses - ev.losses).max()))
+    print(
+        f"  agreement with the full recompute over all {len(conditions)} conditions x {len(texts)} prompts: "
+        f"{differ} predictions differ{' (' + '; '.join(near) + ')' if near else ''}; largest loss difference {worst_loss:.1e}"
+    )
 
 
 def bench_live(lm, rounds: int) -> None:

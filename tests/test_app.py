@@ -123,18 +123,20 @@ def test_spectra_controls(app, app_env):
     run = app_env["runs"]["tiny trained"]
     widget(app, "selectbox", "run").set_value(run.name).run()
     widget(app, "radio", "module").set_value("attn").run()
-    assert chart_title(charts(app)[0]).startswith("Attention")
+    top = chart_data(charts(app)[0])  # the strongest periods of both modules, as bars
+    assert set(top["module"]) == {"MLP", "Attention"}
+    assert chart_title(charts(app)[1]).startswith("Attention")
     widget(app, "slider", "tau").set_value(30).run()
     energy = views.energy_by_band(read_table(app_env["cache"], run.name, "module_spectra"), "paper", 30)
     layer = widget(app, "select_slider", "layer").value
     want = energy[(energy["module"] == "attn") & (energy["layer"] == layer)].iloc[0]["low"]
     metric = next(m for m in app.metric if m.label.startswith("Energy below tau = 30"))
     assert metric.value == f"{want:.0%}"
-    data = chart_data(charts(app)[1]).dropna(subset=["band"])
+    data = chart_data(charts(app)[2]).dropna(subset=["band"])
     assert set(data["band"]) == {"low (k < tau)", "high (k ≥ tau)"} and (data[data["k"] < 30]["band"] == "low (k < tau)").all()
     widget(app, "radio", "basis").set_value("dft").run()
     assert app.query_params["basis"] == "dft"
-    assert "period T = 201/k" in charts(app)[0].proto.spec
+    assert "period T = 201/k" in charts(app)[1].proto.spec
 
 
 def test_waves_k_slider(app):

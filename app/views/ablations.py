@@ -11,8 +11,8 @@ run, tau, basis = v["run"], st.session_state["tau"], st.session_state["basis"]
 intro(
     "Ablations: which frequencies does the model need?",
     "Filter every layer's attention and/or MLP output so that the unembedding reads nothing in one band, and measure "
-    "accuracy. In GPT-2-XL, removing the MLPs' low frequencies or the attention's high frequencies hurts most: MLPs "
-    "approximate, attention classifies. Compare this run's table with the paper's.",
+    "accuracy, next to a random-subspace control of the same size. Compare this run's table with the paper's.",
+    claim="ablations",
 )
 ablations = run.table("ablations")
 errors = run.table("ablation_errors")
@@ -30,8 +30,10 @@ st.subheader(f"Table 1 for this run (tau = {shown_tau})", help=term("ablation"))
 t1 = views.table1(ablations, shown_tau)
 if shown_tau != TABLE1_TAU:
     t1[["paper GPT-2-XL accuracy %", "paper GPT-2-XL loss"]] = None
+order = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %", "loss", "paper GPT-2-XL loss",
+         "Δ accuracy (points)", "within ±10 %", "rank", "erased"]
 st.dataframe(
-    t1.drop(columns=["modules", "removed"]),
+    t1[[c for c in order if c in t1.columns]],
     hide_index=True,
     column_config={
         "accuracy %": st.column_config.NumberColumn(format="%.2f"),
@@ -81,10 +83,10 @@ else:
     share = dist.loc[dist["multiple of 10"], "count"].sum() / dist["count"].sum()
     small = dist.loc[dist["error"].abs() < 6, "count"].sum() / dist["count"].sum()
     c1, c2 = st.columns(2)
-    c1.metric("Errors that are multiples of 10", f"{share:.0%}", help="Paper: with the MLPs' low frequencies removed, errors are off by 10, 50, 100.")
-    c2.metric("Errors smaller than 6", f"{small:.0%}", help="Paper: with attention's high frequencies removed, all errors are below 6.")
+    c1.metric("Errors: multiples of 10", f"{share:.0%}", help="Paper: with the MLPs' low frequencies removed, errors are off by 10, 50, 100.")
+    c2.metric("Errors: smaller than 6", f"{small:.0%}", help="Paper: with attention's high frequencies removed, all errors are below 6.")
     show_chart(
-        *figures.error_histogram(dist, f"Error distribution — {cell} (tau = {shown_tau})", "Red bars are errors that are multiples of 10: the last digit is right, the size is off."),
+        *figures.error_histogram(dist, f"Error distribution, {cell} (tau = {shown_tau}) — {run.label}", "Red bars are errors that are multiples of 10: the last digit is right, the size is off."),
         key="err-hist",
     )
 
@@ -152,4 +154,4 @@ else:
         if result["erased"]:
             st.warning("This filter erases the module outputs entirely (the removed rows span the model's width).")
         if len(result["hist"]):
-            show_chart(*figures.error_histogram(result["hist"], f"Error distribution — {result['label']}", "Errors of the live run; red bars are multiples of 10."), key="live-hist")
+            show_chart(*figures.error_histogram(result["hist"], f"Error distribution, {result['label']} — {run.label}", "Errors of the live run; red bars are multiples of 10."), key="live-hist")

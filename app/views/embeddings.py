@@ -9,8 +9,9 @@ run, compare, basis = v["run"], v["compare"], st.session_state["basis"]
 intro(
     "Embeddings: where the Fourier features come from",
     "Transform the number embeddings along the number line and look for a few frequencies that stand far above the "
-    "shuffled-numbers threshold (a level that pure chance passes anywhere in only 5% of shuffles): pre-trained models have outliers at periods 2, 2.5, 5 and 10, models trained from scratch have "
-    "none. Pick a second run in the sidebar to compare side by side.",
+    "shuffled-numbers threshold (a level that pure chance passes anywhere in only 5% of shuffles). Pick a second run "
+    "in the sidebar to compare side by side.",
+    claim="embeddings",
 )
 url_state("matrix", "input", str, ["input", "output"])
 st.radio(
@@ -29,10 +30,7 @@ for col, r in zip(cols, runs):
         spec = r.table("embedding_spectrum")
         spec = spec[(spec["basis"] == basis) & (spec["matrix"] == matrix)]
         outliers = spec[spec["outlier"]].sort_values("magnitude", ascending=False)
-        st.metric(
-            "Top periods", ", ".join(f"{t:.3g}" for t in top_periods(spec, 5)),
-            help=term("period"),
-        )
+        st.markdown(f"**Top periods:** {', '.join(f'{t:.3g}' for t in top_periods(spec, 5))}", help=term("period"))
         periods = ", ".join(f"{t:.3g}" for t in outliers["period"].head(8))
         st.caption(
             f"{len(outliers)} of {len(spec)} frequencies stand above the shuffled-numbers threshold (family-wise 5%)"

@@ -8,8 +8,9 @@ run = v["run"]
 intro(
     "Logit lens: when does the model know the answer?",
     "Read every layer's residual stream through the unembedding and ask which number it would answer. "
-    "Look for layers that are already close (within ±10) long before they are exact: the model first approximates "
-    "the size of the sum, then pins down its last digit.",
+    "Look for layers that are already close (within ±10) long before they are exact: that is what approximating the "
+    "size first, then pinning down the last digit, looks like.",
+    claim="logit_lens",
 )
 url_state("norm", False, lambda t: t.lower() in ("1", "true"))
 st.toggle("Apply the final layer norm before W_U (usual logit lens; the paper applies W_U directly)", key="norm", help=term("logit lens"))

@@ -9,14 +9,16 @@ run, basis, tau = v["run"], st.session_state["basis"], st.session_state["tau"]
 intro(
     "Spectra: which frequencies do the modules use?",
     "Take each module's logits over the number line and split them into Fourier components. Look for a few bright "
-    "frequencies (a sparse spectrum): periods 2, 2.5, 5 and 10 classify the last digit; MLPs also carry strong low "
-    "frequencies (long periods) that approximate the size of the answer, attention mostly does not.",
+    "frequencies (a sparse spectrum), for which module carries the long periods (size) and which the short ones "
+    "(last digit), and for bars above what the unembedding alone would give.",
+    claim="spectra",
 )
 modules = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)"}
 url_state("module", "mlp", str, list(modules))
 st.radio("Module", list(modules), key="module", format_func=modules.get, horizontal=True, help=term("Fourier component"))
 to_url("module")
 module = st.session_state["module"]
+show_chart(*figures.top_periods_bars(run, basis), key="spec-top")
 show_chart(*figures.spectrum_heatmap(run, basis, module, tau), key="spec-heat")
 
 layers = sorted(run.table("module_spectra").query("module == @module")["layer"].unique().tolist())

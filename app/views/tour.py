@@ -6,7 +6,7 @@ run is then summarised beside it. Switch that off to see every step on the sideb
 import streamlit as st
 
 from app import figures
-from app.common import cache_dir, large, run_claims, runs_of_split, show_chart, to_url, training_claim, training_logs, url_state, view
+from app.common import BADGE, cache_dir, large, run_claims, runs_of_split, show_chart, to_url, training_claim, training_logs, url_state, view
 from core import views
 from core.claims import best_run, describe_run
 
@@ -87,9 +87,6 @@ STEPS = [
     ("embeddings", "7. Do the features live in the embeddings?", "The number embeddings, transformed along the number line.", draw_embeddings),
     ("training", "8. Give a model the features, and it learns?", "The same small network trained with and without Fourier-featured number rows.", draw_training),
 ]
-BADGE = {"agrees": ":green-badge[Agrees]", "partly": ":orange-badge[Partly]", "does not": ":red-badge[Does not agree]",
-         "not tested": ":gray-badge[Not tested here]"}
-
 url_state("step", 1, int, list(range(1, len(STEPS) + 1)))
 url_state("best", True, lambda t: str(t).lower() in ("1", "true", "yes", "on"))
 

@@ -7,9 +7,10 @@ v = view()
 run, basis = v["run"], st.session_state["basis"]
 intro(
     "Waves: how a handful of frequencies spell out the answer",
-    "The final logits are almost entirely a sum of a few Fourier components. Look at how the long waves put a broad "
-    "bump near the answer and the short waves (periods 2, 5, 10) add sharp peaks on every number with the right last "
-    "digit: only at the answer do they all agree.",
+    "Write the final logits as a sum of Fourier components and keep the strongest few. Look for long waves that put "
+    "a broad bump near the answer and short waves (periods 2, 5, 10) that put peaks on every number with the right "
+    "last digit, and for where their sum peaks.",
+    claim="waves",
 )
 example = example_picker(run)
 url_state("k", 5, int, list(range(1, 11)))
