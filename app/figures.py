@@ -13,6 +13,10 @@ from app.common import Run, large, styled
 from core import views
 
 ANSWER_COLOUR = "#d62728"
+#: Shares 0..100%: the domain has a little room beyond both ends, so a line or point at 0% or 100%
+#: is drawn whole inside the plot instead of overshooting its frame; ticks stay at round values.
+PCT_SCALE = alt.Scale(domain=[-0.03, 1.03], nice=False)
+PCT_AXIS = alt.Axis(format="%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0])
 MODULE_COLOURS = alt.Scale(domain=["Attention", "MLP"], range=["#1f77b4", "#ff7f0e"])
 
 
@@ -24,7 +28,7 @@ def accuracy_by_layer(run: Run, final_norm: bool):
         .mark_line(point=alt.OverlayMarkDef(size=90, filled=True))
         .encode(
             x=alt.X("layer:Q", title="layer (0 = embeddings)", axis=alt.Axis(tickMinStep=1)),
-            y=alt.Y("accuracy:Q", title="accuracy (share of test prompts)", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("accuracy:Q", title="accuracy (share of test prompts)", axis=PCT_AXIS, scale=PCT_SCALE),
             color=alt.Color("measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]),
             shape=alt.Shape("measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]),
             strokeDash=alt.StrokeDash("measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]),
@@ -115,7 +119,7 @@ def accuracy_by_answer(run: Run, bin_width: int = 20):
         .mark_line(point=True)
         .encode(
             x=alt.X("answer_from:Q", title=f"true answer (bins of {bin_width} numbers)"),
-            y=alt.Y("share:Q", title="share of prompts", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("share:Q", title="share of prompts", axis=PCT_AXIS, scale=PCT_SCALE),
             color=alt.Color("measure:N", title="answer counted if"),
             tooltip=["answer_from", "answer_to", "n", "measure", alt.Tooltip("share:Q", format=".1%")],
         )
@@ -223,7 +227,7 @@ def table1_chart(run: Run, tau: int):
         .mark_line(point=True)
         .encode(
             x=alt.X("tau:Q", title="cutoff tau (frequency k)"),
-            y=alt.Y("accuracy:Q", title="accuracy under the filter", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("accuracy:Q", title="accuracy under the filter", axis=PCT_AXIS, scale=PCT_SCALE),
             color=alt.Color("filter:N", title="filter"),
             tooltip=["filter", "tau", alt.Tooltip("accuracy:Q", format=".1%"), alt.Tooltip("loss:Q", format=".3f"), "erased"],
         )
@@ -292,7 +296,7 @@ def training_curves(curves: pd.DataFrame, split: str):
         x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1)),
         color=alt.Color("run:N", title="model", legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolOpacity=1)),
     )
-    band = base.mark_area(opacity=0.2).encode(y=alt.Y("low:Q", title=f"{split} accuracy", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])), y2="high:Q")
+    band = base.mark_area(opacity=0.2).encode(y=alt.Y("low:Q", title=f"{split} accuracy", axis=PCT_AXIS, scale=PCT_SCALE), y2="high:Q")
     line = base.mark_line(point=True).encode(
         y="mean:Q", tooltip=["run", "epoch", alt.Tooltip("mean:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%"), alt.Tooltip("high:Q", format=".1%"), "seeds"]
     )
@@ -378,7 +382,7 @@ def table1_bars(run: Run, tau: int):
         .encode(
             x=alt.X("filter:N", title=None, sort=list(dict.fromkeys(data["filter"])), axis=alt.Axis(labelAngle=-30, labelLimit=0)),
             xOffset=alt.XOffset("source:N", sort=order),
-            y=alt.Y("accuracy:Q", title="accuracy", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("accuracy:Q", title="accuracy", axis=PCT_AXIS, scale=PCT_SCALE),
             color=alt.Color("source:N", title=None, sort=order, scale=alt.Scale(domain=order, range=["#1f77b4", "#9ecae1", "#7f7f7f"]),
                             legend=alt.Legend(orient="top", labelLimit=0)),
             tooltip=["filter", "source", alt.Tooltip("accuracy:Q", format=".1%")],
