@@ -315,7 +315,11 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
     """The page's title, what to look for, and (with `claim`, a key of core.claims.RUN_CLAIMS) the
     paper's finding beside what the chosen run measures, with the verdict."""
     st.title(title)
-    st.markdown(what_to_look_for)
+    if large():  # on a projector the figure comes first: the reading guide folds away
+        with st.expander("What to look for"):
+            st.markdown(what_to_look_for)
+    else:
+        st.markdown(what_to_look_for)
     v = st.session_state.get("view")
     if claim and v is not None:
         run = v["run"]

@@ -304,7 +304,7 @@ def training_curves(curves: pd.DataFrame, split: str):
         "Lines: mean over seeds; shaded: lowest to highest seed. Compare how fast and how high each model gets "
         "(the paper's figure 7b: frozen pre-trained embeddings 100%, from scratch 53.95%)."
     )
-    return styled(band + line, f"{split.capitalize()} accuracy during training"), curves, caption
+    return styled(band + line, f"{split.capitalize()} accuracy during training", height=430), curves, caption
 
 
 def top_periods_bars(run: Run, basis: str, last_layers: int = 15, top: int = 6):
