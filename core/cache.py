@@ -97,33 +97,33 @@ def _cache_write_error(path: Path, exc: OSError) -> CoreError:
     return CoreError(f"cannot write {path} ({why}): choose a writable cache folder with --cache-dir")
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def _atomic_write(path: Path, write) -> None:
+    """`write(tmp)` into a temporary file beside `path`, then rename it over `path`; on any failure
+    the temporary file is removed, and a file-system error becomes one clear CoreError."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _cache_write_error(path, exc) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    def write(tmp: Path) -> None:
         with tmp.open("wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise _cache_write_error(path, exc) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+    _atomic_write(path, write)
 
 
 def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        frame.to_parquet(tmp, index=False, compression="zstd")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise _cache_write_error(path, exc) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    _atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False, compression="zstd"))
 
 
 def ensure_cache_dir(cache_dir: str | Path) -> Path:
