@@ -147,3 +147,22 @@ def test_tour_picks_the_run_that_shows_a_step_best_and_says_so(monkeypatch):
     assert VERDICT_SCORE[verdict] == max(VERDICT_SCORE[v["accuracy"]] for v in verdicts.values())
     if verdict != verdicts[worst]["accuracy"]:
         assert any("shows this step best" in c.value for c in at.caption)
+
+
+def test_a_run_that_cannot_answer_a_claim_says_so(tmp_path):
+    """A claim the tables cannot answer is 'not tested', with what is missing, never a crash."""
+    import pandas as pd
+
+    from core.claims import run_claims
+
+    class Thin:
+        manifest = {"p": 521, "n_layers": 2, "label": "thin", "model": {}, "tables": {}}
+
+        def table(self, name):
+            if name == "examples":
+                return pd.DataFrame({"id": ["1+2"], "in_sample": [False], "correct": [True], "prediction": [3], "answer": [3]})
+            raise KeyError(name)
+
+    claims = run_claims(Thin())
+    assert claims["accuracy"].verdict == "not tested" and "cannot answer" in claims["accuracy"].measured
+    assert all(c.verdict in ("not tested", "agrees", "partly", "does not") for c in claims.values())
