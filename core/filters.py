@@ -55,10 +55,21 @@ def _eps(dtype) -> float:
 
 def unembedding_rank(unembedding, weight_dtype=None) -> int:
     """The rank of W_U's number rows, counting singular values above `rank_tolerance`."""
+    W_U, weight_dtype = _unembedding_matrix(unembedding, weight_dtype)
+    return _rank(np.linalg.svd(W_U, compute_uv=False), W_U.shape, weight_dtype)
+
+
+def _unembedding_matrix(unembedding, weight_dtype=None) -> tuple[np.ndarray, object]:
+    """(W_U as a float64 array, the dtype the model stores it in) from an array, a tensor or an Unembed."""
     weight_dtype = weight_dtype if weight_dtype is not None else _weight_dtype(unembedding)
-    W_U = _as_numpy(getattr(unembedding, "weight", unembedding) if not hasattr(unembedding, "shape") else unembedding)
-    s = np.linalg.svd(W_U, compute_uv=False)
-    return int((s > rank_tolerance(s.max(), W_U.shape, weight_dtype)).sum()) if s.size and s.max() > 0 else 0
+    matrix = unembedding if hasattr(unembedding, "shape") else getattr(unembedding, "weight", unembedding)
+    return _as_numpy(matrix), weight_dtype
+
+
+def _rank(singular_values: np.ndarray, shape: tuple[int, int], weight_dtype) -> int:
+    """How many singular values stand above `rank_tolerance`."""
+    s = singular_values
+    return int((s > rank_tolerance(s.max(), shape, weight_dtype)).sum()) if s.size and s.max() > 0 else 0
 
 
 def _weight_dtype(unembedding):
@@ -111,8 +122,7 @@ def projection_filter(unembedding, basis: FourierBasis, removed: Sequence[int], 
     rank of A = F[removed] W_U counts singular values above `rank_tolerance` for the dtype the
     weights are stored in (`weight_dtype`, else the one the unembedding carries).
     """
-    weight_dtype = weight_dtype if weight_dtype is not None else _weight_dtype(unembedding)
-    W_U = _as_numpy(getattr(unembedding, "weight", unembedding) if not hasattr(unembedding, "shape") else unembedding)
+    W_U, weight_dtype = _unembedding_matrix(unembedding, weight_dtype)
     if W_U.ndim != 2 or W_U.shape[0] != basis.p:
         raise CoreError(f"the unembedding must have {basis.p} number rows, got shape {W_U.shape}")
     removed = tuple(sorted({int(k) for k in removed}))
@@ -124,7 +134,7 @@ def projection_filter(unembedding, basis: FourierBasis, removed: Sequence[int], 
         return ProjectionFilter(removed, basis.name, np.zeros((D, 0)), D)
     A = basis.matrix[rows] @ W_U
     _, s, vt = np.linalg.svd(A, full_matrices=False)
-    rank = int((s > rank_tolerance(s.max(), A.shape, weight_dtype)).sum()) if s.size and s.max() > 0 else 0
+    rank = _rank(s, A.shape, weight_dtype)
     return ProjectionFilter(removed, basis.name, vt[:rank].T.copy(), D)
 
 
@@ -135,15 +145,14 @@ def random_subspace_filter(unembedding, rank: int, seed: int, weight_dtype=None)
     W_U reads (a subspace drawn from all of R^D would be mostly invisible to W_U and change nothing
     a frequency filter could change). When r reaches the rank of W_U the whole row space is removed.
     """
-    weight_dtype = weight_dtype if weight_dtype is not None else _weight_dtype(unembedding)
-    W_U = _as_numpy(getattr(unembedding, "weight", unembedding) if not hasattr(unembedding, "shape") else unembedding)
+    W_U, weight_dtype = _unembedding_matrix(unembedding, weight_dtype)
     D = W_U.shape[1]
     if rank >= D:
         return ProjectionFilter((), "random", np.eye(D), D)
     if rank <= 0:
         return ProjectionFilter((), "random", np.zeros((D, 0)), D)
     _, s, vt = np.linalg.svd(W_U, full_matrices=False)
-    r_w = int((s > rank_tolerance(s.max(), W_U.shape, weight_dtype)).sum()) if s.size and s.max() > 0 else 0
+    r_w = _rank(s, W_U.shape, weight_dtype)
     row_space = vt[:r_w].T  # (D, r_w)
     if rank >= r_w:
         return ProjectionFilter((), "random", row_space.copy(), D)
