@@ -30,7 +30,6 @@ VERDICTS = ("agrees", "partly", "does not", "not tested")
 #: How well a verdict shows a step (to pick the shipped run that shows it best).
 VERDICT_SCORE = {"agrees": 3, "partly": 2, "not tested": 1, "does not": 0}
 SHORT_PERIODS = (2.0, 2.5, 5.0, 10.0)
-RUNNING_EXAMPLE = "15+93"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -159,13 +158,10 @@ def _periods(values) -> str:
 
 
 def _running(run) -> pd.Series:
-    ex = run.table("examples")
-    hit = ex[ex["id"] == RUNNING_EXAMPLE]
-    if hit.empty:
-        hit = ex[ex["in_sample"]].sort_values("id").head(1)
-    if hit.empty:
-        raise CoreError("this run has no sampled example")
-    return hit.iloc[0]
+    """The example the Tour's charts show (core.views.running_example); its id is the Series' name."""
+    from core.views import running_example
+
+    return running_example(run.table("examples"))
 
 
 def _is_short(period: float) -> bool:
@@ -212,7 +208,7 @@ def claim_accuracy(run) -> Claim:
     return Claim(
         "accuracy",
         f"Fine-tuned GPT-2-XL answers {ACCURACY['GPT-2-XL fine-tuned']}% of the test prompts right.",
-        f"This run answers {_pct(acc)} of {len(ex)} test prompts right; to {r['id'].replace('+', ' + ')} it says {said}.",
+        f"This run answers {_pct(acc)} of {len(ex)} test prompts right; to {r.name.replace('+', ' + ')} it says {said}.",
         verdict,
         reason,
         {"accuracy": acc, "n": len(ex), "prediction": int(r["prediction"]), "answer": int(r["answer"])},
@@ -264,7 +260,7 @@ def module_top_periods(run, example_id: str | None = None, basis: str = "paper")
     from core.fourier import fourier_basis, frequency_magnitudes
 
     logits = run.table("module_logits")
-    example_id = example_id or str(_running(run)["id"])
+    example_id = example_id or str(_running(run).name)
     sub = logits[(logits["example_id"] == example_id) & logits["module"].isin(["attn", "mlp"])]
     if sub.empty:
         raise CoreError(f"no cached module logits for example {example_id}")
@@ -323,17 +319,17 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
     attention's by 10 points or more and attention's top periods include 2, 2.5, 5 or 10; partly when
     one of the two holds; else does not."""
     from core.fourier import band_energy_share
+    from core.views import top_periods_by_module
 
     spec = run.table("module_spectra")
     spec = spec[spec["basis"] == "paper"]
     L = int(run.manifest["n_layers"])
     keep = list(range(max(1, L - last_layers + 1), L + 1))
     shares, tops = {}, {}
-    for m in ("mlp", "attn"):
-        sub = spec[(spec["module"] == m) & spec["layer"].isin(keep)]
-        mean = sub.groupby(["k", "period"], as_index=False)["magnitude"].mean().sort_values("k")
-        shares[m] = band_energy_share(mean["magnitude"].to_numpy(), tau)[0]
-        tops[m] = [float(t) for t in mean.sort_values("magnitude", ascending=False)["period"].head(5)]
+    for m in ("mlp", "attn"):  # the same mean spectra as the Tour's bar chart (core.views.top_periods_by_module)
+        mean = top_periods_by_module(spec, "paper", m, last_layers=len(keep), top=int(spec["k"].max()))
+        shares[m] = band_energy_share(mean.sort_values("k")["magnitude"].to_numpy(), tau)[0]
+        tops[m] = [float(t) for t in mean["period"].head(5)]
     above = {}
     if "module_spectra_baseline" in (run.manifest.get("tables") or {}):
         from core.views import BASELINE_RATIO
@@ -384,9 +380,9 @@ def claim_waves(run, top: int = 5) -> Claim:
     partly when the sum peaks at the answer or both long and short waves are there; else does not."""
     waves = run.table("final_waves")
     r = _running(run)
-    sub = waves[(waves["example_id"] == r["id"]) & (waves["basis"] == "paper") & (waves["rank"] <= top)]
+    sub = waves[(waves["example_id"] == r.name) & (waves["basis"] == "paper") & (waves["rank"] <= top)]
     if sub.empty:
-        raise CoreError(f"no cached waves for example {r['id']}")
+        raise CoreError(f"no cached waves for example {r.name}")
     comps = sub.groupby("rank")[["k", "period"]].first().sort_index()
     total = sub.groupby("number")["value"].sum().sort_index()
     peak = int(total.idxmax())
@@ -420,7 +416,7 @@ def claim_waves(run, top: int = 5) -> Claim:
         "waves",
         "For 15 + 93, the top 5 Fourier components of GPT-2-XL's final logits: long waves put a bump near 108, short "
         "waves (periods 2, 5, 10) pick 108 out of it; their sum peaks at 108.",
-        f"Top {top} components for {r['id'].replace('+', ' + ')}: periods {_periods(comps['period'])} ({bands}); "
+        f"Top {top} components for {r.name.replace('+', ' + ')}: periods {_periods(comps['period'])} ({bands}); "
         f"{peak_text} (by {margin:.3g} over the next number).",
         verdict,
         reason,
@@ -436,16 +432,13 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     Measured at the cached tau nearest 50. Verdict: agrees when MLP-low is at least 10 points below
     attention-low AND attention-high at least 10 points below MLP-high (the division of labour);
     partly when one of the two holds; else does not."""
-    from core.views import error_distribution, nearest_tau
+    from core.views import error_distribution, nearest_tau, table1
 
     ab = run.table("ablations")
     t = nearest_tau(ab, tau)
 
-    def acc(modules, removed):
-        hit = ab[(ab["modules"] == modules) & (ab["removed"] == removed) & (ab["tau"] == t)]
-        return float(hit["accuracy"].iloc[0]) if len(hit) else float("nan")
-
-    a = {(m, r): acc(m, r) for m in ("attn", "mlp") for r in ("low", "high")}
+    t1 = table1(ab, t).set_index(["modules", "removed"])["accuracy %"] / 100  # the numbers the Table 1 chart shows
+    a = {(m, r): float(t1.get((m, r), float("nan"))) for m in ("attn", "mlp") for r in ("low", "high")}
     mlp_approx = a[("mlp", "low")] <= a[("attn", "low")] - 0.10
     attn_class = a[("attn", "high")] <= a[("mlp", "high")] - 0.10
     verdict = "agrees" if (mlp_approx and attn_class) else "partly" if (mlp_approx or attn_class) else "does not"

@@ -39,6 +39,15 @@ def sampled_examples(examples: pd.DataFrame) -> pd.DataFrame:
     return sub.sort_values(["running", "a", "b"], ascending=[False, True, True]).drop(columns="running").reset_index(drop=True)
 
 
+def running_example(examples: pd.DataFrame) -> pd.Series:
+    """The example the story follows (indexed by its id): 15 + 93, else the first sampled example.
+    The Tour's charts and the claims' sentences both use it, so they speak of the same prompt."""
+    sub = sampled_examples(examples)
+    if sub.empty:
+        raise CoreError("this run has no sampled example (no per-example logits are cached)")
+    return sub.set_index("id").iloc[0]
+
+
 def logits_around_answer(module_logits: pd.DataFrame, example_id: str, answer: int, window: int = 12) -> pd.DataFrame:
     """Per-module logits for numbers answer-window .. answer+window, centred per row.
 
