@@ -348,6 +348,26 @@ def evaluate(
     )[0]
 
 
+def evaluate_by_full_recompute(loaded, texts, answers, p: int, flt, modules: str = "both", batch_size: int = 32):
+    """(predictions, losses) with the filter at the answer position, every position recomputed: the
+    definition that the answer-position path (`evaluate_conditions`) must reproduce. For checks only
+    (tests, `scripts/bench_core.py --full`); it costs one full pass per condition."""
+    import torch
+
+    from core.capture import forward_batch, prepare_batches
+
+    answers = np.asarray(answers, dtype=np.int64)
+    ids = torch.as_tensor(loaded.numbers.ids_for(p))
+    preds, losses = np.zeros(len(texts), np.int64), np.zeros(len(texts))
+    with torch.no_grad(), filtered(loaded, flt, modules, "last"):
+        for batch in prepare_batches(loaded.tokenizer, list(texts), batch_size):
+            logits = forward_batch(loaded, batch)
+            preds[batch.indices] = logits[:, ids.to(logits.device)].argmax(-1).cpu().numpy()
+            target = ids[torch.as_tensor(answers[batch.indices])].to(logits.device)
+            losses[batch.indices] = answer_losses(logits, target).cpu().numpy()
+    return preds, losses
+
+
 @dataclass(frozen=True, eq=False)
 class Condition:
     """One ablated condition: a filter (None: the model as it is) on the attention and/or MLP outputs."""

@@ -147,21 +147,13 @@ def agreement(lm, texts, answers, p, conditions, batch_size) -> None:
     """Do the grid's answer-position path and the full recompute agree? Every condition of the grid,
     predictions and answer-token losses, on the same prompts."""
     import numpy as np
-    import torch
 
-    from core.capture import forward_batch, prepare_batches
-    from core.filters import answer_losses, evaluate_conditions, filtered
+    from core.filters import evaluate_by_full_recompute, evaluate_conditions
 
     fast = evaluate_conditions(lm, texts, answers, p, conditions, "last", batch_size, progress=False)
-    ids = torch.as_tensor(lm.numbers.ids_for(p))
     differ, worst_loss, near = 0, 0.0, []
     for c, (cond, ev) in enumerate(zip(conditions, fast)):
-        preds, losses = np.zeros(len(texts), np.int64), np.zeros(len(texts))
-        with torch.no_grad(), filtered(lm, cond.flt, cond.modules, "last"):
-            for b in prepare_batches(lm.tokenizer, texts, batch_size):
-                logits = forward_batch(lm, b)
-                preds[b.indices] = logits[:, ids].argmax(-1).numpy()
-                losses[b.indices] = answer_losses(logits, ids[torch.as_tensor(answers[b.indices])]).numpy()
+        preds, losses = evaluate_by_full_recompute(lm, texts, answers, p, cond.flt, cond.modules, batch_size)
         d = int((preds != ev.predictions).sum())
         differ += d
         if d:

@@ -2,15 +2,14 @@
 
 For every supported architecture, with left-padded batches of mixed lengths, predictions and
 losses of several filter conditions must equal those of running every position of every prompt
-with the filter hooks on (the reference path, `filtered` + `forward_batch`).
+with the filter hooks on (the reference path, `core.filters.evaluate_by_full_recompute`).
 """
 
 import numpy as np
 import pytest
 
-from core.capture import forward_batch, prepare_batches
 from core.errors import CoreError
-from core.filters import Condition, GridProgress, evaluate, evaluate_conditions, filtered, high_pass, keep_frequency, low_pass
+from core.filters import Condition, GridProgress, evaluate, evaluate_by_full_recompute, evaluate_conditions, high_pass, keep_frequency, low_pass
 from core.fourier import fourier_basis
 from core.models import prompt_texts
 from core.tasks import build_examples, select_split, with_shots
@@ -27,18 +26,7 @@ def _prompts(loaded, n=40, shots=0):
 
 def _reference(loaded, texts, answers, cond, batch_size):
     """Every position recomputed, the filter at the answer position (the definition)."""
-    import torch
-
-    from core.filters import answer_losses
-
-    ids = torch.as_tensor(loaded.numbers.ids_for(P))
-    preds, losses = np.zeros(len(texts), np.int64), np.zeros(len(texts))
-    with torch.no_grad(), filtered(loaded, cond.flt, cond.modules, "last"):
-        for batch in prepare_batches(loaded.tokenizer, texts, batch_size):
-            logits = forward_batch(loaded, batch)
-            preds[batch.indices] = logits[:, ids].argmax(-1).numpy()
-            losses[batch.indices] = answer_losses(logits, ids[torch.as_tensor(answers[batch.indices])]).numpy()
-    return preds, losses
+    return evaluate_by_full_recompute(loaded, texts, answers, P, cond.flt, cond.modules, batch_size)
 
 
 def _conditions(loaded):
