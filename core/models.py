@@ -711,19 +711,34 @@ def describe_model(loaded: LoadedModel) -> dict:
         },
         "prompt_suffix": loaded.numbers.prompt_suffix,
         "answer_prefix": loaded.numbers.answer_prefix,
+        "provenance": read_provenance(Path(loaded.source)) if loaded.local else None,
         **loaded.extra,
     }
 
 
 def read_recipe_label(folder: Path) -> str | None:
     """The human label a project-trained model carries in its folder (recipe.json), if any."""
-    recipe = folder / "recipe.json"
-    if recipe.exists():
-        try:
-            return json.loads(recipe.read_text()).get("label")
-        except (OSError, json.JSONDecodeError):
-            return None
+    for name in ("recipe.json", "provenance.json"):  # trained here / imported (core.importer)
+        path = folder / name
+        if path.exists():
+            try:
+                return json.loads(path.read_text()).get("label")
+            except (OSError, json.JSONDecodeError):
+                return None
     return None
+
+
+def read_provenance(folder: Path) -> dict | None:
+    """Where an imported model came from (`core.importer` writes provenance.json), if it was imported."""
+    path = folder / "provenance.json"
+    try:
+        data = json.loads(path.read_text()) if path.exists() else None
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    keys = ("origin", "package", "version", "licence", "model", "parameters", "quantization", "source_file", "source_sha256", "description", "label")
+    return {k: data[k] for k in keys if k in data}
 
 
 def prompt_texts(loaded: LoadedModel, prompts: Sequence[str]) -> list[str]:

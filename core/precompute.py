@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from core import SCHEMA_VERSION
 from core.behaviour import error_histogram, error_summary
 from core.cache import RunWriter, check_table, read_json_file, run_lock, run_name
 from core.errors import CoreError
@@ -134,6 +135,8 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
         revision=opts.revision,
         module_names=names,
     )
+    if not any(c.P >= p for c in (loaded.number_candidates or [loaded.numbers])):
+        return _precompute_digits(opts, loaded, all_examples, examples, p, taus, t0, log)
     loaded.select_numbers(p, f"the {opts.task} task with operands 0..{opts.max_operand}")
     texts = model_prompts(loaded, examples, pool, opts.shots, opts.dataset_seed)
     _check_context(loaded, texts, opts.shots)
@@ -193,6 +196,8 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
                 f"run {name} is already cached with other options ({_options_text(existing)}); you asked for "
                 f"{_options_text(options)}. Pass --recompute to rebuild it with yours (the old run stays until the new one is complete)."
             )
+        if _add_number_tables(writer, loaded, p, opts, log):
+            return writer.final
         if _refresh_training_log(writer, loaded, log):
             return writer.final
         log(f"run {name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
@@ -220,6 +225,11 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
             writer.write_json("embeddings.json", {"tied": tied})
         tied = (writer.read_json("embeddings.json") or {}).get("tied")
         timings["embeddings_s"] = round(time.time() - t2, 2)
+
+        t_numbers = time.time()
+        if not (writer.has("number_spectrum") and writer.has("number_probes")):
+            _write_number_tables(writer, loaded, p, opts, log)
+        timings["numbers_s"] = round(time.time() - t_numbers, 2)
 
         t3 = time.time()
         if not (writer.has("ablations") and writer.has("ablation_errors")):
@@ -274,6 +284,7 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
         "basis": opts.basis,
         "taus": list(taus),
         "accuracy": acc,
+        "number_representations": writer.read_json(NUMBERS_JSON),
         "display_order": opts.display_order,
         "timings": timings,
         "notes": notes,
@@ -671,6 +682,129 @@ def error_analysis_table(examples: pd.DataFrame, ablations: pd.DataFrame) -> pd.
             }
         )
     return pd.DataFrame(rows)
+
+
+NUMBERS_JSON = "numbers.json"
+
+
+def _write_number_tables(writer: RunWriter, loaded, n_numbers: int, opts: PrecomputeOptions, log) -> dict:
+    """The number-representation tables (`core.numbers`) of every layer, into the staging folder."""
+    from core.numbers import representation_tables
+
+    spectrum, probes, info = representation_tables(
+        loaded, n_numbers, seed=opts.dataset_seed, batch_size=opts.batch_size, log=log, progress=opts.progress
+    )
+    writer.write("number_spectrum", spectrum)
+    writer.write("number_probes", probes)
+    writer.write_json(NUMBERS_JSON, info)
+    return info
+
+
+def _add_number_tables(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, log) -> bool:
+    """A run cached before the number tables existed (schema 2) gets them; nothing else is recomputed."""
+    import shutil
+
+    manifest = read_json_file(writer.final / "manifest.json") or {}
+    if "number_spectrum" in (manifest.get("tables") or {}) and manifest.get("schema_version") == SCHEMA_VERSION:
+        return False
+    if manifest.get("schema_version") not in (2, SCHEMA_VERSION):
+        return False
+    for f in writer.final.glob("*.parquet"):
+        shutil.copy2(f, writer.staging / f.name)
+    t0 = time.time()
+    import torch
+
+    with torch.no_grad():
+        info = _write_number_tables(writer, loaded, p, opts, log)
+    keep = {k: v for k, v in manifest.items() if k not in ("tables", "created", "name", "schema_version", "identity", "run_id", "options")}
+    keep["number_representations"] = info
+    keep["timings"] = {**(keep.get("timings") or {}), "numbers_s": round(time.time() - t0, 2)}
+    fresh = _training_log(loaded)
+    if fresh is not None:
+        writer.write("training_log", fresh)
+    writer.publish(keep)
+    log(f"run {writer.name}: number tables added (schema {SCHEMA_VERSION}); nothing else recomputed")
+    return True
+
+
+def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, p: int, taus, t0: float, log) -> Path:
+    """A model whose numbers 0..p-1 are not single tokens: number representations and k-shot behaviour.
+
+    The logit lens, module spectra, waves, embedding spectra and the filters all read the logits
+    of the p number tokens, which such a model does not have; the manifest's `not_applicable`
+    says so, table by table, and the pages show it.
+    """
+    import torch
+
+    from core.kshot import SHOTS, accuracy_by_shots, generation_error_table, generations_table
+    from core.models import describe_model, project_relative
+
+    first = loaded.numbers.first_split
+    pieces = loaded.numbers.first_split_pieces
+    split_text = (
+        f"{first} is read as {len(pieces)} tokens ({' + '.join(repr(x) for x in pieces)})" if first is not None and pieces else
+        f"only {loaded.numbers.P} numbers are single tokens"
+    )
+    reason = (
+        f"this model's tokenizer writes numbers as several tokens (only 0..{loaded.numbers.P - 1} are single tokens; "
+        f"{split_text}), so an answer is not one of {p} number tokens and there are no number logits to read"
+    )
+    not_applicable = {t: reason for t in MEASURE_TABLES + ("embedding_spectrum", "embedding_clusters", "ablations", "ablation_errors")}
+    shots = tuple(sorted({*SHOTS, opts.shots}))
+    pool = select_split(all_examples, "train")
+    label = _model_label(opts, loaded)
+    identity = {**run_identity(opts, loaded, ()), "shots": list(shots), "analysis": "digits: number representations, k-shot generation"}
+    run_label = f"{label} {opts.task} {opts.split} k-shot"
+    name = run_name(run_label, identity)
+    options = {"shots": list(shots), "n_numbers": p}
+    timings = {"load_s": round(time.time() - t0, 2), "threads": torch.get_num_threads()}
+    with run_lock(opts.cache_dir, name, log):
+        writer = RunWriter(opts.cache_dir, name, identity, options, recompute=opts.recompute)
+        try:
+            if writer.exists and not opts.recompute:
+                log(f"run {name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
+                return writer.final
+            with torch.no_grad():
+                t1 = time.time()
+                if not (writer.has("number_spectrum") and writer.has("number_probes")):
+                    _write_number_tables(writer, loaded, p, opts, log)
+                timings["numbers_s"] = round(time.time() - t1, 2)
+                t2 = time.time()
+                if not writer.has("generations"):
+                    writer.write("generations", generations_table(loaded, examples, pool, shots, opts.dataset_seed,
+                                                                  min(opts.batch_size, 16), log, opts.progress))
+                timings["generation_s"] = round(time.time() - t2, 2)
+            generations = writer.read("generations")
+            writer.write("error_analysis", generation_error_table(generations))
+            by_shots = accuracy_by_shots(generations)
+            manifest = {
+                "label": label,
+                "run_label": run_label,
+                "model": {**describe_model(loaded), "source_as_given": project_relative(Path(loaded.source)) if loaded.local else opts.model},
+                "task": {
+                    "task": opts.task, "max_operand": opts.max_operand, "p": p, "split": opts.split, "shots": max(shots),
+                    "shots_compared": list(shots), "n_examples": len(examples), "dataset_seed": opts.dataset_seed,
+                    "running_example_id": running_example_id(opts.task, opts.max_operand),
+                },
+                "p": p,
+                "n_layers": loaded.n_layers,
+                "width": loaded.width,
+                "basis": opts.basis,
+                "taus": [],
+                "accuracy": by_shots[max(shots)],
+                "accuracy_by_shots": {str(k): v for k, v in by_shots.items()},
+                "number_representations": writer.read_json(NUMBERS_JSON),
+                "number_tokens": loaded.numbers.describe(),
+                "not_applicable": not_applicable,
+                "display_order": opts.display_order,
+                "timings": timings,
+                "notes": list(opts.extra_notes),
+            }
+            path = writer.publish(manifest)
+            log(f"wrote run {name} to {path} ({', '.join(f'{k}-shot {v:.1%}' for k, v in by_shots.items())} on {len(examples)} {opts.split} examples)")
+            return path
+        finally:
+            writer.discard_if_empty()
 
 
 def _refresh_training_log(writer: RunWriter, loaded, log) -> bool:

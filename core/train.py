@@ -36,6 +36,9 @@ from core.tasks import build_examples, number_space, select_split
 
 RECIPE_DIR = Path(__file__).resolve().parent.parent / "recipes"
 CHECKPOINT = "checkpoint"
+#: fourier: synthetic sinusoids; transplant: another model's number-embedding rows (same width);
+#: representation: another model's hidden states of the numbers at a layer, mapped by an isometry.
+FREEZE_KINDS = ("fourier", "transplant", "representation")
 PRETRAIN_WORDS = ("count", "digits", "of", "is", "more", "less", "than", "the", "same", "as", "from", "to")
 
 
@@ -108,8 +111,12 @@ class Recipe:
             raise CoreError(f"recipe {self.name}: width {self.width} is not divisible by heads {self.heads}")
         if self.precision not in ("bfloat16", "float32"):
             raise CoreError(f"recipe {self.name}: precision must be bfloat16 or float32")
-        if self.freeze and self.freeze.get("kind") not in ("fourier", "transplant"):
-            raise CoreError(f"recipe {self.name}: freeze.kind must be 'fourier' or 'transplant'")
+        if self.freeze and self.freeze.get("kind") not in FREEZE_KINDS:
+            raise CoreError(f"recipe {self.name}: freeze.kind must be one of {', '.join(FREEZE_KINDS)}")
+        if self.freeze and self.freeze.get("kind") == "representation":
+            missing = [k for k in ("source", "layer") if k not in self.freeze]
+            if missing:
+                raise CoreError(f"recipe {self.name}: a 'representation' freeze needs {missing} (source model folder, layer)")
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -195,6 +202,26 @@ def transplant_rows(source: str, tokenizer, n_numbers: int, width: int) -> np.nd
     if donor.width != width:
         raise CoreError(f"cannot transplant: {source} is {donor.width} wide, the recipe's model is {width}; set width to {donor.width}")
     return donor.number_embedding(n_numbers).cpu().numpy()
+
+
+def representation_rows(freeze: dict, n_numbers: int, width: int, log=print) -> np.ndarray:
+    """Rows from another model's number representations (`core.numbers`) at `freeze["layer"]`, read
+    in `freeze["context"]`: centred, unit rows, mapped into `width` by the isometry seeded with
+    `freeze["isometry_seed"]` (default 0; the same for every training seed)."""
+    from core.importer import import_hint
+    from core.models import load_model
+    from core.numbers import number_representations, transplant_matrix
+
+    source = freeze["source"]
+    if not Path(source).is_dir():
+        raise CoreError(f"the representation source {source} is not here; {import_hint(source)}")
+    donor = load_model(source)
+    layer = int(freeze["layer"])
+    if not 0 <= layer <= donor.n_layers:
+        raise CoreError(f"layer {layer} is outside 0..{donor.n_layers} for {source}")
+    reps = number_representations(donor, n_numbers, freeze.get("context"), progress=False)
+    log(f"frozen rows: {source} layer {layer}, {reps.describe()}")
+    return transplant_matrix(reps.vectors[layer], width, int(freeze.get("isometry_seed", 0)))
 
 
 def number_token_ids(tokenizer, p: int) -> np.ndarray:
@@ -510,6 +537,8 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
             values = fourier_embedding(
                 p, model.config.n_embd, recipe.freeze["periods"], float(recipe.freeze.get("scale", 1.0)), recipe.seed
             )
+        elif kind == "representation":
+            values = representation_rows(recipe.freeze, p, model.config.n_embd, log)
         else:
             values = transplant_rows(recipe.freeze["source"], tokenizer, p, model.config.n_embd)
         frozen = FrozenRows(model, number_ids, values)

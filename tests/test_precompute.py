@@ -37,6 +37,14 @@ def test_precompute_end_to_end(model_dir, cache, arch):
     assert (L, p, m["width"]) == (2, 187, 192)
     assert set(REQUIRED_TABLES) <= set(m["tables"])
 
+    ns = read_table(cache, run.name, "number_spectrum")
+    assert sorted(ns["layer"].unique()) == list(range(L + 1)) and set(ns["basis"]) == {"paper", "dft"}
+    assert len(ns) == (L + 1) * 2 * 93 and (ns["null_threshold"] > 0).all()
+    probes = read_table(cache, run.name, "number_probes")
+    assert set(probes["modulus"]) == {2, 3, 5, 7, 10}  # 100 needs N >= 200 numbers; p = 187
+    assert len(probes) == (L + 1) * 5 and probes["kappa_mean"].between(-1, 1).all()
+    assert m["number_representations"]["n_numbers"] == p and m["number_representations"]["single_token"]
+
     ex = read_table(cache, run.name, "examples")
     assert len(ex) == 40 and "15+93" in set(ex["id"])
     assert (ex["answer"] == ex["a"] + ex["b"]).all() and (ex["split"] == "test").all()
@@ -203,11 +211,23 @@ def test_cli_errors_are_one_clear_line(tmp_path, capsys):
 
     folder = save_random_model(tmp_path / "digits", "gpt2", tokenizer=digit_tokenizer())
     capsys.readouterr()
-    assert run_cli("--model", str(folder), "--cache-dir", str(tmp_path / "c"), "--no-progress") == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error:") and err.count("\n") == 1 and "splits numbers into digits" in err and "--max-operand 4" in err
-    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
-    # with the task shrunk to the usable range it runs
+    # a model whose numbers are digits: no number logits, but the representations and k-shot behaviour
+    assert run_cli("--model", str(folder), "--cache-dir", str(tmp_path / "c"), "--limit", "12", "--no-progress") == 0
+    (run,) = list_runs(tmp_path / "c")
+    assert verify_run(run.path) == []
+    m = run.manifest
+    assert set(m["not_applicable"]) >= {"examples", "layer_accuracy", "ablations", "embedding_spectrum"}
+    assert all("writes numbers as several tokens" in why for why in m["not_applicable"].values())
+    assert set(m["tables"]) == {"number_spectrum", "number_probes", "generations", "error_analysis"}
+    gen = read_table(tmp_path / "c", run.name, "generations")
+    assert sorted(gen["shots"].unique()) == [0, 4] and len(gen) == 24
+    assert (gen["correct"] == ((gen["prediction"] == gen["answer"]) & gen["is_number"])).all()
+    four = gen[gen["shots"] == 4]["prompt"].iloc[0]
+    assert four.count("Answer:") == 5 and four.endswith("Answer:")
+    errs = read_table(tmp_path / "c", run.name, "error_analysis")
+    assert list(errs["source"]) == ["0-shot", "4-shot"]
+    assert np.isclose(m["accuracy_by_shots"]["4"], gen[gen["shots"] == 4]["correct"].mean())
+    # with the task shrunk to the single-token range it is an ordinary run
     assert run_cli("--model", str(folder), "--cache-dir", str(tmp_path / "c"), "--max-operand", "4", "--taus", "2", "--no-progress") == 0
     assert run_cli("--model", "nobody/none", "--cache-dir", str(tmp_path / "c")) == 2
     assert "hub id 'nobody/none'" in capsys.readouterr().err
@@ -221,3 +241,26 @@ def test_list_and_verify_on_empty_cache(tmp_path, capsys):
     assert main(["list", "--cache-dir", str(tmp_path)]) == 0
     assert "no runs" in capsys.readouterr().out
     assert main(["verify", "--cache-dir", str(tmp_path)]) == 0
+
+
+def test_a_schema_2_run_gets_the_number_tables_and_keeps_the_rest(model_dir, tmp_path):
+    from core import SCHEMA_VERSION
+
+    folder = model_dir("gpt2", **WIDE)
+    cache = tmp_path / "c"
+    assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
+    (run,) = list_runs(cache)
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    kept = {t: e["sha256"] for t, e in manifest["tables"].items() if not t.startswith("number_")}
+    for t in ("number_spectrum", "number_probes"):  # as a schema-2 run was written
+        (run.path / manifest["tables"].pop(t)["file"]).unlink()
+    manifest["schema_version"] = 2
+    (run.path / "manifest.json").write_text(json.dumps(manifest))
+    assert any("run the same precompute again" in p for p in verify_run(run.path))
+    assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
+    (again,) = list_runs(cache)
+    assert again.name == run.name and verify_run(again.path) == []
+    after = again.manifest
+    assert after["schema_version"] == SCHEMA_VERSION and {"number_spectrum", "number_probes"} <= set(after["tables"])
+    assert {t: after["tables"][t]["sha256"] for t in kept} == kept  # nothing else recomputed
+    assert after["timings"]["numbers_s"] >= 0 and after["accuracy"] == manifest["accuracy"]
