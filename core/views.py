@@ -229,10 +229,71 @@ def accuracy_by_tau(ablations: pd.DataFrame) -> pd.DataFrame:
 
 
 def embedding_outliers(spectrum: pd.DataFrame, basis: str, matrix: str, top: int = 4) -> pd.DataFrame:
-    sub = spectrum[(spectrum["basis"] == basis) & (spectrum["matrix"] == matrix)].sort_values("k").reset_index(drop=True)
+    return _label_outliers(spectrum[(spectrum["basis"] == basis) & (spectrum["matrix"] == matrix)], top)
+
+
+def _label_outliers(sub: pd.DataFrame, top: int) -> pd.DataFrame:
+    """Sorted by k, with the period written beside the `top` largest outliers."""
+    sub = sub.sort_values("k").reset_index(drop=True)
     order = sub["magnitude"].rank(ascending=False, method="first")
     sub["label"] = np.where((order <= top) & sub["outlier"], sub["period"].map(period_label), "")
     return sub
+
+
+# ----------------------------------------------------------------------------- number representations
+
+PAPER_MODULI = (2, 5, 10, 100)
+
+
+def number_spectrum_at(number_spectrum: pd.DataFrame, layer: int, basis: str, top: int = 4) -> pd.DataFrame:
+    """One layer's spectrum of the number representations, outliers labelled with their period."""
+    return _label_outliers(number_spectrum[(number_spectrum["layer"] == layer) & (number_spectrum["basis"] == basis)], top)
+
+
+def probe_curves(number_probes: pd.DataFrame) -> pd.DataFrame:
+    """Kappa by layer, one series per modulus ('n mod 10'; controls marked), with the band mean +- sd."""
+    d = number_probes.sort_values(["modulus", "layer"]).reset_index(drop=True).copy()
+    d["series"] = [f"n mod {t}" + (" (control)" if r == "control" else "") for t, r in zip(d["modulus"], d["role"])]
+    d["kind"] = np.where(d["role"] == "control", "control", "paper period")
+    d["low"] = d["kappa_mean"] - d["kappa_sd"]
+    d["high"] = d["kappa_mean"] + d["kappa_sd"]
+    return d
+
+
+def best_probe_layer(number_probes: pd.DataFrame) -> int:
+    """The layer where the probes read the paper's moduli best (highest mean kappa over them; earliest on ties)."""
+    sub = number_probes[number_probes["role"] != "control"]
+    mean = sub.groupby("layer")["kappa_mean"].mean()
+    return int(mean.idxmax())
+
+
+def number_summary(number_spectrum: pd.DataFrame, number_probes: pd.DataFrame, layer: int, basis: str) -> dict:
+    """What one layer shows: outlier periods (largest first), which of 2, 2.5, 5, 10 are among them, kappas."""
+    spec = number_spectrum_at(number_spectrum, layer, basis)
+    outl = spec[spec["outlier"]].sort_values("magnitude", ascending=False)
+    short = [t for t in (2.0, 2.5, 5.0, 10.0) if np.isclose(outl["period"], t, atol=0.05).any()]
+    probes = number_probes[number_probes["layer"] == layer].set_index("modulus")
+    return {
+        "layer": layer,
+        "n_outliers": int(len(outl)),
+        "n_frequencies": int(len(spec)),
+        "outlier_periods": [float(t) for t in outl["period"]],
+        "short_periods": short,
+        "kappa": {int(t): float(k) for t, k in probes["kappa_mean"].items()},
+        "kappa_sd": {int(t): float(k) for t, k in probes["kappa_sd"].items()},
+        "controls": [int(t) for t in probes.index[probes["role"] == "control"]],
+    }
+
+
+def generation_summary(generations: pd.DataFrame, shots: int) -> tuple[dict, pd.DataFrame]:
+    """Error summary and histogram of one shot count's answers that are numbers; the summary's
+    accuracy and counts are over every prompt (an answer that is not a number is wrong)."""
+    g = generations[generations["shots"] == shots]
+    numbers = g[g["is_number"]]
+    summary, hist = behaviour(numbers["answer"], numbers["prediction"])
+    summary.update(n=int(len(g)), accuracy=float(g["correct"].mean()), n_wrong=int((~g["correct"]).sum()),
+                   n_not_a_number=int((~g["is_number"]).sum()))
+    return summary, hist
 
 
 # ----------------------------------------------------------------------------- training

@@ -18,4 +18,11 @@ for model in fourier-frozen scratch fourier-frozen-untied pretrained-mini; do
   fi
   order=$((order + 1))
 done
+# the real pre-trained model (import it first: python -m core import-model smollm2-135m)
+if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1; then
+  .venv/bin/python -m core precompute --model models/smollm2-135m --limit 1000 --display-order 5 \
+    --threads "$THREADS" --recompute --no-progress
+else
+  echo "skipping smollm2-135m: import it with python -m core import-model smollm2-135m" >&2
+fi
 .venv/bin/python -m core verify

@@ -25,11 +25,13 @@ def main(argv=None) -> int:
     from core.embeddings import top_periods
     from core.paper import TABLE1_GPT2_XL
 
-    runs = [r for r in list_runs(args.cache_dir, deep=True) if r.ok]
-    runs.sort(key=lambda r: (r.manifest.get("display_order", 100), r.label))
-    if not runs:
+    every = [r for r in list_runs(args.cache_dir, deep=True) if r.ok]
+    every.sort(key=lambda r: (r.manifest.get("display_order", 100), r.label))
+    if not every:
         print("no runs")
         return 1
+    runs = [r for r in every if "examples" in r.manifest["tables"]]  # single-token runs: every analysis applies
+    digit_runs = [r for r in every if "generations" in r.manifest["tables"]]
     print("| model | test accuracy | wrong answers off by a multiple of 10 | off by 1 or 2 | top embedding periods (input rows, paper basis) | outliers above the shuffled-numbers threshold (family-wise 5%) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in runs:
@@ -66,7 +68,8 @@ def main(argv=None) -> int:
                 cells.append("–")
         print("| " + " | ".join(cells) + " |")
     print("\n('control': the same number of random directions that W_U reads removed instead; the paper has no control.)\n")
-    claims_table(args.cache_dir, runs)
+    numbers_section(args.cache_dir, every, digit_runs)
+    claims_table(args.cache_dir, every)
     print()
     for r in runs:
         if "training_log" in (r.manifest.get("tables") or {}):
@@ -80,6 +83,47 @@ def main(argv=None) -> int:
                     f"(seeds from {row['low']:.2%} to {row['high']:.2%}); training time per seed {secs.mean() / 60:.0f} min"
                 )
     return 0
+
+
+def numbers_section(cache_dir: str, runs, digit_runs) -> None:
+    """Number representations (every run) and k-shot behaviour (digit-splitting runs)."""
+    from core import views
+    from core.cache import read_table
+    from core.kshot import generation_error_table
+
+    print("Number representations (`number_spectrum`, `number_probes`): at the layer where linear probes read "
+          "n mod 2, 5, 10, 100 best, the spectrum's outliers among periods 2, 2.5, 5, 10 (paper basis, family-wise "
+          "null) and the probes' Cohen's kappa on held-out numbers (mean of 5 splits; mod 3 and 7 are controls).\n")
+    print("| model | layers | best layer | outliers there | of 2, 2.5, 5, 10 | kappa mod 2 / 5 / 10 / 100 | controls mod 3 / 7 |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in runs:
+        ns, pr = read_table(cache_dir, r.name, "number_spectrum"), read_table(cache_dir, r.name, "number_probes")
+        layer = views.best_probe_layer(pr)
+        s = views.number_summary(ns, pr, layer, "paper")
+        k = s["kappa"]
+        f = lambda t: f"{k[t]:.2f}" if t in k else "–"  # noqa: E731
+        print(f"| {r.label} | {r.manifest['n_layers']} | {layer} | {s['n_outliers']} of {s['n_frequencies']} | "
+              f"{', '.join(f'{t:g}' for t in s['short_periods']) or 'none'} | {f(2)} / {f(5)} / {f(10)} / {f(100)} | {f(3)} / {f(7)} |")
+    for r in digit_runs:
+        ns, pr = read_table(cache_dir, r.name, "number_spectrum"), read_table(cache_dir, r.name, "number_probes")
+        print(f"\n{r.label}, layer by layer (every 5th layer; all on the *Numbers* page):\n")
+        print("| layer | outliers | strongest outlier periods | kappa mod 2 / 5 / 10 / 100 | controls mod 3 / 7 |")
+        print("| --- | --- | --- | --- | --- |")
+        for layer in sorted({*range(0, r.manifest["n_layers"] + 1, 5), views.best_probe_layer(pr)}):
+            s = views.number_summary(ns, pr, layer, "paper")
+            k = s["kappa"]
+            print(f"| {layer} | {s['n_outliers']} | {', '.join(f'{t:.3g}' for t in s['outlier_periods'][:7])} | "
+                  f"{k[2]:.2f} / {k[5]:.2f} / {k[10]:.2f} / {k[100]:.2f} | {k[3]:.2f} / {k[7]:.2f} |")
+        errs = generation_error_table(read_table(cache_dir, r.name, "generations"))
+        print(f"\n{r.label}, answering the paper's addition prompts by writing digits (greedy), "
+              f"{int(errs['n'].iloc[0])} test questions (a seeded sample):\n")
+        print("| prompts | accuracy | answers that are not a number | wrong numbers off by a multiple of 10 | off by 1 or 2 |")
+        print("| --- | --- | --- | --- | --- |")
+        for _, e in errs.iterrows():
+            share = "–" if not e["n_wrong_numbers"] else f"{e['share_multiple_of_10']:.0%} of {int(e['n_wrong_numbers'])}"
+            near = "–" if not e["n_wrong_numbers"] else f"{e['share_within_2']:.0%}"
+            print(f"| {e['source']} | {e['accuracy']:.1%} | {int(e['n_not_a_number'])} | {share} | {near} |")
+    print()
 
 
 def claims_table(cache_dir: str, runs) -> None:

@@ -66,9 +66,14 @@ def app_env(tmp_path_factory, model_dir):
     common = ["--cache-dir", str(cache), "--max-operand", "100", "--limit", "120", "--taus", "10,50", "--n-sample", "4", "--no-progress"]
     assert main(["precompute", "--model", str(models / "tiny-trained"), *common]) == 0
     assert main(["precompute", "--model", str(model_dir("llama")), "--label", "random llama", *common]) == 0
+    from core.random_models import save_random_model
+    from core.vocab import digit_tokenizer
+
+    digits = save_random_model(models / "digit-llama", "llama", tokenizer=digit_tokenizer())
+    assert main(["precompute", "--model", str(digits), "--label", "digit model", *common[:-1], "--display-order", "200", "--no-progress"]) == 0
     runs = list_runs(cache)
     broken = cache / "zz-broken-0000000000"
-    shutil.copytree(runs[0].path, broken)
+    shutil.copytree(next(r for r in runs if r.manifest["label"] == "tiny trained").path, broken)
     (broken / "examples.parquet").write_bytes(b"not parquet")
     return {"root": root, "models": models, "cache": cache, "runs": {r.manifest["label"]: r for r in runs}}
 

@@ -176,21 +176,56 @@ def test_ablations_says_when_live_is_unavailable(app, app_env):
     assert any("not available" in i.value for i in app.info)
 
 
-def test_embeddings_compare_side_by_side(app, app_env):
+def test_numbers_page_compares_runs_layer_by_layer(app, app_env):
     goto(app, "embeddings")
     a, b = app_env["runs"]["tiny trained"], app_env["runs"]["random llama"]
     widget(app, "selectbox", "run").set_value(a.name).run()
     widget(app, "selectbox", "compare").set_value(b.name).run()
     titles = [chart_title(c) for c in charts(app)]
     assert any("tiny trained" in t for t in titles) and any("random llama" in t for t in titles)
+    widget(app, "slider", "nlayer").set_value(1).run()
+    assert not app.exception
+    first = next(c for c in charts(app) if "Spectrum of the numbers at layer 1" in chart_title(c))
+    spec = read_table(app_env["cache"], a.name, "number_spectrum")
+    want = spec[(spec["layer"] == 1) & (spec["basis"] == "paper")].sort_values("k")
+    data = chart_data(first).sort_values("k")
+    assert np.allclose(data["magnitude"], want["magnitude"]) and np.allclose(data["null_threshold"], want["null_threshold"])
+    probes = next(c for c in charts(app) if "Linear probes" in chart_title(c))
+    got = chart_data(probes).dropna(subset=["modulus"])
+    table = read_table(app_env["cache"], a.name, "number_probes")
+    assert len(got) == len(table) and set(got["series"]) >= {"n mod 10", "n mod 3 (control)"}
+    caption = " ".join(c.value for c in app.caption)
+    k10 = float(table[(table["layer"] == 1) & (table["modulus"] == 10)]["kappa_mean"].iloc[0])
+    assert f"mod 10: {k10:.2f}" in caption
+    # the embedding rows of single-token models are still there
     widget(app, "radio", "matrix").set_value("output").run()
-    assert any("unembedding" in chart_title(c) for c in charts(app))
-    widget(app, "radio", "colour").set_value("magnitude").run()
-    assert any("size of the number" in chart_title(c) for c in charts(app))
-    data = chart_data(charts(app)[0])
+    emb = next(c for c in charts(app) if "unembedding" in chart_title(c))
     spec = read_table(app_env["cache"], a.name, "embedding_spectrum")
     want = spec[(spec["basis"] == "paper") & (spec["matrix"] == "output")].sort_values("k")["magnitude"].to_numpy()
-    assert np.allclose(data.sort_values("k")["magnitude"].to_numpy(), want)
+    assert np.allclose(chart_data(emb).sort_values("k")["magnitude"].to_numpy(), want)
+    widget(app, "radio", "colour").set_value("magnitude").run()
+    assert any("size of the number" in chart_title(c) for c in charts(app))
+
+
+def test_a_digit_model_run_says_which_pages_do_not_apply(app, app_env):
+    digits = app_env["runs"]["digit model"]
+    for page in ("logit_lens", "spectra", "waves", "ablations"):
+        goto(app, page)
+        widget(app, "selectbox", "run").set_value(digits.name).run()
+        assert not app.exception, page
+        info = " ".join(i.value for i in app.info)
+        assert "does not apply" in info and "writes numbers as several tokens" in info, page
+    goto(app, "embeddings")
+    widget(app, "selectbox", "run").set_value(digits.name).run()
+    assert not app.exception and any("Linear probes" in chart_title(c) for c in charts(app))
+    goto(app, "behaviour")
+    widget(app, "selectbox", "run").set_value(digits.name).run()
+    assert not app.exception
+    gens = read_table(app_env["cache"], digits.name, "generations")
+    four = gens[gens["shots"] == 4]
+    assert app.metric[0].value == f"{four['correct'].mean():.2%}"
+    widget(app, "radio", "shots").set_value(0).run()
+    assert app.metric[0].value == f"{gens[gens['shots'] == 0]['correct'].mean():.2%}"
 
 
 def test_training_curves_come_from_the_log(app, app_env):

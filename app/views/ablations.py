@@ -1,7 +1,7 @@
 import streamlit as st
 
 from app import figures
-from app.common import intro, show_chart, term, to_url, url_state, view
+from app.common import intro, needs, show_chart, term, to_url, url_state, view
 from core import views
 from core.errors import CoreError
 from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
@@ -14,6 +14,7 @@ intro(
     "accuracy, next to a random-subspace control of the same size. Compare this run's table with the paper's.",
     claim="ablations",
 )
+needs(run, "ablations")
 ablations = run.table("ablations")
 errors = run.table("ablation_errors")
 run_basis = run.manifest.get("basis", "paper")

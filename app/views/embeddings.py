@@ -1,46 +1,76 @@
 import streamlit as st
 
 from app import figures
-from app.common import intro, show_chart, term, to_url, url_state, view
+from app.common import intro, origin_note, show_chart, term, to_url, url_state, view
+from core import views
 from core.embeddings import top_periods
 
 v = view()
 run, compare, basis = v["run"], v["compare"], st.session_state["basis"]
 intro(
-    "Embeddings: where the Fourier features come from",
-    "Transform the number embeddings along the number line and look for a few frequencies that stand far above the "
-    "shuffled-numbers threshold (a level that pure chance passes anywhere in only 5% of shuffles). Pick a second run "
-    "in the sidebar to compare side by side.",
-    claim="embeddings",
+    "Numbers: how a model represents them, layer by layer",
+    "Each number 0..520 is read in the context *The number n* (or alone, for the demo models' small vocabulary), and "
+    "its vector at the last token is kept at every layer. Two questions per layer: does the spectrum along the number "
+    "line have a few frequencies far above the shuffled-numbers threshold (periods 2, 2.5, 5, 10 in pre-trained "
+    "models)? And can a linear probe read n mod 2, 5, 10, 100 on numbers it never saw (Cohen's kappa; mod 3 and 7 are "
+    "controls)? Pick a second run in the sidebar to compare side by side.",
+    claim="numbers",
 )
-url_state("matrix", "input", str, ["input", "output"])
-st.radio(
-    "Which number rows", ["input", "output"], key="matrix", horizontal=True,
-    format_func={"input": "input embedding W_E", "output": "unembedding W_U"}.get,
-    help="With tied embeddings (GPT-2) both are the same matrix.",
-)
-to_url("matrix")
-matrix = st.session_state["matrix"]
 runs = [run] + ([compare] if compare is not None else [])
-cols = st.columns(len(runs))
-for col, r in zip(cols, runs):
-    with col:
-        st.markdown(f"**{r.label}**")
-        show_chart(*figures.embedding_spectrum(r, basis, matrix), key=f"emb-spec-{r.name}")
-        spec = r.table("embedding_spectrum")
-        spec = spec[(spec["basis"] == basis) & (spec["matrix"] == matrix)]
-        outliers = spec[spec["outlier"]].sort_values("magnitude", ascending=False)
-        st.markdown(f"**Top periods:** {', '.join(f'{t:.3g}' for t in top_periods(spec, 5))}", help=term("period"))
-        periods = ", ".join(f"{t:.3g}" for t in outliers["period"].head(8))
-        st.caption(
-            f"{len(outliers)} of {len(spec)} frequencies stand above the shuffled-numbers threshold (family-wise 5%)"
-            + (f": periods {periods}" + (" …" if len(outliers) > 8 else "") + "." if len(outliers) else ".")
-        )
+runs = [r for r in runs if r.has("number_spectrum")]
+if not runs:
+    st.info(f"{run.label} has no number tables (a run from before schema 3): run its precompute again to add them.")
+    st.stop()
+top_layers = max(r.n_layers for r in runs)
+url_state("nlayer", views.best_probe_layer(runs[0].table("number_probes")), int)
+st.session_state["nlayer"] = max(0, min(int(st.session_state["nlayer"]), top_layers))
+st.slider("Layer (0 = embedding)", 0, top_layers, key="nlayer",
+          help="Runs with fewer layers show their last layer when the slider goes past it.")
+to_url("nlayer")
+chosen = st.session_state["nlayer"]
 
-url_state("colour", "last digit", str, ["last digit", "magnitude"])
-st.radio("Colour the t-SNE map by", ["last digit", "magnitude"], key="colour", horizontal=True)
-to_url("colour")
 cols = st.columns(len(runs))
 for col, r in zip(cols, runs):
     with col:
-        show_chart(*figures.embedding_map(r, matrix, st.session_state["colour"]), key=f"tsne-{r.name}")
+        layer = min(chosen, r.n_layers)
+        st.markdown(f"**{r.label}**" + (f" (layer {layer}: its last)" if layer != chosen else ""))
+        origin_note(r)
+        show_chart(*figures.number_spectrum(r, basis, layer), key=f"num-spec-{r.name}")
+        s = views.number_summary(r.table("number_spectrum"), r.table("number_probes"), layer, basis)
+        periods = ", ".join(f"{t:.3g}" for t in s["outlier_periods"][:8])
+        kap = s["kappa"]
+        reads = ", ".join(f"mod {t}: {kap[t]:.2f}" for t in sorted(kap) if t not in s["controls"])
+        ctl = ", ".join(f"mod {t}: {kap[t]:.2f}" for t in s["controls"])
+        st.caption(
+            f"Layer {layer}: {s['n_outliers']} of {s['n_frequencies']} frequencies above the threshold"
+            + (f" (periods {periods}{' …' if s['n_outliers'] > 8 else ''})" if s["n_outliers"] else "")
+            + f"; of 2, 2.5, 5, 10: {', '.join(f'{t:g}' for t in s['short_periods']) or 'none'}. "
+            + f"Probe kappa {reads}; controls {ctl}."
+        )
+        show_chart(*figures.probe_kappa(r, layer), key=f"probes-{r.name}")
+
+single = [r for r in runs if r.has("embedding_spectrum")]
+if single:
+    with st.expander("The embedding rows themselves (single-token models): W_E and W_U, t-SNE"):
+        url_state("matrix", "input", str, ["input", "output"])
+        st.radio(
+            "Which number rows", ["input", "output"], key="matrix", horizontal=True,
+            format_func={"input": "input embedding W_E", "output": "unembedding W_U"}.get,
+            help="With tied embeddings (GPT-2) both are the same matrix.",
+        )
+        to_url("matrix")
+        matrix = st.session_state["matrix"]
+        cols = st.columns(len(single))
+        for col, r in zip(cols, single):
+            with col:
+                show_chart(*figures.embedding_spectrum(r, basis, matrix), key=f"emb-spec-{r.name}")
+                spec = r.table("embedding_spectrum")
+                spec = spec[(spec["basis"] == basis) & (spec["matrix"] == matrix)]
+                st.markdown(f"**Top periods:** {', '.join(f'{t:.3g}' for t in top_periods(spec, 5))}", help=term("period"))
+        url_state("colour", "last digit", str, ["last digit", "magnitude"])
+        st.radio("Colour the t-SNE map by", ["last digit", "magnitude"], key="colour", horizontal=True)
+        to_url("colour")
+        cols = st.columns(len(single))
+        for col, r in zip(cols, single):
+            with col:
+                show_chart(*figures.embedding_map(r, matrix, st.session_state["colour"]), key=f"tsne-{r.name}")

@@ -1,7 +1,7 @@
 import streamlit as st
 
 from app import figures
-from app.common import example_picker, intro, show_chart, term, to_url, url_state, view
+from app.common import example_picker, intro, needs, show_chart, term, to_url, url_state, view
 
 v = view()
 run = v["run"]
@@ -12,6 +12,7 @@ intro(
     "size first, then pinning down the last digit, looks like.",
     claim="logit_lens",
 )
+needs(run, "layer_accuracy")
 url_state("norm", False, lambda t: t.lower() in ("1", "true"))
 st.toggle("Apply the final layer norm before W_U (usual logit lens; the paper applies W_U directly)", key="norm", help=term("logit lens"))
 to_url("norm")

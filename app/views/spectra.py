@@ -1,7 +1,7 @@
 import streamlit as st
 
 from app import figures
-from app.common import intro, show_chart, term, to_url, url_state, view
+from app.common import intro, needs, show_chart, term, to_url, url_state, view
 from core import views
 
 v = view()
@@ -13,6 +13,7 @@ intro(
     "(last digit), and for bars above what the unembedding alone would give.",
     claim="spectra",
 )
+needs(run, "module_spectra")
 modules = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)"}
 url_state("module", "mlp", str, list(modules))
 st.radio("Module", list(modules), key="module", format_func=modules.get, horizontal=True, help=term("Fourier component"))

@@ -63,8 +63,11 @@ def draw_ablations(r):
         )
 
 
-def draw_embeddings(r):
-    show_chart(*figures.embedding_top_frequencies(r, "paper"), key=f"tour-emb-{r.name}")
+def draw_numbers(r):
+    layer = int(claims_of(r)["numbers"].numbers.get("layer", 0))  # the layer the step's claim reads
+    show_chart(*figures.number_spectrum(r, "paper", layer), key=f"tour-num-{r.name}")
+    with st.expander("Linear probes by layer"):
+        show_chart(*figures.probe_kappa(r, layer), key=f"tour-probes-{r.name}")
 
 
 def draw_training(_r):
@@ -82,9 +85,12 @@ STEPS = [
     ("spectra", "4. Few frequencies, split between MLP and attention?", "The module logits split into Fourier components.", draw_spectrum),
     ("waves", "5. Approximate, then classify?", "The strongest components of the final logits, and their sum.", draw_waves),
     ("ablations", "6. Take the frequencies away", "Filter one band out of every layer's attention or MLP output.", draw_ablations),
-    ("embeddings", "7. Do the features live in the embeddings?", "The number embeddings, transformed along the number line.", draw_embeddings),
-    ("training", "8. Give a model the features, and it learns?", "The same small network trained with and without Fourier-featured number rows.", draw_training),
+    ("numbers", "7. Where do the features come from?", "How the model represents the numbers 0..520, transformed along the number line.", draw_numbers),
+    ("training", "8. Give a model the features, and it learns?", "The same small network trained from scratch, with sinusoids planted in its number rows, and with a real pre-trained model's number representations frozen in.", draw_training),
 ]
+#: The table each step's figure reads (a run without it, a digit-splitting model's, cannot draw the step).
+STEP_TABLES = {"accuracy": "examples", "logit_lens": "layer_accuracy", "module_waves": "module_logits", "spectra": "module_spectra",
+               "waves": "final_waves", "ablations": "ablations", "numbers": "number_spectrum"}
 url_state("step", 1, int, list(range(1, len(STEPS) + 1)))
 url_state("best", True, lambda t: str(t).lower() in ("1", "true", "yes", "on"))
 
@@ -107,7 +113,8 @@ if key == "training":
     shown, others = chosen, ""
 else:
     per_run = {r.name: claims_of(r)[key] for r in runs}
-    pick = best_run(per_run, preferred=chosen.name, order=[r.name for r in runs]) if st.session_state["best"] else chosen.name
+    drawable = {n: c for n, c in per_run.items() if by_name[n].has(STEP_TABLES[key])} or per_run
+    pick = best_run(drawable, preferred=chosen.name, order=[r.name for r in runs]) if st.session_state["best"] else chosen.name
     shown, claim, others = by_name[pick], per_run[pick], ""
     if pick != chosen.name:
         mine = per_run[chosen.name]
@@ -126,11 +133,16 @@ with text:
     )
     if others:
         st.caption(others)
-    if key == "accuracy":
+    if key in ("accuracy", "numbers"):
         st.markdown(describe_run(shown.manifest))
 with figure:
     st.caption(what)
-    draw(shown)
+    if key in STEP_TABLES and not shown.has(STEP_TABLES[key]):
+        why = (shown.manifest.get("not_applicable") or {}).get(STEP_TABLES[key])
+        st.info(f"{shown.label} cannot show this step" + (f": {why}." if why else f" (no {STEP_TABLES[key]} table).")
+                + " Switch on the toggle below to see it on the shipped run that shows it best.")
+    else:
+        draw(shown)
 st.toggle(
     "Show each step on the shipped run that shows it best", key="best",
     help="Off: every step uses the run chosen in the sidebar.",

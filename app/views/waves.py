@@ -1,7 +1,7 @@
 import streamlit as st
 
 from app import figures
-from app.common import example_picker, intro, show_chart, to_url, url_state, view
+from app.common import example_picker, intro, needs, show_chart, to_url, url_state, view
 
 v = view()
 run, basis = v["run"], st.session_state["basis"]
@@ -12,6 +12,7 @@ intro(
     "last digit, and for where their sum peaks.",
     claim="waves",
 )
+needs(run, "final_waves")
 example = example_picker(run)
 url_state("k", 5, int, list(range(1, 11)))
 st.slider("Number of components k", 1, 10, key="k", help="How many of the strongest Fourier components to add up.")
