@@ -485,6 +485,16 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     )
 
 
+def _feature_verdict(origin: str, n_short: int) -> tuple[str, str]:
+    """(verdict, reason) from how many of periods 2, 2.5, 5, 10 are outliers: planted -> not tested;
+    from scratch -> agrees with none; otherwise agrees with 3 or 4, partly with 1 or 2, does not with none."""
+    if origin == "planted":
+        return "not tested", "these periods were planted by hand, so finding them proves nothing about pre-training"
+    if origin == "scratch":
+        return ("agrees" if n_short == 0 else "does not"), ""
+    return ("agrees" if n_short >= 3 else "partly" if n_short >= 1 else "does not"), ""
+
+
 def claim_embeddings(run, basis: str = "paper") -> Claim:
     """Step 7. Paper: number embeddings of pre-trained GPT-2-XL, Phi-2, RoBERTa have outliers at
     periods 2, 2.5, 5, 10; trained from scratch, none.
@@ -498,16 +508,9 @@ def claim_embeddings(run, basis: str = "paper") -> Claim:
     found = sorted({t for t in OUTLIER_PERIODS if (np.isclose(outl["period"], t, atol=0.05)).any()})
     top = [float(t) for t in outl.sort_values("magnitude", ascending=False)["period"].head(6)]
     origin = run_origin(run.manifest)["kind"]
-    n = len(found)
-    reason = ""
-    if origin == "planted":
-        verdict, reason = "not tested", "these periods were planted by hand, so finding them proves nothing about pre-training"
-    elif origin in ("scratch",):
-        verdict = "agrees" if n == 0 else "does not"
-    else:
-        verdict = "agrees" if n >= 3 else "partly" if n >= 1 else "does not"
-        if origin == "self-pretrained" and verdict != "agrees":
-            reason = "pre-training a 2-layer model on a small synthetic corpus did not produce them"
+    verdict, reason = _feature_verdict(origin, len(found))
+    if origin == "self-pretrained" and verdict != "agrees":
+        reason = "pre-training a 2-layer model on a small synthetic corpus did not produce them"
     measured = (
         f"{len(outl)} of {len(spec)} frequencies of the input number rows stand above the shuffled-numbers threshold"
         + (f" (top periods {_periods(top)})" if top else "")
@@ -539,14 +542,7 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
     origin = run_origin(run.manifest)["kind"]
     layer = 0 if origin == "scratch" else best_probe_layer(probes)
     s = number_summary(spectrum, probes, layer, basis)
-    n = len(s["short_periods"])
-    reason = ""
-    if origin == "planted":
-        verdict, reason = "not tested", "these periods were planted by hand, so finding them proves nothing about pre-training"
-    elif origin == "scratch":
-        verdict = "agrees" if n == 0 else "does not"
-    else:
-        verdict = "agrees" if n >= 3 else "partly" if n >= 1 else "does not"
+    verdict, reason = _feature_verdict(origin, len(s["short_periods"]))
     kap = s["kappa"]
     reads = ", ".join(f"mod {t} {kap[t]:.2f}" for t in sorted(kap) if t not in s["controls"])
     ctl = ", ".join(f"mod {t} {kap[t]:.2f}" for t in s["controls"])

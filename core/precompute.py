@@ -702,21 +702,17 @@ def _write_number_tables(writer: RunWriter, loaded, n_numbers: int, opts: Precom
 
 def _add_number_tables(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, log) -> bool:
     """A run cached before the number tables existed (schema 2) gets them; nothing else is recomputed."""
-    import shutil
-
     manifest = read_json_file(writer.final / "manifest.json") or {}
     if "number_spectrum" in (manifest.get("tables") or {}) and manifest.get("schema_version") == SCHEMA_VERSION:
         return False
     if manifest.get("schema_version") not in (2, SCHEMA_VERSION):
         return False
-    for f in writer.final.glob("*.parquet"):
-        shutil.copy2(f, writer.staging / f.name)
+    keep = _stage_published(writer)
     t0 = time.time()
     import torch
 
     with torch.no_grad():
         info = _write_number_tables(writer, loaded, p, opts, log)
-    keep = {k: v for k, v in manifest.items() if k not in ("tables", "created", "name", "schema_version", "identity", "run_id", "options")}
     keep["number_representations"] = info
     keep["timings"] = {**(keep.get("timings") or {}), "numbers_s": round(time.time() - t0, 2)}
     fresh = _training_log(loaded)
@@ -807,21 +803,28 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
             writer.discard_if_empty()
 
 
-def _refresh_training_log(writer: RunWriter, loaded, log) -> bool:
-    """A cached run of a project-trained model takes in seeds trained since (nothing else changes)."""
+def _stage_published(writer: RunWriter) -> dict:
+    """Copy a published run's tables into the staging folder to amend it; returns the manifest's own
+    keys (those `RunWriter.publish` does not write itself), to publish again."""
     import shutil
 
+    manifest = read_json_file(writer.final / "manifest.json") or {}
+    for f in writer.final.glob("*.parquet"):
+        shutil.copy2(f, writer.staging / f.name)
+    written_by_publish = ("tables", "created", "name", "schema_version", "identity", "run_id", "options")
+    return {k: v for k, v in manifest.items() if k not in written_by_publish}
+
+
+def _refresh_training_log(writer: RunWriter, loaded, log) -> bool:
+    """A cached run of a project-trained model takes in seeds trained since (nothing else changes)."""
     fresh = _training_log(loaded)
     if fresh is None:
         return False
     old = writer.final / "training_log.parquet"
     if old.exists() and pd.read_parquet(old).equals(fresh):
         return False
-    manifest = read_json_file(writer.final / "manifest.json")
-    for f in writer.final.glob("*.parquet"):
-        shutil.copy2(f, writer.staging / f.name)
+    keep = _stage_published(writer)
     writer.write("training_log", fresh)
-    keep = {k: v for k, v in manifest.items() if k not in ("tables", "created", "name", "schema_version", "identity", "run_id", "options")}
     writer.publish(keep)
     log(f"run {writer.name}: training log refreshed ({fresh['seed'].nunique()} seed(s)); nothing else recomputed")
     return True
