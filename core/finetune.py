@@ -1,0 +1,520 @@
+"""Fine-tune a pre-trained model on single-token addition: the paper's set-up on a real LLM.
+
+A model whose tokenizer splits numbers into digits (SmolLM2) gets one new token per number
+0..p-1, written with its leading space (" 108", as GPT-2 writes it), so the operands and the answer
+are single tokens. Their rows are initialised from the model's own representation of each number
+(`core.numbers`: the vector at the last digit of "The number n" after block `layer`), scaled to
+the mean norm of the model's existing embedding rows; with tied embeddings (SmolLM2's) the same
+rows are the answer's output rows. Then the model is fine-tuned on the paper's training split with
+the answer-token loss (`core.train.answer_loss`):
+
+* the new rows are trained; every original row stays exactly as it was;
+* every linear map inside the blocks gets a LoRA update W + (alpha / r) B A (B starts at zero, so
+  training starts from the pre-trained model); the base weights are frozen;
+* bfloat16 autocast on the CPU, float32 trainable weights, seeded, a checkpoint every
+  `checkpoint_steps` steps (safetensors; nothing pickled), so an interrupted run resumes mid-epoch;
+* per-epoch train/val/test accuracy and loss in `training_log.parquet`, as for the demo recipes.
+
+What is kept is a **delta** (`delta.safetensors`, a few MB: the new rows and the LoRA factors in
+float16). `rebuild` merges it into the base model (W + (alpha / r) B A in float32) and writes an
+ordinary model folder; the digest of the rebuilt weights is stored in the delta, so a rebuild is
+checked bit for bit. The fine-tuned model that is evaluated and analysed is always the rebuilt one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from core.errors import CoreError
+
+NUMBER_TOKEN = " {n}"  # the added token of n: its text, with the leading space (GPT-2's convention)
+DELTA_FILE = "delta.safetensors"
+DELTA_FORMAT = "number-rows+lora/1"
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+# ----------------------------------------------------------------------------- tokens and rows
+
+
+def add_number_tokens(tokenizer, p: int) -> np.ndarray:
+    """Add the tokens " 0" .. " {p-1}" to `tokenizer` (in place) and return their ids.
+
+    They are matched in the raw text before the model's own splitting, longest first, so " 108"
+    is one token and " 1080" becomes " 108" + "0". Refuses a tokenizer that already has any of them.
+    """
+    from tokenizers import AddedToken
+
+    texts = [NUMBER_TOKEN.format(n=n) for n in range(p)]
+    vocab = tokenizer.get_vocab()
+    clash = [t for t in texts if t in vocab]
+    if clash:
+        raise CoreError(f"the tokenizer already has number tokens such as {clash[0]!r}: it needs no added ones")
+    before = len(tokenizer)
+    tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in texts])
+    ids = np.asarray(tokenizer.convert_tokens_to_ids(texts), dtype=np.int64)
+    if len(tokenizer) != before + p or not np.array_equal(ids, np.arange(before, before + p)):
+        raise CoreError("adding the number tokens did not give p new consecutive ids; this tokenizer is not supported")
+    return ids
+
+
+def initial_number_rows(base, n_numbers: int, layer: int, context: str, base_rows: np.ndarray, centre: bool = False, log=print) -> np.ndarray:
+    """The new rows: `base`'s representation of n after block `layer` (layer 0: the embedding of
+    the last digit), scaled so the mean row norm equals that of `base_rows` (the model's own rows)."""
+    from core.numbers import number_representations
+
+    if not 0 <= layer <= base.n_layers:
+        raise CoreError(f"layer {layer} is outside 0..{base.n_layers} for this model")
+    reps = number_representations(base, n_numbers, context, progress=False)
+    log(f"new number rows: layer {layer}, {reps.describe()}")
+    return scaled_rows(reps.vectors[layer], base_rows, centre)
+
+
+def scaled_rows(vectors: np.ndarray, base_rows: np.ndarray, centre: bool) -> np.ndarray:
+    """`vectors` (centred over the numbers first if `centre`), scaled so their mean norm is the
+    mean norm of `base_rows`."""
+    rows = vectors.astype(np.float64)
+    if centre:
+        rows = rows - rows.mean(0, keepdims=True)
+    rows *= float(np.linalg.norm(base_rows, axis=1).mean()) / float(np.linalg.norm(rows, axis=1).mean())
+    return rows.astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- the trainable model
+
+
+def _modules():
+    import torch
+
+    class NumberRowsEmbedding(torch.nn.Module):
+        """The input embedding: the original rows (frozen) followed by the trainable new rows."""
+
+        def __init__(self, base_weight, rows):
+            super().__init__()
+            self.register_buffer("base", base_weight.detach(), persistent=False)
+            self.rows = torch.nn.Parameter(rows)
+            self.n_base = base_weight.shape[0]
+
+        def weight_matrix(self):
+            return torch.cat([self.base, self.rows], 0)
+
+        def forward(self, ids):
+            new = ids >= self.n_base
+            old = torch.nn.functional.embedding(ids.clamp(max=self.n_base - 1), self.base)
+            added = torch.nn.functional.embedding((ids - self.n_base).clamp(min=0), self.rows)
+            return torch.where(new[..., None], added, old)
+
+    class TiedHead(torch.nn.Module):
+        """The output layer of a tied model: logits over the original and the new rows."""
+
+        def __init__(self, embedding):
+            super().__init__()
+            self.embedding = embedding
+
+        def forward(self, h):
+            e = self.embedding
+            return torch.cat([torch.nn.functional.linear(h, e.base), torch.nn.functional.linear(h, e.rows)], -1)
+
+    class LoRALinear(torch.nn.Module):
+        """base(x) + scale * B A x, with the base linear map frozen and B starting at zero."""
+
+        def __init__(self, base, rank: int, alpha: float):
+            super().__init__()
+            self.base = base
+            self.scale = alpha / rank
+            self.A = torch.nn.Parameter(torch.empty(rank, base.in_features))
+            self.B = torch.nn.Parameter(torch.zeros(base.out_features, rank))
+            torch.nn.init.kaiming_uniform_(self.A, a=math.sqrt(5))
+
+        def forward(self, x):
+            return self.base(x) + torch.nn.functional.linear(torch.nn.functional.linear(x, self.A), self.B) * self.scale
+
+    return NumberRowsEmbedding, TiedHead, LoRALinear
+
+
+def _lora_targets(model, targets) -> list[tuple[str, object, str]]:
+    """(block-relative name, parent module, attribute) of every targeted linear map, in block order."""
+    import torch
+
+    from core.models import find_parts
+
+    parts = find_parts(model)
+    found = []
+    for i, block in enumerate(parts.blocks):
+        for name, module in block.named_modules():
+            if isinstance(module, torch.nn.Linear) and name.split(".")[-1] in targets:
+                parent = block.get_submodule(name.rsplit(".", 1)[0]) if "." in name else block
+                found.append((f"{i}.{name}", parent, name.split(".")[-1]))
+    if not found:
+        raise CoreError(f"no linear maps named {', '.join(targets)} in the model's blocks: name the LoRA targets in the recipe")
+    return found
+
+
+class FineTuneModel:
+    """A base model with trainable number rows and LoRA factors (`trainable()` lists them)."""
+
+    def __init__(self, model, rows: np.ndarray, rank: int, alpha: float, targets, seed: int):
+        import torch
+
+        if not getattr(model.config, "tie_word_embeddings", False):
+            raise CoreError("number-token fine-tuning supports models with tied embeddings (SmolLM2, GPT-2) only")
+        NumberRowsEmbedding, TiedHead, LoRALinear = _modules()
+        for param in model.parameters():
+            param.requires_grad_(False)
+        self.model = model
+        self.embedding = NumberRowsEmbedding(model.get_input_embeddings().weight, torch.as_tensor(rows, dtype=torch.float32))
+        model.set_input_embeddings(self.embedding)
+        model.lm_head = TiedHead(self.embedding)
+        torch.manual_seed(seed)
+        self.lora = {}
+        for name, parent, attr in _lora_targets(model, targets):
+            wrapped = LoRALinear(getattr(parent, attr), rank, alpha)
+            setattr(parent, attr, wrapped)
+            self.lora[name] = wrapped
+
+    def trainable(self) -> dict:
+        out = {"number_rows": self.embedding.rows}
+        for name, m in self.lora.items():
+            out[f"lora.{name}.A"] = m.A
+            out[f"lora.{name}.B"] = m.B
+        return out
+
+
+# ----------------------------------------------------------------------------- delta and rebuild
+
+
+def state_digest(state: dict) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes, in name order: equal digests mean
+    bit-for-bit equal weights."""
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().contiguous().cpu()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _unique_state(model) -> dict:
+    """The model's state dict with tied tensors once (the names `save_pretrained` keeps)."""
+    seen, out = set(), {}
+    for name, t in model.state_dict().items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        out[name] = t
+    return out
+
+
+def save_delta(path: Path, tuned: FineTuneModel, meta: dict) -> None:
+    """The trainable tensors in float16 plus `meta` (strings) in the safetensors header."""
+    import torch
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in tuned.trainable().items()}
+    tmp = path.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata={k: str(v) for k, v in meta.items()})
+    tmp.replace(path)
+
+
+def read_delta(path: Path) -> tuple[dict, dict]:
+    from safetensors import safe_open
+
+    if not path.exists():
+        raise CoreError(f"no fine-tuning delta at {path}: train the recipe first (python -m core train --recipe NAME)")
+    with safe_open(str(path), framework="pt") as f:
+        meta = dict(f.metadata() or {})
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    if meta.get("format") != DELTA_FORMAT:
+        raise CoreError(f"{path} is not a fine-tuning delta of this version (format {meta.get('format')!r}, expected {DELTA_FORMAT!r})")
+    return tensors, meta
+
+
+def merged_model(base_folder: str, tensors: dict, meta: dict):
+    """(model, tokenizer): the base model with the number tokens added, the new rows set and every
+    LoRA update merged, W + scale * (B A) computed in float32. Deterministic on a CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from core.models import find_parts
+
+    tokenizer = AutoTokenizer.from_pretrained(base_folder)
+    model = AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
+    p = int(meta["p"])
+    add_number_tokens(tokenizer, p)
+    rows = tensors["number_rows"].float()
+    if rows.shape != (p, model.config.hidden_size):
+        raise CoreError(f"the delta's number rows are {tuple(rows.shape)}, the base model needs ({p}, {model.config.hidden_size})")
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[-p:] = rows
+    scale = float(meta["alpha"]) / int(meta["rank"])
+    blocks = find_parts(model).blocks
+    names = sorted({k[len("lora."):-2] for k in tensors if k.startswith("lora.")})
+    for name in names:
+        i, sub = name.split(".", 1)
+        linear = blocks[int(i)].get_submodule(sub)
+        A, B = tensors[f"lora.{name}.A"].float(), tensors[f"lora.{name}.B"].float()
+        with torch.no_grad():
+            linear.weight.copy_((linear.weight.float() + (B @ A) * scale).to(linear.weight.dtype))
+    model.tie_weights()
+    return model, tokenizer
+
+
+def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log=print) -> Path:
+    """Write the fine-tuned model into `folder` from `folder/delta.safetensors` and the base model
+    (the recipe's `init_from` unless `base` is given); with `check`, fail unless the rebuilt weights
+    have the digest recorded when the delta was written."""
+    folder = Path(folder)
+    tensors, meta = read_delta(folder / DELTA_FILE)
+    base = base or meta["base"]
+    if not Path(base).is_dir():
+        from core.importer import import_hint
+
+        raise CoreError(f"the base model {base} is not here; {import_hint(base)}")
+    t0 = time.time()
+    model, tokenizer = merged_model(base, tensors, meta)
+    digest = state_digest(_unique_state(model))
+    if check and meta.get("rebuilt_sha256") and digest != meta["rebuilt_sha256"]:
+        raise CoreError(
+            f"the rebuilt weights differ from the ones trained (digest {digest[:12]} != {meta['rebuilt_sha256'][:12]}): "
+            "the base model or the library versions are not the ones the delta was made with"
+        )
+    for f in folder.glob("model*.safetensors"):
+        f.unlink()
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    provenance = {
+        "kind": "fine-tuned",
+        "base": str(base),
+        "delta": DELTA_FILE,
+        "rebuilt_sha256": digest,
+        "label": meta.get("label", ""),
+        "recipe": meta.get("recipe", ""),
+    }
+    (folder / "provenance.json").write_text(json.dumps(provenance, indent=1))
+    log(f"rebuilt {folder} from {base} + {DELTA_FILE} in {time.time() - t0:.0f}s (weights sha256 {digest[:12]}, matches the delta)")
+    return folder
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _save_checkpoint(folder: Path, tuned: FineTuneModel, opt, sched, state: dict):
+    from safetensors.torch import save_file
+
+    tmp = folder.with_name(folder.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    save_file({k: v.detach().contiguous() for k, v in tuned.trainable().items()}, str(tmp / "trainable.safetensors"))
+    opt_tensors, opt_scalars = {}, {}
+    for i, st in opt.state_dict()["state"].items():
+        for name, val in st.items():
+            if hasattr(val, "shape") and val.ndim > 0:
+                opt_tensors[f"{i}.{name}"] = val.contiguous()
+            else:
+                opt_scalars[f"{i}.{name}"] = float(val)
+    save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+    (tmp / "progress.json").write_text(json.dumps({**state, "scheduler": sched.state_dict(), "optimizer_scalars": opt_scalars}, default=float))
+    if folder.exists():
+        shutil.rmtree(folder)
+    tmp.rename(folder)
+
+
+def _load_checkpoint(folder: Path, tuned: FineTuneModel, opt, sched) -> dict:
+    import torch
+    from safetensors.torch import load_file
+
+    saved = load_file(str(folder / "trainable.safetensors"))
+    params = tuned.trainable()
+    if set(saved) != set(params) or any(saved[k].shape != params[k].shape for k in params):
+        raise CoreError(f"checkpoint {folder} does not match the recipe's model; use --restart")
+    with torch.no_grad():
+        for k, v in params.items():
+            v.copy_(saved[k])
+    meta = json.loads((folder / "progress.json").read_text())
+    sd = opt.state_dict()
+    state: dict = {}
+    for key, val in load_file(str(folder / "optimizer.safetensors")).items():
+        i, name = key.split(".", 1)
+        state.setdefault(int(i), {})[name] = val
+    for key, val in meta["optimizer_scalars"].items():
+        i, name = key.split(".", 1)
+        state.setdefault(int(i), {})[name] = torch.tensor(val)
+    sd["state"] = state
+    opt.load_state_dict(sd)
+    sched.load_state_dict(meta["scheduler"])
+    for group, lr in zip(opt.param_groups, sched.get_last_lr()):  # the scheduled rate, not the fresh optimiser's
+        group["lr"] = lr
+    return meta
+
+
+def finetune(recipe, out: str | Path | None = None, restart: bool = False, progress=None, log=print):
+    """Train a number-token fine-tuning recipe (see the module doc); returns a `core.train.TrainResult`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from core.models import load_model, resolve_source
+    from core.tasks import build_examples, number_space, select_split
+    from core.train import TrainResult, AdditionBatches, _autocast, _bar, _schedule, answer_loss, evaluate_split
+
+    spec = recipe.number_tokens or {}
+    lora = recipe.lora or {}
+    if not recipe.init_from:
+        raise CoreError(f"recipe {recipe.name}: number-token fine-tuning needs init_from (the base model's folder or hub id)")
+    if recipe.threads:
+        torch.set_num_threads(recipe.threads)
+    base_folder = recipe.init_from
+    if not Path(base_folder).is_dir():
+        from core.importer import import_hint
+
+        raise CoreError(f"the base model {base_folder} is not here; {import_hint(base_folder)}")
+    resolve_source(base_folder)
+    out = Path(out or recipe.out)
+    out.mkdir(parents=True, exist_ok=True)
+    p = number_space(recipe.task, recipe.max_operand)
+    layer, context = int(spec.get("layer", 5)), spec.get("context", "The number {n}")
+    rank, alpha = int(lora.get("rank", 8)), float(lora.get("alpha", 16))
+    targets = tuple(lora.get("targets", DEFAULT_TARGETS))
+
+    ckpt = out / "checkpoint"
+    resume = ckpt.exists() and not restart
+    base = AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(base_folder)
+    base_rows = base.get_input_embeddings().weight.detach().numpy()
+    if resume:
+        rows = np.zeros((p, base.config.hidden_size), dtype=np.float32)  # replaced by the checkpoint's
+    else:
+        rows = initial_number_rows(load_model(base_folder), p, layer, context, base_rows, log)
+    number_ids = add_number_tokens(tokenizer, p)
+    tuned = FineTuneModel(base, rows, rank, alpha, targets, recipe.seed)
+    model = tuned.model
+
+    examples = build_examples(recipe.task, recipe.max_operand, recipe.dataset_seed)
+    data = {s: AdditionBatches(tokenizer, select_split(examples, s), number_ids) for s in ("train", "val", "test")}
+    train_subset = np.random.default_rng(recipe.seed).permutation(len(data["train"]))[: recipe.eval_train_subset]
+    steps_per_epoch = math.ceil(len(data["train"]) / recipe.batch_size)
+    params = tuned.trainable()
+    groups = [
+        {"params": [params["number_rows"]], "weight_decay": 0.0},
+        {"params": [v for k, v in params.items() if k != "number_rows"], "weight_decay": recipe.weight_decay},
+    ]
+    opt = torch.optim.AdamW(groups, lr=recipe.lr, betas=(0.9, 0.98), eps=1e-8)
+    sched = _schedule(opt, recipe.epochs * steps_per_epoch, recipe.warmup_steps, recipe.min_lr_ratio)
+    every = int(spec.get("checkpoint_steps", 50))
+    state = {"epoch": 0, "step": 0, "log": [], "elapsed_s": 0.0}
+    if resume:
+        state = _load_checkpoint(ckpt, tuned, opt, sched)
+        log(f"resuming {recipe.name} (seed {recipe.seed}) at epoch {state['epoch'] + 1}, step {state['step']}/{steps_per_epoch}")
+    model.train()
+    bar = _bar((recipe.epochs - state["epoch"]) * steps_per_epoch - state["step"], f"fine-tune {recipe.name}", progress)
+    t0 = time.time()
+    for epoch in range(state["epoch"], recipe.epochs):
+        order = np.random.default_rng((recipe.seed, epoch)).permutation(len(data["train"]))
+        skip = state["step"] if epoch == state["epoch"] else 0
+        for step, (_, ids, mask, pos, target) in enumerate(data["train"].batches(recipe.batch_size, order[skip * recipe.batch_size:]), start=skip + 1):
+            loss = answer_loss(model, ids, mask, pos, target, recipe.precision)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+            opt.step()
+            sched.step()
+            bar.update(1)
+            if step % every == 0 and step < steps_per_epoch:
+                elapsed = state["elapsed_s"] + time.time() - t0
+                _save_checkpoint(ckpt, tuned, opt, sched, {**state, "epoch": epoch, "step": step, "elapsed_s": elapsed})
+                log(f"{recipe.name}: epoch {epoch + 1} step {step}/{steps_per_epoch}, loss {loss.item():.4f} ({elapsed:.0f}s)")
+        elapsed = state["elapsed_s"] + time.time() - t0
+        row = {"seed": recipe.seed, "width": model.config.hidden_size, "epoch": epoch + 1, "seconds": round(elapsed, 1)}
+        for split in ("train", "val", "test"):
+            subset = train_subset if split == "train" else None
+            acc, loss_v = evaluate_split(model, data[split], number_ids, recipe.batch_size, recipe.precision, subset)
+            state["log"].append({**row, "split": split, "accuracy": acc, "loss": loss_v})
+        last = {r["split"]: r for r in state["log"][-3:]}
+        log(
+            f"{recipe.name} seed {recipe.seed} epoch {epoch + 1}/{recipe.epochs}: train {last['train']['accuracy']:.2%} "
+            f"val {last['val']['accuracy']:.2%} test {last['test']['accuracy']:.2%} (val loss {last['val']['loss']:.4f}, {elapsed:.0f}s)"
+        )
+        state = {**state, "epoch": epoch + 1, "step": 0, "elapsed_s": elapsed}
+        t0 = time.time()
+        _save_checkpoint(ckpt, tuned, opt, sched, state)
+    bar.close()
+
+    frame = pd.DataFrame(state["log"])
+    frame.insert(0, "recipe", recipe.name)
+    meta = {
+        "format": DELTA_FORMAT,
+        "base": base_folder,
+        "p": p,
+        "rank": rank,
+        "alpha": alpha,
+        "layer": layer,
+        "context": context,
+        "recipe": recipe.name,
+        "label": recipe.label,
+        "seed": recipe.seed,
+    }
+    # the delta is float16: the model that counts is the one rebuilt from it, so its digest is
+    # recorded and its test accuracy measured
+    save_delta(out / DELTA_FILE, tuned, meta)
+    tensors, _ = read_delta(out / DELTA_FILE)
+    rebuilt, rebuilt_tok = merged_model(base_folder, tensors, meta)
+    meta["rebuilt_sha256"] = state_digest(_unique_state(rebuilt))
+    save_delta(out / DELTA_FILE, tuned, meta)
+    test_acc, _ = evaluate_split(rebuilt, data["test"], number_ids, recipe.batch_size, recipe.precision)
+    (out / "recipe.json").write_text(json.dumps(recipe.as_dict(), indent=1))
+    frame.to_parquet(out / "training_log.parquet", index=False)
+    final = frame[frame["epoch"] == frame["epoch"].max()].set_index("split")["accuracy"].to_dict()
+    summary = {
+        "recipe": recipe.name,
+        "seed": recipe.seed,
+        "train_seconds": round(state["elapsed_s"], 1),
+        "final_accuracy": final,
+        "rebuilt_test_accuracy": test_acc,
+        "delta_bytes": (out / DELTA_FILE).stat().st_size,
+    }
+    (out / "train_summary.json").write_text(json.dumps(summary, indent=1))
+    log(f"{recipe.name}: delta {summary['delta_bytes'] / 1e6:.1f} MB; the model rebuilt from it scores {test_acc:.2%} on the test split")
+    rebuild(out, base_folder, log=log)
+    return TrainResult(out, frame, state["elapsed_s"], test_acc)
+
+
+def init_layer_scan(recipe, layers, n_examples: int = 256, centre_options=(False, True), log=print) -> pd.DataFrame:
+    """Answer loss and accuracy of the un-tuned model (LoRA at zero) on a seeded sample of the
+    training split, with the new rows taken from each of `layers`: how good a start each layer is."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from core.models import load_model
+    from core.numbers import number_representations
+    from core.tasks import build_examples, number_space, select_split
+    from core.train import AdditionBatches, evaluate_split
+
+    spec = recipe.number_tokens or {}
+    p = number_space(recipe.task, recipe.max_operand)
+    base_folder = recipe.init_from
+    reps = number_representations(load_model(base_folder), p, spec.get("context", "The number {n}"), progress=False)
+    examples = select_split(build_examples(recipe.task, recipe.max_operand, recipe.dataset_seed), "train")
+    sample = [examples[i] for i in np.random.default_rng(recipe.seed).permutation(len(examples))[:n_examples]]
+    rows_out = []
+    for layer, centre in [(layer, c) for layer in layers for c in centre_options]:
+        base = AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(base_folder)
+        base_rows = base.get_input_embeddings().weight.detach().numpy()
+        rows = scaled_rows(reps.vectors[layer], base_rows, centre)
+        ids = add_number_tokens(tokenizer, p)
+        tuned = FineTuneModel(base, rows.astype(np.float32), 8, 16, DEFAULT_TARGETS, 0)
+        acc, loss = evaluate_split(tuned.model, AdditionBatches(tokenizer, sample, ids), ids, 32, recipe.precision)
+        log(f"layer {layer}{' centred' if centre else ''}: answer loss {loss:.3f}, accuracy {acc:.2%}")
+        rows_out.append({"layer": layer, "centred": centre, "loss": loss, "accuracy": acc, "n_examples": len(sample)})
+    return pd.DataFrame(rows_out)

@@ -1,0 +1,164 @@
+"""Number-token fine-tuning (core.finetune) on a tiny Llama whose byte-level tokenizer splits numbers
+into digits, as SmolLM2's does: tokens, training wrapper, resume, delta, bit-for-bit rebuild."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.errors import CoreError
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    from core.importer import import_gguf
+    from core.random_models import write_tiny_llama_gguf
+
+    root = tmp_path_factory.mktemp("ft")
+    path, _ = write_tiny_llama_gguf(root / "tiny.gguf", quantize=None, n_layers=3)
+    return import_gguf(path, root / "base", {"origin": "test"}, log=lambda *_: None)
+
+
+def tiny_recipe(base: Path, out: Path, **changes):
+    from core.train import Recipe
+
+    fields = dict(
+        name="tiny-ft", label="tiny fine-tune", out=str(out), arch="llama", n_layers=3, width=64, heads=4,
+        task="addition", max_operand=12, dataset_seed=0, init_from=str(base),
+        number_tokens={"layer": 2, "context": "The number {n}", "checkpoint_steps": 2},
+        lora={"rank": 4, "alpha": 8}, epochs=2, batch_size=16, lr=3e-3, weight_decay=0.0, warmup_steps=2,
+        precision="float32", seed=0, eval_train_subset=40, threads=1,
+    )
+    fields.update(changes)
+    recipe = Recipe(**fields)
+    recipe.check()
+    return recipe
+
+
+def test_added_number_tokens_are_single_tokens_with_their_space(tiny_base):
+    from transformers import AutoTokenizer
+
+    from core.finetune import add_number_tokens
+    from core.models import find_number_tokens
+
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    assert find_number_tokens(tok).P == 10  # digits split before
+    n0 = len(tok)
+    ids = add_number_tokens(tok, 25)
+    assert list(ids) == list(range(n0, n0 + 25))
+    enc = tok("Put together 15 and 9. Answer: 24")["input_ids"]
+    assert tok.convert_ids_to_tokens(enc)[-1] == " 24" and ids[15] in enc and ids[9] in enc
+    assert tok.decode(enc) == "Put together 15 and 9. Answer: 24"
+    found = find_number_tokens(tok, p=25)
+    assert found.P == 25 and found.convention == "leading-space" and found.first_split == 25
+    with pytest.raises(CoreError, match="already has number tokens"):
+        add_number_tokens(tok, 25)
+
+
+def test_wrapper_starts_as_the_base_model_and_merges_exactly(tiny_base):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from core.finetune import DELTA_FORMAT, FineTuneModel, add_number_tokens, merged_model
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
+    ref = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    n0 = len(tok)
+    add_number_tokens(tok, 25)
+    rows = np.random.default_rng(0).normal(size=(25, 64)).astype(np.float32)
+    tuned = FineTuneModel(base, rows, 4, 8, ("q_proj", "v_proj", "down_proj"), seed=0)
+    words = torch.tensor([tok("Put together the and. Answer:")["input_ids"]])  # no number token in it
+    with torch.no_grad():
+        got, want = tuned.model(words).logits, ref(words).logits
+    # B = 0: the original tokens' logits are the base model's; the new tokens' are h . row
+    assert torch.allclose(got[..., :n0], want, atol=1e-5)
+    assert got.shape[-1] == n0 + 25
+    ids = torch.tensor([tok("Put together 15 and 9. Answer:")["input_ids"]])
+    # give the LoRA factors values, then the merged model must compute what the wrapper computes
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for v in tuned.trainable().values():
+            v.copy_(torch.randn(v.shape, generator=g) * 0.05)
+        got = tuned.model(ids).logits
+    tensors = {k: v.detach().clone() for k, v in tuned.trainable().items()}
+    merged, mtok = merged_model(str(tiny_base), tensors, {"format": DELTA_FORMAT, "p": 25, "rank": 4, "alpha": 8})
+    assert mtok("Put together 15 and 9. Answer:")["input_ids"] == ids[0].tolist()
+    with torch.no_grad():
+        again = merged(ids).logits
+    assert torch.allclose(got, again, atol=1e-4), float((got - again).abs().max())
+    assert merged.get_input_embeddings().weight.data_ptr() == merged.get_output_embeddings().weight.data_ptr()
+    assert torch.equal(merged.get_input_embeddings().weight[:n0], ref.get_input_embeddings().weight)
+
+
+def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    from core.finetune import DELTA_FILE, read_delta, rebuild, state_digest, _unique_state
+    from core.models import load_model
+    from core.train import train_from_recipe  # noqa: F401  (the CLI's entry dispatches here)
+    from core.finetune import finetune
+
+    quiet = lambda *_: None  # noqa: E731
+    whole = finetune(tiny_recipe(tiny_base, tmp_path / "whole"), log=quiet)
+    assert (whole.out / DELTA_FILE).stat().st_size < 200_000
+    log = whole.log
+    assert sorted(log["split"].unique()) == ["test", "train", "val"] and log["epoch"].max() == 2
+    summary = json.loads((whole.out / "train_summary.json").read_text())
+    assert 0 <= summary["rebuilt_test_accuracy"] <= 1
+
+    # interrupted after the first mid-epoch checkpoint, then resumed: the same delta, bit for bit
+    class Stop(Exception):
+        pass
+
+    def stop_at_checkpoint(msg):
+        if "step 2/" in msg:
+            raise Stop
+
+    part = tiny_recipe(tiny_base, tmp_path / "part")
+    with pytest.raises(Stop):
+        finetune(part, log=stop_at_checkpoint)
+    assert (tmp_path / "part" / "checkpoint" / "progress.json").exists()
+    assert not (tmp_path / "part" / DELTA_FILE).exists()
+    resumed_msgs = []
+    finetune(part, log=resumed_msgs.append)
+    assert any("resuming" in m and "step 2" in m for m in resumed_msgs)
+    a, meta_a = read_delta(whole.out / DELTA_FILE)
+    b, meta_b = read_delta(tmp_path / "part" / DELTA_FILE)
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert meta_a["rebuilt_sha256"] == meta_b["rebuilt_sha256"]
+
+    # an independent rebuild in a fresh folder gives the recorded weights; the folder loads as a
+    # single-token model and its original rows are the base model's
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    shutil.copy(whole.out / DELTA_FILE, fresh / DELTA_FILE)
+    rebuild(fresh, log=quiet)
+    lm = load_model(str(fresh))
+    assert lm.select_numbers(25).P >= 25
+    assert state_digest(_unique_state(lm.model)) == meta_a["rebuilt_sha256"]
+    base_w = load_file(str(tiny_base / "model.safetensors"))["model.embed_tokens.weight"]
+    assert torch.equal(lm.model.get_input_embeddings().weight[: base_w.shape[0]], base_w)
+    assert json.loads((fresh / "provenance.json").read_text())["kind"] == "fine-tuned"
+
+    # a tampered delta is refused, with what to do
+    tensors, meta = read_delta(fresh / DELTA_FILE)
+    from safetensors.torch import save_file
+
+    tensors["number_rows"][0, 0] += 1
+    save_file(tensors, str(fresh / DELTA_FILE), metadata=meta)
+    with pytest.raises(CoreError, match="differ from the ones trained"):
+        rebuild(fresh, log=quiet)
+
+
+def test_finetune_errors_are_clear(tiny_base, tmp_path):
+    from core.finetune import finetune, rebuild
+
+    with pytest.raises(CoreError, match="not here"):
+        finetune(tiny_recipe(tmp_path / "nowhere", tmp_path / "o"), log=lambda *_: None)
+    with pytest.raises(CoreError, match="no fine-tuning delta"):
+        rebuild(tmp_path)
