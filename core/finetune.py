@@ -293,8 +293,12 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
         f.unlink()
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
+    from core.models import read_provenance
+
     provenance = {
+        **(read_provenance(Path(base)) or {}),  # where the base model came from (package, licence, ...)
         "kind": "fine-tuned",
+        "fine_tuned": meta.get("recipe", "") or "yes",
         "base": str(base),
         "delta": DELTA_FILE,
         "rebuilt_sha256": digest,

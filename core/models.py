@@ -737,7 +737,8 @@ def read_provenance(folder: Path) -> dict | None:
         return None
     if not isinstance(data, dict):
         return None
-    keys = ("origin", "package", "version", "licence", "model", "parameters", "quantization", "source_file", "source_sha256", "description", "label")
+    keys = ("origin", "package", "version", "licence", "model", "parameters", "quantization", "source_file", "source_sha256", "description", "label",
+            "fine_tuned", "base", "delta", "rebuilt_sha256")
     return {k: data[k] for k in keys if k in data}
 
 

@@ -86,9 +86,11 @@ def number_representations(
     context = choose_context(tok, context)
     texts = [context.format(n=n) for n in range(n_numbers)]
     prefix = context[: context.index("{n}")]
-    base = len(tok(prefix, add_special_tokens=False)["input_ids"]) if prefix else 0
+    base = tok(prefix, add_special_tokens=False)["input_ids"] if prefix else []
     ids = tok(texts, add_special_tokens=False)["input_ids"]
-    per_number = np.array([len(x) - base for x in ids])
+    # the number's tokens: those after the part the text shares with the context's own prefix (an
+    # added token " 15" swallows the space that the prefix alone ends with)
+    per_number = np.array([len(x) - _shared_prefix(base, x) for x in ids])
     full = tok(texts)["input_ids"]  # as the model reads them (with BOS where the tokenizer adds one)
     if any(len(f) < len(x) or f[len(f) - len(x):] != x for f, x in zip(full, ids)):
         raise CoreError("the tokenizer adds tokens after the text (an end-of-text token?); the last token would not be the number's")
@@ -101,6 +103,13 @@ def number_representations(
     if not np.isfinite(vectors).all():
         raise CoreError("the model produced non-finite hidden states for the number contexts (try --dtype float32)")
     return NumberRepresentations(vectors, context, per_number, bool((per_number == 1).all()))
+
+
+def _shared_prefix(a, b) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 # ----------------------------------------------------------------------------- measurements

@@ -68,6 +68,7 @@ def main(argv=None) -> int:
                 cells.append("–")
         print("| " + " | ".join(cells) + " |")
     print("\n('control': the same number of random directions that W_U reads removed instead; the paper has no control.)\n")
+    training_section(args.cache_dir, runs)
     numbers_section(args.cache_dir, every, digit_runs)
     claims_table(args.cache_dir, every)
     print()
@@ -83,6 +84,34 @@ def main(argv=None) -> int:
                     f"(seeds from {row['low']:.2%} to {row['high']:.2%}); training time per seed {secs.mean() / 60:.0f} min"
                 )
     return 0
+
+
+def training_section(cache_dir: str, runs) -> None:
+    """Validation accuracy by epoch of every run with a training log: mean over seeds, and the
+    lowest and highest seed, per width."""
+    from core import views
+    from core.cache import read_table
+
+    logs = {r.label: read_table(cache_dir, r.name, "training_log") for r in runs if "training_log" in r.manifest["tables"]}
+    if not logs:
+        return
+    curves = views.training_curves(logs, "val")
+    epochs = sorted(int(e) for e in curves["epoch"].unique())
+    print("Validation accuracy by epoch (`training_log`): mean over seeds, lowest to highest seed in brackets.\n")
+    print("| run | " + " | ".join(f"epoch {e}" for e in epochs) + " |")
+    print("| --- | " + " | ".join("---" for _ in epochs) + " |")
+    for run, g in curves.groupby("run", sort=False):
+        by = g.set_index("epoch")
+        cells = []
+        for e in epochs:
+            if e not in by.index:
+                cells.append("–")
+                continue
+            row = by.loc[e]
+            spread = f" ({row['low']:.1%}–{row['high']:.1%})" if row["seeds"] > 1 else ""
+            cells.append(f"{row['mean']:.1%}{spread}")
+        print(f"| {run} | " + " | ".join(cells) + " |")
+    print()
 
 
 def numbers_section(cache_dir: str, runs, digit_runs) -> None:

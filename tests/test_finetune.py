@@ -144,6 +144,11 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     base_w = load_file(str(tiny_base / "model.safetensors"))["model.embed_tokens.weight"]
     assert torch.equal(lm.model.get_input_embeddings().weight[: base_w.shape[0]], base_w)
     assert json.loads((fresh / "provenance.json").read_text())["kind"] == "fine-tuned"
+    from core.numbers import number_representations
+
+    reps = number_representations(lm, 25)  # each number one token now: layer 0 is its new row
+    assert reps.single_token and list(reps.tokens_per_number) == [1] * 25
+    assert np.allclose(reps.vectors[0], a["number_rows"].float().numpy())
 
     # a tampered delta is refused, with what to do
     tensors, meta = read_delta(fresh / DELTA_FILE)
@@ -162,3 +167,21 @@ def test_finetune_errors_are_clear(tiny_base, tmp_path):
         finetune(tiny_recipe(tmp_path / "nowhere", tmp_path / "o"), log=lambda *_: None)
     with pytest.raises(CoreError, match="no fine-tuning delta"):
         rebuild(tmp_path)
+
+
+def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base, tmp_path):
+    from core.cache import verify_run
+    from core.claims import describe_run, run_origin
+    from core.finetune import finetune
+    from core.precompute import PrecomputeOptions, precompute
+
+    result = finetune(tiny_recipe(tiny_base, tmp_path / "model", epochs=1), log=lambda *_: None)
+    path = precompute(PrecomputeOptions(model=str(result.out), max_operand=12, cache_dir=str(tmp_path / "cache"), threads=1, progress=False))
+    assert not verify_run(path, deep=True)
+    m = json.loads((path / "manifest.json").read_text())
+    assert {"examples", "layer_accuracy", "module_spectra", "module_spectra_baseline", "final_waves", "ablations", "number_spectrum", "training_log"} <= set(m["tables"])
+    assert not m.get("not_applicable")  # single tokens now: every analysis applies
+    assert m["p"] == 25 and m["n_layers"] == 3
+    assert run_origin(m)["kind"] == "fine-tuned"
+    text = describe_run(m)
+    assert "fine-tuned here" in text and "LoRA" in text and "0..24" in text
