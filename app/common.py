@@ -134,10 +134,15 @@ def runs_of_split(split: str) -> list[Run]:
     return [Run(r) for r in good if r["manifest"]["task"]["split"] == split]
 
 
-def training_logs(split: str) -> dict[str, pd.DataFrame]:
-    """Training logs of every valid run of `split` that carries one, by short model name."""
+def training_logs(split: str, small_only: bool = False) -> dict[str, pd.DataFrame]:
+    """Training logs of every valid run of `split` that carries one, by short model name;
+    `small_only`: the small models trained here, not a pre-trained model fine-tuned here."""
+    from core.claims import run_origin
+
     good, _ = valid_runs(str(cache_dir()))
     runs = [Run(r) for r in good if "training_log" in (r["manifest"].get("tables") or {}) and r["manifest"]["task"]["split"] == split]
+    if small_only:
+        runs = [r for r in runs if run_origin(r.manifest)["kind"] != "fine-tuned"]
     return {r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table("training_log") for r in runs}
 
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from core.errors import CoreError
+from core.finetune import DELTA_FILE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MAX_LIVE_PARAMS = 150_000_000
@@ -45,8 +46,14 @@ def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
         return None, f"the model ({given or model.get('source')}) is not on this machine"
     if root not in folder.parents:
         return None, f"the model folder is outside {root}, the only place the dashboard loads models from"
-    if not any(folder.glob("*.safetensors")):
+    if not any(f.name != DELTA_FILE for f in folder.glob("*.safetensors")):
         recipe = folder / "recipe.json"
+        if (folder / DELTA_FILE).exists():
+            name = json.loads(recipe.read_text()).get("name") if recipe.exists() else folder.name
+            return None, (
+                "the fine-tuned weights are not on this machine (this run ships only the fine-tuning delta): "
+                f"`python -m core import-model smollm2-135m` then `python -m core rebuild {name}` rebuild them"
+            )
         how = f"; `python -m core train --recipe {json.loads(recipe.read_text()).get('name')}` rebuilds them" if recipe.exists() else ""
         return None, f"the model's weights are not on this machine (this run ships without them{how})"
     from core.models import fingerprint_folder

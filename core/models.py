@@ -535,7 +535,7 @@ def weight_files(folder: Path) -> list[Path]:
             return [folder / f for f in shards]
     if (folder / "model.safetensors").is_file():
         return [folder / "model.safetensors"]
-    return sorted(folder.glob("*.safetensors"))
+    return sorted(f for f in folder.glob("*.safetensors") if f.name != "delta.safetensors")  # not a fine-tuning delta
 
 
 def fingerprint_folder(folder: Path, full_hash_limit: int = 512 * 2**20) -> str:

@@ -8,15 +8,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS="${1:-auto}"
 TAUS=10,20,30,40,50,75,100,150,200,250
-order=1
-for model in fourier-frozen scratch fourier-frozen-untied pretrained-mini; do
+# model:display order (the dashboard lists runs by it; equal orders go by label)
+for entry in fourier-frozen:1 smollm2-frozen:2 scratch:2 fourier-frozen-untied:3 pretrained-mini:4; do
+  model="${entry%%:*}"; order="${entry##*:}"
   if ls "models/$model"/model*.safetensors >/dev/null 2>&1; then
     .venv/bin/python -m core precompute --model "models/$model" --taus "$TAUS" --display-order "$order" \
       --threads "$THREADS" --recompute --no-progress
   else
     echo "skipping $model: no weights in models/$model (see the comment at the top of this script)" >&2
   fi
-  order=$((order + 1))
 done
 # the real pre-trained model (import it first: python -m core import-model smollm2-135m)
 if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1; then
@@ -24,5 +24,11 @@ if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1; then
     --threads "$THREADS" --recompute --no-progress
 else
   echo "skipping smollm2-135m: import it with python -m core import-model smollm2-135m" >&2
+fi
+# SmolLM2 fine-tuned with number tokens: rebuilt from its shipped delta (needs the imported base model)
+if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1; then
+  [ -f models/smollm2-addition/model.safetensors ] || .venv/bin/python -m core rebuild smollm2-addition
+  .venv/bin/python -m core precompute --model models/smollm2-addition --taus "$TAUS" --display-order 0 \
+    --threads "$THREADS" --recompute --no-progress
 fi
 .venv/bin/python -m core verify

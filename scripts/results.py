@@ -69,6 +69,7 @@ def main(argv=None) -> int:
         print("| " + " | ".join(cells) + " |")
     print("\n('control': the same number of random directions that W_U reads removed instead; the paper has no control.)\n")
     training_section(args.cache_dir, runs)
+    finetuned_section(args.cache_dir, runs, digit_runs, args.tau)
     numbers_section(args.cache_dir, every, digit_runs)
     claims_table(args.cache_dir, every)
     print()
@@ -112,6 +113,58 @@ def training_section(cache_dir: str, runs) -> None:
             cells.append(f"{row['mean']:.1%}{spread}")
         print(f"| {run} | " + " | ".join(cells) + " |")
     print()
+
+
+def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
+    """A pre-trained model fine-tuned here with number tokens: the paper's measurements one by one."""
+    import json
+
+    from core import views
+    from core.cache import read_table
+    from core.claims import run_origin
+    from core.paper import ACCURACY
+
+    for r in runs:
+        if run_origin(r.manifest)["kind"] != "fine-tuned":
+            continue
+        m = r.manifest
+        folder = Path(m["model"]["source"])
+        summary = json.loads((folder / "train_summary.json").read_text()) if (folder / "train_summary.json").exists() else {}
+        print(f"**{r.label}** ({m['n_layers']} layers, {m['width']} wide), on {m['task']['n_examples']} test questions:\n")
+        print(f"- test accuracy {m['accuracy']:.2%} (paper, GPT-2-XL fine-tuned: {ACCURACY['GPT-2-XL fine-tuned']}%)"
+              + (f"; training {summary['train_seconds'] / 60:.0f} min, delta {summary['delta_bytes'] / 1e6:.1f} MB" if summary else ""))
+        acc = read_table(cache_dir, r.name, "layer_accuracy")
+        acc = acc[acc["final_norm"]].sort_values("layer")
+        first = lambda col, x: next((str(int(l)) for l, v in zip(acc["layer"], acc[col]) if v >= x), "never")  # noqa: E731
+        print(f"- logit lens (final norm applied): half the answers within ±10 first at layer {first('within_10', 0.5)}, "
+              f"half exact first at layer {first('exact', 0.5)}; 90% exact first at layer {first('exact', 0.9)} of {m['n_layers']}")
+        energy = views.energy_by_band(read_table(cache_dir, r.name, "module_spectra"), "paper", tau)
+        names = {"attn": "attention", "mlp": "MLP", "resid": "residual stream"}
+        for module, g in energy.groupby("module"):
+            print(f"- {names.get(module, module)} output logits: {g['low'].mean():.0%} of their Fourier energy below tau = {tau} "
+                  f"(mean over layers; top layer {g.sort_values('layer')['low'].iloc[-1]:.0%})")
+        keep = views.keep_one_results(read_table(cache_dir, r.name, "ablations"))
+        two = keep[keep["keep_period"] == 2]
+        if len(two):
+            k = two.iloc[0]
+            print(f"- keep only period 2 (every module, every layer): accuracy {k['accuracy']:.1%}, parity right {k['parity_match']:.1%} "
+                  "(paper, fine-tuned GPT-2-XL: parity right 99.59%)")
+        spec = read_table(cache_dir, r.name, "number_spectrum")
+        after = views.number_spectrum_at(spec, 0, "paper")
+        after = after[after["outlier"]].sort_values("magnitude", ascending=False)
+        before_run = next((d for d in digit_runs if "smollm2" in d.name), None)
+        layer = (json.loads((folder / "recipe.json").read_text()).get("number_tokens") or {}).get("layer")
+        if before_run is not None and layer is not None:
+            b = views.number_spectrum_at(read_table(cache_dir, before_run.name, "number_spectrum"), int(layer), "paper")
+            b = b[b["outlier"]].sort_values("magnitude", ascending=False)
+            print(f"- the new number rows' spectrum: before fine-tuning (the base model's representation after block {layer}) "
+                  f"{len(b)} outliers, strongest periods {_periods(b['period'][:6])}; after, {len(after)} outliers, "
+                  f"strongest {_periods(after['period'][:6])}")
+        print()
+
+
+def _periods(values) -> str:
+    return ", ".join(f"{float(t):.3g}" for t in values) or "none"
 
 
 def numbers_section(cache_dir: str, runs, digit_runs) -> None:

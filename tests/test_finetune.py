@@ -169,7 +169,7 @@ def test_finetune_errors_are_clear(tiny_base, tmp_path):
         rebuild(tmp_path)
 
 
-def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base, tmp_path):
+def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base, tmp_path, monkeypatch):
     from core.cache import verify_run
     from core.claims import describe_run, run_origin
     from core.finetune import finetune
@@ -183,5 +183,13 @@ def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base,
     assert not m.get("not_applicable")  # single tokens now: every analysis applies
     assert m["p"] == 25 and m["n_layers"] == 3
     assert run_origin(m)["kind"] == "fine-tuned"
+    # without its rebuilt weights (a fresh clone), live work says how to rebuild them
+    from core.live import live_model_folder
+
+    monkeypatch.setenv("FOURIER_MODELS_DIR", str(tmp_path))
+    for f in result.out.glob("model*.safetensors"):
+        f.unlink()
+    folder, why = live_model_folder({"model": {"source": str(result.out)}})
+    assert folder is None and "python -m core rebuild tiny-ft" in why
     text = describe_run(m)
     assert "fine-tuned here" in text and "LoRA" in text and "0..24" in text
