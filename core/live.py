@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from core.errors import CoreError
-from core.finetune import DELTA_FILE
+from core.finetune import DELTA_FILE, rebuild_hint
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MAX_LIVE_PARAMS = 150_000_000
@@ -49,11 +49,7 @@ def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
     if not any(f.name != DELTA_FILE for f in folder.glob("*.safetensors")):
         recipe = folder / "recipe.json"
         if (folder / DELTA_FILE).exists():
-            name = json.loads(recipe.read_text()).get("name") if recipe.exists() else folder.name
-            return None, (
-                "the fine-tuned weights are not on this machine (this run ships only the fine-tuning delta): "
-                f"`python -m core import-model smollm2-135m` then `python -m core rebuild {name}` rebuild them"
-            )
+            return None, "the fine-tuned weights are not on this machine (this run ships only the fine-tuning delta): " + rebuild_hint(folder)
         how = f"; `python -m core train --recipe {json.loads(recipe.read_text()).get('name')}` rebuilds them" if recipe.exists() else ""
         return None, f"the model's weights are not on this machine (this run ships without them{how})"
     from core.models import fingerprint_folder

@@ -567,6 +567,10 @@ def resolve_source(source: str) -> tuple[bool, Path | None]:
             raise CoreError(f"{source} is a file: give the model's folder (with config.json and *.safetensors) or a hub id")
         if not (path / "config.json").exists():
             raise CoreError(f"{source} has no config.json: give a folder saved with save_pretrained, or a hub id")
+        if (path / "delta.safetensors").exists() and not weight_files(path):
+            from core.finetune import rebuild_hint
+
+            raise CoreError(f"{source} holds only a fine-tuning delta, not the model's weights: {rebuild_hint(path)}")
         if not any(path.glob("*.safetensors")):
             pickled = [p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]
             found = f" (found only {', '.join(pickled)})" if pickled else ""
@@ -738,7 +742,7 @@ def read_provenance(folder: Path) -> dict | None:
     if not isinstance(data, dict):
         return None
     keys = ("origin", "package", "version", "licence", "model", "parameters", "quantization", "source_file", "source_sha256", "description", "label",
-            "fine_tuned", "base", "delta", "rebuilt_sha256")
+            "fine_tuned", "folder", "base", "base_provenance", "delta", "rebuilt_sha256")
     return {k: data[k] for k in keys if k in data}
 
 

@@ -115,6 +115,17 @@ class Recipe:
             raise CoreError(f"recipe {self.name}: precision must be bfloat16 or float32")
         if self.freeze and self.freeze.get("kind") not in FREEZE_KINDS:
             raise CoreError(f"recipe {self.name}: freeze.kind must be one of {', '.join(FREEZE_KINDS)}")
+        if self.lora is not None and self.number_tokens is None:
+            raise CoreError(f"recipe {self.name}: lora is used only with number_tokens (number-token fine-tuning)")
+        if self.number_tokens is not None:
+            if not self.init_from:
+                raise CoreError(f"recipe {self.name}: number_tokens fine-tunes a pre-trained model: set init_from to its folder")
+            every = self.number_tokens.get("checkpoint_steps", 50)
+            if not isinstance(every, int) or every < 1:
+                raise CoreError(f"recipe {self.name}: number_tokens.checkpoint_steps must be a whole number >= 1, got {every!r}")
+            rank = (self.lora or {}).get("rank", 8)
+            if not isinstance(rank, int) or rank < 1:
+                raise CoreError(f"recipe {self.name}: lora.rank must be a whole number >= 1, got {rank!r}")
         if self.freeze and self.freeze.get("kind") == "representation":
             missing = [k for k in ("source", "layer") if k not in self.freeze]
             if missing:
@@ -647,6 +658,8 @@ def train_from_recipe(
         recipe.threads = threads
     main_out = Path(out or recipe.out)
     if width is not None and width != shipped.width:
+        if recipe.number_tokens is not None:
+            raise CoreError(f"recipe {name} fine-tunes a pre-trained model of fixed width: --width does not apply")
         recipe.width = width
         recipe.heads = max(1, min(recipe.heads, width // 32))
     if seed is not None:

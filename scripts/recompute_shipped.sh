@@ -26,7 +26,7 @@ else
   echo "skipping smollm2-135m: import it with python -m core import-model smollm2-135m" >&2
 fi
 # SmolLM2 fine-tuned with number tokens: rebuilt from its shipped delta (needs the imported base model)
-if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1; then
+if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1 && [ -f models/smollm2-addition/delta.safetensors ]; then
   [ -f models/smollm2-addition/model.safetensors ] || .venv/bin/python -m core rebuild smollm2-addition
   .venv/bin/python -m core precompute --model models/smollm2-addition --taus "$TAUS" --display-order 0 \
     --threads "$THREADS" --recompute --no-progress

@@ -122,7 +122,7 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
     from core import views
     from core.cache import read_table
     from core.claims import run_origin
-    from core.paper import ACCURACY
+    from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2
 
     for r in runs:
         if run_origin(r.manifest)["kind"] != "fine-tuned":
@@ -132,7 +132,7 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
         summary = json.loads((folder / "train_summary.json").read_text()) if (folder / "train_summary.json").exists() else {}
         print(f"**{r.label}** ({m['n_layers']} layers, {m['width']} wide), on {m['task']['n_examples']} test questions:\n")
         print(f"- test accuracy {m['accuracy']:.2%} (paper, GPT-2-XL fine-tuned: {ACCURACY['GPT-2-XL fine-tuned']}%)"
-              + (f"; training {summary['train_seconds'] / 60:.0f} min, delta {summary['delta_bytes'] / 1e6:.1f} MB" if summary else ""))
+              + (f"; training steps {summary['train_step_seconds'] / 60:.0f} min on 1 CPU thread, delta {summary['delta_bytes'] / 1e6:.1f} MB" if summary else ""))
         acc = read_table(cache_dir, r.name, "layer_accuracy")
         acc = acc[acc["final_norm"]].sort_values("layer")
         first = lambda col, x: next((str(int(l)) for l, v in zip(acc["layer"], acc[col]) if v >= x), "never")  # noqa: E731
@@ -148,12 +148,14 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
         if len(two):
             k = two.iloc[0]
             print(f"- keep only period 2 (every module, every layer): accuracy {k['accuracy']:.1%}, parity right {k['parity_match']:.1%} "
-                  "(paper, fine-tuned GPT-2-XL: parity right 99.59%)")
+                  f"(paper, fine-tuned GPT-2-XL: parity right {PARITY_KEEP_PERIOD_2}%)")
         spec = read_table(cache_dir, r.name, "number_spectrum")
         after = views.number_spectrum_at(spec, 0, "paper")
         after = after[after["outlier"]].sort_values("magnitude", ascending=False)
-        before_run = next((d for d in digit_runs if "smollm2" in d.name), None)
-        layer = (json.loads((folder / "recipe.json").read_text()).get("number_tokens") or {}).get("layer")
+        recipe = json.loads((folder / "recipe.json").read_text())
+        layer = (recipe.get("number_tokens") or {}).get("layer")
+        same_base = lambda d: Path(d.manifest["model"].get("source", "")).resolve() == Path(recipe.get("init_from", "")).resolve()  # noqa: E731
+        before_run = next((d for d in digit_runs if same_base(d) and d.manifest.get("p") == m["p"]), None)
         if before_run is not None and layer is not None:
             b = views.number_spectrum_at(read_table(cache_dir, before_run.name, "number_spectrum"), int(layer), "paper")
             b = b[b["outlier"]].sort_values("magnitude", ascending=False)

@@ -52,7 +52,7 @@ def test_added_number_tokens_are_single_tokens_with_their_space(tiny_base):
     assert tok.decode(enc) == "Put together 15 and 9. Answer: 24"
     found = find_number_tokens(tok, p=25)
     assert found.P == 25 and found.convention == "leading-space" and found.first_split == 25
-    with pytest.raises(CoreError, match="already has number tokens"):
+    with pytest.raises(CoreError, match="already writes numbers such as .* as one token"):
         add_number_tokens(tok, 25)
 
 
@@ -109,7 +109,7 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     log = whole.log
     assert sorted(log["split"].unique()) == ["test", "train", "val"] and log["epoch"].max() == 2
     summary = json.loads((whole.out / "train_summary.json").read_text())
-    assert 0 <= summary["rebuilt_test_accuracy"] <= 1
+    assert summary["delta_bytes"] == (whole.out / DELTA_FILE).stat().st_size
 
     # interrupted after the first mid-epoch checkpoint, then resumed: the same delta, bit for bit
     class Stop(Exception):
@@ -131,6 +131,17 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     b, meta_b = read_delta(tmp_path / "part" / DELTA_FILE)
     assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
     assert meta_a["rebuilt_sha256"] == meta_b["rebuilt_sha256"]
+    for name in ("trainable.safetensors", "optimizer.safetensors"):  # float32 state, not only the float16 delta
+        x, y = load_file(str(whole.out / "checkpoint" / name)), load_file(str(tmp_path / "part" / "checkpoint" / name))
+        assert set(x) == set(y) and all(torch.equal(x[k], y[k]) for k in x), name
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(
+        whole.log.drop(columns="seconds"), pd.read_parquet(tmp_path / "part" / "training_log.parquet").drop(columns="seconds")
+    )
+    # a checkpoint made with other settings is not resumed silently
+    with pytest.raises(CoreError, match="other settings .*lr.*--restart"):
+        finetune(tiny_recipe(tiny_base, tmp_path / "part", lr=1e-2), log=quiet)
 
     # an independent rebuild in a fresh folder gives the recorded weights; the folder loads as a
     # single-token model and its original rows are the base model's
@@ -140,6 +151,14 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     rebuild(fresh, log=quiet)
     lm = load_model(str(fresh))
     assert lm.select_numbers(25).P >= 25
+    # the rebuilt folder, loaded on its own, scores what the training run recorded for it
+    from core.tasks import build_examples, select_split
+    from core.train import AdditionBatches, evaluate_split
+
+    test = select_split(build_examples("addition", 12, 0), "test")
+    ids = lm.numbers.ids_for(25)
+    acc, _ = evaluate_split(lm.model, AdditionBatches(lm.tokenizer, test, ids), ids, 16, "float32")
+    assert acc == summary["rebuilt_test_accuracy_float32"]
     assert state_digest(_unique_state(lm.model)) == meta_a["rebuilt_sha256"]
     base_w = load_file(str(tiny_base / "model.safetensors"))["model.embed_tokens.weight"]
     assert torch.equal(lm.model.get_input_embeddings().weight[: base_w.shape[0]], base_w)
@@ -160,13 +179,54 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
         rebuild(fresh, log=quiet)
 
 
+def test_initial_rows_are_the_scaled_representations(tiny_base):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from core.finetune import initial_number_rows, scaled_rows
+    from core.models import load_model
+    from core.numbers import number_representations
+
+    lm = load_model(str(tiny_base))
+    base_rows = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32).get_input_embeddings().weight.detach().numpy()
+    reps = number_representations(lm, 25, "The number {n}")
+    for centre in (False, True):
+        rows = initial_number_rows(lm, 25, 2, "The number {n}", base_rows, centre=centre, log=lambda *_: None)
+        want = reps.vectors[2] - (reps.vectors[2].mean(0) if centre else 0)
+        want = want * np.linalg.norm(base_rows, axis=1).mean() / np.linalg.norm(want, axis=1).mean()
+        assert np.allclose(rows, want, atol=1e-5)
+        assert np.isclose(np.linalg.norm(rows, axis=1).mean(), np.linalg.norm(base_rows, axis=1).mean(), rtol=1e-5)
+    assert not np.allclose(scaled_rows(reps.vectors[2], base_rows, False), scaled_rows(reps.vectors[2], base_rows, True))
+
+
+def test_merge_is_elementwise_and_exact():
+    import torch
+
+    from core.finetune import merge_lora
+
+    g = torch.Generator().manual_seed(0)
+    W, A, B = torch.randn(7, 5, generator=g), torch.randn(3, 5, generator=g), torch.randn(7, 3, generator=g)
+    got = merge_lora(W, A, B, 2.0)
+    want = (W.double() + 2.0 * (B.double() @ A.double())).float()
+    assert got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-6)
+    assert torch.equal(merge_lora(W, A, B, 2.0), got)
+
+
 def test_finetune_errors_are_clear(tiny_base, tmp_path):
     from core.finetune import finetune, rebuild
+    from core.train import Recipe
 
     with pytest.raises(CoreError, match="not here"):
         finetune(tiny_recipe(tmp_path / "nowhere", tmp_path / "o"), log=lambda *_: None)
     with pytest.raises(CoreError, match="no fine-tuning delta"):
         rebuild(tmp_path)
+    base = dict(name="x", label="x", out=str(tmp_path), init_from=str(tiny_base))
+    with pytest.raises(CoreError, match="checkpoint_steps"):
+        Recipe(**base, number_tokens={"checkpoint_steps": 0}).check()
+    with pytest.raises(CoreError, match="lora is used only with number_tokens"):
+        Recipe(**base, lora={"rank": 4}).check()
+    with pytest.raises(CoreError, match="set init_from"):
+        Recipe(name="x", label="x", out=str(tmp_path), number_tokens={}).check()
 
 
 def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base, tmp_path, monkeypatch):
@@ -190,6 +250,8 @@ def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base,
     for f in result.out.glob("model*.safetensors"):
         f.unlink()
     folder, why = live_model_folder({"model": {"source": str(result.out)}})
-    assert folder is None and "python -m core rebuild tiny-ft" in why
+    assert folder is None and f"python -m core rebuild {result.out}" in why
+    with pytest.raises(CoreError, match="only a fine-tuning delta.*python -m core rebuild"):
+        precompute(PrecomputeOptions(model=str(result.out), max_operand=12, cache_dir=str(tmp_path / "c2"), threads=1, progress=False))
     text = describe_run(m)
     assert "fine-tuned here" in text and "LoRA" in text and "0..24" in text
