@@ -12,11 +12,32 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+START, END = "<!-- results: written by scripts/results.py --readme; do not edit by hand -->", "<!-- results end -->"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cache-dir", default="cache")
     ap.add_argument("--tau", type=int, default=50)
+    ap.add_argument("--readme", action="store_true", help="write the output into README.md between its results markers")
     args = ap.parse_args(argv)
+    if args.readme:
+        import contextlib
+        import io
+
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code = main([a for a in (argv if argv is not None else sys.argv[1:]) if a != "--readme"])
+        readme = Path(__file__).resolve().parent.parent / "README.md"
+        text = readme.read_text()
+        if START not in text or END not in text:
+            print(f"README.md has no results markers ({START} ... {END})", file=sys.stderr)
+            return 1
+        head, rest = text.split(START, 1)
+        _, tail = rest.split(END, 1)
+        readme.write_text(head + START + "\n" + buf.getvalue().strip() + "\n" + END + tail)
+        print(f"wrote the results into {readme}")
+        return code
 
     import pandas as pd
 
@@ -175,6 +196,7 @@ def numbers_section(cache_dir: str, runs, digit_runs) -> None:
     from core.cache import read_table
     from core.kshot import generation_error_table
 
+    print("### Number representations and a real pre-trained model\n")
     print("Number representations (`number_spectrum`, `number_probes`): at the layer where linear probes read "
           "n mod 2, 5, 10, 100 best, the spectrum's outliers among periods 2, 2.5, 5, 10 (paper basis, family-wise "
           "null) and the probes' Cohen's kappa on held-out numbers (mean of 5 splits; mod 3 and 7 are controls).\n")
@@ -217,7 +239,10 @@ def claims_table(cache_dir: str, runs) -> None:
     table_runs = [claims.TableRun(cache_dir, r.name) for r in runs]
     per_run = {r.name: claims.run_claims(r) for r in table_runs}
     steps = list(claims.RUN_CLAIMS)
-    print("The paper's claims against each shipped run (verdicts and reasons computed by `core.claims`, as on the Tour):\n")
+    print("### The paper's claims, one by one\n")
+    print("Each claim of the paper against each shipped run: the verdict and the reason are computed from the run's tables by\n"
+          "`core.claims` (the rules are written next to each claim there, and a test re-derives every verdict the Tour shows from\n"
+          "the raw tables), the same sentences the Tour shows.\n")
     for step in steps:
         first = per_run[table_runs[0].name][step]
         print(f"**{step.replace('_', ' ')}.** Paper: {first.paper}\n")
