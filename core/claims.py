@@ -504,10 +504,15 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
 
 
 def _feature_verdict(origin: str, n_short: int) -> tuple[str, str]:
-    """(verdict, reason) from how many of periods 2, 2.5, 5, 10 are outliers: planted -> not tested;
+    """(verdict, reason) from how many of periods 2, 2.5, 5, 10 are outliers: planted or transplanted -> not tested;
     from scratch -> agrees with none; otherwise agrees with 3 or 4, partly with 1 or 2, does not with none."""
     if origin == "planted":
         return "not tested", "these periods were planted by hand, so finding them proves nothing about pre-training"
+    if origin == "transplanted":
+        return "not tested", (
+            "these number rows were copied, frozen, from another model, so what they show is what that model learned "
+            "in pre-training, not this one"
+        )
     if origin == "scratch":
         return ("agrees" if n_short == 0 else "does not"), ""
     return ("agrees" if n_short >= 3 else "partly" if n_short >= 1 else "does not"), ""
@@ -667,7 +672,10 @@ def run_claims(run) -> dict[str, Claim]:
         try:
             out[name] = f(run)
         except (CoreError, KeyError, IndexError, ValueError) as exc:
-            out[name] = Claim(name, _PAPER_SHORT[name], f"This run's tables cannot answer it ({exc}).", "not tested")
+            missing = (getattr(run, "manifest", None) or {}).get("not_applicable") or {}
+            why = next(iter(missing.values()), None) if missing else None
+            measured = f"Does not apply to this model: {why}." if why else f"This run's tables cannot answer it ({exc})."
+            out[name] = Claim(name, _PAPER_SHORT[name], measured, "not tested")
     return out
 
 
