@@ -416,19 +416,9 @@ def _load_checkpoint(folder: Path, tuned: FineTuneModel, opt, sched) -> dict:
         for k, v in params.items():
             v.copy_(saved[k])
     meta = json.loads((folder / "progress.json").read_text())
-    sd = opt.state_dict()
-    state: dict = {}
-    for key, val in load_file(str(folder / "optimizer.safetensors")).items():
-        i, name = key.split(".", 1)
-        state.setdefault(int(i), {})[name] = val
-    for key, val in meta["optimizer_scalars"].items():
-        i, name = key.split(".", 1)
-        state.setdefault(int(i), {})[name] = torch.tensor(val)
-    sd["state"] = state
-    opt.load_state_dict(sd)
-    sched.load_state_dict(meta["scheduler"])
-    for group, lr in zip(opt.param_groups, sched.get_last_lr()):  # the scheduled rate, not the fresh optimiser's
-        group["lr"] = lr
+    from core.train import restore_optimizer
+
+    restore_optimizer(folder, meta, opt, sched)
     return meta
 
 

@@ -484,10 +484,20 @@ def _load_checkpoint(folder: Path, model, opt, sched):
     if unexpected or not tied_ok:
         raise CoreError(f"checkpoint {folder} does not match the recipe's model; use --restart")
     meta = json.loads((folder / "progress.json").read_text())
-    opt_tensors = load_file(str(folder / "optimizer.safetensors"))
+    restore_optimizer(folder, meta, opt, sched)
+    return meta
+
+
+def restore_optimizer(folder: Path, meta: dict, opt, sched) -> None:
+    """Optimiser state from `folder/optimizer.safetensors` and the scalars in `meta`, the scheduler
+    from `meta`, and each group's learning rate set to the scheduled one (a fresh optimiser holds
+    the first warm-up step's)."""
+    import torch
+    from safetensors.torch import load_file
+
     sd = opt.state_dict()
-    state = {}
-    for key, val in opt_tensors.items():
+    state: dict = {}
+    for key, val in load_file(str(folder / "optimizer.safetensors")).items():
         i, name = key.split(".", 1)
         state.setdefault(int(i), {})[name] = val
     for key, val in meta["optimizer_scalars"].items():
@@ -496,9 +506,8 @@ def _load_checkpoint(folder: Path, model, opt, sched):
     sd["state"] = state
     opt.load_state_dict(sd)
     sched.load_state_dict(meta["scheduler"])
-    for group, lr in zip(opt.param_groups, sched.get_last_lr()):  # the scheduled rate, not the fresh optimiser's
+    for group, lr in zip(opt.param_groups, sched.get_last_lr()):
         group["lr"] = lr
-    return meta
 
 
 @dataclass
