@@ -329,6 +329,9 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
     if claim and v is not None:
         run = v["run"]
         c = run_claims(str(cache_dir()), run.name, run.manifest.get("created", ""))[claim]
+        if c.numbers.get("not_applicable"):  # the page's own box below says why
+            st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}")
+            return
         st.markdown(
             f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}  \n**{run.label}:** {c.measured}"
             + (f" *Why: {c.reason}.*" if c.reason else "")

@@ -675,7 +675,7 @@ def run_claims(run) -> dict[str, Claim]:
             missing = (getattr(run, "manifest", None) or {}).get("not_applicable") or {}
             why = next(iter(missing.values()), None) if missing else None
             measured = f"Does not apply to this model: {why}." if why else f"This run's tables cannot answer it ({exc})."
-            out[name] = Claim(name, _PAPER_SHORT[name], measured, "not tested")
+            out[name] = Claim(name, _PAPER_SHORT[name], measured, "not tested", numbers={"not_applicable": bool(why)})
     return out
 
 
