@@ -182,3 +182,24 @@ def test_a_run_that_cannot_answer_a_claim_says_so(tmp_path):
     claims = run_claims(Thin())
     assert claims["accuracy"].verdict == "not tested" and "cannot answer" in claims["accuracy"].measured
     assert all(c.verdict in ("not tested", "agrees", "partly", "does not") for c in claims.values())
+
+
+@pytest.mark.skipif(not any(run_origin(r.manifest)["kind"] == "external" for r in SHIPPED), reason="no real pre-trained run shipped")
+def test_step_7_shows_a_model_that_learned_from_text_on_a_tie(monkeypatch):
+    """Where do the features come from: with the best run shown, a tie between a real pre-trained
+    model and the from-scratch control (both agree) goes to the pre-trained model."""
+    from streamlit.testing.v1 import AppTest
+
+    import streamlit as st
+
+    monkeypatch.setenv("FOURIER_CACHE_DIR", str(CACHE))
+    st.cache_data.clear()
+    first = next(r for r in SHIPPED if run_origin(r.manifest)["kind"] != "external")
+    at = AppTest.from_file("../app/main.py", default_timeout=120)
+    at.query_params.update({"run": first.name, "step": "7", "best": "1"})
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    verdict, _ = shown_verdict(at)
+    text = " ".join(m.value for m in at.markdown)
+    external = [r.manifest["label"] for r in SHIPPED if run_origin(r.manifest)["kind"] == "external"]
+    assert verdict == "agrees" and any(f"**{label}" in text for label in external), text[:2000]

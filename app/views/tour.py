@@ -8,7 +8,7 @@ import streamlit as st
 from app import figures
 from app.common import BADGE, cache_dir, large, run_claims, runs_of_split, show_chart, to_url, training_claim, training_logs, url_state, view
 from core import views
-from core.claims import best_run, describe_run
+from core.claims import best_run, describe_run, run_origin
 
 v = view()
 chosen, basis, tau = v["run"], st.session_state["basis"], st.session_state["tau"]
@@ -114,7 +114,10 @@ if key == "training":
 else:
     per_run = {r.name: claims_of(r)[key] for r in runs}
     drawable = {n: c for n, c in per_run.items() if by_name[n].has(STEP_TABLES[key])} or per_run
-    pick = best_run(drawable, preferred=chosen.name, order=[r.name for r in runs]) if st.session_state["best"] else chosen.name
+    order = [r.name for r in runs]
+    if key == "numbers":  # where the features come from: a model that learned from text first, on a tie
+        order.sort(key=lambda n: run_origin(by_name[n].manifest)["kind"] != "external")
+    pick = best_run(drawable, preferred=chosen.name, order=order) if st.session_state["best"] else chosen.name
     shown, claim, others = by_name[pick], per_run[pick], ""
     if pick != chosen.name:
         mine = per_run[chosen.name]
