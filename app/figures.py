@@ -163,7 +163,7 @@ def _k_ticks(run: Run) -> list[int]:
 
 def layer_spectrum(run: Run, basis: str, module: str, layer: int, tau: int):
     data = views.layer_spectrum(run.table("module_spectra"), basis, module, layer, tau, baseline=run.table("module_spectra_baseline"))
-    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1], nice=False)))
+    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1], nice=False), axis=_k_axis(run.k_max)))
     bars = base.mark_bar(width=2).encode(
         y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
         color=alt.Color("band:N", title="band", scale=alt.Scale(domain=["low (k < tau)", "high (k ≥ tau)"], range=["#ff7f0e", "#1f77b4"])),
@@ -253,7 +253,7 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
 
 def embedding_spectrum(run: Run, basis: str, matrix: str):
     data = views.embedding_outliers(run.table("embedding_spectrum"), basis, matrix)
-    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1], nice=False)))
+    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1], nice=False), axis=_k_axis(run.k_max)))
     bars = base.mark_bar(width=3, color="#1f77b4").encode(
         y=alt.Y("magnitude:Q", title="magnitude", scale=alt.Scale(domainMax=float(data["magnitude"].max()) * 1.15)),
         tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "outlier"],
@@ -268,11 +268,17 @@ def embedding_spectrum(run: Run, basis: str, matrix: str):
     return styled(bars + null + labels, f"Spectrum of the numbers' {side} — {run.label}"), data, caption
 
 
+def _k_axis(k_max: int) -> alt.Axis:
+    """Frequency ticks far enough apart to stay readable at a projector's width and type size."""
+    step = 50 if k_max > 150 else 20 if k_max > 60 else 10 if k_max > 20 else 2
+    return alt.Axis(values=list(range(0, int(k_max) + 1, step)), labelAngle=0)
+
+
 def number_spectrum(run: Run, basis: str, layer: int):
     """Spectrum of the numbers' representations at one layer, against the shuffled-numbers threshold."""
     data = views.number_spectrum_at(run.table("number_spectrum"), layer, basis)
     k_max = int(data["k"].max())
-    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False)))
+    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max)))
     bars = base.mark_bar(width=3, color="#1f77b4").encode(
         y=alt.Y("magnitude:Q", title="magnitude", scale=alt.Scale(domainMax=float(data["magnitude"].max()) * 1.15)),
         tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "outlier"],
