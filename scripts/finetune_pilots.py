@@ -24,12 +24,17 @@ train, val = select_split(ex, "train"), select_split(ex, "val")
 val = [val[i] for i in np.random.default_rng(1).permutation(len(val))[:512]]
 for cfg in cfgs:
     base = _load_base(base_folder); tok = AutoTokenizer.from_pretrained(base_folder)
-    rows = scaled_rows(reps.vectors[cfg.get("layer", 5)], base.get_input_embeddings().weight.detach().numpy(), cfg.get("centre", True))
+    base_rows = base.get_input_embeddings().weight.detach().numpy()
+    rows = scaled_rows(reps.vectors[cfg.get("layer", 5)], base_rows, cfg.get("centre", True))
+    if cfg.get("rows") == "rep+digits":  # centred representation (half scale) on top of the mean of the number's digit embeddings
+        digits = [tok(str(n), add_special_tokens=False)["input_ids"] for n in range(521)]
+        rows = np.stack([base_rows[d].mean(0) for d in digits]) + 0.5 * scaled_rows(reps.vectors[cfg.get("layer", 5)], base_rows, True)
     ids = add_number_tokens(tok, 521)
     tuned = FineTuneModel(base, rows, cfg.get("rank", 8), cfg.get("alpha", 16), DEFAULT_TARGETS, 0)
     params = tuned.trainable()
     groups = [{"params": [params["number_rows"]], "weight_decay": 0.0, "lr": cfg.get("rows_lr", cfg["lr"])},
-              {"params": [v for k, v in params.items() if k != "number_rows"], "weight_decay": 0.0, "lr": cfg["lr"]}]
+              {"params": [v for k, v in params.items() if k.endswith(".A")], "weight_decay": 0.0, "lr": cfg["lr"]},
+              {"params": [v for k, v in params.items() if k.endswith(".B")], "weight_decay": 0.0, "lr": cfg.get("b_lr", cfg["lr"])}]
     opt = torch.optim.AdamW(groups, lr=cfg["lr"], betas=(0.9, 0.98), eps=1e-8)
     sched = _schedule(opt, cfg.get("total", 1710), 50, 0.0)
     data = AdditionBatches(tok, train, ids)
