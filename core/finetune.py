@@ -221,12 +221,17 @@ def _unique_state(model) -> dict:
     return out
 
 
-def save_delta(path: Path, tuned: FineTuneModel, meta: dict) -> None:
-    """The trainable tensors in float16 plus `meta` (strings) in the safetensors header."""
+def delta_tensors(tuned: FineTuneModel) -> dict:
+    """The trainable tensors as the delta keeps them: float16."""
     import torch
+
+    return {k: v.detach().to(torch.float16).contiguous() for k, v in tuned.trainable().items()}
+
+
+def save_delta(path: Path, tensors: dict, meta: dict) -> None:
+    """The delta's tensors plus `meta` (strings) in the safetensors header; written, then renamed."""
     from safetensors.torch import save_file
 
-    tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in tuned.trainable().items()}
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata={k: str(v) for k, v in meta.items()})
     tmp.replace(path)
@@ -554,11 +559,10 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     }
     # the delta is float16: the model that counts is the one rebuilt from it, so its digest is
     # recorded and its test accuracy measured
-    save_delta(out / DELTA_FILE, tuned, meta)
-    tensors, _ = read_delta(out / DELTA_FILE)
+    tensors = delta_tensors(tuned)
     rebuilt, rebuilt_tok = merged_model(base_folder, tensors, meta)
     meta["rebuilt_sha256"] = state_digest(_unique_state(rebuilt))
-    save_delta(out / DELTA_FILE, tuned, meta)
+    save_delta(out / DELTA_FILE, tensors, meta)
     # scored as precompute scores it: the rebuilt model, its own tokenizer, float32
     test_examples = select_split(examples, "test")
     rebuilt_data = AdditionBatches(rebuilt_tok, test_examples, np.asarray(rebuilt_tok.convert_tokens_to_ids([NUMBER_TOKEN.format(n=n) for n in range(p)])))
