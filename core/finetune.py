@@ -495,12 +495,13 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     steps_per_epoch = math.ceil(len(data["train"]) / recipe.batch_size)
     params = tuned.trainable()
     groups = [
-        {"params": [params["number_rows"]], "weight_decay": 0.0},
+        {"params": [params["number_rows"]], "weight_decay": 0.0, "lr": recipe.lr * float(spec.get("rows_lr_ratio", 1.0))},
         {"params": [v for k, v in params.items() if k != "number_rows"], "weight_decay": recipe.weight_decay},
     ]
     opt = torch.optim.AdamW(groups, lr=recipe.lr, betas=(0.9, 0.98), eps=1e-8)
     sched = _schedule(opt, recipe.epochs * steps_per_epoch, recipe.warmup_steps, recipe.min_lr_ratio)
     every = int(spec.get("checkpoint_steps", 50))
+    stop_at = spec.get("stop_at_val_accuracy")
     state = {"epoch": 0, "step": 0, "log": [], "elapsed_s": 0.0, "recipe": _resume_key(recipe)}
     if resume:
         state = _load_checkpoint(ckpt, tuned, opt, sched)
@@ -509,7 +510,9 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     model.train()
     bar = _bar((recipe.epochs - state["epoch"]) * steps_per_epoch - state["step"], f"fine-tune {recipe.name}", progress)
     t0 = time.time()
-    for epoch in range(state["epoch"], recipe.epochs):
+    # a run that already met its stop rule (then stopped or was interrupted) trains no further
+    stopped = stop_at is not None and any(r["split"] == "val" and r["epoch"] == state["epoch"] and r["accuracy"] >= stop_at for r in state["log"])
+    for epoch in range(state["epoch"], state["epoch"] if stopped else recipe.epochs):
         order = np.random.default_rng((recipe.seed, epoch)).permutation(len(data["train"]))
         skip = state["step"] if epoch == state["epoch"] else 0
         for step, (_, ids, mask, pos, target) in enumerate(data["train"].batches(recipe.batch_size, order[skip * recipe.batch_size:]), start=skip + 1):
@@ -538,6 +541,9 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         state = {**state, "epoch": epoch + 1, "step": 0, "elapsed_s": elapsed}
         t0 = time.time()
         _save_checkpoint(ckpt, tuned, opt, sched, state)
+        if stop_at is not None and last["val"]["accuracy"] >= stop_at:
+            log(f"{recipe.name}: validation accuracy {last['val']['accuracy']:.2%} reached the recipe's stop_at_val_accuracy {stop_at:.2%}: stopping after epoch {epoch + 1} of {recipe.epochs}")
+            break
     bar.close()
 
     frame = pd.DataFrame(state["log"])
@@ -575,6 +581,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     summary = {
         "recipe": recipe.name,
         "seed": recipe.seed,
+        "epochs_run": int(frame["epoch"].max()),
         "train_step_seconds": round(state["elapsed_s"], 1),  # the optimisation steps, evaluations not counted
         "final_accuracy": final,
         "rebuilt_test_accuracy_float32": test_acc,

@@ -123,6 +123,12 @@ class Recipe:
             every = self.number_tokens.get("checkpoint_steps", 50)
             if not isinstance(every, int) or every < 1:
                 raise CoreError(f"recipe {self.name}: number_tokens.checkpoint_steps must be a whole number >= 1, got {every!r}")
+            ratio = self.number_tokens.get("rows_lr_ratio", 1.0)
+            if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 10:
+                raise CoreError(f"recipe {self.name}: number_tokens.rows_lr_ratio (the new rows' learning rate over lr) must be a number in 0..10, got {ratio!r}")
+            stop = self.number_tokens.get("stop_at_val_accuracy")
+            if stop is not None and (isinstance(stop, bool) or not isinstance(stop, (int, float)) or not 0 < stop <= 1):
+                raise CoreError(f"recipe {self.name}: number_tokens.stop_at_val_accuracy must be a fraction in (0, 1], such as 0.99, got {stop!r}")
             rank = (self.lora or {}).get("rank", 8)
             if not isinstance(rank, int) or rank < 1:
                 raise CoreError(f"recipe {self.name}: lora.rank must be a whole number >= 1, got {rank!r}")

@@ -227,6 +227,39 @@ def test_finetune_errors_are_clear(tiny_base, tmp_path):
         Recipe(**base, lora={"rank": 4}).check()
     with pytest.raises(CoreError, match="set init_from"):
         Recipe(name="x", label="x", out=str(tmp_path), number_tokens={}).check()
+    for bad in (-0.1, "0.1", True, 11):
+        with pytest.raises(CoreError, match="rows_lr_ratio .* must be a number in 0..10"):
+            Recipe(**base, number_tokens={"rows_lr_ratio": bad}).check()
+    for bad in (0, 1.5, "0.99", True):
+        with pytest.raises(CoreError, match="stop_at_val_accuracy must be a fraction"):
+            Recipe(**base, number_tokens={"stop_at_val_accuracy": bad}).check()
+
+
+def test_frozen_rows_stay_put_and_the_stop_rule_ends_training_early(tiny_base, tmp_path):
+    import torch
+
+    from core.finetune import DELTA_FILE, finetune, initial_number_rows, read_delta
+    from core.models import load_model
+
+    spec = {"layer": 2, "context": "The number {n}", "checkpoint_steps": 2, "rows_lr_ratio": 0.0, "stop_at_val_accuracy": 1e-9}
+    msgs = []
+    run = finetune(tiny_recipe(tiny_base, tmp_path / "s", number_tokens=spec, epochs=3), log=msgs.append)
+    # any accuracy meets a threshold of 1e-9: one epoch of the three is run, and the summary says so
+    assert run.log["epoch"].max() == 1
+    assert any("stopping after epoch 1 of 3" in m for m in msgs)
+    assert json.loads((run.out / "train_summary.json").read_text())["epochs_run"] == 1
+    # rows_lr_ratio 0: the shipped rows are the starting rows (float16), while LoRA did move
+    tensors, _ = read_delta(run.out / DELTA_FILE)
+    base = load_model(str(tiny_base))
+    start = initial_number_rows(base, 25, 2, "The number {n}", base.model.get_input_embeddings().weight.detach().numpy(), log=lambda *_: None)
+    assert torch.equal(tensors["number_rows"], torch.as_tensor(start).half())
+    assert any(k.endswith(".B") and tensors[k].abs().max() > 0 for k in tensors)
+    # resuming a run that met its stop rule trains no further
+    again = finetune(tiny_recipe(tiny_base, tmp_path / "s", number_tokens=spec, epochs=3), log=lambda *_: None)
+    assert again.log["epoch"].max() == 1
+    # a plain recipe (no rule) runs every epoch, and its rows move
+    moved = finetune(tiny_recipe(tiny_base, tmp_path / "m", epochs=1), log=lambda *_: None)
+    assert not torch.equal(read_delta(moved.out / DELTA_FILE)[0]["number_rows"], torch.as_tensor(start).half())
 
 
 def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base, tmp_path, monkeypatch):
