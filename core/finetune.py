@@ -166,7 +166,7 @@ def _lora_targets(model, targets) -> list[tuple[str, object, str]]:
 class FineTuneModel:
     """A base model with trainable number rows and LoRA factors (`trainable()` lists them)."""
 
-    def __init__(self, model, rows: np.ndarray, rank: int, alpha: float, targets, seed: int):
+    def __init__(self, model, rows: np.ndarray, rank: int, alpha: float, targets, seed: int, first_block: int = 0):
         import torch
 
         if not getattr(model.config, "tie_word_embeddings", False):
@@ -181,6 +181,8 @@ class FineTuneModel:
         torch.manual_seed(seed)
         self.lora = {}
         for name, parent, attr in _lora_targets(model, targets):
+            if int(name.split(".", 1)[0]) < first_block:  # a frozen lower block: no LoRA there
+                continue
             wrapped = LoRALinear(getattr(parent, attr), rank, alpha)
             setattr(parent, attr, wrapped)
             self.lora[name] = wrapped
@@ -384,6 +386,90 @@ def _versions() -> str:
     return f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}"
 
 
+# ----------------------------------------------------------------------------- frozen lower blocks
+#
+# With `frozen_blocks` K > 0 the new rows stay frozen and blocks 0..K-1 get no LoRA, so nothing below
+# block K ever changes: the output of block K-1 for every training prompt is computed once, and each
+# step runs (forward and backward) only blocks K.., the final norm and the head. Prompts of one length
+# are batched together, so no padding or mask is needed; the result is the same model the whole
+# forward pass computes (a test checks the logits).
+
+
+def _stack(model):
+    """The Llama-style inner model (embed_tokens, layers, norm, rotary_emb) that blocks are run from by hand."""
+    inner = getattr(model, "model", None)
+    if inner is None or not all(hasattr(inner, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")):
+        raise CoreError(
+            "frozen_blocks needs a Llama-style model (model.embed_tokens, layers, norm, rotary_emb); "
+            "set number_tokens.frozen_blocks to 0 for this model"
+        )
+    return inner
+
+
+def run_blocks(inner, hidden, blocks):
+    """`hidden` (batch, length, width) through `blocks`, causal, positions 0..length-1, no padding."""
+    import torch
+
+    pos = torch.arange(hidden.shape[1])[None]
+    pe = inner.rotary_emb(hidden, position_ids=pos)
+    for block in blocks:
+        hidden = block(hidden, attention_mask=None, position_ids=pos, position_embeddings=pe)
+    return hidden
+
+
+def length_batches(lengths: np.ndarray, batch_size: int, rng) -> list[np.ndarray]:
+    """Batches of example indices in which every prompt has the same length: the examples in a
+    seeded order, cut into batches length by length, then the batches in a seeded order."""
+    order = rng.permutation(len(lengths))
+    chunks = []
+    for n in np.unique(lengths):
+        members = order[lengths[order] == n]
+        chunks += [members[s : s + batch_size] for s in range(0, len(members), batch_size)]
+    return [chunks[i] for i in rng.permutation(len(chunks))]
+
+
+class FrozenBottom:
+    """The output of blocks 0..K-1 for every prompt of a split (float32), computed once."""
+
+    def __init__(self, model, encoded, first_trained: int, precision: str, batch_size: int = 256):
+        import torch
+
+        from core.train import _autocast
+
+        self.inner = _stack(model)
+        self.K = first_trained
+        self.lengths = np.array([len(e) for e in encoded])
+        by_length = {}
+        for i, n in enumerate(self.lengths):
+            by_length.setdefault(int(n), []).append(i)
+        self.tensors, self.row = {}, np.zeros(len(encoded), dtype=np.int64)
+        with torch.no_grad(), _autocast(precision):
+            for n, idx in sorted(by_length.items()):
+                parts = []
+                for s in range(0, len(idx), batch_size):
+                    ids = torch.as_tensor([encoded[i] for i in idx[s : s + batch_size]])
+                    parts.append(run_blocks(self.inner, self.inner.embed_tokens(ids), self.inner.layers[: self.K]).float())
+                self.tensors[n] = torch.cat(parts)
+                self.row[idx] = np.arange(len(idx))
+
+    def __call__(self, idx: np.ndarray):
+        n = int(self.lengths[idx[0]])
+        if (self.lengths[idx] != n).any():
+            raise CoreError("a batch for the frozen lower blocks mixes prompt lengths")
+        return self.tensors[n][self.row[idx]]
+
+    def loss(self, model, idx: np.ndarray, target, precision: str):
+        """Answer-token cross-entropy of the prompts `idx`, running only blocks K.. on their kept states."""
+        import torch
+
+        from core.train import _autocast
+
+        with _autocast(precision):
+            hidden = run_blocks(self.inner, self(idx), self.inner.layers[self.K :])
+            logits = model.lm_head(self.inner.norm(hidden[:, -1]))
+        return torch.nn.functional.cross_entropy(logits.float(), target)
+
+
 # ----------------------------------------------------------------------------- training
 
 
@@ -486,13 +572,24 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         rows = initial_number_rows(load_model(base_folder), p, layer, context, base_rows, centre=centre, log=log)
     number_ids = add_number_tokens(tokenizer, p)
     _require_rows_follow(base, number_ids)
-    tuned = FineTuneModel(base, rows, rank, alpha, targets, recipe.seed)
+    frozen = int(spec.get("frozen_blocks", 0))
+    tuned = FineTuneModel(base, rows, rank, alpha, targets, recipe.seed, first_block=frozen)
     model = tuned.model
 
     examples = build_examples(recipe.task, recipe.max_operand, recipe.dataset_seed)
     data = {s: AdditionBatches(tokenizer, select_split(examples, s), number_ids) for s in ("train", "val", "test")}
     train_subset = np.random.default_rng(recipe.seed).permutation(len(data["train"]))[: recipe.eval_train_subset]
-    steps_per_epoch = math.ceil(len(data["train"]) / recipe.batch_size)
+    bottom = None  # with frozen_blocks: the kept output of the frozen blocks, made once the rows are final (after a resume)
+    train_lengths = np.array([len(e) for e in data["train"].encoded])
+
+    def epoch_batches(epoch):
+        rng = np.random.default_rng((recipe.seed, epoch))
+        if frozen:
+            return length_batches(train_lengths, recipe.batch_size, rng)
+        order = rng.permutation(len(data["train"]))
+        return [order[s : s + recipe.batch_size] for s in range(0, len(order), recipe.batch_size)]
+
+    steps_per_epoch = len(epoch_batches(0))
     params = tuned.trainable()
     groups = [
         {"params": [params["number_rows"]], "weight_decay": 0.0, "lr": recipe.lr * float(spec.get("rows_lr_ratio", 1.0))},
@@ -507,16 +604,23 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         state = _load_checkpoint(ckpt, tuned, opt, sched)
         _require_same_recipe(state.get("recipe"), recipe, ckpt)
         log(f"resuming {recipe.name} (seed {recipe.seed}) at epoch {state['epoch'] + 1}, step {state['step']}/{steps_per_epoch}")
+    if frozen:
+        t_bottom = time.time()
+        bottom = FrozenBottom(model, data["train"].encoded, frozen, recipe.precision)
+        log(f"blocks 0..{frozen - 1} frozen: their output for {len(data['train'])} training prompts kept ({time.time() - t_bottom:.0f}s)")
     model.train()
     bar = _bar((recipe.epochs - state["epoch"]) * steps_per_epoch - state["step"], f"fine-tune {recipe.name}", progress)
     t0 = time.time()
     # a run that already met its stop rule (then stopped or was interrupted) trains no further
     stopped = stop_at is not None and any(r["split"] == "val" and r["epoch"] == state["epoch"] and r["accuracy"] >= stop_at for r in state["log"])
     for epoch in range(state["epoch"], state["epoch"] if stopped else recipe.epochs):
-        order = np.random.default_rng((recipe.seed, epoch)).permutation(len(data["train"]))
         skip = state["step"] if epoch == state["epoch"] else 0
-        for step, (_, ids, mask, pos, target) in enumerate(data["train"].batches(recipe.batch_size, order[skip * recipe.batch_size:]), start=skip + 1):
-            loss = answer_loss(model, ids, mask, pos, target, recipe.precision)
+        for step, idx in enumerate(epoch_batches(epoch)[skip:], start=skip + 1):
+            if bottom is not None:
+                loss = bottom.loss(model, idx, torch.as_tensor(data["train"].targets[idx]), recipe.precision)
+            else:
+                _, ids, mask, pos, target = next(data["train"].batches(len(idx), idx))
+                loss = answer_loss(model, ids, mask, pos, target, recipe.precision)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
@@ -556,6 +660,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         "alpha": alpha,
         "layer": layer,
         "context": context,
+        "frozen_blocks": frozen,
         "centre": centre,
         "recipe": recipe.name,
         "label": recipe.label,

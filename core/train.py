@@ -129,6 +129,11 @@ class Recipe:
             stop = self.number_tokens.get("stop_at_val_accuracy")
             if stop is not None and (isinstance(stop, bool) or not isinstance(stop, (int, float)) or not 0 < stop <= 1):
                 raise CoreError(f"recipe {self.name}: number_tokens.stop_at_val_accuracy must be a fraction in (0, 1], such as 0.99, got {stop!r}")
+            frozen = self.number_tokens.get("frozen_blocks", 0)
+            if isinstance(frozen, bool) or not isinstance(frozen, int) or not 0 <= frozen < self.n_layers:
+                raise CoreError(f"recipe {self.name}: number_tokens.frozen_blocks (how many lower blocks stay frozen) must be a whole number in 0..{self.n_layers - 1}, got {frozen!r}")
+            if frozen and ratio != 0:
+                raise CoreError(f"recipe {self.name}: number_tokens.frozen_blocks needs the new rows frozen too (rows_lr_ratio 0): the frozen blocks' output is computed once from them")
             rank = (self.lora or {}).get("rank", 8)
             if not isinstance(rank, int) or rank < 1:
                 raise CoreError(f"recipe {self.name}: lora.rank must be a whole number >= 1, got {rank!r}")

@@ -288,3 +288,79 @@ def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base,
         precompute(PrecomputeOptions(model=str(result.out), max_operand=12, cache_dir=str(tmp_path / "c2"), threads=1, progress=False))
     text = describe_run(m)
     assert "fine-tuned here" in text and "LoRA" in text and "0..24" in text
+
+
+def test_length_batches_cover_every_example_once_with_one_length_each():
+    from core.finetune import length_batches
+
+    lengths = np.array([5, 7, 5, 9, 7, 7, 5, 9, 9, 9, 5])
+    batches = length_batches(lengths, 3, np.random.default_rng(0))
+    flat = np.concatenate(batches)
+    assert sorted(flat) == list(range(len(lengths)))
+    assert all(len(set(lengths[b])) == 1 and 1 <= len(b) <= 3 for b in batches)
+    again = length_batches(lengths, 3, np.random.default_rng(0))
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again))
+
+
+def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tmp_path):
+    """frozen_blocks 1: the kept output of block 0 gives the whole model's loss; no LoRA on block 0;
+    an interrupted run resumes to the same delta; the rebuilt model scores what was recorded."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from core.finetune import DELTA_FILE, FineTuneModel, FrozenBottom, _load_base, add_number_tokens, finetune, read_delta
+    from core.tasks import build_examples, select_split
+    from core.train import AdditionBatches, answer_loss
+
+    # the loss on kept states equals the whole model's loss, batch by batch (LoRA moved off zero)
+    base = _load_base(str(tiny_base))
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    ids = add_number_tokens(tok, 25)
+    rows = np.random.default_rng(0).standard_normal((25, 64)).astype(np.float32)
+    tuned = FineTuneModel(base, rows, 4, 8, ("q_proj", "v_proj", "down_proj"), 0, first_block=1)
+    assert tuned.lora and all(not name.startswith("0.") for name in tuned.lora)
+    with torch.no_grad():
+        for name, t in tuned.trainable().items():
+            if name.endswith(".B"):
+                t.normal_(0, 0.1)
+    data = AdditionBatches(tok, select_split(build_examples("addition", 12, 0), "train"), ids)
+    bottom = FrozenBottom(tuned.model, data.encoded, 1, "float32")
+    for n in np.unique(bottom.lengths):
+        idx = np.flatnonzero(bottom.lengths == n)[:6]
+        _, i, m, p, t = next(data.batches(len(idx), idx))
+        whole = answer_loss(tuned.model, i, m, p, t, "float32")
+        kept = bottom.loss(tuned.model, idx, t, "float32")
+        assert torch.allclose(whole, kept, atol=1e-5), (n, whole, kept)
+    if len(np.unique(bottom.lengths)) > 1:
+        mixed = np.array([np.flatnonzero(bottom.lengths == n)[0] for n in np.unique(bottom.lengths)[:2]])
+        with pytest.raises(CoreError, match="mixes prompt lengths"):
+            bottom(mixed)
+
+    spec = {"layer": 2, "context": "The number {n}", "checkpoint_steps": 2, "rows_lr_ratio": 0.0, "frozen_blocks": 1}
+    quiet = lambda *_: None  # noqa: E731
+    whole_run = finetune(tiny_recipe(tiny_base, tmp_path / "whole", number_tokens=spec), log=quiet)
+    tensors, meta = read_delta(whole_run.out / DELTA_FILE)
+    assert meta["frozen_blocks"] == "1"
+    assert tensors and not any(k.startswith("lora.0.") for k in tensors) and any(k.startswith("lora.1.") for k in tensors)
+
+    class Stop(Exception):
+        pass
+
+    def stop(msg):
+        if "step 2/" in msg:
+            raise Stop
+
+    with pytest.raises(Stop):
+        finetune(tiny_recipe(tiny_base, tmp_path / "part", number_tokens=spec), log=stop)
+    finetune(tiny_recipe(tiny_base, tmp_path / "part", number_tokens=spec), log=quiet)
+    again, _ = read_delta(tmp_path / "part" / DELTA_FILE)
+    assert set(again) == set(tensors) and all(torch.equal(again[k], tensors[k]) for k in tensors)
+
+    from core.train import Recipe
+
+    base_fields = dict(name="x", label="x", out=str(tmp_path), init_from=str(tiny_base), n_layers=3)
+    with pytest.raises(CoreError, match="needs the new rows frozen"):
+        Recipe(**base_fields, number_tokens={"frozen_blocks": 1}).check()
+    for bad in (-1, 3, 1.0, True):
+        with pytest.raises(CoreError, match="frozen_blocks .* must be a whole number in 0..2"):
+            Recipe(**base_fields, number_tokens={"frozen_blocks": bad, "rows_lr_ratio": 0.0}).check()
