@@ -82,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--restart", action="store_true", help="ignore a checkpoint and start from scratch")
     tr.add_argument("--threads", type=_positive, default=None, help="CPU threads for torch (default: all)")
     tr.add_argument("--width", type=_positive, default=None, help="train a narrower/wider variant (a seed study; weights not shipped)")
+    tr.add_argument("--device", default=None, help="number-token fine-tuning only: cpu (default) or cuda")
     tr.add_argument("--no-progress", action="store_true")
 
     imp = sub.add_parser("import-model", help="import a pre-trained model shipped as GGUF (smollm2-135m) into a safetensors folder")
@@ -209,6 +210,7 @@ def cmd_train(args) -> int:
         threads=args.threads,
         width=args.width,
         progress=False if args.no_progress else None,
+        device=args.device,
     )
     return 0
 

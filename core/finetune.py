@@ -164,9 +164,13 @@ def _lora_targets(model, targets) -> list[tuple[str, object, str]]:
 
 
 class FineTuneModel:
-    """A base model with trainable number rows and LoRA factors (`trainable()` lists them)."""
+    """A base model with trainable number rows and LoRA factors (`trainable()` lists them).
 
-    def __init__(self, model, rows: np.ndarray, rank: int, alpha: float, targets, seed: int, first_block: int = 0):
+    With `full`, the targeted linear maps themselves are trained instead of LoRA factors (every
+    weight of theirs); `compressed_delta()` then turns each map's change into rank-`rank` factors
+    by SVD, in the same delta format, so what ships and how it is rebuilt do not change."""
+
+    def __init__(self, model, rows: np.ndarray, rank: int, alpha: float, targets, seed: int, first_block: int = 0, full: bool = False):
         import torch
 
         if not getattr(model.config, "tie_word_embeddings", False):
@@ -179,20 +183,60 @@ class FineTuneModel:
         model.set_input_embeddings(self.embedding)
         model.lm_head = TiedHead(self.embedding)
         torch.manual_seed(seed)
-        self.lora = {}
+        self.lora, self.full, self.rank, self.alpha = {}, {}, rank, alpha
         for name, parent, attr in _lora_targets(model, targets):
             if int(name.split(".", 1)[0]) < first_block:  # a frozen lower block: no LoRA there
+                continue
+            if full:
+                linear = getattr(parent, attr)
+                linear.weight.requires_grad_(True)
+                self.full[name] = (linear, linear.weight.detach().to("cpu", copy=True))
                 continue
             wrapped = LoRALinear(getattr(parent, attr), rank, alpha)
             setattr(parent, attr, wrapped)
             self.lora[name] = wrapped
+
+    def load_factors(self, tensors: dict) -> None:
+        """Start the LoRA factors from an earlier stage's delta (`_start_delta`): its first `rank`
+        factors, B scaled so that the update equals the delta's (its scale over this model's)."""
+        import torch
+
+        ratio = float(tensors["_scale"]) * self.rank / self.alpha
+        missing = [n for n in self.lora if f"lora.{n}.A" not in tensors]
+        if missing:
+            raise CoreError(f"the starting delta has no factors for {missing[0]} (and {len(missing) - 1} more maps): its targets differ from the recipe's")
+        with torch.no_grad():
+            for name, m in self.lora.items():
+                m.A.copy_(tensors[f"lora.{name}.A"][: self.rank].float())
+                m.B.copy_(tensors[f"lora.{name}.B"][:, : self.rank].float() * ratio)
 
     def trainable(self) -> dict:
         out = {"number_rows": self.embedding.rows}
         for name, m in self.lora.items():
             out[f"lora.{name}.A"] = m.A
             out[f"lora.{name}.B"] = m.B
+        for name, (linear, _) in self.full.items():
+            out[f"full.{name}.weight"] = linear.weight
         return out
+
+    def compressed_delta(self) -> tuple[dict, dict]:
+        """Full training only: (tensors, report). Each trained map's change W - W0 as its best
+        rank-`rank` approximation (SVD), written as LoRA factors B (out x r) and A (r x in) with
+        W0 + (alpha / r) B A; the report gives the share of the change's energy each map keeps."""
+        import torch
+
+        out = {"number_rows": self.embedding.rows.detach().cpu().float()}
+        kept = {}
+        scale = self.alpha / self.rank
+        for name, (linear, original) in self.full.items():
+            change = linear.weight.detach().double().cpu() - original.double()
+            U, S, Vh = torch.linalg.svd(change, full_matrices=False)
+            r = min(self.rank, S.numel())
+            out[f"lora.{name}.B"] = (U[:, :r] * (S[:r] / scale)).float()
+            out[f"lora.{name}.A"] = Vh[:r].float()
+            total = float((S ** 2).sum())
+            kept[name] = float((S[:r] ** 2).sum()) / total if total > 0 else 1.0
+        return out, kept
 
 
 # ----------------------------------------------------------------------------- delta and rebuild
@@ -223,11 +267,18 @@ def _unique_state(model) -> dict:
     return out
 
 
-def delta_tensors(tuned: FineTuneModel) -> dict:
-    """The trainable tensors as the delta keeps them: float16."""
+def delta_tensors(tuned: FineTuneModel, log=print) -> dict:
+    """The delta's tensors, float16: the trained rows and LoRA factors, or, after full training, the
+    rank-r factors of each map's change (`FineTuneModel.compressed_delta`)."""
     import torch
 
-    return {k: v.detach().to(torch.float16).contiguous() for k, v in tuned.trainable().items()}
+    tensors = tuned.trainable()
+    if tuned.full:
+        tensors, kept = tuned.compressed_delta()
+        shares = np.array(list(kept.values()))
+        log(f"full training compressed to rank {tuned.rank}: the factors keep {shares.mean():.1%} of the change's energy "
+            f"on average (least {shares.min():.1%}, {min(kept, key=kept.get)})")
+    return {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in tensors.items()}
 
 
 def save_delta(path: Path, tensors: dict, meta: dict) -> None:
@@ -410,7 +461,7 @@ def run_blocks(inner, hidden, blocks):
     """`hidden` (batch, length, width) through `blocks`, causal, positions 0..length-1, no padding."""
     import torch
 
-    pos = torch.arange(hidden.shape[1])[None]
+    pos = torch.arange(hidden.shape[1], device=hidden.device)[None]
     pe = inner.rotary_emb(hidden, position_ids=pos)
     for block in blocks:
         hidden = block(hidden, attention_mask=None, position_ids=pos, position_embeddings=pe)
@@ -434,20 +485,21 @@ class FrozenBottom:
     def __init__(self, model, encoded, first_trained: int, precision: str, batch_size: int = 256):
         import torch
 
-        from core.train import _autocast
+        from core.train import _autocast, model_device
 
         self.inner = _stack(model)
+        device = model_device(model)
         self.K = first_trained
         self.lengths = np.array([len(e) for e in encoded])
         by_length = {}
         for i, n in enumerate(self.lengths):
             by_length.setdefault(int(n), []).append(i)
         self.tensors, self.row = {}, np.zeros(len(encoded), dtype=np.int64)
-        with torch.no_grad(), _autocast(precision):
+        with torch.no_grad(), _autocast(precision, device.type):
             for n, idx in sorted(by_length.items()):
                 parts = []
                 for s in range(0, len(idx), batch_size):
-                    ids = torch.as_tensor([encoded[i] for i in idx[s : s + batch_size]])
+                    ids = torch.as_tensor([encoded[i] for i in idx[s : s + batch_size]], device=device)
                     parts.append(run_blocks(self.inner, self.inner.embed_tokens(ids), self.inner.layers[: self.K]).float())
                 self.tensors[n] = torch.cat(parts)
                 self.row[idx] = np.arange(len(idx))
@@ -464,10 +516,11 @@ class FrozenBottom:
 
         from core.train import _autocast
 
-        with _autocast(precision):
-            hidden = run_blocks(self.inner, self(idx), self.inner.layers[self.K :])
+        states = self(idx)
+        with _autocast(precision, states.device.type):
+            hidden = run_blocks(self.inner, states, self.inner.layers[self.K :])
             logits = model.lm_head(self.inner.norm(hidden[:, -1]))
-        return torch.nn.functional.cross_entropy(logits.float(), target)
+        return torch.nn.functional.cross_entropy(logits.float(), target.to(states.device))
 
 
 # ----------------------------------------------------------------------------- training
@@ -480,12 +533,12 @@ def _save_checkpoint(folder: Path, tuned: FineTuneModel, opt, sched, state: dict
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    save_file({k: v.detach().contiguous() for k, v in tuned.trainable().items()}, str(tmp / "trainable.safetensors"))
+    save_file({k: v.detach().cpu().contiguous() for k, v in tuned.trainable().items()}, str(tmp / "trainable.safetensors"))
     opt_tensors, opt_scalars = {}, {}
     for i, st in opt.state_dict()["state"].items():
         for name, val in st.items():
             if hasattr(val, "shape") and val.ndim > 0:
-                opt_tensors[f"{i}.{name}"] = val.contiguous()
+                opt_tensors[f"{i}.{name}"] = val.cpu().contiguous()
             else:
                 opt_scalars[f"{i}.{name}"] = float(val)
     save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
@@ -531,6 +584,42 @@ def _require_same_recipe(saved: dict | None, recipe, ckpt: Path) -> None:
         raise CoreError(f"the checkpoint in {ckpt} was made with other settings ({', '.join(changed)}): use --restart to start again")
 
 
+def _start_delta(path: str, base_digest: str, rank: int) -> dict:
+    """The tensors of an earlier stage's delta, checked: same base model, at least `rank` factors,
+    each B rescaled so that B A times this recipe's alpha / rank is the change the delta makes."""
+    tensors, meta = read_delta(Path(path))
+    if meta.get("base_sha256") and meta["base_sha256"] != base_digest:
+        raise CoreError(f"{path} was trained on another base model than this recipe's init_from: import the right one or start without lora.init_delta")
+    have = int(meta["rank"])
+    if have < rank:
+        raise CoreError(f"{path} holds rank-{have} factors; this recipe's lora.rank {rank} needs at least that many")
+    out = {"number_rows": tensors["number_rows"], "_scale": torch_scalar(float(meta["alpha"]) / have)}
+    out.update({k: v for k, v in tensors.items() if k.startswith("lora.")})
+    return out
+
+
+def torch_scalar(x: float):
+    import torch
+
+    return torch.tensor(x, dtype=torch.float64)
+
+
+def training_device(name: str | None):
+    """The torch device a fine-tuning runs on: `name` ("cpu", "cuda", "cuda:1"; None is the CPU)."""
+    import torch
+
+    name = name or "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise CoreError(f"--device {name!r} is not a device torch knows: use cpu or cuda") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CoreError(f"--device {name}: torch sees no CUDA GPU on this machine; leave --device out to train on the CPU")
+    if device.type not in ("cpu", "cuda"):
+        raise CoreError(f"--device {name}: fine-tuning runs on cpu or cuda only")
+    return device
+
+
 def finetune(recipe, out: str | Path | None = None, restart: bool = False, progress=None, log=print):
     """Train a number-token fine-tuning recipe (see the module doc); returns a `core.train.TrainResult`."""
     import torch
@@ -559,6 +648,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     centre = bool(spec.get("centre", False))
     rank, alpha = int(lora.get("rank", 8)), float(lora.get("alpha", 16))
     targets = tuple(lora.get("targets", DEFAULT_TARGETS))
+    full = lora.get("train", "lora") == "full"
 
     ckpt = out / "checkpoint"
     resume = ckpt.exists() and not restart
@@ -566,15 +656,24 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     base_digest = state_digest(_unique_state(base))
     tokenizer = AutoTokenizer.from_pretrained(base_folder)
     base_rows = base.get_input_embeddings().weight.detach().numpy()
+    start = lora.get("init_delta")  # an earlier stage's delta: its rows and its factors (cut to rank) are the start
+    if start and full:
+        raise CoreError(f"recipe {recipe.name}: lora.init_delta starts LoRA factors; it does not apply with lora.train 'full'")
+    start_tensors = _start_delta(start, base_digest, rank) if start and not resume else None
     if resume:
         rows = np.zeros((p, base.config.hidden_size), dtype=np.float32)  # replaced by the checkpoint's
+    elif start_tensors is not None:
+        rows = start_tensors["number_rows"].float().numpy()
+        log(f"starting from {start}: its number rows and its factors cut to rank {rank}")
     else:
         rows = initial_number_rows(load_model(base_folder), p, layer, context, base_rows, centre=centre, log=log)
     number_ids = add_number_tokens(tokenizer, p)
     _require_rows_follow(base, number_ids)
     frozen = int(spec.get("frozen_blocks", 0))
-    tuned = FineTuneModel(base, rows, rank, alpha, targets, recipe.seed, first_block=frozen)
-    model = tuned.model
+    tuned = FineTuneModel(base, rows, rank, alpha, targets, recipe.seed, first_block=frozen, full=full)
+    if start_tensors is not None:
+        tuned.load_factors(start_tensors)
+    model = tuned.model.to(training_device(recipe.device))
 
     examples = build_examples(recipe.task, recipe.max_operand, recipe.dataset_seed)
     data = {s: AdditionBatches(tokenizer, select_split(examples, s), number_ids) for s in ("train", "val", "test")}
@@ -658,6 +757,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         "p": p,
         "rank": rank,
         "alpha": alpha,
+        "trained": "full, compressed to rank r by SVD" if full else "LoRA",
         "layer": layer,
         "context": context,
         "frozen_blocks": frozen,
@@ -670,7 +770,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     }
     # the delta is float16: the model that counts is the one rebuilt from it, so its digest is
     # recorded and its test accuracy measured
-    tensors = delta_tensors(tuned)
+    tensors = delta_tensors(tuned, log=log)
     rebuilt, rebuilt_tok = merged_model(base_folder, tensors, meta)
     meta["rebuilt_sha256"] = state_digest(_unique_state(rebuilt))
     save_delta(out / DELTA_FILE, tensors, meta)

@@ -74,6 +74,7 @@ class Recipe:
     eval_train_subset: int = 3000
     save_dtype: str = "float16"
     threads: int | None = None
+    device: str | None = None  # number-token fine-tuning only: "cuda" trains on a GPU (not part of a checkpoint's identity)
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -134,6 +135,9 @@ class Recipe:
                 raise CoreError(f"recipe {self.name}: number_tokens.frozen_blocks (how many lower blocks stay frozen) must be a whole number in 0..{self.n_layers - 1}, got {frozen!r}")
             if frozen and ratio != 0:
                 raise CoreError(f"recipe {self.name}: number_tokens.frozen_blocks needs the new rows frozen too (rows_lr_ratio 0): the frozen blocks' output is computed once from them")
+            mode = (self.lora or {}).get("train", "lora")
+            if mode not in ("lora", "full"):
+                raise CoreError(f"recipe {self.name}: lora.train must be 'lora' (train LoRA factors) or 'full' (train the maps, ship rank-r SVD factors of the change), got {mode!r}")
             rank = (self.lora or {}).get("rank", 8)
             if not isinstance(rank, int) or rank < 1:
                 raise CoreError(f"recipe {self.name}: lora.rank must be a whole number >= 1, got {rank!r}")
@@ -314,7 +318,9 @@ def answer_loss(model, ids, mask, pos, target, precision: str = "float32"):
     """Mean cross-entropy of the answer token, read at the last prompt position: the only loss."""
     import torch
 
-    with _autocast(precision):
+    device = model_device(model)
+    ids, mask, pos, target = (t.to(device) for t in (ids, mask, pos, target))
+    with _autocast(precision, device.type):
         logits = answer_logits(model, ids, mask, pos)
     return torch.nn.functional.cross_entropy(logits.float(), target)
 
@@ -324,27 +330,40 @@ def evaluate_split(model, data: AdditionBatches, number_ids, batch_size: int, pr
     import torch
 
     order = np.arange(len(data)) if subset is None else subset
-    ids_t = torch.as_tensor(number_ids)
+    device = model_device(model)
+    ids_t = torch.as_tensor(number_ids, device=device)
     correct, loss_sum = 0, 0.0
     model.eval()
-    with torch.no_grad(), _autocast(precision):
+    with torch.no_grad(), _autocast(precision, device.type):
         for idx, ids, mask, pos, target in data.batches(batch_size * 4, order):
+            ids, mask, pos, target = (t.to(device) for t in (ids, mask, pos, target))
             logits = answer_logits(model, ids, mask, pos).float()
             loss_sum += torch.nn.functional.cross_entropy(logits, target, reduction="sum").item()
-            pred = logits[:, ids_t].argmax(-1).numpy()
+            pred = logits[:, ids_t].argmax(-1).cpu().numpy()
             correct += int((pred == data.answers[idx]).sum())
     model.train()
     return correct / len(order), loss_sum / len(order)
 
 
-def _autocast(precision: str):
+def _autocast(precision: str, device_type: str = "cpu"):
     import contextlib
 
     import torch
 
     if precision == "bfloat16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast(device_type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def model_device(model):
+    """The device `model`'s weights are on (the first parameter's or buffer's)."""
+    import torch
+
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return torch.device("cpu")
 
 
 # ----------------------------------------------------------------------------- pre-training corpus
@@ -665,7 +684,7 @@ def seed_logs(main_out: Path) -> pd.DataFrame | None:
 
 
 def train_from_recipe(
-    name: str, out=None, seed=None, epochs=None, restart=False, threads=None, width=None, progress=None, log=print
+    name: str, out=None, seed=None, epochs=None, restart=False, threads=None, width=None, progress=None, log=print, device=None
 ) -> TrainResult:
     """CLI entry. The recipe as written trains the shipped model. Another seed or width (a seed
     study) trains into OUT/seeds/[wWIDTH-]sSEED: its weights are not shipped, its log is, and
@@ -676,6 +695,10 @@ def train_from_recipe(
         recipe.epochs = epochs
     if threads is not None:
         recipe.threads = threads
+    if device is not None:
+        if recipe.number_tokens is None and device != "cpu":
+            raise CoreError(f"recipe {name} trains on the CPU only: --device applies to number-token fine-tuning recipes")
+        recipe.device = device
     main_out = Path(out or recipe.out)
     if width is not None and width != shipped.width:
         if recipe.number_tokens is not None:

@@ -364,3 +364,83 @@ def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tm
     for bad in (-1, 3, 1.0, True):
         with pytest.raises(CoreError, match="frozen_blocks .* must be a whole number in 0..2"):
             Recipe(**base_fields, number_tokens={"frozen_blocks": bad, "rows_lr_ratio": 0.0}).check()
+
+
+def test_full_training_ships_its_change_as_exact_low_rank_factors(tiny_base, tmp_path):
+    """lora.train = "full": the targeted maps are trained themselves; the delta holds each map's change
+    as rank-r SVD factors. At r = the maps' full rank the rebuilt model is the trained one (up to
+    float16); at a small rank the factors are the best rank-r approximation of the change."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from core.finetune import DELTA_FILE, FineTuneModel, finetune, merged_model, read_delta
+
+    recipe = tiny_recipe(tiny_base, tmp_path / "full", lora={"rank": 64, "alpha": 64, "targets": ["q_proj", "down_proj"], "train": "full"}, epochs=1)
+    result = finetune(recipe, log=lambda *_: None)
+    tensors, meta = read_delta(result.out / DELTA_FILE)
+    assert meta["trained"].startswith("full") and int(meta["rank"]) == 64
+    base = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
+    trained = load_file(str(result.out / "checkpoint" / "trainable.safetensors"))
+    names = sorted(k[len("full."):-len(".weight")] for k in trained if k.startswith("full."))
+    assert names and all(f"lora.{n}.A" in tensors and f"lora.{n}.B" in tensors for n in names)
+    assert not any(k.startswith("full.") for k in tensors)
+    from core.models import find_parts
+
+    blocks = find_parts(base).blocks
+    for n in names:
+        i, sub = n.split(".", 1)
+        w0 = blocks[int(i)].get_submodule(sub).weight.detach()
+        change = trained[f"full.{n}.weight"] - w0
+        assert change.abs().max() > 0  # it was trained
+        got = tensors[f"lora.{n}.B"].float() @ tensors[f"lora.{n}.A"].float()  # scale alpha / r = 1
+        assert torch.allclose(got, change, atol=2e-3 * float(change.abs().max()) + 1e-6)
+    # the rebuilt model is what was trained, so it scores what was recorded
+    summary = json.loads((result.out / "train_summary.json").read_text())
+    assert summary["rebuilt_test_accuracy_float32"] == pytest.approx(result.test_accuracy)
+    # rank 1: the factors are the leading singular pair of the change
+    tuned = FineTuneModel(AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32), np.zeros((25, 64), np.float32),
+                          1, 1.0, ("q_proj",), seed=0, full=True)
+    name, (linear, w0) = next(iter(tuned.full.items()))
+    with torch.no_grad():
+        linear.weight += torch.outer(torch.arange(64.0), torch.ones(64)) + 0.01 * torch.randn(64, 64)
+    factors, kept = tuned.compressed_delta()
+    S = torch.linalg.svdvals((linear.weight.detach() - w0).double())
+    approx = factors[f"lora.{name}.B"].double() @ factors[f"lora.{name}.A"].double()
+    assert torch.linalg.matrix_norm(approx).item() == pytest.approx(S[0].item(), rel=1e-6)
+    assert kept[name] == pytest.approx((S[0] ** 2 / (S ** 2).sum()).item(), rel=1e-9)
+
+
+def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
+    """lora.init_delta: the LoRA factors (cut to the recipe's rank, rescaled to its alpha) and the rows
+    of an earlier delta are the start, so the untrained second stage computes what the first stage's
+    rebuilt model computes; a delta of too low a rank or of another base is refused."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from core.finetune import DELTA_FILE, FineTuneModel, _start_delta, add_number_tokens, finetune, merged_model, read_delta
+    from core.finetune import state_digest, _unique_state
+
+    stage1 = finetune(tiny_recipe(tiny_base, tmp_path / "s1", lora={"rank": 6, "alpha": 3, "targets": ["q_proj", "down_proj"], "train": "full"}, epochs=1),
+                      log=lambda *_: None)
+    delta = stage1.out / DELTA_FILE
+    tensors, meta = read_delta(delta)
+    base = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
+    digest = state_digest(_unique_state(base))
+    start = _start_delta(str(delta), digest, 6)
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    add_number_tokens(tok, 25)
+    tuned = FineTuneModel(base, start["number_rows"].float().numpy(), 6, 12.0, ("q_proj", "down_proj"), seed=0)
+    tuned.load_factors(start)
+    want, _ = merged_model(str(tiny_base), tensors, meta)
+    ids = torch.tensor([tok("Put together 15 and 9. Answer:")["input_ids"]])
+    with torch.no_grad():
+        assert torch.allclose(tuned.model(ids).logits, want(ids).logits, atol=1e-4)
+    with pytest.raises(CoreError, match="rank-6 factors"):
+        _start_delta(str(delta), digest, 7)
+    with pytest.raises(CoreError, match="another base model"):
+        _start_delta(str(delta), "0" * 64, 4)
+    # the recipe path: a second stage trains from it and ships its own delta
+    stage2 = finetune(tiny_recipe(tiny_base, tmp_path / "s2", lora={"rank": 4, "alpha": 8, "targets": ["q_proj", "down_proj"], "init_delta": str(delta)},
+                                  epochs=1), log=lambda *_: None)
+    assert int(read_delta(stage2.out / DELTA_FILE)[1]["rank"]) == 4
