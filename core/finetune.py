@@ -32,6 +32,7 @@ import json
 import math
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -196,12 +197,13 @@ class FineTuneModel:
             setattr(parent, attr, wrapped)
             self.lora[name] = wrapped
 
-    def load_factors(self, tensors: dict) -> None:
+    def load_factors(self, start: "StartDelta") -> None:
         """Start the LoRA factors from an earlier stage's delta (`_start_delta`): its first `rank`
         factors, B scaled so that the update equals the delta's (its scale over this model's)."""
         import torch
 
-        ratio = float(tensors["_scale"]) * self.rank / self.alpha
+        tensors = start.tensors
+        ratio = start.scale * self.rank / self.alpha
         missing = [n for n in self.lora if f"lora.{n}.A" not in tensors]
         if missing:
             raise CoreError(f"the starting delta has no factors for {missing[0]} (and {len(missing) - 1} more maps): its targets differ from the recipe's")
@@ -584,7 +586,7 @@ def _require_same_recipe(saved: dict | None, recipe, ckpt: Path) -> None:
         raise CoreError(f"the checkpoint in {ckpt} was made with other settings ({', '.join(changed)}): use --restart to start again")
 
 
-def _start_delta(path: str, base_digest: str, rank: int) -> dict:
+def _start_delta(path: str, base_digest: str, rank: int) -> "StartDelta":
     """The tensors of an earlier stage's delta, checked: same base model, at least `rank` factors,
     each B rescaled so that B A times this recipe's alpha / rank is the change the delta makes."""
     tensors, meta = read_delta(Path(path))
@@ -593,15 +595,15 @@ def _start_delta(path: str, base_digest: str, rank: int) -> dict:
     have = int(meta["rank"])
     if have < rank:
         raise CoreError(f"{path} holds rank-{have} factors; this recipe's lora.rank {rank} needs at least that many")
-    out = {"number_rows": tensors["number_rows"], "_scale": torch_scalar(float(meta["alpha"]) / have)}
-    out.update({k: v for k, v in tensors.items() if k.startswith("lora.")})
-    return out
+    return StartDelta(tensors, float(meta["alpha"]) / have)
 
 
-def torch_scalar(x: float):
-    import torch
+@dataclass
+class StartDelta:
+    """An earlier stage's delta tensors and the scale (alpha / rank) its factors were written with."""
 
-    return torch.tensor(x, dtype=torch.float64)
+    tensors: dict
+    scale: float
 
 
 def training_device(name: str | None):
@@ -663,7 +665,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     if resume:
         rows = np.zeros((p, base.config.hidden_size), dtype=np.float32)  # replaced by the checkpoint's
     elif start_tensors is not None:
-        rows = start_tensors["number_rows"].float().numpy()
+        rows = start_tensors.tensors["number_rows"].float().numpy()
         log(f"starting from {start}: its number rows and its factors cut to rank {rank}")
     else:
         rows = initial_number_rows(load_model(base_folder), p, layer, context, base_rows, centre=centre, log=log)

@@ -50,7 +50,11 @@ def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
         recipe = folder / "recipe.json"
         if (folder / DELTA_FILE).exists():
             return None, "the fine-tuned weights are not on this machine (this run ships only the fine-tuning delta): " + rebuild_hint(folder)
-        how = f"; `python -m core train --recipe {json.loads(recipe.read_text()).get('name')}` rebuilds them" if recipe.exists() else ""
+        how = ""
+        if recipe.exists():
+            spec = json.loads(recipe.read_text())
+            gpu = " --device cuda" if spec.get("device") == "cuda" else ""  # a recipe that was trained on a GPU
+            how = f"; `python -m core train --recipe {spec.get('name')}{gpu}` rebuilds them" + (" on a GPU" if gpu else "")
         return None, f"the model's weights are not on this machine (this run ships without them{how})"
     from core.models import fingerprint_folder
 

@@ -31,4 +31,10 @@ if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1 && [ -f models/smol
   .venv/bin/python -m core precompute --model models/smollm2-addition --taus "$TAUS" --display-order 0 \
     --threads "$THREADS" --recompute --no-progress
 fi
+# stage 1 of that fine-tune (full fine-tuning on a GPU): its delta is not shipped (59 MB); with its weights here
+# (python -m core train --recipe smollm2-addition-full --device cuda), precompute it
+if [ -f models/smollm2-addition-full/model.safetensors ]; then
+  .venv/bin/python -m core precompute --model models/smollm2-addition-full --taus "$TAUS" --display-order 0 \
+    --threads "$THREADS" --recompute --no-progress
+fi
 .venv/bin/python -m core verify

@@ -152,8 +152,16 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
         folder = Path(m["model"]["source"])
         summary = json.loads((folder / "train_summary.json").read_text()) if (folder / "train_summary.json").exists() else {}
         print(f"**{r.label}** ({m['n_layers']} layers, {m['width']} wide), on {m['task']['n_examples']} test questions:\n")
+        where = summary.get("device", "the CPU")
+        shipped = "shipped" if summary.get("delta_shipped", True) else "not shipped"
         print(f"- test accuracy {m['accuracy']:.2%} (paper, GPT-2-XL fine-tuned: {ACCURACY['GPT-2-XL fine-tuned']}%)"
-              + (f"; training steps {summary['train_step_seconds'] / 60:.0f} min on 1 CPU thread, delta {summary['delta_bytes'] / 1e6:.1f} MB" if summary else ""))
+              + (f"; training steps {summary['train_step_seconds'] / 60:.0f} min on {where}, delta {summary['delta_bytes'] / 1e6:.1f} MB ({shipped})" if summary else ""))
+        before_cut = summary.get("final_accuracy_before_the_rank_cut")
+        if before_cut:
+            cuts = summary.get("rank_cut_val_accuracy_1000_questions_float32", {})
+            print(f"- before its change was cut to rank {summary.get('rebuilt_rank')}: test {before_cut['test']:.2%}, val {before_cut['val']:.2%} "
+                  f"(bfloat16, at the end of training); validation accuracy (1,000 questions) after the cut by rank: "
+                  + ", ".join(f"rank {k} {v:.1%}" for k, v in cuts.items()))
         acc = read_table(cache_dir, r.name, "layer_accuracy")
         acc = acc[acc["final_norm"]].sort_values("layer")
         first = lambda col, x: next((str(int(l)) for l, v in zip(acc["layer"], acc[col]) if v >= x), "never")  # noqa: E731

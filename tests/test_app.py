@@ -310,6 +310,14 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     manifest = {**run.manifest, "model": {**run.manifest["model"], "source_as_given": str(copy), "source": str(copy)}}
     folder, why = live_model_folder(manifest)
     assert folder is None and "weights are not on this machine" in why and "--recipe tiny-trained" in why
+    assert "--device cuda" not in why
+    # a recipe trained on a GPU says so in the command that rebuilds it
+    import json
+
+    spec = json.loads((copy / "recipe.json").read_text())
+    (copy / "recipe.json").write_text(json.dumps({**spec, "device": "cuda"}))
+    folder, why = live_model_folder(manifest)
+    assert folder is None and "--recipe tiny-trained --device cuda` rebuilds them on a GPU" in why
     # outside the models folder
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(tmp_path))
     folder, why = live_model_folder(run.manifest)

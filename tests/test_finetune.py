@@ -430,7 +430,7 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     start = _start_delta(str(delta), digest, 6)
     tok = AutoTokenizer.from_pretrained(tiny_base)
     add_number_tokens(tok, 25)
-    tuned = FineTuneModel(base, start["number_rows"].float().numpy(), 6, 12.0, ("q_proj", "down_proj"), seed=0)
+    tuned = FineTuneModel(base, start.tensors["number_rows"].float().numpy(), 6, 12.0, ("q_proj", "down_proj"), seed=0)
     tuned.load_factors(start)
     want, _ = merged_model(str(tiny_base), tensors, meta)
     ids = torch.tensor([tok("Put together 15 and 9. Answer:")["input_ids"]])
