@@ -31,9 +31,9 @@ if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1 && [ -f models/smol
   .venv/bin/python -m core precompute --model models/smollm2-addition --taus "$TAUS" --display-order 0 \
     --threads "$THREADS" --recompute --no-progress
 fi
-# stage 1 of that fine-tune (full fine-tuning on a GPU): its delta is not shipped (59 MB); with its weights here
-# (python -m core train --recipe smollm2-addition-full --device cuda), precompute it
-if [ -f models/smollm2-addition-full/model.safetensors ]; then
+# stage 1 of that fine-tune (full fine-tuning on a GPU), rebuilt from its shipped rank-96 delta
+if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1 && [ -f models/smollm2-addition-full/delta.safetensors ]; then
+  [ -f models/smollm2-addition-full/model.safetensors ] || .venv/bin/python -m core rebuild models/smollm2-addition-full
   .venv/bin/python -m core precompute --model models/smollm2-addition-full --taus "$TAUS" --display-order 0 \
     --threads "$THREADS" --recompute --no-progress
 fi
