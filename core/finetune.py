@@ -607,16 +607,12 @@ class StartDelta:
 
 
 def training_device(name: str | None):
-    """The torch device a fine-tuning runs on: `name` ("cpu", "cuda", "cuda:1"; None is the CPU)."""
+    """The torch device a fine-tuning runs on: `name` ("cpu", "cuda", "cuda:1", "auto"; None is the CPU)."""
     import torch
 
-    name = name or "cpu"
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise CoreError(f"--device {name!r} is not a device torch knows: use cpu or cuda") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise CoreError(f"--device {name}: torch sees no CUDA GPU on this machine; leave --device out to train on the CPU")
+    from core.models import check_device
+
+    device = torch.device(check_device(name or "cpu"))
     if device.type not in ("cpu", "cuda"):
         raise CoreError(f"--device {name}: fine-tuning runs on cpu or cuda only")
     return device

@@ -444,3 +444,16 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     stage2 = finetune(tiny_recipe(tiny_base, tmp_path / "s2", lora={"rank": 4, "alpha": 8, "targets": ["q_proj", "down_proj"], "init_delta": str(delta)},
                                   epochs=1), log=lambda *_: None)
     assert int(read_delta(stage2.out / DELTA_FILE)[1]["rank"]) == 4
+
+
+def test_training_device_is_checked():
+    import torch
+
+    from core.finetune import training_device
+
+    assert training_device(None) == torch.device("cpu") and training_device("cpu") == torch.device("cpu")
+    with pytest.raises(CoreError, match="unknown device"):
+        training_device("tpu9")
+    if not torch.cuda.is_available():
+        with pytest.raises(CoreError, match="no CUDA GPU"):
+            training_device("cuda")
