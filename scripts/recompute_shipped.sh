@@ -34,7 +34,7 @@ fi
 # stage 1 of that fine-tune (full fine-tuning on a GPU), rebuilt from its shipped rank-96 delta
 if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1 && [ -f models/smollm2-addition-full/delta.safetensors ]; then
   [ -f models/smollm2-addition-full/model.safetensors ] || .venv/bin/python -m core rebuild models/smollm2-addition-full
-  .venv/bin/python -m core precompute --model models/smollm2-addition-full --taus "$TAUS" --display-order 0 \
+  .venv/bin/python -m core precompute --model models/smollm2-addition-full --taus "$TAUS" --display-order 1 \
     --threads "$THREADS" --recompute --no-progress
 fi
 .venv/bin/python -m core verify
