@@ -587,8 +587,8 @@ def _require_same_recipe(saved: dict | None, recipe, ckpt: Path) -> None:
 
 
 def _start_delta(path: str, base_digest: str, rank: int) -> "StartDelta":
-    """The tensors of an earlier stage's delta, checked: same base model, at least `rank` factors,
-    each B rescaled so that B A times this recipe's alpha / rank is the change the delta makes."""
+    """The tensors of an earlier stage's delta, checked (same base model, at least `rank` factors),
+    with the scale its factors were written with; `FineTuneModel.load_factors` rescales B to the recipe's."""
     tensors, meta = read_delta(Path(path))
     if meta.get("base_sha256") and meta["base_sha256"] != base_digest:
         raise CoreError(f"{path} was trained on another base model than this recipe's init_from: import the right one or start without lora.init_delta")
@@ -633,6 +633,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         raise CoreError(f"recipe {recipe.name}: number-token fine-tuning needs init_from (the base model's folder or hub id)")
     if recipe.threads:
         torch.set_num_threads(recipe.threads)
+    device = training_device(recipe.device)  # before minutes of loading: a machine without the GPU asked for says so at once
     base_folder = recipe.init_from
     if not Path(base_folder).is_dir():
         from core.importer import import_hint
@@ -655,8 +656,6 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     tokenizer = AutoTokenizer.from_pretrained(base_folder)
     base_rows = base.get_input_embeddings().weight.detach().numpy()
     start = lora.get("init_delta")  # an earlier stage's delta: its rows and its factors (cut to rank) are the start
-    if start and full:
-        raise CoreError(f"recipe {recipe.name}: lora.init_delta starts LoRA factors; it does not apply with lora.train 'full'")
     start_tensors = _start_delta(start, base_digest, rank) if start and not resume else None
     if resume:
         rows = np.zeros((p, base.config.hidden_size), dtype=np.float32)  # replaced by the checkpoint's
@@ -671,7 +670,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     tuned = FineTuneModel(base, rows, rank, alpha, targets, recipe.seed, first_block=frozen, full=full)
     if start_tensors is not None:
         tuned.load_factors(start_tensors)
-    model = tuned.model.to(training_device(recipe.device))
+    model = tuned.model.to(device)
 
     examples = build_examples(recipe.task, recipe.max_operand, recipe.dataset_seed)
     data = {s: AdditionBatches(tokenizer, select_split(examples, s), number_ids) for s in ("train", "val", "test")}

@@ -138,6 +138,8 @@ class Recipe:
             mode = (self.lora or {}).get("train", "lora")
             if mode not in ("lora", "full"):
                 raise CoreError(f"recipe {self.name}: lora.train must be 'lora' (train LoRA factors) or 'full' (train the maps, ship rank-r SVD factors of the change), got {mode!r}")
+            if mode == "full" and (self.lora or {}).get("init_delta"):
+                raise CoreError(f"recipe {self.name}: lora.init_delta starts LoRA factors from an earlier delta; it does not apply with lora.train 'full'")
             rank = (self.lora or {}).get("rank", 8)
             if not isinstance(rank, int) or rank < 1:
                 raise CoreError(f"recipe {self.name}: lora.rank must be a whole number >= 1, got {rank!r}")

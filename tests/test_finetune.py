@@ -457,3 +457,16 @@ def test_training_device_is_checked():
     if not torch.cuda.is_available():
         with pytest.raises(CoreError, match="no CUDA GPU"):
             training_device("cuda")
+
+
+def test_a_device_or_stage_mix_that_cannot_work_is_refused_before_any_loading(tiny_base, tmp_path, monkeypatch):
+    import torch
+
+    from core.finetune import finetune
+
+    with pytest.raises(CoreError, match="does not apply with lora.train 'full'"):
+        tiny_recipe(tiny_base, tmp_path / "x", lora={"rank": 4, "train": "full", "init_delta": "somewhere.safetensors"})
+    if not torch.cuda.is_available():
+        # the device is checked first: no model is loaded (a missing base folder would say so otherwise)
+        with pytest.raises(CoreError, match="no CUDA GPU"):
+            finetune(tiny_recipe(tmp_path / "no-base-here", tmp_path / "y", device="cuda"), log=lambda *_: None)
