@@ -171,7 +171,8 @@ class FineTuneModel:
     weight of theirs); `compressed_delta()` then turns each map's change into rank-`rank` factors
     by SVD, in the same delta format, so what ships and how it is rebuilt do not change."""
 
-    def __init__(self, model, rows: np.ndarray, rank: int, alpha: float, targets, seed: int, first_block: int = 0, full: bool = False):
+    def __init__(self, model, rows: np.ndarray, rank: int, alpha: float, targets, seed: int, first_block: int = 0, full: bool = False,
+                 keep_lower: bool = False):
         import torch
 
         if not getattr(model.config, "tie_word_embeddings", False):
@@ -184,9 +185,15 @@ class FineTuneModel:
         model.set_input_embeddings(self.embedding)
         model.lm_head = TiedHead(self.embedding)
         torch.manual_seed(seed)
-        self.lora, self.full, self.rank, self.alpha = {}, {}, rank, alpha
+        self.lora, self.full, self.fixed, self.rank, self.alpha = {}, {}, {}, rank, alpha
         for name, parent, attr in _lora_targets(model, targets):
-            if int(name.split(".", 1)[0]) < first_block:  # a frozen lower block: no LoRA there
+            if int(name.split(".", 1)[0]) < first_block:  # a frozen lower block: no trained LoRA there
+                if keep_lower:  # but an earlier stage's factors stay in it, frozen (`load_factors` fills them)
+                    wrapped = LoRALinear(getattr(parent, attr), rank, alpha)
+                    wrapped.A.requires_grad_(False)
+                    wrapped.B.requires_grad_(False)
+                    setattr(parent, attr, wrapped)
+                    self.fixed[name] = wrapped
                 continue
             if full:
                 linear = getattr(parent, attr)
@@ -204,11 +211,12 @@ class FineTuneModel:
 
         tensors = start.tensors
         ratio = start.scale * self.rank / self.alpha
-        missing = [n for n in self.lora if f"lora.{n}.A" not in tensors]
+        factors = {**self.fixed, **self.lora}
+        missing = [n for n in factors if f"lora.{n}.A" not in tensors]
         if missing:
             raise CoreError(f"the starting delta has no factors for {missing[0]} (and {len(missing) - 1} more maps): its targets differ from the recipe's")
         with torch.no_grad():
-            for name, m in self.lora.items():
+            for name, m in factors.items():
                 m.A.copy_(tensors[f"lora.{name}.A"][: self.rank].float())
                 m.B.copy_(tensors[f"lora.{name}.B"][:, : self.rank].float() * ratio)
 
@@ -219,6 +227,14 @@ class FineTuneModel:
             out[f"lora.{name}.B"] = m.B
         for name, (linear, _) in self.full.items():
             out[f"full.{name}.weight"] = linear.weight
+        return out
+
+    def delta_state(self) -> dict:
+        """What the delta keeps: the trainable tensors and the frozen lower blocks' earlier-stage factors."""
+        out = self.trainable()
+        for name, m in self.fixed.items():
+            out[f"lora.{name}.A"] = m.A
+            out[f"lora.{name}.B"] = m.B
         return out
 
     def compressed_delta(self) -> tuple[dict, dict]:
@@ -274,7 +290,7 @@ def delta_tensors(tuned: FineTuneModel, log=print) -> dict:
     rank-r factors of each map's change (`FineTuneModel.compressed_delta`)."""
     import torch
 
-    tensors = tuned.trainable()
+    tensors = tuned.delta_state()
     if tuned.full:
         tensors, kept = tuned.compressed_delta()
         shares = np.array(list(kept.values()))
@@ -441,7 +457,8 @@ def _versions() -> str:
 
 # ----------------------------------------------------------------------------- frozen lower blocks
 #
-# With `frozen_blocks` K > 0 the new rows stay frozen and blocks 0..K-1 get no LoRA, so nothing below
+# With `frozen_blocks` K > 0 the new rows stay frozen and blocks 0..K-1 get no trained LoRA (a later
+# stage keeps the earlier stage's factors there, frozen: `keep_lower`), so nothing below
 # block K ever changes: the output of block K-1 for every training prompt is computed once, and each
 # step runs (forward and backward) only blocks K.., the final norm and the head. Prompts of one length
 # are batched together, so no padding or mask is needed; the result is the same model the whole
@@ -656,18 +673,20 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     tokenizer = AutoTokenizer.from_pretrained(base_folder)
     base_rows = base.get_input_embeddings().weight.detach().numpy()
     start = lora.get("init_delta")  # an earlier stage's delta: its rows and its factors (cut to rank) are the start
-    start_tensors = _start_delta(start, base_digest, rank) if start and not resume else None
-    if resume:
+    # read on a resume too: frozen lower blocks keep its factors, which the checkpoint does not hold
+    start_tensors = _start_delta(start, base_digest, rank) if start else None
+    if start_tensors is not None:
+        rows = start_tensors.tensors["number_rows"].float().numpy()  # on a resume, replaced by the checkpoint's
+        if not resume:
+            log(f"starting from {start}: its number rows and its factors cut to rank {rank}")
+    elif resume:
         rows = np.zeros((p, base.config.hidden_size), dtype=np.float32)  # replaced by the checkpoint's
-    elif start_tensors is not None:
-        rows = start_tensors.tensors["number_rows"].float().numpy()
-        log(f"starting from {start}: its number rows and its factors cut to rank {rank}")
     else:
         rows = initial_number_rows(load_model(base_folder), p, layer, context, base_rows, centre=centre, log=log)
     number_ids = add_number_tokens(tokenizer, p)
     _require_rows_follow(base, number_ids)
     frozen = int(spec.get("frozen_blocks", 0))
-    tuned = FineTuneModel(base, rows, rank, alpha, targets, recipe.seed, first_block=frozen, full=full)
+    tuned = FineTuneModel(base, rows, rank, alpha, targets, recipe.seed, first_block=frozen, full=full, keep_lower=start_tensors is not None)
     if start_tensors is not None:
         tuned.load_factors(start_tensors)
     model = tuned.model.to(device)

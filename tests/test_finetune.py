@@ -445,6 +445,34 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
                                   epochs=1), log=lambda *_: None)
     assert int(read_delta(stage2.out / DELTA_FILE)[1]["rank"]) == 4
 
+    # a later stage with frozen lower blocks keeps the earlier factors there, unchanged, and trains only
+    # the top; interrupted and resumed, it writes the same delta
+    spec = {"layer": 2, "context": "The number {n}", "checkpoint_steps": 2, "rows_lr_ratio": 0.0, "frozen_blocks": 1}
+    later = {"rank": 4, "alpha": 8, "targets": ["q_proj", "down_proj"], "init_delta": str(delta)}
+    stage3 = finetune(tiny_recipe(tiny_base, tmp_path / "s3", lora=later, number_tokens=spec, epochs=1), log=lambda *_: None)
+    kept, kept_meta = read_delta(stage3.out / DELTA_FILE)
+    scale = (float(meta["alpha"]) / int(meta["rank"])) * 4 / 8  # the factors of rank 4, alpha 8 give the same update
+    lower = [k for k in tensors if k.startswith("lora.0.")]
+    assert lower and all(k in kept for k in lower)
+    assert torch.allclose(kept["lora.0.self_attn.q_proj.A"].float(), tensors["lora.0.self_attn.q_proj.A"][:4].float())
+    assert torch.allclose(kept["lora.0.self_attn.q_proj.B"].float(), (tensors["lora.0.self_attn.q_proj.B"][:, :4].float() * scale).half().float())
+    assert not torch.equal(kept["lora.1.self_attn.q_proj.B"].float(), (tensors["lora.1.self_attn.q_proj.B"][:, :4].float() * scale).half().float())
+    assert torch.equal(kept["number_rows"], tensors["number_rows"])
+
+    class Stop(Exception):
+        pass
+
+    def stop(msg):
+        if "step 2/" in msg:
+            raise Stop
+
+    with pytest.raises(Stop):
+        finetune(tiny_recipe(tiny_base, tmp_path / "s3b", lora=later, number_tokens=spec, epochs=1), log=stop)
+    finetune(tiny_recipe(tiny_base, tmp_path / "s3b", lora=later, number_tokens=spec, epochs=1), log=lambda *_: None)
+    again, _ = read_delta(tmp_path / "s3b" / DELTA_FILE)
+    assert set(again) == set(kept) and all(torch.equal(again[k], kept[k]) for k in kept)
+    assert kept_meta["rebuilt_sha256"]
+
 
 def test_training_device_is_checked():
     import torch
