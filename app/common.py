@@ -146,6 +146,16 @@ def training_logs(split: str, small_only: bool = False) -> dict[str, pd.DataFram
     return {r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table("training_log") for r in runs}
 
 
+def fine_tuned_training(split: str) -> list[tuple[str, dict, pd.DataFrame]]:
+    """(label, manifest, training log) of every valid run of `split` whose model is a real
+    pre-trained model fine-tuned here (`core.finetune`), for `views.fine_tuning_stages`."""
+    from core.claims import run_origin
+
+    good, _ = valid_runs(str(cache_dir()))
+    runs = [Run(r) for r in good if "training_log" in (r["manifest"].get("tables") or {}) and r["manifest"]["task"]["split"] == split]
+    return [(r.manifest.get("label", r.label), r.manifest, r.table("training_log")) for r in runs if run_origin(r.manifest)["kind"] == "fine-tuned"]
+
+
 # ----------------------------------------------------------------------------- URL state
 
 

@@ -367,6 +367,24 @@ def training_curves(curves: pd.DataFrame, split: str):
     return styled(band + line, f"{split.capitalize()} accuracy during training", height=430), curves, caption
 
 
+def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
+    """Accuracy epoch by epoch over the stages of a fine-tuning, end to end, with the paper's figure as a rule."""
+    line = alt.Chart(stages).mark_line(point=True).encode(
+        x=alt.X("epoch:Q", title="epoch (counted from the pre-trained model, over all stages)", axis=alt.Axis(tickMinStep=1)),
+        y=alt.Y("accuracy:Q", title=f"{split} accuracy", axis=PCT_AXIS, scale=PCT_SCALE),
+        color=alt.Color("run:N", title="stage", sort=alt.SortField("stage"), legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
+        tooltip=["run", "stage", "epoch", "stage_epoch", "device", alt.Tooltip("accuracy:Q", format=".2%"), alt.Tooltip("loss:Q", format=".3f")],
+    )
+    paper = pd.DataFrame({"accuracy": [paper_accuracy], "what": [f"paper: GPT-2-XL fine-tuned, {paper_accuracy:.2%} test"]})
+    rule = alt.Chart(paper).mark_rule(strokeDash=[6, 3], color="gray").encode(y="accuracy:Q")
+    text = alt.Chart(paper).mark_text(align="left", dx=4, dy=-7, color="gray").encode(y="accuracy:Q", x=alt.value(0), text="what:N")
+    caption = (
+        "Each stage starts from the weights the stage before it ended with; see how much each stage adds and how far "
+        "the last one is from the paper's dashed line."
+    )
+    return styled(line + rule + text, f"Fine-tuning stage by stage: {split} accuracy", height=380), stages, caption
+
+
 def top_periods_bars(run: Run, basis: str, last_layers: int = 15, top: int = 6):
     """MLP and attention side by side at the periods either of them carries most (mean over the last
     layers), as grouped bars: readable on a projector, unlike a heatmap of 260 thin columns."""

@@ -252,8 +252,9 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
     Measured: the largest gap (within ±10 minus exact) over the layers before the last.
     Verdict: agrees when some layer is within ±10 for at least half the prompts and exact for at
     least 25 points fewer; partly when the largest gap is at least 10 points; else does not."""
-    acc = run.table("layer_accuracy")
-    acc = acc[acc["final_norm"] == final_norm].sort_values("layer")
+    table = run.table("layer_accuracy")
+    acc = table[table["final_norm"] == final_norm].sort_values("layer")
+    other = table[(table["final_norm"] != final_norm) & (table["layer"] == acc["layer"].max())]
     L = int(acc["layer"].max())
     inner = acc[acc["layer"] < L]
     gap = (inner["within_10"] - inner["exact"]) if len(inner) else pd.Series([0.0])
@@ -268,8 +269,13 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
     last = acc.iloc[-1]
     measured = (
         f"Largest gap before the last layer: at layer {int(best['layer'])}, {_pct(best['within_10'])} within ±10 but "
-        f"{_pct(best['exact'])} exact; at the last layer ({L}), {_pct(last['exact'])} exact."
+        f"{_pct(best['exact'])} exact; at the last layer ({L}), {_pct(last['exact'])} exact"
     )
+    if len(other):  # the same layer read the other way, so the lens's last layer is not mistaken for the model's answer
+        how = ("W_U applied directly, as the paper does; through the final norm, as the model reads it:" if not final_norm
+               else "through the final norm; W_U applied directly, as the paper does:")
+        measured += f" ({how} {_pct(other['exact'].iloc[0])})"
+    measured += "."
     reason = ""
     if verdict == "does not":
         reason = f"with {L} layers there is no middle: the answer is either not there yet or already exact"

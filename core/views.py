@@ -7,6 +7,8 @@ plot them as they are.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -321,6 +323,61 @@ def training_curves(logs: dict[str, pd.DataFrame], split: str = "val") -> pd.Dat
             frames.append(g)
     cols = ["run", "width", "epoch", "mean", "low", "high", "seeds"]
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+
+
+def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = "val") -> pd.DataFrame:
+    """The training logs of fine-tuned runs laid end to end, stage after stage.
+
+    `runs`: (label, manifest, training log) of each fine-tuned run. A run whose recipe starts from
+    an earlier delta (`lora.init_delta`) is a later stage of the run whose model folder holds that
+    delta: its epochs are counted on from the earlier stage's last epoch, so the x axis is epochs
+    since the pre-trained model. Columns: run, stage (1, 2, ...), epoch (counted over all stages),
+    stage_epoch (the epoch within its own stage), accuracy, loss, device, starts_from (the earlier
+    stage's label, or None).
+    """
+    from core.claims import run_origin
+
+    cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from"]
+    by_folder, info = {}, {}
+    for label, manifest, log in runs:
+        recipe = run_origin(manifest)["recipe"] or {}
+        folder = str(Path((manifest.get("model") or {}).get("source", "")))
+        start = (recipe.get("lora") or {}).get("init_delta")
+        info[label] = {"folder": folder, "start": str(Path(start).parent) if start else None, "log": log,
+                       "device": recipe.get("device") or "cpu"}
+        by_folder[folder] = label
+
+    def chain(label, seen=()):
+        """(stage number, epochs before this stage, earlier label) of `label`."""
+        earlier = by_folder.get(info[label]["start"]) if info[label]["start"] else None
+        if earlier is None or earlier in seen:
+            return 1, 0, None
+        stage, offset, _ = chain(earlier, (*seen, label))
+        return stage + 1, offset + int(info[earlier]["log"]["epoch"].max()), earlier
+
+    frames = []
+    for label, item in info.items():
+        stage, offset, earlier = chain(label)
+        sub = item["log"][item["log"]["split"] == split]
+        g = sub.groupby("epoch").agg(accuracy=("accuracy", "mean"), loss=("loss", "mean")).reset_index()
+        frames.append(pd.DataFrame({
+            "run": label, "stage": stage, "epoch": g["epoch"] + offset, "stage_epoch": g["epoch"],
+            "accuracy": g["accuracy"], "loss": g["loss"], "device": "GPU" if str(item["device"]).startswith("cuda") else "CPU",
+            "starts_from": earlier,
+        }))
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    return pd.concat(frames, ignore_index=True)[cols].sort_values(["stage", "epoch"]).reset_index(drop=True)
+
+
+def stages_sentence(stages: pd.DataFrame, split: str) -> str:
+    """One sentence per stage, from the frame of `fine_tuning_stages`: its epochs and where it ended."""
+    parts = []
+    for stage, g in stages.groupby("stage"):
+        first, last = int(g["epoch"].min()), int(g["epoch"].max())
+        span = f"epoch {first}" if first == last else f"epochs {first}-{last}"
+        parts.append(f"stage {stage} ({span}, {g['device'].iloc[0]}): {split} accuracy {g['accuracy'].iloc[-1]:.1%}")
+    return "; ".join(parts) + "." if parts else ""
 
 
 # ----------------------------------------------------------------------------- behaviour

@@ -203,3 +203,21 @@ def test_step_7_shows_a_model_that_learned_from_text_on_a_tie(monkeypatch):
     text = " ".join(m.value for m in at.markdown)
     external = [r.manifest["label"] for r in SHIPPED if run_origin(r.manifest)["kind"] == "external"]
     assert verdict == "agrees" and any(f"**{label}" in text for label in external), text[:2000]
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
+@pytest.mark.parametrize("run", SHIPPED, ids=[r.name[:24] for r in SHIPPED])
+def test_logit_lens_sentence_gives_the_last_layer_both_ways(run):
+    """The lens without the final norm (the paper's) at the last layer is not the model's answer: the
+    sentence gives the same layer through the final norm too, each figure read from the table."""
+    from core.claims import TableRun, _pct, claim_logit_lens
+
+    run = TableRun(CACHE, run.name)
+    if "layer_accuracy" not in run.manifest["tables"]:
+        pytest.skip("this run has no logit lens (a k-shot generation run)")
+    la = run.table("layer_accuracy")
+    top = la[la["layer"] == la["layer"].max()].set_index("final_norm")["exact"]
+    measured = claim_logit_lens(run).measured
+    assert f"at the last layer ({int(la['layer'].max())}), {_pct(top[False])} exact" in measured
+    if True in top.index:
+        assert f"through the final norm, as the model reads it: {_pct(top[True])}" in measured

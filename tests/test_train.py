@@ -203,3 +203,35 @@ def test_extra_seeds_reach_the_cached_run_without_recomputing(tmp_path, monkeypa
     assert set(log["seed"]) == {0, 1}
     after = {t: e["sha256"] for t, e in run.manifest["tables"].items()}
     assert {t for t in after if after[t] != before.get(t)} == {"training_log"}
+
+
+def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
+    """A stage that starts from an earlier stage's delta is counted on from that stage's last epoch;
+    a first stage (or one whose earlier stage is not among the runs) starts at epoch 1."""
+    import json
+
+    import pandas as pd
+
+    from core import views
+
+    def run(name, epochs, start=None, device=None):
+        folder = tmp_path / name
+        folder.mkdir()
+        recipe = {"name": name, "number_tokens": {"layer": 5}, "lora": {"rank": 4, **({"init_delta": str(tmp_path / start / "delta.safetensors")} if start else {})},
+                  "device": device}
+        (folder / "recipe.json").write_text(json.dumps(recipe))
+        log = pd.DataFrame([{"epoch": e, "split": s, "accuracy": e / 100 + (0.001 if s == "val" else 0), "loss": 1.0 / e, "seed": 0}
+                            for e in range(1, epochs + 1) for s in ("train", "val")])
+        return name, {"model": {"source": str(folder)}}, log
+
+    runs = [run("third", 4, start="second"), run("first", 9, device="cuda"), run("second", 1, start="first"), run("alone", 2, start="missing")]
+    stages = views.fine_tuning_stages(runs, "val")
+    by = {r: g for r, g in stages.groupby("run")}
+    assert by["first"]["epoch"].tolist() == list(range(1, 10)) and set(by["first"]["stage"]) == {1} and set(by["first"]["device"]) == {"GPU"}
+    assert by["second"]["epoch"].tolist() == [10] and set(by["second"]["stage"]) == {2} and set(by["second"]["starts_from"]) == {"first"}
+    assert by["third"]["epoch"].tolist() == [11, 12, 13, 14] and by["third"]["stage_epoch"].tolist() == [1, 2, 3, 4]
+    assert set(by["third"]["stage"]) == {3} and set(by["third"]["device"]) == {"CPU"}
+    assert by["alone"]["epoch"].tolist() == [1, 2] and set(by["alone"]["stage"]) == {1}
+    assert np.allclose(by["third"]["accuracy"], [0.011, 0.021, 0.031, 0.041])  # the val rows, not the train rows
+    sentence = views.stages_sentence(stages[stages["run"] != "alone"], "val")
+    assert "stage 1 (epochs 1-9, GPU): val accuracy 9.1%" in sentence and "stage 3 (epochs 11-14, CPU): val accuracy 4.1%" in sentence

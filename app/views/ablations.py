@@ -33,8 +33,12 @@ if shown_tau != TABLE1_TAU:
     t1[["paper GPT-2-XL accuracy %", "paper GPT-2-XL loss"]] = None
 order = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %", "loss", "paper GPT-2-XL loss",
          "Δ accuracy (points)", "within ±10 %", "rank", "erased"]
+shown = t1[[c for c in order if c in t1.columns]]
+# a cell with nothing to show (no control for "none", no paper figure at another tau) reads "—", not "None"
+formats = {"accuracy %": "{:.2f}", "random control accuracy %": "{:.2f}", "paper GPT-2-XL accuracy %": "{:.2f}", "loss": "{:.4f}",
+           "paper GPT-2-XL loss": "{:.4f}", "Δ accuracy (points)": "{:+.2f}", "within ±10 %": "{:.1f}", "rank": "{:.0f}"}
 st.dataframe(
-    t1[[c for c in order if c in t1.columns]],
+    shown.style.format({c: f for c, f in formats.items() if c in shown.columns}, na_rep="—"),
     hide_index=True,
     column_config={
         "accuracy %": st.column_config.NumberColumn(format="%.2f"),

@@ -1,34 +1,47 @@
 import streamlit as st
 
 from app import figures
-from app.common import intro, show_chart, to_url, training_logs, url_state, view
+from app.common import fine_tuned_training, intro, show_chart, to_url, training_logs, url_state, view
 from core import views
 from core.paper import ACCURACY
 
 v = view()
 intro(
     "Training: how fast each model learns to add",
-    "The same small network learns addition from random init, with number embeddings frozen to Fourier features, or "
-    "after pre-training on text about numbers. Compare how fast and how high each goes; the paper's figure 7b: "
-    "GPT-2-small reaches 53.95% from scratch and 100% with GPT-2's pre-trained number embeddings frozen in.",
+    "Two kinds of training. The demo models are small networks trained here from random init, with number embeddings "
+    "frozen to Fourier features, or after pre-training on text about numbers: compare how fast and how high each goes "
+    "(the paper's figure 7b: GPT-2-small reaches 53.95% from scratch and 100% with GPT-2's pre-trained number embeddings "
+    "frozen in). Below them, the real pre-trained LLM fine-tuned here on addition, stage by stage.",
 )
-logs = training_logs(st.session_state["split"])
-if not logs:
-    st.info("No run in the cache carries a training log. Runs of the demo models trained with `python -m core train` do.")
-    st.stop()
 url_state("curve_split", "val", str, ["train", "val", "test"])
 st.radio("Accuracy on", ["val", "train", "test"], key="curve_split", horizontal=True)
 to_url("curve_split")
-curves = views.training_curves(logs, st.session_state["curve_split"])
-show_chart(*figures.training_curves(curves, st.session_state["curve_split"]), key="training")
-final = curves.sort_values("epoch").groupby("run").tail(1)[["run", "epoch", "mean", "low", "high", "seeds"]]
-st.dataframe(
-    final.rename(columns={"mean": "final accuracy (mean)", "low": "lowest seed", "high": "highest seed"}),
-    hide_index=True,
-    column_config={c: st.column_config.NumberColumn(format="percent") for c in ["final accuracy (mean)", "lowest seed", "highest seed"]},
-)
-st.caption(
-    "Paper, for scale: " + "; ".join(f"{k}: {v}%" for k, v in ACCURACY.items() if "small" in k or "scratch" in k)
-    + ". The demo models are 2-layer GPT-2-style networks trained here on a CPU (640 wide; the seed studies 256 wide, "
-    "named so in the legend)."
-)
+split = st.session_state["curve_split"]
+
+st.subheader("Small models trained here")
+logs = training_logs(st.session_state["split"], small_only=True)
+if not logs:
+    st.info("No run of a small model in the cache carries a training log. Runs of the demo models trained with `python -m core train` do.")
+else:
+    curves = views.training_curves(logs, split)
+    show_chart(*figures.training_curves(curves, split), key="training")
+    final = curves.sort_values("epoch").groupby("run").tail(1)[["run", "epoch", "mean", "low", "high", "seeds"]]
+    st.dataframe(
+        final.rename(columns={"mean": "final accuracy (mean)", "low": "lowest seed", "high": "highest seed"}),
+        hide_index=True,
+        column_config={c: st.column_config.NumberColumn(format="percent") for c in ["final accuracy (mean)", "lowest seed", "highest seed"]},
+    )
+    st.caption(
+        "Paper, for scale: " + "; ".join(f"{k}: {v}%" for k, v in ACCURACY.items() if "small" in k or "scratch" in k)
+        + ". The demo models are 2-layer GPT-2-style networks trained here on a CPU (640 wide; the seed studies 256 wide, "
+        "named so in the legend)."
+    )
+
+st.subheader("A real pre-trained LLM fine-tuned here")
+tuned = fine_tuned_training(st.session_state["split"])
+if not tuned:
+    st.info("No fine-tuned run of a real pre-trained model is in the cache (`python -m core train --recipe smollm2-addition-full` makes one).")
+else:
+    stages = views.fine_tuning_stages(tuned, split)
+    show_chart(*figures.fine_tuning_stages(stages, split, ACCURACY["GPT-2-XL fine-tuned"] / 100), key="training-stages")
+    st.markdown("This run's log: " + views.stages_sentence(stages, split))
