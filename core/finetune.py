@@ -487,15 +487,26 @@ def run_blocks(inner, hidden, blocks):
     return hidden
 
 
-def length_batches(lengths: np.ndarray, batch_size: int, rng) -> list[np.ndarray]:
+def length_batches(lengths: np.ndarray, batch_size: int, rng, order: np.ndarray | None = None) -> list[np.ndarray]:
     """Batches of example indices in which every prompt has the same length: the examples in a
-    seeded order, cut into batches length by length, then the batches in a seeded order."""
-    order = rng.permutation(len(lengths))
+    seeded order (or `order`, an epoch's draw), cut into batches length by length, then the batches
+    in a seeded order."""
+    order = rng.permutation(len(lengths)) if order is None else order
     chunks = []
     for n in np.unique(lengths):
         members = order[lengths[order] == n]
         chunks += [members[s : s + batch_size] for s in range(0, len(members), batch_size)]
     return [chunks[i] for i in rng.permutation(len(chunks))]
+
+
+def answer_balanced_draw(answers: np.ndarray, power: float, rng) -> np.ndarray:
+    """An epoch of training examples drawn with replacement, as many as there are, each with
+    probability proportional to (how many training examples share its answer) ** -power: with
+    power 1 every answer is drawn equally often, with 0.5 a rare answer's questions come up more
+    often than their share without taking over (answers near 0 and 520 have few questions)."""
+    _, which, counts = np.unique(answers, return_inverse=True, return_counts=True)
+    weight = counts[which].astype(np.float64) ** -float(power)
+    return rng.choice(len(answers), size=len(answers), replace=True, p=weight / weight.sum())
 
 
 class FrozenBottom:
@@ -697,11 +708,14 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     bottom = None  # with frozen_blocks: the kept output of the frozen blocks, made once the rows are final (after a resume)
     train_lengths = np.array([len(e) for e in data["train"].encoded])
 
+    balance = float(spec.get("balance_answers", 0))
+
     def epoch_batches(epoch):
         rng = np.random.default_rng((recipe.seed, epoch))
+        drawn = answer_balanced_draw(np.asarray(data["train"].targets), balance, rng) if balance else None
         if frozen:
-            return length_batches(train_lengths, recipe.batch_size, rng)
-        order = rng.permutation(len(data["train"]))
+            return length_batches(train_lengths, recipe.batch_size, rng, drawn)
+        order = rng.permutation(len(data["train"])) if drawn is None else drawn
         return [order[s : s + recipe.batch_size] for s in range(0, len(order), recipe.batch_size)]
 
     steps_per_epoch = len(epoch_batches(0))

@@ -130,6 +130,9 @@ class Recipe:
             stop = self.number_tokens.get("stop_at_val_accuracy")
             if stop is not None and (isinstance(stop, bool) or not isinstance(stop, (int, float)) or not 0 < stop <= 1):
                 raise CoreError(f"recipe {self.name}: number_tokens.stop_at_val_accuracy must be a fraction in (0, 1], such as 0.99, got {stop!r}")
+            balance = self.number_tokens.get("balance_answers", 0)
+            if isinstance(balance, bool) or not isinstance(balance, (int, float)) or not 0 <= balance <= 1:
+                raise CoreError(f"recipe {self.name}: number_tokens.balance_answers (0: plain epochs; 1: every answer drawn equally often) must be a number in 0..1, got {balance!r}")
             frozen = self.number_tokens.get("frozen_blocks", 0)
             if isinstance(frozen, bool) or not isinstance(frozen, int) or not 0 <= frozen < self.n_layers:
                 raise CoreError(f"recipe {self.name}: number_tokens.frozen_blocks (how many lower blocks stay frozen) must be a whole number in 0..{self.n_layers - 1}, got {frozen!r}")

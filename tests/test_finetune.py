@@ -302,6 +302,26 @@ def test_length_batches_cover_every_example_once_with_one_length_each():
     assert all(np.array_equal(a, b) for a, b in zip(batches, again))
 
 
+def test_answer_balanced_draw_evens_out_rare_answers():
+    """power 1: each answer's share of the draw is about equal, however many questions it has; power
+    0.5: in between; the draw is seeded and its batches (by length) hold exactly the drawn examples."""
+    from core.finetune import answer_balanced_draw, length_batches
+
+    answers = np.repeat([3, 7, 9], [20, 200, 2000])  # a rare, a middling and a common answer
+    n = len(answers)
+    share = lambda draw: np.array([(answers[draw] == a).mean() for a in (3, 7, 9)])  # noqa: E731
+    even = answer_balanced_draw(answers, 1.0, np.random.default_rng(0))
+    assert len(even) == n and np.allclose(share(even), 1 / 3, atol=0.04)
+    half = share(answer_balanced_draw(answers, 0.5, np.random.default_rng(0)))
+    plain = np.array([20, 200, 2000]) / n
+    assert half[0] > plain[0] * 2 and half[2] < plain[2] and half[0] < 1 / 3
+    assert np.array_equal(even, answer_balanced_draw(answers, 1.0, np.random.default_rng(0)))
+    lengths = np.random.default_rng(1).integers(5, 8, n)
+    batches = length_batches(lengths, 64, np.random.default_rng(0), even)
+    assert sorted(np.concatenate(batches)) == sorted(even)
+    assert all(len(set(lengths[b])) == 1 for b in batches)
+
+
 def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tmp_path):
     """frozen_blocks 1: the kept output of block 0 gives the whole model's loss; no LoRA on block 0;
     an interrupted run resumes to the same delta; the rebuilt model scores what was recorded."""
@@ -498,3 +518,13 @@ def test_a_device_or_stage_mix_that_cannot_work_is_refused_before_any_loading(ti
         # the device is checked first: no model is loaded (a missing base folder would say so otherwise)
         with pytest.raises(CoreError, match="no CUDA GPU"):
             finetune(tiny_recipe(tmp_path / "no-base-here", tmp_path / "y", device="cuda"), log=lambda *_: None)
+
+
+def test_a_balanced_recipe_trains_and_a_bad_balance_is_refused(tiny_base, tmp_path):
+    from core.finetune import finetune
+
+    spec = {"layer": 2, "context": "The number {n}", "checkpoint_steps": 2, "balance_answers": 0.5}
+    run = finetune(tiny_recipe(tiny_base, tmp_path / "b", number_tokens=spec, epochs=1), log=lambda *_: None)
+    assert set(run.log["split"]) == {"train", "val", "test"}
+    with pytest.raises(CoreError, match="balance_answers"):
+        tiny_recipe(tiny_base, tmp_path / "c", number_tokens={**spec, "balance_answers": 2})
