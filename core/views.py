@@ -329,41 +329,61 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
     """The training logs of fine-tuned runs laid end to end, stage after stage.
 
     `runs`: (label, manifest, training log) of each fine-tuned run. A run whose recipe starts from
-    an earlier delta (`lora.init_delta`) is a later stage of the run whose model folder holds that
-    delta: its epochs are counted on from the earlier stage's last epoch, so the x axis is epochs
-    since the pre-trained model. Columns: run, stage (1, 2, ...), epoch (counted over all stages),
-    stage_epoch (the epoch within its own stage), accuracy, loss, device, starts_from (the earlier
-    stage's label, or None).
+    an earlier delta (`lora.init_delta`) is a later stage of the model whose folder holds that delta:
+    its epochs are counted on from the earlier stage's last epoch, so the x axis is epochs since the
+    pre-trained model. An earlier stage with no cached run of its own is read from its model folder
+    (its recipe.json and training_log.parquet, shipped with it) and labelled so. Columns: run, stage
+    (1, 2, ...), epoch (counted over all stages), stage_epoch (the epoch within its own stage),
+    accuracy, loss, device, starts_from (the earlier stage's label, or None), cached (whether the
+    stage has a cached run).
     """
-    from core.claims import run_origin
+    import json
 
-    cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from"]
-    by_folder, info = {}, {}
-    for label, manifest, log in runs:
-        recipe = run_origin(manifest)["recipe"] or {}
-        folder = str(Path((manifest.get("model") or {}).get("source", "")))
+    from core.claims import PROJECT_ROOT, run_origin
+
+    cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from", "cached"]
+
+    def where(path) -> str:
+        path = Path(path)
+        return str((path if path.is_absolute() else PROJECT_ROOT / path).resolve())
+
+    def entry(label, recipe, log, cached):
         start = (recipe.get("lora") or {}).get("init_delta")
-        info[label] = {"folder": folder, "start": str(Path(start).parent) if start else None, "log": log,
-                       "device": recipe.get("device") or "cpu"}
-        by_folder[folder] = label
+        return {"label": label, "log": log, "start": where(Path(start).parent) if start else None,
+                "device": recipe.get("device") or "cpu", "cached": cached}
 
-    def chain(label, seen=()):
-        """(stage number, epochs before this stage, earlier label) of `label`."""
-        earlier = by_folder.get(info[label]["start"]) if info[label]["start"] else None
-        if earlier is None or earlier in seen:
+    info = {}  # model folder -> its stage
+    for label, manifest, log in runs:
+        info[where((manifest.get("model") or {}).get("source", ""))] = entry(label, run_origin(manifest)["recipe"] or {}, log, True)
+    todo = list(info)
+    while todo:  # earlier stages that have no cached run: from their folders
+        start = info[todo.pop()]["start"]
+        if start is None or start in info:
+            continue
+        folder = Path(start)
+        if (folder / "recipe.json").is_file() and (folder / "training_log.parquet").is_file():
+            recipe = json.loads((folder / "recipe.json").read_text())
+            label = f"{recipe.get('label', folder.name)} (its training log; no cached run)"
+            info[start] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
+            todo.append(start)
+
+    def chain(folder, seen=()):
+        """(stage number, epochs before this stage, earlier label) of the stage in `folder`."""
+        earlier = info[folder]["start"]
+        if earlier is None or earlier not in info or earlier in seen:
             return 1, 0, None
-        stage, offset, _ = chain(earlier, (*seen, label))
-        return stage + 1, offset + int(info[earlier]["log"]["epoch"].max()), earlier
+        stage, offset, _ = chain(earlier, (*seen, folder))
+        return stage + 1, offset + int(info[earlier]["log"]["epoch"].max()), info[earlier]["label"]
 
     frames = []
-    for label, item in info.items():
-        stage, offset, earlier = chain(label)
+    for folder, item in info.items():
+        stage, offset, earlier = chain(folder)
         sub = item["log"][item["log"]["split"] == split]
         g = sub.groupby("epoch").agg(accuracy=("accuracy", "mean"), loss=("loss", "mean")).reset_index()
         frames.append(pd.DataFrame({
-            "run": label, "stage": stage, "epoch": g["epoch"] + offset, "stage_epoch": g["epoch"],
+            "run": item["label"], "stage": stage, "epoch": g["epoch"] + offset, "stage_epoch": g["epoch"],
             "accuracy": g["accuracy"], "loss": g["loss"], "device": "GPU" if str(item["device"]).startswith("cuda") else "CPU",
-            "starts_from": earlier,
+            "starts_from": earlier, "cached": item["cached"],
         }))
     if not frames:
         return pd.DataFrame(columns=cols)

@@ -233,5 +233,16 @@ def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
     assert set(by["third"]["stage"]) == {3} and set(by["third"]["device"]) == {"CPU"}
     assert by["alone"]["epoch"].tolist() == [1, 2] and set(by["alone"]["stage"]) == {1}
     assert np.allclose(by["third"]["accuracy"], [0.011, 0.021, 0.031, 0.041])  # the val rows, not the train rows
+    assert stages["cached"].all()
+    # an earlier stage with no cached run is read from its folder (recipe.json, training_log.parquet)
+    name, _, log = run("zero", 3)
+    log.to_parquet(tmp_path / "zero" / "training_log.parquet")
+    first = next(r for r in runs if r[0] == "first")
+    recipe = json.loads((tmp_path / "first" / "recipe.json").read_text())
+    recipe["lora"]["init_delta"] = str(tmp_path / "zero" / "delta.safetensors")
+    (tmp_path / "first" / "recipe.json").write_text(json.dumps(recipe))
+    chained = views.fine_tuning_stages([first], "val")
+    assert chained.groupby("run")["epoch"].max().to_dict() == {"zero (its training log; no cached run)": 3, "first": 12}
+    assert not chained[chained["stage"] == 1]["cached"].any() and chained[chained["stage"] == 2]["cached"].all()
     sentence = views.stages_sentence(stages[stages["run"] != "alone"], "val")
     assert "stage 1 (epochs 1-9, GPU): val accuracy 9.1%" in sentence and "stage 3 (epochs 11-14, CPU): val accuracy 4.1%" in sentence
