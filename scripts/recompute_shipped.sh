@@ -25,16 +25,16 @@ if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1; then
 else
   echo "skipping smollm2-135m: import it with python -m core import-model smollm2-135m" >&2
 fi
-# SmolLM2 fine-tuned with number tokens: rebuilt from its shipped delta (needs the imported base model)
-if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1 && [ -f models/smollm2-addition/delta.safetensors ]; then
-  [ -f models/smollm2-addition/model.safetensors ] || .venv/bin/python -m core rebuild smollm2-addition
-  .venv/bin/python -m core precompute --model models/smollm2-addition --taus "$TAUS" --display-order 0 \
-    --threads "$THREADS" --recompute --no-progress
-fi
-# stage 1 of that fine-tune (full fine-tuning on a GPU), rebuilt from its shipped rank-96 delta
-if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1 && [ -f models/smollm2-addition-full/delta.safetensors ]; then
-  [ -f models/smollm2-addition-full/model.safetensors ] || .venv/bin/python -m core rebuild models/smollm2-addition-full
-  .venv/bin/python -m core precompute --model models/smollm2-addition-full --taus "$TAUS" --display-order 1 \
-    --threads "$THREADS" --recompute --no-progress
-fi
+# SmolLM2 fine-tuned with number tokens, stage by stage (needs the imported base model and each stage's delta,
+# which is not shipped: the recipes retrain them, see the README); stage 3 is the default run
+for entry in smollm2-addition-stage3:0 smollm2-addition-full:1 smollm2-addition:2; do
+  model="${entry%%:*}"; order="${entry##*:}"
+  if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1 && [ -f "models/$model/delta.safetensors" ]; then
+    [ -f "models/$model/model.safetensors" ] || .venv/bin/python -m core rebuild "models/$model"
+    .venv/bin/python -m core precompute --model "models/$model" --taus "$TAUS" --display-order "$order" \
+      --threads "$THREADS" --recompute --no-progress
+  else
+    echo "skipping $model: no delta in models/$model (retrain it: python -m core train --recipe $model)" >&2
+  fi
+done
 .venv/bin/python -m core verify
