@@ -327,6 +327,29 @@ def rebuild_hint(folder: Path) -> str:
     return "run `" + "` then `".join(steps) + "`"
 
 
+def retrain_commands(folder: Path) -> list[str]:
+    """The `python -m core train` commands that give back the model of `folder` (whose recipe.json
+    names it), earliest first: a recipe that starts from an earlier stage's delta (`lora.init_delta`)
+    needs that stage retrained first when its delta is not here, and so on down the chain. A recipe
+    trained on a GPU gets `--device cuda`."""
+    from core.models import PROJECT_ROOT
+
+    commands, seen, folder = [], set(), Path(folder)
+    while folder not in seen and (folder / "recipe.json").is_file():
+        seen.add(folder)
+        spec = json.loads((folder / "recipe.json").read_text())
+        gpu = " --device cuda" if spec.get("device") == "cuda" else ""
+        commands.insert(0, f"python -m core train --recipe {spec.get('name')}{gpu}" + (" (on a GPU)" if gpu else ""))
+        start = (spec.get("lora") or {}).get("init_delta")
+        if not start:
+            break
+        start = Path(start) if Path(start).is_absolute() else PROJECT_ROOT / start
+        if start.exists():  # the earlier stage's delta is here: no need to go further back
+            break
+        folder = start.parent
+    return commands
+
+
 def read_delta(path: Path) -> tuple[dict, dict]:
     from safetensors import safe_open
 

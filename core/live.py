@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from core.errors import CoreError
-from core.finetune import DELTA_FILE, rebuild_hint
+from core.finetune import DELTA_FILE, rebuild_hint, retrain_commands
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MAX_LIVE_PARAMS = 150_000_000
@@ -51,10 +51,12 @@ def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
         if (folder / DELTA_FILE).exists():
             return None, "the fine-tuned weights are not on this machine (this run ships only the fine-tuning delta): " + rebuild_hint(folder)
         how = ""
-        if recipe.exists():
-            spec = json.loads(recipe.read_text())
-            gpu = " --device cuda" if spec.get("device") == "cuda" else ""  # a recipe that was trained on a GPU
-            how = f"; `python -m core train --recipe {spec.get('name')}{gpu}` rebuilds them" + (" on a GPU" if gpu else "")
+        if recipe.exists():  # its recipe, after the earlier stages it starts from if their deltas are not here either
+            steps = [(c.replace(" (on a GPU)", ""), " on a GPU" if c.endswith("(on a GPU)") else "") for c in retrain_commands(folder)]
+            if len(steps) == 1:
+                how = f"; `{steps[0][0]}` rebuilds them{steps[0][1]}"
+            else:
+                how = "; " + ", then ".join(f"`{c}`{gpu}" for c, gpu in steps) + " rebuild them (each stage starts from the one before)"
         return None, f"the model's weights are not on this machine (this run ships without them{how})"
     from core.models import fingerprint_folder
 

@@ -318,6 +318,18 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     (copy / "recipe.json").write_text(json.dumps({**spec, "device": "cuda"}))
     folder, why = live_model_folder(manifest)
     assert folder is None and "--recipe tiny-trained --device cuda` rebuilds them on a GPU" in why
+    # a later stage whose earlier stage's delta is not here either: both commands, the earlier first
+    later = app_env["models"] / "later-stage"
+    sh.copytree(copy, later)
+    spec2 = {**spec, "name": "tiny-later", "device": None, "lora": {**(spec.get("lora") or {}), "init_delta": str(copy / "delta.safetensors")}}
+    (later / "recipe.json").write_text(json.dumps(spec2))
+    folder, why = live_model_folder({**manifest, "model": {**manifest["model"], "source_as_given": str(later), "source": str(later)}})
+    assert folder is None and ("`python -m core train --recipe tiny-trained --device cuda` on a GPU, then "
+                               "`python -m core train --recipe tiny-later` rebuild them") in why
+    (copy / "delta.safetensors").write_bytes(b"")  # the earlier stage's delta is here: only this stage is retrained
+    from core.finetune import retrain_commands
+
+    assert retrain_commands(later) == ["python -m core train --recipe tiny-later"]
     # outside the models folder
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(tmp_path))
     folder, why = live_model_folder(run.manifest)
