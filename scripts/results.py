@@ -162,6 +162,13 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
             print(f"- before its change was cut to rank {summary.get('rebuilt_rank')}: test {before_cut['test']:.2%}, val {before_cut['val']:.2%} "
                   f"(bfloat16, at the end of training); validation accuracy (1,000 questions) after the cut by rank: "
                   + ", ".join(f"rank {k} {v:.1%}" for k, v in cuts.items()))
+        ex = read_table(cache_dir, r.name, "examples")
+        ex = ex[ex["split"] == m["task"]["split"]]
+        wrong = ex[~ex["correct"]]
+        bins = [(0, 100), (101, 200), (201, 400), (401, 520)]
+        by = [f"{lo} to {hi} {ex[ex['answer'].between(lo, hi)]['correct'].mean():.1%}" for lo, hi in bins]
+        print(f"- wrong answers off by one: {int(((wrong['prediction'] - wrong['answer']).abs() == 1).sum())} of {len(wrong)}; "
+              f"accuracy by answer: {', '.join(by)}")
         acc = read_table(cache_dir, r.name, "layer_accuracy")
         acc = acc[acc["final_norm"]].sort_values("layer")
         first = lambda col, x: next((str(int(l)) for l, v in zip(acc["layer"], acc[col]) if v >= x), "never")  # noqa: E731
