@@ -159,6 +159,8 @@ def test_ablations_table_cell_and_live_run(app, app_env):
     mlp_low = ablations[(ablations["modules"] == "mlp") & (ablations["removed"] == "low") & (ablations["tau"] == 10)].iloc[0]
     row = shown[shown["filter"] == "MLP: low removed"].iloc[0]
     assert np.isclose(row["accuracy %"], 100 * mlp_low["accuracy"])
+    # empty cells read "—": the paper's figures exist only at tau = 50, and "none" has no rank
+    assert set(shown["paper GPT-2-XL accuracy %"]) == {"—"} and shown.iloc[0]["rank"] == "—"
     widget(app, "selectbox", "cell").set_value("Attn: high removed").run()
     assert app.query_params["cell"] == "Attn: high removed"
     # live: the same filter computed on the spot must agree with the cached grid

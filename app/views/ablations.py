@@ -33,24 +33,30 @@ if shown_tau != TABLE1_TAU:
     t1[["paper GPT-2-XL accuracy %", "paper GPT-2-XL loss"]] = None
 order = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %", "loss", "paper GPT-2-XL loss",
          "Δ accuracy (points)", "within ±10 %", "rank", "erased"]
-shown = t1[[c for c in order if c in t1.columns]]
-# a cell with nothing to show (no control for "none", no paper figure at another tau) reads "—", not "None"
-formats = {"accuracy %": "{:.2f}", "random control accuracy %": "{:.2f}", "paper GPT-2-XL accuracy %": "{:.2f}", "loss": "{:.4f}",
-           "paper GPT-2-XL loss": "{:.4f}", "Δ accuracy (points)": "{:+.2f}", "within ±10 %": "{:.1f}", "rank": "{:.0f}"}
+shown = t1[[c for c in order if c in t1.columns]].copy()
+# a column with an empty cell (no control for "none", no paper figure at another tau) is shown as text, so that the
+# cell reads "—" (a number column shows "None")
+formats = {"random control accuracy %": "{:.2f}", "paper GPT-2-XL accuracy %": "{:.2f}", "paper GPT-2-XL loss": "{:.4f}", "rank": "{:.0f}"}
+for col, fmt in formats.items():
+    if col in shown.columns and shown[col].isna().any():
+        shown[col] = [("—" if v is None or v != v else fmt.format(v)) for v in shown[col]]
+numeric = lambda col, fmt, **kw: (st.column_config.NumberColumn(format=fmt, **kw) if shown[col].dtype != object  # noqa: E731
+                                  else st.column_config.TextColumn(**kw))
 st.dataframe(
-    shown.style.format({c: f for c, f in formats.items() if c in shown.columns}, na_rep="—"),
+    shown,
     hide_index=True,
     column_config={
         "accuracy %": st.column_config.NumberColumn(format="%.2f"),
         "loss": st.column_config.NumberColumn(format="%.4f"),
         "Δ accuracy (points)": st.column_config.NumberColumn(format="%+.2f"),
         "within ±10 %": st.column_config.NumberColumn(format="%.1f"),
-        "rank": st.column_config.NumberColumn(format="%d", help="Dimensions of the module output the filter removes."),
-        "random control accuracy %": st.column_config.NumberColumn(
-            format="%.2f", help="Accuracy with a random subspace of the same rank removed instead (directions W_U reads, no frequency chosen)."
+        "rank": numeric("rank", "%d", help="Dimensions of the module output the filter removes."),
+        "random control accuracy %": numeric(
+            "random control accuracy %", "%.2f",
+            help="Accuracy with a random subspace of the same rank removed instead (directions W_U reads, no frequency chosen).",
         ),
-        "paper GPT-2-XL accuracy %": st.column_config.NumberColumn(format="%.2f"),
-        "paper GPT-2-XL loss": st.column_config.NumberColumn(format="%.4f"),
+        "paper GPT-2-XL accuracy %": numeric("paper GPT-2-XL accuracy %", "%.2f"),
+        "paper GPT-2-XL loss": numeric("paper GPT-2-XL loss", "%.4f"),
     },
 )
 st.caption(
