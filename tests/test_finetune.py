@@ -36,6 +36,26 @@ def tiny_recipe(base: Path, out: Path, **changes):
     return recipe
 
 
+class Stop(Exception):
+    """Raised from a training log to interrupt a run, as a killed process would."""
+
+
+def stop_at_step_2(msg):
+    """A training log that interrupts the run at its first mid-epoch checkpoint (checkpoint_steps 2)."""
+    if "step 2/" in msg:
+        raise Stop
+
+
+def delta_after_a_resume(recipe):
+    """Train `recipe`, interrupted at step 2 and then resumed; the delta it writes."""
+    from core.finetune import DELTA_FILE, finetune, read_delta
+
+    with pytest.raises(Stop):
+        finetune(recipe, log=stop_at_step_2)
+    finetune(recipe, log=lambda *_: None)
+    return read_delta(Path(recipe.out) / DELTA_FILE)[0]
+
+
 def test_added_number_tokens_are_single_tokens_with_their_space(tiny_base):
     from transformers import AutoTokenizer
 
@@ -112,16 +132,9 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     assert summary["delta_bytes"] == (whole.out / DELTA_FILE).stat().st_size
 
     # interrupted after the first mid-epoch checkpoint, then resumed: the same delta, bit for bit
-    class Stop(Exception):
-        pass
-
-    def stop_at_checkpoint(msg):
-        if "step 2/" in msg:
-            raise Stop
-
     part = tiny_recipe(tiny_base, tmp_path / "part")
     with pytest.raises(Stop):
-        finetune(part, log=stop_at_checkpoint)
+        finetune(part, log=stop_at_step_2)
     assert (tmp_path / "part" / "checkpoint" / "progress.json").exists()
     assert not (tmp_path / "part" / DELTA_FILE).exists()
     resumed_msgs = []
@@ -363,17 +376,7 @@ def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tm
     assert meta["frozen_blocks"] == "1"
     assert tensors and not any(k.startswith("lora.0.") for k in tensors) and any(k.startswith("lora.1.") for k in tensors)
 
-    class Stop(Exception):
-        pass
-
-    def stop(msg):
-        if "step 2/" in msg:
-            raise Stop
-
-    with pytest.raises(Stop):
-        finetune(tiny_recipe(tiny_base, tmp_path / "part", number_tokens=spec), log=stop)
-    finetune(tiny_recipe(tiny_base, tmp_path / "part", number_tokens=spec), log=quiet)
-    again, _ = read_delta(tmp_path / "part" / DELTA_FILE)
+    again = delta_after_a_resume(tiny_recipe(tiny_base, tmp_path / "part", number_tokens=spec))
     assert set(again) == set(tensors) and all(torch.equal(again[k], tensors[k]) for k in tensors)
 
     from core.train import Recipe
@@ -479,17 +482,7 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     assert not torch.equal(kept["lora.1.self_attn.q_proj.B"].float(), (tensors["lora.1.self_attn.q_proj.B"][:, :4].float() * scale).half().float())
     assert torch.equal(kept["number_rows"], tensors["number_rows"])
 
-    class Stop(Exception):
-        pass
-
-    def stop(msg):
-        if "step 2/" in msg:
-            raise Stop
-
-    with pytest.raises(Stop):
-        finetune(tiny_recipe(tiny_base, tmp_path / "s3b", lora=later, number_tokens=spec, epochs=1), log=stop)
-    finetune(tiny_recipe(tiny_base, tmp_path / "s3b", lora=later, number_tokens=spec, epochs=1), log=lambda *_: None)
-    again, _ = read_delta(tmp_path / "s3b" / DELTA_FILE)
+    again = delta_after_a_resume(tiny_recipe(tiny_base, tmp_path / "s3b", lora=later, number_tokens=spec, epochs=1))
     assert set(again) == set(kept) and all(torch.equal(again[k], kept[k]) for k in kept)
     assert kept_meta["rebuilt_sha256"]
 
