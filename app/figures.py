@@ -379,8 +379,9 @@ def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
     rule = alt.Chart(paper).mark_rule(strokeDash=[6, 3], color="gray").encode(y="accuracy:Q")
     text = alt.Chart(paper).mark_text(align="left", dx=4, dy=-7, color="gray").encode(y="accuracy:Q", x=alt.value(0), text="what:N")
     caption = (
-        "Each stage starts from the weights the stage before it ended with; see how much each stage adds and how far "
-        "the last one is from the paper's dashed line."
+        "Each stage starts from the delta the stage before it wrote (a full fine-tuning's change is cut to low rank there, "
+        "which can cost accuracy, so a stage may start below where the one before ended); see how much each stage adds and "
+        "how far the last one is from the paper's dashed line."
     )
     return styled(line + rule + text, f"Fine-tuning stage by stage: {split} accuracy", height=380), stages, caption
 
