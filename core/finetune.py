@@ -210,6 +210,9 @@ class FineTuneModel:
         import torch
 
         tensors = start.tensors
+        if self.fixed and start.rank and start.rank != self.rank:
+            raise CoreError(f"frozen lower blocks keep the starting delta's factors as they are: set lora.rank to its rank ({start.rank}), "
+                            f"not {self.rank} (its first {self.rank} trained factors alone would change those blocks)")
         ratio = start.scale * self.rank / self.alpha
         factors = {**self.fixed, **self.lora}
         missing = [n for n in factors if f"lora.{n}.A" not in tensors]
@@ -646,7 +649,7 @@ def _start_delta(path: str, base_digest: str, rank: int) -> "StartDelta":
     have = int(meta["rank"])
     if have < rank:
         raise CoreError(f"{path} holds rank-{have} factors; this recipe's lora.rank {rank} needs at least that many")
-    return StartDelta(tensors, float(meta["alpha"]) / have)
+    return StartDelta(tensors, float(meta["alpha"]) / have, have, meta.get("rebuilt_sha256", ""))
 
 
 @dataclass
@@ -655,6 +658,8 @@ class StartDelta:
 
     tensors: dict
     scale: float
+    rank: int = 0
+    digest: str = ""  # the earlier stage's rebuilt-weights digest: which delta this is
 
 
 def training_device(name: str | None):
@@ -707,8 +712,9 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     tokenizer = AutoTokenizer.from_pretrained(base_folder)
     base_rows = base.get_input_embeddings().weight.detach().numpy()
     start = lora.get("init_delta")  # an earlier stage's delta: its rows and its factors (cut to rank) are the start
-    # read on a resume too: frozen lower blocks keep its factors, which the checkpoint does not hold
-    start_tensors = _start_delta(start, base_digest, rank) if start else None
+    frozen = int(spec.get("frozen_blocks", 0))
+    # read on a resume too when lower blocks are frozen: they keep its factors, which the checkpoint does not hold
+    start_tensors = _start_delta(start, base_digest, rank) if start and (frozen or not resume) else None
     if start_tensors is not None:
         rows = start_tensors.tensors["number_rows"].float().numpy()  # on a resume, replaced by the checkpoint's
         if not resume:
@@ -719,7 +725,6 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         rows = initial_number_rows(load_model(base_folder), p, layer, context, base_rows, centre=centre, log=log)
     number_ids = add_number_tokens(tokenizer, p)
     _require_rows_follow(base, number_ids)
-    frozen = int(spec.get("frozen_blocks", 0))
     tuned = FineTuneModel(base, rows, rank, alpha, targets, recipe.seed, first_block=frozen, full=full, keep_lower=start_tensors is not None)
     if start_tensors is not None:
         tuned.load_factors(start_tensors)
@@ -741,27 +746,32 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         order = rng.permutation(len(data["train"])) if drawn is None else drawn
         return [order[s : s + recipe.batch_size] for s in range(0, len(order), recipe.batch_size)]
 
-    steps_per_epoch = len(epoch_batches(0))
+    # with balance_answers and frozen_blocks together an epoch's batch count varies a little (batches by length)
+    batches_per_epoch = [len(epoch_batches(e)) for e in range(recipe.epochs)]
     params = tuned.trainable()
     groups = [
         {"params": [params["number_rows"]], "weight_decay": 0.0, "lr": recipe.lr * float(spec.get("rows_lr_ratio", 1.0))},
         {"params": [v for k, v in params.items() if k != "number_rows"], "weight_decay": recipe.weight_decay},
     ]
     opt = torch.optim.AdamW(groups, lr=recipe.lr, betas=(0.9, 0.98), eps=1e-8)
-    sched = _schedule(opt, recipe.epochs * steps_per_epoch, recipe.warmup_steps, recipe.min_lr_ratio)
+    sched = _schedule(opt, sum(batches_per_epoch), recipe.warmup_steps, recipe.min_lr_ratio)
     every = int(spec.get("checkpoint_steps", 50))
     stop_at = spec.get("stop_at_val_accuracy")
-    state = {"epoch": 0, "step": 0, "log": [], "elapsed_s": 0.0, "recipe": _resume_key(recipe)}
+    state = {"epoch": 0, "step": 0, "log": [], "elapsed_s": 0.0, "recipe": _resume_key(recipe),
+             "start_sha256": start_tensors.digest if start_tensors is not None else None}
     if resume:
         state = _load_checkpoint(ckpt, tuned, opt, sched)
         _require_same_recipe(state.get("recipe"), recipe, ckpt)
-        log(f"resuming {recipe.name} (seed {recipe.seed}) at epoch {state['epoch'] + 1}, step {state['step']}/{steps_per_epoch}")
+        if start_tensors is not None and state.get("start_sha256") and state["start_sha256"] != start_tensors.digest:
+            raise CoreError(f"{start} is not the delta this run started from (it was retrained since): the frozen lower blocks "
+                            f"would mix two models; use --restart")
+        log(f"resuming {recipe.name} (seed {recipe.seed}) at epoch {state['epoch'] + 1}, step {state['step']}/{batches_per_epoch[state['epoch'] % recipe.epochs]}")
     if frozen:
         t_bottom = time.time()
         bottom = FrozenBottom(model, data["train"].encoded, frozen, recipe.precision)
         log(f"blocks 0..{frozen - 1} frozen: their output for {len(data['train'])} training prompts kept ({time.time() - t_bottom:.0f}s)")
     model.train()
-    bar = _bar((recipe.epochs - state["epoch"]) * steps_per_epoch - state["step"], f"fine-tune {recipe.name}", progress)
+    bar = _bar(sum(batches_per_epoch[state["epoch"]:]) - state["step"], f"fine-tune {recipe.name}", progress)
     t0 = time.time()
     # a run that already met its stop rule (then stopped or was interrupted) trains no further
     stopped = stop_at is not None and any(r["split"] == "val" and r["epoch"] == state["epoch"] and r["accuracy"] >= stop_at for r in state["log"])
@@ -779,10 +789,10 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
             opt.step()
             sched.step()
             bar.update(1)
-            if step % every == 0 and step < steps_per_epoch:
+            if step % every == 0 and step < batches_per_epoch[epoch]:
                 elapsed = state["elapsed_s"] + time.time() - t0
                 _save_checkpoint(ckpt, tuned, opt, sched, {**state, "epoch": epoch, "step": step, "elapsed_s": elapsed})
-                log(f"{recipe.name}: epoch {epoch + 1} step {step}/{steps_per_epoch}, loss {loss.item():.4f} ({elapsed:.0f}s)")
+                log(f"{recipe.name}: epoch {epoch + 1} step {step}/{batches_per_epoch[epoch]}, loss {loss.item():.4f} ({elapsed:.0f}s)")
         elapsed = state["elapsed_s"] + time.time() - t0
         row = {"seed": recipe.seed, "width": model.config.hidden_size, "epoch": epoch + 1, "seconds": round(elapsed, 1)}
         for split in ("train", "val", "test"):

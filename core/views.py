@@ -391,12 +391,15 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
 
 
 def stages_sentence(stages: pd.DataFrame, split: str) -> str:
-    """One sentence per stage, from the frame of `fine_tuning_stages`: its epochs and where it ended."""
+    """One sentence per stage, from the frame of `fine_tuning_stages`: its epochs and where it ended.
+    Runs of separate chains that share a stage number are named, not merged."""
     parts = []
-    for stage, g in stages.groupby("stage"):
+    shared = stages.groupby("stage")["run"].nunique()
+    for (stage, run), g in stages.sort_values(["stage", "epoch"]).groupby(["stage", "run"], sort=False):
         first, last = int(g["epoch"].min()), int(g["epoch"].max())
         span = f"epoch {first}" if first == last else f"epochs {first}-{last}"
-        parts.append(f"stage {stage} ({span}, {g['device'].iloc[0]}): {split} accuracy {g['accuracy'].iloc[-1]:.1%}")
+        name = f" of {run}" if shared[stage] > 1 else ""
+        parts.append(f"stage {stage}{name} ({span}, {g['device'].iloc[0]}): {split} accuracy {g['accuracy'].iloc[-1]:.1%}")
     return "; ".join(parts) + "." if parts else ""
 
 

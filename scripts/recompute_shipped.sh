@@ -29,12 +29,14 @@ fi
 # which is not shipped: the recipes retrain them, see the README); stage 3 is the default run
 for entry in smollm2-addition-stage3:0 smollm2-addition-full:1 smollm2-addition:2; do
   model="${entry%%:*}"; order="${entry##*:}"
-  if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1 && [ -f "models/$model/delta.safetensors" ]; then
+  if ! ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1; then
+    echo "skipping $model: import the base model first (python -m core import-model smollm2-135m)" >&2
+  elif [ -f "models/$model/delta.safetensors" ]; then
     [ -f "models/$model/model.safetensors" ] || .venv/bin/python -m core rebuild "models/$model"
     .venv/bin/python -m core precompute --model "models/$model" --taus "$TAUS" --display-order "$order" \
       --threads "$THREADS" --recompute --no-progress
   else
-    echo "skipping $model: no delta in models/$model (retrain it: python -m core train --recipe $model)" >&2
+    echo "skipping $model: no delta in models/$model; retrain it with: $(.venv/bin/python -c "from core.finetune import retrain_commands; print(' then '.join(retrain_commands('models/$model')))")" >&2
   fi
 done
 .venv/bin/python -m core verify

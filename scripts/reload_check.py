@@ -25,11 +25,15 @@ def cached_run(folder: Path) -> str:
     """The cached run computed from `folder` (the manifest's model source)."""
     import json
 
+    def where(path) -> Path:
+        path = Path(path)
+        return (path if path.is_absolute() else ROOT / path).resolve()
+
     for m in sorted((ROOT / "cache").glob("*/manifest.json")):
         data = json.loads(m.read_text())
-        if Path(data.get("model", {}).get("source", "")).resolve() == folder.resolve():
+        if where(data.get("model", {}).get("source", "")) == folder.resolve() and data.get("task", {}).get("split") == "test":
             return m.parent.name
-    sys.exit(f"no cached run was computed from {folder}; name it with --run")
+    sys.exit(f"no cached run of the test split was computed from {folder}; name it with --run")
 
 
 def main() -> None:
@@ -44,6 +48,8 @@ def main() -> None:
     run = args.run or cached_run(folder)
     examples = pd.read_parquet(ROOT / "cache" / run / "examples.parquet")
     examples = examples[examples["split"] == "test"].reset_index(drop=True)
+    if examples.empty:
+        sys.exit(f"run {run} holds no test-split questions: name a test-split run with --run")
     tok = AutoTokenizer.from_pretrained(folder)
     tok.padding_side = "left"
     if tok.pad_token is None:

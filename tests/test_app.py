@@ -161,6 +161,8 @@ def test_ablations_table_cell_and_live_run(app, app_env):
     assert np.isclose(row["accuracy %"], 100 * mlp_low["accuracy"])
     # empty cells read "—": the paper's figures exist only at tau = 50, and "none" has no rank
     assert set(shown["paper GPT-2-XL accuracy %"]) == {"—"} and shown.iloc[0]["rank"] == "—"
+    config = json.loads(app.dataframe[0].proto.columns)  # a "—" in a number column would show as an error cell
+    assert config["rank"]["type_config"]["type"] == "text" and config["accuracy %"]["type_config"]["type"] == "number"
     widget(app, "selectbox", "cell").set_value("Attn: high removed").run()
     assert app.query_params["cell"] == "Attn: high removed"
     # live: the same filter computed on the spot must agree with the cached grid

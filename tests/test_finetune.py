@@ -471,20 +471,30 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     # a later stage with frozen lower blocks keeps the earlier factors there, unchanged, and trains only
     # the top; interrupted and resumed, it writes the same delta
     spec = {"layer": 2, "context": "The number {n}", "checkpoint_steps": 2, "rows_lr_ratio": 0.0, "frozen_blocks": 1}
-    later = {"rank": 4, "alpha": 8, "targets": ["q_proj", "down_proj"], "init_delta": str(delta)}
+    later = {"rank": 6, "alpha": 12, "targets": ["q_proj", "down_proj"], "init_delta": str(delta)}
+    with pytest.raises(CoreError, match="set lora.rank to its rank"):  # cut factors would change the frozen blocks
+        finetune(tiny_recipe(tiny_base, tmp_path / "cut", lora={**later, "rank": 4}, number_tokens=spec, epochs=1), log=lambda *_: None)
     stage3 = finetune(tiny_recipe(tiny_base, tmp_path / "s3", lora=later, number_tokens=spec, epochs=1), log=lambda *_: None)
     kept, kept_meta = read_delta(stage3.out / DELTA_FILE)
-    scale = (float(meta["alpha"]) / int(meta["rank"])) * 4 / 8  # the factors of rank 4, alpha 8 give the same update
+    scale = (float(meta["alpha"]) / int(meta["rank"])) * 6 / 12  # the factors of rank 6, alpha 12 give the same update
     lower = [k for k in tensors if k.startswith("lora.0.")]
     assert lower and all(k in kept for k in lower)
-    assert torch.allclose(kept["lora.0.self_attn.q_proj.A"].float(), tensors["lora.0.self_attn.q_proj.A"][:4].float())
-    assert torch.allclose(kept["lora.0.self_attn.q_proj.B"].float(), (tensors["lora.0.self_attn.q_proj.B"][:, :4].float() * scale).half().float())
-    assert not torch.equal(kept["lora.1.self_attn.q_proj.B"].float(), (tensors["lora.1.self_attn.q_proj.B"][:, :4].float() * scale).half().float())
+    assert torch.allclose(kept["lora.0.self_attn.q_proj.A"].float(), tensors["lora.0.self_attn.q_proj.A"].float())
+    assert torch.allclose(kept["lora.0.self_attn.q_proj.B"].float(), (tensors["lora.0.self_attn.q_proj.B"].float() * scale).half().float())
+    assert not torch.equal(kept["lora.1.self_attn.q_proj.B"].float(), (tensors["lora.1.self_attn.q_proj.B"].float() * scale).half().float())
     assert torch.equal(kept["number_rows"], tensors["number_rows"])
 
     again = delta_after_a_resume(tiny_recipe(tiny_base, tmp_path / "s3b", lora=later, number_tokens=spec, epochs=1))
     assert set(again) == set(kept) and all(torch.equal(again[k], kept[k]) for k in kept)
     assert kept_meta["rebuilt_sha256"]
+    # a resume after the earlier stage was retrained (another delta at the same path) is refused
+    from core.finetune import save_delta
+
+    with pytest.raises(Stop):
+        finetune(tiny_recipe(tiny_base, tmp_path / "s3c", lora=later, number_tokens=spec, epochs=1), log=stop_at_step_2)
+    save_delta(delta, tensors, {**meta, "rebuilt_sha256": "0" * 64})
+    with pytest.raises(CoreError, match="not the delta this run started from"):
+        finetune(tiny_recipe(tiny_base, tmp_path / "s3c", lora=later, number_tokens=spec, epochs=1), log=lambda *_: None)
 
 
 def test_training_device_is_checked():

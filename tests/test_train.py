@@ -244,5 +244,7 @@ def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
     chained = views.fine_tuning_stages([first], "val")
     assert chained.groupby("run")["epoch"].max().to_dict() == {"zero (its training log; no cached run)": 3, "first": 12}
     assert not chained[chained["stage"] == 1]["cached"].any() and chained[chained["stage"] == 2]["cached"].all()
+    both = views.stages_sentence(stages, "val")  # two separate first stages are named, not merged
+    assert "stage 1 of alone (epochs 1-2, CPU): val accuracy 2.1%" in both and "stage 1 of first (epochs 1-9, GPU)" in both
     sentence = views.stages_sentence(stages[stages["run"] != "alone"], "val")
     assert "stage 1 (epochs 1-9, GPU): val accuracy 9.1%" in sentence and "stage 3 (epochs 11-14, CPU): val accuracy 4.1%" in sentence

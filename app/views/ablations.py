@@ -1,3 +1,4 @@
+import pandas as pd
 import streamlit as st
 
 from app import figures
@@ -40,7 +41,7 @@ formats = {"random control accuracy %": "{:.2f}", "paper GPT-2-XL accuracy %": "
 for col, fmt in formats.items():
     if col in shown.columns and shown[col].isna().any():
         shown[col] = [("—" if v is None or v != v else fmt.format(v)) for v in shown[col]]
-numeric = lambda col, fmt, **kw: (st.column_config.NumberColumn(format=fmt, **kw) if shown[col].dtype != object  # noqa: E731
+numeric = lambda col, fmt, **kw: (st.column_config.NumberColumn(format=fmt, **kw) if pd.api.types.is_numeric_dtype(shown[col])  # noqa: E731
                                   else st.column_config.TextColumn(**kw))
 st.dataframe(
     shown,

@@ -44,4 +44,4 @@ if not tuned:
 else:
     stages = views.fine_tuning_stages(tuned, split)
     show_chart(*figures.fine_tuning_stages(stages, split, ACCURACY["GPT-2-XL fine-tuned"] / 100), key="training-stages")
-    st.markdown("This run's log: " + views.stages_sentence(stages, split))
+    st.markdown("From the stages' training logs: " + views.stages_sentence(stages, split))
