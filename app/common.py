@@ -134,26 +134,27 @@ def runs_of_split(split: str) -> list[Run]:
     return [Run(r) for r in good if r["manifest"]["task"]["split"] == split]
 
 
-def training_logs(split: str, small_only: bool = False) -> dict[str, pd.DataFrame]:
-    """Training logs of every valid run of `split` that carries one, by short model name;
-    `small_only`: the small models trained here, not a pre-trained model fine-tuned here."""
+def _trained_runs(split: str, fine_tuned: bool) -> list["Run"]:
+    """Valid runs of `split` that carry a training log: of a real pre-trained model fine-tuned here
+    (`fine_tuned`), or of the small models trained here."""
     from core.claims import run_origin
 
     good, _ = valid_runs(str(cache_dir()))
     runs = [Run(r) for r in good if "training_log" in (r["manifest"].get("tables") or {}) and r["manifest"]["task"]["split"] == split]
-    if small_only:
-        runs = [r for r in runs if run_origin(r.manifest)["kind"] != "fine-tuned"]
+    return [r for r in runs if (run_origin(r.manifest)["kind"] == "fine-tuned") == fine_tuned]
+
+
+def training_logs(split: str) -> dict[str, pd.DataFrame]:
+    """Training logs of the small models trained here (valid runs of `split`), by short model name;
+    the fine-tuned real LLM's are `fine_tuned_training`'s."""
+    runs = _trained_runs(split, False)
     return {r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table("training_log") for r in runs}
 
 
 def fine_tuned_training(split: str) -> list[tuple[str, dict, pd.DataFrame]]:
     """(label, manifest, training log) of every valid run of `split` whose model is a real
     pre-trained model fine-tuned here (`core.finetune`), for `views.fine_tuning_stages`."""
-    from core.claims import run_origin
-
-    good, _ = valid_runs(str(cache_dir()))
-    runs = [Run(r) for r in good if "training_log" in (r["manifest"].get("tables") or {}) and r["manifest"]["task"]["split"] == split]
-    return [(r.manifest.get("label", r.label), r.manifest, r.table("training_log")) for r in runs if run_origin(r.manifest)["kind"] == "fine-tuned"]
+    return [(r.manifest.get("label", r.label), r.manifest, r.table("training_log")) for r in _trained_runs(split, True)]
 
 
 # ----------------------------------------------------------------------------- URL state

@@ -30,7 +30,6 @@ VERDICTS = ("agrees", "partly", "does not", "not tested")
 #: How well a verdict shows a step (to pick the shipped run that shows it best).
 VERDICT_SCORE = {"agrees": 3, "partly": 2, "not tested": 1, "does not": 0}
 SHORT_PERIODS = (2.0, 2.5, 5.0, 10.0)
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -103,8 +102,9 @@ def _recipe_of(model: dict) -> dict | None:
     source = model.get("source")
     if not isinstance(source, str):
         return None
-    folder = Path(source)
-    folder = folder if folder.is_absolute() else PROJECT_ROOT / folder
+    from core.models import project_path
+
+    folder = project_path(source)
     f = folder / "recipe.json"
     if not f.is_file():
         return None

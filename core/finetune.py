@@ -330,26 +330,30 @@ def rebuild_hint(folder: Path) -> str:
     return "run `" + "` then `".join(steps) + "`"
 
 
-def retrain_commands(folder: Path) -> list[str]:
-    """The `python -m core train` commands that give back the model of `folder` (whose recipe.json
-    names it), earliest first: a recipe that starts from an earlier stage's delta (`lora.init_delta`)
-    needs that stage retrained first when its delta is not here, and so on down the chain. A recipe
-    trained on a GPU gets `--device cuda`."""
-    from core.models import PROJECT_ROOT
+def earlier_stage(recipe: dict) -> Path | None:
+    """The model folder of the stage a fine-tuning recipe starts from (the folder of its
+    `lora.init_delta`), absolute; None for a first stage."""
+    from core.models import project_path
 
+    start = (recipe.get("lora") or {}).get("init_delta")
+    return project_path(start).parent if start else None
+
+
+def retrain_commands(folder: Path) -> list[tuple[str, bool]]:
+    """(the `python -m core train` command, whether it needs a GPU) for each stage that has to be
+    trained to give back the model of `folder` (whose recipe.json names it), earliest first: a recipe
+    that starts from an earlier stage's delta needs that stage retrained first when its delta is not
+    here, and so on down the chain. A recipe trained on a GPU gets `--device cuda`."""
     commands, seen, folder = [], set(), Path(folder)
     while folder not in seen and (folder / "recipe.json").is_file():
         seen.add(folder)
         spec = json.loads((folder / "recipe.json").read_text())
-        gpu = " --device cuda" if spec.get("device") == "cuda" else ""
-        commands.insert(0, f"python -m core train --recipe {spec.get('name')}{gpu}" + (" (on a GPU)" if gpu else ""))
-        start = (spec.get("lora") or {}).get("init_delta")
-        if not start:
+        gpu = spec.get("device") == "cuda"
+        commands.insert(0, (f"python -m core train --recipe {spec.get('name')}" + (" --device cuda" if gpu else ""), gpu))
+        earlier = earlier_stage(spec)
+        if earlier is None or (earlier / DELTA_FILE).exists():  # a first stage, or the earlier stage's delta is here
             break
-        start = Path(start) if Path(start).is_absolute() else PROJECT_ROOT / start
-        if start.exists():  # the earlier stage's delta is here: no need to go further back
-            break
-        folder = start.parent
+        folder = earlier
     return commands
 
 

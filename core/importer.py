@@ -169,7 +169,7 @@ def inspect_gguf(path: Path) -> dict:
     for tensor in reader.tensors:
         qtype = GGMLQuantizationType(tensor.tensor_type)
         if qtype.name not in types:
-            try:
+            try:  # the gguf package has no "can you read this type" call: it raises NotImplementedError when asked
                 dequantize(tensor.data[:1], qtype)
             except NotImplementedError:
                 raise CoreError(

@@ -52,11 +52,12 @@ def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
             return None, "the fine-tuned weights are not on this machine (this run ships only the fine-tuning delta): " + rebuild_hint(folder)
         how = ""
         if recipe.exists():  # its recipe, after the earlier stages it starts from if their deltas are not here either
-            steps = [(c.replace(" (on a GPU)", ""), " on a GPU" if c.endswith("(on a GPU)") else "") for c in retrain_commands(folder)]
+            steps = retrain_commands(folder)
             if len(steps) == 1:
-                how = f"; `{steps[0][0]}` rebuilds them{steps[0][1]}"
+                command, gpu = steps[0]
+                how = f"; `{command}` rebuilds them" + (" on a GPU" if gpu else "")
             else:
-                how = "; " + ", then ".join(f"`{c}`{gpu}" for c, gpu in steps) + " rebuild them (each stage starts from the one before)"
+                how = "; " + ", then ".join(f"`{c}`" + (" on a GPU" if gpu else "") for c, gpu in steps) + " rebuild them (each stage starts from the one before)"
         return None, f"the model's weights are not on this machine (this run ships without them{how})"
     from core.models import fingerprint_folder
 

@@ -33,6 +33,12 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tok
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
+def project_path(path) -> Path:
+    """A path as manifests and recipes store it (relative to the project root, or absolute), made absolute."""
+    path = Path(path)
+    return (path if path.is_absolute() else PROJECT_ROOT / path).resolve()
+
+
 def project_relative(folder: Path) -> str:
     """A local model folder as manifests store it: relative to the project root (portable between machines)."""
     import os

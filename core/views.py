@@ -7,8 +7,6 @@ plot them as they are.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
@@ -339,33 +337,28 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
     """
     import json
 
-    from core.claims import PROJECT_ROOT, run_origin
+    from core.claims import run_origin
+    from core.finetune import earlier_stage
+    from core.models import project_path
 
     cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from", "cached"]
 
-    def where(path) -> str:
-        path = Path(path)
-        return str((path if path.is_absolute() else PROJECT_ROOT / path).resolve())
-
     def entry(label, recipe, log, cached):
-        start = (recipe.get("lora") or {}).get("init_delta")
-        return {"label": label, "log": log, "start": where(Path(start).parent) if start else None,
-                "device": recipe.get("device") or "cpu", "cached": cached}
+        return {"label": label, "log": log, "start": earlier_stage(recipe), "device": recipe.get("device") or "cpu", "cached": cached}
 
     info = {}  # model folder -> its stage
     for label, manifest, log in runs:
-        info[where((manifest.get("model") or {}).get("source", ""))] = entry(label, run_origin(manifest)["recipe"] or {}, log, True)
+        info[project_path((manifest.get("model") or {}).get("source", ""))] = entry(label, run_origin(manifest)["recipe"] or {}, log, True)
     todo = list(info)
     while todo:  # earlier stages that have no cached run: from their folders
-        start = info[todo.pop()]["start"]
-        if start is None or start in info:
+        folder = info[todo.pop()]["start"]
+        if folder is None or folder in info:
             continue
-        folder = Path(start)
         if (folder / "recipe.json").is_file() and (folder / "training_log.parquet").is_file():
             recipe = json.loads((folder / "recipe.json").read_text())
             label = f"{recipe.get('label', folder.name)} (its training log; no cached run)"
-            info[start] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
-            todo.append(start)
+            info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
+            todo.append(folder)
 
     def chain(folder, seen=()):
         """(stage number, epochs before this stage, earlier label) of the stage in `folder`."""

@@ -333,7 +333,7 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     (copy / "delta.safetensors").write_bytes(b"")  # the earlier stage's delta is here: only this stage is retrained
     from core.finetune import retrain_commands
 
-    assert retrain_commands(later) == ["python -m core train --recipe tiny-later"]
+    assert retrain_commands(later) == [("python -m core train --recipe tiny-later", False)]
     # outside the models folder
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(tmp_path))
     folder, why = live_model_folder(run.manifest)

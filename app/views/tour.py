@@ -71,7 +71,7 @@ def draw_numbers(r):
 
 
 def draw_training(_r):
-    logs = training_logs(split, small_only=True)
+    logs = training_logs(split)
     if not logs:
         st.info("No run here carries a training log.")
         return

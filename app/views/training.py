@@ -19,7 +19,7 @@ to_url("curve_split")
 split = st.session_state["curve_split"]
 
 st.subheader("Small models trained here")
-logs = training_logs(st.session_state["split"], small_only=True)
+logs = training_logs(st.session_state["split"])
 if not logs:
     st.info("No run of a small model in the cache carries a training log. Runs of the demo models trained with `python -m core train` do.")
 else:
