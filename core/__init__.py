@@ -7,7 +7,8 @@ so `import core` and `core.cache` stay cheap for the dashboard.
 
 #: Version of the cache layout. Bump it when a table's columns or meaning change; runs written
 #: with another version are reported by `verify` and skipped by the dashboard.
-SCHEMA_VERSION = 3  # 3: number_spectrum, number_probes; digit-splitting runs (generations, not_applicable).
+SCHEMA_VERSION = 4  # 4: phase_locking, wave_peaks (core.phase).
+# 3: number_spectrum, number_probes; digit-splitting runs (generations, not_applicable).
 # 2: module_spectra_baseline, random-subspace controls, family-wise embedding null
 
 __all__ = ["SCHEMA_VERSION"]

@@ -56,6 +56,8 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "number_spectrum": ("layer", "basis", "k", "period", "magnitude", "null_mean", "null_threshold", "outlier"),
     "number_probes": ("layer", "modulus", "role", "kappa_mean", "kappa_sd", "n_splits"),
     "generations": ("id", "shots", "a", "b", "answer", "prompt", "generated", "prediction", "is_number", "correct"),
+    "phase_locking": ("kind", "layer", "period", "locking", "offset", "energy_share", "null_95", "n"),
+    "wave_peaks": ("example_id", "top", "answer", "peak", "at_answer"),
 }
 #: Tables a run may lack: the training log (models trained here only), k-shot generations (models
 #: whose numbers are not single tokens). A run also lacks the tables its manifest's
@@ -270,6 +272,15 @@ class RunWriter:
 
     def read_json(self, filename: str):
         return read_json_file(self.staging / filename)
+
+    def stage_published(self) -> dict:
+        """Copy the published run's tables into the staging folder to amend it; returns the manifest's
+        own keys (those `publish` does not write itself), to publish again."""
+        manifest = read_json_file(self.final / MANIFEST) or {}
+        for f in self.final.glob("*.parquet"):
+            shutil.copy2(f, self.staging / f.name)
+        written_by_publish = ("tables", "created", "name", "schema_version", "identity", "run_id", "options")
+        return {k: v for k, v in manifest.items() if k not in written_by_publish}
 
     def publish(self, manifest: dict) -> Path:
         """Write the manifest and move the run into place (replacing an older one by renames)."""

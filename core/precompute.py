@@ -8,6 +8,8 @@
    permutation baseline) and embedding_clusters (t-SNE + k-means).
 3. ablations: the filter grid (modules x band removed x tau, no filter, keep-one-frequency for
    periods 2 and p-1), one evaluation each, saved one by one so an interrupted grid resumes.
+4. phase: phase_locking and wave_peaks (core.phase) from the same capture pass; a run cached
+   before they existed gets them from one more capture pass (`_upgrade_run`).
 Then error_analysis, the manifest, and an atomic publish (core.cache).
 """
 
@@ -25,6 +27,7 @@ from core import SCHEMA_VERSION
 from core.behaviour import error_histogram, error_summary
 from core.cache import RunWriter, check_table, read_json_file, run_lock, run_name
 from core.errors import CoreError
+from core.phase_run import PHASE_TABLES, PhaseStage, add_batch, phase_note, phase_tables_from_model
 from core.fourier import BASES, check_basis_name, check_tau, fourier_basis, frequency_magnitudes, top_components
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample, with_shots
 
@@ -196,7 +199,7 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
                 f"run {name} is already cached with other options ({_options_text(existing)}); you asked for "
                 f"{_options_text(options)}. Pass --recompute to rebuild it with yours (the old run stays until the new one is complete)."
             )
-        if _add_number_tables(writer, loaded, p, opts, log):
+        if _upgrade_run(writer, loaded, p, opts, examples, texts, log):
             return writer.final
         if _refresh_training_log(writer, loaded, log):
             return writer.final
@@ -216,6 +219,12 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
             for t, frame in tables.items():
                 writer.write(t, frame)
         timings["measurements_s"] = round(time.time() - t1, 2)
+        if not all(writer.has(t) for t in PHASE_TABLES):  # a staging folder from before the phase stage existed
+            t_phase = time.time()
+            for t, frame in phase_tables_from_model(loaded, examples, texts, p, opts.batch_size, opts.dataset_seed,
+                                                    opts.progress).items():
+                writer.write(t, frame)
+            timings["phase_s"] = round(time.time() - t_phase, 2)
 
         t2 = time.time()
         if not (writer.has("embedding_spectrum") and writer.has("embedding_clusters")):
@@ -285,6 +294,7 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
         "taus": list(taus),
         "accuracy": acc,
         "number_representations": writer.read_json(NUMBERS_JSON),
+        "phase_locking": phase_note(len(examples), len(examples), opts.split),
         "display_order": opts.display_order,
         "timings": timings,
         "notes": notes,
@@ -318,6 +328,7 @@ def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: s
     sample_ids = _sample_ids(examples, opts.n_sample, running, opts.dataset_seed)
     sample_rows = {i for i, e in enumerate(examples) if e.id in sample_ids}
     logit_rows, wave_rows = [], []
+    phase = PhaseStage(p, n, L)
 
     for cb in iter_capture(loaded, texts, opts.batch_size, progress=opts.progress, desc="measure"):
         idx = cb.indices
@@ -337,6 +348,7 @@ def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: s
                 spectra[(m, b)] += frequency_magnitudes(bases[b], arr).sum(0)
         final = cb.logits.float()
         number_logits = final[:, number_ids]
+        add_batch(phase, unembed, cb, number_logits)
         predictions[idx] = number_logits.argmax(-1).cpu().numpy()
         losses[idx] = answer_losses(final, number_ids[ans]).cpu().numpy()
         top_is_number[idx] = torch.isin(final.argmax(-1), number_ids).cpu().numpy()
@@ -429,6 +441,7 @@ def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: s
         seed=opts.dataset_seed,
     )
     return {
+        **phase.tables(answers, [e.id for e in examples], opts.dataset_seed),
         "examples": examples_frame,
         "layer_accuracy": pd.DataFrame(acc_rows),
         "module_spectra": pd.concat(spec_rows, ignore_index=True),
@@ -700,26 +713,33 @@ def _write_number_tables(writer: RunWriter, loaded, n_numbers: int, opts: Precom
     return info
 
 
-def _add_number_tables(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, log) -> bool:
-    """A run cached before the number tables existed (schema 2) gets them; nothing else is recomputed."""
+def _upgrade_run(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, examples, texts, log) -> bool:
+    """A run cached by an older schema (2 or 3) gets the tables it lacks: the number tables (schema 3)
+    and the phase tables (schema 4, one more capture pass); nothing else is recomputed."""
     manifest = read_json_file(writer.final / "manifest.json") or {}
-    if "number_spectrum" in (manifest.get("tables") or {}) and manifest.get("schema_version") == SCHEMA_VERSION:
+    if manifest.get("schema_version") not in (2, 3):
         return False
-    if manifest.get("schema_version") not in (2, SCHEMA_VERSION):
-        return False
-    keep = _stage_published(writer)
-    t0 = time.time()
+    keep = writer.stage_published()
+    timings = dict(keep.get("timings") or {})
     import torch
 
     with torch.no_grad():
-        info = _write_number_tables(writer, loaded, p, opts, log)
-    keep["number_representations"] = info
-    keep["timings"] = {**(keep.get("timings") or {}), "numbers_s": round(time.time() - t0, 2)}
+        if not (writer.has("number_spectrum") and writer.has("number_probes")):
+            t0 = time.time()
+            keep["number_representations"] = _write_number_tables(writer, loaded, p, opts, log)
+            timings["numbers_s"] = round(time.time() - t0, 2)
+        t0 = time.time()
+        for t, frame in phase_tables_from_model(loaded, examples, texts, p, opts.batch_size, opts.dataset_seed,
+                                                opts.progress).items():
+            writer.write(t, frame)
+        timings["phase_s"] = round(time.time() - t0, 2)
+    keep["phase_locking"] = phase_note(len(examples), len(examples), opts.split)
+    keep["timings"] = timings
     fresh = _training_log(loaded)
     if fresh is not None:
         writer.write("training_log", fresh)
     writer.publish(keep)
-    log(f"run {writer.name}: number tables added (schema {SCHEMA_VERSION}); nothing else recomputed")
+    log(f"run {writer.name}: brought to schema {SCHEMA_VERSION} (number and phase tables added); nothing else recomputed")
     return True
 
 
@@ -745,7 +765,8 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
         f"this model's tokenizer writes numbers as several tokens (only 0..{loaded.numbers.P - 1} are single tokens; "
         f"{split_text}), so an answer is not one of {p} number tokens and there are no number logits to read"
     )
-    not_applicable = {t: reason for t in MEASURE_TABLES + ("embedding_spectrum", "embedding_clusters", "ablations", "ablation_errors")}
+    not_applicable = {t: reason for t in MEASURE_TABLES + PHASE_TABLES + ("embedding_spectrum", "embedding_clusters", "ablations",
+                                                                          "ablation_errors")}
     shots = tuple(sorted({*SHOTS, opts.shots}))
     pool = select_split(all_examples, "train")
     label = _model_label(opts, loaded)
@@ -803,18 +824,6 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
             writer.discard_if_empty()
 
 
-def _stage_published(writer: RunWriter) -> dict:
-    """Copy a published run's tables into the staging folder to amend it; returns the manifest's own
-    keys (those `RunWriter.publish` does not write itself), to publish again."""
-    import shutil
-
-    manifest = read_json_file(writer.final / "manifest.json") or {}
-    for f in writer.final.glob("*.parquet"):
-        shutil.copy2(f, writer.staging / f.name)
-    written_by_publish = ("tables", "created", "name", "schema_version", "identity", "run_id", "options")
-    return {k: v for k, v in manifest.items() if k not in written_by_publish}
-
-
 def _refresh_training_log(writer: RunWriter, loaded, log) -> bool:
     """A cached run of a project-trained model takes in seeds trained since (nothing else changes)."""
     fresh = _training_log(loaded)
@@ -823,7 +832,7 @@ def _refresh_training_log(writer: RunWriter, loaded, log) -> bool:
     old = writer.final / "training_log.parquet"
     if old.exists() and pd.read_parquet(old).equals(fresh):
         return False
-    keep = _stage_published(writer)
+    keep = writer.stage_published()
     writer.write("training_log", fresh)
     writer.publish(keep)
     log(f"run {writer.name}: training log refreshed ({fresh['seed'].nunique()} seed(s)); nothing else recomputed")
