@@ -15,6 +15,9 @@ setup_python() {
   # torch==2.13.0 is pinned: on these machines it installs the local CPU wheel. An unpinned torch would
   # pull several GB of CUDA packages.
   "$PY" -m pip install -q --disable-pip-version-check -r requirements.txt
+  # The project itself, editable (pyproject.toml): `import core` and `import app` work from any script or test,
+  # and the `core` command runs `python -m core`. Its dependencies are the pins just installed.
+  "$PY" -m pip install -q --disable-pip-version-check --no-deps -e .
 }
 
 setup_browser() {

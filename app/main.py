@@ -1,15 +1,8 @@
 """Entry point: `streamlit run app/main.py` (or `bash run.sh app`)."""
 
-import sys
-from pathlib import Path
+import streamlit as st
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import streamlit as st  # noqa: E402
-
-from app.common import sidebar  # noqa: E402
+from app.common import sidebar
 
 st.set_page_config(page_title="How language models add: Fourier features", page_icon="➕", layout="wide")
 

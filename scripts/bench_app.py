@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 # page, widget kind, key, two values to alternate between (None: taken from the widget's options)
 CHANGES = [
@@ -70,8 +69,7 @@ def reruns(cache_dir: str, repeats: int):
 
 
 def cold_start(cache_dir: str) -> float:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import browser
+    from app import browser
 
     t0 = time.perf_counter()
     with browser.serve(cache_dir) as base, browser.browser() as b:

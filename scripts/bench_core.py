@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 TAUS = (10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
 

@@ -9,7 +9,6 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 START, END = "<!-- results: written by scripts/results.py --readme; do not edit by hand -->", "<!-- results end -->"

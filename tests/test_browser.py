@@ -1,18 +1,18 @@
 """A real browser (Debian's Chromium, headless) opens every dashboard page and saves a screenshot."""
 
 import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import browser  # noqa: E402
+from app import browser
 
-pytestmark = pytest.mark.skipif(
-    browser.chromium_path() is None or importlib.util.find_spec("playwright") is None,
-    reason="needs Chromium and playwright: `bash run.sh setup` installs both",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        browser.chromium_path() is None or importlib.util.find_spec("playwright") is None,
+        reason="needs Chromium and playwright: `bash run.sh setup` installs both",
+    ),
+]
 
 
 def test_every_page_in_a_real_browser(app_env, tmp_path):

@@ -1,0 +1,142 @@
+"""Drive the dashboard in a real browser (Debian's Chromium, headless): serve it, open a page, check it, screenshot it.
+
+`serve` starts `streamlit run app/main.py` on a free local port; `visit` opens one page, waits until Streamlit
+has finished running, and reports the page's title, its number of charts and any error; `upload` feeds a file
+to a page's uploader. Used by the browser test (tests/test_browser.py), the screenshot script
+(scripts/browser.py) and the cold-start benchmark (scripts/bench_app.py). Needs playwright (imported when a
+browser is opened) and Chromium.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: page name -> URL path (the Tour is the default page, served at the root)
+PAGES = {"tour": "", "logit-lens": "logit-lens", "spectra": "spectra", "waves": "waves", "ablations": "ablations",
+         "embeddings": "embeddings", "training": "training", "behaviour": "behaviour"}
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+#: The page's first heading (the Tour in presentation mode has no h1)
+HEADING = '[data-testid="stMain"] h1, [data-testid="stMain"] h2, [data-testid="stMain"] h3'
+
+
+def chromium_path() -> str | None:
+    return os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(cache_dir: str | Path, models_dir: str | Path | None = None, timeout: float = 60.0):
+    """Run the dashboard on localhost; yields its base URL."""
+    port = _free_port()
+    env = dict(os.environ, FOURIER_CACHE_DIR=str(cache_dir))
+    if models_dir:
+        env["FOURIER_MODELS_DIR"] = str(models_dir)
+    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(port),
+           "--server.headless", "true", "--server.address", "127.0.0.1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+                raise RuntimeError(f"the dashboard did not start: {out[-2000:]}")
+            time.sleep(0.3)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    path = chromium_path()
+    if not path:
+        raise RuntimeError("no Chromium found: apt-get install chromium (bash run.sh setup does it)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def wait_until_idle(page, timeout_ms: int = 60000) -> None:
+    """Until Streamlit has drawn the page and stopped running the script."""
+    page.wait_for_selector(HEADING, timeout=timeout_ms)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        " && document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0",
+        timeout=timeout_ms,
+    )
+    page.wait_for_timeout(800)  # charts finish their own drawing
+
+
+def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: int = 2600) -> dict:
+    """Open one page; report its title, number of charts and errors; optionally save a screenshot."""
+    page = b.new_page(viewport={"width": width, "height": height})
+    try:
+        page.goto(url)
+        wait_until_idle(page)
+        report = {
+            "url": url,
+            "title": page.locator(HEADING).first.inner_text(),
+            "charts": page.locator(".vega-embed").count(),
+            "errors": [e.inner_text() for e in page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all()]
+            + (["page not found"] if page.get_by_text("Page not found").count() else []),
+        }
+        if out_png is not None:
+            out_png.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(out_png))
+        return report
+    finally:
+        page.close()
+
+
+def upload(b, url: str, file: Path) -> str:
+    """Open a page, upload `file` into its file uploader, return the page's text once it has rerun."""
+    page = b.new_page(viewport={"width": 1400, "height": 2600})
+    try:
+        page.goto(url)
+        wait_until_idle(page)
+        page.set_input_files('[data-testid="stFileUploaderDropzoneInput"]', str(file))
+        page.wait_for_selector(f"text=answers in {file.name}", timeout=60000)
+        wait_until_idle(page)
+        return page.inner_text("body")
+    finally:
+        page.close()
