@@ -459,8 +459,9 @@ def verify_run(path: str | Path, deep: bool = True) -> list[str]:
     if manifest.get("schema_version") != SCHEMA_VERSION:
         problems.append(
             f"schema version {manifest.get('schema_version')} (this code reads {SCHEMA_VERSION}): "
-            + ("run the same precompute again: it adds the number tables and keeps the rest"
-               if manifest.get("schema_version") == 2 else "recompute the run")
+            + ("run the same precompute again (it adds the tables of the newer schema and keeps the rest), or, when the "
+               "model is not here, `python -m core upgrade` (phase tables from the run's cached sample)"
+               if manifest.get("schema_version") in (2, 3) else "recompute the run")
         )
     tables = manifest.get("tables") if isinstance(manifest.get("tables"), dict) else {}
     for t in required_tables(manifest):

