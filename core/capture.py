@@ -68,7 +68,8 @@ def left_pad(seqs, pad_id: int):
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def _accepts(model, name: str) -> bool:
+def forward_accepts(model, name: str) -> bool:
+    """Whether the model's forward takes the keyword `name` (e.g. logits_to_keep, which older architectures lack)."""
     try:
         return name in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -87,7 +88,7 @@ def forward_batch(loaded, batch: PreparedBatch):
         position_ids=batch.position_ids.to(device),
         use_cache=False,
     )
-    if _accepts(model, "logits_to_keep"):
+    if forward_accepts(model, "logits_to_keep"):
         kwargs["logits_to_keep"] = 1
     with torch.no_grad():
         out = model(**kwargs)

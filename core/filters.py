@@ -661,7 +661,7 @@ def _answer_position_passes(
     """
     import torch
 
-    from core.capture import _accepts
+    from core.capture import forward_accepts
 
     model = loaded.model
     device = loaded.input_device
@@ -680,7 +680,7 @@ def _answer_position_passes(
             if stored is not None:
                 stored.cache.put(stored.batch_no, prefix)
     per_call = max(1, rows_per_call // B)
-    extra = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
+    extra = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
     copies = _PrefixCopies(prefix, min(per_call, len(conditions)), B) if prefix is not None else None
     for first in range(0, len(conditions), per_call):
         group = conditions[first : first + per_call]

@@ -205,7 +205,7 @@ class FineTuneModel:
             self.lora[name] = wrapped
 
     def load_factors(self, start: "StartDelta") -> None:
-        """Start the LoRA factors from an earlier stage's delta (`_start_delta`): its first `rank`
+        """Start the LoRA factors from an earlier stage's delta (`load_start_delta`): its first `rank`
         factors, B scaled so that the update equals the delta's (its scale over this model's)."""
         import torch
 
@@ -276,7 +276,7 @@ def state_digest(state: dict) -> str:
     return h.hexdigest()
 
 
-def _unique_state(model) -> dict:
+def unique_state(model) -> dict:
     """The model's state dict with tied tensors once (the names `save_pretrained` keeps)."""
     seen, out = set(), {}
     for name, t in model.state_dict().items():
@@ -438,10 +438,10 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
         raise CoreError(f"the base model {base} is not here; {import_hint(base)}")
     t0 = time.time()
     model, tokenizer = merged_model(base, tensors, meta)
-    digest = state_digest(_unique_state(model))
+    digest = state_digest(unique_state(model))
     recorded = meta.get("rebuilt_sha256")
     if check and recorded and digest != recorded:
-        base_now = state_digest(_unique_state(_load_base(base)))
+        base_now = state_digest(unique_state(load_base(base)))
         if meta.get("base_sha256") and base_now != meta["base_sha256"]:
             what = (f"the base model in {base} is not the one the delta was trained on: import it again "
                     f"(python -m core import-model smollm2-135m --force) or name the right one with --base")
@@ -471,7 +471,8 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
     return folder
 
 
-def _load_base(base_folder: str):
+def load_base(base_folder: str):
+    """The imported base model (float32, safetensors only) that a delta is trained against and merged into."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -545,7 +546,7 @@ class FrozenBottom:
     def __init__(self, model, encoded, first_trained: int, precision: str, batch_size: int = 256):
         import torch
 
-        from core.train import _autocast, model_device
+        from core.train import autocast, model_device
 
         self.inner = _stack(model)
         device = model_device(model)
@@ -555,7 +556,7 @@ class FrozenBottom:
         for i, n in enumerate(self.lengths):
             by_length.setdefault(int(n), []).append(i)
         self.tensors, self.row = {}, np.zeros(len(encoded), dtype=np.int64)
-        with torch.no_grad(), _autocast(precision, device.type):
+        with torch.no_grad(), autocast(precision, device.type):
             for n, idx in sorted(by_length.items()):
                 parts = []
                 for s in range(0, len(idx), batch_size):
@@ -574,10 +575,10 @@ class FrozenBottom:
         """Answer-token cross-entropy of the prompts `idx`, running only blocks K.. on their kept states."""
         import torch
 
-        from core.train import _autocast
+        from core.train import autocast
 
         states = self(idx)
-        with _autocast(precision, states.device.type):
+        with autocast(precision, states.device.type):
             hidden = run_blocks(self.inner, states, self.inner.layers[self.K :])
             logits = model.lm_head(self.inner.norm(hidden[:, -1]))
         return torch.nn.functional.cross_entropy(logits.float(), target.to(states.device))
@@ -644,7 +645,7 @@ def _require_same_recipe(saved: dict | None, recipe, ckpt: Path) -> None:
         raise CoreError(f"the checkpoint in {ckpt} was made with other settings ({', '.join(changed)}): use --restart to start again")
 
 
-def _start_delta(path: str, base_digest: str, rank: int) -> "StartDelta":
+def load_start_delta(path: str, base_digest: str, rank: int) -> "StartDelta":
     """The tensors of an earlier stage's delta, checked (same base model, at least `rank` factors),
     with the scale its factors were written with; `FineTuneModel.load_factors` rescales B to the recipe's."""
     tensors, meta = read_delta(Path(path))
@@ -685,7 +686,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
 
     from core.models import load_model, resolve_source
     from core.tasks import build_examples, number_space, select_split
-    from core.train import TrainResult, AdditionBatches, _autocast, _bar, _schedule, answer_loss, evaluate_split
+    from core.train import TrainResult, AdditionBatches, autocast, step_bar, lr_schedule, answer_loss, evaluate_split
 
     spec = recipe.number_tokens or {}
     lora = recipe.lora or {}
@@ -711,14 +712,14 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
 
     ckpt = out / "checkpoint"
     resume = ckpt.exists() and not restart
-    base = _load_base(base_folder)
-    base_digest = state_digest(_unique_state(base))
+    base = load_base(base_folder)
+    base_digest = state_digest(unique_state(base))
     tokenizer = AutoTokenizer.from_pretrained(base_folder)
     base_rows = base.get_input_embeddings().weight.detach().numpy()
     start = lora.get("init_delta")  # an earlier stage's delta: its rows and its factors (cut to rank) are the start
     frozen = int(spec.get("frozen_blocks", 0))
     # read on a resume too when lower blocks are frozen: they keep its factors, which the checkpoint does not hold
-    start_tensors = _start_delta(start, base_digest, rank) if start and (frozen or not resume) else None
+    start_tensors = load_start_delta(start, base_digest, rank) if start and (frozen or not resume) else None
     if start_tensors is not None:
         rows = start_tensors.tensors["number_rows"].float().numpy()  # on a resume, replaced by the checkpoint's
         if not resume:
@@ -758,7 +759,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         {"params": [v for k, v in params.items() if k != "number_rows"], "weight_decay": recipe.weight_decay},
     ]
     opt = torch.optim.AdamW(groups, lr=recipe.lr, betas=(0.9, 0.98), eps=1e-8)
-    sched = _schedule(opt, sum(batches_per_epoch), recipe.warmup_steps, recipe.min_lr_ratio)
+    sched = lr_schedule(opt, sum(batches_per_epoch), recipe.warmup_steps, recipe.min_lr_ratio)
     every = int(spec.get("checkpoint_steps", 50))
     stop_at = spec.get("stop_at_val_accuracy")
     state = {"epoch": 0, "step": 0, "log": [], "elapsed_s": 0.0, "recipe": _resume_key(recipe),
@@ -775,7 +776,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         bottom = FrozenBottom(model, data["train"].encoded, frozen, recipe.precision)
         log(f"blocks 0..{frozen - 1} frozen: their output for {len(data['train'])} training prompts kept ({time.time() - t_bottom:.0f}s)")
     model.train()
-    bar = _bar(sum(batches_per_epoch[state["epoch"]:]) - state["step"], f"fine-tune {recipe.name}", progress)
+    bar = step_bar(sum(batches_per_epoch[state["epoch"]:]) - state["step"], f"fine-tune {recipe.name}", progress)
     t0 = time.time()
     # a run that already met its stop rule (then stopped or was interrupted) trains no further
     stopped = stop_at is not None and any(r["split"] == "val" and r["epoch"] == state["epoch"] and r["accuracy"] >= stop_at for r in state["log"])
@@ -839,7 +840,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     # recorded and its test accuracy measured
     tensors = delta_tensors(tuned, log=log)
     rebuilt, rebuilt_tok = merged_model(base_folder, tensors, meta)
-    meta["rebuilt_sha256"] = state_digest(_unique_state(rebuilt))
+    meta["rebuilt_sha256"] = state_digest(unique_state(rebuilt))
     save_delta(out / DELTA_FILE, tensors, meta)
     # scored as precompute scores it: the rebuilt model, its own tokenizer, float32
     test_examples = select_split(examples, "test")

@@ -325,7 +325,7 @@ def answer_loss(model, ids, mask, pos, target, precision: str = "float32"):
 
     device = model_device(model)
     ids, mask, pos, target = (t.to(device) for t in (ids, mask, pos, target))
-    with _autocast(precision, device.type):
+    with autocast(precision, device.type):
         logits = answer_logits(model, ids, mask, pos)
     return torch.nn.functional.cross_entropy(logits.float(), target)
 
@@ -339,7 +339,7 @@ def evaluate_split(model, data: AdditionBatches, number_ids, batch_size: int, pr
     ids_t = torch.as_tensor(number_ids, device=device)
     correct, loss_sum = 0, 0.0
     model.eval()
-    with torch.no_grad(), _autocast(precision, device.type):
+    with torch.no_grad(), autocast(precision, device.type):
         for idx, ids, mask, pos, target in data.batches(batch_size * 4, order):
             ids, mask, pos, target = (t.to(device) for t in (ids, mask, pos, target))
             logits = answer_logits(model, ids, mask, pos).float()
@@ -350,7 +350,8 @@ def evaluate_split(model, data: AdditionBatches, number_ids, batch_size: int, pr
     return correct / len(order), loss_sum / len(order)
 
 
-def _autocast(precision: str, device_type: str = "cpu"):
+def autocast(precision: str, device_type: str = "cpu"):
+    """bfloat16 autocast on `device_type` for precision "bfloat16", otherwise a context that does nothing."""
     import contextlib
 
     import torch
@@ -408,9 +409,9 @@ def pretrain(model, tokenizer, recipe: Recipe, log, progress):
     bs = int(cfg.get("batch_size", recipe.batch_size))
     steps = epochs * math.ceil(len(enc) / bs)
     opt = _optimizer(model, float(cfg.get("lr", recipe.lr)), recipe.weight_decay)
-    sched = _schedule(opt, steps, recipe.warmup_steps, 0.0)
+    sched = lr_schedule(opt, steps, recipe.warmup_steps, 0.0)
     pad = tokenizer.pad_token_id
-    bar = _bar(steps, "pre-train", progress)
+    bar = step_bar(steps, "pre-train", progress)
     t0 = time.time()
     for epoch in range(epochs):
         order = np.random.default_rng((recipe.seed, 1000 + epoch)).permutation(len(enc))
@@ -424,7 +425,7 @@ def pretrain(model, tokenizer, recipe: Recipe, log, progress):
                 ids[r, : len(s)] = torch.tensor(s)
                 labels[r, : len(s)] = torch.tensor(s)
             mask = (labels != -100).long()
-            with _autocast(recipe.precision):
+            with autocast(recipe.precision):
                 loss = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -457,7 +458,8 @@ def _optimizer(model, lr: float, weight_decay: float):
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98), eps=1e-8)
 
 
-def _schedule(opt, total_steps: int, warmup: int, min_ratio: float):
+def lr_schedule(opt, total_steps: int, warmup: int, min_ratio: float):
+    """Linear warm-up over `warmup` steps, then linear decay to `min_ratio` of the rate at `total_steps`."""
     import torch
 
     def factor(step):
@@ -469,7 +471,8 @@ def _schedule(opt, total_steps: int, warmup: int, min_ratio: float):
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def _bar(total, desc, enabled):
+def step_bar(total, desc, enabled):
+    """A progress bar of training steps on stderr; `enabled` None: shown when stderr is a terminal."""
     from tqdm.auto import tqdm
 
     if enabled is None:
@@ -604,7 +607,7 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
 
     steps_per_epoch = math.ceil(len(data["train"]) / recipe.batch_size)
     opt = _optimizer(model, recipe.lr, recipe.weight_decay)
-    sched = _schedule(opt, recipe.epochs * steps_per_epoch, recipe.warmup_steps, recipe.min_lr_ratio)
+    sched = lr_schedule(opt, recipe.epochs * steps_per_epoch, recipe.warmup_steps, recipe.min_lr_ratio)
     log_rows: list[dict] = []
     start_epoch, elapsed = 0, 0.0
     if resume:
@@ -614,7 +617,7 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
             frozen.restore()
         log(f"resuming {recipe.name} (seed {recipe.seed}) after epoch {start_epoch}")
     model.train()
-    bar = _bar((recipe.epochs - start_epoch) * steps_per_epoch, f"train {recipe.name}", progress)
+    bar = step_bar((recipe.epochs - start_epoch) * steps_per_epoch, f"train {recipe.name}", progress)
     for epoch in range(start_epoch, recipe.epochs):
         t0 = time.time()
         order = np.random.default_rng((recipe.seed, epoch)).permutation(len(data["train"]))

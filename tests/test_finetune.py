@@ -118,7 +118,7 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     import torch
     from safetensors.torch import load_file
 
-    from core.finetune import DELTA_FILE, read_delta, rebuild, state_digest, _unique_state
+    from core.finetune import DELTA_FILE, read_delta, rebuild, state_digest, unique_state
     from core.models import load_model
     from core.train import train_from_recipe  # noqa: F401  (the CLI's entry dispatches here)
     from core.finetune import finetune
@@ -172,7 +172,7 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     ids = lm.numbers.ids_for(25)
     acc, _ = evaluate_split(lm.model, AdditionBatches(lm.tokenizer, test, ids), ids, 16, "float32")
     assert acc == summary["rebuilt_test_accuracy_float32"]
-    assert state_digest(_unique_state(lm.model)) == meta_a["rebuilt_sha256"]
+    assert state_digest(unique_state(lm.model)) == meta_a["rebuilt_sha256"]
     base_w = load_file(str(tiny_base / "model.safetensors"))["model.embed_tokens.weight"]
     assert torch.equal(lm.model.get_input_embeddings().weight[: base_w.shape[0]], base_w)
     assert json.loads((fresh / "provenance.json").read_text())["kind"] == "fine-tuned"
@@ -341,12 +341,12 @@ def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tm
     import torch
     from transformers import AutoTokenizer
 
-    from core.finetune import DELTA_FILE, FineTuneModel, FrozenBottom, _load_base, add_number_tokens, finetune, read_delta
+    from core.finetune import DELTA_FILE, FineTuneModel, FrozenBottom, load_base, add_number_tokens, finetune, read_delta
     from core.tasks import build_examples, select_split
     from core.train import AdditionBatches, answer_loss
 
     # the loss on kept states equals the whole model's loss, batch by batch (LoRA moved off zero)
-    base = _load_base(str(tiny_base))
+    base = load_base(str(tiny_base))
     tok = AutoTokenizer.from_pretrained(tiny_base)
     ids = add_number_tokens(tok, 25)
     rows = np.random.default_rng(0).standard_normal((25, 64)).astype(np.float32)
@@ -441,16 +441,16 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from core.finetune import DELTA_FILE, FineTuneModel, _start_delta, add_number_tokens, finetune, merged_model, read_delta
-    from core.finetune import state_digest, _unique_state
+    from core.finetune import DELTA_FILE, FineTuneModel, load_start_delta, add_number_tokens, finetune, merged_model, read_delta
+    from core.finetune import state_digest, unique_state
 
     stage1 = finetune(tiny_recipe(tiny_base, tmp_path / "s1", lora={"rank": 6, "alpha": 3, "targets": ["q_proj", "down_proj"], "train": "full"}, epochs=1),
                       log=lambda *_: None)
     delta = stage1.out / DELTA_FILE
     tensors, meta = read_delta(delta)
     base = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
-    digest = state_digest(_unique_state(base))
-    start = _start_delta(str(delta), digest, 6)
+    digest = state_digest(unique_state(base))
+    start = load_start_delta(str(delta), digest, 6)
     tok = AutoTokenizer.from_pretrained(tiny_base)
     add_number_tokens(tok, 25)
     tuned = FineTuneModel(base, start.tensors["number_rows"].float().numpy(), 6, 12.0, ("q_proj", "down_proj"), seed=0)
@@ -460,9 +460,9 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     with torch.no_grad():
         assert torch.allclose(tuned.model(ids).logits, want(ids).logits, atol=1e-4)
     with pytest.raises(CoreError, match="rank-6 factors"):
-        _start_delta(str(delta), digest, 7)
+        load_start_delta(str(delta), digest, 7)
     with pytest.raises(CoreError, match="another base model"):
-        _start_delta(str(delta), "0" * 64, 4)
+        load_start_delta(str(delta), "0" * 64, 4)
     # the recipe path: a second stage trains from it and ships its own delta
     stage2 = finetune(tiny_recipe(tiny_base, tmp_path / "s2", lora={"rank": 4, "alpha": 8, "targets": ["q_proj", "down_proj"], "init_delta": str(delta)},
                                   epochs=1), log=lambda *_: None)

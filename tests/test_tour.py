@@ -210,7 +210,10 @@ def test_step_7_shows_a_model_that_learned_from_text_on_a_tie(monkeypatch):
 def test_logit_lens_sentence_gives_the_last_layer_both_ways(run):
     """The lens without the final norm (the paper's) at the last layer is not the model's answer: the
     sentence gives the same layer through the final norm too, each figure read from the table."""
-    from core.claims import TableRun, _pct, claim_logit_lens
+    from core.claims import TableRun, claim_logit_lens
+
+    def pct(x: float) -> str:  # how the claims write a share
+        return f"{100 * x:.1f}%"
 
     run = TableRun(CACHE, run.name)
     if "layer_accuracy" not in run.manifest["tables"]:
@@ -218,6 +221,6 @@ def test_logit_lens_sentence_gives_the_last_layer_both_ways(run):
     la = run.table("layer_accuracy")
     top = la[la["layer"] == la["layer"].max()].set_index("final_norm")["exact"]
     measured = claim_logit_lens(run).measured
-    assert f"at the last layer ({int(la['layer'].max())}), {_pct(top[False])} exact" in measured
+    assert f"at the last layer ({int(la['layer'].max())}), {pct(top[False])} exact" in measured
     if True in top.index:
-        assert f"through the final norm, as the model reads it: {_pct(top[True])}" in measured
+        assert f"through the final norm, as the model reads it: {pct(top[True])}" in measured
