@@ -64,7 +64,8 @@ def phase_tables_from_model(loaded, examples, texts, p: int, batch_size: int, se
     return stage.tables([e.answer for e in examples], [e.id for e in examples], seed)
 
 
-def phase_tables_from_sample(module_logits: pd.DataFrame, examples: pd.DataFrame, p: int, n_layers: int, seed: int) -> dict:
+def phase_tables_from_sample(module_logits: pd.DataFrame, examples: pd.DataFrame, p: int, n_layers: int, seed: int,
+                             shuffles: int = NULL_SHUFFLES) -> dict:
     """The phase tables from a run's cached per-example logits (its sample, `in_sample`), when the
     model itself is not here. Far fewer examples: the null is computed for that n and is high."""
     sample = examples[examples["id"].isin(set(module_logits["example_id"].astype(str)))]
@@ -83,7 +84,7 @@ def phase_tables_from_sample(module_logits: pd.DataFrame, examples: pd.DataFrame
 
         stage.add([i], rows("resid", range(L + 1))[None], rows("attn", range(1, L + 1))[None],
                   rows("mlp", range(1, L + 1))[None], rows("final", [L]))
-    return stage.tables(sample["answer"].to_numpy(), ids, seed)
+    return stage.tables(sample["answer"].to_numpy(), ids, seed, shuffles)
 
 
 def phase_note(n: int, n_split: int, split: str) -> dict:
