@@ -30,30 +30,31 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
         return {**{k: "not tested" for k in STEP_KEYS}, **out}
     ex = t("examples")
     acc = ex["correct"].mean()
-    out["accuracy"] = "agrees" if acc >= 0.95 else "partly" if acc >= 0.5 else "does not"
+    if "training_log" in manifest["tables"]:  # judged on validation: the last epoch of the shipped seed at the run's width
+        log = t("training_log")
+        val = log[(log["split"] == "val") & (log["width"] == manifest["width"])]
+        seed = (run_origin(manifest)["recipe"] or {}).get("seed", 0)
+        val = val[val["seed"] == seed]
+        acc = val[val["epoch"] == val["epoch"].max()]["accuracy"].mean()
+    out["accuracy"] = "agrees" if acc >= 0.99 else "partly" if acc >= 0.90 else "does not"
 
     la = t("layer_accuracy")
     la = la[~la["final_norm"]].sort_values("layer")
-    inner = la[la["layer"] < la["layer"].max()]
+    L = la["layer"].max()
+    inner = la[la["layer"] < L]
     gaps = (inner["within_10"] - inner["exact"]).to_numpy()
-    i = int(np.argmax(gaps))
-    out["logit_lens"] = (
-        "agrees" if gaps[i] >= 0.25 and inner["within_10"].iloc[i] >= 0.5 else "partly" if gaps[i] >= 0.10 else "does not"
-    )
+    early = ((inner["layer"] <= 0.75 * L) & (inner["within_10"] >= 0.5) & (gaps >= 0.25)).any()
+    out["logit_lens"] = "agrees" if early else "partly" if gaps.max() >= 0.10 else "does not"
+
+    pl = t("phase_locking")
+    pl = pl[pl["kind"].isin(["attn", "mlp"]) & pl["period"].isin(SHORT)]
+    lock = pl[(pl["locking"] > pl["null_95"]) & (pl["energy_share"] >= 0.05)]
+    mlp2 = ((lock["kind"] == "mlp") & (lock["period"] == 2.0)).any()
+    attn510 = ((lock["kind"] == "attn") & lock["period"].isin([5.0, 10.0])).any()
+    whole = pl["n"].iloc[0] == len(ex)
+    out["module_waves"] = "agrees" if mlp2 and attn510 else "partly" if len(lock) else "does not" if whole else "not tested"
 
     p = manifest["p"]
-    basis = fourier_basis(p, "paper")
-    ml = t("module_logits")
-    ml = ml[(ml["example_id"] == "15+93") & ml["module"].isin(["attn", "mlp"])]
-    dominant = []
-    for (module, layer), g in ml.groupby(["module", "layer"], observed=True):
-        k = int(np.argmax(frequency_magnitudes(basis, g.sort_values("number")["logit"].to_numpy(float)))) + 1
-        dominant.append((str(module), (p - 1) / k))
-    mlp2 = any(m == "mlp" and np.isclose(T, 2) for m, T in dominant)
-    attn510 = any(m == "attn" and (np.isclose(T, 5) or np.isclose(T, 10)) for m, T in dominant)
-    short = any(any(np.isclose(T, s) for s in SHORT) for _, T in dominant)
-    out["module_waves"] = "agrees" if mlp2 and attn510 else "partly" if short else "does not"
-
     spec = t("module_spectra")
     spec = spec[spec["basis"] == "paper"]
     L = manifest["n_layers"]
@@ -67,24 +68,23 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
     b = any(any(np.isclose(T, s) for s in SHORT) for T in tops["attn"])
     out["spectra"] = "agrees" if a and b else "partly" if a or b else "does not"
 
-    w = t("final_waves")
-    w = w[(w["example_id"] == "15+93") & (w["basis"] == "paper") & (w["rank"] <= 5)]
-    total = w.groupby("number")["value"].sum()
-    at_answer = int(total.idxmax()) == 108
-    ks = w.groupby("rank")["k"].first()
-    both = bool((ks < 50).any() and (ks >= 50).any())
-    n_short = len({s for s in SHORT if any(np.isclose((p - 1) / k, s) for k in ks)})
-    out["waves"] = (
-        "agrees" if at_answer and (ks < 50).any() and n_short >= 2 else "partly" if at_answer or both else "does not"
-    )
+    peaks = t("wave_peaks")
+    s5 = peaks[peaks["top"] == 5]["at_answer"].mean()
+    s10 = peaks[peaks["top"] == 10]["at_answer"].mean()
+    out["waves"] = "agrees" if s5 >= 0.75 else "partly" if s10 >= 0.75 or s5 >= 0.25 else "does not"
 
     ab = t("ablations")
     taus = sorted(ab["tau"].dropna().unique())
     tau = min(taus, key=lambda x: (abs(x - 50), x))
-    acc_of = lambda m, r: float(ab[(ab["modules"] == m) & (ab["removed"] == r) & (ab["tau"] == tau)]["accuracy"].iloc[0])  # noqa: E731
-    a = acc_of("mlp", "low") <= acc_of("attn", "low") - 0.10
-    b = acc_of("attn", "high") <= acc_of("mlp", "high") - 0.10
-    out["ablations"] = "agrees" if a and b else "partly" if a or b else "does not"
+    base = float(ab[ab["removed"] == "none"]["accuracy"].iloc[0])
+
+    def acc_of(m, r):
+        return float(ab[(ab["modules"] == m) & (ab["removed"] == r) & (ab["tau"] == tau)]["accuracy"].iloc[0])
+
+    shows = [acc_of(m, other) >= 0.9 * base and acc_of(m, band) <= acc_of(m, other) - 0.10
+             and acc_of(m, band) <= acc_of(m, f"random-{band}") - 0.10
+             for m, band, other in (("mlp", "low", "high"), ("attn", "high", "low"))]
+    out["ablations"] = "agrees" if all(shows) else "partly" if any(shows) else "does not"
 
     es = t("embedding_spectrum")
     es = es[(es["basis"] == "paper") & (es["matrix"] == "input") & es["outlier"]]
@@ -96,7 +96,28 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
         out["embeddings"] = "agrees" if found == 0 else "does not"
     else:
         out["embeddings"] = "agrees" if found >= 3 else "partly" if found else "does not"
+    if digit_derived(manifest) and out["embeddings"] == "agrees":
+        out["embeddings"] = "partly"
     return out
+
+
+def digit_derived(manifest: dict) -> bool:
+    """Number rows started from a digit-splitting model's hidden state, or read at a number's last digit token."""
+    origin = run_origin(manifest)
+    return bool((origin["kind"] == "fine-tuned" and (origin["recipe"] or {}).get("number_tokens"))
+                or (manifest.get("number_representations") or {}).get("single_token") is False)
+
+
+def expected_behaviour_verdict(name: str, manifest: dict) -> str:
+    from scipy.stats import binomtest
+
+    ea = read_table(CACHE, name, "error_analysis")
+    row = ea[ea["source"] == "model"].iloc[0] if (ea["source"] == "model").any() else ea.iloc[-1]
+    wrong = int(row.get("n_wrong_numbers", row["n_wrong"]))
+    if wrong < 20:
+        return "not tested"
+    p = binomtest(int(round(row["share_multiple_of_10"] * wrong)), wrong, 0.1, alternative="greater").pvalue
+    return "agrees" if p < 0.01 and row["share_multiple_of_10"] >= 0.5 else "partly" if p < 0.01 else "does not"
 
 
 def expected_numbers_verdict(name: str, manifest: dict) -> str:
@@ -109,7 +130,16 @@ def expected_numbers_verdict(name: str, manifest: dict) -> str:
         return "not tested"
     if kind == "scratch":
         return "agrees" if found == 0 else "does not"
-    return "agrees" if found >= 3 else "partly" if found else "does not"
+    verdict = "agrees" if found >= 3 else "partly" if found else "does not"
+    return "partly" if verdict == "agrees" and digit_derived(manifest) else verdict
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
+@pytest.mark.parametrize("run", SHIPPED, ids=[r.name[:24] for r in SHIPPED])
+def test_behaviour_verdict_follows_the_rule_on_every_shipped_run(run):
+    from core.claims import TableRun, claim_behaviour
+
+    assert claim_behaviour(TableRun(CACHE, run.name)).verdict == expected_behaviour_verdict(run.name, run.manifest)
 
 
 def shown_verdict(at) -> tuple[str, str]:
@@ -185,12 +215,14 @@ def test_a_run_that_cannot_answer_a_claim_says_so(tmp_path):
 
 
 @pytest.mark.skipif(not any(run_origin(r.manifest)["kind"] == "external" for r in SHIPPED), reason="no real pre-trained run shipped")
-def test_step_7_shows_a_model_that_learned_from_text_on_a_tie(monkeypatch):
-    """Where do the features come from: with the best run shown, a tie between a real pre-trained
-    model and the from-scratch control (both agree) goes to the pre-trained model."""
+def test_step_7_best_run_shows_the_best_verdict_and_the_digit_caveat_of_a_real_model(monkeypatch):
+    """Where do the features come from: with the best run shown, step 7 shows a verdict no shipped run
+    beats; the real pre-trained SmolLM2 reads numbers digit by digit, so its verdict is capped at
+    "partly" and says why (the from-scratch control's "agrees" wins)."""
     from streamlit.testing.v1 import AppTest
 
     import streamlit as st
+    from core.claims import VERDICT_SCORE
 
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(CACHE))
     st.cache_data.clear()
@@ -200,9 +232,10 @@ def test_step_7_shows_a_model_that_learned_from_text_on_a_tie(monkeypatch):
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     verdict, _ = shown_verdict(at)
-    text = " ".join(m.value for m in at.markdown)
-    external = [r.manifest["label"] for r in SHIPPED if run_origin(r.manifest)["kind"] == "external"]
-    assert verdict == "agrees" and any(f"**{label}" in text for label in external), text[:2000]
+    best = max(VERDICT_SCORE[expected_numbers_verdict(r.name, r.manifest)] for r in SHIPPED)
+    assert VERDICT_SCORE[verdict] == best
+    external = next(r for r in SHIPPED if run_origin(r.manifest)["kind"] == "external")
+    assert expected_numbers_verdict(external.name, external.manifest) == "partly"
 
 
 @pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
@@ -221,6 +254,6 @@ def test_logit_lens_sentence_gives_the_last_layer_both_ways(run):
     la = run.table("layer_accuracy")
     top = la[la["layer"] == la["layer"].max()].set_index("final_norm")["exact"]
     measured = claim_logit_lens(run).measured
-    assert f"at the last layer ({int(la['layer'].max())}), {pct(top[False])} exact" in measured
+    assert f"of {int(la['layer'].max())}," in measured and f"at the last layer, {pct(top[False])} exact" in measured
     if True in top.index:
         assert f"through the final norm, as the model reads it: {pct(top[True])}" in measured
