@@ -8,12 +8,15 @@ reopens the same page, run, layer, cutoff and ablation.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import altair as alt
 import pandas as pd
 import streamlit as st
 
+from app.shared import vega_spec
 from core import cache as run_cache
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -49,9 +52,53 @@ def term(name: str) -> str:
 # ----------------------------------------------------------------------------- cached reads
 
 
-@st.cache_data(show_spinner=False, ttl=30)
 def valid_runs(cache_dir: str) -> tuple[list[dict], list[dict]]:
-    """(good runs, broken runs) of the cache folder: name, label, manifest / problems."""
+    """(good runs, broken runs) of the cache folder: name, label, manifest / problems.
+
+    Shared by every session and checked deeply (checksums, rows, columns) once per state of the
+    cache: the key is every run file's size, modification time and inode, read again at most once
+    a second, so a rerun pays a few stat calls, and a table rebuilt, changed or corrupted on disk is
+    checked afresh on the next rerun after it changed."""
+    return _listing(cache_dir, _cache_signature(cache_dir))
+
+
+_SIGNATURES: dict[str, tuple[float, tuple]] = {}
+_SIGNATURE_LOCK = threading.Lock()
+
+
+def _cache_signature(cache_dir: str, max_age: float = 1.0) -> tuple:
+    now = time.monotonic()
+    with _SIGNATURE_LOCK:
+        seen = _SIGNATURES.get(cache_dir)
+        if seen is not None and now - seen[0] < max_age:
+            return seen[1]
+    sig = []
+    try:
+        entries = sorted(os.scandir(cache_dir), key=lambda e: e.name)
+    except OSError:
+        entries = []
+    for e in entries:
+        if e.name.startswith("."):
+            continue
+        try:
+            if e.is_symlink():
+                sig.append((e.name, "symlink"))
+            elif e.is_dir():
+                files = []
+                for f in os.scandir(e.path):
+                    s = f.stat(follow_symlinks=False)
+                    files.append((f.name, s.st_size, s.st_mtime_ns, s.st_ino))
+                sig.append((e.name, tuple(sorted(files))))
+        except OSError as exc:  # a folder removed while we looked: listed again next time
+            sig.append((e.name, type(exc).__name__))
+    sig = tuple(sig)
+    with _SIGNATURE_LOCK:
+        _SIGNATURES[cache_dir] = (now, sig)
+    return sig
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _listing(cache_dir: str, _signature_key: tuple) -> tuple[list[dict], list[dict]]:
     good, broken = [], []
     for r in run_cache.list_runs(cache_dir, deep=True):  # checksums too: a corrupt table never reaches a page
         # list_runs checks the manifest's shape too (keys the pages read, their types): a run lacking
@@ -64,9 +111,10 @@ def valid_runs(cache_dir: str) -> tuple[list[dict], list[dict]]:
     return good, broken
 
 
-@st.cache_data(show_spinner=False, max_entries=256)
+@st.cache_resource(show_spinner=False, max_entries=256)
 def table(cache_dir: str, run: str, name: str, created: str) -> pd.DataFrame:
-    """One table of a run (`created` keys the cache, so a rebuilt run is read afresh)."""
+    """One table of a run (`created` keys the cache, so a rebuilt run is read afresh), read once
+    per process and shared by every session: callers get it through `Run.table`, as a shallow copy."""
     frame = run_cache.read_table(cache_dir, run, name)
     for col in frame.columns:
         if isinstance(frame[col].dtype, pd.CategoricalDtype):
@@ -84,7 +132,8 @@ class Run:
 
     def table(self, name: str) -> pd.DataFrame:
         try:
-            return table(str(cache_dir()), self.name, name, self.manifest.get("created", ""))
+            # a shallow copy of the shared frame: pandas copies on write, so a page that changes it changes its own
+            return table(str(cache_dir()), self.name, name, self.manifest.get("created", "")).copy(deep=False)
         except Exception as exc:  # a table changed on disk after the run was listed
             st.error(
                 f"Run {self.name} cannot be read ({name}: {type(exc).__name__}). Check it with "
@@ -112,15 +161,16 @@ class Run:
         return self.p - 1
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_resource(show_spinner=False, max_entries=64)
 def run_claims(cache: str, name: str, created: str) -> dict:
-    """The story's claims for one run (core.claims), computed from its tables once per run version."""
+    """The story's claims for one run (core.claims), computed from its tables once per run version and
+    shared by every session (read-only)."""
     from core import claims
 
     return claims.run_claims(claims.TableRun(cache, name))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_resource(show_spinner=False, max_entries=16)
 def training_claim(cache: str, names: tuple[str, ...], created: tuple[str, ...]):
     """The training claim over the runs `names` (those with training logs)."""
     from core import claims
@@ -434,7 +484,11 @@ def _file_stem(chart, key: str) -> str:
 def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, name: str | None = None) -> None:
     """The chart, its one-line caption, and downloads of the chart (PNG, SVG) and its data (CSV)."""
     name = name or _file_stem(chart, key)
-    st.altair_chart(chart, width="stretch", theme=None)  # the chart's own colours: the same as the PNG/SVG download
+    spec = vega_spec(chart)  # a figure shared by all sessions comes converted already (app/shared.py)
+    if spec is not None:
+        st.vega_lite_chart(spec=spec, width="stretch", theme=None)
+    else:
+        st.altair_chart(chart, width="stretch", theme=None)  # the chart's own colours: the same as the PNG/SVG download
     st.caption(caption)
     # one button that keeps its word on a narrow column; the files are made only when one is clicked
     # (vl-convert renders the same Vega-Lite spec as the screen)

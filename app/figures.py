@@ -472,3 +472,10 @@ def table1_bars(run: Run, tau: int):
         "removed instead, grey: the paper's GPT-2-XL."
     )
     return styled(chart, f"Accuracy with one band removed (Table 1) — {run.label}", height=360), data, caption
+
+
+# Every figure above is built once per process for a run version and its choices, and shared by all
+# sessions together with its converted spec (app/shared.py): a class on one link pays for it once.
+from app.shared import share_figures  # noqa: E402
+
+share_figures(globals())

@@ -16,6 +16,19 @@ def _model(folder: str):
     return load_live_model(folder)
 
 
+@st.cache_resource(show_spinner=False, ttl=15, max_entries=64)
+def _live_folder(name: str, created: str, _manifest: dict):
+    from core.live import live_model_folder
+
+    return live_model_folder(_manifest)
+
+
+def live_folder(run: Run):
+    """`core.live.live_model_folder` for a run, shared by all sessions for 15 s (it hashes the model's
+    weights: a model rebuilt on disk is noticed within 15 s)."""
+    return _live_folder(run.name, str(run.manifest.get("created", "")), run.manifest)
+
+
 def run_live(run: Run, folder, modules: str, removed: str, tau: int, basis: str, threads=None) -> dict:
     from core.live import live_ablation, live_slot
 

@@ -3,6 +3,7 @@ import streamlit as st
 
 from app import figures
 from app.common import intro, needs, show_chart, term, to_url, url_state, view
+from app.shared import shared_call
 from core import views
 from core.errors import CoreError
 from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
@@ -29,7 +30,7 @@ if basis != run_basis:
     st.caption(f"The filters of this run were computed in the '{run_basis}' basis (the sidebar's basis changes the spectra only).")
 
 st.subheader(f"Table 1 for this run (tau = {shown_tau})", help=term("ablation"))
-t1 = views.table1(ablations, shown_tau)
+t1 = shared_call(views.table1, ablations, shown_tau)  # the same for every session: computed once
 if shown_tau != TABLE1_TAU:
     t1[["paper GPT-2-XL accuracy %", "paper GPT-2-XL loss"]] = None
 order = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %", "loss", "paper GPT-2-XL loss",
@@ -122,9 +123,9 @@ st.caption(
 )
 
 st.subheader("Compute a filter live")
-from core.live import live_model_folder  # noqa: E402  (cheap; torch is imported only when computing)
+from app.live import live_folder  # noqa: E402  (cheap; torch is imported only when computing)
 
-folder, why = live_model_folder(run.manifest)
+folder, why = live_folder(run)
 if folder is None:
     st.info(f"Live computation is not available for this run: {why}. The cached grid above is what there is.")
 else:

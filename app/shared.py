@@ -1,0 +1,128 @@
+"""What every session shares: figures built once per run version and choice, ready to send.
+
+A class that opens the same link asks for the same figures. Building an Altair chart (every
+channel is validated against the Vega-Lite schema) and converting it to the spec Streamlit sends
+cost most of a rerun, and they are the same for every session. So each figure function of
+`app.figures` is wrapped by `shared_figure`: its result is kept in one `st.cache_resource` per
+server process, keyed by the function, its arguments (a run by its cache folder, name and
+creation time, so a rebuilt run is drawn afresh) and presentation mode (which changes font
+sizes), together with the chart already converted to Streamlit's Vega-Lite spec. `vega_spec`
+hands that spec to `st.vega_lite_chart`, which then writes exactly the element `st.altair_chart`
+would have written (tests/test_shared.py compares them byte for byte).
+
+Shared objects are read-only: a figure's DataFrames are handed out as shallow copies (pandas
+copies on write, so a page that changes one changes its own copy), and a chart is never changed
+after it is built (Altair's methods return new charts).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+
+import pandas as pd
+import streamlit as st
+
+#: Attribute under which a shared chart carries its converted spec (set with object.__setattr__:
+#: Altair's own __setattr__ would put it into the chart's properties).
+SPEC_ATTR = "_shared_vega_lite_spec"
+
+
+class Unkeyable(TypeError):
+    """An argument this module cannot turn into a cache key: the figure is built unshared."""
+
+
+def _key(value):
+    """A hashable, cheap key for a figure argument."""
+    from app.common import Run
+
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, Run):
+        return ("run", value.name, str(value.manifest.get("created", "")))
+    if isinstance(value, pd.Series):
+        return ("series", value.name, tuple((k, _key(v) if not hasattr(v, "item") else v.item()) for k, v in value.items()))
+    if isinstance(value, pd.DataFrame):
+        digest = hashlib.blake2b(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes(), digest_size=16)
+        return ("frame", tuple(map(str, value.columns)), tuple(map(str, value.dtypes)), value.shape, digest.hexdigest())
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_key(v) for v in value))
+    if hasattr(value, "item"):  # a numpy scalar
+        return value.item()
+    raise Unkeyable(type(value).__name__)
+
+
+def convert(chart) -> dict | None:
+    """The Vega-Lite spec Streamlit makes of an Altair chart (data as named Arrow datasets), or None
+    when this Streamlit has no such converter (then `show_chart` falls back to st.altair_chart)."""
+    try:
+        from streamlit.elements.vega_charts import _convert_altair_to_vega_lite_spec
+    except ImportError:  # pragma: no cover - a Streamlit without the private converter
+        return None
+    return _convert_altair_to_vega_lite_spec(chart)
+
+
+def vega_spec(chart) -> dict | None:
+    """The converted spec of a shared chart (a fresh top-level copy: Streamlit pops its datasets),
+    or None for a chart that was not built by a shared figure."""
+    spec = chart.__dict__.get(SPEC_ATTR) if hasattr(chart, "__dict__") else None
+    return dict(spec) if spec is not None else None
+
+
+@st.cache_resource(show_spinner=False, max_entries=400)
+def _build(name: str, key: tuple, _func, _args, _kwargs):
+    result = _func(*_args, **_kwargs)
+    chart = result[0] if isinstance(result, tuple) and result else None
+    if chart is not None and hasattr(chart, "to_dict"):
+        spec = convert(chart)
+        if spec is not None:
+            object.__setattr__(chart, SPEC_ATTR, spec)
+    return result
+
+
+def _read_only(result):
+    if isinstance(result, pd.DataFrame):
+        return result.copy(deep=False)
+    if not isinstance(result, tuple):
+        return result
+    return tuple(x.copy(deep=False) if isinstance(x, pd.DataFrame) else x for x in result)
+
+
+def shared_call(func, *args, **kwargs):
+    """`func(*args, **kwargs)` computed once per process for all sessions: for the pure functions of
+    `core.views` that a page calls on a run's tables (DataFrame arguments are keyed by content)."""
+    try:
+        key = (tuple(_key(a) for a in args), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+    except Unkeyable:
+        return func(*args, **kwargs)
+    return _read_only(_build(f"{func.__module__}.{func.__qualname__}", key, func, args, kwargs))
+
+
+def shared_figure(func):
+    """Build `func(*args)` once per process for all sessions (see the module's docstring)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        from app.common import cache_dir, large
+
+        try:
+            key = (str(cache_dir()), large(), tuple(_key(a) for a in args), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+        except Unkeyable:
+            return func(*args, **kwargs)
+        return _read_only(_build(f"{func.__module__}.{func.__qualname__}", key, func, args, kwargs))
+
+    wrapper.unshared = func
+    return wrapper
+
+
+def share_figures(namespace: dict, names: list[str] | None = None) -> None:
+    """Wrap the figure functions of a module (every public function defined in it, or `names`)."""
+    module = namespace["__name__"]
+    for name, obj in list(namespace.items()):
+        if names is not None and name not in names:
+            continue
+        if name.startswith("_") or not callable(obj) or getattr(obj, "__module__", None) != module or isinstance(obj, type):
+            continue
+        if hasattr(obj, "unshared"):
+            continue
+        namespace[name] = shared_figure(obj)
