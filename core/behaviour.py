@@ -1,4 +1,4 @@
-"""Error analysis of answers: how far off, and how often by a multiple of 10 (PAPER.md section 4).
+"""Error analysis of answers: how far off, and how often by a multiple of 10 (docs/method.md#the-papers-results).
 
 Used on a model's own predictions, on predictions under a filter, and on a CSV of answers that
 any model (an API model, say) gave, uploaded to the dashboard.

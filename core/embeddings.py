@@ -1,4 +1,4 @@
-"""Number-embedding spectra (PAPER.md section 3) and t-SNE / k-means pictures of the embeddings.
+"""Number-embedding spectra (docs/method.md#embedding-spectrum) and t-SNE / k-means pictures of the embeddings.
 
 Embedding spectrum: W_E (p x D) holds the input-embedding rows of the numbers 0..p-1. Apply the
 Fourier transform along the number axis to every column (F W_E) and take the L2 norm of each

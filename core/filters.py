@@ -1,4 +1,4 @@
-"""Fourier filters on module outputs (PAPER.md definition A.6) and evaluation under them.
+"""Fourier filters on module outputs (the paper's definition A.6, docs/method.md#filter) and evaluation under them.
 
 For a module output x in R^D and a set G of frequencies to remove, the filter returns the y
 closest to x whose logits have no component at those frequencies:
@@ -192,7 +192,7 @@ class Ablation:
 
     removed: "none", "low", "high" (a band by tau), "keep" (one k), or a random-subspace control
     "random-low" / "random-high": a seeded random subspace of W_U's row space with the rank of the
-    low / high band filter at the same tau (PAPER.md section 5).
+    low / high band filter at the same tau (docs/method.md#controls).
     """
 
     modules: str = "none"

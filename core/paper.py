@@ -1,6 +1,6 @@
 """The paper's reported numbers (Zhou et al., NeurIPS 2024), for side-by-side comparison.
 
-Quoted from ../shared/PAPER.md section 4. Accuracies in percent, losses as reported.
+Quoted from the paper, as docs/method.md#the-papers-results lists them. Accuracies in percent, losses as reported.
 """
 
 #: Table 1: fine-tuned GPT-2-XL, filters on every layer (tau = 50): (validation loss, accuracy %).

@@ -1,6 +1,6 @@
 """The paper's datasets: addition, its reverse-Polish variant, multiplication; splits; k-shot prompts.
 
-Addition (PAPER.md section 2): every pair a <= b of operands 0..max_operand (combinations with
+Addition (docs/method.md#task-and-data): every pair a <= b of operands 0..max_operand (combinations with
 replacement; 34,191 pairs for 0..260), each given one of five phrasings drawn once with a seeded
 generator, followed by " Answer:". The pairs are shuffled with the same seed and split 80/10/10
 into train / val / test. The running example "Put together 15 and 93. Answer:" -> 108 is always

@@ -26,7 +26,7 @@ else
   echo "skipping smollm2-135m: import it with python -m core import-model smollm2-135m" >&2
 fi
 # SmolLM2 fine-tuned with number tokens, stage by stage (needs the imported base model and each stage's delta,
-# which is not shipped: the recipes retrain them, see the README); stage 3 is the default run
+# which is not shipped: the recipes retrain them, see docs/fine-tuning.md); stage 3 is the default run
 for entry in smollm2-addition-stage3:0 smollm2-addition-full:1 smollm2-addition:2; do
   model="${entry%%:*}"; order="${entry##*:}"
   if ! ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1; then

@@ -1,43 +1,55 @@
-"""Print the README's results section (markdown) from the cached runs, so the numbers are the cache's.
+"""Write docs/results.md, whole, from the cached runs, so that every number in it is the cache's.
 
-    .venv/bin/python scripts/results.py [--cache-dir cache] [--tau 50]
+    .venv/bin/python scripts/results.py [--cache-dir cache] [--tau 50] [--write]
+
+Without --write the document is printed; with it, it replaces docs/results.md. The same cache gives the
+same bytes (nothing in it depends on the time or the machine); tests/test_docs.py checks that the
+file in the repository is what the script writes from the shipped runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results.md"
+HEADER = """# Results, printed from the cache
 
-
-START, END = "<!-- results: written by scripts/results.py --readme; do not edit by hand -->", "<!-- results end -->"
+Written whole by `scripts/results.py --write` from the runs in `cache/`: do not edit by hand, regenerate
+(`.venv/bin/python scripts/results.py --write`). What the numbers say about the paper's claims, run by
+run, is in [findings.md](findings.md); how the models were made is in [fine-tuning.md](fine-tuning.md) and
+[findings.md](findings.md); the paper's definitions are in [method.md](method.md).
+"""
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cache-dir", default="cache")
+    ap.add_argument("--cache-dir", default=str(ROOT / "cache"))
     ap.add_argument("--tau", type=int, default=50)
-    ap.add_argument("--readme", action="store_true", help="write the output into README.md between its results markers")
+    ap.add_argument("--write", action="store_true", help=f"write the document to {RESULTS.relative_to(ROOT)}")
     args = ap.parse_args(argv)
-    if args.readme:
-        import contextlib
-        import io
-
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            code = main([a for a in (argv if argv is not None else sys.argv[1:]) if a != "--readme"])
-        readme = Path(__file__).resolve().parent.parent / "README.md"
-        text = readme.read_text()
-        if START not in text or END not in text:
-            print(f"README.md has no results markers ({START} ... {END})", file=sys.stderr)
-            return 1
-        head, rest = text.split(START, 1)
-        _, tail = rest.split(END, 1)
-        readme.write_text(head + START + "\n" + buf.getvalue().strip() + "\n" + END + tail)
-        print(f"wrote the results into {readme}")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = document(args.cache_dir, args.tau)
+    if code:
+        print(buf.getvalue(), end="", file=sys.stderr)
         return code
+    text = HEADER + "\n" + buf.getvalue().strip() + "\n"
+    if args.write:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(text, encoding="utf-8")
+        print(f"wrote {RESULTS.relative_to(ROOT)}")
+    else:
+        print(text, end="")
+    return 0
 
+
+def document(cache_dir: str, tau: int) -> int:
+    """Print the document's body (markdown); 1 when there is no run to print."""
     import pandas as pd
 
     from core import views
@@ -45,18 +57,19 @@ def main(argv=None) -> int:
     from core.embeddings import top_periods
     from core.paper import TABLE1_GPT2_XL
 
-    every = [r for r in list_runs(args.cache_dir, deep=True) if r.ok]
+    every = [r for r in list_runs(cache_dir, deep=True) if r.ok]
     every.sort(key=lambda r: (r.manifest.get("display_order", 100), r.label))
     if not every:
         print("no runs")
         return 1
     runs = [r for r in every if "examples" in r.manifest["tables"]]  # single-token runs: every analysis applies
     digit_runs = [r for r in every if "generations" in r.manifest["tables"]]
+    print("## Every run\n")
     print("| model | test accuracy | wrong answers off by a multiple of 10 | off by 1 or 2 | top embedding periods (input rows, paper basis) | outliers above the shuffled-numbers threshold (family-wise 5%) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in runs:
-        ea = read_table(args.cache_dir, r.name, "error_analysis").iloc[0]
-        spec = read_table(args.cache_dir, r.name, "embedding_spectrum")
+        ea = read_table(cache_dir, r.name, "error_analysis").iloc[0]
+        spec = read_table(cache_dir, r.name, "embedding_spectrum")
         spec = spec[(spec["basis"] == "paper") & (spec["matrix"] == "input")]
         tops = ", ".join(f"{t:.3g}" for t in top_periods(spec, 6))
         share = "no errors" if ea["n_wrong"] == 0 else f"{ea['share_multiple_of_10']:.0%} of {int(ea['n_wrong'])}"
@@ -64,13 +77,14 @@ def main(argv=None) -> int:
         print(f"| {r.label} | {ea['accuracy']:.2%} | {share} | {near} | {tops} | {int(spec['outlier'].sum())} of {len(spec)} |")
     print()
     header = ["filter (every layer)", "paper GPT-2-XL"] + [r.label for r in runs]
-    print(f"Table 1 analogue at tau = {args.tau}: accuracy % (loss)\n")
+    print(f"## Table 1 analogue at tau = {tau}\n")
+    print("Accuracy % (loss), every layer's modules filtered.\n")
     print("| " + " | ".join(header) + " |")
     print("| " + " | ".join("---" for _ in header) + " |")
     tables = {}
     for r in runs:
-        ab = read_table(args.cache_dir, r.name, "ablations")
-        tables[r.name] = views.table1(ab, views.nearest_tau(ab, args.tau)).set_index(["modules", "removed"])
+        ab = read_table(cache_dir, r.name, "ablations")
+        tables[r.name] = views.table1(ab, views.nearest_tau(ab, tau)).set_index(["modules", "removed"])
     for key, (loss, acc) in TABLE1_GPT2_XL.items():
         name = "none" if key[0] == "none" else f"{views.ABLATION_MODULES[key[0]]}: {key[1]} removed"
         cells = [name, f"{acc:.2f} ({loss:.4f})"]
@@ -88,14 +102,14 @@ def main(argv=None) -> int:
                 cells.append("–")
         print("| " + " | ".join(cells) + " |")
     print("\n('control': the same number of random directions that W_U reads removed instead; the paper has no control.)\n")
-    training_section(args.cache_dir, runs)
-    finetuned_section(args.cache_dir, runs, digit_runs, args.tau)
-    numbers_section(args.cache_dir, every, digit_runs)
-    claims_table(args.cache_dir, every)
+    training_section(cache_dir, runs)
+    finetuned_section(cache_dir, runs, digit_runs, tau)
+    numbers_section(cache_dir, every, digit_runs)
+    claims_table(cache_dir, every)
     print()
     for r in runs:
         if "training_log" in (r.manifest.get("tables") or {}):
-            log = read_table(args.cache_dir, r.name, "training_log")
+            log = read_table(cache_dir, r.name, "training_log")
             curves = views.training_curves({r.label: log}, "val")
             last = curves.sort_values("epoch").groupby("run").tail(1)
             for _, row in last.iterrows():
@@ -118,6 +132,7 @@ def training_section(cache_dir: str, runs) -> None:
         return
     curves = views.training_curves(logs, "val")
     epochs = sorted(int(e) for e in curves["epoch"].unique())
+    print("## Training\n")
     print("Validation accuracy by epoch (`training_log`): mean over seeds, lowest to highest seed in brackets.\n")
     print("| run | " + " | ".join(f"epoch {e}" for e in epochs) + " |")
     print("| --- | " + " | ".join("---" for _ in epochs) + " |")
@@ -142,13 +157,14 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
     from core import views
     from core.cache import read_table
     from core.claims import run_origin
+    from core.models import project_path
     from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2
 
     for r in runs:
         if run_origin(r.manifest)["kind"] != "fine-tuned":
             continue
         m = r.manifest
-        folder = Path(m["model"]["source"])
+        folder = project_path(m["model"]["source"])
         summary = json.loads((folder / "train_summary.json").read_text()) if (folder / "train_summary.json").exists() else {}
         print(f"**{r.label}** ({m['n_layers']} layers, {m['width']} wide), on {m['task']['n_examples']} test questions:\n")
         where = summary.get("device", "the CPU")
@@ -189,7 +205,7 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
         after = after[after["outlier"]].sort_values("magnitude", ascending=False)
         recipe = json.loads((folder / "recipe.json").read_text())
         layer = (recipe.get("number_tokens") or {}).get("layer")
-        same_base = lambda d: Path(d.manifest["model"].get("source", "")).resolve() == Path(recipe.get("init_from", "")).resolve()  # noqa: E731
+        same_base = lambda d: project_path(d.manifest["model"].get("source", "")) == project_path(recipe.get("init_from", ""))  # noqa: E731
         before_run = next((d for d in digit_runs if same_base(d) and d.manifest.get("p") == m["p"]), None)
         if before_run is not None and layer is not None:
             b = views.number_spectrum_at(read_table(cache_dir, before_run.name, "number_spectrum"), int(layer), "paper")
@@ -210,7 +226,7 @@ def numbers_section(cache_dir: str, runs, digit_runs) -> None:
     from core.cache import read_table
     from core.kshot import generation_error_table
 
-    print("### Number representations and a real pre-trained model\n")
+    print("## Number representations and a real pre-trained model\n")
     print("Number representations (`number_spectrum`, `number_probes`): at the layer where linear probes read "
           "n mod 2, 5, 10, 100 best, the spectrum's outliers among periods 2, 2.5, 5, 10 (paper basis, family-wise "
           "null) and the probes' Cohen's kappa on held-out numbers (mean of 5 splits; mod 3 and 7 are controls).\n")
@@ -253,7 +269,7 @@ def claims_table(cache_dir: str, runs) -> None:
     table_runs = [claims.TableRun(cache_dir, r.name) for r in runs]
     per_run = {r.name: claims.run_claims(r) for r in table_runs}
     steps = list(claims.RUN_CLAIMS)
-    print("### The paper's claims, one by one\n")
+    print("## The paper's claims, one by one\n")
     print("Each claim of the paper against each shipped run: the verdict and the reason are computed from the run's tables by\n"
           "`core.claims` (the rules are written next to each claim there, and a test re-derives every verdict the Tour shows from\n"
           "the raw tables), the same sentences the Tour shows.\n")

@@ -49,7 +49,7 @@ def test_paper_basis_is_only_an_approximate_inverse():
     b = fourier_basis(521, "paper")
     u = np.random.default_rng(1).normal(size=521)
     err = np.abs(inverse(b, transform(b, u)) - u).max()
-    assert 1e-6 < err < 2.0  # close but not exact, as PAPER.md warns
+    assert 1e-6 < err < 2.0  # close but not exact, as docs/method.md#fourier-basis warns
 
 
 @pytest.mark.parametrize("name", ["paper", "dft"])

@@ -29,7 +29,7 @@ def test_parts_found_and_residual_decomposes(loaded_model, arch):
     got = capture(lm, PROMPTS, batch_size=5)
     h, attn, mlp = got["resid"], got["attn"], got["mlp"]
     assert h.shape == (5, 3, 64) and attn.shape == mlp.shape == (5, 2, 64)
-    # PAPER.md: h(l) = h(l-1) + Attn(l) + MLP(l), for sequential and parallel blocks alike
+    # docs/method.md#residual-stream-and-logit-lens: h(l) = h(l-1) + Attn(l) + MLP(l), for sequential and parallel blocks alike
     assert np.allclose(h[:, 1:], h[:, :-1] + attn + mlp, atol=1e-5)
 
 

@@ -1,0 +1,79 @@
+"""The documentation: a one-screen README, links that resolve, method citations that exist, and
+docs/results.md exactly as scripts/results.py writes it from the shipped cache."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+MARKDOWN = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+SOURCES = [p for d in ("core", "app", "scripts", "tests") for p in sorted((ROOT / d).rglob("*.py"))]
+
+
+def anchors(md: Path) -> set[str]:
+    """GitHub's anchors of a markdown file's headings: lower case, punctuation dropped, spaces to hyphens."""
+    out = set()
+    for line in md.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"#{1,6} (.+)", line)
+        if m:
+            out.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return out
+
+
+def headings(md: Path) -> set[str]:
+    return {m.group(1).strip() for m in re.finditer(r"^#{1,6} (.+)$", md.read_text(encoding="utf-8"), re.M)}
+
+
+def test_readme_fits_on_one_screen():
+    assert (ROOT / "README.md").stat().st_size <= 10_000
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "bash run.sh app" in text and "bash run.sh test" in text
+
+
+@pytest.mark.parametrize("md", MARKDOWN, ids=[str(p.relative_to(ROOT)) for p in MARKDOWN])
+def test_relative_links_resolve(md):
+    """Every link to a file of the project (and to a heading of a markdown file) points at something."""
+    text = md.read_text(encoding="utf-8")
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # code blocks hold commands, not links
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (md.parent / path).resolve() if path else md
+        if not file.exists():
+            bad.append(target)
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+            bad.append(target)
+    assert bad == [], bad
+
+
+def test_method_citations_exist():
+    """Code cites docs/method.md by anchor (docs/method.md#filter) or by heading (docs/method.md, "Filter")."""
+    have_anchors, have_headings = anchors(DOCS / "method.md"), headings(DOCS / "method.md")
+    bad = []
+    for src in SOURCES:
+        text = src.read_text(encoding="utf-8")
+        bad += [f"{src.name}: #{a}" for a in re.findall(r"docs/method\.md#([\w-]+)", text) if a not in have_anchors]
+        bad += [f"{src.name}: {h!r}" for h in re.findall(r'docs/method\.md, "([^"]+)"', text) if h not in have_headings]
+    assert bad == [], bad
+
+
+def test_results_document_is_what_the_script_writes():
+    """docs/results.md is written whole by scripts/results.py; from the shipped cache it comes out byte for byte."""
+    from core.cache import list_runs
+
+    if not any(r.ok for r in list_runs(ROOT / "cache", deep=False)):
+        pytest.skip("no shipped runs in cache/")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "results.py")], capture_output=True, text=True,
+                         cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout == (DOCS / "results.md").read_text(encoding="utf-8"), (
+        "docs/results.md is out of date: run .venv/bin/python scripts/results.py --write"
+    )
