@@ -682,11 +682,11 @@ def training_device(name: str | None):
 def finetune(recipe, out: str | Path | None = None, restart: bool = False, progress=None, log=print):
     """Train a number-token fine-tuning recipe (see the module doc); returns a `core.train.TrainResult`."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from core.models import load_model, resolve_source
     from core.tasks import build_examples, number_space, select_split
-    from core.train import TrainResult, AdditionBatches, autocast, step_bar, lr_schedule, answer_loss, evaluate_split
+    from core.train import AdditionBatches, TrainResult, answer_loss, evaluate_split, lr_schedule, step_bar
 
     spec = recipe.number_tokens or {}
     lora = recipe.lora or {}

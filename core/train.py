@@ -513,7 +513,6 @@ def _save_checkpoint(folder: Path, model, opt, sched, epoch: int, log_rows: list
 
 
 def _load_checkpoint(folder: Path, model, opt, sched):
-    import torch
     from safetensors.torch import load_file
 
     weights = load_file(str(folder / "model.safetensors"))

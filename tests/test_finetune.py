@@ -397,7 +397,7 @@ def test_full_training_ships_its_change_as_exact_low_rank_factors(tiny_base, tmp
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from core.finetune import DELTA_FILE, FineTuneModel, finetune, merged_model, read_delta
+    from core.finetune import DELTA_FILE, FineTuneModel, finetune, read_delta
 
     recipe = tiny_recipe(tiny_base, tmp_path / "full", lora={"rank": 64, "alpha": 64, "targets": ["q_proj", "down_proj"], "train": "full"}, epochs=1)
     result = finetune(recipe, log=lambda *_: None)
