@@ -463,3 +463,16 @@ def control_comparison(ablations: pd.DataFrame) -> pd.DataFrame:
     b = bands.rename(columns={"removed": "band"})[["tau", "modules", "band", "rank", "accuracy", "loss"]]
     c = ctrl[["tau", "modules", "band", "accuracy", "loss"]].rename(columns={"accuracy": "control_accuracy", "loss": "control_loss"})
     return b.merge(c, on=["tau", "modules", "band"], how="inner").sort_values(["modules", "band", "tau"]).reset_index(drop=True)
+
+
+def locking_grid(phase_locking: pd.DataFrame) -> pd.DataFrame:
+    """The attention and MLP rows of `phase_locking` for the layer-by-period figure: module (Attention /
+    MLP), layer, period label, locking R, energy share, the chance threshold and whether it locks
+    (core.phase.locked)."""
+    from core.phase import locked
+
+    t = phase_locking[phase_locking["kind"].isin(["attn", "mlp"])].copy()
+    t["module"] = t["kind"].map({"attn": "Attention", "mlp": "MLP"})
+    t["T"] = t["period"].map(lambda x: f"{x:g}")
+    t["locks"] = locked(t)
+    return t[["module", "layer", "period", "T", "locking", "energy_share", "null_95", "locks", "n"]].reset_index(drop=True)

@@ -6,6 +6,7 @@ run is then summarised beside it. Switch that off to see every step on the sideb
 import streamlit as st
 
 from app import figures
+from app.phase_figure import locking_heatmap
 from app.common import BADGE, cache_dir, large, run_claims, runs_of_split, show_chart, to_url, training_claim, training_logs, url_state, view
 from core import views
 from core.claims import best_run, describe_run, run_origin
@@ -37,8 +38,11 @@ def draw_logit_lens(r):
     show_chart(*figures.accuracy_by_layer(r, False), key="tour-lens")
 
 
-def draw_heatmap(r):
-    show_chart(*figures.logit_heatmap(r, example_of(r)), key="tour-heat")
+def draw_locking(r):
+    if "phase_locking" in r.manifest.get("tables", {}):
+        show_chart(*locking_heatmap(r), key="tour-locking")
+    else:
+        show_chart(*figures.logit_heatmap(r, example_of(r)), key="tour-heat")
 
 
 def draw_spectrum(r):
@@ -81,7 +85,7 @@ def draw_training(_r):
 STEPS = [
     ("accuracy", "1. The question", "A model reads “Put together 15 and 93. Answer:” and must emit 108 as one token.", draw_question),
     ("logit_lens", "2. Does the answer build up layer by layer?", "Read each layer through the unembedding (the logit lens).", draw_logit_lens),
-    ("module_waves", "3. Does every module write a wave?", "Each attention and MLP output, read through W_U, over the numbers near the answer.", draw_heatmap),
+    ("module_waves", "3. Which module tracks the last digit?", "Over every question: does an attention or MLP layer's wave of period T peak at the answer mod T (locking R)?", draw_locking),
     ("spectra", "4. Few frequencies, split between MLP and attention?", "The module logits split into Fourier components.", draw_spectrum),
     ("waves", "5. Approximate, then classify?", "The strongest components of the final logits, and their sum.", draw_waves),
     ("ablations", "6. Take the frequencies away", "Filter one band out of every layer's attention or MLP output.", draw_ablations),
@@ -89,7 +93,7 @@ STEPS = [
     ("training", "8. Give a model the features, and it learns?", "The same small network trained from scratch, with sinusoids planted in its number rows, and with a real pre-trained model's number representations frozen in.", draw_training),
 ]
 #: The table each step's figure reads (a run without it, a digit-splitting model's, cannot draw the step).
-STEP_TABLES = {"accuracy": "examples", "logit_lens": "layer_accuracy", "module_waves": "module_logits", "spectra": "module_spectra",
+STEP_TABLES = {"accuracy": "examples", "logit_lens": "layer_accuracy", "module_waves": "phase_locking", "spectra": "module_spectra",
                "waves": "final_waves", "ablations": "ablations", "numbers": "number_spectrum"}
 url_state("step", 1, int, list(range(1, len(STEPS) + 1)))
 url_state("best", True, lambda t: str(t).lower() in ("1", "true", "yes", "on"))

@@ -1,7 +1,8 @@
 import streamlit as st
 
 from app import figures
-from app.common import example_picker, intro, needs, show_chart, to_url, url_state, view
+from app.phase_figure import locking_heatmap
+from app.common import cache_dir, example_picker, intro, needs, run_claims, show_chart, to_url, url_state, view
 
 v = view()
 run, basis = v["run"], st.session_state["basis"]
@@ -25,3 +26,15 @@ to_url("window")
 chart, data, caption, _ = figures.waves(run, example, basis, st.session_state["k"], window=st.session_state["window"])
 show_chart(chart, data, caption, key="waves-zoom")
 st.caption(f"Basis: {basis}. The final logits themselves peak at {int(logits.loc[logits['logit'].idxmax(), 'number'])}.")
+
+st.subheader("Over every example: which module's wave follows the answer?")
+st.markdown(
+    "One example cannot tell a module that **computes** the answer mod T from one that writes the same wave for every "
+    "question. **Locking R** measures, over all examples, how often a module's wave of period T peaks at the answer "
+    "mod T: 1 = always, about 0 = never more than chance."
+)
+if "phase_locking" in run.manifest.get("tables", {}):
+    show_chart(*locking_heatmap(run), key="locking")
+    claim = run_claims(str(cache_dir()), run.name, run.manifest.get("created", ""))["module_waves"]
+    st.markdown(claim.measured + (f" *Why: {claim.reason}.*" if claim.reason else ""))
+
