@@ -417,6 +417,15 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
     )
 
 
+def wilson_upper(share: float, n: int, z: float = 1.96) -> float:
+    """Upper end of the 95% Wilson score interval of a share observed on n examples."""
+    if n <= 0:
+        return 1.0
+    centre = share + z * z / (2 * n)
+    spread = z * np.sqrt(share * (1 - share) / n + z * z / (4 * n * n))
+    return float(min(1.0, (centre + spread) / (1 + z * z / n)))
+
+
 #: Share of examples whose top-5 (top-10) sum must peak at the answer for "agrees" ("partly").
 WAVES_AGREE, WAVES_PARTLY = 0.75, 0.75
 
@@ -427,18 +436,23 @@ def claim_waves(run, top: int = 5) -> Claim:
     Measured over every example of the split (`wave_peaks`): the share whose top-5 sum (paper basis)
     peaks at the answer, and the same for the top 10; the running example's periods are shown too.
     Verdict: agrees when the top-5 sum peaks at the answer for at least 75% of the examples; partly
-    when the top-10 sum does for at least 75%, or the top-5 for at least 25%; else does not."""
+    when the top-10 sum does for at least 75%, or the top-5 for at least 25%; else does not. When the
+    table rests on the run's cached sample only, "does not" becomes "not tested" if the 95% Wilson
+    interval of either share reaches its "partly" threshold (too few examples to rule it out)."""
     peaks = run.table("wave_peaks")
     share = {int(t): float(g["at_answer"].mean()) for t, g in peaks.groupby("top")}
     n = int((peaks["top"] == top).sum())
     s5, s10 = share.get(top, 0.0), share.get(10, 0.0)
     verdict = "agrees" if s5 >= WAVES_AGREE else "partly" if (s10 >= WAVES_PARTLY or s5 >= 0.25) else "does not"
     acc = float(run.table("examples")["correct"].mean())
+    whole = n == len(run.table("examples"))
+    hi5, hi10 = wilson_upper(s5, n), wilson_upper(share.get(10, 0.0), n)
+    if verdict == "does not" and not whole and (hi10 >= WAVES_PARTLY or hi5 >= 0.25):
+        verdict = "not tested"
     waves = run.table("final_waves")
     r = _running(run)
     sub = waves[(waves["example_id"] == r.name) & (waves["basis"] == "paper") & (waves["rank"] <= top)]
     periods = [float(t) for t in sub.groupby("rank")["period"].first().sort_index()] if len(sub) else []
-    whole = n == len(run.table("examples"))
     measured = (
         f"Over {'all ' if whole else 'only the '}{n} examples, the sum of the top {top} components peaks at the answer for "
         f"{_pct(s5)} and of the top 10 for {_pct(s10)} (the model itself is right on {_pct(acc)})."
@@ -449,6 +463,9 @@ def claim_waves(run, top: int = 5) -> Claim:
     if verdict != "agrees":
         reason = (f"five waves are not enough to place the answer for most questions; ten are for {_pct(s10)}"
                   if s10 > s5 else "the final logits need more than a few waves to place the answer")
+    if not whole:
+        reason += (f"; only {n} examples could be read (the model's weights are not here): the shares could be as high as "
+                   f"{_pct(hi5)} and {_pct(hi10)} (95% interval)")
     return Claim(
         "waves",
         "For 15 + 93, the top 5 Fourier components of GPT-2-XL's final logits: long waves put a bump near 108, short "

@@ -72,6 +72,15 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
     s5 = peaks[peaks["top"] == 5]["at_answer"].mean()
     s10 = peaks[peaks["top"] == 10]["at_answer"].mean()
     out["waves"] = "agrees" if s5 >= 0.75 else "partly" if s10 >= 0.75 or s5 >= 0.25 else "does not"
+    n = (peaks["top"] == 5).sum()
+    if out["waves"] == "does not" and n < len(ex):  # a cached sample: can the interval rule "partly" out?
+        def upper(x):  # 95% Wilson upper bound, written out here
+            z = 1.96
+            return (x + z * z / (2 * n) + z * np.sqrt(x * (1 - x) / n + z * z / (4 * n * n))) / (1 + z * z / n)
+
+        if upper(s10) >= 0.75 or upper(s5) >= 0.25:
+            out["waves"] = "not tested"
+
 
     ab = t("ablations")
     taus = sorted(ab["tau"].dropna().unique())

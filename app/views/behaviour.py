@@ -15,6 +15,7 @@ intro(
     "a telling kind of mistake: right last digit, wrong tens, so errors are multiples of 10 (the paper: 93% of GPT-J's "
     "4-shot errors). Look at the share of such errors here, and upload any model's answers (an API model's, say) to "
     "test it the same way.",
+    claim="behaviour",
 )
 
 
