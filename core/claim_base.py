@@ -1,0 +1,88 @@
+"""What every claim shares: the Claim record, a run read from a cache folder, and the small helpers
+that write a claim's numbers the same way everywhere (core.claims explains the claims)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from core.cache import read_manifest, read_table
+from core.errors import CoreError
+from core.phase import SHORT_PERIODS
+
+VERDICTS = ("agrees", "partly", "does not", "not tested")
+#: How well a verdict shows a step (to pick the shipped run that shows it best).
+VERDICT_SCORE = {"agrees": 3, "partly": 2, "not tested": 1, "does not": 0}
+
+
+@dataclass
+class Claim:
+    step: str
+    paper: str
+    measured: str
+    verdict: str
+    reason: str = ""
+    numbers: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise CoreError(f"internal: unknown verdict {self.verdict!r}")
+
+    @property
+    def score(self) -> int:
+        return VERDICT_SCORE[self.verdict]
+
+
+class TableRun:
+    """A run read straight from a cache folder (for scripts and tests)."""
+
+    def __init__(self, cache_dir, name: str):
+        self.cache_dir, self.name = str(cache_dir), name
+        self.manifest = read_manifest(cache_dir, name)
+        self.label = self.manifest.get("label", name)
+        self._tables: dict[str, pd.DataFrame] = {}
+
+    def table(self, name: str) -> pd.DataFrame:
+        if name not in self._tables:
+            self._tables[name] = read_table(self.cache_dir, self.name, name)
+        return self._tables[name]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def seeds(n) -> str:
+    n = int(n)
+    return f"{n} seed" + ("s" if n != 1 else "")
+
+
+def periods(values) -> str:
+    return ", ".join(f"{float(t):.3g}" for t in values)
+
+
+def running_example_of(run) -> pd.Series:
+    """The example the Tour's charts show (core.views.running_example); its id is the Series' name."""
+    from core.views import running_example
+
+    return running_example(run.table("examples"))
+
+
+def is_short(period: float) -> bool:
+    return any(abs(period - t) < 1e-6 for t in SHORT_PERIODS)
+
+
+def structural_reason(run, spectra: bool = False) -> str:
+    """What about this model limits what it can show: few layers; for spectra, a low-rank unembedding."""
+    m = run.manifest
+    bits = []
+    if isinstance(m.get("n_layers"), int) and m["n_layers"] <= 4:
+        bits.append(f"only {m['n_layers']} layers, so each module has to do both jobs")
+    rank = m.get("unembedding_rank")
+    if spectra and isinstance(rank, int) and rank <= 32:
+        bits.append(f"W_U's number rows have rank {rank}, so every spectrum read through it is sparse by construction")
+    return "; ".join(bits)
