@@ -25,6 +25,7 @@ from core.claims_mechanism import (
     claim_waves,
     module_locks,
     selection_note,
+    selection_note_of,
 )
 from core.errors import CoreError
 from core.origin import describe_run, run_origin
@@ -32,7 +33,7 @@ from core.paper import ACCURACY
 
 __all__ = [
     "VERDICTS", "VERDICT_SCORE", "Claim", "TableRun", "RUN_CLAIMS", "run_claims", "best_run", "claim_training",
-    "describe_run", "run_origin", "module_locks", "selection_note", "digit_derived",
+    "describe_run", "run_origin", "module_locks", "selection_note", "selection_note_of", "digit_derived",
 ]
 
 #: Tour steps that are claims about one run, in order (step 8 is over all runs).

@@ -31,16 +31,19 @@ def _validation_accuracy(run) -> tuple[float | None, str]:
 
 def selection_note(run) -> str:
     """What the reader must know about how the model was chosen: which split saw it during training."""
-    origin = run_origin(run.manifest)
-    recipe = origin["recipe"] or {}
+    log = run.table("training_log") if "training_log" in (run.manifest.get("tables") or {}) else None
+    return selection_note_of(run.manifest, log)
+
+
+def selection_note_of(manifest: dict, log: pd.DataFrame | None) -> str:
+    """`selection_note` from a run's manifest and training log (None: the run has none)."""
+    recipe = run_origin(manifest)["recipe"] or {}
     notes = []
     if (recipe.get("lora") or {}).get("init_delta"):
         notes.append("this stage was started after the earlier stage's test score was known, so its test score is not a clean "
                      "held-out figure")
-    if "training_log" in (run.manifest.get("tables") or {}):
-        log = run.table("training_log")
-        if (log["split"] == "test").any():
-            notes.append("the training log scored the test split at every epoch")
+    if log is not None and (log["split"] == "test").any():
+        notes.append("the training log scored the test split at every epoch")
     return "; ".join(notes)
 
 

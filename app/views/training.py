@@ -3,6 +3,7 @@ import streamlit as st
 from app import figures
 from app.common import fine_tuned_training, intro, show_chart, to_url, training_logs, url_state, view
 from core import views
+from core.claims import selection_note_of
 from core.paper import ACCURACY
 
 v = view()
@@ -45,3 +46,9 @@ else:
     stages = views.fine_tuning_stages(tuned, split)
     show_chart(*figures.fine_tuning_stages(stages, split, ACCURACY["GPT-2-XL fine-tuned"] / 100), key="training-stages")
     st.markdown("From the stages' training logs: " + views.stages_sentence(stages, split))
+    notes = [f"**{label}**: {note}." for label, manifest, log in tuned if (note := selection_note_of(manifest, log))]
+    if notes:
+        st.markdown(
+            "**Which split chose the model.** A model is chosen on the validation split and scored once on the test split; "
+            "where that did not hold, it says so here, and the Tour judges accuracy on validation.  \n" + "  \n".join(notes)
+        )
