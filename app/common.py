@@ -98,7 +98,7 @@ def _cache_signature(cache_dir: str, max_age: float = 1.0) -> tuple:
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def _listing(cache_dir: str, _signature_key: tuple) -> tuple[list[dict], list[dict]]:
+def _listing(cache_dir: str, signature: tuple) -> tuple[list[dict], list[dict]]:
     good, broken = [], []
     for r in run_cache.list_runs(cache_dir, deep=True):  # checksums too: a corrupt table never reaches a page
         # list_runs checks the manifest's shape too (keys the pages read, their types): a run lacking

@@ -49,3 +49,9 @@ def locking_heatmap(run: Run):
         "with at least 5% of the module's wave energy at that period."
     )
     return chart, data, caption
+
+
+# Built once per process for a run version and shared by all sessions, like app.figures (app/shared.py).
+from app.shared import share_figures  # noqa: E402
+
+share_figures(globals())

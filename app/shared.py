@@ -13,12 +13,15 @@ would have written (tests/test_shared.py compares them byte for byte).
 Shared objects are read-only: a figure's DataFrames are handed out as shallow copies (pandas
 copies on write, so a page that changes one changes its own copy), and a chart is never changed
 after it is built (Altair's methods return new charts).
+
+FOURIER_SHARED_FIGURES=0 turns the sharing off (every rerun builds its own figures, as before).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
 
 import pandas as pd
 import streamlit as st
@@ -80,6 +83,10 @@ def _build(name: str, key: tuple, _func, _args, _kwargs):
     return result
 
 
+def sharing() -> bool:
+    return os.environ.get("FOURIER_SHARED_FIGURES", "1") != "0"
+
+
 def _read_only(result):
     if isinstance(result, pd.DataFrame):
         return result.copy(deep=False)
@@ -91,6 +98,8 @@ def _read_only(result):
 def shared_call(func, *args, **kwargs):
     """`func(*args, **kwargs)` computed once per process for all sessions: for the pure functions of
     `core.views` that a page calls on a run's tables (DataFrame arguments are keyed by content)."""
+    if not sharing():
+        return func(*args, **kwargs)
     try:
         key = (tuple(_key(a) for a in args), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
     except Unkeyable:
@@ -105,6 +114,8 @@ def shared_figure(func):
     def wrapper(*args, **kwargs):
         from app.common import cache_dir, large
 
+        if not sharing():
+            return func(*args, **kwargs)
         try:
             key = (str(cache_dir()), large(), tuple(_key(a) for a in args), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
         except Unkeyable:
