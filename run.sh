@@ -2,7 +2,9 @@
 # One entry point for a fresh machine.
 #   bash run.sh app    set up, then start the dashboard on the shipped demo runs (http://localhost:8501)
 #   bash run.sh test   set up, then run the test suite
-#   bash run.sh setup  set up only: .venv with the pinned requirements, and Chromium for the browser test
+#   bash run.sh serve [--workers N] [--bind ADDR] [--port PORT]
+#                      set up, then serve a class: N dashboard processes behind HAProxy (docs/serving.md)
+#   bash run.sh setup  set up only: .venv with the pinned requirements, Chromium for the browser test, HAProxy for serve
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=.venv
@@ -31,15 +33,30 @@ setup_browser() {
   fi
 }
 
+setup_proxy() {
+  # `serve` puts the dashboard processes behind HAProxy from the system's packages. Installed here when missing.
+  if command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ]; then return 0; fi
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null) \
+      || { echo "run.sh: could not install haproxy (apt-get install haproxy); serve needs it" >&2; return 1; }
+  else
+    echo "run.sh: serve needs HAProxy: install it (sudo apt-get install haproxy), then run this again" >&2; return 1
+  fi
+}
+
 case "${1:-}" in
   setup)
-    setup_python; setup_browser ;;
+    setup_python; setup_browser; setup_proxy || true ;;
   test)
     setup_python; setup_browser
     exec "$PY" -m pytest tests ;;
   app)
     setup_python
     exec "$PY" -m streamlit run app/main.py ;;
+  serve)
+    setup_python; setup_proxy || exit 1
+    shift
+    exec "$PY" scripts/serve.py "$@" ;;
   *)
-    echo "usage: bash run.sh app|test|setup" >&2; exit 2 ;;
+    echo "usage: bash run.sh app|serve|test|setup" >&2; exit 2 ;;
 esac

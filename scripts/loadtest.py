@@ -1,0 +1,499 @@
+"""Load test: a class opening one shared link at once, over Streamlit's own websocket protocol.
+
+    .venv/bin/python scripts/loadtest.py [--start single|serve] [--workers N] [--sessions 1,10,25,50]
+        [--url http://127.0.0.1:PORT] [--cache-dir cache] [--think 1-3] [--seed 0] [--json FILE]
+
+Each simulated session does what a browser does when a student opens the link: fetches the page
+(keeping the cookies it sets, as the sticky proxy needs), opens the websocket /_stcore/stream with
+the link's query string and waits until the script has finished (Streamlit's ScriptFinished
+message): that is "open". Then it makes 5 changes, 1-3 s apart (--think), each timed from the
+message sent until the rerun has finished: Next on the Tour, the cutoff tau, the Spectra page,
+its layer, its module. Widgets are found in the elements the server sent (by key or label) and
+changed as the browser changes them (protobuf BackMsg with the widget's new state).
+
+Errors: an exception element on the page, an error box (st.error), a script that did not finish
+(compile error, no ScriptFinished within --change-timeout), a failed page fetch or a websocket
+closed before the session ended. Memory: the resident set of the server's processes (the
+Streamlit process, or the proxy and every worker), sampled every 0.2 s; "after" is 5 s after
+the last session closed.
+
+Bounded: at most 200 sessions, every round ends within --round-timeout, and only servers on this
+machine (localhost, 127.0.0.0/8, ::1) are accepted. --start starts the server itself (a free
+port; `single` = one `streamlit run`, `serve` = scripts/serve.py with --workers) and stops it at
+the end; --url uses a running one (memory then from --pid, if given).
+
+Prints one row per round:  sessions | open p50 / p95 | change p50 / p95 / max | errors | server RSS peak
+and, with --json, writes the figures. Exit status 1 when any session saw an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import http.cookies
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_SESSIONS = 200
+LOCAL_HOSTS = ("localhost", "::1")
+#: The shared link every session opens: the Tour (the default page) at step 2, the demo's default cutoff.
+LINK = "/?step=2&tau=50"
+TAUS = [20, 30, 40, 60, 80, 100]
+
+
+# ----------------------------------------------------------------------------- one session
+
+
+@dataclass
+class Session:
+    base: str
+    rng: random.Random
+    think: tuple[float, float]
+    timeout: float
+    open_s: float | None = None
+    changes: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    elements: list = field(default_factory=list)
+    pages: dict = field(default_factory=dict)
+    query: str = ""
+    page_hash: str = ""
+    cookies: str = ""
+    page_name: str = ""
+
+    async def run(self) -> None:
+        import websockets
+
+        from streamlit.proto.BackMsg_pb2 import BackMsg
+
+        t0 = time.perf_counter()
+        try:
+            cookies = self.cookies = await asyncio.to_thread(self._fetch_page)
+        except Exception as exc:  # noqa: BLE001 - any failure is the session's error
+            self.errors.append(f"page fetch: {type(exc).__name__}: {exc}")
+            return
+        ws_url = self.base.replace("http", "ws", 1) + "/_stcore/stream"
+        headers = {"Cookie": cookies} if cookies else {}
+        try:
+            async with websockets.connect(ws_url, subprotocols=["streamlit"], origin=self.base, max_size=None,
+                                          additional_headers=headers, open_timeout=self.timeout,
+                                          ping_interval=None) as ws:
+                self.ws = ws
+                msg = BackMsg()
+                msg.rerun_script.query_string = self.query
+                await ws.send(msg.SerializeToString())
+                if not await self._until_finished("open"):
+                    return
+                self.open_s = time.perf_counter() - t0
+                for step in (self.next_step, self.change_tau, self.to_spectra, self.change_layer, self.change_module):
+                    await asyncio.sleep(self.rng.uniform(*self.think))
+                    msg = step()
+                    if msg is None:
+                        return
+                    t = time.perf_counter()
+                    await ws.send(msg.SerializeToString())
+                    if not await self._until_finished(step.__name__):
+                        return
+                    self.changes.append(time.perf_counter() - t)
+        except Exception as exc:  # noqa: BLE001
+            self.errors.append(f"websocket: {type(exc).__name__}: {exc}")
+
+    def _fetch_page(self) -> str:
+        """GET the shared link as a browser does; returns the cookies to send back (the proxy's sticky one)."""
+        url = self.base + LINK
+        self.query = urllib.parse.urlsplit(url).query
+        with urllib.request.urlopen(url, timeout=self.timeout) as r:
+            r.read()
+            jar = http.cookies.SimpleCookie()
+            for header in r.headers.get_all("Set-Cookie") or []:
+                jar.load(header)
+        return "; ".join(f"{k}={m.value}" for k, m in jar.items())
+
+    async def _until_finished(self, what: str) -> bool:
+        """Read ForwardMsgs until this run's ScriptFinished; keep the page's elements; note errors."""
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        self.elements = []
+        deadline = time.perf_counter() + self.timeout
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                self.errors.append(f"{what}: no answer within {self.timeout:.0f} s")
+                return False
+            try:
+                data = await asyncio.wait_for(self.ws.recv(), left)
+            except asyncio.TimeoutError:
+                continue
+            fwd = ForwardMsg()
+            fwd.ParseFromString(data)
+            kind = fwd.WhichOneof("type")
+            if kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
+                el = fwd.delta.new_element
+                etype = el.WhichOneof("type")
+                if etype == "exception":
+                    self.errors.append(f"{what}: exception {el.exception.type}: {el.exception.message[:200]}")
+                elif etype == "alert" and el.alert.format == 1:  # Alert.ERROR
+                    self.errors.append(f"{what}: error box: {el.alert.body[:200]}")
+                self.elements.append((etype, getattr(el, etype)))
+            elif kind == "new_session":  # the page this run shows: every later rerun names it, as the browser does
+                self.page_hash = fwd.new_session.page_script_hash
+            elif kind == "navigation":
+                self.pages = {p.url_pathname: p.page_script_hash for p in fwd.navigation.app_pages}
+            elif kind == "page_not_found":
+                self.errors.append(f"{what}: page not found")
+            elif kind == "script_finished":
+                status = fwd.script_finished
+                if status == 2:  # FINISHED_EARLY_FOR_RERUN: another run follows
+                    continue
+                if status == 1:  # FINISHED_WITH_COMPILE_ERROR
+                    self.errors.append(f"{what}: the script did not compile")
+                    return False
+                return True
+
+    # ------------------------------------------------------------------------- the 5 changes
+
+    def _widget(self, etype: str, key: str | None = None, label: str | None = None):
+        for t, el in self.elements:
+            if t != etype:
+                continue
+            if key is not None and el.id.endswith(f"-{key}"):
+                return el
+            if label is not None and el.label == label:
+                return el
+        self.errors.append(f"no {etype} {key or label!r} on the page")
+        return None
+
+    def _rerun(self, state=None, page: str | None = None):
+        from streamlit.proto.BackMsg_pb2 import BackMsg
+
+        msg = BackMsg()
+        rerun = msg.rerun_script
+        rerun.query_string = self.query
+        rerun.page_script_hash, rerun.page_name = self.page_hash, self.page_name
+        if state is not None:
+            rerun.widget_states.widgets.append(state)
+        if page is not None:  # a click in the page menu: that page, its URL path, no query string
+            rerun.page_script_hash = self.pages.get(page, "")
+            rerun.page_name = self.page_name = page
+            rerun.query_string = self.query = ""
+        return msg
+
+    @staticmethod
+    def _state(el):
+        from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+        s = WidgetState()
+        s.id = el.id
+        return s
+
+    def next_step(self):
+        el = self._widget("button", label="Next ▶")
+        if el is None:
+            return None
+        s = self._state(el)
+        s.trigger_value = True
+        return self._rerun(s)
+
+    def change_tau(self):
+        el = self._widget("slider", key="tau")
+        if el is None:
+            return None
+        s = self._state(el)
+        s.double_array_value.data.append(float(self.rng.choice(TAUS)))
+        return self._rerun(s)
+
+    def to_spectra(self):
+        if "spectra" not in self.pages:
+            self.errors.append("no Spectra page in the navigation")
+            return None
+        return self._rerun(page="spectra")
+
+    def change_layer(self):
+        el = self._widget("slider", key="layer")  # a select_slider is a Slider element too
+        if el is None:
+            return None
+        s = self._state(el)
+        s.string_array_value.data.append(self.rng.choice(list(el.options)))
+        return self._rerun(s)
+
+    def change_module(self):
+        el = self._widget("radio", key="module")
+        if el is None:
+            return None
+        s = self._state(el)
+        s.int_value = self.rng.choice([i for i in range(len(el.options)) if i != el.default] or [0])
+        return self._rerun(s)
+
+
+def warm(base: str, timeout: float = 120.0) -> list[str]:
+    """Open the shared link once on `base` (a worker, before the class does); the errors seen."""
+
+    async def once():
+        s = Session(base, random.Random(0), (0.0, 0.0), timeout)
+        import websockets
+
+        from streamlit.proto.BackMsg_pb2 import BackMsg
+
+        try:
+            await asyncio.to_thread(s._fetch_page)
+            async with websockets.connect(base.replace("http", "ws", 1) + "/_stcore/stream", subprotocols=["streamlit"],
+                                          origin=base, max_size=None, open_timeout=timeout, ping_interval=None) as ws:
+                s.ws = ws
+                msg = BackMsg()
+                msg.rerun_script.query_string = s.query
+                await ws.send(msg.SerializeToString())
+                await s._until_finished("warm-up")
+        except Exception as exc:  # noqa: BLE001
+            s.errors.append(f"warm-up: {type(exc).__name__}: {exc}")
+        return s.errors
+
+    return asyncio.run(once())
+
+
+# ----------------------------------------------------------------------------- a round of sessions
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def process_tree(pids: list[int]) -> list[int]:
+    seen, todo = [], list(pids)
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.append(p)
+        todo += _children(p)
+    return seen
+
+
+def rss_bytes(pids: list[int]) -> int:
+    total = 0
+    for p in process_tree(pids):
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            pass
+    return total
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+async def _round(base: str, n: int, args, pids: list[int]) -> dict:
+    rng = random.Random(args.seed * 1000 + n)
+    sessions = [Session(base, random.Random(rng.random()), args.think, args.change_timeout) for _ in range(n)]
+    peak = [rss_bytes(pids)]
+    start_rss = peak[0]
+    done = asyncio.Event()
+
+    async def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_bytes(pids))
+            try:
+                await asyncio.wait_for(done.wait(), 0.2)
+            except asyncio.TimeoutError:
+                pass
+
+    async def one(s: Session, delay: float):
+        await asyncio.sleep(delay)
+        await s.run()
+
+    sampler = asyncio.create_task(sample())
+    t0 = time.perf_counter()
+    tasks = [asyncio.create_task(one(s, rng.uniform(0, args.ramp))) for s in sessions]
+    _, pending = await asyncio.wait(tasks, timeout=args.round_timeout)
+    for t in pending:
+        t.cancel()
+    for s, t in zip(sessions, tasks):
+        if t in pending:
+            s.errors.append(f"session still running after the round's {args.round_timeout:.0f} s")
+    wall = time.perf_counter() - t0
+    done.set()
+    await sampler
+    await asyncio.sleep(args.settle)
+    after = rss_bytes(pids)
+    opens = [s.open_s for s in sessions if s.open_s is not None]
+    changes = [c for s in sessions for c in s.changes]
+    errors = [e for s in sessions for e in s.errors]
+    return {
+        "sessions": n, "wall_s": wall, "opened": len(opens), "changes": len(changes),
+        "open_p50": pct(opens, 0.5), "open_p95": pct(opens, 0.95),
+        "change_p50": pct(changes, 0.5), "change_p95": pct(changes, 0.95), "change_max": max(changes, default=float("nan")),
+        "errors": len(errors), "error_examples": errors[:5], "sessions_with_errors": sum(1 for s in sessions if s.errors),
+        "per_worker": dict(collections.Counter(_sticky(s.cookies) for s in sessions if s.open_s is not None)),
+        "rss_start": start_rss, "rss_peak": peak[0], "rss_after": after,
+    }
+
+
+def _sticky(cookies: str) -> str:
+    """The worker a session was kept on (the proxy's cookie), or "-" without a proxy."""
+    jar = http.cookies.SimpleCookie()
+    jar.load(cookies or "")
+    return jar["fourier_worker"].value if "fourier_worker" in jar else "-"
+
+
+def fmt_row(r: dict) -> str:
+    gb = lambda b: f"{b / 2**30:.2f} GB"  # noqa: E731
+    return (f"| {r['sessions']} | {r['open_p50']:.2f} / {r['open_p95']:.2f} s | {r['change_p50']:.2f} / {r['change_p95']:.2f} / "
+            f"{r['change_max']:.2f} s | {r['errors']} | {gb(r['rss_peak'])} (start {gb(r['rss_start'])}, after {gb(r['rss_after'])}) |")
+
+
+# ----------------------------------------------------------------------------- servers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(base: str, proc: subprocess.Popen | None, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited ({proc.returncode})")
+        try:
+            with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{base} did not answer in {timeout:.0f} s")
+
+
+def start_server(kind: str, workers: int, cache_dir: str | None):
+    env = dict(os.environ)
+    if cache_dir:
+        env["FOURIER_CACHE_DIR"] = str(Path(cache_dir).resolve())
+    port = free_port()
+    if kind == "single":
+        cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.address", "127.0.0.1",
+               "--server.port", str(port), "--server.headless", "true"]
+        wait_for_workers = 0
+    else:
+        wport = free_port()
+        while any(not _port_free(wport + i) for i in range(workers)):
+            wport = free_port()
+        cmd = [sys.executable, str(ROOT / "scripts" / "serve.py"), "--workers", str(workers), "--bind", "127.0.0.1",
+               "--port", str(port), "--worker-port", str(wport), "--out", str(ROOT / "serve" / f"loadtest-{port}")]
+        wait_for_workers = workers
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    wait_healthy(base, proc)
+    if wait_for_workers:  # serve.py starts the proxy once every worker is up and warm: give HAProxy a moment
+        time.sleep(0.5)
+    return proc, base
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def check_local(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme != "http" or not (host in LOCAL_HOSTS or host.startswith("127.")):
+        raise SystemExit(f"loadtest: only http servers on this machine (localhost, 127.x, ::1), not {url!r}")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--start", choices=["single", "serve"], default="single", help="start this server (default single)")
+    where.add_argument("--url", help="use a running server on this machine instead")
+    ap.add_argument("--workers", type=int, default=2, help="with --start serve: Streamlit workers (default 2)")
+    ap.add_argument("--pid", type=int, action="append", default=[], help="with --url: server process(es) whose memory to sample")
+    ap.add_argument("--sessions", default="1,10,25,50", help="comma-separated rounds (default 1,10,25,50; at most 200 each)")
+    ap.add_argument("--cache-dir", default=None, help="run cache for a started server (default: the project's cache/)")
+    ap.add_argument("--think", default="1-3", help="seconds between a session's changes, min-max (default 1-3)")
+    ap.add_argument("--ramp", type=float, default=1.0, help="sessions open within this many seconds (default 1)")
+    ap.add_argument("--change-timeout", type=float, default=60.0, help="seconds a page may take to answer (default 60)")
+    ap.add_argument("--round-timeout", type=float, default=300.0, help="seconds a round may take (default 300)")
+    ap.add_argument("--settle", type=float, default=5.0, help="seconds after a round before memory is read again (default 5)")
+    ap.add_argument("--cold", action="store_true", help="no warm-up: by default the link is opened once before the first "
+                    "round (not counted), as the lecturer does before the class opens it")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="also write the rounds to this JSON file")
+    args = ap.parse_args(argv)
+    rounds = [int(x) for x in args.sessions.split(",") if x.strip()]
+    if not rounds or any(not 1 <= n <= MAX_SESSIONS for n in rounds):
+        ap.error(f"--sessions: rounds of 1 to {MAX_SESSIONS} sessions")
+    lo, _, hi = args.think.partition("-")
+    args.think = (float(lo), float(hi or lo))
+
+    proc = None
+    if args.url:
+        base, pids = check_local(args.url), args.pid
+        what = f"running server {base}"
+    else:
+        proc, base = start_server(args.start, args.workers, args.cache_dir)
+        pids = [proc.pid]
+        what = "one `streamlit run` process" if args.start == "single" else f"`serve` with {args.workers} workers behind HAProxy"
+    load = os.getloadavg()
+    print(f"loadtest: {what}; {os.cpu_count()} cores; load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    print("| sessions | open p50 / p95 | change p50 / p95 / max | errors | server RSS peak |", flush=True)
+    print("| --- | --- | --- | --- | --- |", flush=True)
+    results = []
+    try:
+        if not args.cold:
+            asyncio.run(_round(base, 1, argparse.Namespace(**{**vars(args), "settle": 0}), pids))
+        for n in rounds:
+            r = asyncio.run(_round(base, n, args, pids))
+            results.append(r)
+            print(fmt_row(r), flush=True)
+            if set(r["per_worker"]) != {"-"}:
+                print(f"    sessions per worker: {dict(sorted(r['per_worker'].items()))}", flush=True)
+            for e in r["error_examples"]:
+                print(f"    error: {e}", flush=True)
+    finally:
+        if proc is not None:
+            stop_server(proc)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"server": what, "load_before": load, "rounds": results}, indent=1))
+    return 1 if any(r["errors"] for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

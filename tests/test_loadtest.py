@@ -1,0 +1,54 @@
+"""The load test in small: a few sessions at once must never make a page fail (scripts/loadtest.py).
+
+The full matrix (1, 10, 25, 50 sessions, one process and `serve`) is a benchmark: docs/serving.md."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = any((ROOT / "cache").glob("*/manifest.json"))
+
+
+def loadtest(tmp_path, *args):
+    out = tmp_path / "rounds.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "loadtest.py"), *args, "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert out.exists(), proc.stdout + proc.stderr
+    return proc, json.loads(out.read_text())
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
+def test_three_sessions_at_once_on_one_process_see_no_error(tmp_path):
+    """Three students open the shared link together and make their 5 changes (Next, tau, Spectra, layer, module)."""
+    proc, report = loadtest(tmp_path, "--start", "single", "--sessions", "3", "--think", "0.2-0.8", "--settle", "0")
+    (r,) = report["rounds"]
+    assert r["errors"] == 0, r["error_examples"]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert r["opened"] == 3 and r["changes"] == 15
+    assert "| 3 |" in proc.stdout  # the issue's table
+
+
+def test_loadtest_refuses_a_server_on_another_machine(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "loadtest.py"), "--url", "http://example.org:8501"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "only http servers on this machine" in proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (bash run.sh setup installs it)")
+def test_the_generated_proxy_config_is_valid_and_sticky(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import serve
+    finally:
+        sys.path.pop(0)
+    cfg = serve.haproxy_config("0.0.0.0", 8080, [8601, 8602, 8603])
+    (tmp_path / "haproxy.cfg").write_text(cfg)
+    check = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "bind 0.0.0.0:8080" in cfg and f"cookie {serve.COOKIE} insert" in cfg
+    assert cfg.count("server w") == 3 and "option httpchk GET /_stcore/health" in cfg and "timeout tunnel" in cfg
