@@ -181,6 +181,10 @@ def claim_module_waves(run) -> Claim:
     whole = bool((run.manifest.get("phase_locking") or {}).get("whole_split", True))
     mlp2 = locks[(locks["kind"] == "mlp") & np.isclose(locks["period"], 2.0)]
     attn510 = locks[(locks["kind"] == "attn") & (np.isclose(locks["period"], 5.0) | np.isclose(locks["period"], 10.0))]
+    if table["locking"].isna().all():
+        return Claim("module_waves", "For 15 + 93, GPT-2-XL's MLP 33 favours even numbers and its attention 40 the numbers "
+                     "that end like 108.", f"Only {n} example: no locking can be measured.", "not tested",
+                     "phase locking needs at least 2 examples", {"n": n})
     if len(mlp2) and len(attn510):
         verdict = "agrees"
     elif len(locks):

@@ -178,11 +178,15 @@ def locking_table(coef, energy, modules, freqs: dict, answers, p: int, seed: int
     """The `phase_locking` table: one row per (module, period); see the module docstring."""
     answers = np.asarray(answers)
     n = len(answers)
-    if coef.shape[0] != n or n < 2:
-        raise CoreError(f"phase locking needs the coefficients of at least 2 examples (got {coef.shape[0]}, {n} answers)")
+    if coef.shape[0] != n:
+        raise CoreError(f"internal: coefficients of {coef.shape[0]} examples for {n} answers")
     ks = list(freqs.values())
     lock = phase_locking(coef, answers, ks, p)
-    null_95 = family_thresholds(locking_null(coef, answers, ks, p, seed, shuffles))
+    if n < 2:  # one example always "locks": no locking can be measured (NaN), and nothing can pass
+        lock = Locking(np.full_like(lock.locking, np.nan), lock.offset, lock.constant_phase)
+        null_95 = np.full(len(ks), np.nan)
+    else:
+        null_95 = family_thresholds(locking_null(coef, answers, ks, p, seed, shuffles))
     at_k = (coef.astype(np.float64) ** 2).sum(-1).sum(0)  # (M, J)
     total = np.maximum(energy.sum(0), 1e-300)  # (M,)
     rows = []

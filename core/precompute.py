@@ -715,9 +715,12 @@ def _write_number_tables(writer: RunWriter, loaded, n_numbers: int, opts: Precom
 
 def _upgrade_run(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, examples, texts, log) -> bool:
     """A run cached by an older schema (2 or 3) gets the tables it lacks: the number tables (schema 3)
-    and the phase tables (schema 4, one more capture pass); nothing else is recomputed."""
+    and the phase tables (schema 4, one more capture pass). A run whose phase tables came from its
+    cached sample (`python -m core upgrade`, model not here) gets them over every example once the
+    model is here. Nothing else is recomputed."""
     manifest = read_json_file(writer.final / "manifest.json") or {}
-    if manifest.get("schema_version") not in (2, 3):
+    from_sample = (manifest.get("phase_locking") or {}).get("whole_split") is False
+    if manifest.get("schema_version") not in (2, 3) and not (manifest.get("schema_version") == SCHEMA_VERSION and from_sample):
         return False
     keep = writer.stage_published()
     timings = dict(keep.get("timings") or {})

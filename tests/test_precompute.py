@@ -264,3 +264,31 @@ def test_a_schema_2_run_gets_the_number_tables_and_keeps_the_rest(model_dir, tmp
     assert after["schema_version"] == SCHEMA_VERSION and {"number_spectrum", "number_probes"} <= set(after["tables"])
     assert {t: after["tables"][t]["sha256"] for t in kept} == kept  # nothing else recomputed
     assert after["timings"]["numbers_s"] >= 0 and after["accuracy"] == manifest["accuracy"]
+
+
+def test_a_run_upgraded_without_its_model_gets_every_example_once_the_model_is_here(model_dir, tmp_path):
+    """`python -m core upgrade` (model not here) reads the phase tables off the cached sample and says
+    so; the same precompute with the model replaces them by the tables over every example, and keeps
+    every other table byte for byte."""
+    folder = model_dir("gpt2", **WIDE)
+    cache = tmp_path / "c"
+    assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
+    (run,) = list_runs(cache)
+    full = read_table(cache, run.name, "phase_locking")
+    assert (full["n"] == 20).all() and run.manifest["phase_locking"]["whole_split"] is True
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    kept = {t: e["sha256"] for t, e in manifest["tables"].items() if t not in ("phase_locking", "wave_peaks")}
+    for t in ("phase_locking", "wave_peaks"):  # as a schema-3 run was written
+        (run.path / manifest["tables"].pop(t)["file"]).unlink()
+    manifest["schema_version"] = 3
+    manifest.pop("phase_locking")
+    (run.path / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["upgrade", "--cache-dir", str(cache)]) == 0
+    (sampled,) = list_runs(cache)
+    assert verify_run(sampled.path) == [] and sampled.manifest["phase_locking"]["whole_split"] is False
+    assert (read_table(cache, run.name, "phase_locking")["n"] == 4).all()  # the 4 cached sample examples
+    assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
+    (again,) = list_runs(cache)
+    assert verify_run(again.path) == [] and again.manifest["phase_locking"]["whole_split"] is True
+    pd.testing.assert_frame_equal(read_table(cache, run.name, "phase_locking"), full)
+    assert {t: again.manifest["tables"][t]["sha256"] for t in kept} == kept
