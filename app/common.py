@@ -210,14 +210,16 @@ def fine_tuned_training(split: str) -> list[tuple[str, dict, pd.DataFrame]]:
 # ----------------------------------------------------------------------------- URL state
 
 
-def _from_url(key: str, default, cast):
+def _from_url(key: str, default, cast) -> tuple[object, bool]:
+    """(value, read): the link's value for `key` cast, or `default` with read False when the link has
+    none or its text does not cast."""
     raw = st.query_params.get(key)
     if raw is None:
-        return default
+        return default, False
     try:
-        return cast(raw)
+        return cast(raw), True
     except (TypeError, ValueError):
-        return default
+        return default, False
 
 
 def url_state(key: str, default, cast=str, options=None):
@@ -231,11 +233,9 @@ def url_state(key: str, default, cast=str, options=None):
     elif shadow in st.session_state:
         value = st.session_state[shadow]
     else:
-        value = _from_url(key, default, cast)
-        from_link = st.query_params.get(key) is not None
-        if from_link and value is default and str(default) != st.query_params.get(key):
+        value, from_link = _from_url(key, default, cast)
+        if not from_link and st.query_params.get(key) is not None:
             _link_notice(key, st.query_params.get(key), default)  # the cast failed
-            from_link = False
     if options is not None and value not in options:
         if from_link:
             _link_notice(key, st.query_params.get(key), default)

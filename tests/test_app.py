@@ -338,3 +338,22 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(tmp_path))
     folder, why = live_model_folder(run.manifest)
     assert folder is None and "outside" in why
+
+
+def test_a_link_the_app_wrote_opens_the_same_view_without_a_warning(app, app_env, monkeypatch):
+    """Every page mirrors its controls into the URL; opening that URL in a new session (a shared link)
+    restores the view and shows no 'the link asks for ...' notice (a link's 0 is the value False)."""
+    from streamlit.testing.v1 import AppTest
+
+    for page in PAGES:
+        at = goto(app, page)
+        link = {"large": "0", **{k: at.query_params[k] for k in at.query_params}}  # the toggle, once off, writes 0
+        fresh = AppTest.from_file("../app/main.py", default_timeout=120)
+        fresh.query_params.update(link)
+        fresh.run()
+        fresh.switch_page(PAGES[page])
+        fresh.run()
+        assert not fresh.exception, [e.message for e in fresh.exception]
+        assert not [t.value for t in fresh.toast], (page, link, [t.value for t in fresh.toast])
+        shown = {k: fresh.query_params[k] for k in fresh.query_params}
+        assert {k: shown.get(k) for k in link} == link, page
