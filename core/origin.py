@@ -38,11 +38,20 @@ def run_origin(manifest: dict) -> dict:
 
 
 def recipe_of(model: dict) -> dict | None:
+    """The recipe.json in the model's folder (a model trained here), or None."""
+    return _model_file(model, "recipe.json")
+
+
+def summary_of(model: dict) -> dict:
+    """The train_summary.json in the model's folder (what the training run recorded), or {}."""
+    return _model_file(model, "train_summary.json") or {}
+
+
+def _model_file(model: dict, name: str) -> dict | None:
     source = model.get("source")
     if not isinstance(source, str):
         return None
-    folder = project_path(source)
-    f = folder / "recipe.json"
+    f = project_path(source) / name
     if not f.is_file():
         return None
     try:
@@ -50,6 +59,46 @@ def recipe_of(model: dict) -> dict | None:
     except (OSError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _device_text(recipe: dict, summary: dict) -> str:
+    if summary.get("device"):
+        return str(summary["device"])
+    return "a GPU" if recipe.get("device") == "cuda" else "a CPU"
+
+
+def fine_tuning_text(manifest: dict) -> str:
+    """How a fine-tuned run's model was trained, generated from its recipe and training summary (never
+    written by hand per run, so it cannot go stale): what was trained, from where, for how long, on what."""
+    recipe = run_origin(manifest)["recipe"] or {}
+    summary = summary_of(manifest.get("model") or {})
+    lora = recipe.get("lora") or {}
+    spec = recipe.get("number_tokens") or {}
+    L = manifest.get("n_layers") or recipe.get("n_layers")
+    targets = ", ".join(lora.get("targets") or ["every linear map"])
+    epochs = summary.get("epochs_run", recipe.get("epochs"))
+    start = lora.get("init_delta")
+    earlier = recipe_of({"source": str(project_path(start).parent)}) if start else None
+    frozen = int(spec.get("frozen_blocks") or 0)
+    if lora.get("train") == "full":
+        what = (f"every linear map of the {L} blocks ({targets}) was trained (full fine-tuning, as the paper does) with the new "
+                f"rows; each map's change is kept as its best rank-{lora.get('rank', '?')} approximation (SVD)")
+    elif start:
+        blocks = f"blocks {frozen}..{L - 1}" if frozen else f"all {L} blocks"
+        what = (f"it continues {earlier.get('label', start) if earlier else start}: the rank-{lora.get('rank', '?')} factors of "
+                f"{blocks} were trained further"
+                + (f", while blocks 0..{frozen - 1} and the number rows stay as that stage left them" if frozen else " with the new rows"))
+    else:
+        what = (f"the new rows and rank-{lora.get('rank', '?')} LoRA updates W + (alpha/r) B A of each block's {targets} were "
+                "trained, every original weight frozen")
+    delta = summary.get("delta_bytes")
+    shipped = summary.get("delta_shipped")
+    weights = (f"Its weights are rebuilt from a delta of {delta / 1e6:.1f} MB"
+               + (" (shipped)" if shipped else " that is not shipped (the recipe retrains it)" if shipped is False else "")
+               + " and the imported base model.") if delta else ""
+    return (f"Each new number token's row started as the model's own representation of the number (after block "
+            f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}); then {what}, for {epochs} epoch{'' if epochs == 1 else 's'} on "
+            f"{_device_text(recipe, summary)}. {weights}").strip()
 
 
 def describe_run(manifest: dict) -> str:
@@ -73,19 +122,12 @@ def describe_run(manifest: dict) -> str:
             "its numbers are what that model does."
         )
     if origin["kind"] == "fine-tuned":
-        spec, lora = recipe.get("number_tokens") or {}, recipe.get("lora") or {}
         base = (prov or {}).get("base_provenance") or {}
-        targets = ", ".join(lora.get("targets") or ["every linear map"])
         return (
             f"**{manifest.get('label')}** is a **real pre-trained language model** "
-            f"({base.get('model') or recipe.get('init_from', '?')}, {size}) "
-            f"**fine-tuned here** on the paper's addition data, as the paper fine-tuned GPT-2-XL: one new token per number "
-            f"0..{int(manifest.get('p', 0)) - 1}, each row started as the model's own representation of the number (after block "
-            f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}{', centred' if spec.get('centre') else ''}, scaled to its "
-            f"other rows' mean norm); then the new rows and rank-{lora.get('rank', '?')} LoRA updates of each block's {targets} "
-            f"were trained for {recipe.get('epochs')} epochs on a CPU with every original weight frozen. In the model analysed "
-            "here those maps are W + (alpha/r) B A and the new rows are trained; the original token rows and norms are the "
-            "pre-trained ones. Its weights are rebuilt from a shipped delta of a few MB and the imported base model."
+            f"({base.get('model') or recipe.get('init_from', '?')}, {size}) **fine-tuned here** on the paper's addition data, "
+            f"as the paper fine-tuned GPT-2-XL, with one new token per number 0..{int(manifest.get('p', 0)) - 1}. "
+            + fine_tuning_text(manifest)
         )
     how = (
         f"trained here on a CPU on the paper's addition data ({recipe.get('epochs')} epochs, answer-token loss); "

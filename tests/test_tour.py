@@ -266,3 +266,30 @@ def test_logit_lens_sentence_gives_the_last_layer_both_ways(run):
     assert f"of {int(la['layer'].max())}," in measured and f"at the last layer, {pct(top[False])} exact" in measured
     if True in top.index:
         assert f"through the final norm, as the model reads it: {pct(top[True])}" in measured
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
+def test_every_fine_tuned_run_describes_itself_from_its_recipe_and_summary():
+    """Descriptions are generated, not written per run: each states what its recipe and training
+    summary say (full fine-tuning or LoRA, frozen blocks, epochs, device, delta size and whether it ships)."""
+    import json
+
+    from core.models import project_path
+    from core.origin import describe_run
+
+    tuned = [r for r in SHIPPED if run_origin(r.manifest)["kind"] == "fine-tuned"]
+    for r in tuned:
+        folder = project_path(r.manifest["model"]["source"])
+        recipe = json.loads((folder / "recipe.json").read_text())
+        summary = json.loads((folder / "train_summary.json").read_text())
+        text = describe_run(r.manifest)
+        lora, spec = recipe["lora"], recipe["number_tokens"]
+        assert ("full fine-tuning" in text) == (lora.get("train") == "full"), r.name
+        assert ("LoRA" in text) == (lora.get("train") != "full" and not lora.get("init_delta")), r.name
+        epochs = summary.get("epochs_run", recipe["epochs"])
+        assert f"for {epochs} epoch" in text and summary["device"] in text, r.name
+        if spec.get("frozen_blocks"):
+            assert f"blocks {spec['frozen_blocks']}..{r.manifest['n_layers'] - 1}" in text
+        assert f"{summary['delta_bytes'] / 1e6:.1f} MB" in text
+        assert ("not shipped" in text) == (summary.get("delta_shipped") is False)
+        assert "a few MB" not in text and "every original weight frozen" not in text or not lora.get("init_delta")
