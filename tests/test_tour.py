@@ -196,12 +196,33 @@ def test_tour_picks_the_run_that_shows_a_step_best_and_says_so(monkeypatch):
                 and "examples" in r.manifest["tables"]}
     worst = min(verdicts, key=lambda n: VERDICT_SCORE[verdicts[n]["accuracy"]])
     at = AppTest.from_file("../app/main.py", default_timeout=120)
-    at.query_params.update({"run": worst, "step": "1"})
+    at.query_params.update({"run": worst, "step": "1", "best": "1"})
     at.run()
     verdict, _ = shown_verdict(at)
     assert VERDICT_SCORE[verdict] == max(VERDICT_SCORE[v["accuracy"]] for v in verdicts.values())
     if verdict != verdicts[worst]["accuracy"]:
-        assert any("shows this step best" in c.value for c in at.caption)
+        assert any("shows this step best" in w.value for w in at.warning)
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
+@pytest.mark.parametrize("run", SHIPPED, ids=[r.name[:24] for r in SHIPPED])
+def test_every_tour_step_shows_the_sidebar_run_unless_asked(run, monkeypatch):
+    """A lecturer's run stays on screen through the whole Tour: with no 'best' in the link, every step
+    names the sidebar's run, and no banner says another run is shown."""
+    from streamlit.testing.v1 import AppTest
+
+    import streamlit as st
+
+    monkeypatch.setenv("FOURIER_CACHE_DIR", str(CACHE))
+    st.cache_data.clear()
+    for step in range(1, 8):
+        at = AppTest.from_file("../app/main.py", default_timeout=120)
+        at.query_params.update({"run": run.name, "step": str(step)})
+        at.run()
+        assert not at.exception, [e.message for e in at.exception]
+        assert not at.warning, (step, [w.value for w in at.warning])
+        named = [m.value for m in at.markdown if m.value.startswith("**") and ":**" in m.value and "**Paper:**" not in m.value]
+        assert named and named[0].startswith(f"**{run.manifest['label']}"), (step, named[:1])
 
 
 def test_a_run_that_cannot_answer_a_claim_says_so(tmp_path):

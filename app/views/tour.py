@@ -96,7 +96,7 @@ STEPS = [
 STEP_TABLES = {"accuracy": "examples", "logit_lens": "layer_accuracy", "module_waves": "phase_locking", "spectra": "module_spectra",
                "waves": "final_waves", "ablations": "ablations", "numbers": "number_spectrum"}
 url_state("step", 1, int, list(range(1, len(STEPS) + 1)))
-url_state("best", True, lambda t: str(t).lower() in ("1", "true", "yes", "on"))
+url_state("best", False, lambda t: str(t).lower() in ("1", "true", "yes", "on"))
 
 
 def move(delta):
@@ -110,6 +110,11 @@ left, mid, right = st.columns([1.2, 4, 1.2], vertical_alignment="center")
 left.button("◀ Back", on_click=move, args=(-1,), disabled=st.session_state["step"] == 1, width="stretch")
 right.button("Next ▶", on_click=move, args=(1,), disabled=st.session_state["step"] == len(STEPS), width="stretch")
 mid.progress(st.session_state["step"] / len(STEPS), text=f"Step {st.session_state['step']} of {len(STEPS)}")
+st.toggle(
+    "Show each step on the shipped run that shows it best", key="best",
+    help="Off (the default): every step uses the run chosen in the sidebar. On: each step may switch to another shipped run, "
+         "and a banner says which and why.",
+)
 
 if key == "training":
     logged = [r for r in runs if r.has("training_log")]
@@ -125,10 +130,12 @@ else:
     shown, claim, others = by_name[pick], per_run[pick], ""
     if pick != chosen.name:
         mine = per_run[chosen.name]
-        others = (
-            f"Shown on {shown.label}, the shipped run that shows this step best. On your choice, {chosen.label}: "
-            f"{BADGE[mine.verdict]} {mine.measured}"
+        st.warning(
+            f"**This step shows {shown.label}**, not the run chosen in the sidebar: it is the shipped run that shows this "
+            f"step best ({claim.verdict}; yours: {mine.verdict}). Switch off the toggle above to stay on your run.",
+            icon=":material/swap_horiz:",
         )
+        others = f"On your choice, {chosen.label}: {BADGE[mine.verdict]} {mine.measured}"
 
 text, figure = st.columns([2, 3], gap="medium")
 with text:
@@ -147,11 +154,7 @@ with figure:
     if key in STEP_TABLES and not shown.has(STEP_TABLES[key]):
         why = (shown.manifest.get("not_applicable") or {}).get(STEP_TABLES[key])
         st.info(f"{shown.label} cannot show this step" + (f": {why}." if why else f" (no {STEP_TABLES[key]} table).")
-                + " Switch on the toggle below to see it on the shipped run that shows it best.")
+                + " Switch on the toggle above to see it on the shipped run that shows it best.")
     else:
         draw(shown)
-st.toggle(
-    "Show each step on the shipped run that shows it best", key="best",
-    help="Off: every step uses the run chosen in the sidebar.",
-)
 to_url("step", "best")
