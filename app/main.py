@@ -4,7 +4,9 @@ import streamlit as st
 
 from app.common import sidebar
 
-st.set_page_config(page_title="How language models add: Fourier features", page_icon="➕", layout="wide")
+# a presentation link (large=1) opens with the sidebar folded away, so a 1024-wide projector shows the step whole
+st.set_page_config(page_title="How language models add: Fourier features", page_icon="➕", layout="wide",
+                   initial_sidebar_state="collapsed" if st.query_params.get("large") == "1" else "auto")
 
 TOUR = st.Page("views/tour.py", title="Tour", icon=":material/slideshow:", url_path="start", default=True)
 
@@ -23,6 +25,7 @@ PAGES = [
     st.Page("views/embeddings.py", title="Numbers", icon=":material/scatter_plot:", url_path="embeddings"),
     st.Page("views/training.py", title="Training", icon=":material/school:", url_path="training"),
     st.Page("views/behaviour.py", title="Behaviour", icon=":material/rule:", url_path="behaviour"),
+    st.Page("views/terms.py", title="Terms", icon=":material/menu_book:", url_path="terms"),
     st.Page(tour_link, title="Tour (link)", url_path="tour", visibility="hidden"),
 ]
 

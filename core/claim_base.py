@@ -24,10 +24,17 @@ class Claim:
     verdict: str
     reason: str = ""
     numbers: dict = field(default_factory=dict)
+    #: One short sentence for a projector (the measured text's gist); `measured` keeps every number.
+    headline: str = ""
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise CoreError(f"internal: unknown verdict {self.verdict!r}")
+
+    @property
+    def short(self) -> str:
+        """The headline, or the measured text's first sentence when a claim has none."""
+        return self.headline or self.measured.split(". ")[0].rstrip(".") + "."
 
     @property
     def score(self) -> int:

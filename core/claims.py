@@ -32,7 +32,7 @@ from core.origin import describe_run, run_origin
 from core.paper import ACCURACY
 
 __all__ = [
-    "VERDICTS", "VERDICT_SCORE", "Claim", "TableRun", "RUN_CLAIMS", "run_claims", "best_run", "claim_training",
+    "VERDICTS", "VERDICT_SCORE", "PAPER_SHORT", "Claim", "TableRun", "RUN_CLAIMS", "run_claims", "best_run", "claim_training",
     "describe_run", "run_origin", "module_locks", "selection_note", "selection_note_of", "digit_derived",
 ]
 
@@ -61,12 +61,13 @@ def run_claims(run) -> dict[str, Claim]:
             missing = (getattr(run, "manifest", None) or {}).get("not_applicable") or {}
             why = next(iter(missing.values()), None) if missing else None
             measured = f"Does not apply to this model: {why}." if why else f"This run's tables cannot answer it ({exc})."
-            out[name] = Claim(name, _PAPER_SHORT[name], measured, "not tested", numbers={"not_applicable": bool(why)})
+            out[name] = Claim(name, PAPER_SHORT[name], measured, "not tested", numbers={"not_applicable": bool(why)},
+                              headline="Does not apply to this model." if why else "This run's tables cannot answer it.")
     return out
 
 
 #: The paper's finding of each claim in a few words, for runs that cannot test it.
-_PAPER_SHORT = {
+PAPER_SHORT = {
     "accuracy": f"Fine-tuned GPT-2-XL answers {ACCURACY['GPT-2-XL fine-tuned']}% of the test prompts right.",
     "logit_lens": "GPT-2-XL approximates the answer in its middle layers and makes it exact only late.",
     "module_waves": "GPT-2-XL's modules write waves of period 2 (MLP) and 5 or 10 (attention) for 15 + 93.",

@@ -77,6 +77,8 @@ def claim_embeddings(run, basis: str = "paper") -> Claim:
         verdict,
         reason,
         {"outliers": int(len(outl)), "short_found": found, "origin": origin},
+        headline=(f"Spectrum outliers at periods {', '.join(f'{t:g}' for t in found)} of the number rows." if found else
+                  "No spectrum outlier at periods 2, 2.5, 5 or 10 in the number rows."),
     )
 
 
@@ -114,6 +116,9 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
         "the same model trained from scratch has none.",
         measured, verdict, reason,
         {"layer": layer, "short_found": s["short_periods"], "outliers": s["n_outliers"], "kappa": kap, "origin": origin},
+        headline=(f"At {where}: spectrum outliers at periods {', '.join(f'{t:g}' for t in s['short_periods'])}; probes read "
+                  f"n mod 10 at kappa {kap.get(10, float('nan')):.2f}." if s["short_periods"] else
+                  f"At {where}: no spectrum outlier at periods 2, 2.5, 5 or 10."),
     )
 
 
@@ -215,4 +220,5 @@ def claim_behaviour(run) -> Claim:
     if verdict == "does not" and pd.notna(within2) and within2 >= 0.5:
         reason = "its errors are off-by-one or two: the size is right and the last digit is off, the opposite of the paper's"
     return Claim("behaviour", paper, measured, verdict, reason,
-                 {"n_wrong": wrong, "share_multiple_of_10": share, "p_value": p_value, "source": what})
+                 {"n_wrong": wrong, "share_multiple_of_10": share, "p_value": p_value, "source": what},
+                 headline=f"{pct(share)} of {wrong} wrong answers are off by a multiple of 10 (chance: 10%).")

@@ -90,6 +90,7 @@ def claim_accuracy(run) -> Claim:
         reason,
         {"accuracy": test_acc, "validation_accuracy": val, "judged_on": "val" if val is not None else split, "n": len(ex),
          "prediction": int(r["prediction"]), "answer": int(r["answer"])},
+        headline=f"{pct(judged)} right on {'validation' if val is not None else split} (the paper: {ACCURACY['GPT-2-XL fine-tuned']}%).",
     )
 
 
@@ -147,6 +148,7 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
         reason,
         {"layer": int(best["layer"]), "gap": g, "within_10": float(best["within_10"]), "exact": float(best["exact"]),
          "depth": LENS_DEPTH},
+        headline=f"At layer {int(best['layer'])} of {L}: {pct(best['within_10'])} within ±10, {pct(best['exact'])} exact.",
     )
 
 
@@ -191,16 +193,20 @@ def claim_module_waves(run) -> Claim:
         verdict = "partly"
     else:
         verdict = "does not" if whole else "not tested"
-    said = []
+    said, gist = [], []
     for kind in ("mlp", "attn"):
         mine = locks[locks["kind"] == kind]
-        for layer in list(dict.fromkeys(mine["layer"]))[:2]:  # the two strongest modules of each kind
+        for i, layer in enumerate(list(dict.fromkeys(mine["layer"]))[:2]):  # the two strongest modules of each kind
             rows = mine[mine["layer"] == layer].sort_values("period", ascending=False)
             what = ", ".join(f"{_MOD[float(r.period)]} (R = {r.locking:.2f})" for r in rows.itertuples())
             said.append(f"{_NAMES[kind]} {int(layer)} tracks the answer {what}")
+            if i == 0:
+                gist.append(said[-1])
     for kind, wanted, what in (("attn", (5.0, 10.0), "mod 5 or 10"), ("mlp", (2.0,), "parity")):
         if not locks[(locks["kind"] == kind) & locks["period"].isin(wanted)].shape[0]:
             said.append(f"no {_NAMES[kind]} layer tracks {what}")
+            gist.append(said[-1])
+    gist = gist[:3]
     final = table[(table["kind"] == "final") & table["period"].map(is_short)].sort_values("locking", ascending=False)
     examples = f"all {n} {run.manifest.get('task', {}).get('split', 'test')} examples" if whole else f"only the {n} cached examples"
     measured = f"Over {examples}: " + "; ".join(said) + "."
@@ -233,6 +239,7 @@ def claim_module_waves(run) -> Claim:
         reason,
         {"locks": locks.to_dict("records"), "n": n, "whole_split": whole,
          "constant_waves": consts[["kind", "layer", "period", "constant_phase", "energy_share"]].to_dict("records")},
+        headline=("; ".join(gist) + ".")[:1].upper() + ("; ".join(gist) + ".")[1:] if gist else "",
     )
 
 
@@ -293,6 +300,7 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
         verdict,
         structural_reason(run, spectra=True) if verdict != "agrees" else "",
         {"low_share": shares, "top_periods": tops, "above_baseline": above, "layers": keep},
+        headline=f"Below tau = {tau}: {pct(shares['mlp'])} of the MLPs' energy, {pct(shares['attn'])} of attention's.",
     )
 
 
@@ -353,6 +361,7 @@ def claim_waves(run, top: int = 5) -> Claim:
         verdict,
         reason,
         {"share_top5": s5, "share_top10": s10, "n": n, "periods": top_periods, "accuracy": acc},
+        headline=f"The top 5 waves peak at the answer for {pct(s5)} of {n} questions, the top 10 for {pct(s10)}.",
     )
 
 
@@ -443,4 +452,5 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         reason,
         {"tau": t, "base": base, "accuracy": {f"{m}-{r}": v[0] for (m, r), v in cells.items()},
          "control": {f"{m}-{r}": v[1] for (m, r), v in cells.items()}, "pattern": pattern, "error_shape": shape},
+        headline=f"MLP low removed: {cell('mlp', 'low')}; attention high removed: {cell('attn', 'high')}.",
     )

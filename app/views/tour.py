@@ -6,10 +6,11 @@ run is then summarised beside it. Switch that off to see every step on the sideb
 import streamlit as st
 
 from app import figures
+from app.glossary import step_terms
 from app.phase_figure import locking_heatmap
 from app.common import BADGE, cache_dir, large, run_claims, runs_of_split, show_chart, to_url, training_claim, training_logs, url_state, view
 from core import views
-from core.claims import best_run, describe_run, run_origin
+from core.claims import PAPER_SHORT, best_run, describe_run, run_origin
 
 v = view()
 chosen, basis, tau = v["run"], st.session_state["basis"], st.session_state["tau"]
@@ -140,15 +141,25 @@ else:
 text, figure = st.columns([2, 3], gap="medium")
 with text:
     st.subheader(title)
-    st.markdown(f"{BADGE[claim.verdict]} &nbsp; **Paper:** {claim.paper}")
-    st.markdown(
-        f"**{'These runs' if key == 'training' else shown.label}:** {claim.measured}"
-        + (f" *Why: {claim.reason}.*" if claim.reason else "")
-    )
-    if others:
-        st.caption(others)
-    if key in ("accuracy", "numbers"):
-        st.markdown(describe_run(shown.manifest))
+    who = "These runs" if key == "training" else shown.label
+    why = f" *Why: {claim.reason}.*" if claim.reason else ""
+    if large():  # a projector: the gist in three short lines, every number one click away
+        st.markdown(f"{BADGE[claim.verdict]} &nbsp; **Paper:** {PAPER_SHORT.get(key, claim.paper)}")
+        st.markdown(f"**This run:** {claim.short}")
+        with st.expander("All the numbers, and why"):
+            st.markdown(f"**{who}:** {claim.measured}{why}")
+            if others:
+                st.caption(others)
+            if key in ("accuracy", "numbers"):
+                st.markdown(describe_run(shown.manifest))
+    else:
+        st.markdown(f"{BADGE[claim.verdict]} &nbsp; **Paper:** {claim.paper}")
+        st.markdown(f"**{who}:** {claim.measured}{why}")
+        if others:
+            st.caption(others)
+        if key in ("accuracy", "numbers"):
+            st.markdown(describe_run(shown.manifest))
+    st.caption(step_terms(key))
 with figure:
     st.caption(what)
     if key in STEP_TABLES and not shown.has(STEP_TABLES[key]):
