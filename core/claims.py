@@ -3,7 +3,7 @@
 Every sentence the dashboard says about a run is built here from that run's tables, so a caption
 never asserts what the data beside it does not show. A claim carries:
 
-* `paper`: the paper's finding, with its model and number (quoted from core.paper / PAPER.md);
+* `paper`: the paper's finding, with its model and number (quoted from core.paper / docs/method.md#the-papers-results);
 * `measured`: this run's corresponding measurement, computed from its cached tables;
 * `verdict`: "agrees", "partly", "does not" or "not tested" (where the run cannot test the claim,
   e.g. features that were planted by hand), by a rule written next to each claim;

@@ -13,7 +13,7 @@ Two bases, both with rows ordered [constant, sin k=1, cos k=1, sin k=2, cos k=2,
 
 Frequencies are indexed by k = 1..K (K = floor((p-1)/2), plus p/2 for the even DFT). The
 constant (k = 0) is left out of every spectrum: shifting all logits by a constant changes no
-prediction. Bands use a cutoff tau: low = 1 <= k < tau, high = k >= tau (PAPER.md section 3).
+prediction. Bands use a cutoff tau: low = 1 <= k < tau, high = k >= tau (docs/method.md#frequency-bands).
 """
 
 from __future__ import annotations

@@ -544,7 +544,7 @@ def ablation_specs(basis, taus, controls: bool = True):
         for modules in ("both", "attn", "mlp"):
             for removed in ("low", "high"):
                 specs.append(Ablation(modules, removed, int(tau)))
-    for tau in taus if controls else ():  # controls: a random subspace of the same rank as each band filter (PAPER.md section 5)
+    for tau in taus if controls else ():  # controls: a random subspace of the same rank as each band filter (docs/method.md#controls)
         for modules in ("both", "attn", "mlp"):
             for removed in ("random-low", "random-high"):
                 specs.append(Ablation(modules, removed, int(tau)))
