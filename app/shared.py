@@ -95,16 +95,23 @@ def _read_only(result):
     return tuple(x.copy(deep=False) if isinstance(x, pd.DataFrame) else x for x in result)
 
 
-def shared_call(func, *args, **kwargs):
-    """`func(*args, **kwargs)` computed once per process for all sessions: for the pure functions of
-    `core.views` that a page calls on a run's tables (DataFrame arguments are keyed by content)."""
+def shared_view(run, func, table: str, *args, **kwargs):
+    """`func(run.table(table), *args, **kwargs)` computed once per process for a run version and the
+    arguments, for all sessions: for the pure functions of `core.views` a page calls on one of a
+    run's tables (keyed by the run, not by hashing the table's content)."""
     if not sharing():
-        return func(*args, **kwargs)
+        return func(run.table(table), *args, **kwargs)
+    from app.common import cache_dir
+
     try:
-        key = (tuple(_key(a) for a in args), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+        key = (str(cache_dir()), _key(run), table, tuple(_key(a) for a in args), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
     except Unkeyable:
-        return func(*args, **kwargs)
-    return _read_only(_build(f"{func.__module__}.{func.__qualname__}", key, func, args, kwargs))
+        return func(run.table(table), *args, **kwargs)
+    return _read_only(_build(f"{func.__module__}.{func.__qualname__}", key, _on_table, (run, func, table, args, kwargs), {}))
+
+
+def _on_table(run, func, table, args, kwargs):
+    return func(run.table(table), *args, **kwargs)
 
 
 def shared_figure(func):

@@ -298,6 +298,19 @@ def rss_bytes(pids: list[int]) -> int:
     return total
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system) the server's processes have used so far."""
+    total = 0
+    for p in process_tree(pids):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -325,6 +338,7 @@ async def _round(base: str, n: int, args, pids: list[int]) -> dict:
         await s.run()
 
     sampler = asyncio.create_task(sample())
+    cpu0 = cpu_seconds(pids)
     t0 = time.perf_counter()
     tasks = [asyncio.create_task(one(s, rng.uniform(0, args.ramp))) for s in sessions]
     _, pending = await asyncio.wait(tasks, timeout=args.round_timeout)
@@ -334,6 +348,7 @@ async def _round(base: str, n: int, args, pids: list[int]) -> dict:
         if t in pending:
             s.errors.append(f"session still running after the round's {args.round_timeout:.0f} s")
     wall = time.perf_counter() - t0
+    cpu = cpu_seconds(pids) - cpu0
     done.set()
     await sampler
     await asyncio.sleep(args.settle)
@@ -345,6 +360,7 @@ async def _round(base: str, n: int, args, pids: list[int]) -> dict:
         "sessions": n, "wall_s": wall, "opened": len(opens), "changes": len(changes),
         "open_p50": pct(opens, 0.5), "open_p95": pct(opens, 0.95),
         "change_p50": pct(changes, 0.5), "change_p95": pct(changes, 0.95), "change_max": max(changes, default=float("nan")),
+        "server_cpu_s": cpu, "server_cpu_per_run_ms": 1000 * cpu / max(1, len(opens) + len(changes)),
         "errors": len(errors), "error_examples": errors[:5], "sessions_with_errors": sum(1 for s in sessions if s.errors),
         "per_worker": dict(collections.Counter(_sticky(s.cookies) for s in sessions if s.open_s is not None)),
         "rss_start": start_rss, "rss_peak": peak[0], "rss_after": after,
@@ -483,6 +499,8 @@ def main(argv=None) -> int:
             r = asyncio.run(_round(base, n, args, pids))
             results.append(r)
             print(fmt_row(r), flush=True)
+            print(f"    server CPU {r['server_cpu_s']:.1f} s over {r['wall_s']:.0f} s, {r['server_cpu_per_run_ms']:.0f} ms a script run "
+                  f"({r['opened']} opens + {r['changes']} changes)", flush=True)
             if set(r["per_worker"]) != {"-"}:
                 print(f"    sessions per worker: {dict(sorted(r['per_worker'].items()))}", flush=True)
             for e in r["error_examples"]:

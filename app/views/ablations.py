@@ -3,7 +3,7 @@ import streamlit as st
 
 from app import figures
 from app.common import intro, needs, show_chart, term, to_url, url_state, view
-from app.shared import shared_call
+from app.shared import shared_view
 from core import views
 from core.errors import CoreError
 from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
@@ -30,7 +30,7 @@ if basis != run_basis:
     st.caption(f"The filters of this run were computed in the '{run_basis}' basis (the sidebar's basis changes the spectra only).")
 
 st.subheader(f"Table 1 for this run (tau = {shown_tau})", help=term("ablation"))
-t1 = shared_call(views.table1, ablations, shown_tau)  # the same for every session: computed once
+t1 = shared_view(run, views.table1, "ablations", shown_tau)  # the same for every session: computed once
 if shown_tau != TABLE1_TAU:
     t1[["paper GPT-2-XL accuracy %", "paper GPT-2-XL loss"]] = None
 order = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %", "loss", "paper GPT-2-XL loss",
