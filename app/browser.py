@@ -117,6 +117,8 @@ def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: i
             "url": url,
             "title": page.locator(HEADING).first.inner_text(),
             "charts": page.locator(".vega-embed").count(),
+            "chart_heights": [round(box["height"]) for e in page.locator(".vega-embed").all() if (box := e.bounding_box())],
+            "chart_titles": [e.get_attribute("aria-label") or "" for e in page.locator(".vega-embed svg, .vega-embed canvas").all()],
             "errors": [e.inner_text() for e in page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all()]
             + (["page not found"] if page.get_by_text("Page not found").count() else []),
         }

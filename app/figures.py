@@ -42,9 +42,14 @@ def accuracy_by_layer(run: Run, final_norm: bool):
     return styled(chart, f"Logit-lens accuracy by layer — {run.label}"), data, caption
 
 
+#: A module-logit heatmap shows at most this many (module, layer) rows: on a deep model, the strongest.
+HEATMAP_ROWS = 16
+
+
 def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
-    data = views.logits_around_answer(run.table("module_logits"), example.name, int(example["answer"]), window)
-    reach = float(data["centred"].abs().max()) or 1.0  # symmetric: a small negative looks small
+    around = views.logits_around_answer(run.table("module_logits"), example.name, int(example["answer"]), window)
+    data, n_rows = views.strongest_rows(around, HEATMAP_ROWS)
+    reach = views.robust_reach(data["centred"])  # symmetric, and a few extreme cells do not wash out the rest
     chart = (
         alt.Chart(data)
         .mark_rect()
@@ -52,7 +57,7 @@ def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
             x=alt.X("number:O", title=f"number (answer {example['answer']} in the middle)", axis=alt.Axis(labelAngle=0, labelOverlap="parity")),
             y=alt.Y("row:N", title="module and layer", sort=alt.SortField("layer", order="ascending")),
             color=alt.Color("centred:Q", title="logit − row mean",
-                            scale=alt.Scale(scheme="redblue", domain=[-reach, reach], domainMid=0, reverse=True)),
+                            scale=alt.Scale(scheme="redblue", domain=[-reach, reach], domainMid=0, reverse=True, clamp=True)),
             tooltip=["row", "number", "offset", alt.Tooltip("centred:Q", format=".3f"), alt.Tooltip("logit:Q", format=".3f")],
         )
     )
@@ -61,12 +66,13 @@ def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
         .mark_rect(fill=None, stroke="black", strokeWidth=2)
         .encode(x="number:O", y=alt.Y("row:N", sort=alt.SortField("layer", order="ascending")))
     )
+    shown = f"the {HEATMAP_ROWS} of {n_rows} modules that move these logits most" if n_rows > HEATMAP_ROWS else "every module"
     caption = (
-        "Each row is one module's push on the numbers near the answer (red = up, blue = down). Look for rows that "
-        "favour every 2nd, 5th or 10th number: those modules classify the answer's parity or last digit."
+        f"Each row is one module's push on the numbers near the answer (red = up, blue = down; {shown}; colour clipped "
+        "at the 98th percentile). Rows that favour every 2nd, 5th or 10th number classify the parity or last digit."
     )
     title = f"Module logits around {example['a']} + {example['b']} = {example['answer']} — {run.label}"
-    return styled(chart + answer, title, row_step=28), data, caption
+    return styled(chart + answer, title, row_step=24), data, caption
 
 
 def module_wave(run: Run, example: pd.Series, layer: int):
@@ -136,19 +142,19 @@ def spectrum_heatmap(run: Run, basis: str, module: str, tau: int):
         .encode(
             x=alt.X("k:O", title=f"frequency k (period T = {_span(run, basis)}/k)", axis=alt.Axis(values=_k_ticks(run), labelAngle=0)),
             y=alt.Y("layer:O", title="layer", sort="descending"),
-            color=alt.Color("magnitude:Q", title="mean |Fourier|", scale=alt.Scale(scheme="viridis")),
+            color=alt.Color("shown:Q", title="mean |Fourier| (log)", scale=alt.Scale(type="log", scheme="viridis")),
             tooltip=["layer", "k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f")],
         )
     )
     cut = alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(color="white", strokeDash=[6, 3], strokeWidth=2).encode(x="k:O")
     span = _span(run, basis)
     caption = (
-        f"Each row is a layer, each column a frequency k (brighter: larger); k = {span // 10}, {span // 5}, "
+        f"Each row is a layer, each column a frequency k (brighter: larger, on a log scale); k = {span // 10}, {span // 5}, "
         f"{round(span / 2.5)}, {span // 2} are periods 10, 5, 2.5, 2. The dashed line is the cutoff tau = {tau}. "
         "The bars above show the same spectra's strongest periods at a readable size."
     )
     name = views.MODULE_NAMES[module]
-    return styled(chart + cut, f"{name}: mean Fourier magnitude of module logits, by layer and frequency — {run.label}", height=max(160, 40 * run.n_layers)), data, caption
+    return styled(chart + cut, f"{name}: mean Fourier magnitude of module logits, by layer and frequency — {run.label}", height=max(160, min(420, 14 * run.n_layers))), data, caption
 
 
 def _span(run: Run, basis: str) -> int:

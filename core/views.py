@@ -67,6 +67,20 @@ def logits_around_answer(module_logits: pd.DataFrame, example_id: str, answer: i
     return sub.sort_values(["layer", "module", "number"]).reset_index(drop=True)
 
 
+def strongest_rows(around: pd.DataFrame, top: int) -> tuple[pd.DataFrame, int]:
+    """The `top` (module, layer) rows of `logits_around_answer` that move the logits near the answer
+    most (largest max - min of the centred logit), in layer order; and how many rows there were."""
+    spread = around.groupby("row")["centred"].agg(lambda v: v.max() - v.min())
+    keep = set(spread.sort_values(ascending=False).index[:top])
+    return around[around["row"].isin(keep)].reset_index(drop=True), int(len(spread))
+
+
+def robust_reach(values: pd.Series, quantile: float = 0.98) -> float:
+    """A colour scale's half-range that a few extreme cells cannot set: the `quantile` of |values|."""
+    reach = float(values.abs().quantile(quantile))
+    return reach if reach > 0 else float(values.abs().max()) or 1.0
+
+
 def logit_wave(module_logits: pd.DataFrame, example_id: str, module: str, layer: int) -> pd.DataFrame:
     """One module's logits over the whole number line: number, logit, centred."""
     sub = module_logits[
@@ -84,7 +98,11 @@ def logit_wave(module_logits: pd.DataFrame, example_id: str, module: str, layer:
 def spectrum_heatmap(module_spectra: pd.DataFrame, basis: str, module: str) -> pd.DataFrame:
     """Mean |Fourier| of one module's logits: layer, k, period, magnitude."""
     sub = module_spectra[(module_spectra["basis"] == basis) & (module_spectra["module"] == module)]
-    return sub[["layer", "k", "period", "magnitude"]].reset_index(drop=True)
+    out = sub[["layer", "k", "period", "magnitude"]].reset_index(drop=True)
+    positive = out["magnitude"][out["magnitude"] > 0]
+    floor = float(positive.quantile(0.01)) if len(positive) else 1e-12
+    out["shown"] = out["magnitude"].clip(lower=floor)  # a log colour scale needs > 0: the lowest 1% share one colour
+    return out
 
 
 def layer_spectrum(

@@ -38,3 +38,25 @@ def test_csv_upload_in_a_real_browser(app_env, tmp_path):
     assert "answers in api-model.csv" in text
     assert "50.00%" in text  # 2 of 4 right; both errors (+10, -10) are multiples of 10
     assert "100%" in text
+
+
+def test_no_chart_is_taller_than_a_projector_screen_on_the_shipped_runs():
+    """Presentation mode at 1024x768, on the deep default run (30 layers) and a 2-layer demo run: every
+    page and every Tour step draws each chart within the screen's height."""
+    from pathlib import Path
+
+    from core.cache import list_runs
+
+    cache = Path(__file__).resolve().parent.parent / "cache"
+    runs = sorted((r for r in list_runs(cache) if r.ok and "phase_locking" in r.manifest["tables"]),
+                  key=lambda r: r.manifest["n_layers"])
+    if not runs:
+        pytest.skip("no shipped runs with number logits")
+    targets = {f"{n}": p for n, p in browser.PAGES.items()} | {f"tour-{i}": f"?step={i}" for i in range(1, 9)}
+    with browser.serve(cache) as base, browser.browser() as b:
+        for run in (runs[0], runs[-1]):
+            for name, path in targets.items():
+                joiner = "&" if "?" in path else "?"
+                report = browser.visit(b, f"{base}/{path}{joiner}large=1&run={run.name}", width=1024, height=768)
+                assert report["errors"] == [], (run.name, name, report["errors"])
+                assert max(report["chart_heights"] or [0]) <= 700, (run.name, name, report["chart_heights"])
