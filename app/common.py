@@ -276,8 +276,13 @@ def _bool(text: str) -> bool:
 # ----------------------------------------------------------------------------- sidebar
 
 
-def sidebar() -> None:
-    """The shared sidebar; stores the selection in st.session_state["view"]."""
+#: Pages that draw a second run beside the first (the sidebar offers "Compare with" only there).
+COMPARING_PAGES = ("embeddings",)
+
+
+def sidebar(page: str = "") -> None:
+    """The shared sidebar; stores the selection in st.session_state["view"]. `page`: the url path of the
+    page being shown (controls that only one page uses appear only there)."""
     good, broken = valid_runs(str(cache_dir()))
     st.session_state["view"] = None
     with st.sidebar:
@@ -286,7 +291,8 @@ def sidebar() -> None:
             return
         splits = sorted({r["manifest"]["task"]["split"] for r in good})
         url_state("split", "test" if "test" in splits else splits[0], str, splits)
-        st.selectbox("Split", splits, key="split", help="Which part of the dataset the runs were computed on.")
+        if len(splits) > 1:  # one split: nothing to choose
+            st.selectbox("Split", splits, key="split", help="Which part of the dataset the runs were computed on.")
         runs = [r for r in good if r["manifest"]["task"]["split"] == st.session_state["split"]]
         names = [r["name"] for r in runs]
         labels = {r["name"]: r["label"] for r in runs}
@@ -298,10 +304,11 @@ def sidebar() -> None:
         others = ["none"] + [n for n in names if n != st.session_state["run"]]
         default_cmp = _default_comparison(runs, st.session_state["run"])
         url_state("compare", default_cmp, str, others)
-        st.selectbox(
-            "Compare with", others, key="compare", format_func=lambda n: "no comparison" if n == "none" else short_label(labels[n]),
-            help="A second run shown beside the first where a page compares.",
-        )
+        if page in COMPARING_PAGES:
+            st.selectbox(
+                "Compare with", others, key="compare", format_func=lambda n: "no comparison" if n == "none" else short_label(labels[n]),
+                help="A second run shown beside the first.",
+            )
         run = Run(next(r for r in runs if r["name"] == st.session_state["run"]))
         url_state("basis", "paper", str, ["paper", "dft"])
         st.radio("Fourier basis", ["paper", "dft"], key="basis", horizontal=True, help=term("basis"))

@@ -30,5 +30,5 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES)
-sidebar()
+sidebar(page.url_path)
 page.run()
