@@ -172,6 +172,11 @@ def test_ablations_table_cell_and_live_run(app, app_env):
     assert not app.exception, [e.message for e in app.exception]
     acc = next(m for m in app.metric if m.label == "accuracy")
     assert acc.value == f"{mlp_low['accuracy']:.2%}"
+    assert not any("Stale" in w.value for w in app.warning)
+    # another tau: the old result is marked stale, not shown as if it were the new one's
+    widget(app, "slider", "tau").set_value(20).run()
+    assert any("Stale" in w.value for w in app.warning)
+    assert not any(m.label == "accuracy" for m in app.metric)
 
 
 def test_ablations_says_when_live_is_unavailable(app, app_env):

@@ -140,6 +140,7 @@ else:
         help="auto: the cores not busy with other work right now. On a shared machine 1 thread is often faster.",
     )
     to_url("live_modules", "live_removed")
+    settings = (run.name, st.session_state["live_modules"], st.session_state["live_removed"], int(tau), run_basis)
     if st.button(f"Run the {run.manifest['task']['n_examples']} prompts with this filter", type="primary"):
         from app.live import run_live
 
@@ -152,8 +153,12 @@ else:
             st.error(str(exc))
         else:
             st.session_state["live_result"] = result
+            st.session_state["live_settings"] = settings
     result = st.session_state.get("live_result")
-    if result and result["run"] == run.name:
+    if result and result["run"] == run.name and st.session_state.get("live_settings") != settings:
+        st.warning(f"Stale: the last live result ({result['label']}) was computed with other settings than the ones above "
+                   "(modules, band, tau or basis). Press the button to compute these.", icon=":material/history:")
+    elif result and result["run"] == run.name:
         took = ""
         if result.get("compute_s"):
             took = f" in {result['compute_s']:.2f} s with {result['threads']} CPU thread(s)"
