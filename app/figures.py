@@ -265,7 +265,7 @@ def embedding_spectrum(run: Run, basis: str, matrix: str):
         tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "outlier"],
     )
     null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_threshold:Q")
-    labels = base.mark_text(dy=-8, fontWeight="bold").encode(y="magnitude:Q", text="label:N")
+    labels = _period_labels(base)
     side = "input rows W_E" if matrix == "input" else "unembedding rows W_U"
     caption = (
         "Bars above the dashed line are outliers, labelled with their period T: the line is the level that the same "
@@ -290,7 +290,7 @@ def number_spectrum(run: Run, basis: str, layer: int):
         tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "outlier"],
     )
     null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_threshold:Q")
-    labels = base.mark_text(dy=-8, fontWeight="bold").encode(y="magnitude:Q", text="label:N")
+    labels = _period_labels(base)
     where = "the embedding of the last token" if layer == 0 else f"the residual stream after block {layer}"
     n = (run.manifest.get("number_representations") or {}).get("n_numbers", run.p)
     caption = (
@@ -300,6 +300,14 @@ def number_spectrum(run: Run, basis: str, layer: int):
     if layer == 0 and (run.manifest.get("number_representations") or {}).get("single_token") is False:
         caption += " With digit tokens, layer 0 depends on the last digit alone: periods 10, 5, 3.3, 2.5, 2 by construction."
     return styled(bars + null + labels, f"Spectrum of the numbers at layer {layer} — {run.label}"), data, caption
+
+
+def _period_labels(base: alt.Chart) -> alt.LayerChart:
+    """Period labels over the labelled bars; those near an end of the axis aligned to it, so none is cut."""
+    text = dict(dy=-8, fontWeight="bold")
+    layers = [base.transform_filter(f"datum.edge == '{edge}'").mark_text(align=align, dx=dx, **text).encode(y="magnitude:Q", text="label:N")
+              for edge, align, dx in (("", "center", 0), ("right", "right", 4), ("left", "left", -4))]
+    return alt.layer(*layers)
 
 
 PROBE_COLOURS = alt.Scale(
@@ -314,7 +322,7 @@ def probe_kappa(run: Run, layer: int | None = None):
     base = alt.Chart(data).encode(
         x=alt.X("layer:Q", title="layer (0 = embedding)", axis=alt.Axis(tickMinStep=1)),
         color=alt.Color("series:N", title="probe reads", scale=PROBE_COLOURS,
-                        legend=alt.Legend(orient="bottom", columns=3, labelLimit=0)),
+                        legend=alt.Legend(orient="right", labelLimit=0, symbolOpacity=1, symbolType="circle")),
     )
     band = base.mark_area(opacity=0.15).encode(y=alt.Y("low:Q", title="Cohen's kappa (held-out numbers)",
                                                          scale=alt.Scale(domain=[-0.6, 1.05], nice=False)), y2="high:Q")

@@ -252,10 +252,19 @@ def embedding_outliers(spectrum: pd.DataFrame, basis: str, matrix: str, top: int
 
 
 def _label_outliers(sub: pd.DataFrame, top: int) -> pd.DataFrame:
-    """Sorted by k, with the period written beside the `top` largest outliers."""
+    """Sorted by k, with the period written beside the `top` largest outliers, strongest first, skipping
+    one that would sit within a twelfth of the axis of a stronger label (labels must not overlap).
+    `edge`: "left" / "right" for a label near that end of the axis, drawn aligned to it so it is not cut."""
     sub = sub.sort_values("k").reset_index(drop=True)
-    order = sub["magnitude"].rank(ascending=False, method="first")
-    sub["label"] = np.where((order <= top) & sub["outlier"], sub["period"].map(period_label), "")
+    K = float(sub["k"].max()) if len(sub) else 1.0
+    chosen: list[float] = []
+    for i in sub[sub["outlier"]].sort_values("magnitude", ascending=False).index:
+        if len(chosen) == top:
+            break
+        if all(abs(sub.at[i, "k"] - k) > K / 12 for k in chosen):
+            chosen.append(float(sub.at[i, "k"]))
+    sub["label"] = np.where(sub["k"].isin(chosen), sub["period"].map(period_label), "")
+    sub["edge"] = np.where(sub["k"] > 0.9 * K, "right", np.where(sub["k"] < 0.1 * K, "left", ""))
     return sub
 
 
