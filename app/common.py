@@ -18,6 +18,7 @@ import streamlit as st
 
 from app.shared import vega_spec
 from core import cache as run_cache
+from core.claims import PAPER_SHORT
 from core.origin import fine_tuning_text
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -401,10 +402,13 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
         if c.numbers.get("not_applicable"):  # the page's own box below says why
             st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}")
             return
-        st.markdown(
-            f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}  \n**{run.label}:** {c.measured}"
-            + (f" *Why: {c.reason}.*" if c.reason else "")
-        )
+        why = f" *Why: {c.reason}.*" if c.reason else ""
+        if large():  # a projector: the verdict and the gist; every number one click away
+            st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {PAPER_SHORT.get(claim, c.paper)}  \n**This run:** {c.short}")
+            with st.expander("All the numbers, and why"):
+                st.markdown(f"**{run.label}:** {c.measured}{why}")
+        else:
+            st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}  \n**{run.label}:** {c.measured}{why}")
 
 
 def needs(run: Run, *tables: str) -> None:

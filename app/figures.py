@@ -234,7 +234,7 @@ def table1_chart(run: Run, tau: int):
         .encode(
             x=alt.X("tau:Q", title="cutoff tau (frequency k)"),
             y=alt.Y("accuracy:Q", title="accuracy under the filter", axis=PCT_AXIS, scale=PCT_SCALE),
-            color=alt.Color("filter:N", title="filter"),
+            color=alt.Color("filter:N", title="filter", legend=alt.Legend(labelLimit=0)),
             tooltip=["filter", "tau", alt.Tooltip("accuracy:Q", format=".1%"), alt.Tooltip("loss:Q", format=".3f"), "erased"],
         )
     )

@@ -2,7 +2,7 @@ import pandas as pd
 import streamlit as st
 
 from app import figures
-from app.common import intro, needs, show_chart, term, to_url, url_state, view
+from app.common import intro, large, needs, show_chart, term, to_url, url_state, view
 from app.shared import shared_view
 from core import views
 from core.errors import CoreError
@@ -35,6 +35,8 @@ if shown_tau != TABLE1_TAU:
     t1[["paper GPT-2-XL accuracy %", "paper GPT-2-XL loss"]] = None
 order = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %", "loss", "paper GPT-2-XL loss",
          "Δ accuracy (points)", "within ±10 %", "rank", "erased"]
+if large():  # a projector shows the accuracies whole; loss, change and rank are in the normal view and its CSV
+    order = order[:4]
 shown = t1[[c for c in order if c in t1.columns]].copy()
 # a column with an empty cell (no control for "none", no paper figure at another tau) is shown as text, so that the
 # cell reads "—" (a number column shows "None")
@@ -42,7 +44,8 @@ formats = {"random control accuracy %": "{:.2f}", "paper GPT-2-XL accuracy %": "
 for col, fmt in formats.items():
     if col in shown.columns and shown[col].isna().any():
         shown[col] = [("—" if v is None or v != v else fmt.format(v)) for v in shown[col]]
-numeric = lambda col, fmt, **kw: (st.column_config.NumberColumn(format=fmt, **kw) if pd.api.types.is_numeric_dtype(shown[col])  # noqa: E731
+numeric = lambda col, fmt, **kw: (None if col not in shown.columns  # noqa: E731
+                                  else st.column_config.NumberColumn(format=fmt, **kw) if pd.api.types.is_numeric_dtype(shown[col])
                                   else st.column_config.TextColumn(**kw))
 st.dataframe(
     shown,
