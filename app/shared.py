@@ -44,7 +44,11 @@ def _key(value):
     if isinstance(value, Run):
         return ("run", value.name, str(value.manifest.get("created", "")))
     if isinstance(value, pd.Series):
-        return ("series", value.name, tuple((k, _key(v) if not hasattr(v, "item") else v.item()) for k, v in value.items()))
+        return (
+            "series",
+            value.name,
+            tuple((k, _key(v) if not hasattr(v, "item") else v.item()) for k, v in value.items()),
+        )
     if isinstance(value, pd.DataFrame):
         digest = hashlib.blake2b(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes(), digest_size=16)
         return ("frame", tuple(map(str, value.columns)), tuple(map(str, value.dtypes)), value.shape, digest.hexdigest())
@@ -104,10 +108,18 @@ def shared_view(run, func, table: str, *args, **kwargs):
     from app.common import cache_dir
 
     try:
-        key = (str(cache_dir()), _key(run), table, tuple(_key(a) for a in args), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+        key = (
+            str(cache_dir()),
+            _key(run),
+            table,
+            tuple(_key(a) for a in args),
+            tuple(sorted((k, _key(v)) for k, v in kwargs.items())),
+        )
     except Unkeyable:
         return func(run.table(table), *args, **kwargs)
-    return _read_only(_build(f"{func.__module__}.{func.__qualname__}", key, _on_table, (run, func, table, args, kwargs), {}))
+    return _read_only(
+        _build(f"{func.__module__}.{func.__qualname__}", key, _on_table, (run, func, table, args, kwargs), {})
+    )
 
 
 def _on_table(run, func, table, args, kwargs):
@@ -124,7 +136,12 @@ def shared_figure(func):
         if not sharing():
             return func(*args, **kwargs)
         try:
-            key = (str(cache_dir()), large(), tuple(_key(a) for a in args), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+            key = (
+                str(cache_dir()),
+                large(),
+                tuple(_key(a) for a in args),
+                tuple(sorted((k, _key(v)) for k, v in kwargs.items())),
+            )
         except Unkeyable:
             return func(*args, **kwargs)
         return _read_only(_build(f"{func.__module__}.{func.__qualname__}", key, func, args, kwargs))
@@ -139,7 +156,12 @@ def share_figures(namespace: dict, names: list[str] | None = None) -> None:
     for name, obj in list(namespace.items()):
         if names is not None and name not in names:
             continue
-        if name.startswith("_") or not callable(obj) or getattr(obj, "__module__", None) != module or isinstance(obj, type):
+        if (
+            name.startswith("_")
+            or not callable(obj)
+            or getattr(obj, "__module__", None) != module
+            or isinstance(obj, type)
+        ):
             continue
         if hasattr(obj, "unshared"):
             continue

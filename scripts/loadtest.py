@@ -35,11 +35,12 @@ import http.cookies
 import json
 import os
 import random
+import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -87,9 +88,15 @@ class Session:
         ws_url = self.base.replace("http", "ws", 1) + "/_stcore/stream"
         headers = {"Cookie": cookies} if cookies else {}
         try:
-            async with websockets.connect(ws_url, subprotocols=["streamlit"], origin=self.base, max_size=None,
-                                          additional_headers=headers, open_timeout=self.timeout,
-                                          ping_interval=None) as ws:
+            async with websockets.connect(
+                ws_url,
+                subprotocols=["streamlit"],
+                origin=self.base,
+                max_size=None,
+                additional_headers=headers,
+                open_timeout=self.timeout,
+                ping_interval=None,
+            ) as ws:
                 self.ws = ws
                 msg = BackMsg()
                 msg.rerun_script.query_string = self.query
@@ -248,8 +255,14 @@ def warm(base: str, timeout: float = 120.0) -> list[str]:
 
         try:
             await asyncio.to_thread(s._fetch_page)
-            async with websockets.connect(base.replace("http", "ws", 1) + "/_stcore/stream", subprotocols=["streamlit"],
-                                          origin=base, max_size=None, open_timeout=timeout, ping_interval=None) as ws:
+            async with websockets.connect(
+                base.replace("http", "ws", 1) + "/_stcore/stream",
+                subprotocols=["streamlit"],
+                origin=base,
+                max_size=None,
+                open_timeout=timeout,
+                ping_interval=None,
+            ) as ws:
                 s.ws = ws
                 msg = BackMsg()
                 msg.rerun_script.query_string = s.query
@@ -357,13 +370,24 @@ async def _round(base: str, n: int, args, pids: list[int]) -> dict:
     changes = [c for s in sessions for c in s.changes]
     errors = [e for s in sessions for e in s.errors]
     return {
-        "sessions": n, "wall_s": wall, "opened": len(opens), "changes": len(changes),
-        "open_p50": pct(opens, 0.5), "open_p95": pct(opens, 0.95),
-        "change_p50": pct(changes, 0.5), "change_p95": pct(changes, 0.95), "change_max": max(changes, default=float("nan")),
-        "server_cpu_s": cpu, "server_cpu_per_run_ms": 1000 * cpu / max(1, len(opens) + len(changes)),
-        "errors": len(errors), "error_examples": errors[:5], "sessions_with_errors": sum(1 for s in sessions if s.errors),
+        "sessions": n,
+        "wall_s": wall,
+        "opened": len(opens),
+        "changes": len(changes),
+        "open_p50": pct(opens, 0.5),
+        "open_p95": pct(opens, 0.95),
+        "change_p50": pct(changes, 0.5),
+        "change_p95": pct(changes, 0.95),
+        "change_max": max(changes, default=float("nan")),
+        "server_cpu_s": cpu,
+        "server_cpu_per_run_ms": 1000 * cpu / max(1, len(opens) + len(changes)),
+        "errors": len(errors),
+        "error_examples": errors[:5],
+        "sessions_with_errors": sum(1 for s in sessions if s.errors),
         "per_worker": dict(collections.Counter(_sticky(s.cookies) for s in sessions if s.open_s is not None)),
-        "rss_start": start_rss, "rss_peak": peak[0], "rss_after": after,
+        "rss_start": start_rss,
+        "rss_peak": peak[0],
+        "rss_after": after,
     }
 
 
@@ -376,8 +400,10 @@ def _sticky(cookies: str) -> str:
 
 def fmt_row(r: dict) -> str:
     gb = lambda b: f"{b / 2**30:.2f} GB"  # noqa: E731
-    return (f"| {r['sessions']} | {r['open_p50']:.2f} / {r['open_p95']:.2f} s | {r['change_p50']:.2f} / {r['change_p95']:.2f} / "
-            f"{r['change_max']:.2f} s | {r['errors']} | {gb(r['rss_peak'])} (start {gb(r['rss_start'])}, after {gb(r['rss_after'])}) |")
+    opens = f"{r['open_p50']:.2f} / {r['open_p95']:.2f} s"
+    changes = f"{r['change_p50']:.2f} / {r['change_p95']:.2f} / {r['change_max']:.2f} s"
+    memory = f"{gb(r['rss_peak'])} (start {gb(r['rss_start'])}, after {gb(r['rss_after'])})"
+    return f"| {r['sessions']} | {opens} | {changes} | {r['errors']} | {memory} |"
 
 
 # ----------------------------------------------------------------------------- servers
@@ -405,22 +431,48 @@ def wait_healthy(base: str, proc: subprocess.Popen | None, timeout: float = 120)
 
 
 def start_server(kind: str, workers: int, cache_dir: str | None):
-    env = dict(os.environ)
+    env = dict(os.environ, STREAMLIT_CLIENT_SHOW_ERROR_DETAILS="full")  # an error names its cause in the report
     if cache_dir:
         env["FOURIER_CACHE_DIR"] = str(Path(cache_dir).resolve())
     port = free_port()
     if kind == "single":
-        cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.address", "127.0.0.1",
-               "--server.port", str(port), "--server.headless", "true"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app" / "main.py"),
+            "--server.address",
+            "127.0.0.1",
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+        ]
         wait_for_workers = 0
     else:
         wport = free_port()
         while any(not _port_free(wport + i) for i in range(workers)):
             wport = free_port()
-        cmd = [sys.executable, str(ROOT / "scripts" / "serve.py"), "--workers", str(workers), "--bind", "127.0.0.1",
-               "--port", str(port), "--worker-port", str(wport), "--out", str(ROOT / "serve" / f"loadtest-{port}")]
+        cmd = [
+            sys.executable,
+            str(ROOT / "scripts" / "serve.py"),
+            "--workers",
+            str(workers),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--worker-port",
+            str(wport),
+            "--out",
+            tempfile.mkdtemp(prefix="loadtest-serve-"),
+        ]
         wait_for_workers = workers
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    proc.out_dir = cmd[-1] if kind == "serve" else None
     base = f"http://127.0.0.1:{port}"
     wait_healthy(base, proc)
     if wait_for_workers:  # serve.py starts the proxy once every worker is up and warm: give HAProxy a moment
@@ -444,6 +496,8 @@ def stop_server(proc: subprocess.Popen) -> None:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+    if getattr(proc, "out_dir", None):
+        shutil.rmtree(proc.out_dir, ignore_errors=True)
 
 
 def check_local(url: str) -> str:
@@ -457,19 +511,33 @@ def check_local(url: str) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = ap.add_mutually_exclusive_group()
-    where.add_argument("--start", choices=["single", "serve"], default="single", help="start this server (default single)")
+    where.add_argument(
+        "--start", choices=["single", "serve"], default="single", help="start this server (default single)"
+    )
     where.add_argument("--url", help="use a running server on this machine instead")
-    ap.add_argument("--workers", type=int, default=2, help="with --start serve: Streamlit workers (default 2)")
-    ap.add_argument("--pid", type=int, action="append", default=[], help="with --url: server process(es) whose memory to sample")
-    ap.add_argument("--sessions", default="1,10,25,50", help="comma-separated rounds (default 1,10,25,50; at most 200 each)")
+    ap.add_argument(
+        "--workers", type=int, default=(os.cpu_count() or 2) + 1, help="with --start serve: workers (default cores + 1)"
+    )
+    ap.add_argument(
+        "--pid", type=int, action="append", default=[], help="with --url: server process(es) whose memory to sample"
+    )
+    ap.add_argument(
+        "--sessions", default="1,10,25,50", help="comma-separated rounds (default 1,10,25,50; at most 200 each)"
+    )
     ap.add_argument("--cache-dir", default=None, help="run cache for a started server (default: the project's cache/)")
     ap.add_argument("--think", default="1-3", help="seconds between a session's changes, min-max (default 1-3)")
     ap.add_argument("--ramp", type=float, default=1.0, help="sessions open within this many seconds (default 1)")
     ap.add_argument("--change-timeout", type=float, default=60.0, help="seconds a page may take to answer (default 60)")
     ap.add_argument("--round-timeout", type=float, default=300.0, help="seconds a round may take (default 300)")
-    ap.add_argument("--settle", type=float, default=5.0, help="seconds after a round before memory is read again (default 5)")
-    ap.add_argument("--cold", action="store_true", help="no warm-up: by default the link is opened once before the first "
-                    "round (not counted), as the lecturer does before the class opens it")
+    ap.add_argument(
+        "--settle", type=float, default=5.0, help="seconds after a round before memory is read again (default 5)"
+    )
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="no warm-up: by default the link is opened once before the first "
+        "round (not counted), as the lecturer does before the class opens it",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the rounds to this JSON file")
     args = ap.parse_args(argv)
@@ -486,9 +554,16 @@ def main(argv=None) -> int:
     else:
         proc, base = start_server(args.start, args.workers, args.cache_dir)
         pids = [proc.pid]
-        what = "one `streamlit run` process" if args.start == "single" else f"`serve` with {args.workers} workers behind HAProxy"
+        what = (
+            "one `streamlit run` process"
+            if args.start == "single"
+            else f"`serve` with {args.workers} workers behind HAProxy"
+        )
     load = os.getloadavg()
-    print(f"loadtest: {what}; {os.cpu_count()} cores; load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    print(
+        f"loadtest: {what}; {os.cpu_count()} cores; load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+        flush=True,
+    )
     print("| sessions | open p50 / p95 | change p50 / p95 / max | errors | server RSS peak |", flush=True)
     print("| --- | --- | --- | --- | --- |", flush=True)
     results = []
@@ -499,8 +574,11 @@ def main(argv=None) -> int:
             r = asyncio.run(_round(base, n, args, pids))
             results.append(r)
             print(fmt_row(r), flush=True)
-            print(f"    server CPU {r['server_cpu_s']:.1f} s over {r['wall_s']:.0f} s, {r['server_cpu_per_run_ms']:.0f} ms a script run "
-                  f"({r['opened']} opens + {r['changes']} changes)", flush=True)
+            print(
+                f"    server CPU {r['server_cpu_s']:.1f} s over {r['wall_s']:.0f} s, "
+                f"{r['server_cpu_per_run_ms']:.0f} ms a script run ({r['opened']} opens + {r['changes']} changes)",
+                flush=True,
+            )
             if set(r["per_worker"]) != {"-"}:
                 print(f"    sessions per worker: {dict(sorted(r['per_worker'].items()))}", flush=True)
             for e in r["error_examples"]:

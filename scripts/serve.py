@@ -4,8 +4,10 @@
     .venv/bin/python scripts/serve.py ...      (the same, once HAProxy is installed)
 
 * Workers: N processes `streamlit run app/main.py`, each bound to 127.0.0.1 only, on ports
-  --worker-port, --worker-port + 1, ... (default 8601...). One Python process runs one script at
-  a time per core at best (the GIL), so N = the number of cores uses the machine.
+  --worker-port, --worker-port + 1, ... (default 8601...). One Python process runs Python on one
+  core at a time (the GIL), and each also spends time on its websockets; the default, one worker
+  more than there are cores, kept both cores of this machine busy (docs/serving.md measures 2
+  and 3 workers).
 * Proxy: HAProxy from the system's packages (run.sh installs it when missing) listens on
   --bind:--port (default 0.0.0.0:8080, every interface: students' laptops reach it at
   http://<this machine's address>:8080/; give --bind 127.0.0.1 to serve this machine only).
@@ -19,7 +21,8 @@
   so a browser that moves to another worker after a restart keeps a valid XSRF token.
 
 Each worker opens the default page once before the proxy starts (its tables, claims and figures
-are then ready for the first students). A worker that exits is restarted. Ctrl-C (or SIGTERM) stops the proxy and every worker.
+are then ready for the first students). A worker that exits is restarted. Ctrl-C (or SIGTERM)
+stops the proxy and every worker.
 docs/serving.md: several machines behind one proxy, and measured load.
 """
 
@@ -97,10 +100,12 @@ def lan_addresses() -> list[str]:
 
 def haproxy_config(bind: str, port: int, worker_ports: list[int], maxconn: int = 4096) -> str:
     servers = "\n".join(
-        f"    server w{i + 1} 127.0.0.1:{p} cookie w{i + 1} check inter 2s fall 3 rise 1" for i, p in enumerate(worker_ports)
+        f"    server w{i + 1} 127.0.0.1:{p} cookie w{i + 1} check inter 2s fall 3 rise 1"
+        for i, p in enumerate(worker_ports)
     )
-    return HAPROXY_CFG.format(when=time.strftime("%Y-%m-%d %H:%M:%S"), maxconn=maxconn, bind=bind, port=port,
-                              cookie=COOKIE, servers=servers)
+    return HAPROXY_CFG.format(
+        when=time.strftime("%Y-%m-%d %H:%M:%S"), maxconn=maxconn, bind=bind, port=port, cookie=COOKIE, servers=servers
+    )
 
 
 def port_free(host: str, port: int) -> bool:
@@ -128,10 +133,23 @@ class Workers:
 
     def start(self, port: int) -> None:
         log = open(self.log_dir / f"worker-{port}.log", "ab")
-        cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
-               "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app" / "main.py"),
+            "--server.address",
+            "127.0.0.1",
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+        ]
         # own session: Ctrl-C reaches serve.py only, which then stops every worker itself (no restart race)
-        self.procs[port] = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[port] = subprocess.Popen(
+            cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         log.close()
 
     def start_all(self) -> None:
@@ -159,7 +177,9 @@ class Workers:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="Streamlit processes (default: one per core)")
+    ap.add_argument(
+        "--workers", type=int, default=(os.cpu_count() or 2) + 1, help="Streamlit processes (default: cores + 1)"
+    )
     ap.add_argument("--bind", default="0.0.0.0", help="address the proxy listens on (default 0.0.0.0: every interface)")
     ap.add_argument("--port", type=int, default=8080, help="port the proxy listens on (default 8080)")
     ap.add_argument("--worker-port", type=int, default=8601, help="first worker port, on 127.0.0.1 (default 8601)")
@@ -170,12 +190,20 @@ def main(argv=None) -> int:
         ap.error("--workers: between 1 and 64")
     haproxy = shutil.which("haproxy") or next((p for p in ("/usr/sbin/haproxy",) if os.path.exists(p)), None)
     if haproxy is None:
-        print("serve: HAProxy is not installed: `bash run.sh serve` installs it (apt-get install haproxy)", file=sys.stderr)
+        print(
+            "serve: HAProxy is not installed: `bash run.sh serve` installs it (apt-get install haproxy)",
+            file=sys.stderr,
+        )
         return 2
     ports = [args.worker_port + i for i in range(args.workers)]
-    busy = [p for p in ports if not port_free("127.0.0.1", p)] + ([args.port] if not port_free(args.bind, args.port) else [])
+    busy = [p for p in ports if not port_free("127.0.0.1", p)] + (
+        [args.port] if not port_free(args.bind, args.port) else []
+    )
     if busy:
-        print(f"serve: port(s) {', '.join(map(str, busy))} already in use; choose others with --port / --worker-port", file=sys.stderr)
+        print(
+            f"serve: port(s) {', '.join(map(str, busy))} already in use; choose others with --port / --worker-port",
+            file=sys.stderr,
+        )
         return 2
 
     out = Path(args.out)
@@ -224,8 +252,16 @@ def main(argv=None) -> int:
         if proxy.poll() is not None:
             print(f"serve: HAProxy exited ({proxy.returncode})", file=sys.stderr)
             return 1
-        shown = ["127.0.0.1"] if args.bind.startswith("127.") else (lan_addresses() if args.bind in ("0.0.0.0", "::") else [args.bind])
-        print(f"serve: {args.workers} Streamlit workers (127.0.0.1:{ports[0]}-{ports[-1]}) behind HAProxy on {args.bind}:{args.port}", flush=True)
+        shown = (
+            ["127.0.0.1"]
+            if args.bind.startswith("127.")
+            else (lan_addresses() if args.bind in ("0.0.0.0", "::") else [args.bind])
+        )
+        print(
+            f"serve: {args.workers} Streamlit workers (127.0.0.1:{ports[0]}-{ports[-1]}) "
+            f"behind HAProxy on {args.bind}:{args.port}",
+            flush=True,
+        )
         for a in shown or ["localhost"]:
             print(f"serve: open http://{a}:{args.port}/", flush=True)
         print(f"serve: config and logs in {out}; Ctrl-C stops everything", flush=True)

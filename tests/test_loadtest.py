@@ -16,8 +16,13 @@ SHIPPED = any((ROOT / "cache").glob("*/manifest.json"))
 
 def loadtest(tmp_path, *args):
     out = tmp_path / "rounds.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "loadtest.py"), *args, "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "loadtest.py"), *args, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.exists(), proc.stdout + proc.stderr
     return proc, json.loads(out.read_text())
 
@@ -34,8 +39,13 @@ def test_three_sessions_at_once_on_one_process_see_no_error(tmp_path):
 
 
 def test_loadtest_refuses_a_server_on_another_machine(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "loadtest.py"), "--url", "http://example.org:8501"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "loadtest.py"), "--url", "http://example.org:8501"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "only http servers on this machine" in proc.stdout + proc.stderr
 
 

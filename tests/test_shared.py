@@ -2,8 +2,16 @@
 
 import pytest
 
-PAGES = ["views/tour.py", "views/logit_lens.py", "views/spectra.py", "views/waves.py", "views/ablations.py",
-         "views/embeddings.py", "views/training.py", "views/behaviour.py"]
+PAGES = [
+    "views/tour.py",
+    "views/logit_lens.py",
+    "views/spectra.py",
+    "views/waves.py",
+    "views/ablations.py",
+    "views/embeddings.py",
+    "views/training.py",
+    "views/behaviour.py",
+]
 
 
 def page_charts(app_env, monkeypatch, shared: bool, large: bool):
