@@ -30,11 +30,11 @@ TERMS = {
     "high-pass": "Keep the high frequencies (k ≥ tau): removes the low band. The paper's 'low frequencies removed'.",
     "basis": "'paper': the paper's Fourier basis (periods exactly 520/k, not exactly orthonormal). 'dft': the "
     "orthonormal real DFT on 521 points (periods 521/k).",
-    "locking R": "Over every question, how closely a module's wave of period T peaks at the answer mod T: 1 = always, "
-    "about 0 = no more than chance. A wave that is the same for every question has a low R: it is a bias, not a "
-    "computation.",
-    "chance threshold": "The largest R that 2,000 shuffles of the answers reach anywhere in the figure 95 times in 100: "
-    "a module above it follows the answer beyond chance.",
+    "locking R": "Over every question, how closely a module's wave of period T follows the answer mod T: 1 = its peak "
+    "always sits at the same distance from the answer, about 0 = no more than chance. A wave that is the same for "
+    "every question is a bias, not a computation.",
+    "chance threshold": "For each period, the R that shuffled answers exceed somewhere among all modules only rarely "
+    "(5% over every module and period together, from 2,000 shuffles): a module above it follows the answer beyond chance.",
     "ablation": "Filtering every layer's attention and/or MLP output so that W_U reads no component at the removed "
     "frequencies (the smallest change that does so), then measuring accuracy.",
     "random control": "The same filter with as many random directions removed instead of the band's: if the band "

@@ -27,7 +27,8 @@ def locking_heatmap(run: Run):
                         legend=alt.Legend(orient="bottom", direction="horizontal", gradientLength=220)),
         tooltip=["module", "layer", "T", alt.Tooltip("locking:Q", format=".2f", title="R"),
                  alt.Tooltip("null_95:Q", format=".2f", title="chance threshold"),
-                 alt.Tooltip("energy_share:Q", format=".1%", title="energy at T"), "locks"],
+                 alt.Tooltip("energy_share:Q", format=".1%", title="energy at T"),
+                 alt.Tooltip("offset:Q", format=".2f", title="peak at answer + (numbers)"), "locks"],
     )
     frames = base.transform_filter("datum.locks").mark_rect(fill=None, stroke="#d62728", strokeWidth=2.5)
     # fits a 1024x768 projector beside the step's text: about 10 px a layer there, 15 on a desktop
@@ -42,11 +43,12 @@ def locking_heatmap(run: Run):
         .configure_axis(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12)
         .configure_legend(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
     )
-    n = int(data["n"].iloc[0])
+    n, shuffles = int(data["n"].iloc[0]), int(data["shuffles"].iloc[0])
     caption = (
-        f"Locking R over {n} examples: 0 = the wave ignores the answer, 1 = its peak always sits at the answer mod T. "
-        "Red frame = locks: R above the chance threshold (2,000 shuffles of the answers, 5% over the whole figure) "
-        "with at least 5% of the module's wave energy at that period."
+        f"Locking R over {n} examples: 0 = the wave ignores the answer, 1 = its peak always sits at the same distance "
+        f"from the answer mod T. Red frame = locks: R above chance ({shuffles:,} shuffles of the answers, 5% over all "
+        "modules and periods) and at least 0.3, a phase that moves with the question, and 5% of the module's wave "
+        "energy at that period. At T = 104 and 520 a module that copies an operand can lock too."
     )
     return chart, data, caption
 

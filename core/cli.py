@@ -115,20 +115,23 @@ def cmd_rebuild(args) -> int:
 
 
 def cmd_upgrade(args) -> int:
-    """Runs of an older schema whose model is here should be precomputed again (every example);
-    this is for the others: the phase tables come from the run's cached sample, and the manifest says so."""
-    from core import SCHEMA_VERSION
+    """For runs whose model is not here: the phase tables from the run's cached sample, and the manifest
+    says so. A run whose model is here is named with the precompute that reads every example."""
     from core.cache import existing_cache_dir, list_runs
     from core.phase_run import upgrade_without_model
 
     existing_cache_dir(args.cache_dir)
-    names = args.run or [r.name for r in list_runs(args.cache_dir) if (r.manifest or {}).get("schema_version") != SCHEMA_VERSION]
-    if not names:
-        print(f"every run in {args.cache_dir} is at schema {SCHEMA_VERSION}")
-        return 0
+    names = args.run or [r.name for r in list_runs(args.cache_dir)]
+    changed = 0
     for name in names:
-        if not upgrade_without_model(args.cache_dir, name):
-            print(f"{name}: already has the phase tables")
+        try:
+            changed += upgrade_without_model(args.cache_dir, name)
+        except CoreError as exc:
+            if args.run:
+                raise
+            print(f"skipped: {exc}")
+    if not changed:
+        print(f"nothing to upgrade in {args.cache_dir}")
     return 0
 
 

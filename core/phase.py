@@ -6,15 +6,20 @@ The paper shows, for one example (15 + 93), that MLP 33's logits favour even num
 measures it over all the examples of a run (docs/method.md, "Phase locking"):
 
 * For a module output x (attention or MLP of a layer, the residual stream after a layer, or the
-  final number logits) the number logits are l = W_U x (no final norm: the paper's convention).
+  final number logits) the number logits are l = W_U x (no final norm: the paper's convention),
+  centred over the numbers first: a constant shift changes no prediction, and on 521 points the
+  paper's basis is not orthogonal to a constant (every cosine row sums to sqrt(2/520)), so an
+  uncentred mean would leak into every cosine coefficient and pull each phase toward 0.
 * Frequency k = (p - 1) / T of the paper's basis has a sine coefficient s and a cosine coefficient
   c; the wave s sin(w x) + c cos(w x), w = 2 pi k / (p - 1), peaks at x = phi / w (mod T) with
   phi = atan2(s, c).
 * Locking R = |mean over examples of exp(i (phi - w y))|, y = a + b. R = 1 when the wave's peak
-  always sits at the answer mod T up to a fixed offset; about 1/sqrt(n) by chance. The offset
-  (in numbers) is where the peak sits relative to the answer: the peak is at y + offset (mod T).
+  always sits at a fixed distance from the answer mod T; about 1/sqrt(n) by chance. The offset
+  (in numbers) is that distance: the peak is at y + offset (mod T), so |offset| near T/2 means the
+  wave pushes the answer's own residue down.
 * `constant_phase` = |mean exp(i phi)|: near 1 when the wave is the same whatever the answer is
-  (a bias, not a computation).
+  (a bias, not a computation). A low R alone does not mean a bias: the phase may follow something
+  else (an operand, say).
 * `energy_share`: of the module's non-constant Fourier energy, summed over examples, the share
   at frequency k.
 * The null: answers shuffled across examples (`NULL_SHUFFLES` permutations); for each, the maximum
@@ -41,16 +46,23 @@ import pandas as pd
 from core.errors import CoreError
 from core.fourier import fourier_basis, magnitudes_from_coefficients, transform
 
+#: Version of the phase measurement; a run whose tables carry another (its manifest's `phase_locking`)
+#: gets them anew from `precompute` or `upgrade`, nothing else recomputed. 2: logits centred first.
+PHASE_VERSION = 2
 #: The periods tested (paper basis, p = 521: frequencies 260, 208, 104, 52, 5, 1).
 PHASE_PERIODS = (2.0, 2.5, 5.0, 10.0, 104.0, 520.0)
 #: Periods that classify the last digit (the paper's "high-frequency" outliers).
 SHORT_PERIODS = (2.0, 2.5, 5.0, 10.0)
 NULL_SHUFFLES = 2000
 FAMILY_ALPHA = 0.05
-#: A module "locks" to T when R exceeds the family-wise null and at least this share of its
-#: non-constant energy sits at T (a locked but negligible wave moves no prediction).
+#: A module "locks" to T when R exceeds the family-wise null, R is at least MIN_LOCKING (beyond chance
+#: is not enough: with 3,419 examples R = 0.06 passes the null but means the phase barely follows
+#: the answer), its phase is not constant (constant_phase below MAX_CONSTANT_PHASE: a wave that is the
+#: same for every question is a bias), and at least MIN_ENERGY_SHARE of its non-constant energy sits
+#: at T (a locked but negligible wave moves no prediction).
 MIN_ENERGY_SHARE = 0.05
-KINDS = ("attn", "mlp", "resid", "final")
+MIN_LOCKING = 0.3
+MAX_CONSTANT_PHASE = 0.9
 #: Tops of the per-example wave-peak table: the sum of the top-k components of the final logits.
 WAVE_TOPS = (5, 10)
 
@@ -74,8 +86,10 @@ def wave_coefficients(p: int, logits: np.ndarray, ks) -> np.ndarray:
     """
     basis = fourier_basis(p, "paper")
     ks = [int(k) for k in ks]
+    logits = np.asarray(logits, dtype=np.float64)
+    logits = logits - logits.mean(-1, keepdims=True)  # a constant shift changes no prediction (module docstring)
     rows = np.array([[np.flatnonzero((basis.freq == k) & (basis.kind == kind))[0] for kind in ("sin", "cos")] for k in ks])
-    coef = np.asarray(logits, dtype=np.float64) @ basis.matrix[rows.reshape(-1)].T
+    coef = logits @ basis.matrix[rows.reshape(-1)].T
     coef = coef.reshape(coef.shape[:-1] + (len(ks), 2))
     for j, k in enumerate(ks):
         if 2 * k == p - 1:
@@ -84,8 +98,10 @@ def wave_coefficients(p: int, logits: np.ndarray, ks) -> np.ndarray:
 
 
 def nonconstant_energy(p: int, logits: np.ndarray) -> np.ndarray:
-    """(..., p) -> (...): sum over frequencies k >= 1 of sin_k^2 + cos_k^2 (paper basis)."""
+    """(..., p) -> (...): sum over frequencies k >= 1 of sin_k^2 + cos_k^2 (paper basis) of the centred logits."""
     basis = fourier_basis(p, "paper")
+    logits = np.asarray(logits, dtype=np.float64)
+    logits = logits - logits.mean(-1, keepdims=True)
     return (magnitudes_from_coefficients(basis, transform(basis, logits)) ** 2).sum(-1)
 
 
@@ -211,8 +227,10 @@ def locking_table(coef, energy, modules, freqs: dict, answers, p: int, seed: int
 
 
 def locked(table: pd.DataFrame, min_share: float = MIN_ENERGY_SHARE) -> pd.Series:
-    """Rows where the module locks: R above the family-wise null and at least `min_share` of its energy at T."""
-    return (table["locking"] > table["null_95"]) & (table["energy_share"] >= min_share)
+    """Rows where the module locks (see MIN_LOCKING): R above the family-wise null and at least
+    MIN_LOCKING, a phase that is not constant, and at least `min_share` of its energy at T."""
+    return ((table["locking"] > table["null_95"]) & (table["locking"] >= MIN_LOCKING)
+            & (table["constant_phase"] < MAX_CONSTANT_PHASE) & (table["energy_share"] >= min_share))
 
 
 def wave_peaks(p: int, final_logits: np.ndarray, answers, example_ids, tops=WAVE_TOPS) -> pd.DataFrame:

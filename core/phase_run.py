@@ -12,7 +12,8 @@ import pandas as pd
 
 from core.cache import RunWriter, read_manifest, resolve_run
 from core.errors import CoreError
-from core.phase import NULL_SHUFFLES, PhaseAccumulator, module_order, wave_peaks
+from core.models import project_path
+from core.phase import NULL_SHUFFLES, PHASE_VERSION, PhaseAccumulator, module_order, wave_peaks
 
 PHASE_TABLES = ("phase_locking", "wave_peaks")
 
@@ -38,13 +39,12 @@ class PhaseStage:
         }
 
 
-def add_batch(stage: PhaseStage, unembed, cb, number_logits) -> None:
-    """Feed one captured batch (core.capture.CapturedBatch) to the stage: W_U read of every stream."""
+def add_batch(stage: PhaseStage, indices, module_logits: dict, number_logits) -> None:
+    """Feed one captured batch to the stage: `module_logits` {"resid", "attn", "mlp"} are the streams read
+    through W_U (tensors (B, layers, p)), `number_logits` the model's final logits of the numbers (B, p)."""
     stage.add(
-        cb.indices,
-        unembed.read(cb.resid).double().cpu().numpy(),
-        unembed.read(cb.attn).double().cpu().numpy(),
-        unembed.read(cb.mlp).double().cpu().numpy(),
+        indices,
+        *(module_logits[m].double().cpu().numpy() for m in ("resid", "attn", "mlp")),
         number_logits.double().cpu().numpy(),
     )
 
@@ -60,7 +60,8 @@ def phase_tables_from_model(loaded, examples, texts, p: int, batch_size: int, se
     stage = PhaseStage(p, len(examples), loaded.n_layers)
     with torch.no_grad():
         for cb in iter_capture(loaded, texts, batch_size, progress=progress, desc="phase"):
-            add_batch(stage, unembed, cb, cb.logits.float()[:, number_ids])
+            streams = {m: unembed.read(getattr(cb, m)) for m in ("resid", "attn", "mlp")}
+            add_batch(stage, cb.indices, streams, cb.logits.float()[:, number_ids])
     return stage.tables([e.answer for e in examples], [e.id for e in examples], seed)
 
 
@@ -94,7 +95,24 @@ def phase_note(n: int, n_split: int, split: str) -> dict:
         "n": int(n),
         "examples": f"all {n} {split} examples" if whole else f"the {n} cached sample examples of the {n_split} {split} examples",
         "whole_split": whole,
+        "version": PHASE_VERSION,
     }
+
+
+def phase_current(manifest: dict) -> bool:
+    """Whether a run's phase tables are there and of this code's measurement (PHASE_VERSION)."""
+    return (all(t in (manifest.get("tables") or {}) for t in PHASE_TABLES)
+            and (manifest.get("phase_locking") or {}).get("version") == PHASE_VERSION)
+
+
+def model_folder_with_weights(manifest: dict) -> str | None:
+    """The run's model folder (relative to the project) when its safetensors weights are here, else None."""
+    model = manifest.get("model") or {}
+    source = model.get("source_as_given") or model.get("source")
+    if not isinstance(source, str):
+        return None
+    folder = project_path(source)
+    return source if folder.is_dir() and any(folder.glob("model*.safetensors")) else None
 
 
 def upgrade_without_model(cache_dir, name: str, log=print) -> bool:
@@ -103,17 +121,20 @@ def upgrade_without_model(cache_dir, name: str, log=print) -> bool:
     Returns True when the run changed."""
     path = resolve_run(cache_dir, name)
     manifest = read_manifest(cache_dir, path.name)
-    tables = manifest.get("tables") or {}
-    if all(t in tables for t in PHASE_TABLES) or all(t in (manifest.get("not_applicable") or {}) for t in PHASE_TABLES):
+    folder = model_folder_with_weights(manifest)
+    if folder is not None and not phase_current(manifest):
+        raise CoreError(f"run {path.name}: its model is here ({folder}); read every example with the same precompute "
+                        f"instead: python -m core precompute --model {folder} (it keeps every other table)")
+    if phase_current(manifest) or all(t in (manifest.get("not_applicable") or {}) for t in PHASE_TABLES):
         return False
     writer = RunWriter(cache_dir, path.name, manifest.get("identity") or {}, manifest.get("options") or {})
     try:
         keep = writer.stage_published()
         t0 = time.time()
-        not_applicable = keep.get("not_applicable") or {}
-        if not_applicable:
+        not_applicable = {t: why for t, why in (keep.get("not_applicable") or {}).items() if t in ("module_logits", "examples")}
+        if not_applicable:  # no number logits (a digit-splitting model): no phases either
             reason = next(iter(not_applicable.values()))
-            keep["not_applicable"] = {**not_applicable, **{t: reason for t in PHASE_TABLES}}
+            keep["not_applicable"] = {**keep["not_applicable"], **{t: reason for t in PHASE_TABLES}}
         else:
             ex = writer.read("examples")
             frames = phase_tables_from_sample(writer.read("module_logits"), ex, int(manifest["p"]), int(manifest["n_layers"]),

@@ -27,7 +27,8 @@ from core import SCHEMA_VERSION
 from core.behaviour import error_histogram, error_summary
 from core.cache import RunWriter, check_table, read_json_file, run_lock, run_name
 from core.errors import CoreError
-from core.phase_run import PHASE_TABLES, PhaseStage, add_batch, phase_note, phase_tables_from_model
+from core.phase import PHASE_VERSION
+from core.phase_run import PHASE_TABLES, PhaseStage, add_batch, phase_current, phase_note, phase_tables_from_model
 from core.fourier import BASES, check_basis_name, check_tau, fourier_basis, frequency_magnitudes, top_components
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample, with_shots
 
@@ -348,7 +349,7 @@ def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: s
                 spectra[(m, b)] += frequency_magnitudes(bases[b], arr).sum(0)
         final = cb.logits.float()
         number_logits = final[:, number_ids]
-        add_batch(phase, unembed, cb, number_logits)
+        add_batch(phase, idx, module_logits, number_logits)
         predictions[idx] = number_logits.argmax(-1).cpu().numpy()
         losses[idx] = answer_losses(final, number_ids[ans]).cpu().numpy()
         top_is_number[idx] = torch.isin(final.argmax(-1), number_ids).cpu().numpy()
@@ -717,10 +718,13 @@ def _upgrade_run(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, exa
     """A run cached by an older schema (2 or 3) gets the tables it lacks: the number tables (schema 3)
     and the phase tables (schema 4, one more capture pass). A run whose phase tables came from its
     cached sample (`python -m core upgrade`, model not here) gets them over every example once the
-    model is here. Nothing else is recomputed."""
+    model is here, and tables of another phase version (core.phase.PHASE_VERSION) are made anew.
+    Nothing else is recomputed."""
     manifest = read_json_file(writer.final / "manifest.json") or {}
     from_sample = (manifest.get("phase_locking") or {}).get("whole_split") is False
-    if manifest.get("schema_version") not in (2, 3) and not (manifest.get("schema_version") == SCHEMA_VERSION and from_sample):
+    if manifest.get("schema_version") not in (2, 3) and not (
+        manifest.get("schema_version") == SCHEMA_VERSION and (from_sample or not phase_current(manifest))
+    ):
         return False
     keep = writer.stage_published()
     timings = dict(keep.get("timings") or {})
@@ -742,7 +746,7 @@ def _upgrade_run(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, exa
     if fresh is not None:
         writer.write("training_log", fresh)
     writer.publish(keep)
-    log(f"run {writer.name}: brought to schema {SCHEMA_VERSION} (number and phase tables added); nothing else recomputed")
+    log(f"run {writer.name}: at schema {SCHEMA_VERSION}, phase version {PHASE_VERSION} (number and phase tables made where missing or older); nothing else recomputed")
     return True
 
 

@@ -502,4 +502,4 @@ def locking_grid(phase_locking: pd.DataFrame) -> pd.DataFrame:
     t["module"] = t["kind"].map({"attn": "Attention", "mlp": "MLP"})
     t["T"] = t["period"].map(lambda x: f"{x:g}")
     t["locks"] = locked(t)
-    return t[["module", "layer", "period", "T", "locking", "energy_share", "null_95", "locks", "n"]].reset_index(drop=True)
+    return t[["module", "layer", "period", "T", "locking", "offset", "energy_share", "null_95", "locks", "n", "shuffles"]].reset_index(drop=True)

@@ -51,6 +51,34 @@ def test_a_wave_that_follows_the_answer_locks_a_constant_one_does_not():
     assert flags[0, 3] and not flags[1].any() and not flags[2].any()
 
 
+def test_a_constant_shift_of_the_logits_changes_nothing():
+    """Softmax ignores a constant; so must the phases (the paper basis is not orthogonal to a constant on 521 points)."""
+    rng = np.random.default_rng(2)
+    n = 200
+    y = rng.integers(0, P, n)
+    logits = (wave(2, y[:, None]) + 0.5 * rng.normal(size=(n, P)))[:, None, :]
+    tables = []
+    for shift in (0.0, 250.0):
+        acc = PhaseAccumulator(P, n, [("mlp", 1)])
+        acc.add(np.arange(n), logits + shift)
+        tables.append(acc.table(y, shuffles=100))
+    pd.testing.assert_frame_equal(tables[0], tables[1], atol=1e-6)
+
+
+def test_one_example_has_no_locking_and_nothing_locks():
+    acc = PhaseAccumulator(P, 1, [("mlp", 1)])
+    acc.add([0], wave(10, np.array([[7]]))[:, None, :])
+    t = acc.table(np.array([7]))
+    assert t["locking"].isna().all() and not locked(t).any()
+
+
+def test_a_weak_or_constant_wave_does_not_lock_even_beyond_chance():
+    """With many examples a tiny R passes the shuffle null; a lock also needs R >= 0.3 and a phase that moves."""
+    t = pd.DataFrame({"locking": [0.07, 0.6, 0.6], "null_95": [0.05, 0.05, 0.05], "constant_phase": [0.2, 0.2, 0.95],
+                      "energy_share": [0.5, 0.5, 0.5]})
+    assert list(locked(t)) == [False, True, False]
+
+
 def test_parity_uses_the_cosine_sign_only():
     y = np.arange(0, 40)
     coef = wave_coefficients(P, wave(2, y[:, None] + 1), [260])  # peaks at odd offsets from the answer

@@ -283,7 +283,14 @@ def test_a_run_upgraded_without_its_model_gets_every_example_once_the_model_is_h
     manifest["schema_version"] = 3
     manifest.pop("phase_locking")
     (run.path / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["upgrade", run.name, "--cache-dir", str(cache)]) == 2  # the model is here: read every example instead
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    for f in folder.glob("model*.safetensors"):
+        shutil.move(f, hidden / f.name)
     assert main(["upgrade", "--cache-dir", str(cache)]) == 0
+    for f in hidden.iterdir():
+        shutil.move(f, folder / f.name)
     (sampled,) = list_runs(cache)
     assert verify_run(sampled.path) == [] and sampled.manifest["phase_locking"]["whole_split"] is False
     assert (read_table(cache, run.name, "phase_locking")["n"] == 4).all()  # the 4 cached sample examples

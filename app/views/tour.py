@@ -1,7 +1,7 @@
 """The guided tour: eight steps of the paper's story. Each step says what the paper found (its model,
 its number), what the run on screen measures (computed from its tables by core.claims) and a verdict.
-By default each step is drawn from the shipped run that shows it best, and says so; the sidebar's
-run is then summarised beside it. Switch that off to see every step on the sidebar's run."""
+Every step shows the sidebar's run; the toggle at the top lets a step switch to the shipped run that
+shows it best, and a banner then says which and why."""
 
 import streamlit as st
 
