@@ -12,17 +12,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from app.local_server import ROOT, free_port, streamlit_command, wait_healthy
+
 #: page name -> URL path (the Tour is the default page, served at the root)
 PAGES = {"tour": "", "logit-lens": "logit-lens", "spectra": "spectra", "waves": "waves", "ablations": "ablations",
-         "embeddings": "embeddings", "training": "training", "behaviour": "behaviour"}
+         "embeddings": "embeddings", "training": "training", "behaviour": "behaviour", "terms": "terms"}
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -42,36 +39,22 @@ def chromium_path() -> str | None:
     return os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def serve(cache_dir: str | Path, models_dir: str | Path | None = None, timeout: float = 60.0):
     """Run the dashboard on localhost; yields its base URL."""
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, FOURIER_CACHE_DIR=str(cache_dir))
     if models_dir:
         env["FOURIER_MODELS_DIR"] = str(models_dir)
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(port),
-           "--server.headless", "true", "--server.address", "127.0.0.1"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(streamlit_command(port), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-                raise RuntimeError(f"the dashboard did not start: {out[-2000:]}")
-            time.sleep(0.3)
+        try:
+            wait_healthy(base, proc, timeout)
+        except RuntimeError:
+            proc.kill()
+            out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+            raise RuntimeError(f"the dashboard did not start: {out[-2000:]}") from None
         yield base
     finally:
         proc.terminate()

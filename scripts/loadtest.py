@@ -37,7 +37,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from app.local_server import ROOT, free_port, port_free, streamlit_command, wait_healthy
 MAX_SESSIONS = 200
 LOCAL_HOSTS = ("localhost", "::1")
 #: The shared link every session opens: the Tour (the default page) at step 2, the demo's default cutoff.
@@ -409,50 +408,17 @@ def fmt_row(r: dict) -> str:
 # ----------------------------------------------------------------------------- servers
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(base: str, proc: subprocess.Popen | None, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"the server exited ({proc.returncode})")
-        try:
-            with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{base} did not answer in {timeout:.0f} s")
-
-
 def start_server(kind: str, workers: int, cache_dir: str | None):
     env = dict(os.environ, STREAMLIT_CLIENT_SHOW_ERROR_DETAILS="full")  # an error names its cause in the report
     if cache_dir:
         env["FOURIER_CACHE_DIR"] = str(Path(cache_dir).resolve())
     port = free_port()
     if kind == "single":
-        cmd = [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            str(ROOT / "app" / "main.py"),
-            "--server.address",
-            "127.0.0.1",
-            "--server.port",
-            str(port),
-            "--server.headless",
-            "true",
-        ]
+        cmd = streamlit_command(port)
         wait_for_workers = 0
     else:
         wport = free_port()
-        while any(not _port_free(wport + i) for i in range(workers)):
+        while any(not port_free(wport + i) for i in range(workers)):
             wport = free_port()
         cmd = [
             sys.executable,
@@ -478,15 +444,6 @@ def start_server(kind: str, workers: int, cache_dir: str | None):
     if wait_for_workers:  # serve.py starts the proxy once every worker is up and warm: give HAProxy a moment
         time.sleep(0.5)
     return proc, base
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def stop_server(proc: subprocess.Popen) -> None:

@@ -37,10 +37,10 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from app.local_server import ROOT, healthy, port_free, streamlit_command
+
 OUT = ROOT / "serve"
 COOKIE = "fourier_worker"
 
@@ -108,24 +108,6 @@ def haproxy_config(bind: str, port: int, worker_ports: list[int], maxconn: int =
     )
 
 
-def port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
 class Workers:
     def __init__(self, ports: list[int], env: dict, log_dir: Path):
         self.ports, self.env, self.log_dir = ports, env, log_dir
@@ -133,19 +115,7 @@ class Workers:
 
     def start(self, port: int) -> None:
         log = open(self.log_dir / f"worker-{port}.log", "ab")
-        cmd = [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            str(ROOT / "app" / "main.py"),
-            "--server.address",
-            "127.0.0.1",
-            "--server.port",
-            str(port),
-            "--server.headless",
-            "true",
-        ]
+        cmd = streamlit_command(port)
         # own session: Ctrl-C reaches serve.py only, which then stops every worker itself (no restart race)
         self.procs[port] = subprocess.Popen(
             cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -196,8 +166,8 @@ def main(argv=None) -> int:
         )
         return 2
     ports = [args.worker_port + i for i in range(args.workers)]
-    busy = [p for p in ports if not port_free("127.0.0.1", p)] + (
-        [args.port] if not port_free(args.bind, args.port) else []
+    busy = [p for p in ports if not port_free(p)] + (
+        [args.port] if not port_free(args.port, args.bind) else []
     )
     if busy:
         print(
@@ -232,7 +202,7 @@ def main(argv=None) -> int:
     try:
         workers.start_all()
         deadline = time.time() + 120
-        while not all(healthy(p) for p in ports):
+        while not all(healthy(f"http://127.0.0.1:{p}") for p in ports):
             if stopping:
                 return 0
             workers.restart_dead()

@@ -22,7 +22,7 @@ def test_every_page_in_a_real_browser(app_env, tmp_path):
             report = browser.visit(b, f"{base}/{path}", shots / f"{name}.png")
             assert report["errors"] == [], (name, report["errors"])
             assert report["title"], name
-            assert report["charts"] >= 1, name
+            assert report["charts"] >= 1 or name == "terms", name  # the Terms page is text
             assert (shots / f"{name}.png").stat().st_size > 20_000, name
         # a shared link reopens the same view
         run = app_env["runs"]["random llama"].name
