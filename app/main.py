@@ -8,11 +8,11 @@ from app.common import sidebar
 st.set_page_config(page_title="How language models add: Fourier features", page_icon="➕", layout="wide",
                    initial_sidebar_state="collapsed" if st.query_params.get("large") == "1" else "auto")
 
-TOUR = st.Page("views/tour.py", title="Tour", icon=":material/slideshow:", url_path="start", default=True)
+TOUR = st.Page("views/tour.py", title="Tour", icon=":material/slideshow:", url_path="guided-tour", default=True)
 
 
 def tour_link():
-    """/tour is the Tour too (the default page itself is served at the root)."""
+    """/tour and /start are the Tour too (the default page itself is served at the root)."""
     st.switch_page(TOUR, query_params=dict(st.query_params))
 
 
@@ -27,6 +27,7 @@ PAGES = [
     st.Page("views/behaviour.py", title="Behaviour", icon=":material/rule:", url_path="behaviour"),
     st.Page("views/terms.py", title="Terms", icon=":material/menu_book:", url_path="terms"),
     st.Page(tour_link, title="Tour (link)", url_path="tour", visibility="hidden"),
+    st.Page(tour_link, title="Tour (start)", url_path="start", visibility="hidden"),
 ]
 
 page = st.navigation(PAGES)

@@ -28,6 +28,9 @@ def test_every_page_in_a_real_browser(app_env, tmp_path):
         run = app_env["runs"]["random llama"].name
         report = browser.visit(b, f"{base}/?run={run}&step=3&tau=20")
         assert report["errors"] == [] and report["charts"] >= 1
+        for alias in ("tour", "start"):  # links people type or keep from older versions open the Tour
+            report = browser.visit(b, f"{base}/{alias}?run={run}&step=2")
+            assert report["errors"] == [] and report["charts"] >= 1, alias
 
 
 def test_csv_upload_in_a_real_browser(app_env, tmp_path):
