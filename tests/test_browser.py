@@ -44,8 +44,8 @@ def test_csv_upload_in_a_real_browser(app_env, tmp_path):
 
 
 def test_no_chart_is_taller_than_a_projector_screen_on_the_shipped_runs():
-    """Presentation mode at 1024x768, on the deep default run (30 layers) and a 2-layer demo run: every
-    page and every Tour step draws each chart within the screen's height."""
+    """Presentation mode at 1024x768, on the deepest shipped run (30 layers; the figures that grow with
+    depth are the risk): every page and every Tour step draws each chart within the screen's height."""
     from pathlib import Path
 
     from core.cache import list_runs
@@ -57,7 +57,7 @@ def test_no_chart_is_taller_than_a_projector_screen_on_the_shipped_runs():
         pytest.skip("no shipped runs with number logits")
     targets = {f"{n}": p for n, p in browser.PAGES.items()} | {f"tour-{i}": f"?step={i}" for i in range(1, 9)}
     with browser.serve(cache) as base, browser.browser() as b:
-        for run in (runs[0], runs[-1]):
+        for run in runs[-1:]:
             for name, path in targets.items():
                 joiner = "&" if "?" in path else "?"
                 report = browser.visit(b, f"{base}/{path}{joiner}large=1&run={run.name}", width=1024, height=768)
