@@ -9,7 +9,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from app.common import Run, large, styled
+from app.common import Run, styled
 from core import views
 
 ANSWER_COLOUR = "#d62728"

@@ -224,8 +224,11 @@ def cmd_import_model(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from core.train import train_from_recipe
+    from core.train import Recipe, train_from_recipe
 
+    runner = None  # core.train.train
+    if Recipe.load(args.recipe).number_tokens is not None:  # fine-tuning a pre-trained model
+        from core.finetune import finetune as runner
     train_from_recipe(
         args.recipe,
         out=args.out,
@@ -236,6 +239,7 @@ def cmd_train(args) -> int:
         width=args.width,
         progress=False if args.no_progress else None,
         device=args.device,
+        run=runner,
     )
     return 0
 

@@ -241,7 +241,6 @@ class Ablation:
 
 
 def _filter_hook(flt: ProjectionFilter, positions: str):
-    import torch
 
     def hook(module, args, out):
         t = out[0] if isinstance(out, tuple) else out

@@ -574,9 +574,9 @@ def resolve_source(source: str) -> tuple[bool, Path | None]:
         if not (path / "config.json").exists():
             raise CoreError(f"{source} has no config.json: give a folder saved with save_pretrained, or a hub id")
         if (path / "delta.safetensors").exists() and not weight_files(path):
-            from core.finetune import rebuild_hint
-
-            raise CoreError(f"{source} holds only a fine-tuning delta, not the model's weights: {rebuild_hint(path)}")
+            shown = project_relative(path) if PROJECT_ROOT in path.resolve().parents else str(path)
+            raise CoreError(f"{source} holds only a fine-tuning delta, not the model's weights: run `python -m core rebuild "
+                            f"{shown}` (it names anything else it needs first, such as the base model)")
         if not any(path.glob("*.safetensors")):
             pickled = [p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]
             found = f" (found only {', '.join(pickled)})" if pickled else ""
@@ -631,7 +631,6 @@ def load_model(
     module_names: ModuleNames | None = None,
 ) -> LoadedModel:
     """Load a causal LM from a hub id or local folder, in eval mode, with its parts and numbers."""
-    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from transformers.utils import logging as hf_logging

@@ -108,7 +108,6 @@ def run_identity(opts: PrecomputeOptions, loaded, taus) -> dict:
 
 def precompute(opts: PrecomputeOptions, log=print) -> Path:
     """Compute and publish a run; returns its folder. Raises CoreError on bad input."""
-    import torch
 
     from core.cache import ensure_cache_dir
     from core.models import ModuleNames, load_model
@@ -127,7 +126,7 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
 
     from core.threads import use_threads
 
-    threads = use_threads(opts.threads)
+    use_threads(opts.threads)  # sets torch's thread count for this run
     t0 = time.time()
     names = ModuleNames.parse(opts.module_names) if opts.module_names else None
     loaded = load_model(

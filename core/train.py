@@ -691,11 +691,15 @@ def seed_logs(main_out: Path) -> pd.DataFrame | None:
 
 
 def train_from_recipe(
-    name: str, out=None, seed=None, epochs=None, restart=False, threads=None, width=None, progress=None, log=print, device=None
+    name: str, out=None, seed=None, epochs=None, restart=False, threads=None, width=None, progress=None, log=print, device=None,
+    run=None,
 ) -> TrainResult:
     """CLI entry. The recipe as written trains the shipped model. Another seed or width (a seed
     study) trains into OUT/seeds/[wWIDTH-]sSEED: its weights are not shipped, its log is, and
-    precompute merges it into the run's training log."""
+    precompute merges it into the run's training log. `run` trains one recipe into one folder:
+    `train` (the default) for a model trained here from its recipe; the CLI passes
+    `core.finetune.finetune` for a recipe that fine-tunes a pre-trained model (`number_tokens`), so that
+    this module, which fine-tuning builds on, never imports it."""
     shipped = Recipe.load(name)
     recipe = Recipe.load(name)
     if epochs is not None:
@@ -715,9 +719,9 @@ def train_from_recipe(
     if seed is not None:
         recipe.seed = seed
     recipe.check()
-    run = train
-    if recipe.number_tokens is not None:
-        from core.finetune import finetune as run
+    run = run or train
+    if recipe.number_tokens is not None and run is train:
+        raise CoreError(f"recipe {name} fine-tunes a pre-trained model: run it with `python -m core train --recipe {name}`")
     if (recipe.width, recipe.seed) == (shipped.width, shipped.seed):
         return run(recipe, main_out, restart, progress, log)
     sub = (f"w{recipe.width}-" if recipe.width != shipped.width else "") + f"s{recipe.seed}"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.filters import Ablation, high_pass, low_pass, projection_filter, random_subspace_filter, rank_tolerance
+from core.filters import Ablation, high_pass, low_pass, random_subspace_filter, rank_tolerance
 from core.fourier import band_frequencies, fourier_basis, frequency_magnitudes
 
 P = 521

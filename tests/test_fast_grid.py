@@ -162,7 +162,6 @@ def test_cli_rejects_bad_threads(model_dir, tmp_path, capsys):
 
 
 def test_prefix_cache_reuses_prefixes_and_changes_nothing(loaded_model, monkeypatch):
-    import core.filters as F
     from core.filters import PrefixCache
 
     loaded = loaded_model("llama")

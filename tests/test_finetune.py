@@ -120,7 +120,6 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
 
     from core.finetune import DELTA_FILE, read_delta, rebuild, state_digest, unique_state
     from core.models import load_model
-    from core.train import train_from_recipe  # noqa: F401  (the CLI's entry dispatches here)
     from core.finetune import finetune
 
     quiet = lambda *_: None  # noqa: E731

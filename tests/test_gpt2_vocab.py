@@ -4,7 +4,6 @@ numbers are single tokens under each convention, and the paper's default task (p
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from core.errors import CoreError

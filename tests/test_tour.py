@@ -14,7 +14,7 @@ import pytest
 
 from core.cache import list_runs, read_table
 from core.claims import run_origin
-from core.fourier import band_energy_share, fourier_basis, frequency_magnitudes
+from core.fourier import band_energy_share
 
 CACHE = Path(__file__).resolve().parent.parent / "cache"
 SHIPPED = [r for r in list_runs(CACHE, deep=False) if r.ok] if CACHE.is_dir() else []
