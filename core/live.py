@@ -109,7 +109,7 @@ def live_slot(on_wait=None):
 def live_filter(loaded, p: int, basis_name: str, ablation):
     """The ablation's filter, built once per loaded model (kept with it for the next request)."""
     from core.fourier import fourier_basis
-    from core.precompute import filter_key
+    from core.ablation_grid import filter_key
 
     if ablation.removed == "none":
         return None

@@ -1,12 +1,12 @@
-"""From a model to a run folder: every table the dashboard reads, in three resumable stages.
+"""From a model to a run folder: every table the dashboard reads, in resumable stages.
 
-1. measurements: one streaming pass with capture over the split -> examples, layer_accuracy
+1. measurements (core.measure): one streaming pass with capture over the split -> examples, layer_accuracy
    (logit lens with and without the final norm), module_spectra (mean Fourier magnitude of the
    attention, MLP and residual logits per layer), module_logits and final_waves for a sample of
    examples that always holds 15 + 93.
 2. embeddings: embedding_spectrum (input and output number rows, both bases, with a
    permutation baseline) and embedding_clusters (t-SNE + k-means).
-3. ablations: the filter grid (modules x band removed x tau, no filter, keep-one-frequency for
+3. ablations (core.ablation_grid): the filter grid (modules x band removed x tau, no filter, keep-one-frequency for
    periods 2 and p-1), one evaluation each, saved one by one so an interrupted grid resumes.
 4. phase: phase_locking and wave_peaks (core.phase) from the same capture pass; a run cached
    before they existed gets them from one more capture pass (`_upgrade_run`).
@@ -17,24 +17,24 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from core import SCHEMA_VERSION
-from core.behaviour import error_histogram, error_summary
+from core.ablation_grid import ablation_grid, error_analysis_table
 from core.cache import RunWriter, check_table, read_json_file, run_lock, run_name
 from core.errors import CoreError
 from core.phase import PHASE_VERSION
-from core.phase_run import PHASE_TABLES, PhaseStage, add_batch, phase_current, phase_note, phase_tables_from_model
-from core.fourier import BASES, check_basis_name, check_tau, fourier_basis, frequency_magnitudes, top_components
+from core.measure import measure
+from core.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
+from core.fourier import BASES, check_basis_name, check_tau, fourier_basis
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample, with_shots
 
 DEFAULT_TAUS = (5, 10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
 PROMPT_FORMAT = "paper phrasings + ' Answer:'"
-WAVES_KEPT = 10  # top-k waves stored per sampled example (the dashboard picks k <= this)
 MEASURE_TABLES = ("examples", "layer_accuracy", "module_spectra", "module_spectra_baseline", "module_logits", "final_waves")
 
 
@@ -304,214 +304,6 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
     return path
 
 
-def measure(loaded, examples, texts, p: int, opts: PrecomputeOptions, running: str | None, log=print) -> dict:
-    """The capture pass: per-example results, logit-lens accuracy, module spectra, sampled logits."""
-    import torch
-
-    from core.capture import iter_capture
-    from core.filters import answer_losses
-
-    L = loaded.n_layers
-    unembed = loaded.unembed(p)  # final norm, W_U number rows, bias, scale, soft-cap
-    W_U = unembed.weight  # (p, D) float32 on the unembedding's device
-    number_ids = torch.as_tensor(loaded.numbers.ids_for(p), device=W_U.device)
-    bases = {b: fourier_basis(p, b) for b in BASES}
-    K = {b: bases[b].n_freq for b in BASES}
-    spectra = {(m, b): np.zeros((L + 1 if m == "resid" else L, K[b])) for m in ("resid", "attn", "mlp") for b in BASES}
-    sq_norms = {m: np.zeros(L + 1 if m == "resid" else L) for m in ("resid", "attn", "mlp")}  # sum of ||x||^2
-    layer_hits = {fn: np.zeros((L + 1, 3)) for fn in (False, True)}  # exact, within 2, within 10
-    answers = np.array([e.answer for e in examples])
-    n = len(examples)
-    predictions = np.zeros(n, dtype=np.int64)
-    losses = np.zeros(n)
-    top_is_number = np.zeros(n, dtype=bool)
-    sample_ids = _sample_ids(examples, opts.n_sample, running, opts.dataset_seed)
-    sample_rows = {i for i, e in enumerate(examples) if e.id in sample_ids}
-    logit_rows, wave_rows = [], []
-    phase = PhaseStage(p, n, L)
-
-    for cb in iter_capture(loaded, texts, opts.batch_size, progress=opts.progress, desc="measure"):
-        idx = cb.indices
-        ans = torch.as_tensor(answers[idx], device=W_U.device)
-        lens = {False: unembed.logits(cb.resid, final_norm=False)}
-        lens[True] = unembed.logits(cb.resid, final_norm=True) if unembed.norm is not None else lens[False]
-        for fn, logits in lens.items():
-            pred = logits.argmax(-1)  # (B, L+1)
-            err = (pred - ans[:, None]).abs()
-            layer_hits[fn] += torch.stack([(err == 0).sum(0), (err <= 2).sum(0), (err <= 10).sum(0)], -1).cpu().numpy()
-        module_logits = {"resid": unembed.read(cb.resid), "attn": unembed.read(cb.attn), "mlp": unembed.read(cb.mlp)}
-        for m in sq_norms:
-            sq_norms[m] += (getattr(cb, m).float() ** 2).sum(-1).sum(0).cpu().numpy()
-        for m, logits in module_logits.items():
-            arr = logits.double().cpu().numpy()
-            for b in BASES:
-                spectra[(m, b)] += frequency_magnitudes(bases[b], arr).sum(0)
-        final = cb.logits.float()
-        number_logits = final[:, number_ids]
-        add_batch(phase, idx, module_logits, number_logits)
-        predictions[idx] = number_logits.argmax(-1).cpu().numpy()
-        losses[idx] = answer_losses(final, number_ids[ans]).cpu().numpy()
-        top_is_number[idx] = torch.isin(final.argmax(-1), number_ids).cpu().numpy()
-
-        for row_in_batch, i in enumerate(idx):
-            if i not in sample_rows:
-                continue
-            eid = examples[i].id
-            for m, logits in module_logits.items():
-                vals = logits[row_in_batch].cpu().numpy()  # (layers, p)
-                first = 0 if m == "resid" else 1
-                for l in range(vals.shape[0]):
-                    logit_rows.append((eid, m, l + first, vals[l]))
-            fin = number_logits[row_in_batch].cpu().numpy()
-            logit_rows.append((eid, "final", L, fin))
-            for b in BASES:
-                for rank, wave in enumerate(top_components(bases[b], fin, WAVES_KEPT), start=1):
-                    wave_rows.append((eid, b, rank, wave.k, wave.period, wave.magnitude, wave.values))
-
-    correct = predictions == answers
-    examples_frame = pd.DataFrame(
-        {
-            "id": [e.id for e in examples],
-            "split": [e.split for e in examples],
-            "a": [e.a for e in examples],
-            "b": [e.b for e in examples],
-            "answer": answers,
-            "phrasing": [e.phrasing for e in examples],
-            "prompt": list(texts),
-            "prediction": predictions,
-            "correct": correct,
-            "loss": losses,
-            "top_token_is_number": top_is_number,
-            "in_sample": [i in sample_rows for i in range(n)],
-        }
-    )
-    acc_rows = []
-    for fn, hits in layer_hits.items():
-        for l in range(L + 1):
-            acc_rows.append(
-                {
-                    "layer": l,
-                    "final_norm": fn,
-                    "exact": hits[l, 0] / n,
-                    "within_2": hits[l, 1] / n,
-                    "within_10": hits[l, 2] / n,
-                    "n": n,
-                }
-            )
-    spec_rows = []
-    for (m, b), total in spectra.items():
-        ks = bases[b].frequencies
-        first = 0 if m == "resid" else 1
-        for l in range(total.shape[0]):
-            spec_rows.append(
-                pd.DataFrame(
-                    {"basis": b, "module": m, "layer": l + first, "k": ks, "period": bases[b].period(ks), "magnitude": total[l] / n}
-                )
-            )
-    numbers = np.arange(p)
-    logits_frame = pd.concat(
-        [
-            pd.DataFrame({"example_id": eid, "module": m, "layer": l, "number": numbers, "logit": _half(v)})
-            for eid, m, l, v in logit_rows
-        ],
-        ignore_index=True,
-    )
-    waves_frame = pd.concat(
-        [
-            pd.DataFrame(
-                {
-                    "example_id": eid,
-                    "basis": b,
-                    "rank": rank,
-                    "k": k,
-                    "period": period,
-                    "magnitude": mag,
-                    "number": numbers,
-                    "value": _half(values),
-                }
-            )
-            for eid, b, rank, k, period, mag, values in wave_rows
-        ],
-        ignore_index=True,
-    )
-    for col in ("module", "example_id"):
-        logits_frame[col] = logits_frame[col].astype("category")
-    baseline = module_spectra_baseline(
-        unembed, bases, {key: total / n for key, total in spectra.items()}, {m: np.sqrt(v / n) for m, v in sq_norms.items()},
-        seed=opts.dataset_seed,
-    )
-    return {
-        **phase.tables(answers, [e.id for e in examples], opts.dataset_seed),
-        "examples": examples_frame,
-        "layer_accuracy": pd.DataFrame(acc_rows),
-        "module_spectra": pd.concat(spec_rows, ignore_index=True),
-        "module_spectra_baseline": baseline,
-        "module_logits": logits_frame,
-        "final_waves": waves_frame,
-    }
-
-
-BASELINE_DRAWS = 2000
-
-
-def module_spectra_baseline(
-    unembed, bases: dict, module_means: dict, rms_norms: dict, draws: int = BASELINE_DRAWS, seed: int = 0
-) -> pd.DataFrame:
-    """The spectrum W_U alone gives: random vectors read through the unembedding, per module and layer.
-
-    x is drawn isotropic (N(0, I/D)); what W_U reads of it is uniform over W_U's row space, so
-    F W_U x has the spectral shape that W_U itself imposes on anything read through it. When W_U
-    has low rank (tied frozen number rows) that shape is itself sparse: a module spectrum shows a
-    preference of the module's own only where it rises above it.
-
-    The baseline is scaled per module and layer to the same total energy as the module's mean
-    spectrum (`module_means[(module, basis)]`, (layers, K)): sum_k baseline_k^2 = sum_k
-    magnitude_k^2 (match = "energy"). So `magnitude / baseline` says how much more (or less) of its
-    W_U-visible energy a module puts at k than W_U's shape would. magnitude_p95: the 95th
-    percentile of single random vectors at k, scaled the same way; rms_norm: the module outputs'
-    root-mean-square norm (for reference).
-    """
-    import torch
-
-    from core.fourier import frequency_magnitudes
-
-    D = unembed.width
-    gen = torch.Generator(device="cpu").manual_seed(int(seed) + 7919)
-    x = torch.randn(draws, D, generator=gen, dtype=torch.float32) / np.sqrt(D)  # E||x||^2 = 1
-    unit_logits = unembed.read(x).double().cpu().numpy()  # (draws, p)
-    frames = []
-    for b, basis in bases.items():
-        mags = frequency_magnitudes(basis, unit_logits)  # (draws, K)
-        mean, p95 = mags.mean(0), np.percentile(mags, 95, axis=0)
-        unit_energy = float((mean**2).sum())
-        ks = basis.frequencies
-        for m, rms in rms_norms.items():
-            first = 0 if m == "resid" else 1
-            means = module_means[(m, b)]
-            for l, r in enumerate(rms):
-                scale = float(np.sqrt((means[l] ** 2).sum() / unit_energy)) if unit_energy > 0 else 0.0
-                frames.append(
-                    pd.DataFrame(
-                        {
-                            "basis": b, "module": m, "layer": l + first, "k": ks, "period": basis.period(ks),
-                            "magnitude": scale * mean, "magnitude_p95": scale * p95, "rms_norm": float(r), "match": "energy",
-                            "draws": draws,
-                        }
-                    )
-                )
-    return pd.concat(frames, ignore_index=True)
-
-
-def _half(values: np.ndarray) -> np.ndarray:
-    """float16 precision (nothing a chart shows is lost), stored as float32 so every reader copes."""
-    return np.asarray(values, dtype=np.float16).astype(np.float32)
-
-
-def _sample_ids(examples, n_sample: int, running: str | None, seed: int) -> set[str]:
-    picked = subsample(examples, n_sample, seed + 1, [running] if running else [])
-    return {e.id for e in picked}
-
-
 def embedding_tables(loaded, p: int, seed: int):
     """Spectra of the number rows of the input and output embeddings, and their t-SNE picture."""
     from core.embeddings import embedding_clusters, spectrum_table
@@ -532,169 +324,6 @@ def embedding_tables(loaded, p: int, seed: int):
         c.insert(0, "matrix", matrix)
         clusters.append(c)
     return pd.concat(frames, ignore_index=True), pd.concat(clusters, ignore_index=True), tied
-
-
-def ablation_specs(basis, taus, controls: bool = True):
-    """The grid: no filter; modules x band removed x tau; keep-one for periods 2 and p-1; and, for
-    each band filter, a random-subspace control of the same rank (unless `controls` is False)."""
-    from core.filters import Ablation
-
-    specs = [Ablation()]
-    for tau in taus:
-        for modules in ("both", "attn", "mlp"):
-            for removed in ("low", "high"):
-                specs.append(Ablation(modules, removed, int(tau)))
-    for tau in taus if controls else ():  # controls: a random subspace of the same rank as each band filter (docs/method.md#controls)
-        for modules in ("both", "attn", "mlp"):
-            for removed in ("random-low", "random-high"):
-                specs.append(Ablation(modules, removed, int(tau)))
-    for k in sorted({basis.frequency_of_period(2.0), 1}, reverse=True):
-        specs.append(Ablation("both", "keep", keep_k=int(k)))
-    return specs
-
-
-def _spec_key(spec) -> str:
-    return json.dumps(asdict(spec), sort_keys=True)
-
-
-def filter_key(spec) -> str:
-    """What determines a spec's filter (everything but the modules it acts on)."""
-    return json.dumps({k: v for k, v in asdict(spec).items() if k != "modules"}, sort_keys=True)
-
-
-def build_filters(specs, W_U, basis) -> dict:
-    """Each distinct filter of the grid built once (a band's filter serves Attn, MLP and both)."""
-    built = {}
-    for spec in specs:
-        key = filter_key(spec)
-        if key not in built:
-            built[key] = spec.build(W_U, basis)
-    return built
-
-
-def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts: PrecomputeOptions, writer: RunWriter, log=print):
-    """Evaluate every ablation of the grid in one pass over the prompts.
-
-    With filters at the answer position the prefix of each batch runs once and every condition
-    runs on the last token only (core.filters.evaluate_conditions). Partial results are
-    checkpointed in the staging folder, so an interrupted grid resumes where it stopped.
-    """
-    from core.filters import Condition, GridProgress, evaluate_conditions
-
-    W_U = loaded.unembedding(p)
-    done = writer.read_json("ablations.partial.json") or {}
-    specs = ablation_specs(basis, taus)
-    pending = [s for s in specs if _spec_key(s) not in done]
-    if pending:
-        filters = build_filters(pending, W_U, basis)
-        conditions = [Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in pending]
-        keys = [_spec_key(s) for s in pending]
-        progress_file = writer.staging / "ablations.progress.npz"
-        resume = _read_progress(progress_file, writer.read_json("ablations.progress.json"), keys)
-        if resume is not None:
-            log(f"resuming the ablation grid: {int(resume.done.sum())} of {len(texts)} prompts already done")
-
-        def checkpoint(state: GridProgress) -> None:
-            _write_progress(progress_file, state)
-            writer.write_json("ablations.progress.json", {"keys": keys})
-
-        log(f"ablation grid: {len(pending)} conditions, {len(filters)} distinct filters, {len(texts)} prompts")
-        evaluations = evaluate_conditions(
-            loaded, texts, answers, p, conditions, opts.positions, opts.batch_size,
-            progress=opts.progress, desc=f"ablations ({len(pending)} conditions)", resume=resume, on_checkpoint=checkpoint,
-        )
-        for spec, ev in zip(pending, evaluations):
-            done[_spec_key(spec)] = _ablation_entry(spec, basis, ev)
-        writer.write_json("ablations.partial.json", done)
-        progress_file.unlink(missing_ok=True)
-        (writer.staging / "ablations.progress.json").unlink(missing_ok=True)
-    rows, err_frames = [], []
-    for spec in specs:
-        entry = done[_spec_key(spec)]
-        rows.append(entry["row"])
-        h = pd.DataFrame(entry["errors"], columns=["error", "count"])
-        for col in ("modules", "removed", "tau", "keep_k"):
-            h.insert(len(h.columns) - 2, col, getattr(spec, col))
-        err_frames.append(h)
-    table = pd.DataFrame(rows)
-    base = table[table["removed"] == "none"].iloc[0]
-    table["delta_accuracy"] = table["accuracy"] - base["accuracy"]
-    table["delta_loss"] = table["loss"] - base["loss"]
-    for col in ("tau", "keep_k"):
-        table[col] = table[col].astype("Int64")
-    errors = pd.concat(err_frames, ignore_index=True)
-    for col in ("tau", "keep_k"):
-        errors[col] = errors[col].astype("Int64")
-    errors["error"] = errors["error"].astype(np.int64)
-    errors["count"] = errors["count"].astype(np.int64)
-    return table, errors
-
-
-def _ablation_entry(spec, basis, ev) -> dict:
-    summary = error_summary(ev.answers, ev.predictions)
-    hist = error_histogram(ev.answers, ev.predictions)
-    return {
-        "row": {
-            **asdict(spec),
-            "keep_period": float(basis.period(spec.keep_k)) if spec.keep_k else None,
-            "label": spec.label(),
-            "accuracy": ev.accuracy,
-            "within_2": ev.within(2),
-            "within_10": ev.within(10),
-            "parity_match": ev.parity_match,
-            "loss": ev.loss,
-            "n": ev.n,
-            "erased": ev.erased,
-            "rank": ev.rank,
-            "width": ev.width,
-            "share_multiple_of_10": summary.share_multiple_of_10,
-            "share_within_2": summary.share_within_2,
-            "mean_abs_error": summary.mean_abs_error,
-        },
-        "errors": hist.to_dict(orient="list"),
-    }
-
-
-def _write_progress(path: Path, state) -> None:
-    """Partial grid results as plain arrays (no pickles), replaced atomically."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        np.savez(fh, predictions=state.predictions, losses=state.losses, done=state.done)
-    tmp.replace(path)
-
-
-def _read_progress(path: Path, meta, keys: list[str]):
-    """The saved partial results, if they belong to exactly these pending conditions."""
-    from core.filters import GridProgress
-
-    if not path.exists() or not meta or meta.get("keys") != keys:
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            state = GridProgress(z["predictions"], z["losses"], z["done"])
-    except (OSError, ValueError, KeyError):
-        return None
-    return state
-
-
-def error_analysis_table(examples: pd.DataFrame, ablations: pd.DataFrame) -> pd.DataFrame:
-    """Share of errors that are multiples of 10: the model itself, and under each filter."""
-    s = error_summary(examples["answer"], examples["prediction"])
-    rows = [{"source": "model", **s.as_row()}]
-    for _, r in ablations[ablations["removed"] != "none"].iterrows():
-        n_wrong = int(round((1 - r["accuracy"]) * r["n"]))
-        rows.append(
-            {
-                "source": r["label"],
-                "n": int(r["n"]),
-                "n_wrong": n_wrong,
-                "accuracy": r["accuracy"],
-                "share_multiple_of_10": r["share_multiple_of_10"],
-                "share_within_2": r["share_within_2"],
-                "mean_abs_error": r["mean_abs_error"],
-            }
-        )
-    return pd.DataFrame(rows)
 
 
 NUMBERS_JSON = "numbers.json"

@@ -61,7 +61,7 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     from core.filters import Condition, evaluate, evaluate_conditions, filtered, high_pass
     from core.fourier import fourier_basis
     from core.models import prompt_texts
-    from core.precompute import ablation_specs, build_filters, filter_key
+    from core.ablation_grid import ablation_specs, build_filters, filter_key
     from core.tasks import build_examples, select_split
 
     p = 521

@@ -94,7 +94,7 @@ def test_random_subspace_is_haar_distributed_within_the_row_space():
 
 def test_module_spectra_baseline_is_what_w_u_gives_random_vectors():
     from core.models import Unembed
-    from core.precompute import module_spectra_baseline
+    from core.measure import module_spectra_baseline
 
     p, width = 61, 32
     basis = fourier_basis(p, "dft")

@@ -1,0 +1,180 @@
+"""The ablation grid of a run: every filter condition (modules x band removed x tau, keep-one
+frequency, random-subspace controls), evaluated at the answer position with the prefix shared across
+conditions (core.filters.evaluate_conditions), saved condition by condition so an interrupted grid
+resumes; and the error-analysis table built from it. Part of `core.precompute`'s stages.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from core.behaviour import error_histogram, error_summary
+from core.cache import RunWriter
+
+def ablation_specs(basis, taus, controls: bool = True):
+    """The grid: no filter; modules x band removed x tau; keep-one for periods 2 and p-1; and, for
+    each band filter, a random-subspace control of the same rank (unless `controls` is False)."""
+    from core.filters import Ablation
+
+    specs = [Ablation()]
+    for tau in taus:
+        for modules in ("both", "attn", "mlp"):
+            for removed in ("low", "high"):
+                specs.append(Ablation(modules, removed, int(tau)))
+    for tau in taus if controls else ():  # controls: a random subspace of the same rank as each band filter (docs/method.md#controls)
+        for modules in ("both", "attn", "mlp"):
+            for removed in ("random-low", "random-high"):
+                specs.append(Ablation(modules, removed, int(tau)))
+    for k in sorted({basis.frequency_of_period(2.0), 1}, reverse=True):
+        specs.append(Ablation("both", "keep", keep_k=int(k)))
+    return specs
+
+
+def _spec_key(spec) -> str:
+    return json.dumps(asdict(spec), sort_keys=True)
+
+
+def filter_key(spec) -> str:
+    """What determines a spec's filter (everything but the modules it acts on)."""
+    return json.dumps({k: v for k, v in asdict(spec).items() if k != "modules"}, sort_keys=True)
+
+
+def build_filters(specs, W_U, basis) -> dict:
+    """Each distinct filter of the grid built once (a band's filter serves Attn, MLP and both)."""
+    built = {}
+    for spec in specs:
+        key = filter_key(spec)
+        if key not in built:
+            built[key] = spec.build(W_U, basis)
+    return built
+
+
+def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts, writer: RunWriter, log=print):
+    """Evaluate every ablation of the grid in one pass over the prompts.
+
+    With filters at the answer position the prefix of each batch runs once and every condition
+    runs on the last token only (core.filters.evaluate_conditions). Partial results are
+    checkpointed in the staging folder, so an interrupted grid resumes where it stopped. `opts`: the
+    run's core.precompute.PrecomputeOptions (positions, batch_size, progress are read).
+    """
+    from core.filters import Condition, GridProgress, evaluate_conditions
+
+    W_U = loaded.unembedding(p)
+    done = writer.read_json("ablations.partial.json") or {}
+    specs = ablation_specs(basis, taus)
+    pending = [s for s in specs if _spec_key(s) not in done]
+    if pending:
+        filters = build_filters(pending, W_U, basis)
+        conditions = [Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in pending]
+        keys = [_spec_key(s) for s in pending]
+        progress_file = writer.staging / "ablations.progress.npz"
+        resume = _read_progress(progress_file, writer.read_json("ablations.progress.json"), keys)
+        if resume is not None:
+            log(f"resuming the ablation grid: {int(resume.done.sum())} of {len(texts)} prompts already done")
+
+        def checkpoint(state: GridProgress) -> None:
+            _write_progress(progress_file, state)
+            writer.write_json("ablations.progress.json", {"keys": keys})
+
+        log(f"ablation grid: {len(pending)} conditions, {len(filters)} distinct filters, {len(texts)} prompts")
+        evaluations = evaluate_conditions(
+            loaded, texts, answers, p, conditions, opts.positions, opts.batch_size,
+            progress=opts.progress, desc=f"ablations ({len(pending)} conditions)", resume=resume, on_checkpoint=checkpoint,
+        )
+        for spec, ev in zip(pending, evaluations):
+            done[_spec_key(spec)] = _ablation_entry(spec, basis, ev)
+        writer.write_json("ablations.partial.json", done)
+        progress_file.unlink(missing_ok=True)
+        (writer.staging / "ablations.progress.json").unlink(missing_ok=True)
+    rows, err_frames = [], []
+    for spec in specs:
+        entry = done[_spec_key(spec)]
+        rows.append(entry["row"])
+        h = pd.DataFrame(entry["errors"], columns=["error", "count"])
+        for col in ("modules", "removed", "tau", "keep_k"):
+            h.insert(len(h.columns) - 2, col, getattr(spec, col))
+        err_frames.append(h)
+    table = pd.DataFrame(rows)
+    base = table[table["removed"] == "none"].iloc[0]
+    table["delta_accuracy"] = table["accuracy"] - base["accuracy"]
+    table["delta_loss"] = table["loss"] - base["loss"]
+    for col in ("tau", "keep_k"):
+        table[col] = table[col].astype("Int64")
+    errors = pd.concat(err_frames, ignore_index=True)
+    for col in ("tau", "keep_k"):
+        errors[col] = errors[col].astype("Int64")
+    errors["error"] = errors["error"].astype(np.int64)
+    errors["count"] = errors["count"].astype(np.int64)
+    return table, errors
+
+
+def _ablation_entry(spec, basis, ev) -> dict:
+    summary = error_summary(ev.answers, ev.predictions)
+    hist = error_histogram(ev.answers, ev.predictions)
+    return {
+        "row": {
+            **asdict(spec),
+            "keep_period": float(basis.period(spec.keep_k)) if spec.keep_k else None,
+            "label": spec.label(),
+            "accuracy": ev.accuracy,
+            "within_2": ev.within(2),
+            "within_10": ev.within(10),
+            "parity_match": ev.parity_match,
+            "loss": ev.loss,
+            "n": ev.n,
+            "erased": ev.erased,
+            "rank": ev.rank,
+            "width": ev.width,
+            "share_multiple_of_10": summary.share_multiple_of_10,
+            "share_within_2": summary.share_within_2,
+            "mean_abs_error": summary.mean_abs_error,
+        },
+        "errors": hist.to_dict(orient="list"),
+    }
+
+
+def _write_progress(path: Path, state) -> None:
+    """Partial grid results as plain arrays (no pickles), replaced atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        np.savez(fh, predictions=state.predictions, losses=state.losses, done=state.done)
+    tmp.replace(path)
+
+
+def _read_progress(path: Path, meta, keys: list[str]):
+    """The saved partial results, if they belong to exactly these pending conditions."""
+    from core.filters import GridProgress
+
+    if not path.exists() or not meta or meta.get("keys") != keys:
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            state = GridProgress(z["predictions"], z["losses"], z["done"])
+    except (OSError, ValueError, KeyError):
+        return None
+    return state
+
+
+def error_analysis_table(examples: pd.DataFrame, ablations: pd.DataFrame) -> pd.DataFrame:
+    """Share of errors that are multiples of 10: the model itself, and under each filter."""
+    s = error_summary(examples["answer"], examples["prediction"])
+    rows = [{"source": "model", **s.as_row()}]
+    for _, r in ablations[ablations["removed"] != "none"].iterrows():
+        n_wrong = int(round((1 - r["accuracy"]) * r["n"]))
+        rows.append(
+            {
+                "source": r["label"],
+                "n": int(r["n"]),
+                "n_wrong": n_wrong,
+                "accuracy": r["accuracy"],
+                "share_multiple_of_10": r["share_multiple_of_10"],
+                "share_within_2": r["share_within_2"],
+                "mean_abs_error": r["mean_abs_error"],
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,224 @@
+"""The measurement pass of a run (stage 1 of `core.precompute`): one streaming capture over the split
+that gives the per-example results, the logit lens, the mean module spectra and their W_U-alone
+baseline, the sampled module logits and final waves, and (core.phase_run) the phase tables.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from core.fourier import BASES, fourier_basis, frequency_magnitudes, top_components
+from core.phase_run import PhaseStage, add_batch
+from core.tasks import subsample
+
+WAVES_KEPT = 10  # top-k waves stored per sampled example (the dashboard picks k <= this)
+
+
+def measure(loaded, examples, texts, p: int, opts, running: str | None, log=print) -> dict:
+    """The capture pass: per-example results, logit-lens accuracy, module spectra, sampled logits.
+    `opts`: the run's core.precompute.PrecomputeOptions (n_sample, dataset_seed, batch_size, progress)."""
+    import torch
+
+    from core.capture import iter_capture
+    from core.filters import answer_losses
+
+    L = loaded.n_layers
+    unembed = loaded.unembed(p)  # final norm, W_U number rows, bias, scale, soft-cap
+    W_U = unembed.weight  # (p, D) float32 on the unembedding's device
+    number_ids = torch.as_tensor(loaded.numbers.ids_for(p), device=W_U.device)
+    bases = {b: fourier_basis(p, b) for b in BASES}
+    K = {b: bases[b].n_freq for b in BASES}
+    spectra = {(m, b): np.zeros((L + 1 if m == "resid" else L, K[b])) for m in ("resid", "attn", "mlp") for b in BASES}
+    sq_norms = {m: np.zeros(L + 1 if m == "resid" else L) for m in ("resid", "attn", "mlp")}  # sum of ||x||^2
+    layer_hits = {fn: np.zeros((L + 1, 3)) for fn in (False, True)}  # exact, within 2, within 10
+    answers = np.array([e.answer for e in examples])
+    n = len(examples)
+    predictions = np.zeros(n, dtype=np.int64)
+    losses = np.zeros(n)
+    top_is_number = np.zeros(n, dtype=bool)
+    sample_ids = _sample_ids(examples, opts.n_sample, running, opts.dataset_seed)
+    sample_rows = {i for i, e in enumerate(examples) if e.id in sample_ids}
+    logit_rows, wave_rows = [], []
+    phase = PhaseStage(p, n, L)
+
+    for cb in iter_capture(loaded, texts, opts.batch_size, progress=opts.progress, desc="measure"):
+        idx = cb.indices
+        ans = torch.as_tensor(answers[idx], device=W_U.device)
+        lens = {False: unembed.logits(cb.resid, final_norm=False)}
+        lens[True] = unembed.logits(cb.resid, final_norm=True) if unembed.norm is not None else lens[False]
+        for fn, logits in lens.items():
+            pred = logits.argmax(-1)  # (B, L+1)
+            err = (pred - ans[:, None]).abs()
+            layer_hits[fn] += torch.stack([(err == 0).sum(0), (err <= 2).sum(0), (err <= 10).sum(0)], -1).cpu().numpy()
+        module_logits = {"resid": unembed.read(cb.resid), "attn": unembed.read(cb.attn), "mlp": unembed.read(cb.mlp)}
+        for m in sq_norms:
+            sq_norms[m] += (getattr(cb, m).float() ** 2).sum(-1).sum(0).cpu().numpy()
+        for m, logits in module_logits.items():
+            arr = logits.double().cpu().numpy()
+            for b in BASES:
+                spectra[(m, b)] += frequency_magnitudes(bases[b], arr).sum(0)
+        final = cb.logits.float()
+        number_logits = final[:, number_ids]
+        add_batch(phase, idx, module_logits, number_logits)
+        predictions[idx] = number_logits.argmax(-1).cpu().numpy()
+        losses[idx] = answer_losses(final, number_ids[ans]).cpu().numpy()
+        top_is_number[idx] = torch.isin(final.argmax(-1), number_ids).cpu().numpy()
+
+        for row_in_batch, i in enumerate(idx):
+            if i not in sample_rows:
+                continue
+            eid = examples[i].id
+            for m, logits in module_logits.items():
+                vals = logits[row_in_batch].cpu().numpy()  # (layers, p)
+                first = 0 if m == "resid" else 1
+                for l in range(vals.shape[0]):
+                    logit_rows.append((eid, m, l + first, vals[l]))
+            fin = number_logits[row_in_batch].cpu().numpy()
+            logit_rows.append((eid, "final", L, fin))
+            for b in BASES:
+                for rank, wave in enumerate(top_components(bases[b], fin, WAVES_KEPT), start=1):
+                    wave_rows.append((eid, b, rank, wave.k, wave.period, wave.magnitude, wave.values))
+
+    correct = predictions == answers
+    examples_frame = pd.DataFrame(
+        {
+            "id": [e.id for e in examples],
+            "split": [e.split for e in examples],
+            "a": [e.a for e in examples],
+            "b": [e.b for e in examples],
+            "answer": answers,
+            "phrasing": [e.phrasing for e in examples],
+            "prompt": list(texts),
+            "prediction": predictions,
+            "correct": correct,
+            "loss": losses,
+            "top_token_is_number": top_is_number,
+            "in_sample": [i in sample_rows for i in range(n)],
+        }
+    )
+    acc_rows = []
+    for fn, hits in layer_hits.items():
+        for l in range(L + 1):
+            acc_rows.append(
+                {
+                    "layer": l,
+                    "final_norm": fn,
+                    "exact": hits[l, 0] / n,
+                    "within_2": hits[l, 1] / n,
+                    "within_10": hits[l, 2] / n,
+                    "n": n,
+                }
+            )
+    spec_rows = []
+    for (m, b), total in spectra.items():
+        ks = bases[b].frequencies
+        first = 0 if m == "resid" else 1
+        for l in range(total.shape[0]):
+            spec_rows.append(
+                pd.DataFrame(
+                    {"basis": b, "module": m, "layer": l + first, "k": ks, "period": bases[b].period(ks), "magnitude": total[l] / n}
+                )
+            )
+    numbers = np.arange(p)
+    logits_frame = pd.concat(
+        [
+            pd.DataFrame({"example_id": eid, "module": m, "layer": l, "number": numbers, "logit": _half(v)})
+            for eid, m, l, v in logit_rows
+        ],
+        ignore_index=True,
+    )
+    waves_frame = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "example_id": eid,
+                    "basis": b,
+                    "rank": rank,
+                    "k": k,
+                    "period": period,
+                    "magnitude": mag,
+                    "number": numbers,
+                    "value": _half(values),
+                }
+            )
+            for eid, b, rank, k, period, mag, values in wave_rows
+        ],
+        ignore_index=True,
+    )
+    for col in ("module", "example_id"):
+        logits_frame[col] = logits_frame[col].astype("category")
+    baseline = module_spectra_baseline(
+        unembed, bases, {key: total / n for key, total in spectra.items()}, {m: np.sqrt(v / n) for m, v in sq_norms.items()},
+        seed=opts.dataset_seed,
+    )
+    return {
+        **phase.tables(answers, [e.id for e in examples], opts.dataset_seed),
+        "examples": examples_frame,
+        "layer_accuracy": pd.DataFrame(acc_rows),
+        "module_spectra": pd.concat(spec_rows, ignore_index=True),
+        "module_spectra_baseline": baseline,
+        "module_logits": logits_frame,
+        "final_waves": waves_frame,
+    }
+
+
+BASELINE_DRAWS = 2000
+
+
+def module_spectra_baseline(
+    unembed, bases: dict, module_means: dict, rms_norms: dict, draws: int = BASELINE_DRAWS, seed: int = 0
+) -> pd.DataFrame:
+    """The spectrum W_U alone gives: random vectors read through the unembedding, per module and layer.
+
+    x is drawn isotropic (N(0, I/D)); what W_U reads of it is uniform over W_U's row space, so
+    F W_U x has the spectral shape that W_U itself imposes on anything read through it. When W_U
+    has low rank (tied frozen number rows) that shape is itself sparse: a module spectrum shows a
+    preference of the module's own only where it rises above it.
+
+    The baseline is scaled per module and layer to the same total energy as the module's mean
+    spectrum (`module_means[(module, basis)]`, (layers, K)): sum_k baseline_k^2 = sum_k
+    magnitude_k^2 (match = "energy"). So `magnitude / baseline` says how much more (or less) of its
+    W_U-visible energy a module puts at k than W_U's shape would. magnitude_p95: the 95th
+    percentile of single random vectors at k, scaled the same way; rms_norm: the module outputs'
+    root-mean-square norm (for reference).
+    """
+    import torch
+
+    from core.fourier import frequency_magnitudes
+
+    D = unembed.width
+    gen = torch.Generator(device="cpu").manual_seed(int(seed) + 7919)
+    x = torch.randn(draws, D, generator=gen, dtype=torch.float32) / np.sqrt(D)  # E||x||^2 = 1
+    unit_logits = unembed.read(x).double().cpu().numpy()  # (draws, p)
+    frames = []
+    for b, basis in bases.items():
+        mags = frequency_magnitudes(basis, unit_logits)  # (draws, K)
+        mean, p95 = mags.mean(0), np.percentile(mags, 95, axis=0)
+        unit_energy = float((mean**2).sum())
+        ks = basis.frequencies
+        for m, rms in rms_norms.items():
+            first = 0 if m == "resid" else 1
+            means = module_means[(m, b)]
+            for l, r in enumerate(rms):
+                scale = float(np.sqrt((means[l] ** 2).sum() / unit_energy)) if unit_energy > 0 else 0.0
+                frames.append(
+                    pd.DataFrame(
+                        {
+                            "basis": b, "module": m, "layer": l + first, "k": ks, "period": basis.period(ks),
+                            "magnitude": scale * mean, "magnitude_p95": scale * p95, "rms_norm": float(r), "match": "energy",
+                            "draws": draws,
+                        }
+                    )
+                )
+    return pd.concat(frames, ignore_index=True)
+
+
+def _half(values: np.ndarray) -> np.ndarray:
+    """float16 precision (nothing a chart shows is lost), stored as float32 so every reader copes."""
+    return np.asarray(values, dtype=np.float16).astype(np.float32)
+
+
+def _sample_ids(examples, n_sample: int, running: str | None, seed: int) -> set[str]:
+    picked = subsample(examples, n_sample, seed + 1, [running] if running else [])
+    return {e.id for e in picked}
