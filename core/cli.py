@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_rebuild(args) -> int:
-    from core.finetune import rebuild
+    from core.delta import rebuild
     from core.train import RECIPE_DIR, Recipe
 
     folder = Path(args.recipe)

@@ -27,7 +27,6 @@ rebuilt one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import shutil
@@ -38,38 +37,27 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from core.delta import (
+    DELTA_FILE,
+    DELTA_FORMAT,
+    NUMBER_TOKEN,
+    add_number_tokens,
+    library_versions,
+    load_base,
+    merged_model,
+    read_delta,
+    rebuild,
+    require_rows_follow,
+    save_delta,
+    state_digest,
+    unique_state,
+)
 from core.errors import CoreError
 
-NUMBER_TOKEN = " {n}"  # the added token of n: its text, with the leading space (GPT-2's convention)
-DELTA_FILE = "delta.safetensors"
-DELTA_FORMAT = "number-rows+lora/1"
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 # ----------------------------------------------------------------------------- tokens and rows
-
-
-def add_number_tokens(tokenizer, p: int) -> np.ndarray:
-    """Add the tokens " 0" .. " {p-1}" to `tokenizer` (in place) and return their ids.
-
-    They are matched in the raw text before the model's own splitting, longest first, so " 108"
-    is one token and " 1080" becomes " 108" + "0". Refuses a tokenizer that already has any of them.
-    """
-    from tokenizers import AddedToken
-
-    texts = [NUMBER_TOKEN.format(n=n) for n in range(p)]
-    probe = [t for t in (texts[min(10, p - 1)], texts[-1]) if len(tokenizer(t, add_special_tokens=False)["input_ids"]) == 1]
-    if probe or any(t in tokenizer.get_vocab() for t in texts):
-        raise CoreError(
-            f"this tokenizer already writes numbers such as {(probe or texts)[0]!r} as one token: it needs no added "
-            "number tokens; precompute the model as it is (python -m core precompute --model ...)"
-        )
-    before = len(tokenizer)
-    tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in texts])
-    ids = np.asarray(tokenizer.convert_tokens_to_ids(texts), dtype=np.int64)
-    if len(tokenizer) != before + p or not np.array_equal(ids, np.arange(before, before + p)):
-        raise CoreError("adding the number tokens did not give p new consecutive ids; this tokenizer is not supported")
-    return ids
 
 
 def initial_number_rows(base, n_numbers: int, layer: int, context: str, base_rows: np.ndarray, centre: bool = False, log=print) -> np.ndarray:
@@ -263,31 +251,6 @@ class FineTuneModel:
 # ----------------------------------------------------------------------------- delta and rebuild
 
 
-def state_digest(state: dict) -> str:
-    """sha256 over every tensor's name, dtype, shape and bytes, in name order: equal digests mean
-    bit-for-bit equal weights."""
-    import torch
-
-    h = hashlib.sha256()
-    for name in sorted(state):
-        t = state[name].detach().contiguous().cpu()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def unique_state(model) -> dict:
-    """The model's state dict with tied tensors once (the names `save_pretrained` keeps)."""
-    seen, out = set(), {}
-    for name, t in model.state_dict().items():
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
-        if key in seen:
-            continue
-        seen.add(key)
-        out[name] = t
-    return out
-
-
 def delta_tensors(tuned: FineTuneModel, log=print) -> dict:
     """The delta's tensors, float16: the trained rows and LoRA factors, or, after full training, the
     rank-r factors of each map's change (`FineTuneModel.compressed_delta`)."""
@@ -300,200 +263,6 @@ def delta_tensors(tuned: FineTuneModel, log=print) -> dict:
         log(f"full training compressed to rank {tuned.rank}: the factors keep {shares.mean():.1%} of the change's energy "
             f"on average (least {shares.min():.1%}, {min(kept, key=kept.get)})")
     return {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in tensors.items()}
-
-
-def save_delta(path: Path, tensors: dict, meta: dict) -> None:
-    """The delta's tensors plus `meta` (strings) in the safetensors header; written, then renamed."""
-    from safetensors.torch import save_file
-
-    tmp = path.with_suffix(".tmp")
-    save_file(tensors, str(tmp), metadata={k: str(v) for k, v in meta.items()})
-    tmp.replace(path)
-
-
-def rebuild_hint(folder: Path) -> str:
-    """What to run to get a fine-tuned model's weights from its delta (and its base model, if missing)."""
-    try:
-        base = read_delta(Path(folder) / DELTA_FILE)[1].get("base", "")
-    except CoreError:
-        base = ""
-    steps = []
-    if base and not Path(base).is_dir():
-        from core.importer import import_hint
-
-        steps.append(import_hint(base).replace("import it first: ", "").replace("convert it first: ", ""))
-    from core.models import PROJECT_ROOT
-
-    where = Path(folder).resolve()
-    shown = where.relative_to(PROJECT_ROOT).as_posix() if PROJECT_ROOT in where.parents else str(where)
-    steps.append(f"python -m core rebuild {shown}")
-    return "run `" + "` then `".join(steps) + "`"
-
-
-def earlier_stage(recipe: dict) -> Path | None:
-    """The model folder of the stage a fine-tuning recipe starts from (the folder of its
-    `lora.init_delta`), absolute; None for a first stage."""
-    from core.models import project_path
-
-    start = (recipe.get("lora") or {}).get("init_delta")
-    return project_path(start).parent if start else None
-
-
-def retrain_commands(folder: Path) -> list[tuple[str, bool]]:
-    """(the `python -m core train` command, whether it needs a GPU) for each stage that has to be
-    trained to give back the model of `folder` (whose recipe.json names it), earliest first: a recipe
-    that starts from an earlier stage's delta needs that stage retrained first when its delta is not
-    here, and so on down the chain. A recipe trained on a GPU gets `--device cuda`."""
-    commands, seen, folder = [], set(), Path(folder)
-    while folder not in seen and (folder / "recipe.json").is_file():
-        seen.add(folder)
-        spec = json.loads((folder / "recipe.json").read_text())
-        gpu = spec.get("device") == "cuda"
-        commands.insert(0, (f"python -m core train --recipe {spec.get('name')}" + (" --device cuda" if gpu else ""), gpu))
-        earlier = earlier_stage(spec)
-        if earlier is None or (earlier / DELTA_FILE).exists():  # a first stage, or the earlier stage's delta is here
-            break
-        folder = earlier
-    return commands
-
-
-def read_delta(path: Path) -> tuple[dict, dict]:
-    from safetensors import safe_open
-
-    if not path.exists():
-        raise CoreError(f"no fine-tuning delta at {path}: train the recipe first (python -m core train --recipe NAME)")
-    with safe_open(str(path), framework="pt") as f:
-        meta = dict(f.metadata() or {})
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    if meta.get("format") != DELTA_FORMAT:
-        raise CoreError(f"{path} is not a fine-tuning delta of this version (format {meta.get('format')!r}, expected {DELTA_FORMAT!r})")
-    return tensors, meta
-
-
-def _require_rows_follow(model, ids: np.ndarray) -> None:
-    """The added tokens' ids must be the rows right after the embedding matrix (no padded vocabulary)."""
-    n = model.get_input_embeddings().weight.shape[0]
-    if int(ids[0]) != n:
-        raise CoreError(
-            f"the tokenizer gives the first added number token id {int(ids[0])}, but the embedding has {n} rows "
-            "(a padded vocabulary): number-token fine-tuning does not support this model"
-        )
-
-
-def merge_lora(weight, A, B, scale: float):
-    """weight + scale * sum_k outer(B[:, k], A[k]), summed in float64 in the order k = 0..r-1 with
-    elementwise numpy operations and rounded once to weight's dtype: the same bits on any machine."""
-    import torch
-
-    a = A.double().numpy()
-    b = B.double().numpy()
-    acc = np.zeros((b.shape[0], a.shape[1]), dtype=np.float64)
-    for k in range(a.shape[0]):
-        acc += np.multiply.outer(b[:, k], a[k])
-    out = weight.detach().double().numpy() + scale * acc
-    return torch.from_numpy(out).to(weight.dtype)
-
-
-def merged_model(base_folder: str, tensors: dict, meta: dict):
-    """(model, tokenizer): the base model with the number tokens added, the new rows set and every
-    LoRA update merged (`merge_lora`: the same bits on any machine)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from core.models import find_parts
-
-    tokenizer = AutoTokenizer.from_pretrained(base_folder)
-    model = AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
-    p = int(meta["p"])
-    ids = add_number_tokens(tokenizer, p)
-    _require_rows_follow(model, ids)
-    rows = tensors["number_rows"].float()
-    if rows.shape != (p, model.config.hidden_size):
-        raise CoreError(f"the delta's number rows are {tuple(rows.shape)}, the base model needs ({p}, {model.config.hidden_size})")
-    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
-    with torch.no_grad():
-        model.get_input_embeddings().weight[torch.as_tensor(ids)] = rows
-    scale = float(meta["alpha"]) / int(meta["rank"])
-    blocks = find_parts(model).blocks
-    names = sorted({k[len("lora."):-2] for k in tensors if k.startswith("lora.")})
-    for name in names:
-        i, sub = name.split(".", 1)
-        linear = blocks[int(i)].get_submodule(sub)
-        with torch.no_grad():
-            linear.weight.copy_(merge_lora(linear.weight, tensors[f"lora.{name}.A"], tensors[f"lora.{name}.B"], scale))
-    model.tie_weights()
-    return model, tokenizer
-
-
-def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log=print) -> Path:
-    """Write the fine-tuned model into `folder` from `folder/delta.safetensors` and the base model
-    (the folder the delta names, as written when it was trained, unless `base` is given); with
-    `check`, fail unless the rebuilt weights have the digest recorded when the delta was written."""
-    folder = Path(folder)
-    tensors, meta = read_delta(folder / DELTA_FILE)
-    base = base or meta["base"]
-    if not Path(base).is_dir():
-        from core.importer import import_hint
-
-        raise CoreError(f"the base model {base} is not here; {import_hint(base)}")
-    t0 = time.time()
-    model, tokenizer = merged_model(base, tensors, meta)
-    digest = state_digest(unique_state(model))
-    recorded = meta.get("rebuilt_sha256")
-    if check and recorded and digest != recorded:
-        base_now = state_digest(unique_state(load_base(base)))
-        if meta.get("base_sha256") and base_now != meta["base_sha256"]:
-            what = (f"the base model in {base} is not the one the delta was trained on: import it again "
-                    f"(python -m core import-model smollm2-135m --force) or name the right one with --base")
-        else:
-            what = ("the base model is the right one, so the merge itself came out differently here (other library "
-                    f"versions: the delta was made with {meta.get('versions', '?')}); rebuild with --no-check to keep it anyway")
-        raise CoreError(f"the rebuilt weights differ from the ones trained (digest {digest[:12]} != {recorded[:12]}): {what}")
-    for f in folder.glob("model*.safetensors"):
-        f.unlink()
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
-    from core.models import read_provenance
-
-    provenance = {
-        "kind": "fine-tuned",
-        "fine_tuned": meta.get("recipe", "") or folder.name,
-        "folder": str(folder),
-        "base": str(base),
-        "base_provenance": read_provenance(Path(base)) or {},  # where the base model came from (package, licence, ...)
-        "delta": DELTA_FILE,
-        "rebuilt_sha256": digest,
-        "label": meta.get("label", ""),
-    }
-    (folder / "provenance.json").write_text(json.dumps(provenance, indent=1))
-    checked = "matches the digest recorded in the delta" if recorded and check else "NOT checked: no digest recorded" if not recorded else "NOT checked (--no-check)"
-    log(f"rebuilt {folder} from {base} + {DELTA_FILE} in {time.time() - t0:.0f}s (weights sha256 {digest[:12]}, {checked})")
-    return folder
-
-
-def load_base(base_folder: str):
-    """The imported base model (float32, safetensors only) that a delta is trained against and merged into."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
-
-
-def _versions() -> str:
-    import torch
-    import transformers
-
-    return f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}"
-
-
-# ----------------------------------------------------------------------------- frozen lower blocks
-#
-# With `frozen_blocks` K > 0 the new rows stay frozen and blocks 0..K-1 get no trained LoRA (a later
-# stage keeps the earlier stage's factors there, frozen: `keep_lower`), so nothing below
-# block K ever changes: the output of block K-1 for every training prompt is computed once, and each
-# step runs (forward and backward) only blocks K.., the final norm and the head. Prompts of one length
-# are batched together, so no padding or mask is needed; the result is the same model the whole
-# forward pass computes (a test checks the logits).
 
 
 def _stack(model):
@@ -729,7 +498,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     else:
         rows = initial_number_rows(load_model(base_folder), p, layer, context, base_rows, centre=centre, log=log)
     number_ids = add_number_tokens(tokenizer, p)
-    _require_rows_follow(base, number_ids)
+    require_rows_follow(base, number_ids)
     tuned = FineTuneModel(base, rows, rank, alpha, targets, recipe.seed, first_block=frozen, full=full, keep_lower=start_tensors is not None)
     if start_tensors is not None:
         tuned.load_factors(start_tensors)
@@ -834,7 +603,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         "label": recipe.label,
         "seed": recipe.seed,
         "base_sha256": base_digest,
-        "versions": _versions(),
+        "versions": library_versions(),
     }
     # the delta is float16: the model that counts is the one rebuilt from it, so its digest is
     # recorded and its test accuracy measured
@@ -864,34 +633,3 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     log(f"{recipe.name}: delta {summary['delta_bytes'] / 1e6:.1f} MB; the model rebuilt from it scores {test_acc:.2%} on the test split")
     rebuild(out, base_folder, log=log)
     return TrainResult(out, frame, state["elapsed_s"], test_acc)
-
-
-def init_layer_scan(recipe, layers, n_examples: int = 256, centre_options=(False, True), log=print) -> pd.DataFrame:
-    """Answer loss and accuracy of the un-tuned model (LoRA at zero) on a seeded sample of the
-    training split, with the new rows taken from each of `layers`: how good a start each layer is."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from core.models import load_model
-    from core.numbers import number_representations
-    from core.tasks import build_examples, number_space, select_split
-    from core.train import AdditionBatches, evaluate_split
-
-    spec = recipe.number_tokens or {}
-    p = number_space(recipe.task, recipe.max_operand)
-    base_folder = recipe.init_from
-    reps = number_representations(load_model(base_folder), p, spec.get("context", "The number {n}"), progress=False)
-    examples = select_split(build_examples(recipe.task, recipe.max_operand, recipe.dataset_seed), "train")
-    sample = [examples[i] for i in np.random.default_rng(recipe.seed).permutation(len(examples))[:n_examples]]
-    rows_out = []
-    for layer, centre in [(layer, c) for layer in layers for c in centre_options]:
-        base = AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(base_folder)
-        base_rows = base.get_input_embeddings().weight.detach().numpy()
-        rows = scaled_rows(reps.vectors[layer], base_rows, centre)
-        ids = add_number_tokens(tokenizer, p)
-        tuned = FineTuneModel(base, rows.astype(np.float32), 8, 16, DEFAULT_TARGETS, 0)
-        acc, loss = evaluate_split(tuned.model, AdditionBatches(tokenizer, sample, ids), ids, 32, recipe.precision)
-        log(f"layer {layer}{' centred' if centre else ''}: answer loss {loss:.3f}, accuracy {acc:.2%}")
-        rows_out.append({"layer": layer, "centred": centre, "loss": loss, "accuracy": acc, "n_examples": len(sample)})
-    return pd.DataFrame(rows_out)

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from core.errors import CoreError
-from core.finetune import DELTA_FILE, rebuild_hint, retrain_commands
+from core.delta import DELTA_FILE, rebuild_hint, retrain_commands
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MAX_LIVE_PARAMS = 150_000_000

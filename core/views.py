@@ -365,7 +365,7 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
     """
     import json
 
-    from core.finetune import earlier_stage
+    from core.delta import earlier_stage
     from core.models import project_path
 
     cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from", "cached"]

@@ -214,7 +214,7 @@ def test_initial_rows_are_the_scaled_representations(tiny_base):
 def test_merge_is_elementwise_and_exact():
     import torch
 
-    from core.finetune import merge_lora
+    from core.delta import merge_lora
 
     g = torch.Generator().manual_seed(0)
     W, A, B = torch.randn(7, 5, generator=g), torch.randn(3, 5, generator=g), torch.randn(7, 3, generator=g)
