@@ -1,8 +1,9 @@
 """Analysis core for "Pre-trained LLMs use Fourier features to compute addition".
 
 Data flows one way, with no import circle: tasks and models -> capture -> fourier, filters, phase ->
-precompute (with cache) -> claims, views; training (train, then finetune) sits beside the analysis
-and writes models; the CLI sits on top. Nothing here imports Streamlit. Heavy modules (torch, transformers) are imported by the submodules that need them,
+measure, ablation_grid -> precompute (with cache) -> claims, views; training (train, then finetune,
+with the delta format in delta) sits beside the analysis and writes models; the CLI sits on top.
+Nothing here imports Streamlit. Heavy modules (torch, transformers) are imported by the submodules that need them,
 so `import core` and `core.cache` stay cheap for the dashboard.
 """
 
