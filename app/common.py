@@ -402,13 +402,26 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
         if c.numbers.get("not_applicable"):  # the page's own box below says why
             st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}")
             return
-        why = f" *Why: {c.reason}.*" if c.reason else ""
-        if large():  # a projector: the verdict and the gist; every number one click away
-            st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {PAPER_SHORT.get(claim, c.paper)}  \n**This run:** {c.short}")
-            with st.expander("All the numbers, and why"):
-                st.markdown(f"**{run.label}:** {c.measured}{why}")
-        else:
-            st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}  \n**{run.label}:** {c.measured}{why}")
+        claim_box(c, run.label)
+
+
+def claim_box(c, who: str, details=None) -> None:
+    """A claim as the pages and the Tour show it: the verdict, the paper's finding and this run's
+    measurement with the reason. On a projector (presentation mode) the paper's finding in a line and
+    the run's headline, with every number (and `details`, a callable that draws more) in an expander."""
+    why = f" *Why: {c.reason}.*" if c.reason else ""
+    if large():
+        st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {PAPER_SHORT.get(c.step, c.paper)}")
+        st.markdown(f"**This run:** {c.short}")
+        with st.expander("All the numbers, and why"):
+            st.markdown(f"**{who}:** {c.measured}{why}")
+            if details:
+                details()
+    else:
+        st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}")
+        st.markdown(f"**{who}:** {c.measured}{why}")
+        if details:
+            details()
 
 
 def needs(run: Run, *tables: str) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from core.fourier import BASES, fourier_basis, frequency_magnitudes, top_components
-from core.phase_run import PhaseStage, add_batch
+from core.phase_run import PhaseStage
 from core.tasks import subsample
 
 WAVES_KEPT = 10  # top-k waves stored per sampled example (the dashboard picks k <= this)
@@ -54,13 +54,13 @@ def measure(loaded, examples, texts, p: int, opts, running: str | None, log=prin
         module_logits = {"resid": unembed.read(cb.resid), "attn": unembed.read(cb.attn), "mlp": unembed.read(cb.mlp)}
         for m in sq_norms:
             sq_norms[m] += (getattr(cb, m).float() ** 2).sum(-1).sum(0).cpu().numpy()
-        for m, logits in module_logits.items():
-            arr = logits.double().cpu().numpy()
+        arrays = {m: logits.double().cpu().numpy() for m, logits in module_logits.items()}  # once, for every use below
+        for m, arr in arrays.items():
             for b in BASES:
                 spectra[(m, b)] += frequency_magnitudes(bases[b], arr).sum(0)
         final = cb.logits.float()
         number_logits = final[:, number_ids]
-        add_batch(phase, idx, module_logits, number_logits)
+        phase.add(idx, arrays["resid"], arrays["attn"], arrays["mlp"], number_logits.double().cpu().numpy())
         predictions[idx] = number_logits.argmax(-1).cpu().numpy()
         losses[idx] = answer_losses(final, number_ids[ans]).cpu().numpy()
         top_is_number[idx] = torch.isin(final.argmax(-1), number_ids).cpu().numpy()
@@ -69,8 +69,8 @@ def measure(loaded, examples, texts, p: int, opts, running: str | None, log=prin
             if i not in sample_rows:
                 continue
             eid = examples[i].id
-            for m, logits in module_logits.items():
-                vals = logits[row_in_batch].cpu().numpy()  # (layers, p)
+            for m, arr in arrays.items():
+                vals = arr[row_in_batch]  # (layers, p)
                 first = 0 if m == "resid" else 1
                 for l in range(vals.shape[0]):
                     logit_rows.append((eid, m, l + first, vals[l]))

@@ -39,16 +39,6 @@ class PhaseStage:
         }
 
 
-def add_batch(stage: PhaseStage, indices, module_logits: dict, number_logits) -> None:
-    """Feed one captured batch to the stage: `module_logits` {"resid", "attn", "mlp"} are the streams read
-    through W_U (tensors (B, layers, p)), `number_logits` the model's final logits of the numbers (B, p)."""
-    stage.add(
-        indices,
-        *(module_logits[m].double().cpu().numpy() for m in ("resid", "attn", "mlp")),
-        number_logits.double().cpu().numpy(),
-    )
-
-
 def phase_tables_from_model(loaded, examples, texts, p: int, batch_size: int, seed: int, progress=None) -> dict:
     """A capture pass over `texts` that feeds only the phase stage (for a run cached before it existed)."""
     import torch
@@ -60,8 +50,8 @@ def phase_tables_from_model(loaded, examples, texts, p: int, batch_size: int, se
     stage = PhaseStage(p, len(examples), loaded.n_layers)
     with torch.no_grad():
         for cb in iter_capture(loaded, texts, batch_size, progress=progress, desc="phase"):
-            streams = {m: unembed.read(getattr(cb, m)) for m in ("resid", "attn", "mlp")}
-            add_batch(stage, cb.indices, streams, cb.logits.float()[:, number_ids])
+            stage.add(cb.indices, *(unembed.read(getattr(cb, m)).double().cpu().numpy() for m in ("resid", "attn", "mlp")),
+                      cb.logits.float()[:, number_ids].double().cpu().numpy())
     return stage.tables([e.answer for e in examples], [e.id for e in examples], seed)
 
 

@@ -15,6 +15,7 @@ from core.errors import CoreError
 from core.fourier import band_energy_share
 from core.origin import run_origin
 from core.paper import TABLE1_GPT2_XL
+from core.phase import locked
 
 MODULE_NAMES = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)", "final": "Final logits"}
 ABLATION_MODULES = {"both": "Attn + MLP", "attn": "Attn", "mlp": "MLP"}
@@ -496,8 +497,6 @@ def locking_grid(phase_locking: pd.DataFrame) -> pd.DataFrame:
     """The attention and MLP rows of `phase_locking` for the layer-by-period figure: module (Attention /
     MLP), layer, period label, locking R, energy share, the chance threshold and whether it locks
     (core.phase.locked)."""
-    from core.phase import locked
-
     t = phase_locking[phase_locking["kind"].isin(["attn", "mlp"])].copy()
     t["module"] = t["kind"].map({"attn": "Attention", "mlp": "MLP"})
     t["T"] = t["period"].map(lambda x: f"{x:g}")

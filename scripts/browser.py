@@ -38,7 +38,7 @@ def main(argv=None) -> int:
             q = "&".join(x for x in (query, extra) if x)
             url = f"{base}/{path}" + (f"?{q}" if q else "")
             r = visit(b, url, Path(args.out) / f"{name}{suffix}.png", width=width, height=height)
-            status = "ok" if not r["errors"] and r["charts"] else "PROBLEM"
+            status = "ok" if not r["errors"] and (r["charts"] or name == "terms") else "PROBLEM"  # Terms is text
             bad += status != "ok"
             print(f"{status:7s} {name:12s} charts={r['charts']:2d} title={r['title']!r} errors={r['errors'][:1]}")
     return 1 if bad else 0

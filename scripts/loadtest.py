@@ -299,28 +299,26 @@ def process_tree(pids: list[int]) -> list[int]:
     return seen
 
 
-def rss_bytes(pids: list[int]) -> int:
+def _proc_sum(pids: list[int], name: str, read) -> int:
+    """Sum of read(text of /proc/PID/name) over the process tree; a process gone meanwhile counts 0."""
     total = 0
     for p in process_tree(pids):
         try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except OSError:
+            with open(f"/proc/{p}/{name}") as f:
+                total += read(f.read())
+        except (OSError, IndexError, ValueError):
             pass
     return total
 
 
+def rss_bytes(pids: list[int]) -> int:
+    return _proc_sum(pids, "statm", lambda text: int(text.split()[1])) * os.sysconf("SC_PAGE_SIZE")
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """CPU time (user + system) the server's processes have used so far."""
-    total = 0
-    for p in process_tree(pids):
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            pass
-    return total / os.sysconf("SC_CLK_TCK")
+    fields = lambda text: text.rsplit(")", 1)[1].split()  # noqa: E731 (after the command name, which may hold spaces)
+    return _proc_sum(pids, "stat", lambda text: int(fields(text)[11]) + int(fields(text)[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[float], q: float) -> float:

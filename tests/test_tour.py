@@ -324,3 +324,32 @@ def test_every_fine_tuned_run_describes_itself_from_its_recipe_and_summary():
         assert "a few MB" not in text
         if lora.get("init_delta") or lora.get("train") == "full":  # not a plain LoRA run on frozen weights
             assert "every original weight frozen" not in text
+
+
+PHASED = [r for r in SHIPPED if "phase_locking" in r.manifest["tables"]]
+
+
+@pytest.mark.skipif(not PHASED, reason="no shipped runs with phase tables")
+@pytest.mark.parametrize("run", PHASED, ids=[r.name[:24] for r in PHASED])
+def test_the_locking_sentence_names_what_the_figure_frames(run):
+    """Step 3's sentence and its figure agree: every module the sentence says tracks the answer is
+    framed in the figure's data with that R, and the strongest framed MLP and attention layer at a
+    short period are named; a kind with no framed short-period cell is said to track nothing."""
+    from core import views
+    from core.claims import TableRun, claim_module_waves
+
+    table_run = TableRun(CACHE, run.name)
+    grid = views.locking_grid(table_run.table("phase_locking"))
+    framed = grid[grid["locks"] & grid["period"].isin(SHORT)]
+    text = claim_module_waves(table_run).measured
+    for word, module in (("MLP", "MLP"), ("attention", "Attention")):
+        mine = framed[framed["module"] == module]
+        for layer, said in re.findall(rf"{word} (\d+) tracks the answer ([^;]*)", text):
+            cells = mine[mine["layer"] == int(layer)]
+            assert len(cells), (run.name, word, layer)
+            for value in re.findall(r"R = ([\d.]+)", said):
+                assert (abs(cells["locking"] - float(value)) < 0.006).any(), (run.name, word, layer, value)
+        if len(mine):
+            assert f"{word} {int(mine.sort_values('locking').iloc[-1]['layer'])} tracks" in text, (run.name, text)
+        else:
+            assert not re.search(rf"{word} \d+ tracks", text), (run.name, text)

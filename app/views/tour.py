@@ -8,9 +8,9 @@ import streamlit as st
 from app import figures
 from app.glossary import step_terms
 from app.phase_figure import locking_heatmap
-from app.common import BADGE, cache_dir, large, run_claims, runs_of_split, show_chart, to_url, training_claim, training_logs, url_state, view
+from app.common import BADGE, cache_dir, claim_box, large, run_claims, runs_of_split, show_chart, to_url, training_claim, training_logs, url_state, view
 from core import views
-from core.claims import PAPER_SHORT, best_run, describe_run, run_origin
+from core.claims import best_run, describe_run, run_origin
 
 v = view()
 chosen, basis, tau = v["run"], st.session_state["basis"], st.session_state["tau"]
@@ -141,24 +141,13 @@ else:
 text, figure = st.columns([2, 3], gap="medium")
 with text:
     st.subheader(title)
-    who = "These runs" if key == "training" else shown.label
-    why = f" *Why: {claim.reason}.*" if claim.reason else ""
-    if large():  # a projector: the gist in three short lines, every number one click away
-        st.markdown(f"{BADGE[claim.verdict]} &nbsp; **Paper:** {PAPER_SHORT.get(key, claim.paper)}")
-        st.markdown(f"**This run:** {claim.short}")
-        with st.expander("All the numbers, and why"):
-            st.markdown(f"**{who}:** {claim.measured}{why}")
-            if others:
-                st.caption(others)
-            if key in ("accuracy", "numbers"):
-                st.markdown(describe_run(shown.manifest))
-    else:
-        st.markdown(f"{BADGE[claim.verdict]} &nbsp; **Paper:** {claim.paper}")
-        st.markdown(f"**{who}:** {claim.measured}{why}")
+    def details():
         if others:
             st.caption(others)
         if key in ("accuracy", "numbers"):
             st.markdown(describe_run(shown.manifest))
+
+    claim_box(claim, "These runs" if key == "training" else shown.label, details)
     st.caption(step_terms(key))
 with figure:
     st.caption(what)
