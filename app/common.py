@@ -17,9 +17,9 @@ import pandas as pd
 import streamlit as st
 
 from app.shared import vega_spec
-from core import cache as run_cache
-from core.claims import PAPER_SHORT
-from core.origin import fine_tuning_text
+from core.runs import cache as run_cache
+from core.claims.registry import PAPER_SHORT
+from core.runs.origin import fine_tuning_text
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 def cache_dir() -> Path:
@@ -165,19 +165,19 @@ class Run:
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def run_claims(cache: str, name: str, created: str) -> dict:
-    """The story's claims for one run (core.claims), computed from its tables once per run version and
+    """The story's claims for one run (core.claims.registry), computed from its tables once per run version and
     shared by every session (read-only)."""
-    from core import claims
+    from core.claims import registry
 
-    return claims.run_claims(claims.TableRun(cache, name))
+    return registry.run_claims(registry.TableRun(cache, name))
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
 def training_claim(cache: str, names: tuple[str, ...], created: tuple[str, ...]):
     """The training claim over the runs `names` (those with training logs)."""
-    from core import claims
+    from core.claims import registry
 
-    return claims.claim_training([claims.TableRun(cache, n) for n in names])
+    return registry.claim_training([registry.TableRun(cache, n) for n in names])
 
 
 def runs_of_split(split: str) -> list[Run]:
@@ -189,7 +189,7 @@ def runs_of_split(split: str) -> list[Run]:
 def _trained_runs(split: str, fine_tuned: bool) -> list["Run"]:
     """Valid runs of `split` that carry a training log: of a real pre-trained model fine-tuned here
     (`fine_tuned`), or of the small models trained here."""
-    from core.claims import run_origin
+    from core.claims.registry import run_origin
 
     good, _ = valid_runs(str(cache_dir()))
     runs = [Run(r) for r in good if "training_log" in (r["manifest"].get("tables") or {}) and r["manifest"]["task"]["split"] == split]
@@ -205,7 +205,7 @@ def training_logs(split: str) -> dict[str, pd.DataFrame]:
 
 def fine_tuned_training(split: str) -> list[tuple[str, dict, pd.DataFrame]]:
     """(label, manifest, training log) of every valid run of `split` whose model is a real
-    pre-trained model fine-tuned here (`core.finetune`), for `views.fine_tuning_stages`."""
+    pre-trained model fine-tuned here (`core.training.finetune`), for `views.fine_tuning_stages`."""
     return [(r.manifest.get("label", r.label), r.manifest, r.table("training_log")) for r in _trained_runs(split, True)]
 
 
@@ -387,7 +387,7 @@ BADGE = {"agrees": ":green-badge[Agrees]", "partly": ":orange-badge[Partly]", "d
 
 
 def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
-    """The page's title, what to look for, and (with `claim`, a key of core.claims.RUN_CLAIMS) the
+    """The page's title, what to look for, and (with `claim`, a key of core.claims.registry.RUN_CLAIMS) the
     paper's finding beside what the chosen run measures, with the verdict."""
     st.title(title)
     if large():  # on a projector the figure comes first: the reading guide folds away
@@ -538,7 +538,7 @@ def _svg(spec: str) -> str:
 
 def example_picker(run: Run, key: str = "example") -> pd.Series:
     """Choose one of the examples whose logits are cached (15 + 93 first)."""
-    from core.views import sampled_examples
+    from core.runs.summaries import sampled_examples
 
     ex = sampled_examples(run.table("examples"))
     ids = list(ex["id"])

@@ -1,6 +1,6 @@
 """Altair figures: each takes a run (and choices), returns (chart, data, caption).
 
-Data come from `core.views`; here only the drawing. Pages and the Tour share these, so a figure
+Data come from `core.runs.summaries`; here only the drawing. Pages and the Tour share these, so a figure
 looks the same wherever it appears.
 """
 
@@ -10,7 +10,7 @@ import altair as alt
 import pandas as pd
 
 from app.common import Run, styled
-from core import views
+from core.runs import summaries
 
 ANSWER_COLOUR = "#d62728"
 #: Shares 0..100%: the domain has a little room beyond both ends, so a line or point at 0% or 100%
@@ -21,7 +21,7 @@ MODULE_COLOURS = alt.Scale(domain=["Attention", "MLP"], range=["#1f77b4", "#ff7f
 
 
 def accuracy_by_layer(run: Run, final_norm: bool):
-    data = views.accuracy_by_layer(run.table("layer_accuracy"), final_norm)
+    data = summaries.accuracy_by_layer(run.table("layer_accuracy"), final_norm)
     how = "final norm applied" if final_norm else "no final norm (the paper's reading)"
     chart = (
         alt.Chart(data)
@@ -47,9 +47,9 @@ HEATMAP_ROWS = 16
 
 
 def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
-    around = views.logits_around_answer(run.table("module_logits"), example.name, int(example["answer"]), window)
-    data, n_rows = views.strongest_rows(around, HEATMAP_ROWS)
-    reach = views.robust_reach(data["centred"])  # symmetric, and a few extreme cells do not wash out the rest
+    around = summaries.logits_around_answer(run.table("module_logits"), example.name, int(example["answer"]), window)
+    data, n_rows = summaries.strongest_rows(around, HEATMAP_ROWS)
+    reach = summaries.robust_reach(data["centred"])  # symmetric, and a few extreme cells do not wash out the rest
     chart = (
         alt.Chart(data)
         .mark_rect()
@@ -78,8 +78,8 @@ def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
 def module_wave(run: Run, example: pd.Series, layer: int):
     frames = []
     for module in ("attn", "mlp"):
-        w = views.logit_wave(run.table("module_logits"), example.name, module, layer)
-        w["module"] = views.MODULE_NAMES[module]
+        w = summaries.logit_wave(run.table("module_logits"), example.name, module, layer)
+        w["module"] = summaries.MODULE_NAMES[module]
         frames.append(w)
     data = pd.concat(frames, ignore_index=True)
     lines = (
@@ -98,7 +98,7 @@ def module_wave(run: Run, example: pd.Series, layer: int):
 
 
 def final_logits(run: Run, example: pd.Series):
-    data = views.final_logits(run.table("module_logits"), example.name)
+    data = summaries.final_logits(run.table("module_logits"), example.name)
     data["centred"] = data["logit"] - data["logit"].mean()
     line = (
         alt.Chart(data)
@@ -117,7 +117,7 @@ def final_logits(run: Run, example: pd.Series):
 
 
 def accuracy_by_answer(run: Run, bin_width: int = 20):
-    data = views.accuracy_by_answer(run.table("examples"), bin_width)
+    data = summaries.accuracy_by_answer(run.table("examples"), bin_width)
     long = data.melt(id_vars=["answer_from", "answer_to", "n"], value_vars=["accuracy", "within_10"], var_name="measure", value_name="share")
     long["measure"] = long["measure"].map({"accuracy": "exact", "within_10": "within ±10"})
     chart = (
@@ -135,7 +135,7 @@ def accuracy_by_answer(run: Run, bin_width: int = 20):
 
 
 def spectrum_heatmap(run: Run, basis: str, module: str, tau: int):
-    data = views.spectrum_heatmap(run.table("module_spectra"), basis, module)
+    data = summaries.spectrum_heatmap(run.table("module_spectra"), basis, module)
     chart = (
         alt.Chart(data)
         .mark_rect()
@@ -153,7 +153,7 @@ def spectrum_heatmap(run: Run, basis: str, module: str, tau: int):
         f"{round(span / 2.5)}, {span // 2} are periods 10, 5, 2.5, 2. The dashed line is the cutoff tau = {tau}. "
         "The bars above show the same spectra's strongest periods at a readable size."
     )
-    name = views.MODULE_NAMES[module]
+    name = summaries.MODULE_NAMES[module]
     return styled(chart + cut, f"{name}: mean Fourier magnitude of module logits, by layer and frequency — {run.label}", height=max(160, min(420, 14 * run.n_layers))), data, caption
 
 
@@ -168,7 +168,7 @@ def _k_ticks(run: Run) -> list[int]:
 
 
 def layer_spectrum(run: Run, basis: str, module: str, layer: int, tau: int):
-    data = views.layer_spectrum(run.table("module_spectra"), basis, module, layer, tau, baseline=run.table("module_spectra_baseline"))
+    data = summaries.layer_spectrum(run.table("module_spectra"), basis, module, layer, tau, baseline=run.table("module_spectra_baseline"))
     base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1], nice=False), axis=_k_axis(run.k_max)))
     bars = base.mark_bar(width=2).encode(
         y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
@@ -183,14 +183,14 @@ def layer_spectrum(run: Run, basis: str, module: str, layer: int, tau: int):
         f"alone gives random vectors of the same energy: a bar far above it is the module's own choice, a bar on it is "
         f"W_U's. Dashed line: tau = {tau}."
     )
-    name = views.MODULE_NAMES[module]
+    name = summaries.MODULE_NAMES[module]
     return styled(bars + null + labels + cut, f"{name}, layer {layer}: Fourier spectrum of the module logits — {run.label}"), data, caption
 
 
 def waves(run: Run, example: pd.Series, basis: str, top: int, window: int | None = None):
     """Top-k waves and their sum over the number line (or only answer ± window, to see short waves)."""
-    comps, total = views.waves_for(run.table("final_waves"), example.name, basis, top)
-    logits = views.final_logits(run.table("module_logits"), example.name)
+    comps, total = summaries.waves_for(run.table("final_waves"), example.name, basis, top)
+    logits = summaries.final_logits(run.table("module_logits"), example.name)
     logits["centred"] = logits["logit"] - logits["logit"].mean()
     lo, hi = 0, run.p - 1
     if window is not None:
@@ -227,7 +227,7 @@ def waves(run: Run, example: pd.Series, basis: str, top: int, window: int | None
 
 
 def table1_chart(run: Run, tau: int):
-    data = views.accuracy_by_tau(run.table("ablations"))
+    data = summaries.accuracy_by_tau(run.table("ablations"))
     chart = (
         alt.Chart(data)
         .mark_line(point=True)
@@ -258,7 +258,7 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
 
 
 def embedding_spectrum(run: Run, basis: str, matrix: str):
-    data = views.embedding_outliers(run.table("embedding_spectrum"), basis, matrix)
+    data = summaries.embedding_outliers(run.table("embedding_spectrum"), basis, matrix)
     base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1], nice=False), axis=_k_axis(run.k_max)))
     bars = base.mark_bar(width=3, color="#1f77b4").encode(
         y=alt.Y("magnitude:Q", title="magnitude", scale=alt.Scale(domainMax=float(data["magnitude"].max()) * 1.15)),
@@ -282,7 +282,7 @@ def _k_axis(k_max: int) -> alt.Axis:
 
 def number_spectrum(run: Run, basis: str, layer: int):
     """Spectrum of the numbers' representations at one layer, against the shuffled-numbers threshold."""
-    data = views.number_spectrum_at(run.table("number_spectrum"), layer, basis)
+    data = summaries.number_spectrum_at(run.table("number_spectrum"), layer, basis)
     k_max = int(data["k"].max())
     base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max)))
     bars = base.mark_bar(width=3, color="#1f77b4").encode(
@@ -318,7 +318,7 @@ PROBE_COLOURS = alt.Scale(
 
 def probe_kappa(run: Run, layer: int | None = None):
     """Cohen's kappa of the linear probes by layer, the paper's moduli in colour, the controls grey and dashed."""
-    data = views.probe_curves(run.table("number_probes"))
+    data = summaries.probe_curves(run.table("number_probes"))
     base = alt.Chart(data).encode(
         x=alt.X("layer:Q", title="layer (0 = embedding)", axis=alt.Axis(tickMinStep=1)),
         color=alt.Color("series:N", title="probe reads", scale=PROBE_COLOURS,
@@ -405,12 +405,12 @@ def top_periods_bars(run: Run, basis: str, last_layers: int = 15, top: int = 6):
     layers), as grouped bars: readable on a projector, unlike a heatmap of 260 thin columns."""
     spectra = run.table("module_spectra")
     n = min(last_layers, int(run.manifest["n_layers"]))
-    tops = {m: views.top_periods_by_module(spectra, basis, m, last_layers=n, top=run.k_max) for m in ("mlp", "attn")}
+    tops = {m: summaries.top_periods_by_module(spectra, basis, m, last_layers=n, top=run.k_max) for m in ("mlp", "attn")}
     ks = list(dict.fromkeys([*tops["mlp"]["k"].head(top), *tops["attn"]["k"].head(top)]))
     frames = []
     for m, t in tops.items():
         sub = t.set_index("k").loc[ks].reset_index()
-        sub["module"] = views.MODULE_NAMES[m]
+        sub["module"] = summaries.MODULE_NAMES[m]
         frames.append(sub)
     data = pd.concat(frames, ignore_index=True)
     data["period T"] = data["period"].map(lambda x: f"{x:.3g}")
@@ -456,7 +456,7 @@ def embedding_top_frequencies(run: Run, basis: str, matrix: str = "input", top: 
 
 def table1_bars(run: Run, tau: int):
     """Table 1 as grouped bars: accuracy under each band filter, this run next to GPT-2-XL and to the random control."""
-    t1 = views.table1(run.table("ablations"), tau)
+    t1 = summaries.table1(run.table("ablations"), tau)
     rows = []
     for r in t1.itertuples():
         name = r.filter.replace(" removed", "").replace("Attn + MLP", "both")

@@ -5,32 +5,32 @@ from __future__ import annotations
 import streamlit as st
 
 from app.common import Run
-from core import views
-from core.filters import Ablation
+from core.runs import summaries
+from core.analysis.filters import Ablation
 
 
 @st.cache_resource(show_spinner="Loading the model (once; later computations reuse it)…", max_entries=2)
 def _model(folder: str):
-    from core.live import load_live_model
+    from core.runs.live_ablation import load_live_model
 
     return load_live_model(folder)
 
 
 @st.cache_resource(show_spinner=False, ttl=15, max_entries=64)
 def _live_folder(name: str, created: str, _manifest: dict):
-    from core.live import live_model_folder
+    from core.runs.live_ablation import live_model_folder
 
     return live_model_folder(_manifest)
 
 
 def live_folder(run: Run):
-    """`core.live.live_model_folder` for a run, shared by all sessions for 15 s (it hashes the model's
+    """`core.runs.live_ablation.live_model_folder` for a run, shared by all sessions for 15 s (it hashes the model's
     weights: a model rebuilt on disk is noticed within 15 s)."""
     return _live_folder(run.name, str(run.manifest.get("created", "")), run.manifest)
 
 
 def run_live(run: Run, folder, modules: str, removed: str, tau: int, basis: str, threads=None) -> dict:
-    from core.live import live_ablation, live_slot
+    from core.runs.live_ablation import live_ablation, live_slot
 
     ablation = Ablation(modules, removed, int(tau))
     examples = run.table("examples")
@@ -45,7 +45,7 @@ def run_live(run: Run, folder, modules: str, removed: str, tau: int, basis: str,
 
         ev = live_ablation(loaded, examples, run.p, basis, ablation, on_batch=on_batch, threads=threads)
         bar.empty()
-    summary, hist = views.behaviour(ev.answers, ev.predictions)
+    summary, hist = summaries.behaviour(ev.answers, ev.predictions)
     return {
         "run": run.name,
         "label": ablation.label(),

@@ -1,6 +1,6 @@
 """The phase-locking figure: which attention or MLP layer's wave follows the answer mod T, over every example.
 
-Data come from `core.views.locking_grid` (the run's `phase_locking` table); here only the drawing.
+Data come from `core.runs.summaries.locking_grid` (the run's `phase_locking` table); here only the drawing.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import textwrap
 import altair as alt
 
 from app.common import Run, large, short_label
-from core import views
+from core.runs import summaries
 
 
 def locking_heatmap(run: Run):
-    data = views.locking_grid(run.table("phase_locking"))
+    data = summaries.locking_grid(run.table("phase_locking"))
     n_layers = int(data["layer"].max())
     big = large()
     order = sorted(data["T"].unique(), key=float)

@@ -101,7 +101,7 @@ def _read_only(result):
 
 def shared_view(run, func, table: str, *args, **kwargs):
     """`func(run.table(table), *args, **kwargs)` computed once per process for a run version and the
-    arguments, for all sessions: for the pure functions of `core.views` a page calls on one of a
+    arguments, for all sessions: for the pure functions of `core.runs.summaries` a page calls on one of a
     run's tables (keyed by the run, not by hashing the table's content)."""
     if not sharing():
         return func(run.table(table), *args, **kwargs)

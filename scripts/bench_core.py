@@ -57,11 +57,11 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     import numpy as np
     import torch
 
-    from core.capture import forward_batch, iter_capture, prepare_batches
-    from core.filters import Condition, evaluate, evaluate_conditions, filtered, high_pass
-    from core.fourier import fourier_basis
-    from core.models import prompt_texts
-    from core.ablation_grid import ablation_specs, build_filters, filter_key
+    from core.models.capture import forward_batch, iter_capture, prepare_batches
+    from core.analysis.filters import Condition, evaluate, evaluate_conditions, filtered, high_pass
+    from core.analysis.fourier import fourier_basis
+    from core.models.loading import prompt_texts
+    from core.runs.ablation_grid import ablation_specs, build_filters, filter_key
     from core.tasks import build_examples, select_split
 
     p = 521
@@ -147,7 +147,7 @@ def agreement(lm, texts, answers, p, conditions, batch_size) -> None:
     predictions and answer-token losses, on the same prompts."""
     import numpy as np
 
-    from core.filters import evaluate_by_full_recompute, evaluate_conditions
+    from core.analysis.filters import evaluate_by_full_recompute, evaluate_conditions
 
     fast = evaluate_conditions(lm, texts, answers, p, conditions, "last", batch_size, progress=False)
     differ, worst_loss, near = 0, 0.0, []
@@ -167,10 +167,10 @@ def agreement(lm, texts, answers, p, conditions, batch_size) -> None:
 def bench_live(lm, rounds: int) -> None:
     import pandas as pd
 
-    from core.capture import forward_batch, prepare_batches
-    from core.filters import Ablation
-    from core.live import live_ablation
-    from core.models import prompt_texts
+    from core.models.capture import forward_batch, prepare_batches
+    from core.analysis.filters import Ablation
+    from core.runs.live_ablation import live_ablation
+    from core.models.loading import prompt_texts
     from core.tasks import build_examples, select_split
 
     examples = select_split(build_examples("addition", 260), "test")
@@ -208,8 +208,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5 demo, 3 large)")
     args = ap.parse_args(argv)
 
-    from core.models import load_model
-    from core.random_models import save_random_model
+    from core.models.loading import load_model
+    from core.models.random_models import save_random_model
     from core.threads import use_threads
 
     n = use_threads(args.threads)

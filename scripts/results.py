@@ -52,9 +52,9 @@ def document(cache_dir: str, tau: int) -> int:
     """Print the document's body (markdown); 1 when there is no run to print."""
     import pandas as pd
 
-    from core import views
-    from core.cache import list_runs, read_table
-    from core.embeddings import top_periods
+    from core.runs import summaries
+    from core.runs.cache import list_runs, read_table
+    from core.analysis.embeddings import top_periods
     from core.paper import TABLE1_GPT2_XL
 
     every = [r for r in list_runs(cache_dir, deep=True) if r.ok]
@@ -84,9 +84,9 @@ def document(cache_dir: str, tau: int) -> int:
     tables = {}
     for r in runs:
         ab = read_table(cache_dir, r.name, "ablations")
-        tables[r.name] = views.table1(ab, views.nearest_tau(ab, tau)).set_index(["modules", "removed"])
+        tables[r.name] = summaries.table1(ab, summaries.nearest_tau(ab, tau)).set_index(["modules", "removed"])
     for key, (loss, acc) in TABLE1_GPT2_XL.items():
-        name = "none" if key[0] == "none" else f"{views.ABLATION_MODULES[key[0]]}: {key[1]} removed"
+        name = "none" if key[0] == "none" else f"{summaries.ABLATION_MODULES[key[0]]}: {key[1]} removed"
         cells = [name, f"{acc:.2f} ({loss:.4f})"]
         for r in runs:
             t = tables[r.name]
@@ -110,7 +110,7 @@ def document(cache_dir: str, tau: int) -> int:
     for r in runs:
         if "training_log" in (r.manifest.get("tables") or {}):
             log = read_table(cache_dir, r.name, "training_log")
-            curves = views.training_curves({r.label: log}, "val")
+            curves = summaries.training_curves({r.label: log}, "val")
             last = curves.sort_values("epoch").groupby("run").tail(1)
             for _, row in last.iterrows():
                 secs = log[(log["width"] == row["width"])].groupby("seed")["seconds"].max()
@@ -124,13 +124,13 @@ def document(cache_dir: str, tau: int) -> int:
 def training_section(cache_dir: str, runs) -> None:
     """Validation accuracy by epoch of every run with a training log: mean over seeds, and the
     lowest and highest seed, per width."""
-    from core import views
-    from core.cache import read_table
+    from core.runs import summaries
+    from core.runs.cache import read_table
 
     logs = {r.label: read_table(cache_dir, r.name, "training_log") for r in runs if "training_log" in r.manifest["tables"]}
     if not logs:
         return
-    curves = views.training_curves(logs, "val")
+    curves = summaries.training_curves(logs, "val")
     epochs = sorted(int(e) for e in curves["epoch"].unique())
     print("## Training\n")
     print("Validation accuracy by epoch (`training_log`): mean over seeds, lowest to highest seed in brackets.\n")
@@ -154,10 +154,10 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
     """A pre-trained model fine-tuned here with number tokens: the paper's measurements one by one."""
     import json
 
-    from core import views
-    from core.cache import read_table
-    from core.claims import run_origin
-    from core.models import project_path
+    from core.runs import summaries
+    from core.runs.cache import read_table
+    from core.claims.registry import run_origin
+    from core.models.loading import project_path
     from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2
 
     for r in runs:
@@ -189,26 +189,26 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
         first = lambda col, x: next((str(int(l)) for l, v in zip(acc["layer"], acc[col]) if v >= x), "never")  # noqa: E731
         print(f"- logit lens (final norm applied): half the answers within ±10 first at layer {first('within_10', 0.5)}, "
               f"half exact first at layer {first('exact', 0.5)}; 90% exact first at layer {first('exact', 0.9)} of {m['n_layers']}")
-        energy = views.energy_by_band(read_table(cache_dir, r.name, "module_spectra"), "paper", tau)
+        energy = summaries.energy_by_band(read_table(cache_dir, r.name, "module_spectra"), "paper", tau)
         names = {"attn": "attention", "mlp": "MLP", "resid": "residual stream"}
         for module, g in energy.groupby("module"):
             print(f"- {names.get(module, module)} output logits: {g['low'].mean():.0%} of their Fourier energy below tau = {tau} "
                   f"(mean over layers; top layer {g.sort_values('layer')['low'].iloc[-1]:.0%})")
-        keep = views.keep_one_results(read_table(cache_dir, r.name, "ablations"))
+        keep = summaries.keep_one_results(read_table(cache_dir, r.name, "ablations"))
         two = keep[keep["keep_period"] == 2]
         if len(two):
             k = two.iloc[0]
             print(f"- keep only period 2 (every module, every layer): accuracy {k['accuracy']:.1%}, parity right {k['parity_match']:.1%} "
                   f"(paper, fine-tuned GPT-2-XL: parity right {PARITY_KEEP_PERIOD_2}%)")
         spec = read_table(cache_dir, r.name, "number_spectrum")
-        after = views.number_spectrum_at(spec, 0, "paper")
+        after = summaries.number_spectrum_at(spec, 0, "paper")
         after = after[after["outlier"]].sort_values("magnitude", ascending=False)
         recipe = json.loads((folder / "recipe.json").read_text())
         layer = (recipe.get("number_tokens") or {}).get("layer")
         same_base = lambda d: project_path(d.manifest["model"].get("source", "")) == project_path(recipe.get("init_from", ""))  # noqa: E731
         before_run = next((d for d in digit_runs if same_base(d) and d.manifest.get("p") == m["p"]), None)
         if before_run is not None and layer is not None:
-            b = views.number_spectrum_at(read_table(cache_dir, before_run.name, "number_spectrum"), int(layer), "paper")
+            b = summaries.number_spectrum_at(read_table(cache_dir, before_run.name, "number_spectrum"), int(layer), "paper")
             b = b[b["outlier"]].sort_values("magnitude", ascending=False)
             print(f"- the new number rows' spectrum: before fine-tuning (the base model's representation after block {layer}) "
                   f"{len(b)} outliers, strongest periods {_periods(b['period'][:6])}; after, {len(after)} outliers, "
@@ -222,9 +222,9 @@ def _periods(values) -> str:
 
 def numbers_section(cache_dir: str, runs, digit_runs) -> None:
     """Number representations (every run) and k-shot behaviour (digit-splitting runs)."""
-    from core import views
-    from core.cache import read_table
-    from core.kshot import generation_error_table
+    from core.runs import summaries
+    from core.runs.cache import read_table
+    from core.analysis.kshot import generation_error_table
 
     print("## Number representations and a real pre-trained model\n")
     print("Number representations (`number_spectrum`, `number_probes`): at the layer where linear probes read "
@@ -234,8 +234,8 @@ def numbers_section(cache_dir: str, runs, digit_runs) -> None:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in runs:
         ns, pr = read_table(cache_dir, r.name, "number_spectrum"), read_table(cache_dir, r.name, "number_probes")
-        layer = views.best_probe_layer(pr)
-        s = views.number_summary(ns, pr, layer, "paper")
+        layer = summaries.best_probe_layer(pr)
+        s = summaries.number_summary(ns, pr, layer, "paper")
         k = s["kappa"]
         f = lambda t: f"{k[t]:.2f}" if t in k else "–"  # noqa: E731
         print(f"| {r.label} | {r.manifest['n_layers']} | {layer} | {s['n_outliers']} of {s['n_frequencies']} | "
@@ -245,8 +245,8 @@ def numbers_section(cache_dir: str, runs, digit_runs) -> None:
         print(f"\n{r.label}, layer by layer (every 5th layer; all on the *Numbers* page):\n")
         print("| layer | outliers | strongest outlier periods | kappa mod 2 / 5 / 10 / 100 | controls mod 3 / 7 |")
         print("| --- | --- | --- | --- | --- |")
-        for layer in sorted({*range(0, r.manifest["n_layers"] + 1, 5), views.best_probe_layer(pr)}):
-            s = views.number_summary(ns, pr, layer, "paper")
+        for layer in sorted({*range(0, r.manifest["n_layers"] + 1, 5), summaries.best_probe_layer(pr)}):
+            s = summaries.number_summary(ns, pr, layer, "paper")
             k = s["kappa"]
             print(f"| {layer} | {s['n_outliers']} | {', '.join(f'{t:.3g}' for t in s['outlier_periods'][:7])} | "
                   f"{k[2]:.2f} / {k[5]:.2f} / {k[10]:.2f} / {k[100]:.2f} | {k[3]:.2f} / {k[7]:.2f} |")
@@ -263,15 +263,15 @@ def numbers_section(cache_dir: str, runs, digit_runs) -> None:
 
 
 def claims_table(cache_dir: str, runs) -> None:
-    """The paper's claims, one row each, with each run's verdict and measurement (core.claims)."""
-    from core import claims
+    """The paper's claims, one row each, with each run's verdict and measurement (core.claims.registry)."""
+    from core.claims import registry
 
-    table_runs = [claims.TableRun(cache_dir, r.name) for r in runs]
-    per_run = {r.name: claims.run_claims(r) for r in table_runs}
-    steps = list(claims.RUN_CLAIMS)
+    table_runs = [registry.TableRun(cache_dir, r.name) for r in runs]
+    per_run = {r.name: registry.run_claims(r) for r in table_runs}
+    steps = list(registry.RUN_CLAIMS)
     print("## The paper's claims, one by one\n")
     print("Each claim of the paper against each shipped run: the verdict and the reason are computed from the run's tables by\n"
-          "`core.claims` (the rules are written next to each claim there, and a test re-derives every verdict the Tour shows from\n"
+          "`core.claims.registry` (the rules are written next to each claim there, and a test re-derives every verdict the Tour shows from\n"
           "the raw tables), the same sentences the Tour shows.\n")
     for step in steps:
         first = per_run[table_runs[0].name][step]
@@ -281,7 +281,7 @@ def claims_table(cache_dir: str, runs) -> None:
             why = f" *Why: {c.reason}.*" if c.reason else ""
             print(f"- {r.label}: **{c.verdict}**. {c.measured}{why}")
         print()
-    t = claims.claim_training(table_runs)
+    t = registry.claim_training(table_runs)
     why = f" *Why: {t.reason}.*" if t.reason else ""
     print(f"**training.** Paper: {t.paper}\n\n- **{t.verdict}**. {t.measured}{why}")
 

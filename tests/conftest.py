@@ -16,7 +16,7 @@ warnings.filterwarnings("ignore", category=UserWarning)
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory):
     """model_dir(arch, **kw) -> folder of a saved random-init model (cached per arguments)."""
-    from core.random_models import save_random_model
+    from core.models.random_models import save_random_model
 
     made = {}
 
@@ -32,8 +32,8 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def loaded_model(model_dir):
-    """loaded_model(arch, **kw) -> core.models.LoadedModel (cached)."""
-    from core.models import load_model
+    """loaded_model(arch, **kw) -> core.models.loading.LoadedModel (cached)."""
+    from core.models.loading import load_model
 
     cache = {}
 
@@ -51,9 +51,9 @@ def app_env(tmp_path_factory, model_dir):
     """A cache with: a trained tiny model (training log, live-capable), a random llama, a broken run."""
     import shutil
 
-    from core.cache import list_runs
+    from core.runs.cache import list_runs
     from core.cli import main
-    from core.train import Recipe, train
+    from core.training.train import Recipe, train
 
     root = tmp_path_factory.mktemp("appenv")
     models, cache = root / "models", root / "cache"
@@ -66,8 +66,8 @@ def app_env(tmp_path_factory, model_dir):
     common = ["--cache-dir", str(cache), "--max-operand", "100", "--limit", "120", "--taus", "10,50", "--n-sample", "4", "--no-progress"]
     assert main(["precompute", "--model", str(models / "tiny-trained"), *common]) == 0
     assert main(["precompute", "--model", str(model_dir("llama")), "--label", "random llama", *common]) == 0
-    from core.random_models import save_random_model
-    from core.vocab import digit_tokenizer
+    from core.models.random_models import save_random_model
+    from core.models.vocab import digit_tokenizer
 
     digits = save_random_model(models / "digit-llama", "llama", tokenizer=digit_tokenizer())
     assert main(["precompute", "--model", str(digits), "--label", "digit model", *common[:-1], "--display-order", "200", "--no-progress"]) == 0

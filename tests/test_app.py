@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from core.cache import read_table
+from core.runs.cache import read_table
 
 PAGES = {
     "tour": "views/tour.py",
@@ -117,7 +117,7 @@ def test_logit_lens_controls(app, app_env):
 
 
 def test_spectra_controls(app, app_env):
-    from core import views
+    from core.runs import summaries
 
     goto(app, "spectra")
     run = app_env["runs"]["tiny trained"]
@@ -127,7 +127,7 @@ def test_spectra_controls(app, app_env):
     assert set(top["module"]) == {"MLP", "Attention"}
     assert chart_title(charts(app)[1]).startswith("Attention")
     widget(app, "slider", "tau").set_value(30).run()
-    energy = views.energy_by_band(read_table(app_env["cache"], run.name, "module_spectra"), "paper", 30)
+    energy = summaries.energy_by_band(read_table(app_env["cache"], run.name, "module_spectra"), "paper", 30)
     layer = widget(app, "select_slider", "layer").value
     want = energy[(energy["module"] == "attn") & (energy["layer"] == layer)].iloc[0]["low"]
     metric = next(m for m in app.metric if m.label.startswith("Energy below tau = 30"))
@@ -246,7 +246,7 @@ def test_training_curves_come_from_the_log(app, app_env):
 
 
 def test_behaviour_metrics(app, app_env):
-    from core.behaviour import error_summary
+    from core.analysis.behaviour import error_summary
 
     goto(app, "behaviour")
     name = widget(app, "selectbox", "run").value
@@ -307,7 +307,7 @@ def test_empty_cache_says_how_to_make_a_run(tmp_path, monkeypatch):
 def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     import shutil as sh
 
-    from core.live import live_model_folder
+    from core.runs.live_ablation import live_model_folder
 
     run = app_env["runs"]["tiny trained"]
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(app_env["models"]))
@@ -336,7 +336,7 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     assert folder is None and ("`python -m core train --recipe tiny-trained --device cuda` on a GPU, then "
                                "`python -m core train --recipe tiny-later` rebuild them") in why
     (copy / "delta.safetensors").write_bytes(b"")  # the earlier stage's delta is here: only this stage is retrained
-    from core.delta import retrain_commands
+    from core.training.delta import retrain_commands
 
     assert retrain_commands(later) == [("python -m core train --recipe tiny-later", False)]
     # outside the models folder

@@ -48,7 +48,7 @@ def test_no_chart_is_taller_than_a_projector_screen_on_the_shipped_runs():
     depth are the risk): every page and every Tour step draws each chart within the screen's height."""
     from pathlib import Path
 
-    from core.cache import list_runs
+    from core.runs.cache import list_runs
 
     cache = Path(__file__).resolve().parent.parent / "cache"
     runs = sorted((r for r in list_runs(cache) if r.ok and "phase_locking" in r.manifest["tables"]),

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.filters import Ablation, high_pass, low_pass, random_subspace_filter, rank_tolerance
-from core.fourier import band_frequencies, fourier_basis, frequency_magnitudes
+from core.analysis.filters import Ablation, high_pass, low_pass, random_subspace_filter, rank_tolerance
+from core.analysis.fourier import band_frequencies, fourier_basis, frequency_magnitudes
 
 P = 521
 
@@ -93,8 +93,8 @@ def test_random_subspace_is_haar_distributed_within_the_row_space():
 
 
 def test_module_spectra_baseline_is_what_w_u_gives_random_vectors():
-    from core.models import Unembed
-    from core.measure import module_spectra_baseline
+    from core.models.loading import Unembed
+    from core.runs.measure import module_spectra_baseline
 
     p, width = 61, 32
     basis = fourier_basis(p, "dft")
@@ -129,21 +129,21 @@ def test_module_spectra_baseline_is_what_w_u_gives_random_vectors():
 def test_views_compare_spectra_with_the_baseline_and_filters_with_their_controls():
     import pandas as pd
 
-    from core import views
+    from core.runs import summaries
 
     spectra = pd.DataFrame({"basis": "dft", "module": "mlp", "layer": 1, "k": [1, 2, 3], "period": [9.0, 4.5, 3.0],
                             "magnitude": [5.0, 1.0, 0.2]})
     baseline = pd.DataFrame({"basis": "dft", "module": "mlp", "layer": 1, "k": [1, 2, 3], "period": [9.0, 4.5, 3.0],
                              "magnitude": [1.0, 1.0, 1.0], "magnitude_p95": [2.0, 2.0, 2.0], "rms_norm": 1.0, "match": "norm"})
-    ex = views.spectrum_excess(spectra, baseline, "dft", "mlp", 1)
+    ex = summaries.spectrum_excess(spectra, baseline, "dft", "mlp", 1)
     assert ex["excess"].tolist() == [4.0, 0.0, -0.8] and ex["above_p95"].tolist() == [True, False, False]
     assert ex["ratio"].tolist() == pytest.approx([5.0, 1.0, 0.2]) and ex["above"].tolist() == [True, False, False]
     with pytest.raises(Exception, match="no spectrum or baseline"):
-        views.spectrum_excess(spectra, baseline, "dft", "attn", 1)
+        summaries.spectrum_excess(spectra, baseline, "dft", "attn", 1)
     ab = pd.DataFrame({
         "modules": ["both"] * 4, "removed": ["low", "high", "random-low", "random-high"], "tau": [5] * 4,
         "rank": [8, 40, 8, 40], "accuracy": [0.1, 0.5, 0.9, 0.6], "loss": [3.0, 1.0, 0.2, 0.9],
     })
-    cmp = views.control_comparison(ab).set_index("band")
+    cmp = summaries.control_comparison(ab).set_index("band")
     assert cmp.loc["low", "accuracy"] == 0.1 and cmp.loc["low", "control_accuracy"] == 0.9 and cmp.loc["low", "rank"] == 8
-    assert views.control_comparison(ab[ab["removed"].isin(["low", "high"])]).empty
+    assert summaries.control_comparison(ab[ab["removed"].isin(["low", "high"])]).empty

@@ -67,7 +67,7 @@ def test_method_citations_exist():
 
 def test_results_document_is_what_the_script_writes():
     """docs/results.md is written whole by scripts/results.py; from the shipped cache it comes out byte for byte."""
-    from core.cache import list_runs
+    from core.runs.cache import list_runs
 
     if not any(r.ok for r in list_runs(ROOT / "cache", deep=False)):
         pytest.skip("no shipped runs in cache/")

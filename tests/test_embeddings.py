@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from core.behaviour import error_histogram, error_summary, read_answers_csv
-from core.embeddings import embedding_clusters, embedding_spectrum, permutation_null, spectrum_table, top_periods
+from core.analysis.behaviour import error_histogram, error_summary, read_answers_csv
+from core.analysis.embeddings import embedding_clusters, embedding_spectrum, permutation_null, spectrum_table, top_periods
 from core.errors import CoreError
-from core.fourier import fourier_basis
+from core.analysis.fourier import fourier_basis
 
 
 def planted_embedding(p=521, D=48, periods=(10, 5, 2), noise=0.3, seed=0):

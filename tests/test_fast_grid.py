@@ -2,16 +2,16 @@
 
 For every supported architecture, with left-padded batches of mixed lengths, predictions and
 losses of several filter conditions must equal those of running every position of every prompt
-with the filter hooks on (the reference path, `core.filters.evaluate_by_full_recompute`).
+with the filter hooks on (the reference path, `core.analysis.filters.evaluate_by_full_recompute`).
 """
 
 import numpy as np
 import pytest
 
 from core.errors import CoreError
-from core.filters import Condition, GridProgress, evaluate, evaluate_by_full_recompute, evaluate_conditions, high_pass, keep_frequency, low_pass
-from core.fourier import fourier_basis
-from core.models import prompt_texts
+from core.analysis.filters import Condition, GridProgress, evaluate, evaluate_by_full_recompute, evaluate_conditions, high_pass, keep_frequency, low_pass
+from core.analysis.fourier import fourier_basis
+from core.models.loading import prompt_texts
 from core.tasks import build_examples, select_split, with_shots
 
 P = 101
@@ -114,7 +114,7 @@ def test_second_live_request_waits_for_the_first():
     import threading
     import time
 
-    from core.live import live_slot
+    from core.runs.live_ablation import live_slot
 
     order, waited = [], []
     first_in = threading.Event()
@@ -162,7 +162,7 @@ def test_cli_rejects_bad_threads(model_dir, tmp_path, capsys):
 
 
 def test_prefix_cache_reuses_prefixes_and_changes_nothing(loaded_model, monkeypatch):
-    from core.filters import PrefixCache
+    from core.analysis.filters import PrefixCache
 
     loaded = loaded_model("llama")
     texts, answers = _prompts(loaded, n=24)
@@ -192,8 +192,8 @@ def test_prefix_cache_reuses_prefixes_and_changes_nothing(loaded_model, monkeypa
 def test_live_ablation_reports_time_and_reuses_the_prefix(loaded_model):
     import pandas as pd
 
-    from core.filters import Ablation
-    from core.live import live_ablation
+    from core.analysis.filters import Ablation
+    from core.runs.live_ablation import live_ablation
 
     loaded = loaded_model("gpt2")
     texts, answers = _prompts(loaded, n=16)

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from core.errors import CoreError
-from core.filters import Ablation, high_pass, keep_frequency, low_pass, projection_filter
-from core.fourier import band_frequencies, fourier_basis, frequency_magnitudes
+from core.analysis.filters import Ablation, high_pass, keep_frequency, low_pass, projection_filter
+from core.analysis.fourier import band_frequencies, fourier_basis, frequency_magnitudes
 
 
 @pytest.fixture(scope="module")

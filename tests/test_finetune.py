@@ -1,4 +1,4 @@
-"""Number-token fine-tuning (core.finetune) on a tiny Llama whose byte-level tokenizer splits numbers
+"""Number-token fine-tuning (core.training.finetune) on a tiny Llama whose byte-level tokenizer splits numbers
 into digits, as SmolLM2's does: tokens, training wrapper, resume, delta, bit-for-bit rebuild."""
 
 import json
@@ -12,8 +12,8 @@ from core.errors import CoreError
 
 @pytest.fixture(scope="module")
 def tiny_base(tmp_path_factory):
-    from core.importer import import_gguf
-    from core.random_models import write_tiny_llama_gguf
+    from core.models.importer import import_gguf
+    from core.models.random_models import write_tiny_llama_gguf
 
     root = tmp_path_factory.mktemp("ft")
     path, _ = write_tiny_llama_gguf(root / "tiny.gguf", quantize=None, n_layers=3)
@@ -21,7 +21,7 @@ def tiny_base(tmp_path_factory):
 
 
 def tiny_recipe(base: Path, out: Path, **changes):
-    from core.train import Recipe
+    from core.training.train import Recipe
 
     fields = dict(
         name="tiny-ft", label="tiny fine-tune", out=str(out), arch="llama", n_layers=3, width=64, heads=4,
@@ -48,7 +48,7 @@ def stop_at_step_2(msg):
 
 def delta_after_a_resume(recipe):
     """Train `recipe`, interrupted at step 2 and then resumed; the delta it writes."""
-    from core.finetune import DELTA_FILE, finetune, read_delta
+    from core.training.finetune import DELTA_FILE, finetune, read_delta
 
     with pytest.raises(Stop):
         finetune(recipe, log=stop_at_step_2)
@@ -59,8 +59,8 @@ def delta_after_a_resume(recipe):
 def test_added_number_tokens_are_single_tokens_with_their_space(tiny_base):
     from transformers import AutoTokenizer
 
-    from core.finetune import add_number_tokens
-    from core.models import find_number_tokens
+    from core.training.finetune import add_number_tokens
+    from core.models.loading import find_number_tokens
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
     assert find_number_tokens(tok).P == 10  # digits split before
@@ -80,7 +80,7 @@ def test_wrapper_starts_as_the_base_model_and_merges_exactly(tiny_base):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from core.finetune import DELTA_FORMAT, FineTuneModel, add_number_tokens, merged_model
+    from core.training.finetune import DELTA_FORMAT, FineTuneModel, add_number_tokens, merged_model
 
     base = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
     ref = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
@@ -118,9 +118,9 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     import torch
     from safetensors.torch import load_file
 
-    from core.finetune import DELTA_FILE, read_delta, rebuild, state_digest, unique_state
-    from core.models import load_model
-    from core.finetune import finetune
+    from core.training.finetune import DELTA_FILE, read_delta, rebuild, state_digest, unique_state
+    from core.models.loading import load_model
+    from core.training.finetune import finetune
 
     quiet = lambda *_: None  # noqa: E731
     whole = finetune(tiny_recipe(tiny_base, tmp_path / "whole"), log=quiet)
@@ -165,7 +165,7 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     assert lm.select_numbers(25).P >= 25
     # the rebuilt folder, loaded on its own, scores what the training run recorded for it
     from core.tasks import build_examples, select_split
-    from core.train import AdditionBatches, evaluate_split
+    from core.training.train import AdditionBatches, evaluate_split
 
     test = select_split(build_examples("addition", 12, 0), "test")
     ids = lm.numbers.ids_for(25)
@@ -175,7 +175,7 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     base_w = load_file(str(tiny_base / "model.safetensors"))["model.embed_tokens.weight"]
     assert torch.equal(lm.model.get_input_embeddings().weight[: base_w.shape[0]], base_w)
     assert json.loads((fresh / "provenance.json").read_text())["kind"] == "fine-tuned"
-    from core.numbers import number_representations
+    from core.analysis.numbers import number_representations
 
     reps = number_representations(lm, 25)  # each number one token now: layer 0 is its new row
     assert reps.single_token and list(reps.tokens_per_number) == [1] * 25
@@ -195,9 +195,9 @@ def test_initial_rows_are_the_scaled_representations(tiny_base):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from core.finetune import initial_number_rows, scaled_rows
-    from core.models import load_model
-    from core.numbers import number_representations
+    from core.training.finetune import initial_number_rows, scaled_rows
+    from core.models.loading import load_model
+    from core.analysis.numbers import number_representations
 
     lm = load_model(str(tiny_base))
     base_rows = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32).get_input_embeddings().weight.detach().numpy()
@@ -214,7 +214,7 @@ def test_initial_rows_are_the_scaled_representations(tiny_base):
 def test_merge_is_elementwise_and_exact():
     import torch
 
-    from core.delta import merge_lora
+    from core.training.delta import merge_lora
 
     g = torch.Generator().manual_seed(0)
     W, A, B = torch.randn(7, 5, generator=g), torch.randn(3, 5, generator=g), torch.randn(7, 3, generator=g)
@@ -225,8 +225,8 @@ def test_merge_is_elementwise_and_exact():
 
 
 def test_finetune_errors_are_clear(tiny_base, tmp_path):
-    from core.finetune import finetune, rebuild
-    from core.train import Recipe
+    from core.training.finetune import finetune, rebuild
+    from core.training.train import Recipe
 
     with pytest.raises(CoreError, match="not here"):
         finetune(tiny_recipe(tmp_path / "nowhere", tmp_path / "o"), log=lambda *_: None)
@@ -250,8 +250,8 @@ def test_finetune_errors_are_clear(tiny_base, tmp_path):
 def test_frozen_rows_stay_put_and_the_stop_rule_ends_training_early(tiny_base, tmp_path):
     import torch
 
-    from core.finetune import DELTA_FILE, finetune, initial_number_rows, read_delta
-    from core.models import load_model
+    from core.training.finetune import DELTA_FILE, finetune, initial_number_rows, read_delta
+    from core.models.loading import load_model
 
     spec = {"layer": 2, "context": "The number {n}", "checkpoint_steps": 2, "rows_lr_ratio": 0.0, "stop_at_val_accuracy": 1e-9}
     msgs = []
@@ -275,10 +275,10 @@ def test_frozen_rows_stay_put_and_the_stop_rule_ends_training_early(tiny_base, t
 
 
 def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base, tmp_path, monkeypatch):
-    from core.cache import verify_run
-    from core.claims import describe_run, run_origin
-    from core.finetune import finetune
-    from core.precompute import PrecomputeOptions, precompute
+    from core.runs.cache import verify_run
+    from core.claims.registry import describe_run, run_origin
+    from core.training.finetune import finetune
+    from core.runs.precompute import PrecomputeOptions, precompute
 
     result = finetune(tiny_recipe(tiny_base, tmp_path / "model", epochs=1), log=lambda *_: None)
     path = precompute(PrecomputeOptions(model=str(result.out), max_operand=12, cache_dir=str(tmp_path / "cache"), threads=1, progress=False))
@@ -289,7 +289,7 @@ def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base,
     assert m["p"] == 25 and m["n_layers"] == 3
     assert run_origin(m)["kind"] == "fine-tuned"
     # without its rebuilt weights (a fresh clone), live work says how to rebuild them
-    from core.live import live_model_folder
+    from core.runs.live_ablation import live_model_folder
 
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(tmp_path))
     for f in result.out.glob("model*.safetensors"):
@@ -303,7 +303,7 @@ def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base,
 
 
 def test_length_batches_cover_every_example_once_with_one_length_each():
-    from core.finetune import length_batches
+    from core.training.finetune import length_batches
 
     lengths = np.array([5, 7, 5, 9, 7, 7, 5, 9, 9, 9, 5])
     batches = length_batches(lengths, 3, np.random.default_rng(0))
@@ -317,7 +317,7 @@ def test_length_batches_cover_every_example_once_with_one_length_each():
 def test_answer_balanced_draw_evens_out_rare_answers():
     """power 1: each answer's share of the draw is about equal, however many questions it has; power
     0.5: in between; the draw is seeded and its batches (by length) hold exactly the drawn examples."""
-    from core.finetune import answer_balanced_draw, length_batches
+    from core.training.finetune import answer_balanced_draw, length_batches
 
     answers = np.repeat([3, 7, 9], [20, 200, 2000])  # a rare, a middling and a common answer
     n = len(answers)
@@ -340,9 +340,9 @@ def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tm
     import torch
     from transformers import AutoTokenizer
 
-    from core.finetune import DELTA_FILE, FineTuneModel, FrozenBottom, load_base, add_number_tokens, finetune, read_delta
+    from core.training.finetune import DELTA_FILE, FineTuneModel, FrozenBottom, load_base, add_number_tokens, finetune, read_delta
     from core.tasks import build_examples, select_split
-    from core.train import AdditionBatches, answer_loss
+    from core.training.train import AdditionBatches, answer_loss
 
     # the loss on kept states equals the whole model's loss, batch by batch (LoRA moved off zero)
     base = load_base(str(tiny_base))
@@ -378,7 +378,7 @@ def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tm
     again = delta_after_a_resume(tiny_recipe(tiny_base, tmp_path / "part", number_tokens=spec))
     assert set(again) == set(tensors) and all(torch.equal(again[k], tensors[k]) for k in tensors)
 
-    from core.train import Recipe
+    from core.training.train import Recipe
 
     base_fields = dict(name="x", label="x", out=str(tmp_path), init_from=str(tiny_base), n_layers=3)
     with pytest.raises(CoreError, match="needs the new rows frozen"):
@@ -396,7 +396,7 @@ def test_full_training_ships_its_change_as_exact_low_rank_factors(tiny_base, tmp
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from core.finetune import DELTA_FILE, FineTuneModel, finetune, read_delta
+    from core.training.finetune import DELTA_FILE, FineTuneModel, finetune, read_delta
 
     recipe = tiny_recipe(tiny_base, tmp_path / "full", lora={"rank": 64, "alpha": 64, "targets": ["q_proj", "down_proj"], "train": "full"}, epochs=1)
     result = finetune(recipe, log=lambda *_: None)
@@ -407,7 +407,7 @@ def test_full_training_ships_its_change_as_exact_low_rank_factors(tiny_base, tmp
     names = sorted(k[len("full."):-len(".weight")] for k in trained if k.startswith("full."))
     assert names and all(f"lora.{n}.A" in tensors and f"lora.{n}.B" in tensors for n in names)
     assert not any(k.startswith("full.") for k in tensors)
-    from core.models import find_parts
+    from core.models.loading import find_parts
 
     blocks = find_parts(base).blocks
     for n in names:
@@ -440,8 +440,8 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from core.finetune import DELTA_FILE, FineTuneModel, load_start_delta, add_number_tokens, finetune, merged_model, read_delta
-    from core.finetune import state_digest, unique_state
+    from core.training.finetune import DELTA_FILE, FineTuneModel, load_start_delta, add_number_tokens, finetune, merged_model, read_delta
+    from core.training.finetune import state_digest, unique_state
 
     stage1 = finetune(tiny_recipe(tiny_base, tmp_path / "s1", lora={"rank": 6, "alpha": 3, "targets": ["q_proj", "down_proj"], "train": "full"}, epochs=1),
                       log=lambda *_: None)
@@ -487,7 +487,7 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     assert set(again) == set(kept) and all(torch.equal(again[k], kept[k]) for k in kept)
     assert kept_meta["rebuilt_sha256"]
     # a resume after the earlier stage was retrained (another delta at the same path) is refused
-    from core.finetune import save_delta
+    from core.training.finetune import save_delta
 
     with pytest.raises(Stop):
         finetune(tiny_recipe(tiny_base, tmp_path / "s3c", lora=later, number_tokens=spec, epochs=1), log=stop_at_step_2)
@@ -499,7 +499,7 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
 def test_training_device_is_checked():
     import torch
 
-    from core.finetune import training_device
+    from core.training.finetune import training_device
 
     assert training_device(None) == torch.device("cpu") and training_device("cpu") == torch.device("cpu")
     with pytest.raises(CoreError, match="unknown device"):
@@ -512,7 +512,7 @@ def test_training_device_is_checked():
 def test_a_device_or_stage_mix_that_cannot_work_is_refused_before_any_loading(tiny_base, tmp_path, monkeypatch):
     import torch
 
-    from core.finetune import finetune
+    from core.training.finetune import finetune
 
     with pytest.raises(CoreError, match="does not apply with lora.train 'full'"):
         tiny_recipe(tiny_base, tmp_path / "x", lora={"rank": 4, "train": "full", "init_delta": "somewhere.safetensors"})
@@ -523,7 +523,7 @@ def test_a_device_or_stage_mix_that_cannot_work_is_refused_before_any_loading(ti
 
 
 def test_a_balanced_recipe_trains_and_a_bad_balance_is_refused(tiny_base, tmp_path):
-    from core.finetune import finetune
+    from core.training.finetune import finetune
 
     spec = {"layer": 2, "context": "The number {n}", "checkpoint_steps": 2, "balance_answers": 0.5}
     run = finetune(tiny_recipe(tiny_base, tmp_path / "b", number_tokens=spec, epochs=1), log=lambda *_: None)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from core.errors import CoreError
-from core.fourier import (
+from core.analysis.fourier import (
     band_energy_share,
     band_frequencies,
     fourier_basis,

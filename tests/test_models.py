@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from core.capture import LastPositionRecorder, capture, prepare_batches
+from core.models.capture import LastPositionRecorder, capture, prepare_batches
 from core.errors import CoreError
-from core.filters import filtered, high_pass
-from core.fourier import band_frequencies, fourier_basis, frequency_magnitudes
-from core.models import ModuleNames, find_number_tokens, find_parts, load_model, require_number_range
-from core.random_models import ARCHITECTURES
-from core.vocab import digit_tokenizer
+from core.analysis.filters import filtered, high_pass
+from core.analysis.fourier import band_frequencies, fourier_basis, frequency_magnitudes
+from core.models.loading import ModuleNames, find_number_tokens, find_parts, load_model, require_number_range
+from core.models.random_models import ARCHITECTURES
+from core.models.vocab import digit_tokenizer
 
 PROMPTS = [
     "Put together 15 and 93. Answer:",

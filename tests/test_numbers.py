@@ -1,4 +1,4 @@
-"""Number representations (core.numbers): probes and spectra against their definitions, and the
+"""Number representations (core.analysis.numbers): probes and spectra against their definitions, and the
 representations themselves against the model's own hidden states."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core.errors import CoreError
-from core.numbers import (
+from core.analysis.numbers import (
     CONTROL_MODULI,
     TARGET_MODULI,
     choose_context,
@@ -96,9 +96,9 @@ def test_single_token_representations_are_the_embedding_rows_then_the_hidden_sta
 
 
 def test_digit_tokenizer_representations_read_the_last_digit(tmp_path):
-    from core.models import load_model
-    from core.random_models import save_random_model
-    from core.vocab import digit_tokenizer
+    from core.models.loading import load_model
+    from core.models.random_models import save_random_model
+    from core.models.vocab import digit_tokenizer
 
     lm = load_model(str(save_random_model(tmp_path / "d", "llama", tokenizer=digit_tokenizer())))
     reps = number_representations(lm, 120, progress=False)

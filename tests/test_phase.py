@@ -1,4 +1,4 @@
-"""Phase locking (core.phase) against its definition, and against an independent computation from the
+"""Phase locking (core.analysis.phase) against its definition, and against an independent computation from the
 Fourier-frozen demo model's weights (plain transformers, explicit sines and cosines)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core.cache import list_runs, read_table
-from core.fourier import fourier_basis, top_components
-from core.phase import PhaseAccumulator, locked, module_order, period_frequencies, wave_coefficients, wave_peaks
-from core.phase_run import PhaseStage, phase_tables_from_sample
+from core.runs.cache import list_runs, read_table
+from core.analysis.fourier import fourier_basis, top_components
+from core.analysis.phase import PhaseAccumulator, locked, module_order, period_frequencies, wave_coefficients, wave_peaks
+from core.runs.phase_run import PhaseStage, phase_tables_from_sample
 
 P = 521
 X = np.arange(P)

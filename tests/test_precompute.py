@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import core.precompute as pre
-from core.cache import REQUIRED_TABLES, list_runs, read_manifest, read_table, resolve_run, verify_run
+import core.runs.precompute as pre
+from core.runs.cache import REQUIRED_TABLES, list_runs, read_manifest, read_table, resolve_run, verify_run
 from core.cli import main
 from core.errors import CoreError
 
@@ -127,7 +127,7 @@ def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeyp
     before_hash = (before.path / "manifest.json").read_bytes()
 
     # interrupt the ablation grid in its third batch of prompts (batches of 4: 5 batches in all)
-    import core.filters as filters_mod
+    import core.analysis.filters as filters_mod
 
     calls = {"n": 0}
     real_passes = filters_mod._answer_position_passes
@@ -206,8 +206,8 @@ def test_cache_reads_stay_inside_the_cache(tmp_path):
 
 
 def test_cli_errors_are_one_clear_line(tmp_path, capsys):
-    from core.random_models import save_random_model
-    from core.vocab import digit_tokenizer
+    from core.models.random_models import save_random_model
+    from core.models.vocab import digit_tokenizer
 
     folder = save_random_model(tmp_path / "digits", "gpt2", tokenizer=digit_tokenizer())
     capsys.readouterr()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import core.precompute as pre
-from core.cache import list_runs, read_manifest, read_table, resolve_run, run_lock, verify_run
+import core.runs.precompute as pre
+from core.runs.cache import list_runs, read_manifest, read_table, resolve_run, run_lock, verify_run
 from core.cli import main
 from core.errors import CoreError
 
@@ -136,7 +136,7 @@ def test_manifest_paths_are_relative_to_the_project(good_run):
     model = manifest["model"]
     for key in ("source", "source_as_given"):
         assert not os.path.isabs(model[key])
-        from core.models import PROJECT_ROOT
+        from core.files import PROJECT_ROOT
 
         assert (PROJECT_ROOT / model[key] / "config.json").exists()
 
@@ -201,7 +201,7 @@ def test_folder_without_tokenizer_files(model_dir, tmp_path, capsys):
 
 
 def test_tokenizer_without_any_single_token_number(tmp_path):
-    from core.models import NumberTokens, require_number_range
+    from core.models.loading import NumberTokens, require_number_range
 
     with pytest.raises(CoreError, match="not even 0 as one token"):
         require_number_range(NumberTokens((), "", 0, ("Ġ0",)), 521)
@@ -315,7 +315,7 @@ def test_a_leftover_checkpoint_beside_the_weights_does_not_change_the_fingerprin
     """Only the files from_pretrained loads identify the model (a run's name must not depend on leftovers)."""
     import shutil
 
-    from core.models import fingerprint_folder
+    from core.models.loading import fingerprint_folder
 
     folder = tmp_path / "m"
     shutil.copytree(model_dir("gpt2"), folder)

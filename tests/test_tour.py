@@ -1,6 +1,6 @@
 """The Tour on every shipped run: each step's verdict, as shown on screen, against the run's tables.
 
-The verdict rules are re-derived here from the raw tables (not through core.claims), so a change to
+The verdict rules are re-derived here from the raw tables (not through core.claims.registry), so a change to
 the claims that makes a sentence disagree with its data fails this test.
 """
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.cache import list_runs, read_table
-from core.claims import run_origin
-from core.fourier import band_energy_share
+from core.runs.cache import list_runs, read_table
+from core.claims.registry import run_origin
+from core.analysis.fourier import band_energy_share
 
 CACHE = Path(__file__).resolve().parent.parent / "cache"
 SHIPPED = [r for r in list_runs(CACHE, deep=False) if r.ok] if CACHE.is_dir() else []
@@ -151,7 +151,7 @@ def expected_numbers_verdict(name: str, manifest: dict) -> str:
 @pytest.mark.parametrize("run", SHIPPED, ids=[r.name[:24] for r in SHIPPED])
 def test_behaviour_and_embedding_verdicts_follow_their_rules_on_every_shipped_run(run):
     """The two verdicts no Tour step shows (the Behaviour page and the embedding rows), re-derived."""
-    from core.claims import TableRun, claim_behaviour, claim_embeddings
+    from core.claims.registry import TableRun, claim_behaviour, claim_embeddings
 
     table_run = TableRun(CACHE, run.name)
     assert claim_behaviour(table_run).verdict == expected_behaviour_verdict(run.name, run.manifest)
@@ -196,7 +196,7 @@ def test_tour_picks_the_run_that_shows_a_step_best_and_says_so(monkeypatch):
 
     import streamlit as st
 
-    from core.claims import VERDICT_SCORE
+    from core.claims.registry import VERDICT_SCORE
 
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(CACHE))
     st.cache_data.clear()
@@ -237,7 +237,7 @@ def test_a_run_that_cannot_answer_a_claim_says_so(tmp_path):
     """A claim the tables cannot answer is 'not tested', with what is missing, never a crash."""
     import pandas as pd
 
-    from core.claims import run_claims
+    from core.claims.registry import run_claims
 
     class Thin:
         manifest = {"p": 521, "n_layers": 2, "label": "thin", "model": {}, "tables": {}}
@@ -260,7 +260,7 @@ def test_step_7_best_run_shows_the_best_verdict_and_the_digit_caveat_of_a_real_m
     from streamlit.testing.v1 import AppTest
 
     import streamlit as st
-    from core.claims import VERDICT_SCORE
+    from core.claims.registry import VERDICT_SCORE
 
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(CACHE))
     st.cache_data.clear()
@@ -281,7 +281,7 @@ def test_step_7_best_run_shows_the_best_verdict_and_the_digit_caveat_of_a_real_m
 def test_logit_lens_sentence_gives_the_last_layer_both_ways(run):
     """The lens without the final norm (the paper's) at the last layer is not the model's answer: the
     sentence gives the same layer through the final norm too, each figure read from the table."""
-    from core.claims import TableRun, claim_logit_lens
+    from core.claims.registry import TableRun, claim_logit_lens
 
     def pct(x: float) -> str:  # how the claims write a share
         return f"{100 * x:.1f}%"
@@ -303,8 +303,8 @@ def test_every_fine_tuned_run_describes_itself_from_its_recipe_and_summary():
     summary say (full fine-tuning or LoRA, frozen blocks, epochs, device, delta size and whether it ships)."""
     import json
 
-    from core.models import project_path
-    from core.origin import describe_run
+    from core.models.loading import project_path
+    from core.runs.origin import describe_run
 
     tuned = [r for r in SHIPPED if run_origin(r.manifest)["kind"] == "fine-tuned"]
     for r in tuned:
@@ -335,11 +335,11 @@ def test_the_locking_sentence_names_what_the_figure_frames(run):
     """Step 3's sentence and its figure agree: every module the sentence says tracks the answer is
     framed in the figure's data with that R, and the strongest framed MLP and attention layer at a
     short period are named; a kind with no framed short-period cell is said to track nothing."""
-    from core import views
-    from core.claims import TableRun, claim_module_waves
+    from core.runs import summaries
+    from core.claims.registry import TableRun, claim_module_waves
 
     table_run = TableRun(CACHE, run.name)
-    grid = views.locking_grid(table_run.table("phase_locking"))
+    grid = summaries.locking_grid(table_run.table("phase_locking"))
     framed = grid[grid["locks"] & grid["period"].isin(SHORT)]
     text = claim_module_waves(table_run).measured
     for word, module in (("MLP", "MLP"), ("attention", "Attention")):

@@ -8,7 +8,7 @@ import torch
 
 from core.errors import CoreError
 from core.tasks import build_examples, select_split
-from core.train import (
+from core.training.train import (
     AdditionBatches,
     PRETRAIN_WORDS,
     Recipe,
@@ -19,7 +19,7 @@ from core.train import (
     pretraining_corpus,
     train,
 )
-from core.vocab import number_tokenizer
+from core.models.vocab import number_tokenizer
 
 
 def tiny(tmp_path, **kw):
@@ -94,7 +94,7 @@ def test_frozen_rows_equal_in_float32_checkpoint(tmp_path):
 
 
 def test_transplant_copies_rows_by_number(tmp_path):
-    from core.random_models import save_random_model
+    from core.models.random_models import save_random_model
 
     # the donor's vocabulary puts numbers at other ids: rows must be matched by number, not by id
     donor_tok = number_tokenizer(60, extra_words=["zebra", "yak"])
@@ -112,7 +112,7 @@ def test_transplant_copies_rows_by_number(tmp_path):
 
 
 def test_resume_continues_where_it_stopped(tmp_path, monkeypatch):
-    import core.train as tr
+    import core.training.train as tr
 
     straight = train(tiny(tmp_path / "a", epochs=2), log=lambda *_: None)
     real_save = tr._save_checkpoint
@@ -176,10 +176,10 @@ def test_shipped_recipes_load():
 
 
 def test_extra_seeds_reach_the_cached_run_without_recomputing(tmp_path, monkeypatch):
-    import core.precompute as pre
-    from core.cache import list_runs, read_table
+    import core.runs.precompute as pre
+    from core.runs.cache import list_runs, read_table
     from core.cli import main
-    from core.train import train_from_recipe
+    from core.training.train import train_from_recipe
 
     recipe_file = tmp_path / "tiny.json"
     recipe = tiny(tmp_path, epochs=1).as_dict()
@@ -212,7 +212,7 @@ def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
 
     import pandas as pd
 
-    from core import views
+    from core.runs import summaries
 
     def run(name, epochs, start=None, device=None):
         folder = tmp_path / name
@@ -225,7 +225,7 @@ def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
         return name, {"model": {"source": str(folder)}}, log
 
     runs = [run("third", 4, start="second"), run("first", 9, device="cuda"), run("second", 1, start="first"), run("alone", 2, start="missing")]
-    stages = views.fine_tuning_stages(runs, "val")
+    stages = summaries.fine_tuning_stages(runs, "val")
     by = {r: g for r, g in stages.groupby("run")}
     assert by["first"]["epoch"].tolist() == list(range(1, 10)) and set(by["first"]["stage"]) == {1} and set(by["first"]["device"]) == {"GPU"}
     assert by["second"]["epoch"].tolist() == [10] and set(by["second"]["stage"]) == {2} and set(by["second"]["starts_from"]) == {"first"}
@@ -241,10 +241,10 @@ def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
     recipe = json.loads((tmp_path / "first" / "recipe.json").read_text())
     recipe["lora"]["init_delta"] = str(tmp_path / "zero" / "delta.safetensors")
     (tmp_path / "first" / "recipe.json").write_text(json.dumps(recipe))
-    chained = views.fine_tuning_stages([first], "val")
+    chained = summaries.fine_tuning_stages([first], "val")
     assert chained.groupby("run")["epoch"].max().to_dict() == {"zero (its training log; no cached run)": 3, "first": 12}
     assert not chained[chained["stage"] == 1]["cached"].any() and chained[chained["stage"] == 2]["cached"].all()
-    both = views.stages_sentence(stages, "val")  # two separate first stages are named, not merged
+    both = summaries.stages_sentence(stages, "val")  # two separate first stages are named, not merged
     assert "stage 1 of alone (epochs 1-2, CPU): val accuracy 2.1%" in both and "stage 1 of first (epochs 1-9, GPU)" in both
-    sentence = views.stages_sentence(stages[stages["run"] != "alone"], "val")
+    sentence = summaries.stages_sentence(stages[stages["run"] != "alone"], "val")
     assert "stage 1 (epochs 1-9, GPU): val accuracy 9.1%" in sentence and "stage 3 (epochs 11-14, CPU): val accuracy 4.1%" in sentence

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from core.capture import capture
+from core.models.capture import capture
 from core.errors import CoreError
-from core.models import load_model
-from core.random_models import ARCHITECTURES, POST_NORM_ARCHITECTURES, random_config
-from core.vocab import number_tokenizer
+from core.models.loading import load_model
+from core.models.random_models import ARCHITECTURES, POST_NORM_ARCHITECTURES, random_config
+from core.models.vocab import number_tokenizer
 
 P = 61
 
@@ -76,14 +76,14 @@ def test_post_norm_layouts_hook_what_is_added_or_are_refused(tmp_path, arch):
     gap = got["resid"][:, 1:] - got["resid"][:, :-1] - got["attn"] - got["mlp"]
     assert np.abs(gap).max() < 1e-4 * np.abs(got["resid"]).max()
     # hooking the modules before their post-norm (as for Llama) breaks h(l) = h(l-1) + Attn(l) + MLP(l): refused
-    from core.models import ModuleNames
+    from core.models.loading import ModuleNames
 
     with pytest.raises(CoreError, match=r"h\(l\) - h\(l-1\) - Attn\(l\) - MLP\(l\) is .* of h\(l\) at layer 1.*post-norm"):
         load_model(str(folder), module_names=ModuleNames("model.layers", "self_attn", "mlp", "model.norm"))
 
 
 def test_wrong_module_names_are_refused_at_load(model_dir, tmp_path):
-    from core.models import ModuleNames
+    from core.models.loading import ModuleNames
 
     folder = str(model_dir("gpt2"))
     with pytest.raises(CoreError, match=r"not what each block adds to the residual stream"):
@@ -102,7 +102,7 @@ def test_wrong_module_names_are_refused_at_load(model_dir, tmp_path):
 def test_logit_lens_layer_accuracy_at_the_top_uses_the_bias(tmp_path):
     """End to end: the stored logit-lens accuracy at the last layer is the model's own accuracy,
     on a model whose lm_head bias is large enough to change predictions."""
-    from core.cache import list_runs, read_table
+    from core.runs.cache import list_runs, read_table
     from core.cli import main
 
     folder = save_perturbed_model(tmp_path / "m", "gptj")

@@ -4,7 +4,7 @@ import streamlit as st
 from app import figures
 from app.common import intro, large, needs, show_chart, term, to_url, url_state, view
 from app.shared import shared_view
-from core import views
+from core.runs import summaries
 from core.errors import CoreError
 from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
 
@@ -20,17 +20,17 @@ needs(run, "ablations")
 ablations = run.table("ablations")
 errors = run.table("ablation_errors")
 run_basis = run.manifest.get("basis", "paper")
-shown_tau = views.nearest_tau(ablations, tau)
+shown_tau = summaries.nearest_tau(ablations, tau)
 if shown_tau != tau:
     st.info(
-        f"The cached grid of this run has tau ∈ {views.cached_taus(ablations)}; showing the nearest, tau = {shown_tau}. "
+        f"The cached grid of this run has tau ∈ {summaries.cached_taus(ablations)}; showing the nearest, tau = {shown_tau}. "
         "Live computation below can use any tau."
     )
 if basis != run_basis:
     st.caption(f"The filters of this run were computed in the '{run_basis}' basis (the sidebar's basis changes the spectra only).")
 
 st.subheader(f"Table 1 for this run (tau = {shown_tau})", help=term("ablation"))
-t1 = shared_view(run, views.table1, "ablations", shown_tau)  # the same for every session: computed once
+t1 = shared_view(run, summaries.table1, "ablations", shown_tau)  # the same for every session: computed once
 if shown_tau != TABLE1_TAU:
     t1[["paper GPT-2-XL accuracy %", "paper GPT-2-XL loss"]] = None
 order = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %", "loss", "paper GPT-2-XL loss",
@@ -85,14 +85,14 @@ if t1["erased"].any():
 show_chart(*figures.table1_chart(run, shown_tau), key="acc-by-tau")
 
 st.subheader("Errors under one filter")
-cells = {f"{views.ABLATION_MODULES[m]}: {r} removed": (m, r) for r in ("low", "high") for m in ("both", "attn", "mlp")}
+cells = {f"{summaries.ABLATION_MODULES[m]}: {r} removed": (m, r) for r in ("low", "high") for m in ("both", "attn", "mlp")}
 cell_names = ["no filter", *cells]
 url_state("cell", "MLP: low removed", str, cell_names)
 st.selectbox("Filter", cell_names, key="cell")
 to_url("cell")
 cell = st.session_state["cell"]
 modules, removed = cells.get(cell, ("none", "none"))
-dist = views.error_distribution(errors, modules, removed, None if removed == "none" else shown_tau)
+dist = summaries.error_distribution(errors, modules, removed, None if removed == "none" else shown_tau)
 if dist.empty:
     st.success("No wrong answers under this filter.")
 else:
@@ -107,7 +107,7 @@ else:
     )
 
 st.subheader("Keep one frequency")
-keep = views.keep_one_results(ablations)
+keep = summaries.keep_one_results(ablations)
 keep_view = keep.rename(columns={"keep_k": "k kept", "keep_period": "period T", "parity_match": "right parity"})
 st.dataframe(
     keep_view,
@@ -135,8 +135,8 @@ else:
     c1, c2, c3, c4 = st.columns(4)
     url_state("live_modules", "mlp", str, ["both", "attn", "mlp"])
     url_state("live_removed", "low", str, ["low", "high"])
-    c1.selectbox("Modules", ["both", "attn", "mlp"], key="live_modules", format_func=views.ABLATION_MODULES.get)
-    c2.selectbox("Band removed", ["low", "high"], key="live_removed", format_func=views.BAND_NAMES.get, help=term("low-pass"))
+    c1.selectbox("Modules", ["both", "attn", "mlp"], key="live_modules", format_func=summaries.ABLATION_MODULES.get)
+    c2.selectbox("Band removed", ["low", "high"], key="live_removed", format_func=summaries.BAND_NAMES.get, help=term("low-pass"))
     c3.metric("Cutoff tau (sidebar)", tau)
     c4.selectbox(
         "CPU threads", ["auto", 1, 2, 4], key="live_threads",

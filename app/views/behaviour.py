@@ -2,8 +2,8 @@ import streamlit as st
 
 from app import figures
 from app.common import intro, needs, origin_note, show_chart, to_url, url_state, view
-from core import views
-from core.behaviour import MAX_UPLOAD_ROWS, read_answers_csv
+from core.runs import summaries
+from core.analysis.behaviour import MAX_UPLOAD_ROWS, read_answers_csv
 from core.errors import CoreError
 from core.paper import MULTIPLE_OF_10
 
@@ -21,7 +21,7 @@ intro(
 
 def error_report(answers, given, what: str, key: str) -> None:
     """Accuracy, share of errors that are multiples of 10 / of size 1-2, and the error histogram."""
-    summary, hist = views.behaviour(answers, given)
+    summary, hist = summaries.behaviour(answers, given)
     c1, c2, c3 = st.columns(3)
     c1.metric("Accuracy", f"{summary['accuracy']:.2%}", help=f"{summary['n']} {what}")
     none = summary["n_wrong"] == 0
@@ -45,13 +45,13 @@ if run.has("generations"):  # a model that writes numbers digit by digit: its k-
              format_func=lambda k: f"{k}-shot", help="Drawn from the training split; the model writes its answer greedily.")
     to_url("shots")
     k = st.session_state["shots"]
-    summary, hist = views.generation_summary(gens, k)
+    summary, hist = summaries.generation_summary(gens, k)
     n_nan = summary["n_not_a_number"]
     st.markdown(
         f"{run.label} wrote its answer digit by digit after {k} solved example(s), for {summary['n']:,} {run.manifest['task']['split']} "
         f"questions (a seeded sample). "
         + (f"{n_nan:,} of its answers did not start with a number and count as wrong. " if n_nan else "")
-        + "By shot count: " + "; ".join(f"{s}-shot {views.generation_summary(gens, s)[0]['accuracy']:.1%} right" for s in shots) + "."
+        + "By shot count: " + "; ".join(f"{s}-shot {summaries.generation_summary(gens, s)[0]['accuracy']:.1%} right" for s in shots) + "."
     )
     c1, c2, c3 = st.columns(3)
     c1.metric("Accuracy", f"{summary['accuracy']:.2%}", help=f"{summary['n']} prompts, {k}-shot")

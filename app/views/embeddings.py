@@ -2,8 +2,8 @@ import streamlit as st
 
 from app import figures
 from app.common import intro, origin_note, show_chart, term, to_url, url_state, view
-from core import views
-from core.embeddings import top_periods
+from core.runs import summaries
+from core.analysis.embeddings import top_periods
 
 v = view()
 run, compare, basis = v["run"], v["compare"], st.session_state["basis"]
@@ -22,7 +22,7 @@ if not runs:
     st.info(f"{run.label} has no number tables (a run from before schema 3): run its precompute again to add them.")
     st.stop()
 top_layers = max(r.n_layers for r in runs)
-url_state("nlayer", views.best_probe_layer(runs[0].table("number_probes")), int)
+url_state("nlayer", summaries.best_probe_layer(runs[0].table("number_probes")), int)
 st.session_state["nlayer"] = max(0, min(int(st.session_state["nlayer"]), top_layers))
 st.slider("Layer (0 = embedding)", 0, top_layers, key="nlayer",
           help="Runs with fewer layers show their last layer when the slider goes past it.")
@@ -36,7 +36,7 @@ for col, r in zip(cols, runs):
         st.markdown(f"**{r.label}**" + (f" (layer {layer}: its last)" if layer != chosen else ""))
         origin_note(r)
         show_chart(*figures.number_spectrum(r, basis, layer), key=f"num-spec-{r.name}")
-        s = views.number_summary(r.table("number_spectrum"), r.table("number_probes"), layer, basis)
+        s = summaries.number_summary(r.table("number_spectrum"), r.table("number_probes"), layer, basis)
         periods = ", ".join(f"{t:.3g}" for t in s["outlier_periods"][:8])
         kap = s["kappa"]
         reads = ", ".join(f"mod {t}: {kap[t]:.2f}" for t in sorted(kap) if t not in s["controls"])

@@ -2,7 +2,7 @@ import streamlit as st
 
 from app import figures
 from app.common import intro, needs, show_chart, term, to_url, url_state, view
-from core import views
+from core.runs import summaries
 
 v = view()
 run, basis, tau = v["run"], st.session_state["basis"], st.session_state["tau"]
@@ -38,12 +38,12 @@ st.caption(
     "a low rank makes every spectrum read through it sparse, whatever the module learned."
 )
 
-energy = views.energy_by_band(run.table("module_spectra"), basis, tau)
+energy = summaries.energy_by_band(run.table("module_spectra"), basis, tau)
 row = energy[(energy["module"] == module) & (energy["layer"] == layer)].iloc[0]
 c1, c2, c3 = st.columns(3)
 c1.metric(f"Energy below tau = {tau}", f"{row['low']:.0%}", help="Share of the squared mean magnitude at frequencies k < tau.")
 c2.metric(f"Energy at or above tau = {tau}", f"{row['high']:.0%}", help="Share at k ≥ tau (periods shorter than 520/tau).")
-top = views.top_periods_by_module(run.table("module_spectra"), basis, module, last_layers=min(15, len(layers)))
+top = summaries.top_periods_by_module(run.table("module_spectra"), basis, module, last_layers=min(15, len(layers)))
 c3.metric("Top periods (last layers)", ", ".join(f"{t:.3g}" for t in top["period"]), help="Largest mean magnitudes averaged over the last layers.")
 with st.expander("Energy split for every layer and module"):
     st.dataframe(energy.rename(columns={"low": f"share k < {tau}", "high": f"share k ≥ {tau}"}), hide_index=True)

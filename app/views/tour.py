@@ -1,5 +1,5 @@
 """The guided tour: eight steps of the paper's story. Each step says what the paper found (its model,
-its number), what the run on screen measures (computed from its tables by core.claims) and a verdict.
+its number), what the run on screen measures (computed from its tables by core.claims.registry) and a verdict.
 Every step shows the sidebar's run; the toggle at the top lets a step switch to the shipped run that
 shows it best, and a banner then says which and why."""
 
@@ -9,8 +9,8 @@ from app import figures
 from app.glossary import step_terms
 from app.phase_figure import locking_heatmap
 from app.common import BADGE, cache_dir, claim_box, large, run_claims, runs_of_split, show_chart, to_url, training_claim, training_logs, url_state, view
-from core import views
-from core.claims import best_run, describe_run, run_origin
+from core.runs import summaries
+from core.claims.registry import best_run, describe_run, run_origin
 
 v = view()
 chosen, basis, tau = v["run"], st.session_state["basis"], st.session_state["tau"]
@@ -25,7 +25,7 @@ def claims_of(r):
 
 
 def example_of(r):
-    return views.running_example(r.table("examples"))
+    return summaries.running_example(r.table("examples"))
 
 
 # ----------------------------------------------------------------------------- figures of each step
@@ -57,10 +57,10 @@ def draw_waves(r):
 
 def draw_ablations(r):
     ab = r.table("ablations")
-    t = views.nearest_tau(ab, 50)
+    t = summaries.nearest_tau(ab, 50)
     show_chart(*figures.table1_bars(r, t), key="tour-ablate")
     with st.expander("The numbers"):
-        table = views.table1(ab, t)
+        table = summaries.table1(ab, t)
         cols = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %"]
         st.dataframe(
             table[[c for c in cols if c in table.columns]], hide_index=True, width="stretch",
@@ -80,7 +80,7 @@ def draw_training(_r):
     if not logs:
         st.info("No run here carries a training log.")
         return
-    show_chart(*figures.training_curves(views.training_curves(logs, "val"), "val"), key="tour-train")
+    show_chart(*figures.training_curves(summaries.training_curves(logs, "val"), "val"), key="tour-train")
 
 
 STEPS = [

@@ -2,8 +2,8 @@ import streamlit as st
 
 from app import figures
 from app.common import fine_tuned_training, intro, show_chart, to_url, training_logs, url_state, view
-from core import views
-from core.claims import selection_note_of
+from core.runs import summaries
+from core.claims.registry import selection_note_of
 from core.paper import ACCURACY
 
 v = view()
@@ -24,7 +24,7 @@ logs = training_logs(st.session_state["split"])
 if not logs:
     st.info("No run of a small model in the cache carries a training log. Runs of the demo models trained with `python -m core train` do.")
 else:
-    curves = views.training_curves(logs, split)
+    curves = summaries.training_curves(logs, split)
     show_chart(*figures.training_curves(curves, split), key="training")
     final = curves.sort_values("epoch").groupby("run").tail(1)[["run", "epoch", "mean", "low", "high", "seeds"]]
     st.dataframe(
@@ -43,9 +43,9 @@ tuned = fine_tuned_training(st.session_state["split"])
 if not tuned:
     st.info("No fine-tuned run of a real pre-trained model is in the cache (`python -m core train --recipe smollm2-addition-full` makes one).")
 else:
-    stages = views.fine_tuning_stages(tuned, split)
+    stages = summaries.fine_tuning_stages(tuned, split)
     show_chart(*figures.fine_tuning_stages(stages, split, ACCURACY["GPT-2-XL fine-tuned"] / 100), key="training-stages")
-    st.markdown("From the stages' training logs: " + views.stages_sentence(stages, split))
+    st.markdown("From the stages' training logs: " + summaries.stages_sentence(stages, split))
     notes = [f"**{label}**: {note}." for label, manifest, log in tuned if (note := selection_note_of(manifest, log))]
     if notes:
         st.markdown(

@@ -5,7 +5,7 @@ the Fourier view of the logits and the filters do not apply to it. What does app
 paper measures of such models' behaviour (section 4.3): prompted with k solved examples (the
 training split's, as `core.tasks.with_shots` draws them), the model writes the answer greedily;
 the first whole number in what it writes is its answer. Accuracy, the histogram of signed errors
-and the share of wrong answers off by a multiple of 10 follow (`core.behaviour`).
+and the share of wrong answers off by a multiple of 10 follow (`core.analysis.behaviour`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 
 import pandas as pd
 
-from core.behaviour import error_summary
+from core.analysis.behaviour import error_summary
 from core.errors import CoreError
 
 SHOTS = (0, 4)
@@ -32,7 +32,7 @@ def generate(loaded, texts, max_new_tokens: int = MAX_NEW_TOKENS, batch_size: in
     """Greedy continuations of `texts` (only the new text), in the order of `texts`."""
     import torch
 
-    from core.capture import prepare_batches, progress_bar
+    from core.models.capture import prepare_batches, progress_bar
 
     tok = loaded.tokenizer
     batches = prepare_batches(tok, texts, batch_size)

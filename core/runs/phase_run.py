@@ -1,4 +1,4 @@
-"""The phase stage of a run: the `phase_locking` and `wave_peaks` tables (core.phase), computed from
+"""The phase stage of a run: the `phase_locking` and `wave_peaks` tables (core.analysis.phase), computed from
 the model over every example of the split, or, for a cached run whose model is not here, from the
 run's cached sample of examples (and then the manifest says so).
 """
@@ -10,10 +10,10 @@ import time
 import numpy as np
 import pandas as pd
 
-from core.cache import RunWriter, read_manifest, resolve_run
+from core.runs.cache import RunWriter, read_manifest, resolve_run
 from core.errors import CoreError
-from core.models import project_path
-from core.phase import NULL_SHUFFLES, PHASE_VERSION, PhaseAccumulator, module_order, wave_peaks
+from core.models.loading import project_path
+from core.analysis.phase import NULL_SHUFFLES, PHASE_VERSION, PhaseAccumulator, module_order, wave_peaks
 
 PHASE_TABLES = ("phase_locking", "wave_peaks")
 
@@ -43,7 +43,7 @@ def phase_tables_from_model(loaded, examples, texts, p: int, batch_size: int, se
     """A capture pass over `texts` that feeds only the phase stage (for a run cached before it existed)."""
     import torch
 
-    from core.capture import iter_capture
+    from core.models.capture import iter_capture
 
     unembed = loaded.unembed(p)
     number_ids = torch.as_tensor(loaded.numbers.ids_for(p), device=unembed.weight.device)

@@ -32,6 +32,7 @@ import pandas as pd
 
 from core import SCHEMA_VERSION
 from core.errors import CoreError
+from core.files import read_json_file, sha256_file
 
 MANIFEST = "manifest.json"
 STAGING_PREFIX = ".staging-"
@@ -87,14 +88,6 @@ def identity_hash(identity: dict) -> str:
 
 def run_name(label: str, identity: dict) -> str:
     return f"{slugify(label)}-{identity_hash(identity)}"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(2**20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_table(name: str, frame: pd.DataFrame) -> None:
@@ -328,13 +321,6 @@ class RunWriter:
         for stale in self.cache_dir.glob(f"{OLD_PREFIX}{self.name}-*"):  # left by a publish that was killed
             shutil.rmtree(stale, ignore_errors=True)
         return self.final
-
-
-def read_json_file(path: Path):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 @dataclass

@@ -16,9 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from core.errors import CoreError
-from core.delta import DELTA_FILE, rebuild_hint, retrain_commands
+from core.files import PROJECT_ROOT
+from core.training.delta import DELTA_FILE, rebuild_hint, retrain_commands
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MAX_LIVE_PARAMS = 150_000_000
 #: Memory kept for the prompts' prefix key/value caches of a live model (the next filter skips the prefix).
 LIVE_PREFIX_BYTES = 768 * 2**20
@@ -59,7 +59,7 @@ def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
             else:
                 how = "; " + ", then ".join(f"`{c}`" + (" on a GPU" if gpu else "") for c, gpu in steps) + " rebuild them (each stage starts from the one before)"
         return None, f"the model's weights are not on this machine (this run ships without them{how})"
-    from core.models import fingerprint_folder
+    from core.models.loading import fingerprint_folder
 
     try:
         fp = fingerprint_folder(folder)
@@ -79,7 +79,7 @@ def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
 
 
 def load_live_model(folder: Path):
-    from core.models import load_model
+    from core.models.loading import load_model
 
     root = models_root()
     folder = Path(folder).resolve()
@@ -108,8 +108,8 @@ def live_slot(on_wait=None):
 
 def live_filter(loaded, p: int, basis_name: str, ablation):
     """The ablation's filter, built once per loaded model (kept with it for the next request)."""
-    from core.fourier import fourier_basis
-    from core.ablation_grid import filter_key
+    from core.analysis.fourier import fourier_basis
+    from core.runs.ablation_grid import filter_key
 
     if ablation.removed == "none":
         return None
@@ -127,7 +127,7 @@ def live_ablation(loaded, examples, p: int, basis_name: str, ablation, positions
     its key/value cache). The result carries `compute_s` (seconds, model already loaded) and
     `threads` in `extra`.
     """
-    from core.filters import evaluate
+    from core.analysis.filters import evaluate
     from core.threads import use_threads
 
     used = use_threads(threads)
@@ -135,7 +135,7 @@ def live_ablation(loaded, examples, p: int, basis_name: str, ablation, positions
     flt = live_filter(loaded, p, basis_name, ablation)
     modules = ablation.modules if ablation.modules != "none" else "both"
     if positions == "last":
-        from core.filters import Condition, PrefixCache, evaluate_conditions
+        from core.analysis.filters import Condition, PrefixCache, evaluate_conditions
 
         cache = loaded.extra.setdefault("prefix_cache", PrefixCache(LIVE_PREFIX_BYTES))
         prompts = list(examples["prompt"])

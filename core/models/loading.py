@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from core.errors import CoreError
+from core.files import PROJECT_ROOT
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -30,7 +31,6 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$
 PROBE_PROMPT = "Put together 15 and 93. Answer:"
 NUMBER_SCAN_LIMIT = 2048
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model", "vocab.txt")
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def project_path(path) -> Path:
@@ -111,7 +111,7 @@ class NumberTokens:
     """The single tokens the model would emit for the numbers 0..P-1 after a prompt.
 
     A prompt is read as `prompt + prompt_suffix`; the answer n follows it as the text
-    `answer_prefix + str(n)`, one token. Three ways are tried (`core.models.NUMBER_CONVENTIONS`):
+    `answer_prefix + str(n)`, one token. Three ways are tried (`core.models.loading.NUMBER_CONVENTIONS`):
 
     * "leading-space": the token carries its space (GPT-2's " 108" after "Answer:");
     * "no-space" after a prompt ending in a space ("Answer: " then "108": the space is its own
@@ -375,7 +375,7 @@ class LoadedModel:
         """W_U: the p rows of the unembedding for the number tokens 0..p-1, float32, (p, D).
 
         The tensor carries `weight_dtype`, the dtype the model stores W_U in, which sets the
-        rank tolerance of the filters built from it (`core.filters.projection_filter`).
+        rank tolerance of the filters built from it (`core.analysis.filters.projection_filter`).
         """
         import torch
 
@@ -459,7 +459,7 @@ def check_layout(model, tokenizer, parts: ModelParts, unembed_of, probe_ids=None
     """
     import torch
 
-    from core.capture import LastPositionRecorder, prepare_batches
+    from core.models.capture import LastPositionRecorder, prepare_batches
 
     batch = prepare_batches(tokenizer, list(texts), len(texts))[0]
     device = model.get_input_embeddings().weight.device
@@ -727,7 +727,7 @@ def describe_model(loaded: LoadedModel) -> dict:
 
 def read_recipe_label(folder: Path) -> str | None:
     """The human label a project-trained model carries in its folder (recipe.json), if any."""
-    for name in ("recipe.json", "provenance.json"):  # trained here / imported (core.importer)
+    for name in ("recipe.json", "provenance.json"):  # trained here / imported (core.models.importer)
         path = folder / name
         if path.exists():
             try:
@@ -738,7 +738,7 @@ def read_recipe_label(folder: Path) -> str | None:
 
 
 def read_provenance(folder: Path) -> dict | None:
-    """Where an imported model came from (`core.importer` writes provenance.json), if it was imported."""
+    """Where an imported model came from (`core.models.importer` writes provenance.json), if it was imported."""
     path = folder / "provenance.json"
     try:
         data = json.loads(path.read_text()) if path.exists() else None

@@ -1,5 +1,5 @@
 """What every claim shares: the Claim record, a run read from a cache folder, and the small helpers
-that write a claim's numbers the same way everywhere (core.claims explains the claims)."""
+that write a claim's numbers the same way everywhere (core.claims.registry explains the claims)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from core.cache import read_manifest, read_table
+from core.runs.cache import read_manifest, read_table
 from core.errors import CoreError
-from core.phase import SHORT_PERIODS
+from core.analysis.phase import SHORT_PERIODS
 
 VERDICTS = ("agrees", "partly", "does not", "not tested")
 #: How well a verdict shows a step (to pick the shipped run that shows it best).
@@ -73,8 +73,8 @@ def periods(values) -> str:
 
 
 def running_example_of(run) -> pd.Series:
-    """The example the Tour's charts show (core.views.running_example); its id is the Series' name."""
-    from core.views import running_example
+    """The example the Tour's charts show (core.runs.summaries.running_example); its id is the Series' name."""
+    from core.runs.summaries import running_example
 
     return running_example(run.table("examples"))
 

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from core.errors import CoreError
-from core.fourier import fourier_basis, magnitudes_from_coefficients, transform
+from core.analysis.fourier import fourier_basis, magnitudes_from_coefficients, transform
 
 #: Version of the phase measurement; a run whose tables carry another (its manifest's `phase_locking`)
 #: gets them anew from `precompute` or `upgrade`, nothing else recomputed. 2: logits centred first.
@@ -236,7 +236,7 @@ def locked(table: pd.DataFrame, min_share: float = MIN_ENERGY_SHARE) -> pd.Serie
 def wave_peaks(p: int, final_logits: np.ndarray, answers, example_ids, tops=WAVE_TOPS) -> pd.DataFrame:
     """Per example, where the sum of the top-k Fourier components of the final number logits peaks.
 
-    The sum of the top-k waves (`core.fourier.top_components`, paper basis) is the coefficients of
+    The sum of the top-k waves (`core.analysis.fourier.top_components`, paper basis) is the coefficients of
     those k frequencies sent back through the basis's transpose. Columns: example_id, top, answer,
     peak, at_answer (the `wave_peaks` table).
     """

@@ -187,7 +187,7 @@ def iter_capture(
 ) -> Iterator[CapturedBatch]:
     """Run the prompts in batches and yield the answer-position vectors of each batch.
 
-    `texts` are the prompts exactly as the model reads them (see `core.models.prompt_texts`).
+    `texts` are the prompts exactly as the model reads them (see `core.models.loading.prompt_texts`).
     """
     batches = prepare_batches(loaded.tokenizer, texts, batch_size)
     target = loaded.model.get_output_embeddings().weight.device

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from core.models import project_path
+from core.models.loading import project_path
 
 
 def run_origin(manifest: dict) -> dict:
@@ -17,7 +17,7 @@ def run_origin(manifest: dict) -> dict:
     kind: "planted" (number rows frozen to sinusoids chosen by hand), "transplanted" (frozen to
     another model's rows), "self-pretrained" (pre-trained here on a synthetic corpus, then
     fine-tuned), "scratch" (trained here from random init), "fine-tuned" (a real pre-trained model
-    given single number tokens and fine-tuned here, `core.finetune`), "external" (a model from elsewhere).
+    given single number tokens and fine-tuned here, `core.training.finetune`), "external" (a model from elsewhere).
     """
     model = manifest.get("model") or {}
     recipe = recipe_of(model)

@@ -3,11 +3,11 @@
 A model whose tokenizer splits numbers into digits (SmolLM2) gets one new token per number
 0..p-1, written with its leading space (" 108", as GPT-2 writes it), so the operands and the answer
 are single tokens. Their rows are initialised from the model's own representation of each number
-(`core.numbers`: the vector at the last digit of "The number n" after block `layer`), centred over
+(`core.analysis.numbers`: the vector at the last digit of "The number n" after block `layer`), centred over
 the numbers if the recipe says `centre` (the part common to every number says nothing about n),
 and scaled to the mean norm of the model's existing embedding rows; with tied embeddings
 (SmolLM2's) the same rows are the answer's output rows. Then the model is fine-tuned on the paper's training split with
-the answer-token loss (`core.train.answer_loss`):
+the answer-token loss (`core.training.train.answer_loss`):
 
 * the new rows are trained; every original row stays exactly as it was;
 * every linear map inside the blocks gets a LoRA update W + (alpha / r) B A (B starts at zero, so
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from core.delta import (
+from core.training.delta import (
     DELTA_FILE,
     DELTA_FORMAT,
     NUMBER_TOKEN,
@@ -63,7 +63,7 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 def initial_number_rows(base, n_numbers: int, layer: int, context: str, base_rows: np.ndarray, centre: bool = False, log=print) -> np.ndarray:
     """The new rows: `base`'s representation of n after block `layer` (layer 0: the embedding of
     the last digit), scaled so the mean row norm equals that of `base_rows` (the model's own rows)."""
-    from core.numbers import number_representations
+    from core.analysis.numbers import number_representations
 
     if not 0 <= layer <= base.n_layers:
         raise CoreError(f"layer {layer} is outside 0..{base.n_layers} for this model")
@@ -138,7 +138,7 @@ def _lora_targets(model, targets) -> list[tuple[str, object, str]]:
     """(block-relative name, parent module, attribute) of every targeted linear map, in block order."""
     import torch
 
-    from core.models import find_parts
+    from core.models.loading import find_parts
 
     parts = find_parts(model)
     found = []
@@ -315,7 +315,7 @@ class FrozenBottom:
     def __init__(self, model, encoded, first_trained: int, precision: str, batch_size: int = 256):
         import torch
 
-        from core.train import autocast, model_device
+        from core.training.train import autocast, model_device
 
         self.inner = _stack(model)
         device = model_device(model)
@@ -344,7 +344,7 @@ class FrozenBottom:
         """Answer-token cross-entropy of the prompts `idx`, running only blocks K.. on their kept states."""
         import torch
 
-        from core.train import autocast
+        from core.training.train import autocast
 
         states = self(idx)
         with autocast(precision, states.device.type):
@@ -390,7 +390,7 @@ def _load_checkpoint(folder: Path, tuned: FineTuneModel, opt, sched) -> dict:
         for k, v in params.items():
             v.copy_(saved[k])
     meta = json.loads((folder / "progress.json").read_text())
-    from core.train import restore_optimizer
+    from core.training.train import restore_optimizer
 
     restore_optimizer(folder, meta, opt, sched)
     return meta
@@ -440,7 +440,7 @@ def training_device(name: str | None):
     """The torch device a fine-tuning runs on: `name` ("cpu", "cuda", "cuda:1", "auto"; None is the CPU)."""
     import torch
 
-    from core.models import check_device
+    from core.models.loading import check_device
 
     device = torch.device(check_device(name or "cpu"))
     if device.type not in ("cpu", "cuda"):
@@ -449,13 +449,13 @@ def training_device(name: str | None):
 
 
 def finetune(recipe, out: str | Path | None = None, restart: bool = False, progress=None, log=print):
-    """Train a number-token fine-tuning recipe (see the module doc); returns a `core.train.TrainResult`."""
+    """Train a number-token fine-tuning recipe (see the module doc); returns a `core.training.train.TrainResult`."""
     import torch
     from transformers import AutoTokenizer
 
-    from core.models import load_model, resolve_source
+    from core.models.loading import load_model, resolve_source
     from core.tasks import build_examples, number_space, select_split
-    from core.train import AdditionBatches, TrainResult, answer_loss, evaluate_split, lr_schedule, step_bar
+    from core.training.train import AdditionBatches, TrainResult, answer_loss, evaluate_split, lr_schedule, step_bar
 
     spec = recipe.number_tokens or {}
     lora = recipe.lora or {}
@@ -466,7 +466,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     device = training_device(recipe.device)  # before minutes of loading: a machine without the GPU asked for says so at once
     base_folder = recipe.init_from
     if not Path(base_folder).is_dir():
-        from core.importer import import_hint
+        from core.models.importer import import_hint
 
         raise CoreError(f"the base model {base_folder} is not here; {import_hint(base_folder)}")
     resolve_source(base_folder)

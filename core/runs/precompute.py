@@ -1,16 +1,16 @@
 """From a model to a run folder: every table the dashboard reads, in resumable stages.
 
-1. measurements (core.measure): one streaming pass with capture over the split -> examples, layer_accuracy
+1. measurements (core.runs.measure): one streaming pass with capture over the split -> examples, layer_accuracy
    (logit lens with and without the final norm), module_spectra (mean Fourier magnitude of the
    attention, MLP and residual logits per layer), module_logits and final_waves for a sample of
    examples that always holds 15 + 93.
 2. embeddings: embedding_spectrum (input and output number rows, both bases, with a
    permutation baseline) and embedding_clusters (t-SNE + k-means).
-3. ablations (core.ablation_grid): the filter grid (modules x band removed x tau, no filter, keep-one-frequency for
+3. ablations (core.runs.ablation_grid): the filter grid (modules x band removed x tau, no filter, keep-one-frequency for
    periods 2 and p-1), one evaluation each, saved one by one so an interrupted grid resumes.
-4. phase: phase_locking and wave_peaks (core.phase) from the same capture pass; a run cached
+4. phase: phase_locking and wave_peaks (core.analysis.phase) from the same capture pass; a run cached
    before they existed gets them from one more capture pass (`_upgrade_run`).
-Then error_analysis, the manifest, and an atomic publish (core.cache).
+Then error_analysis, the manifest, and an atomic publish (core.runs.cache).
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ import numpy as np
 import pandas as pd
 
 from core import SCHEMA_VERSION
-from core.ablation_grid import ablation_grid, error_analysis_table
-from core.cache import RunWriter, check_table, read_json_file, run_lock, run_name
+from core.runs.ablation_grid import ablation_grid, error_analysis_table
+from core.files import read_json_file
+from core.runs.cache import RunWriter, check_table, run_lock, run_name
 from core.errors import CoreError
-from core.phase import PHASE_VERSION
-from core.measure import measure
-from core.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
-from core.fourier import BASES, check_basis_name, check_tau, fourier_basis
+from core.analysis.phase import PHASE_VERSION
+from core.runs.measure import measure
+from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
+from core.analysis.fourier import BASES, check_basis_name, check_tau, fourier_basis
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample, with_shots
 
 DEFAULT_TAUS = (5, 10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
@@ -77,7 +78,7 @@ def _model_label(opts: PrecomputeOptions, loaded) -> str:
     if opts.label:
         return opts.label
     if loaded.local:
-        from core.models import read_recipe_label
+        from core.models.loading import read_recipe_label
 
         return read_recipe_label(Path(loaded.source)) or Path(loaded.source).name
     return opts.model
@@ -109,8 +110,8 @@ def run_identity(opts: PrecomputeOptions, loaded, taus) -> dict:
 def precompute(opts: PrecomputeOptions, log=print) -> Path:
     """Compute and publish a run; returns its folder. Raises CoreError on bad input."""
 
-    from core.cache import ensure_cache_dir
-    from core.models import ModuleNames, load_model
+    from core.runs.cache import ensure_cache_dir
+    from core.models.loading import ModuleNames, load_model
 
     check_basis_name(opts.basis)
     p = number_space(opts.task, opts.max_operand)  # checks the task and max operand before any work
@@ -160,7 +161,7 @@ def model_prompts(loaded, examples, pool, shots: int, seed: int) -> list[str]:
     """The prompts as the model reads them. k-shot examples show their answers exactly as the model
     is scored on them (its number-token convention), so an un-fine-tuned model sees in the prompt
     the very tokens it would emit."""
-    from core.models import prompt_texts
+    from core.models.loading import prompt_texts
 
     nt = loaded.numbers
     return prompt_texts(loaded, with_shots(examples, pool, shots, seed, lambda n: nt.prompt_suffix + nt.answer_text(n)))
@@ -189,7 +190,7 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
     """The stages of `precompute`, run under the run's lock."""
     import torch
 
-    from core.models import project_relative
+    from core.models.loading import project_relative
 
     name = writer.name
     if writer.exists and not opts.recompute:
@@ -262,10 +263,10 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
     if training_log is not None:
         writer.write("training_log", training_log)
 
-    from core.models import describe_model
+    from core.models.loading import describe_model
 
     acc = float(examples_frame["correct"].mean())
-    from core.filters import unembedding_rank
+    from core.analysis.filters import unembedding_rank
 
     manifest = {
         "label": label,
@@ -306,7 +307,7 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
 
 def embedding_tables(loaded, p: int, seed: int):
     """Spectra of the number rows of the input and output embeddings, and their t-SNE picture."""
-    from core.embeddings import embedding_clusters, spectrum_table
+    from core.analysis.embeddings import embedding_clusters, spectrum_table
 
     W_E = loaded.number_embedding(p).cpu().numpy()
     W_U = loaded.unembedding(p).cpu().numpy()
@@ -330,8 +331,8 @@ NUMBERS_JSON = "numbers.json"
 
 
 def _write_number_tables(writer: RunWriter, loaded, n_numbers: int, opts: PrecomputeOptions, log) -> dict:
-    """The number-representation tables (`core.numbers`) of every layer, into the staging folder."""
-    from core.numbers import representation_tables
+    """The number-representation tables (`core.analysis.numbers`) of every layer, into the staging folder."""
+    from core.analysis.numbers import representation_tables
 
     spectrum, probes, info = representation_tables(
         loaded, n_numbers, seed=opts.dataset_seed, batch_size=opts.batch_size, log=log, progress=opts.progress
@@ -346,7 +347,7 @@ def _upgrade_run(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, exa
     """A run cached by an older schema (2 or 3) gets the tables it lacks: the number tables (schema 3)
     and the phase tables (schema 4, one more capture pass). A run whose phase tables came from its
     cached sample (`python -m core upgrade`, model not here) gets them over every example once the
-    model is here, and tables of another phase version (core.phase.PHASE_VERSION) are made anew.
+    model is here, and tables of another phase version (core.analysis.phase.PHASE_VERSION) are made anew.
     Nothing else is recomputed."""
     manifest = read_json_file(writer.final / "manifest.json") or {}
     from_sample = (manifest.get("phase_locking") or {}).get("whole_split") is False
@@ -387,8 +388,8 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
     """
     import torch
 
-    from core.kshot import SHOTS, accuracy_by_shots, generation_error_table, generations_table
-    from core.models import describe_model, project_relative
+    from core.analysis.kshot import SHOTS, accuracy_by_shots, generation_error_table, generations_table
+    from core.models.loading import describe_model, project_relative
 
     first = loaded.numbers.first_split
     pieces = loaded.numbers.first_split_pieces
@@ -478,7 +479,7 @@ def _training_log(loaded):
     """A project-trained model ships its training log (and its extra seeds') beside its weights."""
     if not loaded.local:
         return None
-    from core.train import seed_logs
+    from core.training.train import seed_logs
 
     frame = seed_logs(Path(loaded.source))
     if frame is None:

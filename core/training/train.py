@@ -32,9 +32,10 @@ import numpy as np
 import pandas as pd
 
 from core.errors import CoreError
+from core.files import PROJECT_ROOT
 from core.tasks import build_examples, number_space, select_split
 
-RECIPE_DIR = Path(__file__).resolve().parent.parent / "recipes"
+RECIPE_DIR = PROJECT_ROOT / "recipes"
 CHECKPOINT = "checkpoint"
 #: fourier: synthetic sinusoids; transplant: another model's number-embedding rows (same width);
 #: representation: another model's hidden states of the numbers at a layer, mapped by an isometry.
@@ -60,7 +61,7 @@ class Recipe:
     dataset_seed: int = 0
     freeze: dict | None = None  # {"kind": "fourier", "periods": [...], "scale": 1.0} | {"kind": "transplant", "source": ...}
     init_from: str | None = None  # fine-tune an existing model folder instead of random init
-    number_tokens: dict | None = None  # add single number tokens and fine-tune (core.finetune): {"layer": 5, "context": ...}
+    number_tokens: dict | None = None  # add single number tokens and fine-tune (core.training.finetune): {"layer": 5, "context": ...}
     lora: dict | None = None  # with number_tokens: {"rank": 8, "alpha": 16, "targets": [...]}
     pretrain: dict | None = None  # {"epochs": 3, "n_sequences": 60000, "lr": 1e-3}
     epochs: int = 10
@@ -177,7 +178,7 @@ def build_model(recipe: Recipe, tokenizer):
     from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
     if recipe.init_from:
-        from core.models import resolve_source
+        from core.models.loading import resolve_source
 
         resolve_source(recipe.init_from)
         return AutoModelForCausalLM.from_pretrained(recipe.init_from, use_safetensors=True)
@@ -228,7 +229,7 @@ def fourier_embedding(n_numbers: int, width: int, periods, scale: float = 1.0, s
 
 def transplant_rows(source: str, tokenizer, n_numbers: int, width: int) -> np.ndarray:
     """The input-embedding rows of numbers 0..n-1 of another model, found through its number tokens."""
-    from core.models import load_model
+    from core.models.loading import load_model
 
     donor = load_model(source)
     donor.select_numbers(n_numbers, f"transplanting {n_numbers} number embeddings from {source}")
@@ -238,12 +239,12 @@ def transplant_rows(source: str, tokenizer, n_numbers: int, width: int) -> np.nd
 
 
 def representation_rows(freeze: dict, n_numbers: int, width: int, log=print) -> np.ndarray:
-    """Rows from another model's number representations (`core.numbers`) at `freeze["layer"]`, read
+    """Rows from another model's number representations (`core.analysis.numbers`) at `freeze["layer"]`, read
     in `freeze["context"]`: centred, unit rows, mapped into `width` by the isometry seeded with
     `freeze["isometry_seed"]` (default 0; the same for every training seed)."""
-    from core.importer import import_hint
-    from core.models import load_model
-    from core.numbers import number_representations, transplant_matrix
+    from core.models.importer import import_hint
+    from core.models.loading import load_model
+    from core.analysis.numbers import number_representations, transplant_matrix
 
     source = freeze["source"]
     if not Path(source).is_dir():
@@ -258,7 +259,7 @@ def representation_rows(freeze: dict, n_numbers: int, width: int, log=print) -> 
 
 
 def number_token_ids(tokenizer, p: int) -> np.ndarray:
-    from core.models import find_number_tokens, require_number_range
+    from core.models.loading import find_number_tokens, require_number_range
 
     numbers = find_number_tokens(tokenizer, p=p)
     require_number_range(numbers, p)
@@ -305,7 +306,7 @@ class AdditionBatches:
     def batches(self, batch_size: int, order=None):
         import torch
 
-        from core.capture import left_pad
+        from core.models.capture import left_pad
 
         order = np.arange(len(self)) if order is None else order
         for start in range(0, len(order), batch_size):
@@ -559,7 +560,7 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
     """Train a recipe; returns the output folder, the training log and the final test accuracy."""
     import torch
 
-    from core.vocab import number_tokenizer
+    from core.models.vocab import number_tokenizer
 
     if recipe.threads:
         torch.set_num_threads(recipe.threads)
@@ -698,7 +699,7 @@ def train_from_recipe(
     study) trains into OUT/seeds/[wWIDTH-]sSEED: its weights are not shipped, its log is, and
     precompute merges it into the run's training log. `run` trains one recipe into one folder:
     `train` (the default) for a model trained here from its recipe; the CLI passes
-    `core.finetune.finetune` for a recipe that fine-tunes a pre-trained model (`number_tokens`), so that
+    `core.training.finetune.finetune` for a recipe that fine-tunes a pre-trained model (`number_tokens`), so that
     this module, which fine-tuning builds on, never imports it."""
     shipped = Recipe.load(name)
     recipe = Recipe.load(name)

@@ -8,7 +8,7 @@ l = 1..L the residual stream after block l.
 
 Per layer two measurements:
 
-* **spectrum**: `core.embeddings.spectrum_table` of the (N x D) matrix, in both Fourier bases,
+* **spectrum**: `core.analysis.embeddings.spectrum_table` of the (N x D) matrix, in both Fourier bases,
   against the row-permutation null model that controls the family-wise error over all
   frequencies (the maximum over frequencies, 1,000 shuffles);
 * **linear probes**: for each modulus T, a multinomial logistic regression reads n mod T from the
@@ -78,7 +78,7 @@ def number_representations(
     """The last-token vector of every number 0..n_numbers-1 at every layer (see the module doc)."""
     import torch
 
-    from core.capture import capture
+    from core.models.capture import capture
 
     if n_numbers < 3:
         raise CoreError(f"number representations need at least 3 numbers, got {n_numbers}")
@@ -117,8 +117,8 @@ def _shared_prefix(a, b) -> int:
 
 def number_spectrum_table(reps: NumberRepresentations | np.ndarray, seed: int = 0, n_permutations: int | None = None) -> pd.DataFrame:
     """Per layer and basis: k, period, magnitude, null_mean, null_threshold, outlier."""
-    from core.embeddings import N_PERMUTATIONS, spectrum_table
-    from core.fourier import BASES, fourier_basis
+    from core.analysis.embeddings import N_PERMUTATIONS, spectrum_table
+    from core.analysis.fourier import BASES, fourier_basis
 
     vectors = reps.vectors if isinstance(reps, NumberRepresentations) else np.asarray(reps)
     n = vectors.shape[1]
@@ -176,7 +176,7 @@ def number_probes_table(
     pairs = [(T, "paper period") for T in moduli] + [(T, "control") for T in controls]
     pairs = [(T, role) for T, role in pairs if 2 <= T <= n // 2]  # a modulus needs two numbers per class at least
     jobs = [(layer, T, role) for layer in range(vectors.shape[0]) for T, role in pairs]
-    from core.capture import progress_bar
+    from core.models.capture import progress_bar
 
     bar = progress_bar(len(jobs), "probes", progress)
     for layer, T, role in jobs:
@@ -193,7 +193,7 @@ def representation_tables(loaded, n_numbers: int = DEFAULT_N, context: str | Non
     """`number_spectrum`, `number_probes` and a summary dict (context, tokens per number) for a model."""
     import time
 
-    from core.embeddings import N_PERMUTATIONS
+    from core.analysis.embeddings import N_PERMUTATIONS
 
     t0 = time.time()
     reps = number_representations(loaded, n_numbers, context, batch_size, progress)

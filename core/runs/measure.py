@@ -1,6 +1,6 @@
-"""The measurement pass of a run (stage 1 of `core.precompute`): one streaming capture over the split
+"""The measurement pass of a run (stage 1 of `core.runs.precompute`): one streaming capture over the split
 that gives the per-example results, the logit lens, the mean module spectra and their W_U-alone
-baseline, the sampled module logits and final waves, and (core.phase_run) the phase tables.
+baseline, the sampled module logits and final waves, and (core.runs.phase_run) the phase tables.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from core.fourier import BASES, fourier_basis, frequency_magnitudes, top_components
-from core.phase_run import PhaseStage
+from core.analysis.fourier import BASES, fourier_basis, frequency_magnitudes, top_components
+from core.runs.phase_run import PhaseStage
 from core.tasks import subsample
 
 WAVES_KEPT = 10  # top-k waves stored per sampled example (the dashboard picks k <= this)
@@ -17,11 +17,11 @@ WAVES_KEPT = 10  # top-k waves stored per sampled example (the dashboard picks k
 
 def measure(loaded, examples, texts, p: int, opts, running: str | None, log=print) -> dict:
     """The capture pass: per-example results, logit-lens accuracy, module spectra, sampled logits.
-    `opts`: the run's core.precompute.PrecomputeOptions (n_sample, dataset_seed, batch_size, progress)."""
+    `opts`: the run's core.runs.precompute.PrecomputeOptions (n_sample, dataset_seed, batch_size, progress)."""
     import torch
 
-    from core.capture import iter_capture
-    from core.filters import answer_losses
+    from core.models.capture import iter_capture
+    from core.analysis.filters import answer_losses
 
     L = loaded.n_layers
     unembed = loaded.unembed(p)  # final norm, W_U number rows, bias, scale, soft-cap
@@ -185,7 +185,7 @@ def module_spectra_baseline(
     """
     import torch
 
-    from core.fourier import frequency_magnitudes
+    from core.analysis.fourier import frequency_magnitudes
 
     D = unembed.width
     gen = torch.Generator(device="cpu").manual_seed(int(seed) + 7919)

@@ -1,6 +1,6 @@
 """The fine-tuning delta on its own: its file format, the number tokens it adds, and the exact rebuild.
 
-A fine-tuned model (core.finetune) is kept as a **delta** (`delta.safetensors`: the new number rows
+A fine-tuned model (core.training.finetune) is kept as a **delta** (`delta.safetensors`: the new number rows
 and the LoRA factors in float16, with their metadata). `rebuild` merges it into the base model and
 writes an ordinary model folder. The merge is W + (alpha / r) sum_k outer(B[:, k], A[k]), summed in
 float64 in a fixed order with elementwise numpy operations (no BLAS, whose rounding varies with the
@@ -90,10 +90,10 @@ def rebuild_hint(folder: Path) -> str:
         base = ""
     steps = []
     if base and not Path(base).is_dir():
-        from core.importer import import_hint
+        from core.models.importer import import_hint
 
         steps.append(import_hint(base).replace("import it first: ", "").replace("convert it first: ", ""))
-    from core.models import PROJECT_ROOT
+    from core.files import PROJECT_ROOT
 
     where = Path(folder).resolve()
     shown = where.relative_to(PROJECT_ROOT).as_posix() if PROJECT_ROOT in where.parents else str(where)
@@ -104,7 +104,7 @@ def rebuild_hint(folder: Path) -> str:
 def earlier_stage(recipe: dict) -> Path | None:
     """The model folder of the stage a fine-tuning recipe starts from (the folder of its
     `lora.init_delta`), absolute; None for a first stage."""
-    from core.models import project_path
+    from core.models.loading import project_path
 
     start = (recipe.get("lora") or {}).get("init_delta")
     return project_path(start).parent if start else None
@@ -171,7 +171,7 @@ def merged_model(base_folder: str, tensors: dict, meta: dict):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from core.models import find_parts
+    from core.models.loading import find_parts
 
     tokenizer = AutoTokenizer.from_pretrained(base_folder)
     model = AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
@@ -204,7 +204,7 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
     tensors, meta = read_delta(folder / DELTA_FILE)
     base = base or meta["base"]
     if not Path(base).is_dir():
-        from core.importer import import_hint
+        from core.models.importer import import_hint
 
         raise CoreError(f"the base model {base} is not here; {import_hint(base)}")
     t0 = time.time()
@@ -224,7 +224,7 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
         f.unlink()
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
-    from core.models import read_provenance
+    from core.models.loading import read_provenance
 
     provenance = {
         "kind": "fine-tuned",

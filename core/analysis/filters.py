@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from core.errors import CoreError
-from core.fourier import FourierBasis, band_frequencies, check_tau
+from core.analysis.fourier import FourierBasis, band_frequencies, check_tau
 
 MODULE_SETS = {"attn": ("attn",), "mlp": ("mlp",), "both": ("attn", "mlp")}
 POSITIONS = ("last", "all")
@@ -118,7 +118,7 @@ class ProjectionFilter:
 def projection_filter(unembedding, basis: FourierBasis, removed: Sequence[int], weight_dtype=None) -> ProjectionFilter:
     """The filter that removes the frequencies `removed` from what W_U reads off a module output.
 
-    `unembedding`: W_U's number rows (p, D) as an array or tensor, or a `core.models.Unembed`. The
+    `unembedding`: W_U's number rows (p, D) as an array or tensor, or a `core.models.loading.Unembed`. The
     rank of A = F[removed] W_U counts singular values above `rank_tolerance` for the dtype the
     weights are stored in (`weight_dtype`, else the one the unembedding carries).
     """
@@ -353,7 +353,7 @@ def evaluate_by_full_recompute(loaded, texts, answers, p: int, flt, modules: str
     (tests, `scripts/bench_core.py --full`); it costs one full pass per condition."""
     import torch
 
-    from core.capture import forward_batch, prepare_batches
+    from core.models.capture import forward_batch, prepare_batches
 
     answers = np.asarray(answers, dtype=np.int64)
     ids = torch.as_tensor(loaded.numbers.ids_for(p))
@@ -408,7 +408,7 @@ class PrefixCache:
         self.key = None
         self.entries: dict[int, list] = {}
         self.bytes = 0
-        self.batches = None  # the tokenized, batched prompts (core.capture.PreparedBatch)
+        self.batches = None  # the tokenized, batched prompts (core.models.capture.PreparedBatch)
 
     def use_for(self, key) -> None:
         """Start over when the prompts (or their batching) change."""
@@ -464,7 +464,7 @@ def evaluate_conditions(
 
     import torch
 
-    from core.capture import prepare_batches, progress_bar
+    from core.models.capture import prepare_batches, progress_bar
 
     if positions not in POSITIONS:
         raise CoreError(f"unknown positions {positions!r}: choose 'last' (answer position) or 'all'")
@@ -546,7 +546,7 @@ def evaluate_conditions(
 
 
 def _full_pass(loaded, batch):
-    from core.capture import forward_batch
+    from core.models.capture import forward_batch
 
     return forward_batch(loaded, batch)
 
@@ -660,7 +660,7 @@ def _answer_position_passes(
     """
     import torch
 
-    from core.capture import forward_accepts
+    from core.models.capture import forward_accepts
 
     model = loaded.model
     device = loaded.input_device

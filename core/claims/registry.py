@@ -14,9 +14,9 @@ A `run` here is anything with `.manifest` (dict) and `.table(name)` (a DataFrame
 Run, or `TableRun` over a cache folder. No Streamlit in this module.
 """
 
-from core.claim_base import VERDICT_SCORE, VERDICTS, Claim, TableRun
-from core.claims_features import claim_behaviour, claim_embeddings, claim_numbers, claim_training, digit_derived
-from core.claims_mechanism import (
+from core.claims.base import VERDICT_SCORE, VERDICTS, Claim, TableRun
+from core.claims.features import claim_behaviour, claim_embeddings, claim_numbers, claim_training, digit_derived
+from core.claims.mechanism import (
     claim_ablations,
     claim_accuracy,
     claim_logit_lens,
@@ -28,7 +28,7 @@ from core.claims_mechanism import (
     selection_note_of,
 )
 from core.errors import CoreError
-from core.origin import describe_run, run_origin
+from core.runs.origin import describe_run, run_origin
 from core.paper import ACCURACY
 
 __all__ = [

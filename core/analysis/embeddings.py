@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from core.errors import CoreError
-from core.fourier import FourierBasis, magnitudes_from_coefficients
+from core.analysis.fourier import FourierBasis, magnitudes_from_coefficients
 
 
 def embedding_spectrum(embedding, basis: FourierBasis) -> np.ndarray:

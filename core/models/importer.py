@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from core.errors import CoreError
-from core.models import PROBE_PROMPT, PROJECT_ROOT, project_relative
+from core.files import PROJECT_ROOT, sha256_file
+from core.models.loading import PROBE_PROMPT, project_relative
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,6 @@ PROVENANCE = "provenance.json"
 
 
 def sha256_of(path: Path) -> str:
-    from core.cache import sha256_file
-
     return sha256_file(path).removeprefix("sha256:")
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from core.claim_base import Claim, pct, periods, seeds
-from core.origin import run_origin
+from core.claims.base import Claim, pct, periods, seeds
+from core.runs.origin import run_origin
 from core.paper import ACCURACY, OUTLIER_PERIODS
 
 def _feature_verdict(origin: str, n_short: int) -> tuple[str, str]:
@@ -85,13 +85,13 @@ def claim_embeddings(run, basis: str = "paper") -> Claim:
 def claim_numbers(run, basis: str = "paper") -> Claim:
     """Numbers step. Paper: pre-trained models' number embeddings have outliers at periods 2, 2.5,
     5, 10 (GPT-2-XL, Phi-2, RoBERTa...); from scratch none. The paper looks at the embedding only;
-    the run's tables hold every layer's representation of the numbers (core.numbers).
+    the run's tables hold every layer's representation of the numbers (core.analysis.numbers).
     Measured: at the layer where probes read n mod 2, 5, 10, 100 best, which of 2, 2.5, 5, 10 are
     spectrum outliers (family-wise null), and the probes' kappas there (controls mod 3, 7).
     Verdict by origin, as for the embeddings: planted -> not tested; from scratch -> agrees when none
     of the four is an outlier at layer 0; otherwise agrees with 3 or 4 of them at the best layer,
     partly with 1 or 2, does not with none."""
-    from core.views import best_probe_layer, number_summary
+    from core.runs.summaries import best_probe_layer, number_summary
 
     spectrum, probes = run.table("number_spectrum"), run.table("number_probes")
     origin = run_origin(run.manifest)["kind"]

@@ -3,7 +3,7 @@
 The project's own demo models and the tests' tiny models use these: each word, punctuation mark
 and number of the prompts is one token, so the number tokens are known exactly and nothing is
 downloaded. Spaces are dropped by the pre-tokenizer (GPT-2 keeps them inside its number tokens,
-" 108"; here "108" alone stands for the answer, and `core.models.find_number_tokens` finds it
+" 108"; here "108" alone stands for the answer, and `core.models.loading.find_number_tokens` finds it
 either way).
 """
 

@@ -1,7 +1,7 @@
 """The ablation grid of a run: every filter condition (modules x band removed x tau, keep-one
 frequency, random-subspace controls), evaluated at the answer position with the prefix shared across
-conditions (core.filters.evaluate_conditions), saved condition by condition so an interrupted grid
-resumes; and the error-analysis table built from it. Part of `core.precompute`'s stages.
+conditions (core.analysis.filters.evaluate_conditions), saved condition by condition so an interrupted grid
+resumes; and the error-analysis table built from it. Part of `core.runs.precompute`'s stages.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from core.behaviour import error_histogram, error_summary
-from core.cache import RunWriter
+from core.analysis.behaviour import error_histogram, error_summary
+from core.runs.cache import RunWriter
 
 def ablation_specs(basis, taus, controls: bool = True):
     """The grid: no filter; modules x band removed x tau; keep-one for periods 2 and p-1; and, for
     each band filter, a random-subspace control of the same rank (unless `controls` is False)."""
-    from core.filters import Ablation
+    from core.analysis.filters import Ablation
 
     specs = [Ablation()]
     for tau in taus:
@@ -58,11 +58,11 @@ def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts, writer: Run
     """Evaluate every ablation of the grid in one pass over the prompts.
 
     With filters at the answer position the prefix of each batch runs once and every condition
-    runs on the last token only (core.filters.evaluate_conditions). Partial results are
+    runs on the last token only (core.analysis.filters.evaluate_conditions). Partial results are
     checkpointed in the staging folder, so an interrupted grid resumes where it stopped. `opts`: the
-    run's core.precompute.PrecomputeOptions (positions, batch_size, progress are read).
+    run's core.runs.precompute.PrecomputeOptions (positions, batch_size, progress are read).
     """
-    from core.filters import Condition, GridProgress, evaluate_conditions
+    from core.analysis.filters import Condition, GridProgress, evaluate_conditions
 
     W_U = loaded.unembedding(p)
     done = writer.read_json("ablations.partial.json") or {}
@@ -148,7 +148,7 @@ def _write_progress(path: Path, state) -> None:
 
 def _read_progress(path: Path, meta, keys: list[str]):
     """The saved partial results, if they belong to exactly these pending conditions."""
-    from core.filters import GridProgress
+    from core.analysis.filters import GridProgress
 
     if not path.exists() or not meta or meta.get("keys") != keys:
         return None

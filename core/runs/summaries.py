@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from core.behaviour import error_histogram, error_summary
+from core.analysis.behaviour import error_histogram, error_summary
 from core.errors import CoreError
-from core.fourier import band_energy_share
-from core.origin import run_origin
+from core.analysis.fourier import band_energy_share
+from core.runs.origin import run_origin
 from core.paper import TABLE1_GPT2_XL
-from core.phase import locked
+from core.analysis.phase import locked
 
 MODULE_NAMES = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)", "final": "Final logits"}
 ABLATION_MODULES = {"both": "Attn + MLP", "attn": "Attn", "mlp": "MLP"}
@@ -366,8 +366,8 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
     """
     import json
 
-    from core.delta import earlier_stage
-    from core.models import project_path
+    from core.training.delta import earlier_stage
+    from core.models.loading import project_path
 
     cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from", "cached"]
 
@@ -496,7 +496,7 @@ def control_comparison(ablations: pd.DataFrame) -> pd.DataFrame:
 def locking_grid(phase_locking: pd.DataFrame) -> pd.DataFrame:
     """The attention and MLP rows of `phase_locking` for the layer-by-period figure: module (Attention /
     MLP), layer, period label, locking R, energy share, the chance threshold and whether it locks
-    (core.phase.locked)."""
+    (core.analysis.phase.locked)."""
     t = phase_locking[phase_locking["kind"].isin(["attn", "mlp"])].copy()
     t["module"] = t["kind"].map({"attn": "Attention", "mlp": "MLP"})
     t["T"] = t["period"].map(lambda x: f"{x:g}")

@@ -1,7 +1,7 @@
 """Random-init models of several architectures with a word-level number tokenizer, saved to a folder.
 
 The tests and the benchmark build their models with this: nothing is downloaded, every number
-0..max_number is one token, and the folder loads through the same `core.models.load_model`
+0..max_number is one token, and the folder loads through the same `core.models.loading.load_model`
 path as a real checkpoint (config.json + model.safetensors + tokenizer files).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.errors import CoreError
-from core.vocab import number_tokenizer
+from core.models.vocab import number_tokenizer
 
 ARCHITECTURES = ("gpt2", "gptj", "gpt_neox", "phi", "llama", "mistral", "qwen2")
 #: Layouts that normalise each module's output before adding it to the stream (handled by hooking the post-norms).

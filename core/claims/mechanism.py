@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from core.claim_base import Claim, is_short, periods, pct, running_example_of, structural_reason
-from core.origin import run_origin
+from core.claims.base import Claim, is_short, periods, pct, running_example_of, structural_reason
+from core.runs.origin import run_origin
 from core.paper import ACCURACY, TABLE1_GPT2_XL, TABLE1_TAU
-from core.phase import locked
+from core.analysis.phase import locked
 
 def _validation_accuracy(run) -> tuple[float | None, str]:
     """(accuracy, where) on the validation split from the run's training log: the last epoch of the shipped seed."""
@@ -157,7 +157,7 @@ _MOD = {2.0: "parity (mod 2)", 2.5: "mod 2.5", 5.0: "mod 5", 10.0: "mod 10", 104
 
 
 def module_locks(run) -> pd.DataFrame:
-    """The attention and MLP rows of `phase_locking` that lock (core.phase.locked) at a short period, strongest first."""
+    """The attention and MLP rows of `phase_locking` that lock (core.analysis.phase.locked) at a short period, strongest first."""
     t = run.table("phase_locking")
     t = t[t["kind"].isin(["attn", "mlp"]) & t["period"].map(is_short)]
     return t[locked(t)].sort_values("locking", ascending=False).reset_index(drop=True)
@@ -170,8 +170,8 @@ def _who(row) -> str:
 def claim_module_waves(run) -> Claim:
     """Step 3. Paper: for 15 + 93 in GPT-2-XL, MLP 33 favours even numbers (period 2) and attention 40
     the numbers congruent to 108 mod 5 and 10. One example cannot tell a computation from a bias, so the
-    measurement is phase locking over every example of the split (`phase_locking`, core.phase): a module
-    *locks* to period T (`core.phase.locked`) when its wave's peak follows the answer mod T: R above the
+    measurement is phase locking over every example of the split (`phase_locking`, core.analysis.phase): a module
+    *locks* to period T (`core.analysis.phase.locked`) when its wave's peak follows the answer mod T: R above the
     family-wise shuffle threshold and at least 0.3, a phase that is not the same for every question
     (constant phase below 0.9), and at least 5% of its non-constant energy at T.
     Verdict: agrees when some MLP locks to T = 2 and some attention to T = 5 or 10; partly when any
@@ -260,21 +260,21 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
     and the frequencies above the W_U-alone baseline. Verdict: agrees when the MLP's low share exceeds
     attention's by 10 points or more and attention's top periods include 2, 2.5, 5 or 10; partly when
     one of the two holds; else does not."""
-    from core.fourier import band_energy_share
-    from core.views import top_periods_by_module
+    from core.analysis.fourier import band_energy_share
+    from core.runs.summaries import top_periods_by_module
 
     spec = run.table("module_spectra")
     spec = spec[spec["basis"] == "paper"]
     L = int(run.manifest["n_layers"])
     keep = list(range(max(1, L - last_layers + 1), L + 1))
     shares, tops = {}, {}
-    for m in ("mlp", "attn"):  # the same mean spectra as the Tour's bar chart (core.views.top_periods_by_module)
+    for m in ("mlp", "attn"):  # the same mean spectra as the Tour's bar chart (core.runs.summaries.top_periods_by_module)
         mean = top_periods_by_module(spec, "paper", m, last_layers=len(keep), top=int(spec["k"].max()))
         shares[m] = band_energy_share(mean.sort_values("k")["magnitude"].to_numpy(), tau)[0]
         tops[m] = [float(t) for t in mean["period"].head(5)]
     above = {}
     if "module_spectra_baseline" in (run.manifest.get("tables") or {}):
-        from core.views import BASELINE_RATIO
+        from core.runs.summaries import BASELINE_RATIO
 
         base = run.table("module_spectra_baseline")
         base = base[(base["basis"] == "paper") & base["layer"].isin(keep)]
@@ -405,7 +405,7 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     10 points below both that opposite cell and its own random control.
     Verdict: agrees when both modules show it, partly when one does, else does not. The error shapes
     (multiples of 10 under MLP-low, below 6 under attention-high) are reported beside it."""
-    from core.views import error_distribution, nearest_tau, table1
+    from core.runs.summaries import error_distribution, nearest_tau, table1
 
     ab = run.table("ablations")
     t = nearest_tau(ab, tau)
