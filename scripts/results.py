@@ -157,7 +157,7 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
     from core.runs import summaries
     from core.runs.cache import read_table
     from core.claims.registry import run_origin
-    from core.models.loading import project_path
+    from core.models.source import project_path
     from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2
 
     for r in runs:

@@ -93,7 +93,7 @@ def test_random_subspace_is_haar_distributed_within_the_row_space():
 
 
 def test_module_spectra_baseline_is_what_w_u_gives_random_vectors():
-    from core.models.loading import Unembed
+    from core.models.unembed import Unembed
     from core.runs.measure import module_spectra_baseline
 
     p, width = 61, 32

@@ -60,7 +60,7 @@ def test_added_number_tokens_are_single_tokens_with_their_space(tiny_base):
     from transformers import AutoTokenizer
 
     from core.training.finetune import add_number_tokens
-    from core.models.loading import find_number_tokens
+    from core.models.number_tokens import find_number_tokens
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
     assert find_number_tokens(tok).P == 10  # digits split before
@@ -407,7 +407,7 @@ def test_full_training_ships_its_change_as_exact_low_rank_factors(tiny_base, tmp
     names = sorted(k[len("full."):-len(".weight")] for k in trained if k.startswith("full."))
     assert names and all(f"lora.{n}.A" in tensors and f"lora.{n}.B" in tensors for n in names)
     assert not any(k.startswith("full.") for k in tensors)
-    from core.models.loading import find_parts
+    from core.models.parts import find_parts
 
     blocks = find_parts(base).blocks
     for n in names:

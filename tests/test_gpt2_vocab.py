@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import CoreError
-from core.models.loading import choose_number_tokens, find_number_tokens, number_token_candidates
+from core.models.number_tokens import choose_number_tokens, find_number_tokens, number_token_candidates
 
 VOCAB = Path(__file__).parent / "data" / "gpt2-vocab"
 
@@ -54,7 +54,7 @@ def test_both_conventions_on_gpt2_vocabulary(gpt2_tokenizer):
     assert choose_number_tokens([lead, spaced, glued], 521) is glued
     assert find_number_tokens(gpt2_tokenizer, p=521) == glued
     with pytest.raises(CoreError, match=r"needs the numbers 0..599.*521 is the first number that is not one token.*--max-operand 260"):
-        from core.models.loading import require_number_range
+        from core.models.number_tokens import require_number_range
 
         require_number_range(choose_number_tokens([lead, spaced, glued], 600), 600)
 

@@ -8,7 +8,10 @@ from core.models.capture import LastPositionRecorder, capture, prepare_batches
 from core.errors import CoreError
 from core.analysis.filters import filtered, high_pass
 from core.analysis.fourier import band_frequencies, fourier_basis, frequency_magnitudes
-from core.models.loading import ModuleNames, find_number_tokens, find_parts, load_model, require_number_range
+from core.models.loading import load_model
+from core.models.names import ModuleNames
+from core.models.number_tokens import find_number_tokens, require_number_range
+from core.models.parts import find_parts
 from core.models.random_models import ARCHITECTURES
 from core.models.vocab import digit_tokenizer
 

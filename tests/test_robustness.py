@@ -201,7 +201,7 @@ def test_folder_without_tokenizer_files(model_dir, tmp_path, capsys):
 
 
 def test_tokenizer_without_any_single_token_number(tmp_path):
-    from core.models.loading import NumberTokens, require_number_range
+    from core.models.number_tokens import NumberTokens, require_number_range
 
     with pytest.raises(CoreError, match="not even 0 as one token"):
         require_number_range(NumberTokens((), "", 0, ("Ġ0",)), 521)
@@ -315,7 +315,7 @@ def test_a_leftover_checkpoint_beside_the_weights_does_not_change_the_fingerprin
     """Only the files from_pretrained loads identify the model (a run's name must not depend on leftovers)."""
     import shutil
 
-    from core.models.loading import fingerprint_folder
+    from core.models.source import fingerprint_folder
 
     folder = tmp_path / "m"
     shutil.copytree(model_dir("gpt2"), folder)

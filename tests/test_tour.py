@@ -303,7 +303,7 @@ def test_every_fine_tuned_run_describes_itself_from_its_recipe_and_summary():
     summary say (full fine-tuning or LoRA, frozen blocks, epochs, device, delta size and whether it ships)."""
     import json
 
-    from core.models.loading import project_path
+    from core.models.source import project_path
     from core.runs.origin import describe_run
 
     tuned = [r for r in SHIPPED if run_origin(r.manifest)["kind"] == "fine-tuned"]

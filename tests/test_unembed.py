@@ -76,14 +76,14 @@ def test_post_norm_layouts_hook_what_is_added_or_are_refused(tmp_path, arch):
     gap = got["resid"][:, 1:] - got["resid"][:, :-1] - got["attn"] - got["mlp"]
     assert np.abs(gap).max() < 1e-4 * np.abs(got["resid"]).max()
     # hooking the modules before their post-norm (as for Llama) breaks h(l) = h(l-1) + Attn(l) + MLP(l): refused
-    from core.models.loading import ModuleNames
+    from core.models.names import ModuleNames
 
     with pytest.raises(CoreError, match=r"h\(l\) - h\(l-1\) - Attn\(l\) - MLP\(l\) is .* of h\(l\) at layer 1.*post-norm"):
         load_model(str(folder), module_names=ModuleNames("model.layers", "self_attn", "mlp", "model.norm"))
 
 
 def test_wrong_module_names_are_refused_at_load(model_dir, tmp_path):
-    from core.models.loading import ModuleNames
+    from core.models.names import ModuleNames
 
     folder = str(model_dir("gpt2"))
     with pytest.raises(CoreError, match=r"not what each block adds to the residual stream"):

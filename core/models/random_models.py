@@ -9,6 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import torch
+import transformers as tf
+from gguf import GGMLQuantizationType, GGUFWriter, TokenType
+from gguf.quants import dequantize
+from gguf.quants import quantize as quantize_array
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers.convert_slow_tokenizer import bytes_to_unicode
+
 from core.errors import CoreError
 from core.models.vocab import number_tokenizer
 
@@ -21,12 +30,6 @@ def random_config(
     arch: str, vocab_size: int, n_layers: int = 2, width: int = 64, heads: int = 4, max_positions: int = 256, **special
 ):
     """A small config of `arch`; `special` sets token ids (pad_token_id, bos_token_id, eos_token_id)."""
-    import transformers as tf
-
-    return _config(tf, arch, vocab_size, n_layers, width, heads, max_positions, special)
-
-
-def _config(tf, arch, vocab_size, n_layers, width, heads, max_positions, special):
     common_llama = dict(
         vocab_size=vocab_size,
         hidden_size=width,
@@ -79,7 +82,8 @@ def _config(tf, arch, vocab_size, n_layers, width, heads, max_positions, special
         return tf.Gemma2Config(**common_llama, head_dim=width // heads, final_logit_softcapping=30.0)
     if arch == "olmo2":
         return tf.Olmo2Config(**common_llama)
-    raise CoreError(f"unknown architecture {arch!r}: choose one of {', '.join(ARCHITECTURES + POST_NORM_ARCHITECTURES)}")
+    choices = ", ".join(ARCHITECTURES + POST_NORM_ARCHITECTURES)
+    raise CoreError(f"unknown architecture {arch!r}: choose one of {choices}")
 
 
 def save_random_model(
@@ -93,9 +97,6 @@ def save_random_model(
     tokenizer=None,
 ) -> Path:
     """Build a random-init model with a number tokenizer and save both (safetensors) to `folder`."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     tok = tokenizer if tokenizer is not None else number_tokenizer(max_number)
     special = dict(pad_token_id=tok.pad_token_id, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
     config = random_config(arch, len(tok), n_layers, width, heads, **special)
@@ -122,13 +123,6 @@ def write_tiny_llama_gguf(path: str | Path, n_layers: int = 2, width: int = 64, 
     Returns (path, reference): `reference` is a transformers model holding exactly the weights the
     file stores (after quantization), so an import can be checked against its logits.
     """
-    import numpy as np
-    import torch
-    from gguf import GGMLQuantizationType, GGUFWriter, TokenType
-    from gguf.quants import dequantize, quantize as quantize_array
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
     spell = bytes_to_unicode()
     tokens = [spell[b] for b in range(256)]
     merges = ["Ġ t", "h e", "Ġt he", "Ġ a", "n d", "Ġa nd", "1 5", "9 3", "Ġ 1", "e r"]

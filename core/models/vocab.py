@@ -3,13 +3,17 @@
 The project's own demo models and the tests' tiny models use these: each word, punctuation mark
 and number of the prompts is one token, so the number tokens are known exactly and nothing is
 downloaded. Spaces are dropped by the pre-tokenizer (GPT-2 keeps them inside its number tokens,
-" 108"; here "108" alone stands for the answer, and `core.models.loading.find_number_tokens` finds it
+" 108"; here "108" alone stands for the answer, and `core.models.number_tokens.find_number_tokens` finds it
 either way).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
+
+from tokenizers import Tokenizer, pre_tokenizers
+from tokenizers.models import WordLevel
+from transformers import PreTrainedTokenizerFast
 
 from core.tasks import TASKS, vocabulary_words
 
@@ -18,9 +22,6 @@ SPECIAL_TOKENS = ("<pad>", "<unk>", "<eos>")
 
 def number_tokenizer(max_number: int, extra_words: Sequence[str] = (), tasks: Sequence[str] = TASKS):
     """A fast tokenizer whose vocabulary is the special tokens, 0..max_number, and the prompt words."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     vocab: dict[str, int] = {}
     for tok in SPECIAL_TOKENS:
         vocab[tok] = len(vocab)
@@ -29,7 +30,7 @@ def number_tokenizer(max_number: int, extra_words: Sequence[str] = (), tasks: Se
     for w in list(vocabulary_words(tasks)) + list(extra_words):
         if w not in vocab:
             vocab[w] = len(vocab)
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core = Tokenizer(WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(), pre_tokenizers.Digits(individual_digits=False)]
     )
@@ -41,15 +42,12 @@ def number_tokenizer(max_number: int, extra_words: Sequence[str] = (), tasks: Se
 
 def digit_tokenizer(extra_words: Sequence[str] = (), tasks: Sequence[str] = TASKS):
     """A word-level tokenizer that splits every number into its digits (like Llama's)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
     for d in range(10):
         vocab[str(d)] = len(vocab)
     for w in list(vocabulary_words(tasks)) + list(extra_words):
         vocab.setdefault(w, len(vocab))
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core = Tokenizer(WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(), pre_tokenizers.Digits(individual_digits=True)]
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from core.models.loading import project_path
+from core.models.source import project_path
 
 
 def run_origin(manifest: dict) -> dict:

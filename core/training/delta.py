@@ -104,7 +104,7 @@ def rebuild_hint(folder: Path) -> str:
 def earlier_stage(recipe: dict) -> Path | None:
     """The model folder of the stage a fine-tuning recipe starts from (the folder of its
     `lora.init_delta`), absolute; None for a first stage."""
-    from core.models.loading import project_path
+    from core.models.source import project_path
 
     start = (recipe.get("lora") or {}).get("init_delta")
     return project_path(start).parent if start else None
@@ -171,7 +171,7 @@ def merged_model(base_folder: str, tensors: dict, meta: dict):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from core.models.loading import find_parts
+    from core.models.parts import find_parts
 
     tokenizer = AutoTokenizer.from_pretrained(base_folder)
     model = AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
@@ -224,7 +224,7 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
         f.unlink()
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
-    from core.models.loading import read_provenance
+    from core.models.source import read_provenance
 
     provenance = {
         "kind": "fine-tuned",

@@ -138,7 +138,7 @@ def _lora_targets(model, targets) -> list[tuple[str, object, str]]:
     """(block-relative name, parent module, attribute) of every targeted linear map, in block order."""
     import torch
 
-    from core.models.loading import find_parts
+    from core.models.parts import find_parts
 
     parts = find_parts(model)
     found = []
@@ -453,7 +453,8 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     import torch
     from transformers import AutoTokenizer
 
-    from core.models.loading import load_model, resolve_source
+    from core.models.loading import load_model
+    from core.models.source import resolve_source
     from core.tasks import build_examples, number_space, select_split
     from core.training.train import AdditionBatches, TrainResult, answer_loss, evaluate_split, lr_schedule, step_bar
 
