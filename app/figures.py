@@ -9,8 +9,10 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from app.common import Run, styled
+from app.common import styled
+from app.shared import share_figures
 from core.runs import summaries
+from core.runs.reader import RunReader, Table
 
 ANSWER_COLOUR = "#d62728"
 #: Shares 0..100%: the domain has a little room beyond both ends, so a line or point at 0% or 100%
@@ -20,8 +22,8 @@ PCT_AXIS = alt.Axis(format="%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0])
 MODULE_COLOURS = alt.Scale(domain=["Attention", "MLP"], range=["#1f77b4", "#ff7f0e"])
 
 
-def accuracy_by_layer(run: Run, final_norm: bool):
-    data = summaries.accuracy_by_layer(run.table("layer_accuracy"), final_norm)
+def accuracy_by_layer(run: RunReader, final_norm: bool):
+    data = summaries.accuracy_by_layer(run.table(Table.LAYER_ACCURACY), final_norm)
     how = "final norm applied" if final_norm else "no final norm (the paper's reading)"
     chart = (
         alt.Chart(data)
@@ -46,8 +48,8 @@ def accuracy_by_layer(run: Run, final_norm: bool):
 HEATMAP_ROWS = 16
 
 
-def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
-    around = summaries.logits_around_answer(run.table("module_logits"), example.name, int(example["answer"]), window)
+def logit_heatmap(run: RunReader, example: pd.Series, window: int = 12):
+    around = summaries.logits_around_answer(run.table(Table.MODULE_LOGITS), example.name, int(example["answer"]), window)
     data, n_rows = summaries.strongest_rows(around, HEATMAP_ROWS)
     reach = summaries.robust_reach(data["centred"])  # symmetric, and a few extreme cells do not wash out the rest
     chart = (
@@ -75,10 +77,10 @@ def logit_heatmap(run: Run, example: pd.Series, window: int = 12):
     return styled(chart + answer, title, row_step=24), data, caption
 
 
-def module_wave(run: Run, example: pd.Series, layer: int):
+def module_wave(run: RunReader, example: pd.Series, layer: int):
     frames = []
     for module in ("attn", "mlp"):
-        w = summaries.logit_wave(run.table("module_logits"), example.name, module, layer)
+        w = summaries.logit_wave(run.table(Table.MODULE_LOGITS), example.name, module, layer)
         w["module"] = summaries.MODULE_NAMES[module]
         frames.append(w)
     data = pd.concat(frames, ignore_index=True)
@@ -97,9 +99,8 @@ def module_wave(run: Run, example: pd.Series, layer: int):
     return styled(lines + rule, f"Layer {layer}: module logits as waves over the number line — {run.label}"), data, caption
 
 
-def final_logits(run: Run, example: pd.Series):
-    data = summaries.final_logits(run.table("module_logits"), example.name)
-    data["centred"] = data["logit"] - data["logit"].mean()
+def final_logits(run: RunReader, example: pd.Series):
+    data = summaries.centred_final_logits(run.table(Table.MODULE_LOGITS), example.name)
     line = (
         alt.Chart(data)
         .mark_line(strokeWidth=1.5, color="#1f5fa8")
@@ -116,8 +117,8 @@ def final_logits(run: Run, example: pd.Series):
     return styled(line + rule, f"What the model says after '{example['a']} + {example['b']}': logits over all numbers — {run.label}"), data, caption
 
 
-def accuracy_by_answer(run: Run, bin_width: int = 20):
-    data = summaries.accuracy_by_answer(run.table("examples"), bin_width)
+def accuracy_by_answer(run: RunReader, bin_width: int = 20):
+    data = summaries.accuracy_by_answer(run.table(Table.EXAMPLES), bin_width)
     long = data.melt(id_vars=["answer_from", "answer_to", "n"], value_vars=["accuracy", "within_10"], var_name="measure", value_name="share")
     long["measure"] = long["measure"].map({"accuracy": "exact", "within_10": "within ±10"})
     chart = (
@@ -134,20 +135,21 @@ def accuracy_by_answer(run: Run, bin_width: int = 20):
     return styled(chart, f"Accuracy by answer size — {run.label}"), long, caption
 
 
-def spectrum_heatmap(run: Run, basis: str, module: str, tau: int):
-    data = summaries.spectrum_heatmap(run.table("module_spectra"), basis, module)
+def spectrum_heatmap(run: RunReader, basis: str, module: str, tau: int):
+    data = summaries.spectrum_heatmap(run.table(Table.MODULE_SPECTRA), basis, module)
+    fourier = run.basis(basis)
+    span = fourier.span
     chart = (
         alt.Chart(data)
         .mark_rect()
         .encode(
-            x=alt.X("k:O", title=f"frequency k (period T = {_span(run, basis)}/k)", axis=alt.Axis(values=_k_ticks(run), labelAngle=0)),
+            x=alt.X("k:O", title=f"frequency k (period T = {span}/k)", axis=alt.Axis(values=_k_ticks(fourier.k_max), labelAngle=0)),
             y=alt.Y("layer:O", title="layer", sort="descending"),
             color=alt.Color("shown:Q", title="mean |Fourier| (log)", scale=alt.Scale(type="log", scheme="viridis")),
             tooltip=["layer", "k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f")],
         )
     )
     cut = alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(color="white", strokeDash=[6, 3], strokeWidth=2).encode(x="k:O")
-    span = _span(run, basis)
     caption = (
         f"Each row is a layer, each column a frequency k (brighter: larger, on a log scale); k = {span // 10}, {span // 5}, "
         f"{round(span / 2.5)}, {span // 2} are periods 10, 5, 2.5, 2. The dashed line is the cutoff tau = {tau}. "
@@ -157,19 +159,16 @@ def spectrum_heatmap(run: Run, basis: str, module: str, tau: int):
     return styled(chart + cut, f"{name}: mean Fourier magnitude of module logits, by layer and frequency — {run.label}", height=max(160, min(420, 14 * run.n_layers))), data, caption
 
 
-def _span(run: Run, basis: str) -> int:
-    return run.p - 1 if basis == "paper" else run.p
-
-
-def _k_ticks(run: Run) -> list[int]:
-    K = run.k_max
+def _k_ticks(K: int) -> list[int]:
+    """Frequency ticks of the heatmap (on the paper's 521 numbers: periods 520, 20, 10, 5, 4, 3, 2.5, 2)."""
     ticks = [1, 26, 52, 104, 130, 173, 208, 260] if K == 260 else list(range(1, K + 1, max(1, K // 8)))
     return [t for t in ticks if t <= K]
 
 
-def layer_spectrum(run: Run, basis: str, module: str, layer: int, tau: int):
-    data = summaries.layer_spectrum(run.table("module_spectra"), basis, module, layer, tau, baseline=run.table("module_spectra_baseline"))
-    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1], nice=False), axis=_k_axis(run.k_max)))
+def layer_spectrum(run: RunReader, basis: str, module: str, layer: int, tau: int):
+    data = summaries.layer_spectrum(run.table(Table.MODULE_SPECTRA), basis, module, layer, tau, baseline=run.table(Table.MODULE_SPECTRA_BASELINE))
+    k_max = run.basis(basis).k_max
+    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max)))
     bars = base.mark_bar(width=2).encode(
         y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
         color=alt.Color("band:N", title="band", scale=alt.Scale(domain=["low (k < tau)", "high (k ≥ tau)"], range=["#ff7f0e", "#1f77b4"])),
@@ -187,14 +186,12 @@ def layer_spectrum(run: Run, basis: str, module: str, layer: int, tau: int):
     return styled(bars + null + labels + cut, f"{name}, layer {layer}: Fourier spectrum of the module logits — {run.label}"), data, caption
 
 
-def waves(run: Run, example: pd.Series, basis: str, top: int, window: int | None = None):
+def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int | None = None):
     """Top-k waves and their sum over the number line (or only answer ± window, to see short waves)."""
-    comps, total = summaries.waves_for(run.table("final_waves"), example.name, basis, top)
-    logits = summaries.final_logits(run.table("module_logits"), example.name)
-    logits["centred"] = logits["logit"] - logits["logit"].mean()
-    lo, hi = 0, run.p - 1
+    comps, total = summaries.waves_for(run.table(Table.FINAL_WAVES), example.name, basis, top)
+    logits = summaries.centred_final_logits(run.table(Table.MODULE_LOGITS), example.name)
+    lo, hi = summaries.number_window(int(example["answer"]), window, run.p)
     if window is not None:
-        lo, hi = max(0, int(example["answer"]) - window), min(run.p - 1, int(example["answer"]) + window)
         comps = comps[comps["number"].between(lo, hi)]
         total = total[total["number"].between(lo, hi)]
     x = alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[lo, hi], nice=False))
@@ -226,8 +223,8 @@ def waves(run: Run, example: pd.Series, basis: str, top: int, window: int | None
     return styled(comp_chart + sum_chart + rule, title), data, caption, logits
 
 
-def table1_chart(run: Run, tau: int):
-    data = summaries.accuracy_by_tau(run.table("ablations"))
+def table1_chart(run: RunReader, tau: int):
+    data = summaries.accuracy_by_tau(run.table(Table.ABLATIONS))
     chart = (
         alt.Chart(data)
         .mark_line(point=True)
@@ -257,9 +254,10 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
     return styled(chart, title), data, caption
 
 
-def embedding_spectrum(run: Run, basis: str, matrix: str):
-    data = summaries.embedding_outliers(run.table("embedding_spectrum"), basis, matrix)
-    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, run.k_max + 1], nice=False), axis=_k_axis(run.k_max)))
+def embedding_spectrum(run: RunReader, basis: str, matrix: str):
+    data = summaries.embedding_outliers(run.table(Table.EMBEDDING_SPECTRUM), basis, matrix)
+    k_max = run.basis(basis).k_max
+    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max)))
     bars = base.mark_bar(width=3, color="#1f77b4").encode(
         y=alt.Y("magnitude:Q", title="magnitude", scale=alt.Scale(domainMax=float(data["magnitude"].max()) * 1.15)),
         tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "outlier"],
@@ -280,9 +278,9 @@ def _k_axis(k_max: int) -> alt.Axis:
     return alt.Axis(values=list(range(0, int(k_max) + 1, step)), labelAngle=0)
 
 
-def number_spectrum(run: Run, basis: str, layer: int):
+def number_spectrum(run: RunReader, basis: str, layer: int):
     """Spectrum of the numbers' representations at one layer, against the shuffled-numbers threshold."""
-    data = summaries.number_spectrum_at(run.table("number_spectrum"), layer, basis)
+    data = summaries.number_spectrum_at(run.table(Table.NUMBER_SPECTRUM), layer, basis)
     k_max = int(data["k"].max())
     base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max)))
     bars = base.mark_bar(width=3, color="#1f77b4").encode(
@@ -292,12 +290,12 @@ def number_spectrum(run: Run, basis: str, layer: int):
     null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_threshold:Q")
     labels = _period_labels(base)
     where = "the embedding of the last token" if layer == 0 else f"the residual stream after block {layer}"
-    n = (run.manifest.get("number_representations") or {}).get("n_numbers", run.p)
+    n = run.number_representations.get("n_numbers", run.p)
     caption = (
         f"Numbers 0..{n - 1} at layer {layer} ({where}): bars above the dashed line stand out from the same spectrum "
         "with the numbers shuffled (passed anywhere by only 5% of 1,000 shuffles); labels give the period T."
     )
-    if layer == 0 and (run.manifest.get("number_representations") or {}).get("single_token") is False:
+    if layer == 0 and run.number_representations.get("single_token") is False:
         caption += " With digit tokens, layer 0 depends on the last digit alone: periods 10, 5, 3.3, 2.5, 2 by construction."
     return styled(bars + null + labels, f"Spectrum of the numbers at layer {layer} — {run.label}"), data, caption
 
@@ -316,9 +314,9 @@ PROBE_COLOURS = alt.Scale(
 )
 
 
-def probe_kappa(run: Run, layer: int | None = None):
+def probe_kappa(run: RunReader, layer: int | None = None):
     """Cohen's kappa of the linear probes by layer, the paper's moduli in colour, the controls grey and dashed."""
-    data = summaries.probe_curves(run.table("number_probes"))
+    data = summaries.probe_curves(run.table(Table.NUMBER_PROBES))
     base = alt.Chart(data).encode(
         x=alt.X("layer:Q", title="layer (0 = embedding)", axis=alt.Axis(tickMinStep=1)),
         color=alt.Color("series:N", title="probe reads", scale=PROBE_COLOURS,
@@ -342,8 +340,8 @@ def probe_kappa(run: Run, layer: int | None = None):
     return styled(alt.layer(*layers), f"Linear probes by layer — {run.label}", height=340), data, caption
 
 
-def embedding_map(run: Run, matrix: str, colour: str):
-    data = run.table("embedding_clusters")
+def embedding_map(run: RunReader, matrix: str, colour: str):
+    data = run.table(Table.EMBEDDING_CLUSTERS)
     data = data[data["matrix"] == matrix]
     enc = (
         alt.Color("number:Q", title="number", scale=alt.Scale(scheme="viridis"))
@@ -400,21 +398,11 @@ def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
     return styled(line + rule + text, f"Fine-tuning stage by stage: {split} accuracy", height=380), stages, caption
 
 
-def top_periods_bars(run: Run, basis: str, last_layers: int = 15, top: int = 6):
+def top_periods_bars(run: RunReader, basis: str, last_layers: int = 15, top: int = 6):
     """MLP and attention side by side at the periods either of them carries most (mean over the last
     layers), as grouped bars: readable on a projector, unlike a heatmap of 260 thin columns."""
-    spectra = run.table("module_spectra")
-    n = min(last_layers, int(run.manifest["n_layers"]))
-    tops = {m: summaries.top_periods_by_module(spectra, basis, m, last_layers=n, top=run.k_max) for m in ("mlp", "attn")}
-    ks = list(dict.fromkeys([*tops["mlp"]["k"].head(top), *tops["attn"]["k"].head(top)]))
-    frames = []
-    for m, t in tops.items():
-        sub = t.set_index("k").loc[ks].reset_index()
-        sub["module"] = summaries.MODULE_NAMES[m]
-        frames.append(sub)
-    data = pd.concat(frames, ignore_index=True)
-    data["period T"] = data["period"].map(lambda x: f"{x:.3g}")
-    order = [f"{p:.3g}" for p in sorted(data.drop_duplicates("k")["period"], reverse=True)]
+    n = min(last_layers, run.n_layers)
+    data, order = summaries.strongest_periods(run.table(Table.MODULE_SPECTRA), basis, n, run.basis(basis).k_max, top)
     chart = (
         alt.Chart(data)
         .mark_bar()
@@ -433,12 +421,9 @@ def top_periods_bars(run: Run, basis: str, last_layers: int = 15, top: int = 6):
     return styled(chart, f"Strongest periods, MLP vs attention — {run.label}", height=280), data, caption
 
 
-def embedding_top_frequencies(run: Run, basis: str, matrix: str = "input", top: int = 10):
+def embedding_top_frequencies(run: RunReader, basis: str, matrix: str = "input", top: int = 10):
     """The strongest frequencies of the number embeddings as bars, with the null model's threshold."""
-    spec = run.table("embedding_spectrum")
-    data = spec[(spec["basis"] == basis) & (spec["matrix"] == matrix)].sort_values("magnitude", ascending=False).head(top).copy()
-    data["period T"] = data["period"].map(lambda x: f"{x:.3g}")
-    data["outlier"] = data["outlier"].map({True: "above the shuffled threshold", False: "within chance"})
+    data = summaries.strongest_embedding_frequencies(run.table(Table.EMBEDDING_SPECTRUM), basis, matrix, top)
     base = alt.Chart(data).encode(x=alt.X("period T:N", title="period T (numbers), strongest first", sort=None, axis=alt.Axis(labelAngle=0)))
     bars = base.mark_bar().encode(
         y=alt.Y("magnitude:Q", title="magnitude"),
@@ -454,20 +439,9 @@ def embedding_top_frequencies(run: Run, basis: str, matrix: str = "input", top: 
     return styled(bars + ticks, f"Strongest periods of the number embeddings — {run.label}", height=330), data, caption
 
 
-def table1_bars(run: Run, tau: int):
+def table1_bars(run: RunReader, tau: int):
     """Table 1 as grouped bars: accuracy under each band filter, this run next to GPT-2-XL and to the random control."""
-    t1 = summaries.table1(run.table("ablations"), tau)
-    rows = []
-    for r in t1.itertuples():
-        name = r.filter.replace(" removed", "").replace("Attn + MLP", "both")
-        rows.append({"filter": name, "source": "this run", "accuracy": t1.loc[r.Index, "accuracy %"] / 100})
-        control = t1.loc[r.Index, "random control accuracy %"]
-        if pd.notna(control):
-            rows.append({"filter": name, "source": "random control", "accuracy": control / 100})
-        paper = t1.loc[r.Index, "paper GPT-2-XL accuracy %"]
-        if pd.notna(paper) and tau == 50:
-            rows.append({"filter": name, "source": "GPT-2-XL", "accuracy": paper / 100})
-    data = pd.DataFrame(rows)
+    data = summaries.table1_long(summaries.table1(run.table(Table.ABLATIONS), tau), tau)
     order = ["this run", "random control", "GPT-2-XL"]
     chart = (
         alt.Chart(data)
@@ -490,6 +464,4 @@ def table1_bars(run: Run, tau: int):
 
 # Every figure above is built once per process for a run version and its choices, and shared by all
 # sessions together with its converted spec (app/shared.py): a class on one link pays for it once.
-from app.shared import share_figures  # noqa: E402
-
 share_figures(globals())

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.common import Run
+from core.analysis.ablations import Ablation
 from core.runs import summaries
-from core.analysis.filters import Ablation
+from core.runs.reader import RunReader, Table
 
 
 @st.cache_resource(show_spinner="Loading the model (once; later computations reuse it)…", max_entries=2)
@@ -23,17 +23,17 @@ def _live_folder(name: str, created: str, _manifest: dict):
     return live_model_folder(_manifest)
 
 
-def live_folder(run: Run):
+def live_folder(run: RunReader):
     """`core.runs.live_ablation.live_model_folder` for a run, shared by all sessions for 15 s (it hashes the model's
     weights: a model rebuilt on disk is noticed within 15 s)."""
-    return _live_folder(run.name, str(run.manifest.get("created", "")), run.manifest)
+    return _live_folder(run.name, run.created, run.manifest)
 
 
-def run_live(run: Run, folder, modules: str, removed: str, tau: int, basis: str, threads=None) -> dict:
+def run_live(run: RunReader, folder, modules: str, removed: str, tau: int, basis: str, threads=None) -> dict:
     from core.runs.live_ablation import live_ablation, live_slot
 
     ablation = Ablation(modules, removed, int(tau))
-    examples = run.table("examples")
+    examples = run.table(Table.EXAMPLES)
     waiting = st.empty()
     with live_slot(on_wait=lambda: waiting.info("Another live computation is running on this server; this one starts when it ends.")):
         waiting.empty()

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from app.common import sidebar
+from app.state import showing
 
 # a presentation link (large=1) opens with the sidebar folded away, so a 1024-wide projector shows the step whole
 st.set_page_config(page_title="How language models add: Fourier features", page_icon="➕", layout="wide",
@@ -22,7 +23,7 @@ PAGES = [
     st.Page("views/spectra.py", title="Spectra", icon=":material/equalizer:", url_path="spectra"),
     st.Page("views/waves.py", title="Waves", icon=":material/waves:", url_path="waves"),
     st.Page("views/ablations.py", title="Ablations", icon=":material/filter_alt:", url_path="ablations"),
-    st.Page("views/embeddings.py", title="Numbers", icon=":material/scatter_plot:", url_path="embeddings"),
+    st.Page("views/numbers.py", title="Numbers", icon=":material/scatter_plot:", url_path="embeddings"),
     st.Page("views/training.py", title="Training", icon=":material/school:", url_path="training"),
     st.Page("views/behaviour.py", title="Behaviour", icon=":material/rule:", url_path="behaviour"),
     st.Page("views/terms.py", title="Terms", icon=":material/menu_book:", url_path="terms"),
@@ -31,5 +32,5 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES)
-sidebar(page.url_path)
-page.run()
+with showing(sidebar(page.url_path)):  # the sidebar's selection, handed to the page (app.common.page_view)
+    page.run()

@@ -9,12 +9,15 @@ import textwrap
 
 import altair as alt
 
-from app.common import Run, large, short_label
+from app.common import short_label
+from app.shared import share_figures
+from app.state import large
 from core.runs import summaries
+from core.runs.reader import RunReader, Table
 
 
-def locking_heatmap(run: Run):
-    data = summaries.locking_grid(run.table("phase_locking"))
+def locking_heatmap(run: RunReader):
+    data = summaries.locking_grid(run.table(Table.PHASE_LOCKING))
     n_layers = int(data["layer"].max())
     big = large()
     order = sorted(data["T"].unique(), key=float)
@@ -54,6 +57,5 @@ def locking_heatmap(run: Run):
 
 
 # Built once per process for a run version and shared by all sessions, like app.figures (app/shared.py).
-from app.shared import share_figures  # noqa: E402
 
 share_figures(globals())

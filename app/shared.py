@@ -26,6 +26,14 @@ import os
 import pandas as pd
 import streamlit as st
 
+from app.state import cache_dir, large
+from core.runs.reader import RunReader, Table
+
+try:  # Streamlit's own (private) converter; without it `show_chart` falls back to st.altair_chart
+    from streamlit.elements.vega_charts import _convert_altair_to_vega_lite_spec
+except ImportError:  # pragma: no cover - a Streamlit without it
+    _convert_altair_to_vega_lite_spec = None
+
 #: Attribute under which a shared chart carries its converted spec (set with object.__setattr__:
 #: Altair's own __setattr__ would put it into the chart's properties).
 SPEC_ATTR = "_shared_vega_lite_spec"
@@ -37,12 +45,10 @@ class Unkeyable(TypeError):
 
 def _key(value):
     """A hashable, cheap key for a figure argument."""
-    from app.common import Run
-
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
-    if isinstance(value, Run):
-        return ("run", value.name, str(value.manifest.get("created", "")))
+    if isinstance(value, RunReader):
+        return ("run", value.name, value.created)
     if isinstance(value, pd.Series):
         return (
             "series",
@@ -62,11 +68,7 @@ def _key(value):
 def convert(chart) -> dict | None:
     """The Vega-Lite spec Streamlit makes of an Altair chart (data as named Arrow datasets), or None
     when this Streamlit has no such converter (then `show_chart` falls back to st.altair_chart)."""
-    try:
-        from streamlit.elements.vega_charts import _convert_altair_to_vega_lite_spec
-    except ImportError:  # pragma: no cover - a Streamlit without the private converter
-        return None
-    return _convert_altair_to_vega_lite_spec(chart)
+    return None if _convert_altair_to_vega_lite_spec is None else _convert_altair_to_vega_lite_spec(chart)
 
 
 def vega_spec(chart) -> dict | None:
@@ -99,19 +101,17 @@ def _read_only(result):
     return tuple(x.copy(deep=False) if isinstance(x, pd.DataFrame) else x for x in result)
 
 
-def shared_view(run, func, table: str, *args, **kwargs):
+def shared_view(run: RunReader, func, table: Table, *args, **kwargs):
     """`func(run.table(table), *args, **kwargs)` computed once per process for a run version and the
     arguments, for all sessions: for the pure functions of `core.runs.summaries` a page calls on one of a
     run's tables (keyed by the run, not by hashing the table's content)."""
     if not sharing():
         return func(run.table(table), *args, **kwargs)
-    from app.common import cache_dir
-
     try:
         key = (
             str(cache_dir()),
             _key(run),
-            table,
+            Table(table).value,
             tuple(_key(a) for a in args),
             tuple(sorted((k, _key(v)) for k, v in kwargs.items())),
         )
@@ -131,8 +131,6 @@ def shared_figure(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from app.common import cache_dir, large
-
         if not sharing():
             return func(*args, **kwargs)
         try:

@@ -30,7 +30,7 @@ CHANGES = [
     ("views/spectra.py", "radio", "module", ("attn", "mlp")),
     ("views/waves.py", "slider", "k", (3, 7)),
     ("views/ablations.py", "selectbox", "cell", ("Attn: high removed", "MLP: low removed")),
-    ("views/embeddings.py", "radio", "colour", ("magnitude", "last digit")),
+    ("views/numbers.py", "radio", "colour", ("magnitude", "last digit")),
     ("views/tour.py", "slider", "tau", (40, 50)),
 ]
 

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import sys
 from pathlib import Path
+
+from core.paper import TABLE1_TAU
+from core.runs.reader import RunReader, Table
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results.md"
@@ -26,10 +30,16 @@ run, is in [findings.md](findings.md); how the models were made is in [fine-tuni
 """
 
 
+@functools.lru_cache(maxsize=None)
+def run_of(cache_dir: str, name: str) -> RunReader:
+    """The run `name`, each of its tables read once for the whole document."""
+    return RunReader(cache_dir, name)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cache-dir", default=str(ROOT / "cache"))
-    ap.add_argument("--tau", type=int, default=50)
+    ap.add_argument("--tau", type=int, default=TABLE1_TAU)
     ap.add_argument("--write", action="store_true", help=f"write the document to {RESULTS.relative_to(ROOT)}")
     args = ap.parse_args(argv)
     buf = io.StringIO()
@@ -52,10 +62,10 @@ def document(cache_dir: str, tau: int) -> int:
     """Print the document's body (markdown); 1 when there is no run to print."""
     import pandas as pd
 
-    from core.runs import summaries
-    from core.runs.cache import list_runs, read_table
     from core.analysis.embeddings import top_periods
     from core.paper import TABLE1_GPT2_XL
+    from core.runs import summaries
+    from core.runs.cache import list_runs
 
     every = [r for r in list_runs(cache_dir, deep=True) if r.ok]
     every.sort(key=lambda r: (r.manifest.get("display_order", 100), r.label))
@@ -68,8 +78,8 @@ def document(cache_dir: str, tau: int) -> int:
     print("| model | test accuracy | wrong answers off by a multiple of 10 | off by 1 or 2 | top embedding periods (input rows, paper basis) | outliers above the shuffled-numbers threshold (family-wise 5%) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in runs:
-        ea = read_table(cache_dir, r.name, "error_analysis").iloc[0]
-        spec = read_table(cache_dir, r.name, "embedding_spectrum")
+        ea = run_of(cache_dir, r.name).table(Table.ERROR_ANALYSIS).iloc[0]
+        spec = run_of(cache_dir, r.name).table(Table.EMBEDDING_SPECTRUM)
         spec = spec[(spec["basis"] == "paper") & (spec["matrix"] == "input")]
         tops = ", ".join(f"{t:.3g}" for t in top_periods(spec, 6))
         share = "no errors" if ea["n_wrong"] == 0 else f"{ea['share_multiple_of_10']:.0%} of {int(ea['n_wrong'])}"
@@ -83,7 +93,7 @@ def document(cache_dir: str, tau: int) -> int:
     print("| " + " | ".join("---" for _ in header) + " |")
     tables = {}
     for r in runs:
-        ab = read_table(cache_dir, r.name, "ablations")
+        ab = run_of(cache_dir, r.name).table(Table.ABLATIONS)
         tables[r.name] = summaries.table1(ab, summaries.nearest_tau(ab, tau)).set_index(["modules", "removed"])
     for key, (loss, acc) in TABLE1_GPT2_XL.items():
         name = "none" if key[0] == "none" else f"{summaries.ABLATION_MODULES[key[0]]}: {key[1]} removed"
@@ -109,7 +119,7 @@ def document(cache_dir: str, tau: int) -> int:
     print()
     for r in runs:
         if "training_log" in (r.manifest.get("tables") or {}):
-            log = read_table(cache_dir, r.name, "training_log")
+            log = run_of(cache_dir, r.name).table(Table.TRAINING_LOG)
             curves = summaries.training_curves({r.label: log}, "val")
             last = curves.sort_values("epoch").groupby("run").tail(1)
             for _, row in last.iterrows():
@@ -125,9 +135,8 @@ def training_section(cache_dir: str, runs) -> None:
     """Validation accuracy by epoch of every run with a training log: mean over seeds, and the
     lowest and highest seed, per width."""
     from core.runs import summaries
-    from core.runs.cache import read_table
 
-    logs = {r.label: read_table(cache_dir, r.name, "training_log") for r in runs if "training_log" in r.manifest["tables"]}
+    logs = {r.label: run_of(cache_dir, r.name).table(Table.TRAINING_LOG) for r in runs if "training_log" in r.manifest["tables"]}
     if not logs:
         return
     curves = summaries.training_curves(logs, "val")
@@ -154,11 +163,10 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
     """A pre-trained model fine-tuned here with number tokens: the paper's measurements one by one."""
     import json
 
-    from core.runs import summaries
-    from core.runs.cache import read_table
     from core.claims.registry import run_origin
     from core.models.source import project_path
     from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2
+    from core.runs import summaries
 
     for r in runs:
         if run_origin(r.manifest)["kind"] != "fine-tuned":
@@ -177,30 +185,30 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
             print(f"- before its change was cut to rank {summary.get('rebuilt_rank')}: test {before_cut['test']:.2%}, val {before_cut['val']:.2%} "
                   f"(bfloat16, at the end of training); validation accuracy (1,000 questions) after the cut by rank: "
                   + ", ".join(f"rank {k} {v:.1%}" for k, v in cuts.items()))
-        ex = read_table(cache_dir, r.name, "examples")
+        ex = run_of(cache_dir, r.name).table(Table.EXAMPLES)
         ex = ex[ex["split"] == m["task"]["split"]]
         wrong = ex[~ex["correct"]]
         bins = [(0, 100), (101, 200), (201, 400), (401, 520)]
         by = [f"{lo} to {hi} {ex[ex['answer'].between(lo, hi)]['correct'].mean():.1%}" for lo, hi in bins]
         print(f"- wrong answers off by one: {int(((wrong['prediction'] - wrong['answer']).abs() == 1).sum())} of {len(wrong)}; "
               f"accuracy by answer: {', '.join(by)}")
-        acc = read_table(cache_dir, r.name, "layer_accuracy")
+        acc = run_of(cache_dir, r.name).table(Table.LAYER_ACCURACY)
         acc = acc[acc["final_norm"]].sort_values("layer")
         first = lambda col, x: next((str(int(l)) for l, v in zip(acc["layer"], acc[col]) if v >= x), "never")  # noqa: E731
         print(f"- logit lens (final norm applied): half the answers within ±10 first at layer {first('within_10', 0.5)}, "
               f"half exact first at layer {first('exact', 0.5)}; 90% exact first at layer {first('exact', 0.9)} of {m['n_layers']}")
-        energy = summaries.energy_by_band(read_table(cache_dir, r.name, "module_spectra"), "paper", tau)
+        energy = summaries.energy_by_band(run_of(cache_dir, r.name).table(Table.MODULE_SPECTRA), "paper", tau)
         names = {"attn": "attention", "mlp": "MLP", "resid": "residual stream"}
         for module, g in energy.groupby("module"):
             print(f"- {names.get(module, module)} output logits: {g['low'].mean():.0%} of their Fourier energy below tau = {tau} "
                   f"(mean over layers; top layer {g.sort_values('layer')['low'].iloc[-1]:.0%})")
-        keep = summaries.keep_one_results(read_table(cache_dir, r.name, "ablations"))
+        keep = summaries.keep_one_results(run_of(cache_dir, r.name).table(Table.ABLATIONS))
         two = keep[keep["keep_period"] == 2]
         if len(two):
             k = two.iloc[0]
             print(f"- keep only period 2 (every module, every layer): accuracy {k['accuracy']:.1%}, parity right {k['parity_match']:.1%} "
                   f"(paper, fine-tuned GPT-2-XL: parity right {PARITY_KEEP_PERIOD_2}%)")
-        spec = read_table(cache_dir, r.name, "number_spectrum")
+        spec = run_of(cache_dir, r.name).table(Table.NUMBER_SPECTRUM)
         after = summaries.number_spectrum_at(spec, 0, "paper")
         after = after[after["outlier"]].sort_values("magnitude", ascending=False)
         recipe = json.loads((folder / "recipe.json").read_text())
@@ -208,7 +216,7 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
         same_base = lambda d: project_path(d.manifest["model"].get("source", "")) == project_path(recipe.get("init_from", ""))  # noqa: E731
         before_run = next((d for d in digit_runs if same_base(d) and d.manifest.get("p") == m["p"]), None)
         if before_run is not None and layer is not None:
-            b = summaries.number_spectrum_at(read_table(cache_dir, before_run.name, "number_spectrum"), int(layer), "paper")
+            b = summaries.number_spectrum_at(run_of(cache_dir, before_run.name).table(Table.NUMBER_SPECTRUM), int(layer), "paper")
             b = b[b["outlier"]].sort_values("magnitude", ascending=False)
             print(f"- the new number rows' spectrum: before fine-tuning (the base model's representation after block {layer}) "
                   f"{len(b)} outliers, strongest periods {_periods(b['period'][:6])}; after, {len(after)} outliers, "
@@ -222,9 +230,8 @@ def _periods(values) -> str:
 
 def numbers_section(cache_dir: str, runs, digit_runs) -> None:
     """Number representations (every run) and k-shot behaviour (digit-splitting runs)."""
-    from core.runs import summaries
-    from core.runs.cache import read_table
     from core.analysis.kshot import generation_error_table
+    from core.runs import summaries
 
     print("## Number representations and a real pre-trained model\n")
     print("Number representations (`number_spectrum`, `number_probes`): at the layer where linear probes read "
@@ -233,7 +240,7 @@ def numbers_section(cache_dir: str, runs, digit_runs) -> None:
     print("| model | layers | best layer | outliers there | of 2, 2.5, 5, 10 | kappa mod 2 / 5 / 10 / 100 | controls mod 3 / 7 |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in runs:
-        ns, pr = read_table(cache_dir, r.name, "number_spectrum"), read_table(cache_dir, r.name, "number_probes")
+        ns, pr = run_of(cache_dir, r.name).table(Table.NUMBER_SPECTRUM), run_of(cache_dir, r.name).table(Table.NUMBER_PROBES)
         layer = summaries.best_probe_layer(pr)
         s = summaries.number_summary(ns, pr, layer, "paper")
         k = s["kappa"]
@@ -241,7 +248,7 @@ def numbers_section(cache_dir: str, runs, digit_runs) -> None:
         print(f"| {r.label} | {r.manifest['n_layers']} | {layer} | {s['n_outliers']} of {s['n_frequencies']} | "
               f"{', '.join(f'{t:g}' for t in s['short_periods']) or 'none'} | {f(2)} / {f(5)} / {f(10)} / {f(100)} | {f(3)} / {f(7)} |")
     for r in digit_runs:
-        ns, pr = read_table(cache_dir, r.name, "number_spectrum"), read_table(cache_dir, r.name, "number_probes")
+        ns, pr = run_of(cache_dir, r.name).table(Table.NUMBER_SPECTRUM), run_of(cache_dir, r.name).table(Table.NUMBER_PROBES)
         print(f"\n{r.label}, layer by layer (every 5th layer; all on the *Numbers* page):\n")
         print("| layer | outliers | strongest outlier periods | kappa mod 2 / 5 / 10 / 100 | controls mod 3 / 7 |")
         print("| --- | --- | --- | --- | --- |")
@@ -250,7 +257,7 @@ def numbers_section(cache_dir: str, runs, digit_runs) -> None:
             k = s["kappa"]
             print(f"| {layer} | {s['n_outliers']} | {', '.join(f'{t:.3g}' for t in s['outlier_periods'][:7])} | "
                   f"{k[2]:.2f} / {k[5]:.2f} / {k[10]:.2f} / {k[100]:.2f} | {k[3]:.2f} / {k[7]:.2f} |")
-        errs = generation_error_table(read_table(cache_dir, r.name, "generations"))
+        errs = generation_error_table(run_of(cache_dir, r.name).table(Table.GENERATIONS))
         print(f"\n{r.label}, answering the paper's addition prompts by writing digits (greedy), "
               f"{int(errs['n'].iloc[0])} test questions (a seeded sample):\n")
         print("| prompts | accuracy | answers that are not a number | wrong numbers off by a multiple of 10 | off by 1 or 2 |")
@@ -266,7 +273,7 @@ def claims_table(cache_dir: str, runs) -> None:
     """The paper's claims, one row each, with each run's verdict and measurement (core.claims.registry)."""
     from core.claims import registry
 
-    table_runs = [registry.TableRun(cache_dir, r.name) for r in runs]
+    table_runs = [run_of(cache_dir, r.name) for r in runs]
     per_run = {r.name: registry.run_claims(r) for r in table_runs}
     steps = list(registry.RUN_CLAIMS)
     print("## The paper's claims, one by one\n")

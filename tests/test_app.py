@@ -17,7 +17,7 @@ PAGES = {
     "spectra": "views/spectra.py",
     "waves": "views/waves.py",
     "ablations": "views/ablations.py",
-    "embeddings": "views/embeddings.py",
+    "embeddings": "views/numbers.py",
     "training": "views/training.py",
     "behaviour": "views/behaviour.py",
 }

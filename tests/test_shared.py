@@ -8,7 +8,7 @@ PAGES = [
     "views/spectra.py",
     "views/waves.py",
     "views/ablations.py",
-    "views/embeddings.py",
+    "views/numbers.py",
     "views/training.py",
     "views/behaviour.py",
 ]
@@ -48,12 +48,12 @@ def test_a_shared_figure_is_built_once_and_its_data_cannot_be_changed_through_it
     import pandas as pd
 
     from app import figures
-    from app.common import Run, valid_runs
+    from app.common import open_run, valid_runs
 
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(app_env["cache"]))
     monkeypatch.setenv("FOURIER_SHARED_FIGURES", "1")
     good, _ = valid_runs(str(app_env["cache"]))
-    run = Run(next(r for r in good if r["manifest"].get("tables", {}).get("layer_accuracy")))
+    run = open_run(next(r for r in good if r["manifest"].get("tables", {}).get("layer_accuracy")))
     chart1, data1, _ = figures.accuracy_by_layer(run, False)
     chart2, data2, _ = figures.accuracy_by_layer(run, False)
     assert chart1 is chart2  # one chart for every session

@@ -151,9 +151,10 @@ def expected_numbers_verdict(name: str, manifest: dict) -> str:
 @pytest.mark.parametrize("run", SHIPPED, ids=[r.name[:24] for r in SHIPPED])
 def test_behaviour_and_embedding_verdicts_follow_their_rules_on_every_shipped_run(run):
     """The two verdicts no Tour step shows (the Behaviour page and the embedding rows), re-derived."""
-    from core.claims.registry import TableRun, claim_behaviour, claim_embeddings
+    from core.claims.registry import claim_behaviour, claim_embeddings
+    from core.runs.reader import RunReader
 
-    table_run = TableRun(CACHE, run.name)
+    table_run = RunReader(CACHE, run.name)
     assert claim_behaviour(table_run).verdict == expected_behaviour_verdict(run.name, run.manifest)
     if "embedding_spectrum" in run.manifest["tables"]:
         assert claim_embeddings(table_run).verdict == expected_verdicts(run.name, run.manifest)["embeddings"]
@@ -281,12 +282,13 @@ def test_step_7_best_run_shows_the_best_verdict_and_the_digit_caveat_of_a_real_m
 def test_logit_lens_sentence_gives_the_last_layer_both_ways(run):
     """The lens without the final norm (the paper's) at the last layer is not the model's answer: the
     sentence gives the same layer through the final norm too, each figure read from the table."""
-    from core.claims.registry import TableRun, claim_logit_lens
+    from core.claims.registry import claim_logit_lens
+    from core.runs.reader import RunReader
 
     def pct(x: float) -> str:  # how the claims write a share
         return f"{100 * x:.1f}%"
 
-    run = TableRun(CACHE, run.name)
+    run = RunReader(CACHE, run.name)
     if "layer_accuracy" not in run.manifest["tables"]:
         pytest.skip("this run has no logit lens (a k-shot generation run)")
     la = run.table("layer_accuracy")
@@ -336,9 +338,10 @@ def test_the_locking_sentence_names_what_the_figure_frames(run):
     framed in the figure's data with that R, and the strongest framed MLP and attention layer at a
     short period are named; a kind with no framed short-period cell is said to track nothing."""
     from core.runs import summaries
-    from core.claims.registry import TableRun, claim_module_waves
+    from core.claims.registry import claim_module_waves
+    from core.runs.reader import RunReader
 
-    table_run = TableRun(CACHE, run.name)
+    table_run = RunReader(CACHE, run.name)
     grid = summaries.locking_grid(table_run.table("phase_locking"))
     framed = grid[grid["locks"] & grid["period"].isin(SHORT)]
     text = claim_module_waves(table_run).measured

@@ -2,24 +2,26 @@ import pandas as pd
 import streamlit as st
 
 from app import figures
-from app.common import intro, large, needs, show_chart, term, to_url, url_state, view
+from app.common import intro, large, needs, page_view, show_chart, term, to_url, url_state
+from app.live import live_folder, run_live
 from app.shared import shared_view
-from core.runs import summaries
 from core.errors import CoreError
 from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
+from core.runs import summaries
+from core.runs.reader import Table
 
-v = view()
-run, tau, basis = v["run"], st.session_state["tau"], st.session_state["basis"]
+view = page_view()
+run, tau, basis = view.run, view.tau, view.basis
 intro(
     "Ablations: which frequencies does the model need?",
     "Filter every layer's attention and/or MLP output so that the unembedding reads nothing in one band, and measure "
     "accuracy, next to a random-subspace control of the same size. Compare this run's table with the paper's.",
     claim="ablations",
 )
-needs(run, "ablations")
-ablations = run.table("ablations")
-errors = run.table("ablation_errors")
-run_basis = run.manifest.get("basis", "paper")
+needs(run, Table.ABLATIONS)
+ablations = run.table(Table.ABLATIONS)
+errors = run.table(Table.ABLATION_ERRORS)
+run_basis = run.run_basis
 shown_tau = summaries.nearest_tau(ablations, tau)
 if shown_tau != tau:
     st.info(
@@ -30,7 +32,7 @@ if basis != run_basis:
     st.caption(f"The filters of this run were computed in the '{run_basis}' basis (the sidebar's basis changes the spectra only).")
 
 st.subheader(f"Table 1 for this run (tau = {shown_tau})", help=term("ablation"))
-t1 = shared_view(run, summaries.table1, "ablations", shown_tau)  # the same for every session: computed once
+t1 = shared_view(run, summaries.table1, Table.ABLATIONS, shown_tau)  # the same for every session: computed once
 if shown_tau != TABLE1_TAU:
     t1[["paper GPT-2-XL accuracy %", "paper GPT-2-XL loss"]] = None
 order = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %", "loss", "paper GPT-2-XL loss",
@@ -69,9 +71,8 @@ st.caption(
     "as many random directions that W_U reads: a band matters for its frequencies only where its accuracy is well below the "
     "control's. The paper's numbers are GPT-2-XL's validation results at tau = 50 (the paper has no control)."
 )
-ctrl = t1.dropna(subset=["random control accuracy %"])
+ctrl, specific = summaries.costly_filters(t1)
 if not ctrl.empty:
-    specific = ctrl[ctrl["accuracy %"] < ctrl["random control accuracy %"] - 5]
     st.caption(
         f"In this run, {len(specific)} of {len(ctrl)} band filters cost at least 5 points more than their random control"
         + (": " + "; ".join(f"{r['filter']} {r['accuracy %']:.1f}% vs {r['random control accuracy %']:.1f}%" for _, r in specific.iterrows()) if len(specific) else "")
@@ -79,7 +80,7 @@ if not ctrl.empty:
     )
 if t1["erased"].any():
     st.warning(
-        f"Some filters erase the module output entirely: this model is {run.manifest['width']} wide, and the removed "
+        f"Some filters erase the module output entirely: this model is {run.width} wide, and the removed "
         "Fourier rows span all of it. Those rows measure a model with the modules switched off, not a frequency filter."
     )
 show_chart(*figures.table1_chart(run, shown_tau), key="acc-by-tau")
@@ -96,11 +97,10 @@ dist = summaries.error_distribution(errors, modules, removed, None if removed ==
 if dist.empty:
     st.success("No wrong answers under this filter.")
 else:
-    share = dist.loc[dist["multiple of 10"], "count"].sum() / dist["count"].sum()
-    small = dist.loc[dist["error"].abs() < 6, "count"].sum() / dist["count"].sum()
+    shares = summaries.error_shares(dist)
     c1, c2 = st.columns(2)
-    c1.metric("Errors: multiples of 10", f"{share:.0%}", help="Paper: with the MLPs' low frequencies removed, errors are off by 10, 50, 100.")
-    c2.metric("Errors: smaller than 6", f"{small:.0%}", help="Paper: with attention's high frequencies removed, all errors are below 6.")
+    c1.metric("Errors: multiples of 10", f"{shares['multiple_of_10']:.0%}", help="Paper: with the MLPs' low frequencies removed, errors are off by 10, 50, 100.")
+    c2.metric("Errors: smaller than 6", f"{shares['below_6']:.0%}", help="Paper: with attention's high frequencies removed, all errors are below 6.")
     show_chart(
         *figures.error_histogram(dist, f"Error distribution, {cell} (tau = {shown_tau}) — {run.label}", "Red bars are errors that are multiples of 10: the last digit is right, the size is off."),
         key="err-hist",
@@ -125,9 +125,7 @@ st.caption(
     f"{PARITY_KEEP_PERIOD_2}% of the time; keeping period 520 gives answers spread around the right one."
 )
 
-st.subheader("Compute a filter live")
-from app.live import live_folder  # noqa: E402  (cheap; torch is imported only when computing)
-
+st.subheader("Compute a filter live")  # app.live imports torch only when a computation starts
 folder, why = live_folder(run)
 if folder is None:
     st.info(f"Live computation is not available for this run: {why}. The cached grid above is what there is.")
@@ -144,9 +142,7 @@ else:
     )
     to_url("live_modules", "live_removed")
     settings = (run.name, st.session_state["live_modules"], st.session_state["live_removed"], int(tau), run_basis)
-    if st.button(f"Run the {run.manifest['task']['n_examples']} prompts with this filter", type="primary"):
-        from app.live import run_live
-
+    if st.button(f"Run the {run.n_examples} prompts with this filter", type="primary"):
         try:
             result = run_live(
                 run, folder, st.session_state["live_modules"], st.session_state["live_removed"], tau, run_basis,
@@ -168,7 +164,7 @@ else:
             took += "; the prompts' prefixes were kept from the previous filter" if result.get("prefix_reused") else ""
         st.markdown(f"**{result['label']}** on {result['n']} prompts (computed live{took}):")
         c1, c2, c3 = st.columns(3)
-        base = ablations[ablations["removed"] == "none"].iloc[0]
+        base = summaries.unfiltered(ablations)
         c1.metric("accuracy", f"{result['accuracy']:.2%}", f"{100 * (result['accuracy'] - base['accuracy']):+.2f} points vs no filter")
         c2.metric("loss", f"{result['loss']:.4f}")
         c3.metric("errors that are multiples of 10", "–" if result["share10"] != result["share10"] else f"{result['share10']:.0%}")

@@ -1,14 +1,15 @@
 import streamlit as st
 
 from app import figures
-from app.common import intro, needs, origin_note, show_chart, to_url, url_state, view
-from core.runs import summaries
+from app.common import intro, needs, origin_note, page_view, show_chart, to_url, url_state
 from core.analysis.behaviour import MAX_UPLOAD_ROWS, read_answers_csv
 from core.errors import CoreError
 from core.paper import MULTIPLE_OF_10
+from core.runs import summaries
+from core.runs.reader import Table
 
-v = view()
-run = v["run"]
+view = page_view()
+run = view.run
 intro(
     "Behaviour: how wrong are the wrong answers?",
     "A model that classifies the last digit with high frequencies and approximates the size with low ones would make "
@@ -36,9 +37,9 @@ def error_report(answers, given, what: str, key: str) -> None:
         show_chart(*figures.error_histogram(hist, f"Errors: {what}", "Red bars are errors that are multiples of 10 (last digit right, size wrong)."), key=key)
 
 
-if run.has("generations"):  # a model that writes numbers digit by digit: its k-shot answers
+if run.has(Table.GENERATIONS):  # a model that writes numbers digit by digit: its k-shot answers
     origin_note(run)
-    gens = run.table("generations")
+    gens = run.table(Table.GENERATIONS)
     shots = sorted(int(k) for k in gens["shots"].unique())
     url_state("shots", max(shots), int, shots)
     st.radio("Solved examples before each question (k-shot)", shots, key="shots", horizontal=True,
@@ -48,7 +49,7 @@ if run.has("generations"):  # a model that writes numbers digit by digit: its k-
     summary, hist = summaries.generation_summary(gens, k)
     n_nan = summary["n_not_a_number"]
     st.markdown(
-        f"{run.label} wrote its answer digit by digit after {k} solved example(s), for {summary['n']:,} {run.manifest['task']['split']} "
+        f"{run.label} wrote its answer digit by digit after {k} solved example(s), for {summary['n']:,} {run.split} "
         f"questions (a seeded sample). "
         + (f"{n_nan:,} of its answers did not start with a number and count as wrong. " if n_nan else "")
         + "By shot count: " + "; ".join(f"{s}-shot {summaries.generation_summary(gens, s)[0]['accuracy']:.1%} right" for s in shots) + "."
@@ -68,9 +69,9 @@ if run.has("generations"):  # a model that writes numbers digit by digit: its k-
         st.dataframe(sub[["a", "b", "answer", "generated", "prediction", "correct"]], hide_index=True,
                      column_config={"generated": st.column_config.TextColumn("what it wrote")})
 else:
-    needs(run, "examples")
-    ex = run.table("examples")
-    error_report(ex["answer"], ex["prediction"], f"{run.manifest['task']['split']} prompts of {run.label}", "errors")
+    needs(run, Table.EXAMPLES)
+    ex = run.table(Table.EXAMPLES)
+    error_report(ex["answer"], ex["prediction"], f"{run.split} prompts of {run.label}", "errors")
     show_chart(*figures.accuracy_by_answer(run), key="by-answer")
 st.caption("Paper (share of errors that are multiples of 10): " + "; ".join(f"{k} {v}%" for k, v in MULTIPLE_OF_10.items()) + ".")
 

@@ -1,10 +1,11 @@
 import streamlit as st
 
 from app import figures
-from app.common import example_picker, intro, needs, show_chart, term, to_url, url_state, view
+from app.common import example_picker, intro, needs, page_view, show_chart, term, to_url, url_state
+from core.runs.reader import Table
 
-v = view()
-run = v["run"]
+view = page_view()
+run = view.run
 intro(
     "Logit lens: when does the model know the answer?",
     "Read every layer's residual stream through the unembedding and ask which number it would answer. "
@@ -12,7 +13,7 @@ intro(
     "size first, then pinning down the last digit, looks like.",
     claim="logit_lens",
 )
-needs(run, "layer_accuracy")
+needs(run, Table.LAYER_ACCURACY)
 url_state("norm", False, lambda t: t.lower() in ("1", "true"))
 st.toggle("Apply the final layer norm before W_U (usual logit lens; the paper applies W_U directly)", key="norm", help=term("logit lens"))
 to_url("norm")

@@ -1,11 +1,12 @@
 import streamlit as st
 
 from app import figures
-from app.common import intro, needs, show_chart, term, to_url, url_state, view
+from app.common import intro, needs, page_view, show_chart, term, to_url, url_state
 from core.runs import summaries
+from core.runs.reader import Table
 
-v = view()
-run, basis, tau = v["run"], st.session_state["basis"], st.session_state["tau"]
+view = page_view()
+run, basis, tau = view.run, view.basis, view.tau
 intro(
     "Spectra: which frequencies do the modules use?",
     "Take each module's logits over the number line and split them into Fourier components. Look for a few bright "
@@ -13,7 +14,7 @@ intro(
     "(last digit), and for bars above what the unembedding alone would give.",
     claim="spectra",
 )
-needs(run, "module_spectra")
+needs(run, Table.MODULE_SPECTRA)
 modules = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)"}
 url_state("module", "mlp", str, list(modules))
 st.radio("Module", list(modules), key="module", format_func=modules.get, horizontal=True, help=term("Fourier component"))
@@ -22,7 +23,7 @@ module = st.session_state["module"]
 show_chart(*figures.top_periods_bars(run, basis), key="spec-top")
 show_chart(*figures.spectrum_heatmap(run, basis, module, tau), key="spec-heat")
 
-layers = sorted(run.table("module_spectra").query("module == @module")["layer"].unique().tolist())
+layers = sorted(run.table(Table.MODULE_SPECTRA).query("module == @module")["layer"].unique().tolist())
 url_state("layer", layers[-1], int, layers)
 if len(layers) > 1:
     st.select_slider("Layer", options=layers, key="layer")
@@ -34,16 +35,16 @@ above = data[data["above_baseline"]].sort_values("magnitude", ascending=False)
 st.caption(
     f"{len(above)} of {len(data)} frequencies carry at least twice what W_U alone gives random vectors of the same energy"
     + (": periods " + ", ".join(f"{t:.3g}" for t in above["period"].head(8)) + (" …" if len(above) > 8 else "") if len(above) else "")
-    + f". W_U's number rows have rank {run.manifest.get('unembedding_rank', '?')} of {run.manifest['width']}: "
+    + f". W_U's number rows have rank {run.unembedding_rank or '?'} of {run.width}: "
     "a low rank makes every spectrum read through it sparse, whatever the module learned."
 )
 
-energy = summaries.energy_by_band(run.table("module_spectra"), basis, tau)
+energy = summaries.energy_by_band(run.table(Table.MODULE_SPECTRA), basis, tau)
 row = energy[(energy["module"] == module) & (energy["layer"] == layer)].iloc[0]
 c1, c2, c3 = st.columns(3)
 c1.metric(f"Energy below tau = {tau}", f"{row['low']:.0%}", help="Share of the squared mean magnitude at frequencies k < tau.")
 c2.metric(f"Energy at or above tau = {tau}", f"{row['high']:.0%}", help="Share at k ≥ tau (periods shorter than 520/tau).")
-top = summaries.top_periods_by_module(run.table("module_spectra"), basis, module, last_layers=min(15, len(layers)))
+top = summaries.top_periods_by_module(run.table(Table.MODULE_SPECTRA), basis, module, last_layers=min(15, len(layers)))
 c3.metric("Top periods (last layers)", ", ".join(f"{t:.3g}" for t in top["period"]), help="Largest mean magnitudes averaged over the last layers.")
 with st.expander("Energy split for every layer and module"):
     st.dataframe(energy.rename(columns={"low": f"share k < {tau}", "high": f"share k ≥ {tau}"}), hide_index=True)

@@ -6,26 +6,35 @@ shows it best, and a banner then says which and why."""
 import streamlit as st
 
 from app import figures
+from app.common import (
+    BADGE,
+    claim_box,
+    large,
+    page_view,
+    run_claims,
+    runs_of_split,
+    show_chart,
+    to_url,
+    training_claim,
+    training_logs,
+    url_state,
+)
 from app.glossary import step_terms
 from app.phase_figure import locking_heatmap
-from app.common import BADGE, cache_dir, claim_box, large, run_claims, runs_of_split, show_chart, to_url, training_claim, training_logs, url_state, view
-from core.runs import summaries
 from core.claims.registry import best_run, describe_run, run_origin
+from core.paper import TABLE1_TAU
+from core.runs import summaries
+from core.runs.reader import Table
 
-v = view()
-chosen, basis, tau = v["run"], st.session_state["basis"], st.session_state["tau"]
-split = chosen.manifest["task"]["split"]
+view = page_view()
+chosen, basis, tau = view.run, view.basis, view.tau
+split = chosen.split
 runs = runs_of_split(split)
 by_name = {r.name: r for r in runs}
-CACHE = str(cache_dir())
-
-
-def claims_of(r):
-    return run_claims(CACHE, r.name, r.manifest.get("created", ""))
 
 
 def example_of(r):
-    return summaries.running_example(r.table("examples"))
+    return summaries.running_example(r.table(Table.EXAMPLES))
 
 
 # ----------------------------------------------------------------------------- figures of each step
@@ -40,7 +49,7 @@ def draw_logit_lens(r):
 
 
 def draw_locking(r):
-    if "phase_locking" in r.manifest.get("tables", {}):
+    if r.has(Table.PHASE_LOCKING):
         show_chart(*locking_heatmap(r), key="tour-locking")
     else:
         show_chart(*figures.logit_heatmap(r, example_of(r)), key="tour-heat")
@@ -56,8 +65,8 @@ def draw_waves(r):
 
 
 def draw_ablations(r):
-    ab = r.table("ablations")
-    t = summaries.nearest_tau(ab, 50)
+    ab = r.table(Table.ABLATIONS)
+    t = summaries.nearest_tau(ab, TABLE1_TAU)
     show_chart(*figures.table1_bars(r, t), key="tour-ablate")
     with st.expander("The numbers"):
         table = summaries.table1(ab, t)
@@ -69,7 +78,7 @@ def draw_ablations(r):
 
 
 def draw_numbers(r):
-    layer = int(claims_of(r)["numbers"].numbers.get("layer", 0))  # the layer the step's claim reads
+    layer = int(run_claims(r)["numbers"].numbers.get("layer", 0))  # the layer the step's claim reads
     show_chart(*figures.number_spectrum(r, "paper", layer), key=f"tour-num-{r.name}")
     with st.expander("Linear probes by layer"):
         show_chart(*figures.probe_kappa(r, layer), key=f"tour-probes-{r.name}")
@@ -94,8 +103,9 @@ STEPS = [
     ("training", "8. Give a model the features, and it learns?", "The same small network trained from scratch, with sinusoids planted in its number rows, and with a real pre-trained model's number representations frozen in.", draw_training),
 ]
 #: The table each step's figure reads (a run without it, a digit-splitting model's, cannot draw the step).
-STEP_TABLES = {"accuracy": "examples", "logit_lens": "layer_accuracy", "module_waves": "phase_locking", "spectra": "module_spectra",
-               "waves": "final_waves", "ablations": "ablations", "numbers": "number_spectrum"}
+STEP_TABLES = {"accuracy": Table.EXAMPLES, "logit_lens": Table.LAYER_ACCURACY, "module_waves": Table.PHASE_LOCKING,
+               "spectra": Table.MODULE_SPECTRA, "waves": Table.FINAL_WAVES, "ablations": Table.ABLATIONS,
+               "numbers": Table.NUMBER_SPECTRUM}
 url_state("step", 1, int, list(range(1, len(STEPS) + 1)))
 url_state("best", False, lambda t: str(t).lower() in ("1", "true", "yes", "on"))
 
@@ -118,11 +128,10 @@ st.toggle(
 )
 
 if key == "training":
-    logged = [r for r in runs if r.has("training_log")]
-    claim = training_claim(CACHE, tuple(r.name for r in logged), tuple(r.manifest.get("created", "") for r in logged))
+    claim = training_claim([r for r in runs if r.has(Table.TRAINING_LOG)])
     shown, others = chosen, ""
 else:
-    per_run = {r.name: claims_of(r)[key] for r in runs}
+    per_run = {r.name: run_claims(r)[key] for r in runs}
     drawable = {n: c for n, c in per_run.items() if by_name[n].has(STEP_TABLES[key])} or per_run
     order = [r.name for r in runs]
     if key == "numbers":  # where the features come from: a model that learned from text first, on a tie
@@ -152,8 +161,8 @@ with text:
 with figure:
     st.caption(what)
     if key in STEP_TABLES and not shown.has(STEP_TABLES[key]):
-        why = (shown.manifest.get("not_applicable") or {}).get(STEP_TABLES[key])
-        st.info(f"{shown.label} cannot show this step" + (f": {why}." if why else f" (no {STEP_TABLES[key]} table).")
+        why = shown.not_applicable(STEP_TABLES[key])
+        st.info(f"{shown.label} cannot show this step" + (f": {why}." if why else f" (no {STEP_TABLES[key].value} table).")
                 + " Switch on the toggle above to see it on the shipped run that shows it best.")
     else:
         draw(shown)

@@ -1,12 +1,12 @@
 import streamlit as st
 
 from app import figures
-from app.common import fine_tuned_training, intro, show_chart, to_url, training_logs, url_state, view
-from core.runs import summaries
+from app.common import fine_tuned_training, intro, page_view, show_chart, to_url, training_logs, url_state
 from core.claims.registry import selection_note_of
 from core.paper import ACCURACY
+from core.runs import summaries
 
-v = view()
+view = page_view()
 intro(
     "Training: how fast each model learns to add",
     "Two kinds of training. The demo models are small networks trained here from random init, with number embeddings "
@@ -20,13 +20,13 @@ to_url("curve_split")
 split = st.session_state["curve_split"]
 
 st.subheader("Small models trained here")
-logs = training_logs(st.session_state["split"])
+logs = training_logs(view.split)
 if not logs:
     st.info("No run of a small model in the cache carries a training log. Runs of the demo models trained with `python -m core train` do.")
 else:
     curves = summaries.training_curves(logs, split)
     show_chart(*figures.training_curves(curves, split), key="training")
-    final = curves.sort_values("epoch").groupby("run").tail(1)[["run", "epoch", "mean", "low", "high", "seeds"]]
+    final = summaries.final_accuracies(curves)
     st.dataframe(
         final.rename(columns={"mean": "final accuracy (mean)", "low": "lowest seed", "high": "highest seed"}),
         hide_index=True,
@@ -39,7 +39,7 @@ else:
     )
 
 st.subheader("A real pre-trained LLM fine-tuned here")
-tuned = fine_tuned_training(st.session_state["split"])
+tuned = fine_tuned_training(view.split)
 if not tuned:
     st.info("No fine-tuned run of a real pre-trained model is in the cache (`python -m core train --recipe smollm2-addition-full` makes one).")
 else:

@@ -1,11 +1,12 @@
 import streamlit as st
 
 from app import figures
+from app.common import example_picker, intro, needs, page_view, run_claims, show_chart, to_url, url_state
 from app.phase_figure import locking_heatmap
-from app.common import cache_dir, example_picker, intro, needs, run_claims, show_chart, to_url, url_state, view
+from core.runs.reader import Table
 
-v = view()
-run, basis = v["run"], st.session_state["basis"]
+view = page_view()
+run, basis = view.run, view.basis
 intro(
     "Waves: how a handful of frequencies spell out the answer",
     "Write the final logits as a sum of Fourier components and keep the strongest few. Look for long waves that put "
@@ -13,7 +14,7 @@ intro(
     "last digit, and for where their sum peaks.",
     claim="waves",
 )
-needs(run, "final_waves")
+needs(run, Table.FINAL_WAVES)
 example = example_picker(run)
 url_state("k", 5, int, list(range(1, 11)))
 st.slider("Number of components k", 1, 10, key="k", help="How many of the strongest Fourier components to add up.")
@@ -33,8 +34,8 @@ st.markdown(
     "question. **Locking R** measures, over all examples, how often a module's wave of period T peaks at the answer "
     "mod T: 1 = always, about 0 = never more than chance."
 )
-if "phase_locking" in run.manifest.get("tables", {}):
+if run.has(Table.PHASE_LOCKING):
     show_chart(*locking_heatmap(run), key="locking")
-    claim = run_claims(str(cache_dir()), run.name, run.manifest.get("created", ""))["module_waves"]
+    claim = run_claims(run)["module_waves"]
     st.markdown(claim.measured + (f" *Why: {claim.reason}.*" if claim.reason else ""))
 

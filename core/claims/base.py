@@ -1,5 +1,5 @@
-"""What every claim shares: the Claim record, a run read from a cache folder, and the small helpers
-that write a claim's numbers the same way everywhere (core.claims.registry explains the claims)."""
+"""What every claim shares: the Claim record and the small helpers that write a claim's numbers the
+same way everywhere (core.claims.registry explains the claims; a run is read by core.runs.reader)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from core.runs.cache import read_manifest, read_table
-from core.errors import CoreError
 from core.analysis.phase import SHORT_PERIODS
+from core.errors import CoreError
+from core.runs.reader import Table
+from core.runs.summaries import running_example
 
 VERDICTS = ("agrees", "partly", "does not", "not tested")
 #: How well a verdict shows a step (to pick the shipped run that shows it best).
@@ -41,21 +42,6 @@ class Claim:
         return VERDICT_SCORE[self.verdict]
 
 
-class TableRun:
-    """A run read straight from a cache folder (for scripts and tests)."""
-
-    def __init__(self, cache_dir, name: str):
-        self.cache_dir, self.name = str(cache_dir), name
-        self.manifest = read_manifest(cache_dir, name)
-        self.label = self.manifest.get("label", name)
-        self._tables: dict[str, pd.DataFrame] = {}
-
-    def table(self, name: str) -> pd.DataFrame:
-        if name not in self._tables:
-            self._tables[name] = read_table(self.cache_dir, self.name, name)
-        return self._tables[name]
-
-
 # ----------------------------------------------------------------------------- helpers
 
 
@@ -74,9 +60,7 @@ def periods(values) -> str:
 
 def running_example_of(run) -> pd.Series:
     """The example the Tour's charts show (core.runs.summaries.running_example); its id is the Series' name."""
-    from core.runs.summaries import running_example
-
-    return running_example(run.table("examples"))
+    return running_example(run.table(Table.EXAMPLES))
 
 
 def is_short(period: float) -> bool:

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy.stats import binomtest
 
 from core.claims.base import Claim, pct, periods, seeds
-from core.runs.origin import run_origin
 from core.paper import ACCURACY, OUTLIER_PERIODS
+from core.runs.origin import run_origin
+from core.runs.reader import Table
+from core.runs.summaries import best_probe_layer, number_summary
+
 
 def _feature_verdict(origin: str, n_short: int) -> tuple[str, str]:
     """(verdict, reason) from how many of periods 2, 2.5, 5, 10 are outliers: planted or transplanted -> not tested;
@@ -54,7 +58,7 @@ def claim_embeddings(run, basis: str = "paper") -> Claim:
     Verdict by origin: planted features -> not tested (we put them there); from scratch -> agrees
     when none of the four is an outlier; pre-trained -> agrees with 3 or 4 of them, partly with 1
     or 2, does not with none."""
-    spec = run.table("embedding_spectrum")
+    spec = run.table(Table.EMBEDDING_SPECTRUM)
     spec = spec[(spec["basis"] == basis) & (spec["matrix"] == "input")]
     outl = spec[spec["outlier"]]
     found = sorted({t for t in OUTLIER_PERIODS if (np.isclose(outl["period"], t, atol=0.05)).any()})
@@ -91,9 +95,8 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
     Verdict by origin, as for the embeddings: planted -> not tested; from scratch -> agrees when none
     of the four is an outlier at layer 0; otherwise agrees with 3 or 4 of them at the best layer,
     partly with 1 or 2, does not with none."""
-    from core.runs.summaries import best_probe_layer, number_summary
 
-    spectrum, probes = run.table("number_spectrum"), run.table("number_probes")
+    spectrum, probes = run.table(Table.NUMBER_SPECTRUM), run.table(Table.NUMBER_PROBES)
     origin = run_origin(run.manifest)["kind"]
     layer = 0 if origin == "scratch" else best_probe_layer(probes)
     s = number_summary(spectrum, probes, layer, basis)
@@ -132,10 +135,10 @@ def claim_training(runs) -> Claim:
     rescue, but not by pre-trained features); does not when no frozen run beats scratch so."""
     rows = []
     for r in runs:
-        if "training_log" not in (r.manifest.get("tables") or {}):
+        if Table.TRAINING_LOG not in (r.manifest.get("tables") or {}):
             continue
         origin = run_origin(r.manifest)
-        log = r.table("training_log")
+        log = r.table(Table.TRAINING_LOG)
         log = log[log["split"] == "val"]
         if log.empty:
             continue
@@ -193,9 +196,8 @@ def claim_behaviour(run) -> Claim:
     structure is a multiple of 10 one time in 10. Verdict: not tested with fewer than 20 wrong
     answers; agrees when the share is at least 50% and above 10% by a one-sided binomial test at
     p < 0.01; partly when only the test passes; else does not."""
-    from scipy.stats import binomtest
 
-    ea = run.table("error_analysis")
+    ea = run.table(Table.ERROR_ANALYSIS)
     if "model" in set(ea["source"]):
         row, what = ea[ea["source"] == "model"].iloc[0], "unfiltered"
     else:

@@ -7,16 +7,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from core.claims.base import Claim, is_short, periods, pct, running_example_of, structural_reason
-from core.runs.origin import run_origin
-from core.paper import ACCURACY, TABLE1_GPT2_XL, TABLE1_TAU
+from core.analysis.fourier import band_energy_share
 from core.analysis.phase import locked
+from core.claims.base import Claim, is_short, pct, periods, running_example_of, structural_reason
+from core.paper import ACCURACY, TABLE1_GPT2_XL, TABLE1_TAU
+from core.runs.origin import run_origin
+from core.runs.reader import Table
+from core.runs.summaries import BASELINE_RATIO, error_distribution, nearest_tau, table1, top_periods_by_module
+
 
 def _validation_accuracy(run) -> tuple[float | None, str]:
     """(accuracy, where) on the validation split from the run's training log: the last epoch of the shipped seed."""
-    if "training_log" not in (run.manifest.get("tables") or {}):
+    if Table.TRAINING_LOG not in (run.manifest.get("tables") or {}):
         return None, ""
-    log = run.table("training_log")
+    log = run.table(Table.TRAINING_LOG)
     val = log[log["split"] == "val"]
     if val.empty:
         return None, ""
@@ -31,7 +35,7 @@ def _validation_accuracy(run) -> tuple[float | None, str]:
 
 def selection_note(run) -> str:
     """What the reader must know about how the model was chosen: which split saw it during training."""
-    log = run.table("training_log") if "training_log" in (run.manifest.get("tables") or {}) else None
+    log = run.table(Table.TRAINING_LOG) if Table.TRAINING_LOG in (run.manifest.get("tables") or {}) else None
     return selection_note_of(run.manifest, log)
 
 
@@ -53,7 +57,7 @@ def claim_accuracy(run) -> Claim:
     run's training log. A model not trained here (no training log) was not selected on any split of
     ours, so its own split's accuracy is used, and the sentence says which split.
     Verdict: agrees at >= 99%, partly at >= 90%, else does not."""
-    ex = run.table("examples")
+    ex = run.table(Table.EXAMPLES)
     test_acc = float(ex["correct"].mean())
     split = (run.manifest.get("task") or {}).get("split", "test")
     val, where = _validation_accuracy(run)
@@ -104,7 +108,7 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
     Verdict: agrees when some layer l <= 0.75 L (LENS_DEPTH) is within ±10 for at least half the
     prompts and exact for at least 25 points fewer; partly when the largest gap before the last layer
     is at least 10 points (at any depth); else does not."""
-    table = run.table("layer_accuracy")
+    table = run.table(Table.LAYER_ACCURACY)
     acc = table[table["final_norm"] == final_norm].sort_values("layer")
     other = table[(table["final_norm"] != final_norm) & (table["layer"] == acc["layer"].max())]
     L = int(acc["layer"].max())
@@ -158,7 +162,7 @@ _MOD = {2.0: "parity (mod 2)", 2.5: "mod 2.5", 5.0: "mod 5", 10.0: "mod 10", 104
 
 def module_locks(run) -> pd.DataFrame:
     """The attention and MLP rows of `phase_locking` that lock (core.analysis.phase.locked) at a short period, strongest first."""
-    t = run.table("phase_locking")
+    t = run.table(Table.PHASE_LOCKING)
     t = t[t["kind"].isin(["attn", "mlp"]) & t["period"].map(is_short)]
     return t[locked(t)].sort_values("locking", ascending=False).reset_index(drop=True)
 
@@ -179,7 +183,7 @@ def claim_module_waves(run) -> Claim:
     run's cached sample (its model's weights are not here), "does not" becomes "not tested": a few
     examples can show a lock but not its absence. Periods the number line does not have (5 and 10 when
     p - 1 is not a multiple of 10) are not claimed absent."""
-    table = run.table("phase_locking")
+    table = run.table(Table.PHASE_LOCKING)
     locks = module_locks(run)
     n = int(table["n"].iloc[0])
     whole = bool((run.manifest.get("phase_locking") or {}).get("whole_split", True))
@@ -260,10 +264,8 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
     and the frequencies above the W_U-alone baseline. Verdict: agrees when the MLP's low share exceeds
     attention's by 10 points or more and attention's top periods include 2, 2.5, 5 or 10; partly when
     one of the two holds; else does not."""
-    from core.analysis.fourier import band_energy_share
-    from core.runs.summaries import top_periods_by_module
 
-    spec = run.table("module_spectra")
+    spec = run.table(Table.MODULE_SPECTRA)
     spec = spec[spec["basis"] == "paper"]
     L = int(run.manifest["n_layers"])
     keep = list(range(max(1, L - last_layers + 1), L + 1))
@@ -273,10 +275,9 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
         shares[m] = band_energy_share(mean.sort_values("k")["magnitude"].to_numpy(), tau)[0]
         tops[m] = [float(t) for t in mean["period"].head(5)]
     above = {}
-    if "module_spectra_baseline" in (run.manifest.get("tables") or {}):
-        from core.runs.summaries import BASELINE_RATIO
+    if Table.MODULE_SPECTRA_BASELINE in (run.manifest.get("tables") or {}):
 
-        base = run.table("module_spectra_baseline")
+        base = run.table(Table.MODULE_SPECTRA_BASELINE)
         base = base[(base["basis"] == "paper") & base["layer"].isin(keep)]
         merged = spec[spec["layer"].isin(keep)].merge(
             base[["module", "layer", "k", "magnitude"]].rename(columns={"magnitude": "baseline"}), on=["module", "layer", "k"]
@@ -337,17 +338,17 @@ def claim_waves(run, top: int = 5) -> Claim:
     when the top-10 sum does for at least 75%, or the top-5 for at least 25%; else does not. When the
     table rests on the run's cached sample only, "does not" becomes "not tested" if the 95% Wilson
     interval of either share reaches its "partly" threshold (too few examples to rule it out)."""
-    peaks = run.table("wave_peaks")
+    peaks = run.table(Table.WAVE_PEAKS)
     share = {int(t): float(g["at_answer"].mean()) for t, g in peaks.groupby("top")}
     n = int((peaks["top"] == top).sum())
     s5, s10 = share.get(top, 0.0), share.get(10, 0.0)
     verdict = "agrees" if s5 >= WAVES_AGREE else "partly" if (s10 >= WAVES_PARTLY_TOP10 or s5 >= WAVES_PARTLY_TOP5) else "does not"
-    acc = float(run.table("examples")["correct"].mean())
-    whole = n == len(run.table("examples"))
+    acc = float(run.table(Table.EXAMPLES)["correct"].mean())
+    whole = n == len(run.table(Table.EXAMPLES))
     hi5, hi10 = wilson_upper(s5, n), wilson_upper(share.get(10, 0.0), n)
     if verdict == "does not" and not whole and (hi10 >= WAVES_PARTLY_TOP10 or hi5 >= WAVES_PARTLY_TOP5):
         verdict = "not tested"
-    waves = run.table("final_waves")
+    waves = run.table(Table.FINAL_WAVES)
     r = running_example_of(run)
     sub = waves[(waves["example_id"] == r.name) & (waves["basis"] == "paper") & (waves["rank"] <= top)]
     top_periods = [float(t) for t in sub.groupby("rank")["period"].first().sort_index()] if len(sub) else []
@@ -405,9 +406,8 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     10 points below both that opposite cell and its own random control.
     Verdict: agrees when both modules show it, partly when one does, else does not. The error shapes
     (multiples of 10 under MLP-low, below 6 under attention-high) are reported beside it."""
-    from core.runs.summaries import error_distribution, nearest_tau, table1
 
-    ab = run.table("ablations")
+    ab = run.table(Table.ABLATIONS)
     t = nearest_tau(ab, tau)
     t1 = table1(ab, t).set_index(["modules", "removed"])  # the numbers the Table 1 chart shows
     base = float(t1.loc[("none", "none"), "accuracy %"]) / 100
@@ -419,7 +419,7 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
                              if row is not None else (np.nan, np.nan))
     pattern = ablation_pattern(cells, base)
     verdict = "agrees" if all(pattern.values()) else "partly" if any(pattern.values()) else "does not"
-    errors = run.table("ablation_errors")
+    errors = run.table(Table.ABLATION_ERRORS)
     shape = {}
     for key, (m, r) in {"mlp_low_mult10": ("mlp", "low"), "attn_high_below6": ("attn", "high")}.items():
         d = error_distribution(errors, m, r, t)

@@ -10,11 +10,11 @@ never asserts what the data beside it does not show. A claim carries:
 * `reason`: one line on why, where it is known (two layers; a low-rank W_U; planted features);
 * `numbers`: the figures behind `measured`, for tests and downloads.
 
-A `run` here is anything with `.manifest` (dict) and `.table(name)` (a DataFrame): the dashboard's
-Run, or `TableRun` over a cache folder. No Streamlit in this module.
+A `run` here is anything with `.manifest` (dict) and `.table(name)` (a DataFrame), normally a
+`core.runs.reader.RunReader` (the dashboard's shares its tables across sessions). No Streamlit here.
 """
 
-from core.claims.base import VERDICT_SCORE, VERDICTS, Claim, TableRun
+from core.claims.base import VERDICT_SCORE, VERDICTS, Claim
 from core.claims.features import claim_behaviour, claim_embeddings, claim_numbers, claim_training, digit_derived
 from core.claims.mechanism import (
     claim_ablations,
@@ -28,11 +28,11 @@ from core.claims.mechanism import (
     selection_note_of,
 )
 from core.errors import CoreError
-from core.runs.origin import describe_run, run_origin
 from core.paper import ACCURACY
+from core.runs.origin import describe_run, run_origin
 
 __all__ = [
-    "VERDICTS", "VERDICT_SCORE", "PAPER_SHORT", "Claim", "TableRun", "RUN_CLAIMS", "run_claims", "best_run", "claim_training",
+    "VERDICTS", "VERDICT_SCORE", "PAPER_SHORT", "Claim", "RUN_CLAIMS", "run_claims", "best_run", "claim_training",
     "describe_run", "run_origin", "module_locks", "selection_note", "selection_note_of", "digit_derived",
 ]
 

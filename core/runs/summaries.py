@@ -7,15 +7,19 @@ plot them as they are.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
 from core.analysis.behaviour import error_histogram, error_summary
-from core.errors import CoreError
 from core.analysis.fourier import band_energy_share
-from core.runs.origin import run_origin
-from core.paper import TABLE1_GPT2_XL
 from core.analysis.phase import locked
+from core.errors import CoreError
+from core.models.source import project_path
+from core.paper import TABLE1_GPT2_XL, TABLE1_TAU
+from core.runs.origin import run_origin
+from core.training.stages import earlier_stage
 
 MODULE_NAMES = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)", "final": "Final logits"}
 ABLATION_MODULES = {"both": "Attn + MLP", "attn": "Attn", "mlp": "MLP"}
@@ -151,6 +155,22 @@ def top_periods_by_module(module_spectra: pd.DataFrame, basis: str, module: str,
     return mean.sort_values("magnitude", ascending=False).head(top).reset_index(drop=True)
 
 
+def strongest_periods(module_spectra: pd.DataFrame, basis: str, last_layers: int, k_max: int, top: int = 6) -> tuple[pd.DataFrame, list[str]]:
+    """MLP and attention at the periods either carries most (its `top`, mean over the last layers), side by
+    side: (frame k, period, magnitude, module, "period T" label; period labels long to short)."""
+    tops = {m: top_periods_by_module(module_spectra, basis, m, last_layers=last_layers, top=k_max) for m in ("mlp", "attn")}
+    ks = list(dict.fromkeys([*tops["mlp"]["k"].head(top), *tops["attn"]["k"].head(top)]))
+    frames = []
+    for m, t in tops.items():
+        sub = t.set_index("k").loc[ks].reset_index()
+        sub["module"] = MODULE_NAMES[m]
+        frames.append(sub)
+    data = pd.concat(frames, ignore_index=True)
+    data["period T"] = data["period"].map(lambda x: f"{x:.3g}")
+    order = [f"{p:.3g}" for p in sorted(data.drop_duplicates("k")["period"], reverse=True)]
+    return data, order
+
+
 # ----------------------------------------------------------------------------- waves
 
 
@@ -168,6 +188,20 @@ def waves_for(final_waves: pd.DataFrame, example_id: str, basis: str, top: int) 
 def final_logits(module_logits: pd.DataFrame, example_id: str) -> pd.DataFrame:
     sub = module_logits[(module_logits["example_id"] == example_id) & (module_logits["module"] == "final")][["number", "logit"]]
     return sub.sort_values("number").reset_index(drop=True)
+
+
+def centred_final_logits(module_logits: pd.DataFrame, example_id: str) -> pd.DataFrame:
+    """`final_logits` with `centred`: each logit minus their mean over the number line."""
+    data = final_logits(module_logits, example_id)
+    data["centred"] = data["logit"] - data["logit"].mean()
+    return data
+
+
+def number_window(answer: int, window: int | None, p: int) -> tuple[int, int]:
+    """The numbers answer ± window, inside the number line 0..p-1 (all of it for no window)."""
+    if window is None:
+        return 0, p - 1
+    return max(0, int(answer) - window), min(p - 1, int(answer) + window)
 
 
 # ----------------------------------------------------------------------------- ablations
@@ -232,6 +266,43 @@ def error_distribution(ablation_errors: pd.DataFrame, modules: str, removed: str
     return sub.reset_index(drop=True)
 
 
+def error_shares(distribution: pd.DataFrame) -> dict:
+    """Of the wrong answers in an `error_distribution`: the share that are multiples of 10 (the paper's
+    MLP-low finding) and the share smaller than 6 (its attention-high finding)."""
+    total = distribution["count"].sum()
+    return {
+        "multiple_of_10": distribution.loc[distribution["multiple of 10"], "count"].sum() / total,
+        "below_6": distribution.loc[distribution["error"].abs() < 6, "count"].sum() / total,
+    }
+
+
+def costly_filters(t1: pd.DataFrame, margin: float = 5.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(filters of `table1` with a random control, those that cost at least `margin` points more than it)."""
+    ctrl = t1.dropna(subset=["random control accuracy %"])
+    return ctrl, ctrl[ctrl["accuracy %"] < ctrl["random control accuracy %"] - margin]
+
+
+def table1_long(t1: pd.DataFrame, tau: int) -> pd.DataFrame:
+    """`table1` as bars: filter (short name), source ("this run", "random control", "GPT-2-XL"), accuracy
+    (0..1); the paper's figure only at its own cutoff (TABLE1_TAU)."""
+    rows = []
+    for r in t1.itertuples():
+        name = r.filter.replace(" removed", "").replace("Attn + MLP", "both")
+        rows.append({"filter": name, "source": "this run", "accuracy": t1.loc[r.Index, "accuracy %"] / 100})
+        control = t1.loc[r.Index, "random control accuracy %"]
+        if pd.notna(control):
+            rows.append({"filter": name, "source": "random control", "accuracy": control / 100})
+        paper = t1.loc[r.Index, "paper GPT-2-XL accuracy %"]
+        if pd.notna(paper) and tau == TABLE1_TAU:
+            rows.append({"filter": name, "source": "GPT-2-XL", "accuracy": paper / 100})
+    return pd.DataFrame(rows)
+
+
+def unfiltered(ablations: pd.DataFrame) -> pd.Series:
+    """The row of the model with no filter."""
+    return ablations[ablations["removed"] == "none"].iloc[0]
+
+
 def keep_one_results(ablations: pd.DataFrame) -> pd.DataFrame:
     sub = ablations[ablations["removed"] == "keep"].copy()
     cols = ["keep_k", "keep_period", "accuracy", "within_10", "parity_match", "loss", "erased"]
@@ -250,6 +321,19 @@ def accuracy_by_tau(ablations: pd.DataFrame) -> pd.DataFrame:
 
 def embedding_outliers(spectrum: pd.DataFrame, basis: str, matrix: str, top: int = 4) -> pd.DataFrame:
     return _label_outliers(spectrum[(spectrum["basis"] == basis) & (spectrum["matrix"] == matrix)], top)
+
+
+def embedding_rows(spectrum: pd.DataFrame, basis: str, matrix: str) -> pd.DataFrame:
+    """The `embedding_spectrum` rows of one basis and one matrix ("input" W_E or "output" W_U)."""
+    return spectrum[(spectrum["basis"] == basis) & (spectrum["matrix"] == matrix)]
+
+
+def strongest_embedding_frequencies(spectrum: pd.DataFrame, basis: str, matrix: str, top: int = 10) -> pd.DataFrame:
+    """The `top` strongest frequencies of the number rows, with "period T" and the outlier flag as words."""
+    data = embedding_rows(spectrum, basis, matrix).sort_values("magnitude", ascending=False).head(top).copy()
+    data["period T"] = data["period"].map(lambda x: f"{x:.3g}")
+    data["outlier"] = data["outlier"].map({True: "above the shuffled threshold", False: "within chance"})
+    return data
 
 
 def _label_outliers(sub: pd.DataFrame, top: int) -> pd.DataFrame:
@@ -352,6 +436,11 @@ def training_curves(logs: dict[str, pd.DataFrame], split: str = "val") -> pd.Dat
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 
 
+def final_accuracies(curves: pd.DataFrame) -> pd.DataFrame:
+    """The last epoch of each curve of `training_curves`: run, epoch, mean, low, high, seeds."""
+    return curves.sort_values("epoch").groupby("run").tail(1)[["run", "epoch", "mean", "low", "high", "seeds"]]
+
+
 def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = "val") -> pd.DataFrame:
     """The training logs of fine-tuned runs laid end to end, stage after stage.
 
@@ -364,11 +453,6 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
     accuracy, loss, device, starts_from (the earlier stage's label, or None), cached (whether the
     stage has a cached run).
     """
-    import json
-
-    from core.training.delta import earlier_stage
-    from core.models.loading import project_path
-
     cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from", "cached"]
 
     def entry(label, recipe, log, cached):

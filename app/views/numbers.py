@@ -1,12 +1,13 @@
 import streamlit as st
 
 from app import figures
-from app.common import intro, origin_note, show_chart, term, to_url, url_state, view
-from core.runs import summaries
+from app.common import intro, origin_note, page_view, show_chart, term, to_url, url_state
 from core.analysis.embeddings import top_periods
+from core.runs import summaries
+from core.runs.reader import Table
 
-v = view()
-run, compare, basis = v["run"], v["compare"], st.session_state["basis"]
+view = page_view()
+run, compare, basis = view.run, view.compare, view.basis
 intro(
     "Numbers: how a model represents them, layer by layer",
     "Each number 0..520 is read in the context *The number n* (or alone, for the demo models' small vocabulary), and "
@@ -17,12 +18,12 @@ intro(
     claim="numbers",
 )
 runs = [run] + ([compare] if compare is not None else [])
-runs = [r for r in runs if r.has("number_spectrum")]
+runs = [r for r in runs if r.has(Table.NUMBER_SPECTRUM)]
 if not runs:
     st.info(f"{run.label} has no number tables (a run from before schema 3): run its precompute again to add them.")
     st.stop()
 top_layers = max(r.n_layers for r in runs)
-url_state("nlayer", summaries.best_probe_layer(runs[0].table("number_probes")), int)
+url_state("nlayer", summaries.best_probe_layer(runs[0].table(Table.NUMBER_PROBES)), int)
 st.session_state["nlayer"] = max(0, min(int(st.session_state["nlayer"]), top_layers))
 st.slider("Layer (0 = embedding)", 0, top_layers, key="nlayer",
           help="Runs with fewer layers show their last layer when the slider goes past it.")
@@ -36,7 +37,7 @@ for col, r in zip(cols, runs):
         st.markdown(f"**{r.label}**" + (f" (layer {layer}: its last)" if layer != chosen else ""))
         origin_note(r)
         show_chart(*figures.number_spectrum(r, basis, layer), key=f"num-spec-{r.name}")
-        s = summaries.number_summary(r.table("number_spectrum"), r.table("number_probes"), layer, basis)
+        s = summaries.number_summary(r.table(Table.NUMBER_SPECTRUM), r.table(Table.NUMBER_PROBES), layer, basis)
         periods = ", ".join(f"{t:.3g}" for t in s["outlier_periods"][:8])
         kap = s["kappa"]
         reads = ", ".join(f"mod {t}: {kap[t]:.2f}" for t in sorted(kap) if t not in s["controls"])
@@ -49,7 +50,7 @@ for col, r in zip(cols, runs):
         )
         show_chart(*figures.probe_kappa(r, layer), key=f"probes-{r.name}")
 
-single = [r for r in runs if r.has("embedding_spectrum")]
+single = [r for r in runs if r.has(Table.EMBEDDING_SPECTRUM)]
 if single:
     with st.expander("The embedding rows themselves (single-token models): W_E and W_U, t-SNE"):
         url_state("matrix", "input", str, ["input", "output"])
@@ -64,8 +65,7 @@ if single:
         for col, r in zip(cols, single):
             with col:
                 show_chart(*figures.embedding_spectrum(r, basis, matrix), key=f"emb-spec-{r.name}")
-                spec = r.table("embedding_spectrum")
-                spec = spec[(spec["basis"] == basis) & (spec["matrix"] == matrix)]
+                spec = summaries.embedding_rows(r.table(Table.EMBEDDING_SPECTRUM), basis, matrix)
                 st.markdown(f"**Top periods:** {', '.join(f'{t:.3g}' for t in top_periods(spec, 5))}", help=term("period"))
         url_state("colour", "last digit", str, ["last digit", "magnitude"])
         st.radio("Colour the t-SNE map by", ["last digit", "magnitude"], key="colour", horizontal=True)
