@@ -58,7 +58,10 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     import torch
 
     from core.models.capture import forward_batch, iter_capture, prepare_batches
-    from core.analysis.filters import Condition, evaluate, evaluate_conditions, filtered, high_pass
+    from core.analysis.ablations import Condition
+    from core.analysis.evaluation import evaluate, evaluate_conditions
+    from core.analysis.filter_hooks import filtered
+    from core.analysis.filters import high_pass
     from core.analysis.fourier import fourier_basis
     from core.models.loading import prompt_texts
     from core.runs.ablation_grid import ablation_specs, build_filters, filter_key
@@ -147,7 +150,7 @@ def agreement(lm, texts, answers, p, conditions, batch_size) -> None:
     predictions and answer-token losses, on the same prompts."""
     import numpy as np
 
-    from core.analysis.filters import evaluate_by_full_recompute, evaluate_conditions
+    from core.analysis.evaluation import evaluate_by_full_recompute, evaluate_conditions
 
     fast = evaluate_conditions(lm, texts, answers, p, conditions, "last", batch_size, progress=False)
     differ, worst_loss, near = 0, 0.0, []
@@ -168,7 +171,7 @@ def bench_live(lm, rounds: int) -> None:
     import pandas as pd
 
     from core.models.capture import forward_batch, prepare_batches
-    from core.analysis.filters import Ablation
+    from core.analysis.ablations import Ablation
     from core.runs.live_ablation import live_ablation
     from core.models.loading import prompt_texts
     from core.tasks import build_examples, select_split

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.analysis.filters import Ablation, high_pass, low_pass, random_subspace_filter, rank_tolerance
+from core.analysis.ablations import Ablation
+from core.analysis.filters import high_pass, low_pass, random_subspace_filter, rank_tolerance
 from core.analysis.fourier import band_frequencies, fourier_basis, frequency_magnitudes
 
 P = 521

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from core.analysis.behaviour import error_histogram, error_summary, read_answers_csv
-from core.analysis.embeddings import embedding_clusters, embedding_spectrum, permutation_null, spectrum_table, top_periods
+from core.analysis.clusters import embedding_clusters
+from core.analysis.embeddings import embedding_spectrum, permutation_null, spectrum_table, top_periods
 from core.errors import CoreError
 from core.analysis.fourier import fourier_basis
 

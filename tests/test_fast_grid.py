@@ -2,14 +2,16 @@
 
 For every supported architecture, with left-padded batches of mixed lengths, predictions and
 losses of several filter conditions must equal those of running every position of every prompt
-with the filter hooks on (the reference path, `core.analysis.filters.evaluate_by_full_recompute`).
+with the filter hooks on (the reference path, `core.analysis.evaluation.evaluate_by_full_recompute`).
 """
 
 import numpy as np
 import pytest
 
 from core.errors import CoreError
-from core.analysis.filters import Condition, GridProgress, evaluate, evaluate_by_full_recompute, evaluate_conditions, high_pass, keep_frequency, low_pass
+from core.analysis.ablations import Condition
+from core.analysis.evaluation import GridProgress, evaluate, evaluate_by_full_recompute, evaluate_conditions
+from core.analysis.filters import high_pass, keep_frequency, low_pass
 from core.analysis.fourier import fourier_basis
 from core.models.loading import prompt_texts
 from core.tasks import build_examples, select_split, with_shots
@@ -162,7 +164,7 @@ def test_cli_rejects_bad_threads(model_dir, tmp_path, capsys):
 
 
 def test_prefix_cache_reuses_prefixes_and_changes_nothing(loaded_model, monkeypatch):
-    from core.analysis.filters import PrefixCache
+    from core.analysis.evaluation import PrefixCache
 
     loaded = loaded_model("llama")
     texts, answers = _prompts(loaded, n=24)
@@ -192,7 +194,7 @@ def test_prefix_cache_reuses_prefixes_and_changes_nothing(loaded_model, monkeypa
 def test_live_ablation_reports_time_and_reuses_the_prefix(loaded_model):
     import pandas as pd
 
-    from core.analysis.filters import Ablation
+    from core.analysis.ablations import Ablation
     from core.runs.live_ablation import live_ablation
 
     loaded = loaded_model("gpt2")

@@ -6,7 +6,8 @@ import torch
 
 from core.models.capture import LastPositionRecorder, capture, prepare_batches
 from core.errors import CoreError
-from core.analysis.filters import filtered, high_pass
+from core.analysis.filter_hooks import filtered
+from core.analysis.filters import high_pass
 from core.analysis.fourier import band_frequencies, fourier_basis, frequency_magnitudes
 from core.models.loading import load_model
 from core.models.names import ModuleNames

@@ -127,10 +127,10 @@ def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeyp
     before_hash = (before.path / "manifest.json").read_bytes()
 
     # interrupt the ablation grid in its third batch of prompts (batches of 4: 5 batches in all)
-    import core.analysis.filters as filters_mod
+    import core.analysis.evaluation as evaluation_mod
 
     calls = {"n": 0}
-    real_passes = filters_mod._answer_position_passes
+    real_passes = evaluation_mod.answer_position_passes
 
     def failing_passes(*a, **kw):
         calls["n"] += 1
@@ -138,7 +138,7 @@ def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeyp
             raise KeyboardInterrupt
         return real_passes(*a, **kw)
 
-    monkeypatch.setattr(filters_mod, "_answer_position_passes", failing_passes)
+    monkeypatch.setattr(evaluation_mod, "answer_position_passes", failing_passes)
     assert run_cli(*args) == 130
     names = [r.name for r in list_runs(tmp_path)]
     assert names == [before.name]  # no half-written run is visible
@@ -163,7 +163,7 @@ def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeyp
     pd.testing.assert_frame_equal(
         pd.read_parquet(fresh.path / "ablations.parquet"), pd.read_parquet(one_go.path / "ablations.parquet")
     )
-    monkeypatch.setattr(filters_mod, "_answer_position_passes", failing_passes)
+    monkeypatch.setattr(evaluation_mod, "answer_position_passes", failing_passes)
     monkeypatch.setattr(pre, "measure", lambda *a, **kw: pytest.fail("measurements recomputed on resume"))
 
     # an existing run is not recomputed unless asked, and other options are not silently ignored

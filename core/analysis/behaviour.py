@@ -92,14 +92,15 @@ def read_answers_csv(data: bytes | str, max_rows: int = MAX_UPLOAD_ROWS, operati
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
             raise CoreError(
-                f"column {col} must hold whole numbers; row {row + 2} of the file has '{_cell_text(frame[col].iloc[row])}'"
+                f"column {col} must hold whole numbers; row {row + 2} of the file has "
+                f"'{_cell_text(frame[col].iloc[row])}'"
             )
         big = values.abs() > MAX_UPLOAD_VALUE
         if big.any():
             row = int(np.flatnonzero(big.to_numpy())[0])
             raise CoreError(
-                f"column {col} must hold numbers between -{MAX_UPLOAD_VALUE:,} and {MAX_UPLOAD_VALUE:,}; row {row + 2} of "
-                f"the file has '{_cell_text(frame[col].iloc[row])}'"
+                f"column {col} must hold numbers between -{MAX_UPLOAD_VALUE:,} and {MAX_UPLOAD_VALUE:,}; "
+                f"row {row + 2} of the file has '{_cell_text(frame[col].iloc[row])}'"
             )
         out[col] = values.astype(np.int64)
     result = pd.DataFrame(out)

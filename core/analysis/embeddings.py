@@ -1,4 +1,4 @@
-"""Number-embedding spectra (docs/method.md#embedding-spectrum) and t-SNE / k-means pictures of the embeddings.
+"""Number-embedding spectra (docs/method.md, "Embedding spectrum") with a permutation null model.
 
 Embedding spectrum: W_E (p x D) holds the input-embedding rows of the numbers 0..p-1. Apply the
 Fourier transform along the number axis to every column (F W_E) and take the L2 norm of each
@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from core.errors import CoreError
 from core.analysis.fourier import FourierBasis, magnitudes_from_coefficients
+from core.errors import CoreError
 
 
 def embedding_spectrum(embedding, basis: FourierBasis) -> np.ndarray:
@@ -96,36 +96,15 @@ def top_periods(table: pd.DataFrame, top: int = 6) -> list[float]:
     return [float(x) for x in table.sort_values("magnitude", ascending=False)["period"].head(top)]
 
 
-def embedding_clusters(embedding, n_clusters: int = 10, seed: int = 0, perplexity: float = 30.0) -> pd.DataFrame:
-    """t-SNE coordinates and k-means clusters of the number embeddings.
-
-    k-means runs on the embeddings themselves (not on the 2-D picture), so a cluster means
-    "close in the model's space". Columns: number, x, y, cluster, last_digit.
-    """
-    from sklearn.cluster import KMeans
-    from sklearn.manifold import TSNE
-
-    W = _as_array(embedding)
-    p = W.shape[0]
-    if p < 4:
-        raise CoreError(f"t-SNE needs at least 4 numbers, got {p}")
-    perplexity = min(perplexity, (p - 1) / 3)
-    xy = TSNE(n_components=2, perplexity=perplexity, random_state=seed, init="pca").fit_transform(W)
-    labels = KMeans(n_clusters=min(n_clusters, p), n_init=10, random_state=seed).fit_predict(W)
-    numbers = np.arange(p)
-    return pd.DataFrame(
-        {"number": numbers, "x": xy[:, 0], "y": xy[:, 1], "cluster": labels, "last_digit": numbers % 10}
-    )
-
-
-def _as_array(embedding) -> np.ndarray:
+def as_array(embedding) -> np.ndarray:
+    """An embedding (array or tensor) as a float64 array."""
     if hasattr(embedding, "detach"):
         embedding = embedding.detach().float().cpu().numpy()
     return np.asarray(embedding, dtype=float)
 
 
 def _matrix(embedding, p: int) -> np.ndarray:
-    W = _as_array(embedding)
+    W = as_array(embedding)
     if W.ndim != 2 or W.shape[0] != p:
         raise CoreError(f"expected an embedding of {p} number rows, got shape {W.shape}")
     return W

@@ -11,11 +11,15 @@ and the share of wrong answers off by a multiple of 10 follow (`core.analysis.be
 from __future__ import annotations
 
 import re
+import time
 
 import pandas as pd
+import torch
 
 from core.analysis.behaviour import error_summary
 from core.errors import CoreError
+from core.models.capture import prepare_batches, progress_bar
+from core.tasks import with_shots
 
 SHOTS = (0, 4)
 MAX_NEW_TOKENS = 6
@@ -30,10 +34,6 @@ def parse_answer(text: str) -> int | None:
 
 def generate(loaded, texts, max_new_tokens: int = MAX_NEW_TOKENS, batch_size: int = 16, progress=None) -> list[str]:
     """Greedy continuations of `texts` (only the new text), in the order of `texts`."""
-    import torch
-
-    from core.models.capture import prepare_batches, progress_bar
-
     tok = loaded.tokenizer
     batches = prepare_batches(tok, texts, batch_size)
     out: list[str | None] = [None] * len(texts)
@@ -58,12 +58,10 @@ def generate(loaded, texts, max_new_tokens: int = MAX_NEW_TOKENS, batch_size: in
     return out  # type: ignore[return-value]
 
 
-def generations_table(loaded, examples, pool, shots=SHOTS, seed: int = 0, batch_size: int = 16, log=print, progress=None) -> pd.DataFrame:
+def generations_table(
+    loaded, examples, pool, shots=SHOTS, seed: int = 0, batch_size: int = 16, log=print, progress=None
+) -> pd.DataFrame:
     """One row per (example, shots): the prompt, what the model wrote, its answer and whether it is right."""
-    import time
-
-    from core.tasks import with_shots
-
     if not examples:
         raise CoreError("no examples to prompt the model with")
     frames = []

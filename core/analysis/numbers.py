@@ -21,12 +21,20 @@ Per layer two measurements:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import cohen_kappa_score
 
+from core.analysis.embeddings import N_PERMUTATIONS, spectrum_table
+from core.analysis.fourier import BASES, fourier_basis
 from core.errors import CoreError
+from core.models.capture import capture, progress_bar
+from core.models.names import RESID
 
 DEFAULT_N = 521
 DEFAULT_CONTEXT = "The number {n}"
@@ -64,7 +72,9 @@ def choose_context(tokenizer, template: str | None = None) -> str:
     tokenizer would read one of its words as unknown (a demo model's small vocabulary), then "{n}"."""
     if template is not None:
         if "{n}" not in template or not template.rstrip().endswith("{n}"):
-            raise CoreError(f"the number context must end with {{n}} (the number is read at its last token), got {template!r}")
+            raise CoreError(
+                f"the number context must end with {{n}} (the number is read at its last token), got {template!r}"
+            )
         return template
     unk = getattr(tokenizer, "unk_token_id", None)
     if unk is not None and unk in tokenizer(DEFAULT_CONTEXT.format(n=7), add_special_tokens=False)["input_ids"]:
@@ -76,10 +86,6 @@ def number_representations(
     loaded, n_numbers: int = DEFAULT_N, context: str | None = None, batch_size: int = 64, progress=None
 ) -> NumberRepresentations:
     """The last-token vector of every number 0..n_numbers-1 at every layer (see the module doc)."""
-    import torch
-
-    from core.models.capture import capture
-
     if n_numbers < 3:
         raise CoreError(f"number representations need at least 3 numbers, got {n_numbers}")
     tok = loaded.tokenizer
@@ -93,10 +99,12 @@ def number_representations(
     per_number = np.array([len(x) - _shared_prefix(base, x) for x in ids])
     full = tok(texts)["input_ids"]  # as the model reads them (with BOS where the tokenizer adds one)
     if any(len(f) < len(x) or f[len(f) - len(x):] != x for f, x in zip(full, ids)):
-        raise CoreError("the tokenizer adds tokens after the text (an end-of-text token?); the last token would not be the number's")
+        raise CoreError(
+            "the tokenizer adds tokens after the text (an end-of-text token?); the last token would not be the number's"
+        )
     last = torch.as_tensor([x[-1] for x in ids])
     with torch.no_grad():
-        resid = capture(loaded, texts, batch_size, streams=("resid",), progress=progress)["resid"]  # (N, L+1, D)
+        resid = capture(loaded, texts, batch_size, streams=(RESID,), progress=progress)[RESID]  # (N, L+1, D)
         weight = loaded.model.get_input_embeddings().weight
         embedded = weight.detach()[last.to(weight.device)].float().cpu().numpy()
     vectors = np.concatenate([embedded[None], resid[:, 1:].transpose(1, 0, 2)], axis=0).astype(np.float32)
@@ -115,11 +123,10 @@ def _shared_prefix(a, b) -> int:
 # ----------------------------------------------------------------------------- measurements
 
 
-def number_spectrum_table(reps: NumberRepresentations | np.ndarray, seed: int = 0, n_permutations: int | None = None) -> pd.DataFrame:
+def number_spectrum_table(
+    reps: NumberRepresentations | np.ndarray, seed: int = 0, n_permutations: int | None = None
+) -> pd.DataFrame:
     """Per layer and basis: k, period, magnitude, null_mean, null_threshold, outlier."""
-    from core.analysis.embeddings import N_PERMUTATIONS, spectrum_table
-    from core.analysis.fourier import BASES, fourier_basis
-
     vectors = reps.vectors if isinstance(reps, NumberRepresentations) else np.asarray(reps)
     n = vectors.shape[1]
     frames = []
@@ -143,9 +150,6 @@ def probe_kappas(
     squared norm, so the geometry is kept and the penalty (C = PROBE_C) means the same at every layer
     however large the residual stream grows.
     """
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import cohen_kappa_score
-
     X = np.asarray(features, dtype=np.float64)
     n = X.shape[0]
     if modulus < 2 or modulus > n // 2:
@@ -176,8 +180,6 @@ def number_probes_table(
     pairs = [(T, "paper period") for T in moduli] + [(T, "control") for T in controls]
     pairs = [(T, role) for T, role in pairs if 2 <= T <= n // 2]  # a modulus needs two numbers per class at least
     jobs = [(layer, T, role) for layer in range(vectors.shape[0]) for T, role in pairs]
-    from core.models.capture import progress_bar
-
     bar = progress_bar(len(jobs), "probes", progress)
     for layer, T, role in jobs:
         k = probe_kappas(vectors[layer], T, n_splits, seed)
@@ -191,10 +193,6 @@ def number_probes_table(
 def representation_tables(loaded, n_numbers: int = DEFAULT_N, context: str | None = None, seed: int = 0,
                           batch_size: int = 64, log=print, progress=None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """`number_spectrum`, `number_probes` and a summary dict (context, tokens per number) for a model."""
-    import time
-
-    from core.analysis.embeddings import N_PERMUTATIONS
-
     t0 = time.time()
     reps = number_representations(loaded, n_numbers, context, batch_size, progress)
     log(f"number representations: {reps.describe()} ({time.time() - t0:.0f}s)")
@@ -224,6 +222,8 @@ def transplant_matrix(vectors: np.ndarray, width: int, seed: int = 0) -> np.ndar
     X = X / norms
     d = X.shape[1]
     if d > width:
-        raise CoreError(f"cannot map {d}-wide representations isometrically into a {width}-wide model; use width >= {d}")
+        raise CoreError(
+            f"cannot map {d}-wide representations isometrically into a {width}-wide model; use width >= {d}"
+        )
     Q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(width, d)))
     return (X @ Q.T).astype(np.float32)

@@ -43,8 +43,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from core.errors import CoreError
 from core.analysis.fourier import fourier_basis, magnitudes_from_coefficients, transform
+from core.errors import CoreError
+from core.models.names import ATTN, FINAL, MLP, RESID
 
 #: Version of the phase measurement; a run whose tables carry another (its manifest's `phase_locking`)
 #: gets them anew from `precompute` or `upgrade`, nothing else recomputed. 2: logits centred first.
@@ -88,7 +89,8 @@ def wave_coefficients(p: int, logits: np.ndarray, ks) -> np.ndarray:
     ks = [int(k) for k in ks]
     logits = np.asarray(logits, dtype=np.float64)
     logits = logits - logits.mean(-1, keepdims=True)  # a constant shift changes no prediction (module docstring)
-    rows = np.array([[np.flatnonzero((basis.freq == k) & (basis.kind == kind))[0] for kind in ("sin", "cos")] for k in ks])
+    rows = np.array([[np.flatnonzero((basis.freq == k) & (basis.kind == kind))[0] for kind in ("sin", "cos")]
+                     for k in ks])
     coef = logits @ basis.matrix[rows.reshape(-1)].T
     coef = coef.reshape(coef.shape[:-1] + (len(ks), 2))
     for j, k in enumerate(ks):
@@ -108,8 +110,8 @@ def nonconstant_energy(p: int, logits: np.ndarray) -> np.ndarray:
 def module_order(n_layers: int) -> list[tuple[str, int]]:
     """The (kind, layer) order of the phase table: attention 1..L, MLP 1..L, residual 0..L, final logits."""
     L = int(n_layers)
-    return ([("attn", l) for l in range(1, L + 1)] + [("mlp", l) for l in range(1, L + 1)]
-            + [("resid", l) for l in range(L + 1)] + [("final", L)])
+    return ([(ATTN, l) for l in range(1, L + 1)] + [(MLP, l) for l in range(1, L + 1)]
+            + [(RESID, l) for l in range(L + 1)] + [(FINAL, L)])
 
 
 class PhaseAccumulator:
@@ -190,7 +192,9 @@ def family_thresholds(null_maxima: np.ndarray, alpha: float = FAMILY_ALPHA) -> n
     return np.quantile(null_maxima, 1 - alpha / J, axis=0)
 
 
-def locking_table(coef, energy, modules, freqs: dict, answers, p: int, seed: int = 0, shuffles: int = NULL_SHUFFLES) -> pd.DataFrame:
+def locking_table(
+    coef, energy, modules, freqs: dict, answers, p: int, seed: int = 0, shuffles: int = NULL_SHUFFLES
+) -> pd.DataFrame:
     """The `phase_locking` table: one row per (module, period); see the module docstring."""
     answers = np.asarray(answers)
     n = len(answers)

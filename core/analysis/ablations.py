@@ -1,0 +1,95 @@
+"""Which filter on which modules: the ablation specs (docs/method.md, "Filter", "Controls"), torch-free.
+
+An `Ablation` names a filter by what it removes (a band at a cutoff tau, all but one frequency, or
+a random-subspace control) and the modules it acts on ("attn", "mlp" or "both", the names of
+`core.models.names`); `Ablation.build` makes its `ProjectionFilter` from W_U. A `Condition` is a
+built filter on its modules, what `core.analysis.evaluation.evaluate_conditions` runs. The
+dashboard reads these at page load, so nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.analysis.filters import ProjectionFilter, keep_frequency, projection_filter, random_subspace_filter
+from core.analysis.fourier import FourierBasis, band_frequencies, check_tau
+from core.errors import CoreError
+from core.models.names import ATTN, BOTH, MLP, check_modules
+
+POSITIONS = ("last", "all")
+#: removed = "random-low" / "random-high": a random subspace of the rank of the low / high band filter.
+RANDOM_CONTROLS = {"random-low": "low", "random-high": "high"}
+RANDOM_CONTROL_SEED = 20240
+
+
+def check_positions(positions: str) -> str:
+    """`positions` if it is "last" (the answer position) or "all"; else a clear error."""
+    if positions not in POSITIONS:
+        raise CoreError(f"unknown positions {positions!r}: choose 'last' (answer position) or 'all'")
+    return positions
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """Which filter, on which modules.
+
+    removed: "none", "low", "high" (a band by tau), "keep" (one k), or a random-subspace control
+    "random-low" / "random-high": a seeded random subspace of W_U's row space with the rank of the
+    low / high band filter at the same tau (docs/method.md#controls).
+    """
+
+    modules: str = "none"
+    removed: str = "none"
+    tau: int | None = None
+    keep_k: int | None = None
+
+    def __post_init__(self):
+        if self.removed == "none" or self.modules == "none":
+            if not (self.removed == "none" and self.modules == "none"):
+                raise CoreError("an ablation with no filter must have modules='none' and removed='none'")
+            return
+        check_modules(self.modules)
+        if self.removed in ("low", "high") or self.removed in RANDOM_CONTROLS:
+            if self.tau is None:
+                raise CoreError(f"removing the {self.removed} band needs a cutoff tau")
+        elif self.removed == "keep":
+            if self.keep_k is None:
+                raise CoreError("keep-one-frequency needs the frequency k to keep")
+        else:
+            raise CoreError(f"unknown band {self.removed!r}: choose low, high, keep, random-low, random-high or none")
+
+    def label(self) -> str:
+        if self.removed == "none":
+            return "no filter"
+        what = {ATTN: "Attn", MLP: "MLP", BOTH: "Attn+MLP"}[self.modules]
+        if self.removed == "keep":
+            return f"{what}: keep only k = {self.keep_k}"
+        if self.removed in RANDOM_CONTROLS:
+            band = RANDOM_CONTROLS[self.removed]
+            return f"{what}: random subspace of the {band} band's rank removed (tau = {self.tau})"
+        return f"{what}: {self.removed} frequencies removed (tau = {self.tau})"
+
+    def build(self, unembedding, basis: FourierBasis) -> ProjectionFilter | None:
+        """The filter this ablation names, built from W_U (None for no filter)."""
+        if self.removed == "none":
+            return None
+        if self.removed == "keep":
+            return keep_frequency(unembedding, basis, self.keep_k)
+        check_tau(basis, self.tau)
+        if self.removed in RANDOM_CONTROLS:
+            band = RANDOM_CONTROLS[self.removed]
+            matched = projection_filter(unembedding, basis, band_frequencies(basis, band, self.tau))
+            seed = RANDOM_CONTROL_SEED + 1000 * int(self.tau) + (1 if band == "high" else 0)
+            return random_subspace_filter(unembedding, matched.rank, seed)
+        return projection_filter(unembedding, basis, band_frequencies(basis, self.removed, self.tau))
+
+
+@dataclass(frozen=True, eq=False)
+class Condition:
+    """One ablated condition: a filter (None: the model as it is) on the attention and/or MLP outputs."""
+
+    flt: ProjectionFilter | None
+    modules: str = "both"
+
+    def __post_init__(self):
+        check_modules(self.modules)

@@ -1,0 +1,403 @@
+"""Evaluate prompts under filters: accuracy, loss and predictions of every condition of an ablation grid.
+
+`evaluate_conditions` runs many filter conditions (`core.analysis.ablations.Condition`) on the same
+prompts. With filters at the answer position only, each batch's prefix (every token but the last)
+runs once and keeps its key/value cache, and the last token runs for many conditions at once
+against copies of that cache (`answer_position_passes`); `evaluate_by_full_recompute` is the
+definition it must reproduce. `PrefixCache` keeps the prefixes between evaluations of the same
+prompts (the dashboard's live filter); `GridProgress` makes a long grid resumable.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+from core.analysis.ablations import Condition, check_positions
+from core.analysis.filter_hooks import ConditionHooks, filtered
+from core.analysis.filters import ProjectionFilter
+from core.errors import CoreError
+from core.models.capture import forward_accepts, forward_batch, prepare_batches, progress_bar
+from core.models.names import BOTH, MODULE_SETS
+
+
+@dataclass
+class Evaluation:
+    """Results of running a set of prompts, with or without a filter."""
+
+    answers: np.ndarray
+    predictions: np.ndarray  # argmax over the number tokens 0..p-1
+    losses: np.ndarray  # cross-entropy of the answer token over the whole vocabulary
+    erased: bool = False
+    rank: int = 0
+    width: int = 0
+    extra: dict = field(default_factory=dict)  # how it was computed (time, threads), for display
+
+    @property
+    def n(self) -> int:
+        return int(len(self.answers))
+
+    @property
+    def accuracy(self) -> float:
+        return float(np.mean(self.predictions == self.answers)) if self.n else float("nan")
+
+    @property
+    def loss(self) -> float:
+        return float(np.mean(self.losses)) if self.n else float("nan")
+
+    def within(self, d: int) -> float:
+        return float(np.mean(np.abs(self.predictions - self.answers) <= d)) if self.n else float("nan")
+
+    @property
+    def parity_match(self) -> float:
+        return float(np.mean((self.predictions - self.answers) % 2 == 0)) if self.n else float("nan")
+
+
+def answer_losses(logits, answer_token_ids):
+    """Cross-entropy of each row's answer token over the whole vocabulary (float32)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -logp.gather(1, answer_token_ids.view(-1, 1).to(logp.device)).squeeze(1)
+
+
+def evaluate(
+    loaded,
+    texts: Sequence[str],
+    answers: Sequence[int],
+    p: int,
+    flt: ProjectionFilter | None = None,
+    modules: str = BOTH,
+    positions: str = "last",
+    batch_size: int = 32,
+    progress: bool | None = None,
+    desc: str = "evaluate",
+    on_batch=None,
+) -> Evaluation:
+    """Run prompts (as the model reads them) with an optional filter; accuracy, loss, predictions.
+
+    With positions="last" the prompt prefix runs once and the answer position runs against its
+    key/value cache (`evaluate_conditions`); with "all" every position is filtered and recomputed.
+    `on_batch(done, total)` is called after each batch (for progress bars in the dashboard).
+    """
+    return evaluate_conditions(
+        loaded, texts, answers, p, [Condition(flt, modules)], positions, batch_size, progress=progress, desc=desc,
+        on_batch=on_batch,
+    )[0]
+
+
+def evaluate_by_full_recompute(loaded, texts, answers, p: int, flt, modules: str = BOTH, batch_size: int = 32):
+    """(predictions, losses) with the filter at the answer position, every position recomputed: the
+    definition that the answer-position path (`evaluate_conditions`) must reproduce. For checks only
+    (tests, `scripts/bench_core.py --full`); it costs one full pass per condition."""
+    answers = np.asarray(answers, dtype=np.int64)
+    ids = torch.as_tensor(loaded.numbers.ids_for(p))
+    preds, losses = np.zeros(len(texts), np.int64), np.zeros(len(texts))
+    with torch.no_grad(), filtered(loaded, flt, modules, "last"):
+        for batch in prepare_batches(loaded.tokenizer, list(texts), batch_size):
+            logits = forward_batch(loaded, batch)
+            preds[batch.indices] = logits[:, ids.to(logits.device)].argmax(-1).cpu().numpy()
+            target = ids[torch.as_tensor(answers[batch.indices])].to(logits.device)
+            losses[batch.indices] = answer_losses(logits, target).cpu().numpy()
+    return preds, losses
+
+
+@dataclass
+class GridProgress:
+    """Partial results of `evaluate_conditions`, for checkpoints: rows done so far in every condition."""
+
+    predictions: np.ndarray  # (C, N) int64
+    losses: np.ndarray  # (C, N) float64
+    done: np.ndarray  # (N,) bool: rows whose results are final in every condition
+
+    @classmethod
+    def empty(cls, n_conditions: int, n: int) -> "GridProgress":
+        return cls(np.zeros((n_conditions, n), np.int64), np.zeros((n_conditions, n)), np.zeros(n, bool))
+
+    def fits(self, n_conditions: int, n: int) -> bool:
+        return (self.predictions.shape == (n_conditions, n) and self.losses.shape == (n_conditions, n)
+                and self.done.shape == (n,))
+
+
+class PrefixCache:
+    """Key/value caches of the prompts' prefixes, kept between evaluations of the same prompts.
+
+    Every filter condition at the answer position starts from the same prefix, so a process that
+    evaluates one condition after another on the same prompts (the dashboard's live filter) runs
+    the prefix once and keeps it, up to `max_bytes`; batches beyond the budget are recomputed.
+    """
+
+    def __init__(self, max_bytes: int = 512 * 2**20):
+        self.max_bytes = max_bytes
+        self.key = None
+        self.entries: dict[int, list] = {}
+        self.bytes = 0
+        self.batches = None  # the tokenized, batched prompts (core.models.capture.PreparedBatch)
+
+    def use_for(self, key) -> None:
+        """Start over when the prompts (or their batching) change."""
+        if key != self.key:
+            self.key, self.entries, self.bytes, self.batches = key, {}, 0, None
+
+    def get(self, batch_no: int):
+        return self.entries.get(batch_no)
+
+    def put(self, batch_no: int, prefix: list) -> None:
+        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in prefix)
+        if self.bytes + size <= self.max_bytes:
+            self.entries[batch_no] = prefix
+            self.bytes += size
+
+
+#: Rows of one answer-position pass (conditions x prompts): wide enough that per-call overhead is small.
+ROWS_PER_CALL = 512
+
+
+def evaluate_conditions(
+    loaded,
+    texts: Sequence[str],
+    answers: Sequence[int],
+    p: int,
+    conditions: Sequence[Condition],
+    positions: str = "last",
+    batch_size: int = 32,
+    rows_per_call: int = ROWS_PER_CALL,
+    progress: bool | None = None,
+    desc: str = "evaluate",
+    on_batch=None,
+    resume: GridProgress | None = None,
+    on_checkpoint=None,
+    checkpoint_every_s: float = 30.0,
+    prefix_cache: PrefixCache | None = None,
+) -> list[Evaluation]:
+    """Evaluate every condition on the same prompts; one `Evaluation` per condition, in order.
+
+    positions="last" (filters at the answer position only): each batch's prefix (every token but
+    the last) runs once, without filters, keeping its key/value cache; then the last token runs
+    for many conditions at once against copies of that cache, condition-major, up to
+    `rows_per_call` rows per call, each condition's rows filtered by its own filter. The last
+    token gets its own position id and the full attention mask, so left-padded rows compute what
+    they compute in a full pass. positions="all" recomputes every position for every condition.
+
+    `resume`/`on_checkpoint(progress)` make a long grid resumable: batches already done in
+    `resume` are skipped, and `on_checkpoint` receives the partial results every
+    `checkpoint_every_s` seconds. `prefix_cache` keeps the prefixes' key/value caches for the
+    next evaluation of the same prompts.
+    """
+    check_positions(positions)
+    conditions = list(conditions)
+    if not conditions:
+        raise CoreError("no conditions to evaluate")
+    for c in conditions:
+        if c.flt is not None and c.flt.width != loaded.width:
+            raise CoreError(f"the filter was built for width {c.flt.width}, the model has width {loaded.width}")
+    answers = np.asarray(answers, dtype=np.int64)
+    if len(answers) != len(texts):
+        raise CoreError(f"{len(texts)} prompts but {len(answers)} answers")
+    if len(answers) and (answers.min() < 0 or answers.max() >= p):
+        raise CoreError(f"answers must lie in 0..{p - 1}")
+    number_ids = torch.as_tensor(loaded.numbers.ids_for(p))
+    n, C = len(texts), len(conditions)
+    state = resume if resume is not None and resume.fits(C, n) else GridProgress.empty(C, n)
+    if prefix_cache is not None:
+        prefix_cache.use_for((id(loaded.model), tuple(texts), batch_size))
+        if prefix_cache.batches is None:
+            prefix_cache.batches = prepare_batches(loaded.tokenizer, texts, batch_size)
+        prepared = prefix_cache.batches
+    else:
+        prepared = prepare_batches(loaded.tokenizer, texts, batch_size)
+    batches = [(i, b) for i, b in enumerate(prepared) if not state.done[b.indices].all()]
+    total_done = int(state.done.sum())
+    bar = progress_bar(n * C, desc, progress)
+    bar.update(total_done * C)
+    last_save = time.monotonic()
+
+    def record(c: int, rows: np.ndarray, logits) -> None:
+        ids = number_ids.to(logits.device)
+        state.predictions[c, rows] = logits[:, ids].argmax(-1).cpu().numpy()
+        target = ids[torch.as_tensor(answers[rows], device=logits.device)]
+        state.losses[c, rows] = answer_losses(logits, target).cpu().numpy()
+
+    try:
+        if positions == "all":
+            for c, cond in enumerate(conditions):
+                with filtered(loaded, cond.flt, cond.modules, "all"):
+                    for _, batch in batches:
+                        record(c, batch.indices, forward_batch(loaded, batch))
+                        bar.update(len(batch.indices))
+            state.done[:] = True
+            if on_batch is not None:
+                on_batch(n, n)
+        else:
+            with ConditionHooks(loaded) as hooks:
+                for batch_no, batch in batches:
+                    stored = StoredPrefix(prefix_cache, batch_no) if prefix_cache is not None else None
+                    passes = answer_position_passes(loaded, batch, conditions, hooks, rows_per_call, stored=stored)
+                    for c, logits in passes:
+                        record(c, batch.indices, logits)
+                        bar.update(len(batch.indices))
+                    state.done[batch.indices] = True
+                    total_done += len(batch.indices)
+                    if on_batch is not None:
+                        on_batch(total_done, n)
+                    if on_checkpoint is not None and time.monotonic() - last_save > checkpoint_every_s:
+                        on_checkpoint(state)
+                        last_save = time.monotonic()
+    except BaseException:
+        # interrupted or failed: hand over what is finished, so the caller can resume from it
+        if on_checkpoint is not None and positions == "last" and state.done.any():
+            on_checkpoint(state)
+        raise
+    finally:
+        bar.close()
+    return [
+        Evaluation(
+            answers=answers,
+            predictions=state.predictions[c].copy(),
+            losses=state.losses[c].copy(),
+            erased=bool(cond.flt is not None and cond.flt.erased),
+            rank=cond.flt.rank if cond.flt is not None else 0,
+            width=loaded.width,
+        )
+        for c, cond in enumerate(conditions)
+    ]
+
+
+@dataclass
+class StoredPrefix:
+    """Where one batch's prefix is kept between evaluations: a `PrefixCache` and the batch's number."""
+
+    cache: PrefixCache
+    batch_no: int
+
+
+def answer_position_passes(
+    loaded,
+    batch,
+    conditions: Sequence[Condition],
+    hooks: ConditionHooks,
+    rows_per_call: int,
+    share_first: bool = True,
+    stored: StoredPrefix | None = None,
+):
+    """Yield (condition index, answer-position logits (B, vocab)) for every condition on one batch.
+
+    With `share_first`, the first layer's attention (whose input at the answer position is the
+    same in every condition: no filter has acted yet) runs on one copy of the batch and its output
+    is copied to every condition before the filters act. The seam an interrupted grid is tested at
+    (tests/test_precompute.py replaces it to stop a grid part way).
+    """
+    model = loaded.model
+    device = loaded.input_device
+    ids = batch.input_ids.to(device)
+    mask = batch.attention_mask.to(device)
+    pos = batch.position_ids.to(device)
+    B, S = ids.shape
+    hooks.plan = {}
+    prefix = None
+    if S > 1:
+        prefix = stored.cache.get(stored.batch_no) if stored is not None else None
+        if prefix is None:
+            with torch.no_grad():
+                out = model(
+                    input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], use_cache=True
+                )
+            prefix = cache_tensors(out.past_key_values)
+            if stored is not None:
+                stored.cache.put(stored.batch_no, prefix)
+    per_call = max(1, rows_per_call // B)
+    extra = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
+    copies = PrefixCopies(prefix, min(per_call, len(conditions)), B) if prefix is not None else None
+    for first in range(0, len(conditions), per_call):
+        group = conditions[first : first + per_call]
+        G = len(group)
+        plan: dict[str, list] = {"attn": [], "mlp": []}
+        for g, cond in enumerate(group):
+            if cond.flt is None:
+                continue
+            for kind in MODULE_SETS[cond.modules]:
+                plan[kind].append((g * B, (g + 1) * B, cond.flt))
+        kwargs = dict(
+            input_ids=ids[:, -1:].repeat(G, 1),
+            attention_mask=mask.repeat(G, 1),
+            position_ids=pos[:, -1:].repeat(G, 1),
+            use_cache=True,
+            **extra,
+        )
+        if copies is not None:
+            kwargs["past_key_values"] = copies.cache(G)
+        hooks.plan = plan
+        hooks.shared = (G, B) if G > 1 and copies is not None and share_first else None
+        try:
+            with torch.no_grad():
+                logits = model(**kwargs).logits[:, -1, :]
+        finally:
+            hooks.plan = {}
+            hooks.shared = None
+        for g in range(G):
+            yield first + g, logits[g * B : (g + 1) * B]
+
+
+def cache_tensors(cache) -> list[tuple]:
+    """(keys, values) of every layer of a transformers cache."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise CoreError(
+            "this model's key/value cache has an unknown layout; evaluate with positions='all' (--positions all)"
+        )
+    return [(layer.keys, layer.values) for layer in layers]
+
+
+class PrefixCopies:
+    """Key/value buffers holding `copies` condition-major copies of one batch's prefix, plus one slot.
+
+    Filled once per batch; every call for a group of conditions writes only the answer token's
+    keys and values into the last slot, so no call copies the prefix again.
+    """
+
+    def __init__(self, prefix: list[tuple], copies: int, batch_rows: int):
+        self.rows = batch_rows
+        self.prefix_len = prefix[0][0].shape[-2]
+        self.buffers = []
+        for k, v in prefix:
+            bufs = []
+            for t in (k, v):
+                B, H, S, d = t.shape
+                buf = t.new_empty((copies, B, H, S + 1, d))
+                buf[:, :, :, :S] = t  # broadcast over the copies
+                bufs.append(buf.view(copies * B, H, S + 1, d))
+            self.buffers.append(tuple(bufs))
+
+    def cache(self, copies: int):
+        """A transformers cache over the first `copies` copies (a view: nothing is copied)."""
+        rows = copies * self.rows
+        cache = DynamicCache()
+        cache.layers = [PrefixLayer(k[:rows], v[:rows], self.prefix_len) for k, v in self.buffers]
+        return cache
+
+
+class PrefixLayer(DynamicLayer):
+    """A cache layer over a preallocated buffer: the prefix, then one slot for the new token."""
+
+    def __init__(self, keys, values, prefix_len: int):
+        super().__init__()
+        self.keys, self.values = keys, values
+        self.prefix_len = prefix_len
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+
+    def get_seq_length(self) -> int:
+        return self.prefix_len
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        rows = key_states.shape[0]
+        if key_states.shape[-2] != 1 or rows > self.keys.shape[0]:
+            raise CoreError("internal: the answer-position pass must run one token per row against the prefix cache")
+        # fewer rows than the buffer: the first layer's attention runs on one copy (ConditionHooks.shared)
+        keys, values = self.keys[:rows], self.values[:rows]
+        keys[:, :, self.prefix_len :] = key_states
+        values[:, :, self.prefix_len :] = value_states
+        return keys, values
