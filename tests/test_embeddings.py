@@ -4,8 +4,8 @@ import pytest
 from core.analysis.behaviour import error_histogram, error_summary, read_answers_csv
 from core.analysis.clusters import embedding_clusters
 from core.analysis.embeddings import embedding_spectrum, permutation_null, spectrum_table, top_periods
-from core.errors import CoreError
 from core.analysis.fourier import fourier_basis
+from core.errors import CoreError
 
 
 def planted_embedding(p=521, D=48, periods=(10, 5, 2), noise=0.3, seed=0):
@@ -36,7 +36,8 @@ def test_null_model_controls_the_family_wise_error(basis_name):
     rng = np.random.default_rng(7)
     trials = 120
     any_outlier = sum(
-        bool(spectrum_table(rng.normal(size=(61, 12)), basis, n_permutations=400, seed=s)["outlier"].any()) for s in range(trials)
+        bool(spectrum_table(rng.normal(size=(61, 12)), basis, n_permutations=400, seed=s)["outlier"].any())
+        for s in range(trials)
     )
     assert any_outlier / trials <= 0.10, f"{any_outlier} of {trials} noise embeddings had an outlier"
     # the threshold is a family-wise one: far above a per-frequency 95th percentile

@@ -8,11 +8,11 @@ with the filter hooks on (the reference path, `core.analysis.evaluation.evaluate
 import numpy as np
 import pytest
 
-from core.errors import CoreError
 from core.analysis.ablations import Condition
 from core.analysis.evaluation import GridProgress, evaluate, evaluate_by_full_recompute, evaluate_conditions
 from core.analysis.filters import high_pass, keep_frequency, low_pass
 from core.analysis.fourier import fourier_basis
+from core.errors import CoreError
 from core.models.loading import prompt_texts
 from core.tasks import build_examples, select_split, with_shots
 
@@ -80,7 +80,13 @@ def test_resume_skips_done_batches_and_gives_same_results(loaded_model):
     whole = evaluate_conditions(loaded, texts, answers, P, conds, batch_size=8, progress=False)
     saved = []
     evaluate_conditions(
-        loaded, texts, answers, P, conds, batch_size=8, progress=False,
+        loaded,
+        texts,
+        answers,
+        P,
+        conds,
+        batch_size=8,
+        progress=False,
         on_checkpoint=lambda s: saved.append(GridProgress(s.predictions.copy(), s.losses.copy(), s.done.copy())),
         checkpoint_every_s=0.0,
     )
@@ -91,7 +97,15 @@ def test_resume_skips_done_batches_and_gives_same_results(loaded_model):
     n_done = int(partial.done.sum())
     calls = []
     resumed = evaluate_conditions(
-        loaded, texts, answers, P, conds, batch_size=8, progress=False, resume=partial, on_batch=lambda d, t: calls.append(d)
+        loaded,
+        texts,
+        answers,
+        P,
+        conds,
+        batch_size=8,
+        progress=False,
+        resume=partial,
+        on_batch=lambda d, t: calls.append(d),
     )
     assert calls[0] > n_done  # the first batch reported is past the done rows
     for a, b in zip(whole, resumed):
@@ -159,7 +173,9 @@ def test_threads_option():
 def test_cli_rejects_bad_threads(model_dir, tmp_path, capsys):
     from core.cli import main
 
-    assert main(["precompute", "--model", str(model_dir("gpt2")), "--cache-dir", str(tmp_path), "--threads", "zero"]) == 2
+    assert (
+        main(["precompute", "--model", str(model_dir("gpt2")), "--cache-dir", str(tmp_path), "--threads", "zero"]) == 2
+    )
     assert "threads must be a whole number" in capsys.readouterr().err
 
 
@@ -186,7 +202,9 @@ def test_prefix_cache_reuses_prefixes_and_changes_nothing(loaded_model, monkeypa
         assert np.array_equal(a.predictions, b.predictions) and np.allclose(a.losses, b.losses, atol=1e-6)
     # other prompts: the cache starts over; a tiny budget keeps nothing but still computes
     small = PrefixCache(max_bytes=1)
-    other = evaluate_conditions(loaded, texts[:10], answers[:10], P, conds[:1], batch_size=8, progress=False, prefix_cache=small)
+    other = evaluate_conditions(
+        loaded, texts[:10], answers[:10], P, conds[:1], batch_size=8, progress=False, prefix_cache=small
+    )
     assert small.entries == {} and small.key[1] == tuple(texts[:10])
     assert np.allclose(other[0].losses, first[0].losses[:10], atol=1e-4)
 

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from core.errors import CoreError
 from core.analysis.ablations import Ablation
 from core.analysis.filters import high_pass, keep_frequency, low_pass, projection_filter
 from core.analysis.fourier import band_frequencies, fourier_basis, frequency_magnitudes
+from core.errors import CoreError
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 
-from core.errors import CoreError
 from core.analysis.fourier import (
     band_energy_share,
     band_frequencies,
@@ -12,6 +11,7 @@ from core.analysis.fourier import (
     top_components,
     transform,
 )
+from core.errors import CoreError
 
 
 def test_paper_basis_rows_match_definition():

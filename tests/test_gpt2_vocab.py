@@ -20,7 +20,9 @@ def gpt2_tokenizer():
     lines = (VOCAB / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
     merges = [tuple(line.split()) for line in lines if line.strip()]
     # transformers 5: vocab_file= / merges_file= are silently ignored; vocab= / merges= build it
-    tok = GPT2TokenizerFast(vocab=vocab, merges=merges, unk_token="<|endoftext|>", bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+    tok = GPT2TokenizerFast(
+        vocab=vocab, merges=merges, unk_token="<|endoftext|>", bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
     assert len(tok) == 50257 and tok.convert_tokens_to_ids("Ġ108") != tok.unk_token_id
     return tok
 
@@ -32,7 +34,9 @@ def gpt2_folder(gpt2_tokenizer, tmp_path_factory):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     folder = tmp_path_factory.mktemp("gpt2-real-vocab")
-    config = GPT2Config(vocab_size=50257, n_embd=48, n_layer=2, n_head=4, n_positions=512, bos_token_id=50256, eos_token_id=50256)
+    config = GPT2Config(
+        vocab_size=50257, n_embd=48, n_layer=2, n_head=4, n_positions=512, bos_token_id=50256, eos_token_id=50256
+    )
     torch.manual_seed(0)
     GPT2LMHeadModel(config).save_pretrained(folder, safe_serialization=True)
     gpt2_tokenizer.save_pretrained(folder)
@@ -53,18 +57,32 @@ def test_both_conventions_on_gpt2_vocabulary(gpt2_tokenizer):
     assert choose_number_tokens([lead, spaced, glued], 201) is lead
     assert choose_number_tokens([lead, spaced, glued], 521) is glued
     assert find_number_tokens(gpt2_tokenizer, p=521) == glued
-    with pytest.raises(CoreError, match=r"needs the numbers 0..599.*521 is the first number that is not one token.*--max-operand 260"):
+    with pytest.raises(
+        CoreError, match=r"needs the numbers 0..599.*521 is the first number that is not one token.*--max-operand 260"
+    ):
         from core.models.number_tokens import require_number_range
 
         require_number_range(choose_number_tokens([lead, spaced, glued], 600), 600)
 
 
 def test_precompute_accepts_the_papers_task_on_gpt2(gpt2_folder, gpt2_tokenizer, tmp_path):
-    from core.runs.cache import list_runs, read_table, verify_run
     from core.cli import main
+    from core.runs.cache import list_runs, read_table, verify_run
 
     cache = tmp_path / "cache"
-    args = ["--model", str(gpt2_folder), "--cache-dir", str(cache), "--limit", "24", "--taus", "100", "--n-sample", "2", "--no-progress"]
+    args = [
+        "--model",
+        str(gpt2_folder),
+        "--cache-dir",
+        str(cache),
+        "--limit",
+        "24",
+        "--taus",
+        "100",
+        "--n-sample",
+        "2",
+        "--no-progress",
+    ]
     assert main(["precompute", *args]) == 0
     (run,) = list_runs(cache)
     assert verify_run(run.path) == []

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from core.models.capture import LastPositionRecorder, capture, prepare_batches
-from core.errors import CoreError
 from core.analysis.filter_hooks import filtered
 from core.analysis.filters import high_pass
 from core.analysis.fourier import band_frequencies, fourier_basis, frequency_magnitudes
+from core.errors import CoreError
+from core.models.capture import LastPositionRecorder, capture, prepare_batches
 from core.models.loading import load_model
 from core.models.names import ModuleNames
 from core.models.number_tokens import find_number_tokens, require_number_range
@@ -33,7 +33,8 @@ def test_parts_found_and_residual_decomposes(loaded_model, arch):
     got = capture(lm, PROMPTS, batch_size=5)
     h, attn, mlp = got["resid"], got["attn"], got["mlp"]
     assert h.shape == (5, 3, 64) and attn.shape == mlp.shape == (5, 2, 64)
-    # docs/method.md#residual-stream-and-logit-lens: h(l) = h(l-1) + Attn(l) + MLP(l), for sequential and parallel blocks alike
+    # docs/method.md#residual-stream-and-logit-lens: h(l) = h(l-1) + Attn(l) + MLP(l),
+    # for sequential and parallel blocks alike
     assert np.allclose(h[:, 1:], h[:, :-1] + attn + mlp, atol=1e-5)
 
 
@@ -113,7 +114,9 @@ def test_digit_splitting_tokenizer_gets_p_10():
 
 def test_wrong_module_names_list_what_is_there(loaded_model):
     lm = loaded_model("gpt2")
-    with pytest.raises(CoreError, match=r"transformer\.h \(list of 2; first item has: ln_1, attn, ln_2, mlp\).*--modules"):
+    with pytest.raises(
+        CoreError, match=r"transformer\.h \(list of 2; first item has: ln_1, attn, ln_2, mlp\).*--modules"
+    ):
         find_parts(lm.model, ModuleNames("transformer.h", "self_attn", "ffn", None))
     parts = find_parts(lm.model, ModuleNames.parse("blocks=transformer.h,attn=attn,mlp=mlp,final_norm=none"))
     assert parts.n_layers == 2 and parts.final_norm is None
@@ -149,7 +152,9 @@ def test_loading_refuses_pickles_and_bad_sources(tmp_path, model_dir):
         load_model(str(tmp_path / "config.json"))
     with pytest.raises(CoreError, match="neither an existing folder nor a hub id"):
         load_model("./does/not/exist")
-    with pytest.raises(CoreError, match="could not load the Hugging Face hub id 'nobody/no-such-model'.*pass its folder"):
+    with pytest.raises(
+        CoreError, match="could not load the Hugging Face hub id 'nobody/no-such-model'.*pass its folder"
+    ):
         load_model("nobody/no-such-model")
     with pytest.raises(CoreError, match="dtype"):
         load_model(str(model_dir("gpt2")), dtype="float8")

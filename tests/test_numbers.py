@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.errors import CoreError
 from core.analysis.numbers import (
     CONTROL_MODULI,
     TARGET_MODULI,
@@ -17,6 +16,7 @@ from core.analysis.numbers import (
     probe_kappas,
     transplant_matrix,
 )
+from core.errors import CoreError
 
 
 def planted(period: float, n: int = 521, noise_dims: int = 24, noise: float = 0.05, seed: int = 0) -> np.ndarray:

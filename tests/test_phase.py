@@ -9,9 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core.runs.cache import list_runs, read_table
 from core.analysis.fourier import fourier_basis, top_components
-from core.analysis.phase import PhaseAccumulator, locked, module_order, period_frequencies, wave_coefficients, wave_peaks
+from core.analysis.phase import (
+    PhaseAccumulator,
+    locked,
+    module_order,
+    period_frequencies,
+    wave_coefficients,
+    wave_peaks,
+)
+from core.runs.cache import list_runs, read_table
 from core.runs.phase_run import PhaseStage, phase_tables_from_sample
 
 P = 521
@@ -27,24 +34,34 @@ def wave(period, peak):
 
 def test_periods_are_exact_frequencies_of_the_paper_basis():
     assert period_frequencies(521) == {2.0: 260, 2.5: 208, 5.0: 104, 10.0: 52, 104.0: 5, 520.0: 1}
-    assert period_frequencies(101) == {2.0: 50, 2.5: 40, 5.0: 20, 10.0: 10}  # 104 and 520 are not periods on 101 numbers
+    assert period_frequencies(101) == {
+        2.0: 50,
+        2.5: 40,
+        5.0: 20,
+        10.0: 10,
+    }  # 104 and 520 are not periods on 101 numbers
 
 
 def test_a_wave_that_follows_the_answer_locks_a_constant_one_does_not():
     rng = np.random.default_rng(1)
     n = 600
     y = rng.integers(0, P, n)
-    logits = np.stack([
-        3 * wave(10, y[:, None] + 3),  # follows the answer mod 10, peak 3 above it
-        3 * wave(10, np.full((n, 1), 7)),  # the same wave for every question: a bias
-        rng.normal(size=(n, P)),  # noise
-    ], axis=1)
+    logits = np.stack(
+        [
+            3 * wave(10, y[:, None] + 3),  # follows the answer mod 10, peak 3 above it
+            3 * wave(10, np.full((n, 1), 7)),  # the same wave for every question: a bias
+            rng.normal(size=(n, P)),  # noise
+        ],
+        axis=1,
+    )
     acc = PhaseAccumulator(P, n, [("mlp", 1), ("attn", 1), ("attn", 2)])
     acc.add(np.arange(n), logits)
     t = acc.table(y, seed=0, shuffles=300).set_index(["kind", "layer", "period"])
     follow, bias, noise = t.loc[("mlp", 1, 10.0)], t.loc[("attn", 1, 10.0)], t.loc[("attn", 2, 10.0)]
     assert follow["locking"] == pytest.approx(1.0, abs=1e-4) and follow["offset"] == pytest.approx(3.0, abs=1e-3)
-    assert follow["energy_share"] == pytest.approx(1.0, abs=5e-3)  # the paper basis leaks a little (x = 0 and 520 coincide)
+    assert follow["energy_share"] == pytest.approx(
+        1.0, abs=5e-3
+    )  # the paper basis leaks a little (x = 0 and 520 coincide)
     assert bias["constant_phase"] == pytest.approx(1.0, abs=1e-4) and bias["locking"] < bias["null_95"]
     assert noise["locking"] < noise["null_95"] < 0.2  # chance is about 1/sqrt(n)
     flags = locked(t.reset_index()).to_numpy().reshape(3, -1)
@@ -52,7 +69,8 @@ def test_a_wave_that_follows_the_answer_locks_a_constant_one_does_not():
 
 
 def test_a_constant_shift_of_the_logits_changes_nothing():
-    """Softmax ignores a constant; so must the phases (the paper basis is not orthogonal to a constant on 521 points)."""
+    """Softmax ignores a constant; so must the phases (the paper basis is not orthogonal to a constant on 521
+    points)."""
     rng = np.random.default_rng(2)
     n = 200
     y = rng.integers(0, P, n)
@@ -74,8 +92,14 @@ def test_one_example_has_no_locking_and_nothing_locks():
 
 def test_a_weak_or_constant_wave_does_not_lock_even_beyond_chance():
     """With many examples a tiny R passes the shuffle null; a lock also needs R >= 0.3 and a phase that moves."""
-    t = pd.DataFrame({"locking": [0.07, 0.6, 0.6], "null_95": [0.05, 0.05, 0.05], "constant_phase": [0.2, 0.2, 0.95],
-                      "energy_share": [0.5, 0.5, 0.5]})
+    t = pd.DataFrame(
+        {
+            "locking": [0.07, 0.6, 0.6],
+            "null_95": [0.05, 0.05, 0.05],
+            "constant_phase": [0.2, 0.2, 0.95],
+            "energy_share": [0.5, 0.5, 0.5],
+        }
+    )
     assert list(locked(t)) == [False, True, False]
 
 
@@ -109,27 +133,35 @@ def test_the_table_from_a_cached_sample_is_the_table_from_the_same_logits():
     answers = rng.integers(0, P, n)
     ids = [f"e{i}" for i in range(n)]
     stage = PhaseStage(P, n, L)
-    stage.add(np.arange(n), logits[:, 2 * L:3 * L + 1], logits[:, :L], logits[:, L:2 * L], logits[:, -1])
+    stage.add(np.arange(n), logits[:, 2 * L : 3 * L + 1], logits[:, :L], logits[:, L : 2 * L], logits[:, -1])
     direct = stage.tables(answers, ids, seed=0, shuffles=50)
     rows = []
     for i, eid in enumerate(ids):
         for m, (kind, layer) in enumerate(modules):
-            rows.append(pd.DataFrame({"example_id": eid, "module": kind, "layer": layer, "number": X, "logit": logits[i, m]}))
+            rows.append(
+                pd.DataFrame({"example_id": eid, "module": kind, "layer": layer, "number": X, "logit": logits[i, m]})
+            )
     examples = pd.DataFrame({"id": ids + ["not-sampled"], "answer": list(answers) + [7]})
     from_sample = phase_tables_from_sample(pd.concat(rows, ignore_index=True), examples, P, L, seed=0, shuffles=50)
     for t in ("phase_locking", "wave_peaks"):
         pd.testing.assert_frame_equal(direct[t], from_sample[t])
 
 
-FOURIER = [r for r in list_runs(CACHE) if r.ok and (r.manifest.get("model") or {}).get("source_as_given") == "models/fourier-frozen"]
+FOURIER = [
+    r
+    for r in list_runs(CACHE)
+    if r.ok and (r.manifest.get("model") or {}).get("source_as_given") == "models/fourier-frozen"
+]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not FOURIER or not (ROOT / "models/fourier-frozen/config.json").exists(), reason="no Fourier-frozen run")
+@pytest.mark.skipif(
+    not FOURIER or not (ROOT / "models/fourier-frozen/config.json").exists(), reason="no Fourier-frozen run"
+)
 def test_fourier_frozen_locking_equals_an_independent_computation_from_its_weights():
     import torch
-    from transformers import AutoModelForCausalLM
     from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
 
     run = FOURIER[0]
     table = read_table(CACHE, run.name, "phase_locking")
@@ -140,16 +172,23 @@ def test_fourier_frozen_locking_equals_an_independent_computation_from_its_weigh
     number_ids = [tok.token_to_id(str(n)) for n in range(P)]
     W_U = model.lm_head.weight.detach()[number_ids].double()  # (p, D)
     outs = {}
-    hooks = [blk.attn.register_forward_hook(lambda m, a, o, l=l: outs.__setitem__(("attn", l), o[0][:, -1]))
-             for l, blk in enumerate(model.transformer.h, start=1)]
-    hooks += [blk.mlp.register_forward_hook(lambda m, a, o, l=l: outs.__setitem__(("mlp", l), o[:, -1]))
-              for l, blk in enumerate(model.transformer.h, start=1)]
+    hooks = [
+        blk.attn.register_forward_hook(lambda m, a, o, l=l: outs.__setitem__(("attn", l), o[0][:, -1]))
+        for l, blk in enumerate(model.transformer.h, start=1)
+    ]
+    hooks += [
+        blk.mlp.register_forward_hook(lambda m, a, o, l=l: outs.__setitem__(("mlp", l), o[:, -1]))
+        for l, blk in enumerate(model.transformer.h, start=1)
+    ]
     ids = [tok.encode(t).ids for t in examples["prompt"]]
     by_len: dict[int, list[int]] = {}
     for i, seq in enumerate(ids):
         by_len.setdefault(len(seq), []).append(i)
     L = len(model.transformer.h)
-    logits = {key: np.zeros((len(ids), P)) for key in [("attn", l) for l in range(1, L + 1)] + [("mlp", l) for l in range(1, L + 1)]}
+    logits = {
+        key: np.zeros((len(ids), P))
+        for key in [("attn", l) for l in range(1, L + 1)] + [("mlp", l) for l in range(1, L + 1)]
+    }
     logits[("final", L)] = np.zeros((len(ids), P))
     with torch.no_grad():
         for rows in by_len.values():  # prompts of one length need no padding

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.models.capture import capture
 from core.errors import CoreError
+from core.models.capture import capture
 from core.models.loading import load_model
 from core.models.random_models import ARCHITECTURES, POST_NORM_ARCHITECTURES, random_config
 from core.models.vocab import number_tokenizer
@@ -78,7 +78,9 @@ def test_post_norm_layouts_hook_what_is_added_or_are_refused(tmp_path, arch):
     # hooking the modules before their post-norm (as for Llama) breaks h(l) = h(l-1) + Attn(l) + MLP(l): refused
     from core.models.names import ModuleNames
 
-    with pytest.raises(CoreError, match=r"h\(l\) - h\(l-1\) - Attn\(l\) - MLP\(l\) is .* of h\(l\) at layer 1.*post-norm"):
+    with pytest.raises(
+        CoreError, match=r"h\(l\) - h\(l-1\) - Attn\(l\) - MLP\(l\) is .* of h\(l\) at layer 1.*post-norm"
+    ):
         load_model(str(folder), module_names=ModuleNames("model.layers", "self_attn", "mlp", "model.norm"))
 
 
@@ -102,8 +104,8 @@ def test_wrong_module_names_are_refused_at_load(model_dir, tmp_path):
 def test_logit_lens_layer_accuracy_at_the_top_uses_the_bias(tmp_path):
     """End to end: the stored logit-lens accuracy at the last layer is the model's own accuracy,
     on a model whose lm_head bias is large enough to change predictions."""
-    from core.runs.cache import list_runs, read_table
     from core.cli import main
+    from core.runs.cache import list_runs, read_table
 
     folder = save_perturbed_model(tmp_path / "m", "gptj")
     cache = tmp_path / "cache"
