@@ -56,7 +56,9 @@ def test_import_refuses_an_existing_folder_and_unsupported_architectures(tiny_gg
     with pytest.raises(CoreError, match="already exists.*--force"):
         import_gguf(path, tmp_path / "taken", log=lambda *_: None)
     odd, _ = write_tiny_llama_gguf(tmp_path / "odd.gguf", quantize=None, architecture="nosuchnet")
-    with pytest.raises(CoreError, match="'nosuchnet' model; transformers converts GGUF files of these architectures only"):
+    with pytest.raises(
+        CoreError, match="'nosuchnet' model; transformers converts GGUF files of these architectures only"
+    ):
         inspect_gguf(odd)
     (tmp_path / "junk.gguf").write_bytes(b"GGUF but not really")
     with pytest.raises(CoreError, match="not a readable GGUF file"):
@@ -90,15 +92,16 @@ def test_download_failure_is_one_clear_line(tmp_path, monkeypatch):
 def test_cli_import_model_errors(capsys, tmp_path):
     from core.cli import main
 
-    assert main(["import-model", "smollm2-135m", "--wheel", str(tmp_path / "none.whl"), "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(["import-model", "smollm2-135m", "--wheel", str(tmp_path / "none.whl"), "--out", str(tmp_path / "o")]) == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error:") and err.count("\n") == 1 and "no wheel file" in err
 
 
 def test_missing_imported_model_says_how_to_import(tmp_path):
-    from core.training.train import representation_rows
-
     from core.models.importer import import_hint
+    from core.training.train import representation_rows
 
     assert "python -m core import-model smollm2-135m" in import_hint("models/smollm2-135m")
     with pytest.raises(CoreError, match="not here; convert it first: python -m core import-model --gguf FILE"):
