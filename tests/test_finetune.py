@@ -21,14 +21,31 @@ def tiny_base(tmp_path_factory):
 
 
 def tiny_recipe(base: Path, out: Path, **changes):
-    from core.training.train import Recipe
+    from core.training.recipe import Recipe
 
     fields = dict(
-        name="tiny-ft", label="tiny fine-tune", out=str(out), arch="llama", n_layers=3, width=64, heads=4,
-        task="addition", max_operand=12, dataset_seed=0, init_from=str(base),
+        name="tiny-ft",
+        label="tiny fine-tune",
+        out=str(out),
+        arch="llama",
+        n_layers=3,
+        width=64,
+        heads=4,
+        task="addition",
+        max_operand=12,
+        dataset_seed=0,
+        init_from=str(base),
         number_tokens={"layer": 2, "context": "The number {n}", "checkpoint_steps": 2},
-        lora={"rank": 4, "alpha": 8}, epochs=2, batch_size=16, lr=3e-3, weight_decay=0.0, warmup_steps=2,
-        precision="float32", seed=0, eval_train_subset=40, threads=1,
+        lora={"rank": 4, "alpha": 8},
+        epochs=2,
+        batch_size=16,
+        lr=3e-3,
+        weight_decay=0.0,
+        warmup_steps=2,
+        precision="float32",
+        seed=0,
+        eval_train_subset=40,
+        threads=1,
     )
     fields.update(changes)
     recipe = Recipe(**fields)
@@ -48,7 +65,8 @@ def stop_at_step_2(msg):
 
 def delta_after_a_resume(recipe):
     """Train `recipe`, interrupted at step 2 and then resumed; the delta it writes."""
-    from core.training.finetune import DELTA_FILE, finetune, read_delta
+    from core.training.delta import DELTA_FILE, read_delta
+    from core.training.finetune import finetune
 
     with pytest.raises(Stop):
         finetune(recipe, log=stop_at_step_2)
@@ -59,8 +77,8 @@ def delta_after_a_resume(recipe):
 def test_added_number_tokens_are_single_tokens_with_their_space(tiny_base):
     from transformers import AutoTokenizer
 
-    from core.training.finetune import add_number_tokens
     from core.models.number_tokens import find_number_tokens
+    from core.training.delta import add_number_tokens
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
     assert find_number_tokens(tok).P == 10  # digits split before
@@ -80,7 +98,8 @@ def test_wrapper_starts_as_the_base_model_and_merges_exactly(tiny_base):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from core.training.finetune import DELTA_FORMAT, FineTuneModel, add_number_tokens, merged_model
+    from core.training.delta import DELTA_FORMAT, add_number_tokens, merged_model
+    from core.training.lora import FineTuneModel
 
     base = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
     ref = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
@@ -118,8 +137,8 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     import torch
     from safetensors.torch import load_file
 
-    from core.training.finetune import DELTA_FILE, read_delta, rebuild, state_digest, unique_state
     from core.models.loading import load_model
+    from core.training.delta import DELTA_FILE, read_delta, rebuild, state_digest, unique_state
     from core.training.finetune import finetune
 
     quiet = lambda *_: None  # noqa: E731
@@ -149,7 +168,8 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     import pandas as pd
 
     pd.testing.assert_frame_equal(
-        whole.log.drop(columns="seconds"), pd.read_parquet(tmp_path / "part" / "training_log.parquet").drop(columns="seconds")
+        whole.log.drop(columns="seconds"),
+        pd.read_parquet(tmp_path / "part" / "training_log.parquet").drop(columns="seconds"),
     )
     # a checkpoint made with other settings is not resumed silently
     with pytest.raises(CoreError, match="other settings .*lr.*--restart"):
@@ -165,7 +185,7 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     assert lm.select_numbers(25).P >= 25
     # the rebuilt folder, loaded on its own, scores what the training run recorded for it
     from core.tasks import build_examples, select_split
-    from core.training.train import AdditionBatches, evaluate_split
+    from core.training.answers import AdditionBatches, evaluate_split
 
     test = select_split(build_examples("addition", 12, 0), "test")
     ids = lm.numbers.ids_for(25)
@@ -195,12 +215,17 @@ def test_initial_rows_are_the_scaled_representations(tiny_base):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from core.training.finetune import initial_number_rows, scaled_rows
-    from core.models.loading import load_model
     from core.analysis.numbers import number_representations
+    from core.models.loading import load_model
+    from core.training.finetune import initial_number_rows, scaled_rows
 
     lm = load_model(str(tiny_base))
-    base_rows = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32).get_input_embeddings().weight.detach().numpy()
+    base_rows = (
+        AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
+        .get_input_embeddings()
+        .weight.detach()
+        .numpy()
+    )
     reps = number_representations(lm, 25, "The number {n}")
     for centre in (False, True):
         rows = initial_number_rows(lm, 25, 2, "The number {n}", base_rows, centre=centre, log=lambda *_: None)
@@ -208,7 +233,9 @@ def test_initial_rows_are_the_scaled_representations(tiny_base):
         want = want * np.linalg.norm(base_rows, axis=1).mean() / np.linalg.norm(want, axis=1).mean()
         assert np.allclose(rows, want, atol=1e-5)
         assert np.isclose(np.linalg.norm(rows, axis=1).mean(), np.linalg.norm(base_rows, axis=1).mean(), rtol=1e-5)
-    assert not np.allclose(scaled_rows(reps.vectors[2], base_rows, False), scaled_rows(reps.vectors[2], base_rows, True))
+    assert not np.allclose(
+        scaled_rows(reps.vectors[2], base_rows, False), scaled_rows(reps.vectors[2], base_rows, True)
+    )
 
 
 def test_merge_is_elementwise_and_exact():
@@ -225,8 +252,9 @@ def test_merge_is_elementwise_and_exact():
 
 
 def test_finetune_errors_are_clear(tiny_base, tmp_path):
-    from core.training.finetune import finetune, rebuild
-    from core.training.train import Recipe
+    from core.training.delta import rebuild
+    from core.training.finetune import finetune
+    from core.training.recipe import Recipe
 
     with pytest.raises(CoreError, match="not here"):
         finetune(tiny_recipe(tmp_path / "nowhere", tmp_path / "o"), log=lambda *_: None)
@@ -250,10 +278,17 @@ def test_finetune_errors_are_clear(tiny_base, tmp_path):
 def test_frozen_rows_stay_put_and_the_stop_rule_ends_training_early(tiny_base, tmp_path):
     import torch
 
-    from core.training.finetune import DELTA_FILE, finetune, initial_number_rows, read_delta
     from core.models.loading import load_model
+    from core.training.delta import DELTA_FILE, read_delta
+    from core.training.finetune import finetune, initial_number_rows
 
-    spec = {"layer": 2, "context": "The number {n}", "checkpoint_steps": 2, "rows_lr_ratio": 0.0, "stop_at_val_accuracy": 1e-9}
+    spec = {
+        "layer": 2,
+        "context": "The number {n}",
+        "checkpoint_steps": 2,
+        "rows_lr_ratio": 0.0,
+        "stop_at_val_accuracy": 1e-9,
+    }
     msgs = []
     run = finetune(tiny_recipe(tiny_base, tmp_path / "s", number_tokens=spec, epochs=3), log=msgs.append)
     # any accuracy meets a threshold of 1e-9: one epoch of the three is run, and the summary says so
@@ -263,7 +298,9 @@ def test_frozen_rows_stay_put_and_the_stop_rule_ends_training_early(tiny_base, t
     # rows_lr_ratio 0: the shipped rows are the starting rows (float16), while LoRA did move
     tensors, _ = read_delta(run.out / DELTA_FILE)
     base = load_model(str(tiny_base))
-    start = initial_number_rows(base, 25, 2, "The number {n}", base.model.get_input_embeddings().weight.detach().numpy(), log=lambda *_: None)
+    start = initial_number_rows(
+        base, 25, 2, "The number {n}", base.model.get_input_embeddings().weight.detach().numpy(), log=lambda *_: None
+    )
     assert torch.equal(tensors["number_rows"], torch.as_tensor(start).half())
     assert any(k.endswith(".B") and tensors[k].abs().max() > 0 for k in tensors)
     # resuming a run that met its stop rule trains no further
@@ -275,16 +312,29 @@ def test_frozen_rows_stay_put_and_the_stop_rule_ends_training_early(tiny_base, t
 
 
 def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base, tmp_path, monkeypatch):
-    from core.runs.cache import verify_run
     from core.claims.registry import describe_run, run_origin
-    from core.training.finetune import finetune
+    from core.runs.cache import verify_run
     from core.runs.precompute import PrecomputeOptions, precompute
+    from core.training.finetune import finetune
 
     result = finetune(tiny_recipe(tiny_base, tmp_path / "model", epochs=1), log=lambda *_: None)
-    path = precompute(PrecomputeOptions(model=str(result.out), max_operand=12, cache_dir=str(tmp_path / "cache"), threads=1, progress=False))
+    path = precompute(
+        PrecomputeOptions(
+            model=str(result.out), max_operand=12, cache_dir=str(tmp_path / "cache"), threads=1, progress=False
+        )
+    )
     assert not verify_run(path, deep=True)
     m = json.loads((path / "manifest.json").read_text())
-    assert {"examples", "layer_accuracy", "module_spectra", "module_spectra_baseline", "final_waves", "ablations", "number_spectrum", "training_log"} <= set(m["tables"])
+    assert {
+        "examples",
+        "layer_accuracy",
+        "module_spectra",
+        "module_spectra_baseline",
+        "final_waves",
+        "ablations",
+        "number_spectrum",
+        "training_log",
+    } <= set(m["tables"])
     assert not m.get("not_applicable")  # single tokens now: every analysis applies
     assert m["p"] == 25 and m["n_layers"] == 3
     assert run_origin(m)["kind"] == "fine-tuned"
@@ -297,13 +347,17 @@ def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base,
     folder, why = live_model_folder({"model": {"source": str(result.out)}})
     assert folder is None and f"python -m core rebuild {result.out}" in why
     with pytest.raises(CoreError, match="only a fine-tuning delta.*python -m core rebuild"):
-        precompute(PrecomputeOptions(model=str(result.out), max_operand=12, cache_dir=str(tmp_path / "c2"), threads=1, progress=False))
+        precompute(
+            PrecomputeOptions(
+                model=str(result.out), max_operand=12, cache_dir=str(tmp_path / "c2"), threads=1, progress=False
+            )
+        )
     text = describe_run(m)
     assert "fine-tuned here" in text and "LoRA" in text and "0..24" in text
 
 
 def test_length_batches_cover_every_example_once_with_one_length_each():
-    from core.training.finetune import length_batches
+    from core.training.frozen_blocks import length_batches
 
     lengths = np.array([5, 7, 5, 9, 7, 7, 5, 9, 9, 9, 5])
     batches = length_batches(lengths, 3, np.random.default_rng(0))
@@ -317,7 +371,8 @@ def test_length_batches_cover_every_example_once_with_one_length_each():
 def test_answer_balanced_draw_evens_out_rare_answers():
     """power 1: each answer's share of the draw is about equal, however many questions it has; power
     0.5: in between; the draw is seeded and its batches (by length) hold exactly the drawn examples."""
-    from core.training.finetune import answer_balanced_draw, length_batches
+    from core.training.finetune import answer_balanced_draw
+    from core.training.frozen_blocks import length_batches
 
     answers = np.repeat([3, 7, 9], [20, 200, 2000])  # a rare, a middling and a common answer
     n = len(answers)
@@ -340,9 +395,12 @@ def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tm
     import torch
     from transformers import AutoTokenizer
 
-    from core.training.finetune import DELTA_FILE, FineTuneModel, FrozenBottom, load_base, add_number_tokens, finetune, read_delta
     from core.tasks import build_examples, select_split
-    from core.training.train import AdditionBatches, answer_loss
+    from core.training.answers import AdditionBatches, answer_loss
+    from core.training.delta import DELTA_FILE, add_number_tokens, load_base, read_delta
+    from core.training.finetune import finetune
+    from core.training.frozen_blocks import FrozenBottom
+    from core.training.lora import FineTuneModel
 
     # the loss on kept states equals the whole model's loss, batch by batch (LoRA moved off zero)
     base = load_base(str(tiny_base))
@@ -373,12 +431,14 @@ def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tm
     whole_run = finetune(tiny_recipe(tiny_base, tmp_path / "whole", number_tokens=spec), log=quiet)
     tensors, meta = read_delta(whole_run.out / DELTA_FILE)
     assert meta["frozen_blocks"] == "1"
-    assert tensors and not any(k.startswith("lora.0.") for k in tensors) and any(k.startswith("lora.1.") for k in tensors)
+    assert (
+        tensors and not any(k.startswith("lora.0.") for k in tensors) and any(k.startswith("lora.1.") for k in tensors)
+    )
 
     again = delta_after_a_resume(tiny_recipe(tiny_base, tmp_path / "part", number_tokens=spec))
     assert set(again) == set(tensors) and all(torch.equal(again[k], tensors[k]) for k in tensors)
 
-    from core.training.train import Recipe
+    from core.training.recipe import Recipe
 
     base_fields = dict(name="x", label="x", out=str(tmp_path), init_from=str(tiny_base), n_layers=3)
     with pytest.raises(CoreError, match="needs the new rows frozen"):
@@ -396,15 +456,22 @@ def test_full_training_ships_its_change_as_exact_low_rank_factors(tiny_base, tmp
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from core.training.finetune import DELTA_FILE, FineTuneModel, finetune, read_delta
+    from core.training.delta import DELTA_FILE, read_delta
+    from core.training.finetune import finetune
+    from core.training.lora import FineTuneModel
 
-    recipe = tiny_recipe(tiny_base, tmp_path / "full", lora={"rank": 64, "alpha": 64, "targets": ["q_proj", "down_proj"], "train": "full"}, epochs=1)
+    recipe = tiny_recipe(
+        tiny_base,
+        tmp_path / "full",
+        lora={"rank": 64, "alpha": 64, "targets": ["q_proj", "down_proj"], "train": "full"},
+        epochs=1,
+    )
     result = finetune(recipe, log=lambda *_: None)
     tensors, meta = read_delta(result.out / DELTA_FILE)
     assert meta["trained"].startswith("full") and int(meta["rank"]) == 64
     base = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
     trained = load_file(str(result.out / "checkpoint" / "trainable.safetensors"))
-    names = sorted(k[len("full."):-len(".weight")] for k in trained if k.startswith("full."))
+    names = sorted(k[len("full.") : -len(".weight")] for k in trained if k.startswith("full."))
     assert names and all(f"lora.{n}.A" in tensors and f"lora.{n}.B" in tensors for n in names)
     assert not any(k.startswith("full.") for k in tensors)
     from core.models.parts import find_parts
@@ -421,8 +488,15 @@ def test_full_training_ships_its_change_as_exact_low_rank_factors(tiny_base, tmp
     summary = json.loads((result.out / "train_summary.json").read_text())
     assert summary["rebuilt_test_accuracy_float32"] == pytest.approx(result.test_accuracy)
     # rank 1: the factors are the leading singular pair of the change
-    tuned = FineTuneModel(AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32), np.zeros((25, 64), np.float32),
-                          1, 1.0, ("q_proj",), seed=0, full=True)
+    tuned = FineTuneModel(
+        AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32),
+        np.zeros((25, 64), np.float32),
+        1,
+        1.0,
+        ("q_proj",),
+        seed=0,
+        full=True,
+    )
     name, (linear, w0) = next(iter(tuned.full.items()))
     with torch.no_grad():
         linear.weight += torch.outer(torch.arange(64.0), torch.ones(64)) + 0.01 * torch.randn(64, 64)
@@ -430,7 +504,7 @@ def test_full_training_ships_its_change_as_exact_low_rank_factors(tiny_base, tmp
     S = torch.linalg.svdvals((linear.weight.detach() - w0).double())
     approx = factors[f"lora.{name}.B"].double() @ factors[f"lora.{name}.A"].double()
     assert torch.linalg.matrix_norm(approx).item() == pytest.approx(S[0].item(), rel=1e-6)
-    assert kept[name] == pytest.approx((S[0] ** 2 / (S ** 2).sum()).item(), rel=1e-9)
+    assert kept[name] == pytest.approx((S[0] ** 2 / (S**2).sum()).item(), rel=1e-9)
 
 
 def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
@@ -440,11 +514,19 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from core.training.finetune import DELTA_FILE, FineTuneModel, load_start_delta, add_number_tokens, finetune, merged_model, read_delta
-    from core.training.finetune import state_digest, unique_state
+    from core.training.delta import DELTA_FILE, add_number_tokens, merged_model, read_delta, state_digest, unique_state
+    from core.training.finetune import finetune
+    from core.training.lora import FineTuneModel, load_start_delta
 
-    stage1 = finetune(tiny_recipe(tiny_base, tmp_path / "s1", lora={"rank": 6, "alpha": 3, "targets": ["q_proj", "down_proj"], "train": "full"}, epochs=1),
-                      log=lambda *_: None)
+    stage1 = finetune(
+        tiny_recipe(
+            tiny_base,
+            tmp_path / "s1",
+            lora={"rank": 6, "alpha": 3, "targets": ["q_proj", "down_proj"], "train": "full"},
+            epochs=1,
+        ),
+        log=lambda *_: None,
+    )
     delta = stage1.out / DELTA_FILE
     tensors, meta = read_delta(delta)
     base = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
@@ -463,8 +545,15 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     with pytest.raises(CoreError, match="another base model"):
         load_start_delta(str(delta), "0" * 64, 4)
     # the recipe path: a second stage trains from it and ships its own delta
-    stage2 = finetune(tiny_recipe(tiny_base, tmp_path / "s2", lora={"rank": 4, "alpha": 8, "targets": ["q_proj", "down_proj"], "init_delta": str(delta)},
-                                  epochs=1), log=lambda *_: None)
+    stage2 = finetune(
+        tiny_recipe(
+            tiny_base,
+            tmp_path / "s2",
+            lora={"rank": 4, "alpha": 8, "targets": ["q_proj", "down_proj"], "init_delta": str(delta)},
+            epochs=1,
+        ),
+        log=lambda *_: None,
+    )
     assert int(read_delta(stage2.out / DELTA_FILE)[1]["rank"]) == 4
 
     # a later stage with frozen lower blocks keeps the earlier factors there, unchanged, and trains only
@@ -472,28 +561,39 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     spec = {"layer": 2, "context": "The number {n}", "checkpoint_steps": 2, "rows_lr_ratio": 0.0, "frozen_blocks": 1}
     later = {"rank": 6, "alpha": 12, "targets": ["q_proj", "down_proj"], "init_delta": str(delta)}
     with pytest.raises(CoreError, match="set lora.rank to its rank"):  # cut factors would change the frozen blocks
-        finetune(tiny_recipe(tiny_base, tmp_path / "cut", lora={**later, "rank": 4}, number_tokens=spec, epochs=1), log=lambda *_: None)
-    stage3 = finetune(tiny_recipe(tiny_base, tmp_path / "s3", lora=later, number_tokens=spec, epochs=1), log=lambda *_: None)
+        finetune(
+            tiny_recipe(tiny_base, tmp_path / "cut", lora={**later, "rank": 4}, number_tokens=spec, epochs=1),
+            log=lambda *_: None,
+        )
+    stage3 = finetune(
+        tiny_recipe(tiny_base, tmp_path / "s3", lora=later, number_tokens=spec, epochs=1), log=lambda *_: None
+    )
     kept, kept_meta = read_delta(stage3.out / DELTA_FILE)
     scale = (float(meta["alpha"]) / int(meta["rank"])) * 6 / 12  # the factors of rank 6, alpha 12 give the same update
     lower = [k for k in tensors if k.startswith("lora.0.")]
     assert lower and all(k in kept for k in lower)
     assert torch.allclose(kept["lora.0.self_attn.q_proj.A"].float(), tensors["lora.0.self_attn.q_proj.A"].float())
-    assert torch.allclose(kept["lora.0.self_attn.q_proj.B"].float(), (tensors["lora.0.self_attn.q_proj.B"].float() * scale).half().float())
-    assert not torch.equal(kept["lora.1.self_attn.q_proj.B"].float(), (tensors["lora.1.self_attn.q_proj.B"].float() * scale).half().float())
+    assert torch.allclose(
+        kept["lora.0.self_attn.q_proj.B"].float(), (tensors["lora.0.self_attn.q_proj.B"].float() * scale).half().float()
+    )
+    assert not torch.equal(
+        kept["lora.1.self_attn.q_proj.B"].float(), (tensors["lora.1.self_attn.q_proj.B"].float() * scale).half().float()
+    )
     assert torch.equal(kept["number_rows"], tensors["number_rows"])
 
     again = delta_after_a_resume(tiny_recipe(tiny_base, tmp_path / "s3b", lora=later, number_tokens=spec, epochs=1))
     assert set(again) == set(kept) and all(torch.equal(again[k], kept[k]) for k in kept)
     assert kept_meta["rebuilt_sha256"]
     # a resume after the earlier stage was retrained (another delta at the same path) is refused
-    from core.training.finetune import save_delta
+    from core.training.delta import save_delta
 
     with pytest.raises(Stop):
         finetune(tiny_recipe(tiny_base, tmp_path / "s3c", lora=later, number_tokens=spec, epochs=1), log=stop_at_step_2)
     save_delta(delta, tensors, {**meta, "rebuilt_sha256": "0" * 64})
     with pytest.raises(CoreError, match="not the delta this run started from"):
-        finetune(tiny_recipe(tiny_base, tmp_path / "s3c", lora=later, number_tokens=spec, epochs=1), log=lambda *_: None)
+        finetune(
+            tiny_recipe(tiny_base, tmp_path / "s3c", lora=later, number_tokens=spec, epochs=1), log=lambda *_: None
+        )
 
 
 def test_training_device_is_checked():

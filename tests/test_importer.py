@@ -101,7 +101,7 @@ def test_cli_import_model_errors(capsys, tmp_path):
 
 def test_missing_imported_model_says_how_to_import(tmp_path):
     from core.models.importer import import_hint
-    from core.training.train import representation_rows
+    from core.training.number_rows import representation_rows
 
     assert "python -m core import-model smollm2-135m" in import_hint("models/smollm2-135m")
     with pytest.raises(CoreError, match="not here; convert it first: python -m core import-model --gguf FILE"):

@@ -7,25 +7,29 @@ import pytest
 import torch
 
 from core.errors import CoreError
-from core.tasks import build_examples, select_split
-from core.training.train import (
-    AdditionBatches,
-    PRETRAIN_WORDS,
-    Recipe,
-    answer_loss,
-    build_model,
-    fourier_embedding,
-    number_token_ids,
-    pretraining_corpus,
-    train,
-)
 from core.models.vocab import number_tokenizer
+from core.tasks import build_examples, select_split
+from core.training.answers import AdditionBatches, answer_loss
+from core.training.number_rows import fourier_embedding, number_token_ids
+from core.training.pretraining import PRETRAIN_WORDS, pretraining_corpus
+from core.training.recipe import Recipe
+from core.training.train import build_model, train
 
 
 def tiny(tmp_path, **kw):
     base = dict(
-        name="tiny", label="tiny", out=str(tmp_path / "out"), width=32, heads=4, max_operand=20, epochs=2,
-        batch_size=32, lr=3e-3, warmup_steps=2, eval_train_subset=50, precision="float32",
+        name="tiny",
+        label="tiny",
+        out=str(tmp_path / "out"),
+        width=32,
+        heads=4,
+        max_operand=20,
+        epochs=2,
+        batch_size=32,
+        lr=3e-3,
+        warmup_steps=2,
+        eval_train_subset=50,
+        precision="float32",
     )
     base.update(kw)
     r = Recipe(**base)
@@ -46,7 +50,7 @@ def test_loss_is_the_answer_token_only(tmp_path):
     model = build_model(r, tok).eval()
     ex = select_split(build_examples("addition", 20), "train")[:6]
     data = AdditionBatches(tok, ex, ids)
-    (_, x, mask, pos, target), = list(data.batches(6))
+    ((_, x, mask, pos, target),) = list(data.batches(6))
     assert (mask == 0).any()  # the batch mixes prompt lengths
     loss = answer_loss(model, x, mask, pos, target)
     manual = []
@@ -62,7 +66,9 @@ def test_loss_is_the_answer_token_only(tmp_path):
 @pytest.mark.parametrize("tied", [True, False])
 def test_frozen_number_rows_stay_fixed(tmp_path, tied):
     r = tiny(tmp_path, tied=tied, weight_decay=0.5, freeze={"kind": "fourier", "periods": [2, 5, 10]})
-    before = build_model(r, number_tokenizer(40, extra_words=PRETRAIN_WORDS)).get_input_embeddings().weight.detach().clone()
+    before = (
+        build_model(r, number_tokenizer(40, extra_words=PRETRAIN_WORDS)).get_input_embeddings().weight.detach().clone()
+    )
     result = train(r, log=lambda *_: None)
     model = load_weights(result.out)
     tok = number_tokenizer(40, extra_words=PRETRAIN_WORDS)
@@ -115,16 +121,16 @@ def test_resume_continues_where_it_stopped(tmp_path, monkeypatch):
     import core.training.train as tr
 
     straight = train(tiny(tmp_path / "a", epochs=2), log=lambda *_: None)
-    real_save = tr._save_checkpoint
+    real_save = tr.save_checkpoint
 
     def save_then_stop(*args, **kwargs):
         real_save(*args, **kwargs)
         raise KeyboardInterrupt  # the machine stops right after the first epoch's checkpoint
 
-    monkeypatch.setattr(tr, "_save_checkpoint", save_then_stop)
+    monkeypatch.setattr(tr, "save_checkpoint", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
         train(tiny(tmp_path / "b", epochs=2), log=lambda *_: None)
-    monkeypatch.setattr(tr, "_save_checkpoint", real_save)
+    monkeypatch.setattr(tr, "save_checkpoint", real_save)
     lines = []
     resumed = train(tiny(tmp_path / "b", epochs=2), log=lines.append)
     assert any("resuming" in line for line in lines)
@@ -177,8 +183,8 @@ def test_shipped_recipes_load():
 
 def test_extra_seeds_reach_the_cached_run_without_recomputing(tmp_path, monkeypatch):
     import core.runs.precompute as pre
-    from core.runs.cache import list_runs, read_table
     from core.cli import main
+    from core.runs.cache import list_runs, read_table
     from core.training.train import train_from_recipe
 
     recipe_file = tmp_path / "tiny.json"
@@ -186,7 +192,18 @@ def test_extra_seeds_reach_the_cached_run_without_recomputing(tmp_path, monkeypa
     recipe_file.write_text(json.dumps(recipe))
     out = tmp_path / "out"
     train_from_recipe(str(recipe_file), log=lambda *_: None)
-    args = ["precompute", "--model", str(out), "--cache-dir", str(tmp_path / "cache"), "--max-operand", "20", "--taus", "5", "--no-progress"]
+    args = [
+        "precompute",
+        "--model",
+        str(out),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--max-operand",
+        "20",
+        "--taus",
+        "5",
+        "--no-progress",
+    ]
     assert main(args) == 0
     (run,) = list_runs(tmp_path / "cache")
     before = {t: e["sha256"] for t, e in run.manifest["tables"].items()}
@@ -217,18 +234,40 @@ def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
     def run(name, epochs, start=None, device=None):
         folder = tmp_path / name
         folder.mkdir()
-        recipe = {"name": name, "number_tokens": {"layer": 5}, "lora": {"rank": 4, **({"init_delta": str(tmp_path / start / "delta.safetensors")} if start else {})},
-                  "device": device}
+        recipe = {
+            "name": name,
+            "number_tokens": {"layer": 5},
+            "lora": {"rank": 4, **({"init_delta": str(tmp_path / start / "delta.safetensors")} if start else {})},
+            "device": device,
+        }
         (folder / "recipe.json").write_text(json.dumps(recipe))
-        log = pd.DataFrame([{"epoch": e, "split": s, "accuracy": e / 100 + (0.001 if s == "val" else 0), "loss": 1.0 / e, "seed": 0}
-                            for e in range(1, epochs + 1) for s in ("train", "val")])
+        log = pd.DataFrame(
+            [
+                {"epoch": e, "split": s, "accuracy": e / 100 + (0.001 if s == "val" else 0), "loss": 1.0 / e, "seed": 0}
+                for e in range(1, epochs + 1)
+                for s in ("train", "val")
+            ]
+        )
         return name, {"model": {"source": str(folder)}}, log
 
-    runs = [run("third", 4, start="second"), run("first", 9, device="cuda"), run("second", 1, start="first"), run("alone", 2, start="missing")]
+    runs = [
+        run("third", 4, start="second"),
+        run("first", 9, device="cuda"),
+        run("second", 1, start="first"),
+        run("alone", 2, start="missing"),
+    ]
     stages = summaries.fine_tuning_stages(runs, "val")
     by = {r: g for r, g in stages.groupby("run")}
-    assert by["first"]["epoch"].tolist() == list(range(1, 10)) and set(by["first"]["stage"]) == {1} and set(by["first"]["device"]) == {"GPU"}
-    assert by["second"]["epoch"].tolist() == [10] and set(by["second"]["stage"]) == {2} and set(by["second"]["starts_from"]) == {"first"}
+    assert (
+        by["first"]["epoch"].tolist() == list(range(1, 10))
+        and set(by["first"]["stage"]) == {1}
+        and set(by["first"]["device"]) == {"GPU"}
+    )
+    assert (
+        by["second"]["epoch"].tolist() == [10]
+        and set(by["second"]["stage"]) == {2}
+        and set(by["second"]["starts_from"]) == {"first"}
+    )
     assert by["third"]["epoch"].tolist() == [11, 12, 13, 14] and by["third"]["stage_epoch"].tolist() == [1, 2, 3, 4]
     assert set(by["third"]["stage"]) == {3} and set(by["third"]["device"]) == {"CPU"}
     assert by["alone"]["epoch"].tolist() == [1, 2] and set(by["alone"]["stage"]) == {1}
@@ -245,6 +284,11 @@ def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
     assert chained.groupby("run")["epoch"].max().to_dict() == {"zero (its training log; no cached run)": 3, "first": 12}
     assert not chained[chained["stage"] == 1]["cached"].any() and chained[chained["stage"] == 2]["cached"].all()
     both = summaries.stages_sentence(stages, "val")  # two separate first stages are named, not merged
-    assert "stage 1 of alone (epochs 1-2, CPU): val accuracy 2.1%" in both and "stage 1 of first (epochs 1-9, GPU)" in both
+    assert (
+        "stage 1 of alone (epochs 1-2, CPU): val accuracy 2.1%" in both and "stage 1 of first (epochs 1-9, GPU)" in both
+    )
     sentence = summaries.stages_sentence(stages[stages["run"] != "alone"], "val")
-    assert "stage 1 (epochs 1-9, GPU): val accuracy 9.1%" in sentence and "stage 3 (epochs 11-14, CPU): val accuracy 4.1%" in sentence
+    assert (
+        "stage 1 (epochs 1-9, GPU): val accuracy 9.1%" in sentence
+        and "stage 3 (epochs 11-14, CPU): val accuracy 4.1%" in sentence
+    )

@@ -17,11 +17,24 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+import transformers
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tokenizers import AddedToken
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from core.errors import CoreError
+from core.files import PROJECT_ROOT
+from core.models.importer import import_hint
+from core.models.parts import find_parts
+from core.models.source import read_provenance
+from core.training.checkpoint import unique_tensors
+from core.training.stages import DELTA_FILE
+from core.training.stages import earlier_stage as earlier_stage  # re-exported: its home is core.training.stages
+from core.training.stages import retrain_commands as retrain_commands  # re-exported, as earlier_stage
 
 NUMBER_TOKEN = " {n}"  # the added token of n: its text, with the leading space (GPT-2's convention)
-DELTA_FILE = "delta.safetensors"
 DELTA_FORMAT = "number-rows+lora/1"
 
 
@@ -31,10 +44,9 @@ def add_number_tokens(tokenizer, p: int) -> np.ndarray:
     They are matched in the raw text before the model's own splitting, longest first, so " 108"
     is one token and " 1080" becomes " 108" + "0". Refuses a tokenizer that already has any of them.
     """
-    from tokenizers import AddedToken
-
     texts = [NUMBER_TOKEN.format(n=n) for n in range(p)]
-    probe = [t for t in (texts[min(10, p - 1)], texts[-1]) if len(tokenizer(t, add_special_tokens=False)["input_ids"]) == 1]
+    probe = [t for t in (texts[min(10, p - 1)], texts[-1])
+             if len(tokenizer(t, add_special_tokens=False)["input_ids"]) == 1]
     if probe or any(t in tokenizer.get_vocab() for t in texts):
         raise CoreError(
             f"this tokenizer already writes numbers such as {(probe or texts)[0]!r} as one token: it needs no added "
@@ -51,8 +63,6 @@ def add_number_tokens(tokenizer, p: int) -> np.ndarray:
 def state_digest(state: dict) -> str:
     """sha256 over every tensor's name, dtype, shape and bytes, in name order: equal digests mean
     bit-for-bit equal weights."""
-    import torch
-
     h = hashlib.sha256()
     for name in sorted(state):
         t = state[name].detach().contiguous().cpu()
@@ -63,20 +73,11 @@ def state_digest(state: dict) -> str:
 
 def unique_state(model) -> dict:
     """The model's state dict with tied tensors once (the names `save_pretrained` keeps)."""
-    seen, out = set(), {}
-    for name, t in model.state_dict().items():
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
-        if key in seen:
-            continue
-        seen.add(key)
-        out[name] = t
-    return out
+    return unique_tensors(model.state_dict())
 
 
 def save_delta(path: Path, tensors: dict, meta: dict) -> None:
     """The delta's tensors plus `meta` (strings) in the safetensors header; written, then renamed."""
-    from safetensors.torch import save_file
-
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata={k: str(v) for k, v in meta.items()})
     tmp.replace(path)
@@ -90,54 +91,22 @@ def rebuild_hint(folder: Path) -> str:
         base = ""
     steps = []
     if base and not Path(base).is_dir():
-        from core.models.importer import import_hint
-
         steps.append(import_hint(base).replace("import it first: ", "").replace("convert it first: ", ""))
-    from core.files import PROJECT_ROOT
-
     where = Path(folder).resolve()
     shown = where.relative_to(PROJECT_ROOT).as_posix() if PROJECT_ROOT in where.parents else str(where)
     steps.append(f"python -m core rebuild {shown}")
     return "run `" + "` then `".join(steps) + "`"
 
 
-def earlier_stage(recipe: dict) -> Path | None:
-    """The model folder of the stage a fine-tuning recipe starts from (the folder of its
-    `lora.init_delta`), absolute; None for a first stage."""
-    from core.models.source import project_path
-
-    start = (recipe.get("lora") or {}).get("init_delta")
-    return project_path(start).parent if start else None
-
-
-def retrain_commands(folder: Path) -> list[tuple[str, bool]]:
-    """(the `python -m core train` command, whether it needs a GPU) for each stage that has to be
-    trained to give back the model of `folder` (whose recipe.json names it), earliest first: a recipe
-    that starts from an earlier stage's delta needs that stage retrained first when its delta is not
-    here, and so on down the chain. A recipe trained on a GPU gets `--device cuda`."""
-    commands, seen, folder = [], set(), Path(folder)
-    while folder not in seen and (folder / "recipe.json").is_file():
-        seen.add(folder)
-        spec = json.loads((folder / "recipe.json").read_text())
-        gpu = spec.get("device") == "cuda"
-        commands.insert(0, (f"python -m core train --recipe {spec.get('name')}" + (" --device cuda" if gpu else ""), gpu))
-        earlier = earlier_stage(spec)
-        if earlier is None or (earlier / DELTA_FILE).exists():  # a first stage, or the earlier stage's delta is here
-            break
-        folder = earlier
-    return commands
-
-
 def read_delta(path: Path) -> tuple[dict, dict]:
-    from safetensors import safe_open
-
     if not path.exists():
         raise CoreError(f"no fine-tuning delta at {path}: train the recipe first (python -m core train --recipe NAME)")
     with safe_open(str(path), framework="pt") as f:
         meta = dict(f.metadata() or {})
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     if meta.get("format") != DELTA_FORMAT:
-        raise CoreError(f"{path} is not a fine-tuning delta of this version (format {meta.get('format')!r}, expected {DELTA_FORMAT!r})")
+        raise CoreError(f"{path} is not a fine-tuning delta of this version (format {meta.get('format')!r}, "
+                        f"expected {DELTA_FORMAT!r})")
     return tensors, meta
 
 
@@ -154,8 +123,6 @@ def require_rows_follow(model, ids: np.ndarray) -> None:
 def merge_lora(weight, A, B, scale: float):
     """weight + scale * sum_k outer(B[:, k], A[k]), summed in float64 in the order k = 0..r-1 with
     elementwise numpy operations and rounded once to weight's dtype: the same bits on any machine."""
-    import torch
-
     a = A.double().numpy()
     b = B.double().numpy()
     acc = np.zeros((b.shape[0], a.shape[1]), dtype=np.float64)
@@ -168,11 +135,6 @@ def merge_lora(weight, A, B, scale: float):
 def merged_model(base_folder: str, tensors: dict, meta: dict):
     """(model, tokenizer): the base model with the number tokens added, the new rows set and every
     LoRA update merged (`merge_lora`: the same bits on any machine)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from core.models.parts import find_parts
-
     tokenizer = AutoTokenizer.from_pretrained(base_folder)
     model = AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
     p = int(meta["p"])
@@ -180,7 +142,8 @@ def merged_model(base_folder: str, tensors: dict, meta: dict):
     require_rows_follow(model, ids)
     rows = tensors["number_rows"].float()
     if rows.shape != (p, model.config.hidden_size):
-        raise CoreError(f"the delta's number rows are {tuple(rows.shape)}, the base model needs ({p}, {model.config.hidden_size})")
+        raise CoreError(f"the delta's number rows are {tuple(rows.shape)}, the base model needs "
+                        f"({p}, {model.config.hidden_size})")
     model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
     with torch.no_grad():
         model.get_input_embeddings().weight[torch.as_tensor(ids)] = rows
@@ -204,8 +167,6 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
     tensors, meta = read_delta(folder / DELTA_FILE)
     base = base or meta["base"]
     if not Path(base).is_dir():
-        from core.models.importer import import_hint
-
         raise CoreError(f"the base model {base} is not here; {import_hint(base)}")
     t0 = time.time()
     model, tokenizer = merged_model(base, tensors, meta)
@@ -218,14 +179,14 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
                     f"(python -m core import-model smollm2-135m --force) or name the right one with --base")
         else:
             what = ("the base model is the right one, so the merge itself came out differently here (other library "
-                    f"versions: the delta was made with {meta.get('versions', '?')}); rebuild with --no-check to keep it anyway")
-        raise CoreError(f"the rebuilt weights differ from the ones trained (digest {digest[:12]} != {recorded[:12]}): {what}")
+                    f"versions: the delta was made with {meta.get('versions', '?')}); rebuild with --no-check to keep "
+                    "it anyway")
+        raise CoreError(f"the rebuilt weights differ from the ones trained (digest {digest[:12]} != {recorded[:12]}): "
+                        f"{what}")
     for f in folder.glob("model*.safetensors"):
         f.unlink()
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
-    from core.models.source import read_provenance
-
     provenance = {
         "kind": "fine-tuned",
         "fine_tuned": meta.get("recipe", "") or folder.name,
@@ -237,31 +198,20 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
         "label": meta.get("label", ""),
     }
     (folder / "provenance.json").write_text(json.dumps(provenance, indent=1))
-    checked = "matches the digest recorded in the delta" if recorded and check else "NOT checked: no digest recorded" if not recorded else "NOT checked (--no-check)"
-    log(f"rebuilt {folder} from {base} + {DELTA_FILE} in {time.time() - t0:.0f}s (weights sha256 {digest[:12]}, {checked})")
+    if not recorded:
+        checked = "NOT checked: no digest recorded"
+    else:
+        checked = "matches the digest recorded in the delta" if check else "NOT checked (--no-check)"
+    log(f"rebuilt {folder} from {base} + {DELTA_FILE} in {time.time() - t0:.0f}s "
+        f"(weights sha256 {digest[:12]}, {checked})")
     return folder
 
 
 def load_base(base_folder: str):
     """The imported base model (float32, safetensors only) that a delta is trained against and merged into."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     return AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
 
 
 def library_versions() -> str:
-    import torch
-    import transformers
-
     return f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}"
 
-
-# ----------------------------------------------------------------------------- frozen lower blocks
-#
-# With `frozen_blocks` K > 0 the new rows stay frozen and blocks 0..K-1 get no trained LoRA (a later
-# stage keeps the earlier stage's factors there, frozen: `keep_lower`), so nothing below
-# block K ever changes: the output of block K-1 for every training prompt is computed once, and each
-# step runs (forward and backward) only blocks K.., the final norm and the head. Prompts of one length
-# are batched together, so no padding or mask is needed; the result is the same model the whole
-# forward pass computes (a test checks the logits).

@@ -1,0 +1,307 @@
+"""A recipe (recipes/NAME.json): everything one training run needs, typed and checked.
+
+`Recipe` holds the fields as the JSON writes them (so a model folder's recipe.json, a checkpoint's
+resume key and a run's recorded recipe say exactly what the file said). Its parts that are objects
+in the JSON are read through typed configs that hold every default once and check every value:
+
+* `Freeze` (`freeze`): which number-token embedding rows of a demo model are frozen, and to what;
+* `Pretrain` (`pretrain`): the optional next-token pre-training on the number corpus;
+* `NumberTokens` (`number_tokens`): one new token per number added to a pre-trained model, fine-tuned;
+* `LoRA` (`lora`): what of that model's blocks is trained, and how it ships in the delta.
+
+JSON and the standard library only: the dashboard reads recipes without loading torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from core.errors import CoreError
+from core.files import PROJECT_ROOT
+
+RECIPE_DIR = PROJECT_ROOT / "recipes"
+#: fourier: synthetic sinusoids; transplant: another model's number-embedding rows (same width);
+#: representation: another model's hidden states of the numbers at a layer, mapped by an isometry.
+FREEZE_KINDS = ("fourier", "transplant", "representation")
+#: the linear maps of a Llama-style block that LoRA (or full training) changes unless the recipe names others
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _known_keys(cls, spec: dict, where: str) -> None:
+    unknown = sorted(set(spec) - {f.name for f in fields(cls)})
+    if unknown:
+        known = ", ".join(f.name for f in fields(cls))
+        raise CoreError(f"{where}: unknown keys {unknown} (known: {known})")
+
+
+@dataclass(frozen=True)
+class Freeze:
+    """The `freeze` part: number rows of a demo model kept fixed during training."""
+
+    kind: str
+    periods: tuple[float, ...] = ()  # fourier: the periods T of the sinusoids
+    scale: float = 1.0  # fourier: every row's norm
+    source: str | None = None  # transplant, representation: the donor model's folder
+    layer: int | None = None  # representation: the donor's layer
+    context: str | None = None  # representation: the text the numbers are read in
+    isometry_seed: int = 0  # representation: the seed of the map into the recipe's width
+
+    @classmethod
+    def parse(cls, spec: dict, name: str = "") -> "Freeze":
+        where = f"recipe {name}" if name else "freeze"
+        if spec.get("kind") not in FREEZE_KINDS:
+            raise CoreError(f"{where}: freeze.kind must be one of {', '.join(FREEZE_KINDS)}")
+        _known_keys(cls, spec, f"{where}: freeze")
+        if spec["kind"] == "representation":
+            missing = [k for k in ("source", "layer") if k not in spec]
+            if missing:
+                raise CoreError(f"{where}: a 'representation' freeze needs {missing} (source model folder, layer)")
+        if spec["kind"] == "transplant" and "source" not in spec:
+            raise CoreError(f"{where}: a 'transplant' freeze needs its source (the donor model's folder)")
+        return cls(
+            kind=spec["kind"],
+            periods=tuple(float(t) for t in spec.get("periods", ())),
+            scale=float(spec.get("scale", 1.0)),
+            source=spec.get("source"),
+            layer=None if spec.get("layer") is None else int(spec["layer"]),
+            context=spec.get("context"),
+            isometry_seed=int(spec.get("isometry_seed", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Pretrain:
+    """The `pretrain` part: next-token pre-training on the number corpus before the addition training.
+    A learning rate or batch size left out is the recipe's own."""
+
+    epochs: int = 3
+    n_sequences: int = 60000
+    lr: float | None = None
+    batch_size: int | None = None
+
+    @classmethod
+    def parse(cls, spec: dict, name: str = "") -> "Pretrain":
+        _known_keys(cls, spec, f"recipe {name}: pretrain")
+        for key in ("epochs", "n_sequences", "batch_size"):
+            if key in spec and (not _is_whole(spec[key]) or spec[key] < 1):
+                raise CoreError(f"recipe {name}: pretrain.{key} must be a whole number >= 1, got {spec[key]!r}")
+        if "lr" in spec and (not _is_number(spec["lr"]) or not spec["lr"] > 0):
+            raise CoreError(f"recipe {name}: pretrain.lr must be a positive number, got {spec['lr']!r}")
+        return cls(**{k: float(v) if k == "lr" else v for k, v in spec.items()})
+
+
+@dataclass(frozen=True)
+class NumberTokens:
+    """The `number_tokens` part: one new token per number, added to a pre-trained model and fine-tuned
+    (core.training.finetune)."""
+
+    layer: int = 5  # the new rows start as the model's representation of n after this block
+    context: str = "The number {n}"  # ... read at the last digit of this text
+    centre: bool = False  # centre those rows over the numbers first
+    checkpoint_steps: int = 50  # a checkpoint every this many steps
+    rows_lr_ratio: float = 1.0  # the new rows' learning rate over the recipe's lr (0: frozen)
+    stop_at_val_accuracy: float | None = None  # stop after the epoch whose validation accuracy reaches this
+    balance_answers: float = 0.0  # 0: plain epochs; 1: every answer drawn equally often
+    frozen_blocks: int = 0  # how many lower blocks stay frozen (their output is computed once)
+
+    @classmethod
+    def parse(cls, spec: dict, name: str, n_layers: int) -> "NumberTokens":
+        where = f"recipe {name}: number_tokens"
+        _known_keys(cls, spec, where)
+        every = spec.get("checkpoint_steps", cls.checkpoint_steps)
+        if not isinstance(every, int) or every < 1:
+            raise CoreError(f"{where}.checkpoint_steps must be a whole number >= 1, got {every!r}")
+        ratio = spec.get("rows_lr_ratio", cls.rows_lr_ratio)
+        if not _is_number(ratio) or not 0 <= ratio <= 10:
+            raise CoreError(f"{where}.rows_lr_ratio (the new rows' learning rate over lr) must be a number in 0..10, "
+                            f"got {ratio!r}")
+        stop = spec.get("stop_at_val_accuracy")
+        if stop is not None and (not _is_number(stop) or not 0 < stop <= 1):
+            raise CoreError(f"{where}.stop_at_val_accuracy must be a fraction in (0, 1], such as 0.99, got {stop!r}")
+        balance = spec.get("balance_answers", cls.balance_answers)
+        if not _is_number(balance) or not 0 <= balance <= 1:
+            raise CoreError(f"{where}.balance_answers (0: plain epochs; 1: every answer drawn equally often) must be "
+                            f"a number in 0..1, got {balance!r}")
+        frozen = spec.get("frozen_blocks", cls.frozen_blocks)
+        if not _is_whole(frozen) or not 0 <= frozen < n_layers:
+            raise CoreError(f"{where}.frozen_blocks (how many lower blocks stay frozen) must be a whole number in "
+                            f"0..{n_layers - 1}, got {frozen!r}")
+        if frozen and ratio != 0:
+            raise CoreError(f"{where}.frozen_blocks needs the new rows frozen too (rows_lr_ratio 0): the frozen "
+                            "blocks' output is computed once from them")
+        layer = spec.get("layer", cls.layer)
+        if not _is_whole(layer) or layer < 0:
+            raise CoreError(f"{where}.layer (the block whose output starts the new rows) must be a whole number "
+                            f">= 0, got {layer!r}")
+        context = spec.get("context", cls.context)
+        if not isinstance(context, str):
+            raise CoreError(f"{where}.context must be text such as 'The number {{n}}', got {context!r}")
+        return cls(layer=layer, context=context, centre=bool(spec.get("centre", cls.centre)), checkpoint_steps=every,
+                   rows_lr_ratio=float(ratio), stop_at_val_accuracy=stop, balance_answers=float(balance),
+                   frozen_blocks=frozen)
+
+
+@dataclass(frozen=True)
+class LoRA:
+    """The `lora` part of a number-token recipe: which linear maps of the blocks change, and how."""
+
+    rank: int = 8  # the rank of the factors B (out x r) and A (r x in)
+    alpha: float = 16.0  # the update is (alpha / rank) B A
+    targets: tuple[str, ...] = DEFAULT_TARGETS  # the maps' names inside a block
+    train: str = "lora"  # "lora": train the factors; "full": train the maps, ship rank-r SVD factors of the change
+    init_delta: str | None = None  # an earlier stage's delta whose rows and factors are the start
+
+    @classmethod
+    def parse(cls, spec: dict, name: str) -> "LoRA":
+        where = f"recipe {name}: lora"
+        _known_keys(cls, spec, where)
+        mode = spec.get("train", cls.train)
+        if mode not in ("lora", "full"):
+            raise CoreError(f"{where}.train must be 'lora' (train LoRA factors) or 'full' (train the maps, ship rank-r "
+                            f"SVD factors of the change), got {mode!r}")
+        if mode == "full" and spec.get("init_delta"):
+            raise CoreError(f"{where}.init_delta starts LoRA factors from an earlier delta; it does not apply with "
+                            "lora.train 'full'")
+        rank = spec.get("rank", cls.rank)
+        if not isinstance(rank, int) or rank < 1:
+            raise CoreError(f"{where}.rank must be a whole number >= 1, got {rank!r}")
+        alpha = spec.get("alpha", cls.alpha)
+        if not _is_number(alpha) or not alpha > 0:
+            raise CoreError(f"{where}.alpha must be a positive number, got {alpha!r}")
+        targets = spec.get("targets", cls.targets)
+        if isinstance(targets, str) or not targets or not all(isinstance(t, str) for t in targets):
+            raise CoreError(f"{where}.targets must be a list of linear maps' names such as ['q_proj'], got {targets!r}")
+        return cls(rank=rank, alpha=float(alpha), targets=tuple(targets), train=mode, init_delta=spec.get("init_delta"))
+
+    @property
+    def full(self) -> bool:
+        return self.train == "full"
+
+
+@dataclass
+class Recipe:
+    name: str
+    label: str
+    out: str
+    description: str = ""
+    arch: str = "gpt2"
+    n_layers: int = 2
+    width: int = 640
+    heads: int = 8
+    mlp_ratio: float = 2.0
+    tied: bool = True
+    max_positions: int = 64
+    task: str = "addition"
+    max_operand: int = 260
+    dataset_seed: int = 0
+    freeze: dict | None = None  # `Freeze`: {"kind": "fourier", "periods": [...], "scale": 1.0} | ...
+    init_from: str | None = None  # fine-tune an existing model folder instead of random init
+    number_tokens: dict | None = None  # `NumberTokens`: add single number tokens and fine-tune
+    lora: dict | None = None  # `LoRA`, with number_tokens: {"rank": 8, "alpha": 16, "targets": [...]}
+    pretrain: dict | None = None  # `Pretrain`: {"epochs": 3, "n_sequences": 60000, "lr": 1e-3}
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.0
+    precision: str = "bfloat16"
+    seed: int = 0
+    eval_train_subset: int = 3000
+    save_dtype: str = "float16"
+    threads: int | None = None
+    device: str | None = None  # number-token fine-tuning only: "cuda" trains on a GPU (not in a checkpoint's identity)
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, name_or_path: str) -> "Recipe":
+        """recipes/NAME.json, or a path to a recipe file; checked."""
+        path = Path(name_or_path)
+        if not path.suffix:
+            path = RECIPE_DIR / f"{name_or_path}.json"
+        if not path.exists():
+            known = ", ".join(sorted(p.stem for p in RECIPE_DIR.glob("*.json"))) or "none"
+            raise CoreError(f"no recipe {name_or_path!r} (looked for {path}); recipes: {known}")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise CoreError(f"recipe {path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise CoreError(f"recipe {path} must be a JSON object of fields, not {type(data).__name__}")
+        known_fields = set(cls.__dataclass_fields__)
+        unknown = set(data) - known_fields
+        if unknown:
+            raise CoreError(f"recipe {path}: unknown fields {sorted(unknown)}")
+        missing = [f for f in ("name", "label", "out") if f not in data]
+        if missing:
+            raise CoreError(f"recipe {path}: missing fields {missing}")
+        for key, value in data.items():
+            check_field_type(path, key, value, cls.__dataclass_fields__[key].type)
+        recipe = cls(**data)
+        recipe.check()
+        return recipe
+
+    def check(self) -> None:
+        """Raise a CoreError naming the first field that cannot work."""
+        for key in ("n_layers", "width", "heads", "max_positions", "max_operand", "epochs", "batch_size"):
+            if getattr(self, key) < 1:
+                raise CoreError(f"recipe {self.name}: {key} must be at least 1, got {getattr(self, key)}")
+        if not self.lr > 0:
+            raise CoreError(f"recipe {self.name}: lr must be positive, got {self.lr}")
+        if self.width % self.heads:
+            raise CoreError(f"recipe {self.name}: width {self.width} is not divisible by heads {self.heads}")
+        if self.precision not in ("bfloat16", "float32"):
+            raise CoreError(f"recipe {self.name}: precision must be bfloat16 or float32")
+        if self.lora is not None and self.number_tokens is None:
+            raise CoreError(f"recipe {self.name}: lora is used only with number_tokens (number-token fine-tuning)")
+        if self.number_tokens is not None and not self.init_from:
+            raise CoreError(f"recipe {self.name}: number_tokens fine-tunes a pre-trained model: set init_from to its "
+                            "folder")
+        for part in (self.freeze_config, self.pretrain_config, self.number_token_config, self.lora_config):
+            part()
+
+    def freeze_config(self) -> Freeze | None:
+        return Freeze.parse(self.freeze, self.name) if self.freeze else None
+
+    def pretrain_config(self) -> Pretrain | None:
+        return Pretrain.parse(self.pretrain, self.name) if self.pretrain else None
+
+    def number_token_config(self) -> NumberTokens | None:
+        """The typed `number_tokens` (None: this recipe does not fine-tune with number tokens)."""
+        if self.number_tokens is None:
+            return None
+        return NumberTokens.parse(self.number_tokens, self.name, self.n_layers)
+
+    def lora_config(self) -> LoRA:
+        """The typed `lora` (its defaults when the recipe has none)."""
+        return LoRA.parse(self.lora or {}, self.name)
+
+    def as_dict(self) -> dict:
+        """The fields as the recipe file writes them (what a model folder's recipe.json holds)."""
+        return dict(self.__dict__)
+
+
+_FIELD_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "dict": (dict,),
+                "None": (type(None),)}
+_TYPE_WORDS = {"int": "a whole number", "float": "a number", "str": "text", "bool": "true/false", "dict": "an object",
+               "None": "null"}
+
+
+def check_field_type(path, key: str, value, annotation) -> None:
+    """A recipe field's JSON value must have the field's type (ints are not bools, floats may be ints)."""
+    names = [n.strip() for n in str(annotation).split("|")]
+    allowed = tuple(t for n in names for t in _FIELD_TYPES.get(n, (object,)))
+    ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+    if not ok:
+        want = " or ".join(_TYPE_WORDS.get(n, n) for n in names)
+        raise CoreError(f"recipe {path}: field {key!r} should be {want}, got {json.dumps(value)[:40]}")
