@@ -19,8 +19,17 @@ from playwright.sync_api import sync_playwright
 from app.local_server import ROOT, free_port, streamlit_command, wait_healthy
 
 #: page name -> URL path (the Tour is the default page, served at the root)
-PAGES = {"tour": "", "logit-lens": "logit-lens", "spectra": "spectra", "waves": "waves", "ablations": "ablations",
-         "embeddings": "embeddings", "training": "training", "behaviour": "behaviour", "terms": "terms"}
+PAGES = {
+    "tour": "",
+    "logit-lens": "logit-lens",
+    "spectra": "spectra",
+    "waves": "waves",
+    "ablations": "ablations",
+    "embeddings": "embeddings",
+    "training": "training",
+    "behaviour": "behaviour",
+    "terms": "terms",
+}
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -47,7 +56,9 @@ def serve(cache_dir: str | Path, models_dir: str | Path | None = None, timeout: 
     env = dict(os.environ, FOURIER_CACHE_DIR=str(cache_dir))
     if models_dir:
         env["FOURIER_MODELS_DIR"] = str(models_dir)
-    proc = subprocess.Popen(streamlit_command(port), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        streamlit_command(port), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         try:
@@ -99,9 +110,16 @@ def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: i
             "url": url,
             "title": page.locator(HEADING).first.inner_text(),
             "charts": page.locator(".vega-embed").count(),
-            "chart_heights": [round(box["height"]) for e in page.locator(".vega-embed").all() if (box := e.bounding_box())],
-            "chart_titles": [e.get_attribute("aria-label") or "" for e in page.locator(".vega-embed svg, .vega-embed canvas").all()],
-            "errors": [e.inner_text() for e in page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all()]
+            "chart_heights": [
+                round(box["height"]) for e in page.locator(".vega-embed").all() if (box := e.bounding_box())
+            ],
+            "chart_titles": [
+                e.get_attribute("aria-label") or "" for e in page.locator(".vega-embed svg, .vega-embed canvas").all()
+            ],
+            "errors": [
+                e.inner_text()
+                for e in page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all()
+            ]
             + (["page not found"] if page.get_by_text("Page not found").count() else []),
         }
         if out_png is not None:

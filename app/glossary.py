@@ -14,7 +14,8 @@ TERMS = {
     "+ MLP(l). The model reads its answer off the last one.",
     "logit lens": "Reading the residual stream at a middle layer through W_U, as if the model stopped there: which "
     "number would it answer now?",
-    "final norm": "The layer norm the model applies before W_U. The paper reads layers without it; the usual logit lens "
+    "final norm": "The layer norm the model applies before W_U. The paper reads layers without it; the usual logit "
+    "lens "
     "applies it.",
     "module logits": "W_U times one module's output (an attention or MLP block at one layer): how much that module "
     "alone pushes each number up or down.",
@@ -34,7 +35,8 @@ TERMS = {
     "always sits at the same distance from the answer, about 0 = no more than chance. A wave that is the same for "
     "every question is a bias, not a computation.",
     "chance threshold": "For each period, the R that shuffled answers exceed somewhere among all modules only rarely "
-    "(5% over every module and period together, from 2,000 shuffles): a module above it follows the answer beyond chance.",
+    "(5% over every module and period together, from 2,000 shuffles): a module above it follows the answer beyond "
+    "chance.",
     "ablation": "Filtering every layer's attention and/or MLP output so that W_U reads no component at the removed "
     "frequencies (the smallest change that does so), then measuring accuracy.",
     "random control": "The same filter with as many random directions removed instead of the band's: if the band "

@@ -35,7 +35,11 @@ def run_live(run: RunReader, folder, modules: str, removed: str, tau: int, basis
     ablation = Ablation(modules, removed, int(tau))
     examples = run.table(Table.EXAMPLES)
     waiting = st.empty()
-    with live_slot(on_wait=lambda: waiting.info("Another live computation is running on this server; this one starts when it ends.")):
+    with live_slot(
+        on_wait=lambda: waiting.info(
+            "Another live computation is running on this server; this one starts when it ends."
+        )
+    ):
         waiting.empty()
         loaded = _model(str(folder))
         bar = st.progress(0.0, text=f"{ablation.label()}: 0 of {len(examples)} prompts")

@@ -35,8 +35,19 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def streamlit_command(port: int, address: str = "127.0.0.1") -> list[str]:
     """`streamlit run app/main.py` on one port, headless, with this interpreter."""
-    return [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.address", address,
-            "--server.port", str(port), "--server.headless", "true"]
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app" / "main.py"),
+        "--server.address",
+        address,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+    ]
 
 
 def healthy(base: str) -> bool:

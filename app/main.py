@@ -6,8 +6,12 @@ from app.common import sidebar
 from app.state import showing
 
 # a presentation link (large=1) opens with the sidebar folded away, so a 1024-wide projector shows the step whole
-st.set_page_config(page_title="How language models add: Fourier features", page_icon="➕", layout="wide",
-                   initial_sidebar_state="collapsed" if st.query_params.get("large") == "1" else "auto")
+st.set_page_config(
+    page_title="How language models add: Fourier features",
+    page_icon="➕",
+    layout="wide",
+    initial_sidebar_state="collapsed" if st.query_params.get("large") == "1" else "auto",
+)
 
 TOUR = st.Page("views/tour.py", title="Tour", icon=":material/slideshow:", url_path="guided-tour", default=True)
 

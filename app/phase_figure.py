@@ -26,12 +26,22 @@ def locking_heatmap(run: RunReader):
         y=alt.Y("layer:O", title="layer", sort="ascending", axis=alt.Axis(labelOverlap="parity")),
     )
     cells = base.mark_rect().encode(
-        color=alt.Color("locking:Q", title="locking R", scale=alt.Scale(domain=[0, 1], scheme="blues"),
-                        legend=alt.Legend(orient="bottom", direction="horizontal", gradientLength=220)),
-        tooltip=["module", "layer", "T", alt.Tooltip("locking:Q", format=".2f", title="R"),
-                 alt.Tooltip("null_95:Q", format=".2f", title="chance threshold"),
-                 alt.Tooltip("energy_share:Q", format=".1%", title="energy at T"),
-                 alt.Tooltip("offset:Q", format=".2f", title="peak at answer + (numbers)"), "locks"],
+        color=alt.Color(
+            "locking:Q",
+            title="locking R",
+            scale=alt.Scale(domain=[0, 1], scheme="blues"),
+            legend=alt.Legend(orient="bottom", direction="horizontal", gradientLength=220),
+        ),
+        tooltip=[
+            "module",
+            "layer",
+            "T",
+            alt.Tooltip("locking:Q", format=".2f", title="R"),
+            alt.Tooltip("null_95:Q", format=".2f", title="chance threshold"),
+            alt.Tooltip("energy_share:Q", format=".1%", title="energy at T"),
+            alt.Tooltip("offset:Q", format=".2f", title="peak at answer + (numbers)"),
+            "locks",
+        ],
     )
     frames = base.transform_filter("datum.locks").mark_rect(fill=None, stroke="#d62728", strokeWidth=2.5)
     # fits a 1024x768 projector beside the step's text: about 10 px a layer there, 15 on a desktop
@@ -39,10 +49,23 @@ def locking_heatmap(run: RunReader):
     chart = (
         alt.layer(cells, frames, data=data)
         .properties(height=height, width=150 if big else 190)
-        .facet(column=alt.Column("module:N", title=None, sort=["Attention", "MLP"],
-                                 header=alt.Header(labelFontSize=18 if big else 13, labelFontWeight="bold")))
-        .properties(title=alt.TitleParams("Which layers follow the answer mod T", subtitle=textwrap.wrap(short_label(run.label), 46),
-                                          fontSize=20 if big else 15, subtitleFontSize=16 if big else 12, anchor="start"))
+        .facet(
+            column=alt.Column(
+                "module:N",
+                title=None,
+                sort=["Attention", "MLP"],
+                header=alt.Header(labelFontSize=18 if big else 13, labelFontWeight="bold"),
+            )
+        )
+        .properties(
+            title=alt.TitleParams(
+                "Which layers follow the answer mod T",
+                subtitle=textwrap.wrap(short_label(run.label), 46),
+                fontSize=20 if big else 15,
+                subtitleFontSize=16 if big else 12,
+                anchor="start",
+            )
+        )
         .configure_axis(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12)
         .configure_legend(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
     )

@@ -64,7 +64,10 @@ def reruns(cache_dir: str, repeats: int):
             if at.exception:
                 raise SystemExit(f"{page}: {at.exception[0].message}")
         all_times += times
-        print(f"  {page:24s} {kind:13s} {key:7s} median {statistics.median(times) * 1000:6.0f} ms   p95 {p95(times) * 1000:6.0f} ms")
+        print(
+            f"  {page:24s} {kind:13s} {key:7s} median {statistics.median(times) * 1000:6.0f} ms   p95 "
+            f"{p95(times) * 1000:6.0f} ms"
+        )
     return all_times
 
 
@@ -87,7 +90,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     print(f"reruns after a control change ({args.repeats} per control, cache {args.cache_dir}):")
     times = reruns(args.cache_dir, args.repeats)
-    print(f"all pages: median {statistics.median(times) * 1000:.0f} ms, p95 {p95(times) * 1000:.0f} ms (target < 250 ms)")
+    print(
+        f"all pages: median {statistics.median(times) * 1000:.0f} ms, p95 {p95(times) * 1000:.0f} ms (target < 250 ms)"
+    )
     if not args.no_cold:
         print(f"cold start to the first chart in Chromium: {cold_start(args.cache_dir):.1f} s")
     return 0

@@ -75,7 +75,10 @@ def document(cache_dir: str, tau: int) -> int:
     runs = [r for r in every if "examples" in r.manifest["tables"]]  # single-token runs: every analysis applies
     digit_runs = [r for r in every if "generations" in r.manifest["tables"]]
     print("## Every run\n")
-    print("| model | test accuracy | wrong answers off by a multiple of 10 | off by 1 or 2 | top embedding periods (input rows, paper basis) | outliers above the shuffled-numbers threshold (family-wise 5%) |")
+    print(
+        "| model | test accuracy | wrong answers off by a multiple of 10 | off by 1 or 2 | top embedding periods "
+        "(input rows, paper basis) | outliers above the shuffled-numbers threshold (family-wise 5%) |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for r in runs:
         ea = run_of(cache_dir, r.name).table(Table.ERROR_ANALYSIS).iloc[0]
@@ -84,7 +87,10 @@ def document(cache_dir: str, tau: int) -> int:
         tops = ", ".join(f"{t:.3g}" for t in top_periods(spec, 6))
         share = "no errors" if ea["n_wrong"] == 0 else f"{ea['share_multiple_of_10']:.0%} of {int(ea['n_wrong'])}"
         near = "–" if ea["n_wrong"] == 0 else f"{ea['share_within_2']:.0%}"
-        print(f"| {r.label} | {ea['accuracy']:.2%} | {share} | {near} | {tops} | {int(spec['outlier'].sum())} of {len(spec)} |")
+        print(
+            f"| {r.label} | {ea['accuracy']:.2%} | {share} | {near} | {tops} | {int(spec['outlier'].sum())} of "
+            f"{len(spec)} |"
+        )
     print()
     header = ["filter (every layer)", "paper GPT-2-XL"] + [r.label for r in runs]
     print(f"## Table 1 analogue at tau = {tau}\n")
@@ -111,7 +117,10 @@ def document(cache_dir: str, tau: int) -> int:
             else:
                 cells.append("–")
         print("| " + " | ".join(cells) + " |")
-    print("\n('control': the same number of random directions that W_U reads removed instead; the paper has no control.)\n")
+    print(
+        "\n('control': the same number of random directions that W_U reads removed instead; the paper has no "
+        "control.)\n"
+    )
     training_section(cache_dir, runs)
     finetuned_section(cache_dir, runs, digit_runs, tau)
     numbers_section(cache_dir, every, digit_runs)
@@ -126,7 +135,8 @@ def document(cache_dir: str, tau: int) -> int:
                 secs = log[(log["width"] == row["width"])].groupby("seed")["seconds"].max()
                 print(
                     f"- {row['run']}: val accuracy after {int(row['epoch'])} epochs {row['mean']:.2%} "
-                    f"(seeds from {row['low']:.2%} to {row['high']:.2%}); training time per seed {secs.mean() / 60:.0f} min"
+                    f"(seeds from {row['low']:.2%} to {row['high']:.2%}); training time per seed "
+                    f"{secs.mean() / 60:.0f} min"
                 )
     return 0
 
@@ -136,7 +146,11 @@ def training_section(cache_dir: str, runs) -> None:
     lowest and highest seed, per width."""
     from core.runs import summaries
 
-    logs = {r.label: run_of(cache_dir, r.name).table(Table.TRAINING_LOG) for r in runs if "training_log" in r.manifest["tables"]}
+    logs = {
+        r.label: run_of(cache_dir, r.name).table(Table.TRAINING_LOG)
+        for r in runs
+        if "training_log" in r.manifest["tables"]
+    }
     if not logs:
         return
     curves = summaries.training_curves(logs, "val")
@@ -173,54 +187,92 @@ def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
             continue
         m = r.manifest
         folder = project_path(m["model"]["source"])
-        summary = json.loads((folder / "train_summary.json").read_text()) if (folder / "train_summary.json").exists() else {}
-        print(f"**{r.label}** ({m['n_layers']} layers, {m['width']} wide), on {m['task']['n_examples']} test questions:\n")
+        summary = (
+            json.loads((folder / "train_summary.json").read_text()) if (folder / "train_summary.json").exists() else {}
+        )
+        print(
+            f"**{r.label}** ({m['n_layers']} layers, {m['width']} wide), on {m['task']['n_examples']} test questions:\n"
+        )
         where = summary.get("device", "the CPU")
         shipped = "shipped" if summary.get("delta_shipped", True) else "not shipped"
-        print(f"- test accuracy {m['accuracy']:.2%} (paper, GPT-2-XL fine-tuned: {ACCURACY['GPT-2-XL fine-tuned']}%)"
-              + (f"; training steps {summary['train_step_seconds'] / 60:.0f} min on {where}, delta {summary['delta_bytes'] / 1e6:.1f} MB ({shipped})" if summary else ""))
+        print(
+            f"- test accuracy {m['accuracy']:.2%} (paper, GPT-2-XL fine-tuned: {ACCURACY['GPT-2-XL fine-tuned']}%)"
+            + (
+                f"; training steps {summary['train_step_seconds'] / 60:.0f} min on {where}, delta "
+                f"{summary['delta_bytes'] / 1e6:.1f} MB ({shipped})"
+                if summary
+                else ""
+            )
+        )
         before_cut = summary.get("final_accuracy_before_the_rank_cut")
         if before_cut:
             cuts = summary.get("rank_cut_val_accuracy_1000_questions_float32", {})
-            print(f"- before its change was cut to rank {summary.get('rebuilt_rank')}: test {before_cut['test']:.2%}, val {before_cut['val']:.2%} "
-                  f"(bfloat16, at the end of training); validation accuracy (1,000 questions) after the cut by rank: "
-                  + ", ".join(f"rank {k} {v:.1%}" for k, v in cuts.items()))
+            print(
+                f"- before its change was cut to rank {summary.get('rebuilt_rank')}: test {before_cut['test']:.2%}, "
+                f"val {before_cut['val']:.2%} "
+                f"(bfloat16, at the end of training); validation accuracy (1,000 questions) after the cut by rank: "
+                + ", ".join(f"rank {k} {v:.1%}" for k, v in cuts.items())
+            )
         ex = run_of(cache_dir, r.name).table(Table.EXAMPLES)
         ex = ex[ex["split"] == m["task"]["split"]]
         wrong = ex[~ex["correct"]]
         bins = [(0, 100), (101, 200), (201, 400), (401, 520)]
         by = [f"{lo} to {hi} {ex[ex['answer'].between(lo, hi)]['correct'].mean():.1%}" for lo, hi in bins]
-        print(f"- wrong answers off by one: {int(((wrong['prediction'] - wrong['answer']).abs() == 1).sum())} of {len(wrong)}; "
-              f"accuracy by answer: {', '.join(by)}")
+        print(
+            f"- wrong answers off by one: {int(((wrong['prediction'] - wrong['answer']).abs() == 1).sum())} of "
+            f"{len(wrong)}; "
+            f"accuracy by answer: {', '.join(by)}"
+        )
         acc = run_of(cache_dir, r.name).table(Table.LAYER_ACCURACY)
         acc = acc[acc["final_norm"]].sort_values("layer")
         first = lambda col, x: next((str(int(l)) for l, v in zip(acc["layer"], acc[col]) if v >= x), "never")  # noqa: E731
-        print(f"- logit lens (final norm applied): half the answers within ±10 first at layer {first('within_10', 0.5)}, "
-              f"half exact first at layer {first('exact', 0.5)}; 90% exact first at layer {first('exact', 0.9)} of {m['n_layers']}")
+        print(
+            f"- logit lens (final norm applied): half the answers within ±10 first at layer {first('within_10', 0.5)}, "
+            f"half exact first at layer {first('exact', 0.5)}; 90% exact first at layer {first('exact', 0.9)} of "
+            f"{m['n_layers']}"
+        )
         energy = summaries.energy_by_band(run_of(cache_dir, r.name).table(Table.MODULE_SPECTRA), "paper", tau)
         names = {"attn": "attention", "mlp": "MLP", "resid": "residual stream"}
         for module, g in energy.groupby("module"):
-            print(f"- {names.get(module, module)} output logits: {g['low'].mean():.0%} of their Fourier energy below tau = {tau} "
-                  f"(mean over layers; top layer {g.sort_values('layer')['low'].iloc[-1]:.0%})")
+            print(
+                f"- {names.get(module, module)} output logits: {g['low'].mean():.0%} of their Fourier energy below "
+                f"tau = {tau} "
+                f"(mean over layers; top layer {g.sort_values('layer')['low'].iloc[-1]:.0%})"
+            )
         keep = summaries.keep_one_results(run_of(cache_dir, r.name).table(Table.ABLATIONS))
         two = keep[keep["keep_period"] == 2]
         if len(two):
             k = two.iloc[0]
-            print(f"- keep only period 2 (every module, every layer): accuracy {k['accuracy']:.1%}, parity right {k['parity_match']:.1%} "
-                  f"(paper, fine-tuned GPT-2-XL: parity right {PARITY_KEEP_PERIOD_2}%)")
+            print(
+                f"- keep only period 2 (every module, every layer): accuracy {k['accuracy']:.1%}, parity right "
+                f"{k['parity_match']:.1%} "
+                f"(paper, fine-tuned GPT-2-XL: parity right {PARITY_KEEP_PERIOD_2}%)"
+            )
         spec = run_of(cache_dir, r.name).table(Table.NUMBER_SPECTRUM)
         after = summaries.number_spectrum_at(spec, 0, "paper")
         after = after[after["outlier"]].sort_values("magnitude", ascending=False)
         recipe = json.loads((folder / "recipe.json").read_text())
         layer = (recipe.get("number_tokens") or {}).get("layer")
-        same_base = lambda d: project_path(d.manifest["model"].get("source", "")) == project_path(recipe.get("init_from", ""))  # noqa: E731
-        before_run = next((d for d in digit_runs if same_base(d) and d.manifest.get("p") == m["p"]), None)
+        base = project_path(recipe.get("init_from", ""))
+        before_run = next(
+            (
+                d
+                for d in digit_runs
+                if project_path(d.manifest["model"].get("source", "")) == base and d.manifest.get("p") == m["p"]
+            ),
+            None,
+        )
         if before_run is not None and layer is not None:
-            b = summaries.number_spectrum_at(run_of(cache_dir, before_run.name).table(Table.NUMBER_SPECTRUM), int(layer), "paper")
+            b = summaries.number_spectrum_at(
+                run_of(cache_dir, before_run.name).table(Table.NUMBER_SPECTRUM), int(layer), "paper"
+            )
             b = b[b["outlier"]].sort_values("magnitude", ascending=False)
-            print(f"- the new number rows' spectrum: before fine-tuning (the base model's representation after block {layer}) "
-                  f"{len(b)} outliers, strongest periods {_periods(b['period'][:6])}; after, {len(after)} outliers, "
-                  f"strongest {_periods(after['period'][:6])}")
+            print(
+                "- the new number rows' spectrum: before fine-tuning (the base model's representation after block "
+                f"{layer}) "
+                f"{len(b)} outliers, strongest periods {_periods(b['period'][:6])}; after, {len(after)} outliers, "
+                f"strongest {_periods(after['period'][:6])}"
+            )
         print()
 
 
@@ -234,36 +286,59 @@ def numbers_section(cache_dir: str, runs, digit_runs) -> None:
     from core.runs import summaries
 
     print("## Number representations and a real pre-trained model\n")
-    print("Number representations (`number_spectrum`, `number_probes`): at the layer where linear probes read "
-          "n mod 2, 5, 10, 100 best, the spectrum's outliers among periods 2, 2.5, 5, 10 (paper basis, family-wise "
-          "null) and the probes' Cohen's kappa on held-out numbers (mean of 5 splits; mod 3 and 7 are controls).\n")
-    print("| model | layers | best layer | outliers there | of 2, 2.5, 5, 10 | kappa mod 2 / 5 / 10 / 100 | controls mod 3 / 7 |")
+    print(
+        "Number representations (`number_spectrum`, `number_probes`): at the layer where linear probes read "
+        "n mod 2, 5, 10, 100 best, the spectrum's outliers among periods 2, 2.5, 5, 10 (paper basis, family-wise "
+        "null) and the probes' Cohen's kappa on held-out numbers (mean of 5 splits; mod 3 and 7 are controls).\n"
+    )
+    print(
+        "| model | layers | best layer | outliers there | of 2, 2.5, 5, 10 | kappa mod 2 / 5 / 10 / 100 | controls "
+        "mod 3 / 7 |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in runs:
-        ns, pr = run_of(cache_dir, r.name).table(Table.NUMBER_SPECTRUM), run_of(cache_dir, r.name).table(Table.NUMBER_PROBES)
+        ns, pr = (
+            run_of(cache_dir, r.name).table(Table.NUMBER_SPECTRUM),
+            run_of(cache_dir, r.name).table(Table.NUMBER_PROBES),
+        )
         layer = summaries.best_probe_layer(pr)
         s = summaries.number_summary(ns, pr, layer, "paper")
         k = s["kappa"]
         f = lambda t: f"{k[t]:.2f}" if t in k else "–"  # noqa: E731
-        print(f"| {r.label} | {r.manifest['n_layers']} | {layer} | {s['n_outliers']} of {s['n_frequencies']} | "
-              f"{', '.join(f'{t:g}' for t in s['short_periods']) or 'none'} | {f(2)} / {f(5)} / {f(10)} / {f(100)} | {f(3)} / {f(7)} |")
+        print(
+            f"| {r.label} | {r.manifest['n_layers']} | {layer} | {s['n_outliers']} of {s['n_frequencies']} | "
+            f"{', '.join(f'{t:g}' for t in s['short_periods']) or 'none'} | {f(2)} / {f(5)} / {f(10)} / {f(100)} | "
+            f"{f(3)} / {f(7)} |"
+        )
     for r in digit_runs:
-        ns, pr = run_of(cache_dir, r.name).table(Table.NUMBER_SPECTRUM), run_of(cache_dir, r.name).table(Table.NUMBER_PROBES)
+        ns, pr = (
+            run_of(cache_dir, r.name).table(Table.NUMBER_SPECTRUM),
+            run_of(cache_dir, r.name).table(Table.NUMBER_PROBES),
+        )
         print(f"\n{r.label}, layer by layer (every 5th layer; all on the *Numbers* page):\n")
         print("| layer | outliers | strongest outlier periods | kappa mod 2 / 5 / 10 / 100 | controls mod 3 / 7 |")
         print("| --- | --- | --- | --- | --- |")
         for layer in sorted({*range(0, r.manifest["n_layers"] + 1, 5), summaries.best_probe_layer(pr)}):
             s = summaries.number_summary(ns, pr, layer, "paper")
             k = s["kappa"]
-            print(f"| {layer} | {s['n_outliers']} | {', '.join(f'{t:.3g}' for t in s['outlier_periods'][:7])} | "
-                  f"{k[2]:.2f} / {k[5]:.2f} / {k[10]:.2f} / {k[100]:.2f} | {k[3]:.2f} / {k[7]:.2f} |")
+            print(
+                f"| {layer} | {s['n_outliers']} | {', '.join(f'{t:.3g}' for t in s['outlier_periods'][:7])} | "
+                f"{k[2]:.2f} / {k[5]:.2f} / {k[10]:.2f} / {k[100]:.2f} | {k[3]:.2f} / {k[7]:.2f} |"
+            )
         errs = generation_error_table(run_of(cache_dir, r.name).table(Table.GENERATIONS))
-        print(f"\n{r.label}, answering the paper's addition prompts by writing digits (greedy), "
-              f"{int(errs['n'].iloc[0])} test questions (a seeded sample):\n")
-        print("| prompts | accuracy | answers that are not a number | wrong numbers off by a multiple of 10 | off by 1 or 2 |")
+        print(
+            f"\n{r.label}, answering the paper's addition prompts by writing digits (greedy), "
+            f"{int(errs['n'].iloc[0])} test questions (a seeded sample):\n"
+        )
+        print(
+            "| prompts | accuracy | answers that are not a number | wrong numbers off by a multiple of 10 | off by 1 "
+            "or 2 |"
+        )
         print("| --- | --- | --- | --- | --- |")
         for _, e in errs.iterrows():
-            share = "–" if not e["n_wrong_numbers"] else f"{e['share_multiple_of_10']:.0%} of {int(e['n_wrong_numbers'])}"
+            share = (
+                "–" if not e["n_wrong_numbers"] else f"{e['share_multiple_of_10']:.0%} of {int(e['n_wrong_numbers'])}"
+            )
             near = "–" if not e["n_wrong_numbers"] else f"{e['share_within_2']:.0%}"
             print(f"| {e['source']} | {e['accuracy']:.1%} | {int(e['n_not_a_number'])} | {share} | {near} |")
     print()
@@ -277,9 +352,13 @@ def claims_table(cache_dir: str, runs) -> None:
     per_run = {r.name: registry.run_claims(r) for r in table_runs}
     steps = list(registry.RUN_CLAIMS)
     print("## The paper's claims, one by one\n")
-    print("Each claim of the paper against each shipped run: the verdict and the reason are computed from the run's tables by\n"
-          "`core.claims.registry` (the rules are written next to each claim there, and a test re-derives every verdict the Tour shows from\n"
-          "the raw tables), the same sentences the Tour shows.\n")
+    print(
+        "Each claim of the paper against each shipped run: the verdict and the reason are computed from the run's "
+        "tables by\n"
+        "`core.claims.registry` (the rules are written next to each claim there, and a test re-derives every verdict "
+        "the Tour shows from\n"
+        "the raw tables), the same sentences the Tour shows.\n"
+    )
     for step in steps:
         first = per_run[table_runs[0].name][step]
         print(f"**{step.replace('_', ' ')}.** Paper: {first.paper}\n")

@@ -25,30 +25,57 @@ run_basis = run.run_basis
 shown_tau = summaries.nearest_tau(ablations, tau)
 if shown_tau != tau:
     st.info(
-        f"The cached grid of this run has tau ∈ {summaries.cached_taus(ablations)}; showing the nearest, tau = {shown_tau}. "
+        f"The cached grid of this run has tau ∈ {summaries.cached_taus(ablations)}; showing the nearest, tau = "
+        f"{shown_tau}. "
         "Live computation below can use any tau."
     )
 if basis != run_basis:
-    st.caption(f"The filters of this run were computed in the '{run_basis}' basis (the sidebar's basis changes the spectra only).")
+    st.caption(
+        f"The filters of this run were computed in the '{run_basis}' basis (the sidebar's basis changes the spectra "
+        "only)."
+    )
 
 st.subheader(f"Table 1 for this run (tau = {shown_tau})", help=term("ablation"))
 t1 = shared_view(run, summaries.table1, Table.ABLATIONS, shown_tau)  # the same for every session: computed once
 if shown_tau != TABLE1_TAU:
     t1[["paper GPT-2-XL accuracy %", "paper GPT-2-XL loss"]] = None
-order = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %", "loss", "paper GPT-2-XL loss",
-         "Δ accuracy (points)", "within ±10 %", "rank", "erased"]
+order = [
+    "filter",
+    "accuracy %",
+    "random control accuracy %",
+    "paper GPT-2-XL accuracy %",
+    "loss",
+    "paper GPT-2-XL loss",
+    "Δ accuracy (points)",
+    "within ±10 %",
+    "rank",
+    "erased",
+]
 if large():  # a projector shows the accuracies whole; loss, change and rank are in the normal view and its CSV
     order = order[:4]
 shown = t1[[c for c in order if c in t1.columns]].copy()
 # a column with an empty cell (no control for "none", no paper figure at another tau) is shown as text, so that the
 # cell reads "—" (a number column shows "None")
-formats = {"random control accuracy %": "{:.2f}", "paper GPT-2-XL accuracy %": "{:.2f}", "paper GPT-2-XL loss": "{:.4f}", "rank": "{:.0f}"}
+formats = {
+    "random control accuracy %": "{:.2f}",
+    "paper GPT-2-XL accuracy %": "{:.2f}",
+    "paper GPT-2-XL loss": "{:.4f}",
+    "rank": "{:.0f}",
+}
 for col, fmt in formats.items():
     if col in shown.columns and shown[col].isna().any():
         shown[col] = [("—" if v is None or v != v else fmt.format(v)) for v in shown[col]]
-numeric = lambda col, fmt, **kw: (None if col not in shown.columns  # noqa: E731
-                                  else st.column_config.NumberColumn(format=fmt, **kw) if pd.api.types.is_numeric_dtype(shown[col])
-                                  else st.column_config.TextColumn(**kw))
+
+
+def numeric(col, fmt, **kw):
+    """A number column, or a text column where the cells were written as text above."""
+    if col not in shown.columns:
+        return None
+    if pd.api.types.is_numeric_dtype(shown[col]):
+        return st.column_config.NumberColumn(format=fmt, **kw)
+    return st.column_config.TextColumn(**kw)
+
+
 st.dataframe(
     shown,
     hide_index=True,
@@ -59,23 +86,36 @@ st.dataframe(
         "within ±10 %": st.column_config.NumberColumn(format="%.1f"),
         "rank": numeric("rank", "%d", help="Dimensions of the module output the filter removes."),
         "random control accuracy %": numeric(
-            "random control accuracy %", "%.2f",
-            help="Accuracy with a random subspace of the same rank removed instead (directions W_U reads, no frequency chosen).",
+            "random control accuracy %",
+            "%.2f",
+            help="Accuracy with a random subspace of the same rank removed instead (directions W_U reads, no "
+            "frequency chosen).",
         ),
         "paper GPT-2-XL accuracy %": numeric("paper GPT-2-XL accuracy %", "%.2f"),
         "paper GPT-2-XL loss": numeric("paper GPT-2-XL loss", "%.4f"),
     },
 )
 st.caption(
-    "'low removed' keeps only k ≥ tau (high-pass); 'high removed' keeps only k < tau (low-pass). The random control removes "
-    "as many random directions that W_U reads: a band matters for its frequencies only where its accuracy is well below the "
+    "'low removed' keeps only k ≥ tau (high-pass); 'high removed' keeps only k < tau (low-pass). The random control "
+    "removes "
+    "as many random directions that W_U reads: a band matters for its frequencies only where its accuracy is well "
+    "below the "
     "control's. The paper's numbers are GPT-2-XL's validation results at tau = 50 (the paper has no control)."
 )
 ctrl, specific = summaries.costly_filters(t1)
 if not ctrl.empty:
     st.caption(
-        f"In this run, {len(specific)} of {len(ctrl)} band filters cost at least 5 points more than their random control"
-        + (": " + "; ".join(f"{r['filter']} {r['accuracy %']:.1f}% vs {r['random control accuracy %']:.1f}%" for _, r in specific.iterrows()) if len(specific) else "")
+        f"In this run, {len(specific)} of {len(ctrl)} band filters cost at least 5 points more than their random "
+        "control"
+        + (
+            ": "
+            + "; ".join(
+                f"{r['filter']} {r['accuracy %']:.1f}% vs {r['random control accuracy %']:.1f}%"
+                for _, r in specific.iterrows()
+            )
+            if len(specific)
+            else ""
+        )
         + "."
     )
 if t1["erased"].any():
@@ -86,7 +126,9 @@ if t1["erased"].any():
 show_chart(*figures.table1_chart(run, shown_tau), key="acc-by-tau")
 
 st.subheader("Errors under one filter")
-cells = {f"{summaries.ABLATION_MODULES[m]}: {r} removed": (m, r) for r in ("low", "high") for m in ("both", "attn", "mlp")}
+cells = {
+    f"{summaries.ABLATION_MODULES[m]}: {r} removed": (m, r) for r in ("low", "high") for m in ("both", "attn", "mlp")
+}
 cell_names = ["no filter", *cells]
 url_state("cell", "MLP: low removed", str, cell_names)
 st.selectbox("Filter", cell_names, key="cell")
@@ -99,10 +141,22 @@ if dist.empty:
 else:
     shares = summaries.error_shares(dist)
     c1, c2 = st.columns(2)
-    c1.metric("Errors: multiples of 10", f"{shares['multiple_of_10']:.0%}", help="Paper: with the MLPs' low frequencies removed, errors are off by 10, 50, 100.")
-    c2.metric("Errors: smaller than 6", f"{shares['below_6']:.0%}", help="Paper: with attention's high frequencies removed, all errors are below 6.")
+    c1.metric(
+        "Errors: multiples of 10",
+        f"{shares['multiple_of_10']:.0%}",
+        help="Paper: with the MLPs' low frequencies removed, errors are off by 10, 50, 100.",
+    )
+    c2.metric(
+        "Errors: smaller than 6",
+        f"{shares['below_6']:.0%}",
+        help="Paper: with attention's high frequencies removed, all errors are below 6.",
+    )
     show_chart(
-        *figures.error_histogram(dist, f"Error distribution, {cell} (tau = {shown_tau}) — {run.label}", "Red bars are errors that are multiples of 10: the last digit is right, the size is off."),
+        *figures.error_histogram(
+            dist,
+            f"Error distribution, {cell} (tau = {shown_tau}) — {run.label}",
+            "Red bars are errors that are multiples of 10: the last digit is right, the size is off.",
+        ),
         key="err-hist",
     )
 
@@ -121,7 +175,8 @@ st.dataframe(
     },
 )
 st.caption(
-    f"Every frequency but one removed from attention and MLP outputs. Paper: keeping only period 2 gives the right parity "
+    "Every frequency but one removed from attention and MLP outputs. Paper: keeping only period 2 gives the right "
+    "parity "
     f"{PARITY_KEEP_PERIOD_2}% of the time; keeping period 520 gives answers spread around the right one."
 )
 
@@ -134,10 +189,14 @@ else:
     url_state("live_modules", "mlp", str, ["both", "attn", "mlp"])
     url_state("live_removed", "low", str, ["low", "high"])
     c1.selectbox("Modules", ["both", "attn", "mlp"], key="live_modules", format_func=summaries.ABLATION_MODULES.get)
-    c2.selectbox("Band removed", ["low", "high"], key="live_removed", format_func=summaries.BAND_NAMES.get, help=term("low-pass"))
+    c2.selectbox(
+        "Band removed", ["low", "high"], key="live_removed", format_func=summaries.BAND_NAMES.get, help=term("low-pass")
+    )
     c3.metric("Cutoff tau (sidebar)", tau)
     c4.selectbox(
-        "CPU threads", ["auto", 1, 2, 4], key="live_threads",
+        "CPU threads",
+        ["auto", 1, 2, 4],
+        key="live_threads",
         help="auto: the cores not busy with other work right now. On a shared machine 1 thread is often faster.",
     )
     to_url("live_modules", "live_removed")
@@ -145,7 +204,12 @@ else:
     if st.button(f"Run the {run.n_examples} prompts with this filter", type="primary"):
         try:
             result = run_live(
-                run, folder, st.session_state["live_modules"], st.session_state["live_removed"], tau, run_basis,
+                run,
+                folder,
+                st.session_state["live_modules"],
+                st.session_state["live_removed"],
+                tau,
+                run_basis,
                 threads=st.session_state["live_threads"],
             )
         except CoreError as exc:
@@ -155,8 +219,11 @@ else:
             st.session_state["live_settings"] = settings
     result = st.session_state.get("live_result")
     if result and result["run"] == run.name and st.session_state.get("live_settings") != settings:
-        st.warning(f"Stale: the last live result ({result['label']}) was computed with other settings than the ones above "
-                   "(modules, band, tau or basis). Press the button to compute these.", icon=":material/history:")
+        st.warning(
+            f"Stale: the last live result ({result['label']}) was computed with other settings than the ones above "
+            "(modules, band, tau or basis). Press the button to compute these.",
+            icon=":material/history:",
+        )
     elif result and result["run"] == run.name:
         took = ""
         if result.get("compute_s"):
@@ -165,10 +232,24 @@ else:
         st.markdown(f"**{result['label']}** on {result['n']} prompts (computed live{took}):")
         c1, c2, c3 = st.columns(3)
         base = summaries.unfiltered(ablations)
-        c1.metric("accuracy", f"{result['accuracy']:.2%}", f"{100 * (result['accuracy'] - base['accuracy']):+.2f} points vs no filter")
+        c1.metric(
+            "accuracy",
+            f"{result['accuracy']:.2%}",
+            f"{100 * (result['accuracy'] - base['accuracy']):+.2f} points vs no filter",
+        )
         c2.metric("loss", f"{result['loss']:.4f}")
-        c3.metric("errors that are multiples of 10", "–" if result["share10"] != result["share10"] else f"{result['share10']:.0%}")
+        c3.metric(
+            "errors that are multiples of 10",
+            "–" if result["share10"] != result["share10"] else f"{result['share10']:.0%}",
+        )
         if result["erased"]:
             st.warning("This filter erases the module outputs entirely (the removed rows span the model's width).")
         if len(result["hist"]):
-            show_chart(*figures.error_histogram(result["hist"], f"Error distribution, {result['label']} — {run.label}", "Errors of the live run; red bars are multiples of 10."), key="live-hist")
+            show_chart(
+                *figures.error_histogram(
+                    result["hist"],
+                    f"Error distribution, {result['label']} — {run.label}",
+                    "Errors of the live run; red bars are multiples of 10.",
+                ),
+                key="live-hist",
+            )

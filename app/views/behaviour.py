@@ -26,15 +26,30 @@ def error_report(answers, given, what: str, key: str) -> None:
     c1, c2, c3 = st.columns(3)
     c1.metric("Accuracy", f"{summary['accuracy']:.2%}", help=f"{summary['n']} {what}")
     none = summary["n_wrong"] == 0
-    c2.metric("Errors: multiples of 10", "–" if none else f"{summary['share_multiple_of_10']:.0%}",
-              help="Share of the wrong answers whose error is a multiple of 10 (last digit right).")
-    c3.metric("Errors: off by 1 or 2", "–" if none else f"{summary['share_within_2']:.0%}",
-              help="Share of the wrong answers that are off by 1 or 2.")
+    c2.metric(
+        "Errors: multiples of 10",
+        "–" if none else f"{summary['share_multiple_of_10']:.0%}",
+        help="Share of the wrong answers whose error is a multiple of 10 (last digit right).",
+    )
+    c3.metric(
+        "Errors: off by 1 or 2",
+        "–" if none else f"{summary['share_within_2']:.0%}",
+        help="Share of the wrong answers that are off by 1 or 2.",
+    )
     if none:
         n = summary["n"]
-        st.success("The one answer is right: there are no errors to analyse." if n == 1 else f"All {n:,} answers are right: there are no errors to analyse.")
+        st.success(
+            "The one answer is right: there are no errors to analyse."
+            if n == 1
+            else f"All {n:,} answers are right: there are no errors to analyse."
+        )
     else:
-        show_chart(*figures.error_histogram(hist, f"Errors: {what}", "Red bars are errors that are multiples of 10 (last digit right, size wrong)."), key=key)
+        show_chart(
+            *figures.error_histogram(
+                hist, f"Errors: {what}", "Red bars are errors that are multiples of 10 (last digit right, size wrong)."
+            ),
+            key=key,
+        )
 
 
 if run.has(Table.GENERATIONS):  # a model that writes numbers digit by digit: its k-shot answers
@@ -42,8 +57,14 @@ if run.has(Table.GENERATIONS):  # a model that writes numbers digit by digit: it
     gens = run.table(Table.GENERATIONS)
     shots = sorted(int(k) for k in gens["shots"].unique())
     url_state("shots", max(shots), int, shots)
-    st.radio("Solved examples before each question (k-shot)", shots, key="shots", horizontal=True,
-             format_func=lambda k: f"{k}-shot", help="Drawn from the training split; the model writes its answer greedily.")
+    st.radio(
+        "Solved examples before each question (k-shot)",
+        shots,
+        key="shots",
+        horizontal=True,
+        format_func=lambda k: f"{k}-shot",
+        help="Drawn from the training split; the model writes its answer greedily.",
+    )
     to_url("shots")
     k = st.session_state["shots"]
     summary, hist = summaries.generation_summary(gens, k)
@@ -52,32 +73,54 @@ if run.has(Table.GENERATIONS):  # a model that writes numbers digit by digit: it
         f"{run.label} wrote its answer digit by digit after {k} solved example(s), for {summary['n']:,} {run.split} "
         f"questions (a seeded sample). "
         + (f"{n_nan:,} of its answers did not start with a number and count as wrong. " if n_nan else "")
-        + "By shot count: " + "; ".join(f"{s}-shot {summaries.generation_summary(gens, s)[0]['accuracy']:.1%} right" for s in shots) + "."
+        + "By shot count: "
+        + "; ".join(f"{s}-shot {summaries.generation_summary(gens, s)[0]['accuracy']:.1%} right" for s in shots)
+        + "."
     )
     c1, c2, c3 = st.columns(3)
     c1.metric("Accuracy", f"{summary['accuracy']:.2%}", help=f"{summary['n']} prompts, {k}-shot")
     none = hist.empty
-    c2.metric("Errors: multiples of 10", "–" if none else f"{summary['share_multiple_of_10']:.0%}",
-              help="Of the wrong answers that are numbers, the share whose error is a multiple of 10 (last digit right).")
-    c3.metric("Errors: off by 1 or 2", "–" if none else f"{summary['share_within_2']:.0%}",
-              help="Of the wrong answers that are numbers, the share off by 1 or 2.")
+    c2.metric(
+        "Errors: multiples of 10",
+        "–" if none else f"{summary['share_multiple_of_10']:.0%}",
+        help="Of the wrong answers that are numbers, the share whose error is a multiple of 10 (last digit right).",
+    )
+    c3.metric(
+        "Errors: off by 1 or 2",
+        "–" if none else f"{summary['share_within_2']:.0%}",
+        help="Of the wrong answers that are numbers, the share off by 1 or 2.",
+    )
     if not none:
-        show_chart(*figures.error_histogram(hist, f"Errors of {run.label}, {k}-shot",
-                                            "Red bars are errors that are multiples of 10 (last digit right, size wrong)."), key="kshot-errors")
+        show_chart(
+            *figures.error_histogram(
+                hist,
+                f"Errors of {run.label}, {k}-shot",
+                "Red bars are errors that are multiples of 10 (last digit right, size wrong).",
+            ),
+            key="kshot-errors",
+        )
     with st.expander("What the model wrote (first 50 questions)"):
         sub = gens[gens["shots"] == k].sort_values(["a", "b"]).head(50)
-        st.dataframe(sub[["a", "b", "answer", "generated", "prediction", "correct"]], hide_index=True,
-                     column_config={"generated": st.column_config.TextColumn("what it wrote")})
+        st.dataframe(
+            sub[["a", "b", "answer", "generated", "prediction", "correct"]],
+            hide_index=True,
+            column_config={"generated": st.column_config.TextColumn("what it wrote")},
+        )
 else:
     needs(run, Table.EXAMPLES)
     ex = run.table(Table.EXAMPLES)
     error_report(ex["answer"], ex["prediction"], f"{run.split} prompts of {run.label}", "errors")
     show_chart(*figures.accuracy_by_answer(run), key="by-answer")
-st.caption("Paper (share of errors that are multiples of 10): " + "; ".join(f"{k} {v}%" for k, v in MULTIPLE_OF_10.items()) + ".")
+st.caption(
+    "Paper (share of errors that are multiples of 10): "
+    + "; ".join(f"{k} {v}%" for k, v in MULTIPLE_OF_10.items())
+    + "."
+)
 
 st.subheader("Test another model's answers")
 st.markdown(
-    f"Upload a CSV with a header row `a,b,answer_given` (whole numbers, at most {MAX_UPLOAD_ROWS:,} rows): one line per "
+    f"Upload a CSV with a header row `a,b,answer_given` (whole numbers, at most {MAX_UPLOAD_ROWS:,} rows): one line "
+    "per "
     "question 'a + b', with the answer the model gave."
 )
 upload = st.file_uploader("CSV of answers", type=["csv"], accept_multiple_files=False)

@@ -15,7 +15,11 @@ intro(
 )
 needs(run, Table.LAYER_ACCURACY)
 url_state("norm", False, lambda t: t.lower() in ("1", "true"))
-st.toggle("Apply the final layer norm before W_U (usual logit lens; the paper applies W_U directly)", key="norm", help=term("logit lens"))
+st.toggle(
+    "Apply the final layer norm before W_U (usual logit lens; the paper applies W_U directly)",
+    key="norm",
+    help=term("logit lens"),
+)
 to_url("norm")
 show_chart(*figures.accuracy_by_layer(run, st.session_state["norm"]), key="acc-by-layer")
 
@@ -26,6 +30,11 @@ show_chart(*figures.logit_heatmap(run, example), key="heatmap")
 layers = list(range(1, run.n_layers + 1))
 url_state("layer", layers[-1], int, layers)
 if len(layers) > 1:
-    st.select_slider("Layer", options=layers, key="layer", help="Which layer's attention and MLP output to draw over the whole number line.")
+    st.select_slider(
+        "Layer",
+        options=layers,
+        key="layer",
+        help="Which layer's attention and MLP output to draw over the whole number line.",
+    )
 to_url("layer")
 show_chart(*figures.module_wave(run, example, st.session_state["layer"]), key="wave")

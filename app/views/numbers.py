@@ -25,8 +25,13 @@ if not runs:
 top_layers = max(r.n_layers for r in runs)
 url_state("nlayer", summaries.best_probe_layer(runs[0].table(Table.NUMBER_PROBES)), int)
 st.session_state["nlayer"] = max(0, min(int(st.session_state["nlayer"]), top_layers))
-st.slider("Layer (0 = embedding)", 0, top_layers, key="nlayer",
-          help="Runs with fewer layers show their last layer when the slider goes past it.")
+st.slider(
+    "Layer (0 = embedding)",
+    0,
+    top_layers,
+    key="nlayer",
+    help="Runs with fewer layers show their last layer when the slider goes past it.",
+)
 to_url("nlayer")
 chosen = st.session_state["nlayer"]
 
@@ -55,7 +60,10 @@ if single:
     with st.expander("The embedding rows themselves (single-token models): W_E and W_U, t-SNE"):
         url_state("matrix", "input", str, ["input", "output"])
         st.radio(
-            "Which number rows", ["input", "output"], key="matrix", horizontal=True,
+            "Which number rows",
+            ["input", "output"],
+            key="matrix",
+            horizontal=True,
             format_func={"input": "input embedding W_E", "output": "unembedding W_U"}.get,
             help="With tied embeddings (GPT-2) both are the same matrix.",
         )
@@ -66,7 +74,9 @@ if single:
             with col:
                 show_chart(*figures.embedding_spectrum(r, basis, matrix), key=f"emb-spec-{r.name}")
                 spec = summaries.embedding_rows(r.table(Table.EMBEDDING_SPECTRUM), basis, matrix)
-                st.markdown(f"**Top periods:** {', '.join(f'{t:.3g}' for t in top_periods(spec, 5))}", help=term("period"))
+                st.markdown(
+                    f"**Top periods:** {', '.join(f'{t:.3g}' for t in top_periods(spec, 5))}", help=term("period")
+                )
         url_state("colour", "last digit", str, ["last digit", "magnitude"])
         st.radio("Colour the t-SNE map by", ["last digit", "magnitude"], key="colour", horizontal=True)
         to_url("colour")

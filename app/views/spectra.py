@@ -17,7 +17,9 @@ intro(
 needs(run, Table.MODULE_SPECTRA)
 modules = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)"}
 url_state("module", "mlp", str, list(modules))
-st.radio("Module", list(modules), key="module", format_func=modules.get, horizontal=True, help=term("Fourier component"))
+st.radio(
+    "Module", list(modules), key="module", format_func=modules.get, horizontal=True, help=term("Fourier component")
+)
 to_url("module")
 module = st.session_state["module"]
 show_chart(*figures.top_periods_bars(run, basis), key="spec-top")
@@ -33,8 +35,13 @@ chart, data, caption = figures.layer_spectrum(run, basis, module, layer, tau)
 show_chart(chart, data, caption, key="spec-layer")
 above = data[data["above_baseline"]].sort_values("magnitude", ascending=False)
 st.caption(
-    f"{len(above)} of {len(data)} frequencies carry at least twice what W_U alone gives random vectors of the same energy"
-    + (": periods " + ", ".join(f"{t:.3g}" for t in above["period"].head(8)) + (" …" if len(above) > 8 else "") if len(above) else "")
+    f"{len(above)} of {len(data)} frequencies carry at least twice what W_U alone gives random vectors of the same "
+    "energy"
+    + (
+        ": periods " + ", ".join(f"{t:.3g}" for t in above["period"].head(8)) + (" …" if len(above) > 8 else "")
+        if len(above)
+        else ""
+    )
     + f". W_U's number rows have rank {run.unembedding_rank or '?'} of {run.width}: "
     "a low rank makes every spectrum read through it sparse, whatever the module learned."
 )
@@ -42,9 +49,17 @@ st.caption(
 energy = summaries.energy_by_band(run.table(Table.MODULE_SPECTRA), basis, tau)
 row = energy[(energy["module"] == module) & (energy["layer"] == layer)].iloc[0]
 c1, c2, c3 = st.columns(3)
-c1.metric(f"Energy below tau = {tau}", f"{row['low']:.0%}", help="Share of the squared mean magnitude at frequencies k < tau.")
-c2.metric(f"Energy at or above tau = {tau}", f"{row['high']:.0%}", help="Share at k ≥ tau (periods shorter than 520/tau).")
+c1.metric(
+    f"Energy below tau = {tau}", f"{row['low']:.0%}", help="Share of the squared mean magnitude at frequencies k < tau."
+)
+c2.metric(
+    f"Energy at or above tau = {tau}", f"{row['high']:.0%}", help="Share at k ≥ tau (periods shorter than 520/tau)."
+)
 top = summaries.top_periods_by_module(run.table(Table.MODULE_SPECTRA), basis, module, last_layers=min(15, len(layers)))
-c3.metric("Top periods (last layers)", ", ".join(f"{t:.3g}" for t in top["period"]), help="Largest mean magnitudes averaged over the last layers.")
+c3.metric(
+    "Top periods (last layers)",
+    ", ".join(f"{t:.3g}" for t in top["period"]),
+    help="Largest mean magnitudes averaged over the last layers.",
+)
 with st.expander("Energy split for every layer and module"):
     st.dataframe(energy.rename(columns={"low": f"share k < {tau}", "high": f"share k ≥ {tau}"}), hide_index=True)

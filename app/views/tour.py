@@ -72,7 +72,9 @@ def draw_ablations(r):
         table = summaries.table1(ab, t)
         cols = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %"]
         st.dataframe(
-            table[[c for c in cols if c in table.columns]], hide_index=True, width="stretch",
+            table[[c for c in cols if c in table.columns]],
+            hide_index=True,
+            width="stretch",
             column_config={c: st.column_config.NumberColumn(format="%.1f") for c in cols[1:]},
         )
 
@@ -93,19 +95,66 @@ def draw_training(_r):
 
 
 STEPS = [
-    ("accuracy", "1. The question", "A model reads “Put together 15 and 93. Answer:” and must emit 108 as one token.", draw_question),
-    ("logit_lens", "2. Does the answer build up layer by layer?", "Read each layer through the unembedding (the logit lens).", draw_logit_lens),
-    ("module_waves", "3. Which module tracks the last digit?", "Over every question: does an attention or MLP layer's wave of period T peak at the answer mod T (locking R)?", draw_locking),
-    ("spectra", "4. Few frequencies, split between MLP and attention?", "The module logits split into Fourier components.", draw_spectrum),
-    ("waves", "5. Approximate, then classify?", "The strongest components of the final logits, and their sum.", draw_waves),
-    ("ablations", "6. Take the frequencies away", "Filter one band out of every layer's attention or MLP output.", draw_ablations),
-    ("numbers", "7. Where do the features come from?", "How the model represents the numbers 0..520, transformed along the number line.", draw_numbers),
-    ("training", "8. Give a model the features, and it learns?", "The same small network trained from scratch, with sinusoids planted in its number rows, and with a real pre-trained model's number representations frozen in.", draw_training),
+    (
+        "accuracy",
+        "1. The question",
+        "A model reads “Put together 15 and 93. Answer:” and must emit 108 as one token.",
+        draw_question,
+    ),
+    (
+        "logit_lens",
+        "2. Does the answer build up layer by layer?",
+        "Read each layer through the unembedding (the logit lens).",
+        draw_logit_lens,
+    ),
+    (
+        "module_waves",
+        "3. Which module tracks the last digit?",
+        "Over every question: does an attention or MLP layer's wave of period T peak at the answer mod T (locking R)?",
+        draw_locking,
+    ),
+    (
+        "spectra",
+        "4. Few frequencies, split between MLP and attention?",
+        "The module logits split into Fourier components.",
+        draw_spectrum,
+    ),
+    (
+        "waves",
+        "5. Approximate, then classify?",
+        "The strongest components of the final logits, and their sum.",
+        draw_waves,
+    ),
+    (
+        "ablations",
+        "6. Take the frequencies away",
+        "Filter one band out of every layer's attention or MLP output.",
+        draw_ablations,
+    ),
+    (
+        "numbers",
+        "7. Where do the features come from?",
+        "How the model represents the numbers 0..520, transformed along the number line.",
+        draw_numbers,
+    ),
+    (
+        "training",
+        "8. Give a model the features, and it learns?",
+        "The same small network trained from scratch, with sinusoids planted in its number rows, and with a real "
+        "pre-trained model's number representations frozen in.",
+        draw_training,
+    ),
 ]
 #: The table each step's figure reads (a run without it, a digit-splitting model's, cannot draw the step).
-STEP_TABLES = {"accuracy": Table.EXAMPLES, "logit_lens": Table.LAYER_ACCURACY, "module_waves": Table.PHASE_LOCKING,
-               "spectra": Table.MODULE_SPECTRA, "waves": Table.FINAL_WAVES, "ablations": Table.ABLATIONS,
-               "numbers": Table.NUMBER_SPECTRUM}
+STEP_TABLES = {
+    "accuracy": Table.EXAMPLES,
+    "logit_lens": Table.LAYER_ACCURACY,
+    "module_waves": Table.PHASE_LOCKING,
+    "spectra": Table.MODULE_SPECTRA,
+    "waves": Table.FINAL_WAVES,
+    "ablations": Table.ABLATIONS,
+    "numbers": Table.NUMBER_SPECTRUM,
+}
 url_state("step", 1, int, list(range(1, len(STEPS) + 1)))
 url_state("best", False, lambda t: str(t).lower() in ("1", "true", "yes", "on"))
 
@@ -122,9 +171,11 @@ left.button("◀ Back", on_click=move, args=(-1,), disabled=st.session_state["st
 right.button("Next ▶", on_click=move, args=(1,), disabled=st.session_state["step"] == len(STEPS), width="stretch")
 mid.progress(st.session_state["step"] / len(STEPS), text=f"Step {st.session_state['step']} of {len(STEPS)}")
 st.toggle(
-    "Show each step on the shipped run that shows it best", key="best",
-    help="Off (the default): every step uses the run chosen in the sidebar. On: each step may switch to another shipped run, "
-         "and a banner says which and why.",
+    "Show each step on the shipped run that shows it best",
+    key="best",
+    help="Off (the default): every step uses the run chosen in the sidebar. On: each step may switch to another "
+    "shipped run, "
+    "and a banner says which and why.",
 )
 
 if key == "training":
@@ -141,7 +192,8 @@ else:
     if pick != chosen.name:
         mine = per_run[chosen.name]
         st.warning(
-            f"**This step shows {shown.label}**, not the run chosen in the sidebar: it is the shipped run that shows this "
+            f"**This step shows {shown.label}**, not the run chosen in the sidebar: it is the shipped run that shows "
+            "this "
             f"step best ({claim.verdict}; yours: {mine.verdict}). Switch off the toggle above to stay on your run.",
             icon=":material/swap_horiz:",
         )
@@ -150,6 +202,7 @@ else:
 text, figure = st.columns([2, 3], gap="medium")
 with text:
     st.subheader(title)
+
     def details():
         if others:
             st.caption(others)
@@ -162,8 +215,11 @@ with figure:
     st.caption(what)
     if key in STEP_TABLES and not shown.has(STEP_TABLES[key]):
         why = shown.not_applicable(STEP_TABLES[key])
-        st.info(f"{shown.label} cannot show this step" + (f": {why}." if why else f" (no {STEP_TABLES[key].value} table).")
-                + " Switch on the toggle above to see it on the shipped run that shows it best.")
+        st.info(
+            f"{shown.label} cannot show this step"
+            + (f": {why}." if why else f" (no {STEP_TABLES[key].value} table).")
+            + " Switch on the toggle above to see it on the shipped run that shows it best."
+        )
     else:
         draw(shown)
 to_url("step", "best")

@@ -11,7 +11,8 @@ intro(
     "Training: how fast each model learns to add",
     "Two kinds of training. The demo models are small networks trained here from random init, with number embeddings "
     "frozen to Fourier features, or after pre-training on text about numbers: compare how fast and how high each goes "
-    "(the paper's figure 7b: GPT-2-small reaches 53.95% from scratch and 100% with GPT-2's pre-trained number embeddings "
+    "(the paper's figure 7b: GPT-2-small reaches 53.95% from scratch and 100% with GPT-2's pre-trained number "
+    "embeddings "
     "frozen in). Below them, the real pre-trained LLM fine-tuned here on addition, stage by stage.",
 )
 url_state("curve_split", "val", str, ["train", "val", "test"])
@@ -22,7 +23,10 @@ split = st.session_state["curve_split"]
 st.subheader("Small models trained here")
 logs = training_logs(view.split)
 if not logs:
-    st.info("No run of a small model in the cache carries a training log. Runs of the demo models trained with `python -m core train` do.")
+    st.info(
+        "No run of a small model in the cache carries a training log. Runs of the demo models trained with `python -m "
+        "core train` do."
+    )
 else:
     curves = summaries.training_curves(logs, split)
     show_chart(*figures.training_curves(curves, split), key="training")
@@ -30,18 +34,26 @@ else:
     st.dataframe(
         final.rename(columns={"mean": "final accuracy (mean)", "low": "lowest seed", "high": "highest seed"}),
         hide_index=True,
-        column_config={c: st.column_config.NumberColumn(format="percent") for c in ["final accuracy (mean)", "lowest seed", "highest seed"]},
+        column_config={
+            c: st.column_config.NumberColumn(format="percent")
+            for c in ["final accuracy (mean)", "lowest seed", "highest seed"]
+        },
     )
     st.caption(
-        "Paper, for scale: " + "; ".join(f"{k}: {v}%" for k, v in ACCURACY.items() if "small" in k or "scratch" in k)
-        + ". The demo models are 2-layer GPT-2-style networks trained here on a CPU (640 wide; the seed studies 256 wide, "
+        "Paper, for scale: "
+        + "; ".join(f"{k}: {v}%" for k, v in ACCURACY.items() if "small" in k or "scratch" in k)
+        + ". The demo models are 2-layer GPT-2-style networks trained here on a CPU (640 wide; the seed studies 256 "
+        "wide, "
         "named so in the legend)."
     )
 
 st.subheader("A real pre-trained LLM fine-tuned here")
 tuned = fine_tuned_training(view.split)
 if not tuned:
-    st.info("No fine-tuned run of a real pre-trained model is in the cache (`python -m core train --recipe smollm2-addition-full` makes one).")
+    st.info(
+        "No fine-tuned run of a real pre-trained model is in the cache (`python -m core train --recipe "
+        "smollm2-addition-full` makes one)."
+    )
 else:
     stages = summaries.fine_tuning_stages(tuned, split)
     show_chart(*figures.fine_tuning_stages(stages, split, ACCURACY["GPT-2-XL fine-tuned"] / 100), key="training-stages")
@@ -49,6 +61,8 @@ else:
     notes = [f"**{label}**: {note}." for label, manifest, log in tuned if (note := selection_note_of(manifest, log))]
     if notes:
         st.markdown(
-            "**Which split chose the model.** A model is chosen on the validation split and scored once on the test split; "
-            "where that did not hold, it says so here, and the Tour judges accuracy on validation.  \n" + "  \n".join(notes)
+            "**Which split chose the model.** A model is chosen on the validation split and scored once on the test "
+            "split; "
+            "where that did not hold, it says so here, and the Tour judges accuracy on validation.  \n"
+            + "  \n".join(notes)
         )

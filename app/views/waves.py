@@ -26,7 +26,9 @@ st.select_slider("Zoom: numbers either side of the answer", [10, 25, 50, 100], k
 to_url("window")
 chart, data, caption, _ = figures.waves(run, example, basis, st.session_state["k"], window=st.session_state["window"])
 show_chart(chart, data, caption, key="waves-zoom")
-st.caption(f"Basis: {basis}. The final logits themselves peak at {int(logits.loc[logits['logit'].idxmax(), 'number'])}.")
+st.caption(
+    f"Basis: {basis}. The final logits themselves peak at {int(logits.loc[logits['logit'].idxmax(), 'number'])}."
+)
 
 st.subheader("Over every example: which module's wave follows the answer?")
 st.markdown(
@@ -38,4 +40,3 @@ if run.has(Table.PHASE_LOCKING):
     show_chart(*locking_heatmap(run), key="locking")
     claim = run_claims(run)["module_waves"]
     st.markdown(claim.measured + (f" *Why: {claim.reason}.*" if claim.reason else ""))
-

@@ -36,11 +36,16 @@ def digit_derived(run) -> str:
     origin = run_origin(run.manifest)
     spec = (origin["recipe"] or {}).get("number_tokens")
     if origin["kind"] == "fine-tuned" and spec:
-        return (f"its number rows started as the base model's hidden state at the last digit token of {spec.get('context', '?')!r}; "
-                "that model reads numbers digit by digit, so period 10 (and 5, 2.5, 2) is partly built in by the tokenizer")
+        return (
+            "its number rows started as the base model's hidden state at the last digit token of "
+            f"{spec.get('context', '?')!r}; "
+            "that model reads numbers digit by digit, so period 10 (and 5, 2.5, 2) is partly built in by the tokenizer"
+        )
     if (run.manifest.get("number_representations") or {}).get("single_token") is False:
-        return ("its tokenizer writes numbers as digits, so the vector at a number's last token depends on its last digit "
-                "by construction")
+        return (
+            "its tokenizer writes numbers as digits, so the vector at a number's last token depends on its last digit "
+            "by construction"
+        )
     return ""
 
 
@@ -81,8 +86,11 @@ def claim_embeddings(run, basis: str = "paper") -> Claim:
         verdict,
         reason,
         {"outliers": int(len(outl)), "short_found": found, "origin": origin},
-        headline=(f"Spectrum outliers at periods {', '.join(f'{t:g}' for t in found)} of the number rows." if found else
-                  "No spectrum outlier at periods 2, 2.5, 5 or 10 in the number rows."),
+        headline=(
+            f"Spectrum outliers at periods {', '.join(f'{t:g}' for t in found)} of the number rows."
+            if found
+            else "No spectrum outlier at periods 2, 2.5, 5 or 10 in the number rows."
+        ),
     )
 
 
@@ -117,11 +125,22 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
         "numbers",
         "The number embeddings of pre-trained GPT-2-XL, Phi-2 and RoBERTa have outliers at periods 2, 2.5, 5 and 10; "
         "the same model trained from scratch has none.",
-        measured, verdict, reason,
-        {"layer": layer, "short_found": s["short_periods"], "outliers": s["n_outliers"], "kappa": kap, "origin": origin},
-        headline=(f"At {where}: spectrum outliers at periods {', '.join(f'{t:g}' for t in s['short_periods'])}; probes read "
-                  f"n mod 10 at kappa {kap.get(10, float('nan')):.2f}." if s["short_periods"] else
-                  f"At {where}: no spectrum outlier at periods 2, 2.5, 5 or 10."),
+        measured,
+        verdict,
+        reason,
+        {
+            "layer": layer,
+            "short_found": s["short_periods"],
+            "outliers": s["n_outliers"],
+            "kappa": kap,
+            "origin": origin,
+        },
+        headline=(
+            f"At {where}: spectrum outliers at periods {', '.join(f'{t:g}' for t in s['short_periods'])}; probes read "
+            f"n mod 10 at kappa {kap.get(10, float('nan')):.2f}."
+            if s["short_periods"]
+            else f"At {where}: no spectrum outlier at periods 2, 2.5, 5 or 10."
+        ),
     )
 
 
@@ -145,18 +164,32 @@ def claim_training(runs) -> Claim:
         widths = log["width"] if "width" in log.columns else pd.Series(r.manifest.get("width"), index=log.index)
         for w, g in log.groupby(widths):
             final = g[g["epoch"] == g["epoch"].max()]
-            rows.append({"label": r.manifest.get("label", "?"), "kind": origin["kind"],
-                         "tied": (r.manifest.get("model") or {}).get("tied_embeddings"), "width": int(w),
-                         "accuracy": float(final["accuracy"].mean()), "seeds": int(final["seed"].nunique()),
-                         "epochs": int(g["epoch"].max())})
+            rows.append(
+                {
+                    "label": r.manifest.get("label", "?"),
+                    "kind": origin["kind"],
+                    "tied": (r.manifest.get("model") or {}).get("tied_embeddings"),
+                    "width": int(w),
+                    "accuracy": float(final["accuracy"].mean()),
+                    "seeds": int(final["seed"].nunique()),
+                    "epochs": int(g["epoch"].max()),
+                }
+            )
     table = pd.DataFrame(rows)
     paper = (
         f"GPT-2-small trained on addition reaches {ACCURACY['GPT-2-small from scratch']}% from scratch and "
-        f"{ACCURACY['GPT-2-small, frozen pre-trained embeddings']:.0f}% with GPT-2's pre-trained number embeddings frozen in (5 seeds)."
+        f"{ACCURACY['GPT-2-small, frozen pre-trained embeddings']:.0f}% with GPT-2's pre-trained number embeddings "
+        "frozen in (5 seeds)."
     )
     if table.empty or not (table["kind"] == "scratch").any():
-        return Claim("training", paper, "No run with a training log from scratch to compare with.", "not tested",
-                     "needs training logs of the demo models", {"table": rows})
+        return Claim(
+            "training",
+            paper,
+            "No run with a training log from scratch to compare with.",
+            "not tested",
+            "needs training logs of the demo models",
+            {"table": rows},
+        )
     best = None
     for kind in ("transplanted", "planted"):
         frozen = table[(table["kind"] == kind) & (table["tied"] != False)]  # noqa: E712 (None: unknown, counts as tied)
@@ -171,7 +204,14 @@ def claim_training(runs) -> Claim:
         if best is not None and best[3]:
             break
     if best is None:
-        return Claim("training", paper, "No frozen-feature run shares a width with a run from scratch.", "not tested", "", {"table": rows})
+        return Claim(
+            "training",
+            paper,
+            "No frozen-feature run shares a width with a run from scratch.",
+            "not tested",
+            "",
+            {"table": rows},
+        )
     fr, s, kind, rescued = best
     verdict = ("agrees" if kind == "transplanted" else "partly") if rescued else "does not"
     measured = (
@@ -206,21 +246,39 @@ def claim_behaviour(run) -> Claim:
         what = row["source"]
     wrong = int(row.get("n_wrong_numbers", row["n_wrong"]))
     share = float(row["share_multiple_of_10"]) if wrong else float("nan")
-    paper = ("The errors of prompted LLMs are mostly multiples of 10: 4-shot GPT-J 93%, Phi-2 73%; GPT-3.5 and GPT-4 "
-             "100%. The last digit is right and the size is off.")
+    paper = (
+        "The errors of prompted LLMs are mostly multiples of 10: 4-shot GPT-J 93%, Phi-2 73%; GPT-3.5 and GPT-4 "
+        "100%. The last digit is right and the size is off."
+    )
     if wrong < MIN_ERRORS:
-        return Claim("behaviour", paper, f"The model ({what}) makes {wrong} wrong numeric answers of {int(row['n'])}: too few to judge.",
-                     "not tested", f"fewer than {MIN_ERRORS} errors", {"n_wrong": wrong})
+        return Claim(
+            "behaviour",
+            paper,
+            f"The model ({what}) makes {wrong} wrong numeric answers of {int(row['n'])}: too few to judge.",
+            "not tested",
+            f"fewer than {MIN_ERRORS} errors",
+            {"n_wrong": wrong},
+        )
     hits = int(round(share * wrong))
     p_value = float(binomtest(hits, wrong, BASE_RATE, alternative="greater").pvalue)
     significant = p_value < BEHAVIOUR_ALPHA
     verdict = "agrees" if significant and share >= 0.5 else "partly" if significant else "does not"
     within2 = row.get("share_within_2")
-    measured = (f"Of {wrong} wrong answers ({what}), {pct(share)} are off by a multiple of 10 (chance: 10%; one-sided "
-                f"binomial p = {p_value:.2g})" + (f"; {pct(within2)} are off by at most 2." if pd.notna(within2) else "."))
+    measured = (
+        f"Of {wrong} wrong answers ({what}), {pct(share)} are off by a multiple of 10 (chance: 10%; one-sided "
+        f"binomial p = {p_value:.2g})" + (f"; {pct(within2)} are off by at most 2." if pd.notna(within2) else ".")
+    )
     reason = ""
     if verdict == "does not" and pd.notna(within2) and within2 >= 0.5:
-        reason = "its errors are off-by-one or two: the size is right and the last digit is off, the opposite of the paper's"
-    return Claim("behaviour", paper, measured, verdict, reason,
-                 {"n_wrong": wrong, "share_multiple_of_10": share, "p_value": p_value, "source": what},
-                 headline=f"{pct(share)} of {wrong} wrong answers are off by a multiple of 10 (chance: 10%).")
+        reason = (
+            "its errors are off-by-one or two: the size is right and the last digit is off, the opposite of the paper's"
+        )
+    return Claim(
+        "behaviour",
+        paper,
+        measured,
+        verdict,
+        reason,
+        {"n_wrong": wrong, "share_multiple_of_10": share, "p_value": p_value, "source": what},
+        headline=f"{pct(share)} of {wrong} wrong answers are off by a multiple of 10 (chance: 10%).",
+    )

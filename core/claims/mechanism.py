@@ -30,7 +30,9 @@ def _validation_accuracy(run) -> tuple[float | None, str]:
     seed = recipe.get("seed", int(val["seed"].min()))
     mine = val[val["seed"] == seed] if (val["seed"] == seed).any() else val[val["seed"] == val["seed"].min()]
     last = mine[mine["epoch"] == mine["epoch"].max()]
-    return float(last["accuracy"].mean()), f"epoch {int(last['epoch'].iloc[0])} of seed {int(last['seed'].iloc[0])}'s training log"
+    return float(
+        last["accuracy"].mean()
+    ), f"epoch {int(last['epoch'].iloc[0])} of seed {int(last['seed'].iloc[0])}'s training log"
 
 
 def selection_note(run) -> str:
@@ -44,8 +46,10 @@ def selection_note_of(manifest: dict, log: pd.DataFrame | None) -> str:
     recipe = run_origin(manifest)["recipe"] or {}
     notes = []
     if (recipe.get("lora") or {}).get("init_delta"):
-        notes.append("this stage was started after the earlier stage's test score was known, so its test score is not a clean "
-                     "held-out figure")
+        notes.append(
+            "this stage was started after the earlier stage's test score was known, so its test score is not a clean "
+            "held-out figure"
+        )
     if log is not None and (log["split"] == "test").any():
         notes.append("the training log scored the test split at every epoch")
     return "; ".join(notes)
@@ -76,25 +80,43 @@ def claim_accuracy(run) -> Claim:
             "pre-trained here on a small synthetic corpus, then fine-tuned for a few CPU epochs: no Fourier features "
             "appeared in its embeddings (step 7)"
         )
-    elif verdict != "agrees" and origin["kind"] == "planted" and not run.manifest.get("model", {}).get("tied_embeddings", True):
+    elif (
+        verdict != "agrees"
+        and origin["kind"] == "planted"
+        and not run.manifest.get("model", {}).get("tied_embeddings", True)
+    ):
         reason = "the sinusoids are on the input side only; the output rows were learned from scratch"
     note = selection_note(run)
     if note:
         reason = f"{reason}; {note}" if reason else note
-    said = f"{int(r['prediction'])}" + (" (right)" if bool(r["correct"]) else f" (wrong; the answer is {int(r['answer'])})")
-    judged_text = (f"On the validation split it answers {pct(val)} right ({where}); " if val is not None else
-                   "No model was selected on our splits; ")
-    measured = (f"{judged_text}this run scores the {split} split at {pct(test_acc)} of {len(ex)} prompts. "
-                f"To {r.name.replace('+', ' + ')} it says {said}.")
+    said = f"{int(r['prediction'])}" + (
+        " (right)" if bool(r["correct"]) else f" (wrong; the answer is {int(r['answer'])})"
+    )
+    judged_text = (
+        f"On the validation split it answers {pct(val)} right ({where}); "
+        if val is not None
+        else "No model was selected on our splits; "
+    )
+    measured = (
+        f"{judged_text}this run scores the {split} split at {pct(test_acc)} of {len(ex)} prompts. "
+        f"To {r.name.replace('+', ' + ')} it says {said}."
+    )
     return Claim(
         "accuracy",
         f"Fine-tuned GPT-2-XL answers {ACCURACY['GPT-2-XL fine-tuned']}% of the test prompts right.",
         measured,
         verdict,
         reason,
-        {"accuracy": test_acc, "validation_accuracy": val, "judged_on": "val" if val is not None else split, "n": len(ex),
-         "prediction": int(r["prediction"]), "answer": int(r["answer"])},
-        headline=f"{pct(judged)} right on {'validation' if val is not None else split} (the paper: {ACCURACY['GPT-2-XL fine-tuned']}%).",
+        {
+            "accuracy": test_acc,
+            "validation_accuracy": val,
+            "judged_on": "val" if val is not None else split,
+            "n": len(ex),
+            "prediction": int(r["prediction"]),
+            "answer": int(r["answer"]),
+        },
+        headline=f"{pct(judged)} right on {'validation' if val is not None else split} (the paper: "
+        f"{ACCURACY['GPT-2-XL fine-tuned']}%).",
     )
 
 
@@ -116,7 +138,9 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
     gap = (inner["within_10"] - inner["exact"]) if len(inner) else pd.Series([0.0])
     best = inner.loc[gap.idxmax()] if len(inner) else acc.iloc[-1]
     g = float(gap.max()) if len(inner) else 0.0
-    early = inner[(inner["layer"] <= LENS_DEPTH * L) & (inner["within_10"] >= 0.5) & (inner["within_10"] - inner["exact"] >= 0.25)]
+    early = inner[
+        (inner["layer"] <= LENS_DEPTH * L) & (inner["within_10"] >= 0.5) & (inner["within_10"] - inner["exact"] >= 0.25)
+    ]
     if len(early):
         verdict = "agrees"
         best = early.loc[(early["within_10"] - early["exact"]).idxmax()]
@@ -127,20 +151,27 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
         verdict = "does not"
     last = acc.iloc[-1]
     measured = (
-        f"Largest gap before the last layer: at layer {int(best['layer'])} of {L}, {pct(best['within_10'])} within ±10 but "
+        f"Largest gap before the last layer: at layer {int(best['layer'])} of {L}, {pct(best['within_10'])} within "
+        "±10 but "
         f"{pct(best['exact'])} exact; at the last layer, {pct(last['exact'])} exact"
     )
     if len(other):  # the same layer read the other way, so the lens's last layer is not mistaken for the model's answer
-        how = ("W_U applied directly, as the paper does; through the final norm, as the model reads it:" if not final_norm
-               else "through the final norm; W_U applied directly, as the paper does:")
+        how = (
+            "W_U applied directly, as the paper does; through the final norm, as the model reads it:"
+            if not final_norm
+            else "through the final norm; W_U applied directly, as the paper does:"
+        )
         measured += f" ({how} {pct(other['exact'].iloc[0])})"
     measured += "."
     reason = ""
     if verdict == "does not":
         reason = f"with {L} layers there is no middle: the answer is either not there yet or already exact"
     elif verdict == "partly" and g >= 0.25 and float(best["within_10"]) >= 0.5:
-        reason = (f"the gap opens only at layer {int(best['layer'])} of {L}, after {LENS_DEPTH:.0%} of the depth; in GPT-2-XL "
-                  "it is there from layer 20 of 48")
+        reason = (
+            f"the gap opens only at layer {int(best['layer'])} of {L}, after {LENS_DEPTH:.0%} of the depth; in "
+            "GPT-2-XL "
+            "it is there from layer 20 of 48"
+        )
     elif verdict == "partly":
         reason = "the answer is approximated before it is exact, but not for most prompts"
     return Claim(
@@ -150,9 +181,15 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
         measured,
         verdict,
         reason,
-        {"layer": int(best["layer"]), "gap": g, "within_10": float(best["within_10"]), "exact": float(best["exact"]),
-         "depth": LENS_DEPTH},
-        headline=f"At layer {int(best['layer'])} of {L}: {pct(best['within_10'])} within ±10, {pct(best['exact'])} exact.",
+        {
+            "layer": int(best["layer"]),
+            "gap": g,
+            "within_10": float(best["within_10"]),
+            "exact": float(best["exact"]),
+            "depth": LENS_DEPTH,
+        },
+        headline=f"At layer {int(best['layer'])} of {L}: {pct(best['within_10'])} within ±10, {pct(best['exact'])} "
+        "exact.",
     )
 
 
@@ -161,7 +198,8 @@ _MOD = {2.0: "parity (mod 2)", 2.5: "mod 2.5", 5.0: "mod 5", 10.0: "mod 10", 104
 
 
 def module_locks(run) -> pd.DataFrame:
-    """The attention and MLP rows of `phase_locking` that lock (core.analysis.phase.locked) at a short period, strongest first."""
+    """The attention and MLP rows of `phase_locking` that lock (core.analysis.phase.locked) at a short period,
+    strongest first."""
     t = run.table(Table.PHASE_LOCKING)
     t = t[t["kind"].isin(["attn", "mlp"]) & t["period"].map(is_short)]
     return t[locked(t)].sort_values("locking", ascending=False).reset_index(drop=True)
@@ -190,9 +228,14 @@ def claim_module_waves(run) -> Claim:
     mlp2 = locks[(locks["kind"] == "mlp") & np.isclose(locks["period"], 2.0)]
     attn510 = locks[(locks["kind"] == "attn") & (np.isclose(locks["period"], 5.0) | np.isclose(locks["period"], 10.0))]
     if table["locking"].isna().all():
-        return Claim("module_waves", "For 15 + 93, GPT-2-XL's MLP 33 favours even numbers and its attention 40 the numbers "
-                     "that end like 108.", f"Only {n} example: no locking can be measured.", "not tested",
-                     "phase locking needs at least 2 examples", {"n": n})
+        return Claim(
+            "module_waves",
+            "For 15 + 93, GPT-2-XL's MLP 33 favours even numbers and its attention 40 the numbers that end like 108.",
+            f"Only {n} example: no locking can be measured.",
+            "not tested",
+            "phase locking needs at least 2 examples",
+            {"n": n},
+        )
     if len(mlp2) and len(attn510):
         verdict = "agrees"
     elif len(locks):
@@ -217,20 +260,29 @@ def claim_module_waves(run) -> Claim:
             gist.append(said[-1])
     gist = gist[:3]
     final = table[(table["kind"] == "final") & table["period"].map(is_short)].sort_values("locking", ascending=False)
-    examples = f"all {n} {run.manifest.get('task', {}).get('split', 'test')} examples" if whole else f"only the {n} cached examples"
+    examples = (
+        f"all {n} {run.manifest.get('task', {}).get('split', 'test')} examples"
+        if whole
+        else f"only the {n} cached examples"
+    )
     measured = f"Over {examples}: " + "; ".join(said) + "."
     final_locks = final[final["locking"] > final["null_95"]] if len(final) else final  # beyond chance, any size
     if len(final_locks):
         f = final_locks.iloc[0]
-        measured += (f" The final logits track the answer {_MOD[float(f['period'])]} at R = {f['locking']:.2f} "
-                     f"({pct(f['energy_share'])} of their wave energy).")
+        measured += (
+            f" The final logits track the answer {_MOD[float(f['period'])]} at R = {f['locking']:.2f} "
+            f"({pct(f['energy_share'])} of their wave energy)."
+        )
     elif len(final):
         measured += " No short wave of the final logits follows the answer beyond chance."
     reason = ""
     mlp_short = locks[(locks["kind"] == "mlp") & locks["period"].isin([5.0, 10.0])]
     attn_two = locks[(locks["kind"] == "attn") & np.isclose(locks["period"], 2.0)]
     if verdict == "partly" and len(mlp_short) and not len(attn510):
-        reason = f"reversed: {_who(mlp_short.iloc[0])} tracks {_MOD[float(mlp_short.iloc[0]['period'])]}, no attention layer does"
+        reason = (
+            f"reversed: {_who(mlp_short.iloc[0])} tracks {_MOD[float(mlp_short.iloc[0]['period'])]}, no attention "
+            "layer does"
+        )
         if len(attn_two) and not len(mlp2):
             reason += f", and parity is carried by {_who(attn_two.iloc[0])}, not an MLP"
     elif verdict == "partly":
@@ -241,9 +293,14 @@ def claim_module_waves(run) -> Claim:
         bars = table[table["period"].map(is_short)].groupby("period")["null_95"].first()
         reason = (reason + "; " if reason else "") + (
             f"only {n} examples could be read (the model's weights are not here), so the chance threshold is high "
-            f"(R above {bars.min():.2f} to {bars.max():.2f} by period)")
-    consts = table[table["kind"].isin(["attn", "mlp"]) & table["period"].map(is_short) & (table["energy_share"] >= 0.05)
-                   & (table["constant_phase"] >= 0.9)]
+            f"(R above {bars.min():.2f} to {bars.max():.2f} by period)"
+        )
+    consts = table[
+        table["kind"].isin(["attn", "mlp"])
+        & table["period"].map(is_short)
+        & (table["energy_share"] >= 0.05)
+        & (table["constant_phase"] >= 0.9)
+    ]
     return Claim(
         "module_waves",
         "For 15 + 93, GPT-2-XL's MLP 33 favours every even number (period 2) and its attention 40 the numbers that end "
@@ -251,8 +308,12 @@ def claim_module_waves(run) -> Claim:
         measured,
         verdict,
         reason,
-        {"locks": locks.to_dict("records"), "n": n, "whole_split": whole,
-         "constant_waves": consts[["kind", "layer", "period", "constant_phase", "energy_share"]].to_dict("records")},
+        {
+            "locks": locks.to_dict("records"),
+            "n": n,
+            "whole_split": whole,
+            "constant_waves": consts[["kind", "layer", "period", "constant_phase", "energy_share"]].to_dict("records"),
+        },
         headline=("; ".join(gist) + ".")[:1].upper() + ("; ".join(gist) + ".")[1:] if gist else "",
     )
 
@@ -270,23 +331,30 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
     L = int(run.manifest["n_layers"])
     keep = list(range(max(1, L - last_layers + 1), L + 1))
     shares, tops = {}, {}
-    for m in ("mlp", "attn"):  # the same mean spectra as the Tour's bar chart (core.runs.summaries.top_periods_by_module)
+    for m in (
+        "mlp",
+        "attn",
+    ):  # the same mean spectra as the Tour's bar chart (core.runs.summaries.top_periods_by_module)
         mean = top_periods_by_module(spec, "paper", m, last_layers=len(keep), top=int(spec["k"].max()))
         shares[m] = band_energy_share(mean.sort_values("k")["magnitude"].to_numpy(), tau)[0]
         tops[m] = [float(t) for t in mean["period"].head(5)]
     above = {}
     if Table.MODULE_SPECTRA_BASELINE in (run.manifest.get("tables") or {}):
-
         base = run.table(Table.MODULE_SPECTRA_BASELINE)
         base = base[(base["basis"] == "paper") & base["layer"].isin(keep)]
         merged = spec[spec["layer"].isin(keep)].merge(
-            base[["module", "layer", "k", "magnitude"]].rename(columns={"magnitude": "baseline"}), on=["module", "layer", "k"]
+            base[["module", "layer", "k", "magnitude"]].rename(columns={"magnitude": "baseline"}),
+            on=["module", "layer", "k"],
         )
         for m in ("mlp", "attn"):
             mm = merged[merged["module"] == m]
             mean = mm.groupby("k")[["magnitude", "baseline"]].mean()
-            above[m] = [float(t) for t in spec.drop_duplicates("k").set_index("k").loc[
-                mean.index[mean["magnitude"] >= BASELINE_RATIO * mean["baseline"]], "period"]]
+            above[m] = [
+                float(t)
+                for t in spec.drop_duplicates("k")
+                .set_index("k")
+                .loc[mean.index[mean["magnitude"] >= BASELINE_RATIO * mean["baseline"]], "period"]
+            ]
     mlp_low = shares["mlp"] >= shares["attn"] + 0.10
     attn_short = any(is_short(t) for t in tops["attn"])
     verdict = "agrees" if (mlp_low and attn_short) else "partly" if (mlp_low or attn_short) else "does not"
@@ -296,8 +364,11 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
         f"tau = {tau}; top periods MLP {periods(tops['mlp'])}, attention {periods(tops['attn'])}."
     )
     if above:
+
         def listed(ts):
-            return f"{len(ts)}" + (f" (periods {periods(sorted(ts, reverse=True)[:6])}{' …' if len(ts) > 6 else ''})" if ts else "")
+            return f"{len(ts)}" + (
+                f" (periods {periods(sorted(ts, reverse=True)[:6])}{' …' if len(ts) > 6 else ''})" if ts else ""
+            )
 
         measured += (
             f" Frequencies with at least twice what W_U alone gives random vectors of the same energy: MLP "
@@ -342,7 +413,13 @@ def claim_waves(run, top: int = 5) -> Claim:
     share = {int(t): float(g["at_answer"].mean()) for t, g in peaks.groupby("top")}
     n = int((peaks["top"] == top).sum())
     s5, s10 = share.get(top, 0.0), share.get(10, 0.0)
-    verdict = "agrees" if s5 >= WAVES_AGREE else "partly" if (s10 >= WAVES_PARTLY_TOP10 or s5 >= WAVES_PARTLY_TOP5) else "does not"
+    verdict = (
+        "agrees"
+        if s5 >= WAVES_AGREE
+        else "partly"
+        if (s10 >= WAVES_PARTLY_TOP10 or s5 >= WAVES_PARTLY_TOP5)
+        else "does not"
+    )
     acc = float(run.table(Table.EXAMPLES)["correct"].mean())
     whole = n == len(run.table(Table.EXAMPLES))
     hi5, hi10 = wilson_upper(s5, n), wilson_upper(share.get(10, 0.0), n)
@@ -353,18 +430,24 @@ def claim_waves(run, top: int = 5) -> Claim:
     sub = waves[(waves["example_id"] == r.name) & (waves["basis"] == "paper") & (waves["rank"] <= top)]
     top_periods = [float(t) for t in sub.groupby("rank")["period"].first().sort_index()] if len(sub) else []
     measured = (
-        f"Over {'all ' if whole else 'only the '}{n} examples, the sum of the top {top} components peaks at the answer for "
+        f"Over {'all ' if whole else 'only the '}{n} examples, the sum of the top {top} components peaks at the "
+        "answer for "
         f"{pct(s5)} and of the top 10 for {pct(s10)} (the model itself is right on {pct(acc)})."
     )
     if top_periods:
         measured += f" For {r.name.replace('+', ' + ')} the top {top} periods are {periods(top_periods)}."
     reason = ""
     if verdict != "agrees":
-        reason = (f"five waves are not enough to place the answer for most questions; ten are for {pct(s10)}"
-                  if s10 > s5 else "the final logits need more than a few waves to place the answer")
+        reason = (
+            f"five waves are not enough to place the answer for most questions; ten are for {pct(s10)}"
+            if s10 > s5
+            else "the final logits need more than a few waves to place the answer"
+        )
     if not whole:
-        reason += (f"; only {n} examples could be read (the model's weights are not here): the shares could be as high as "
-                   f"{pct(hi5)} and {pct(hi10)} (95% interval)")
+        reason += (
+            f"; only {n} examples could be read (the model's weights are not here): the shares could be as high as "
+            f"{pct(hi5)} and {pct(hi10)} (95% interval)"
+        )
     return Claim(
         "waves",
         "For 15 + 93, the top 5 Fourier components of GPT-2-XL's final logits: long waves put a bump near 108, short "
@@ -415,8 +498,11 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     for m in ("attn", "mlp"):
         for r in ("low", "high"):
             row = t1.loc[(m, r)] if (m, r) in t1.index else None
-            cells[(m, r)] = ((float(row["accuracy %"]) / 100, float(row["random control accuracy %"]) / 100)
-                             if row is not None else (np.nan, np.nan))
+            cells[(m, r)] = (
+                (float(row["accuracy %"]) / 100, float(row["random control accuracy %"]) / 100)
+                if row is not None
+                else (np.nan, np.nan)
+            )
     pattern = ablation_pattern(cells, base)
     verdict = "agrees" if all(pattern.values()) else "partly" if any(pattern.values()) else "does not"
     errors = run.table(Table.ABLATION_ERRORS)
@@ -425,7 +511,11 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         d = error_distribution(errors, m, r, t)
         total = d["count"].sum()
         if total:
-            hit = d.loc[d["multiple of 10"], "count"].sum() if key == "mlp_low_mult10" else d.loc[d["error"].abs() < 6, "count"].sum()
+            hit = (
+                d.loc[d["multiple of 10"], "count"].sum()
+                if key == "mlp_low_mult10"
+                else d.loc[d["error"].abs() < 6, "count"].sum()
+            )
             shape[key] = float(hit / total)
 
     def cell(m, r):
@@ -433,12 +523,17 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         return f"{pct(acc)} (random control {pct(ctrl)})"
 
     measured = (
-        f"At tau = {t}, unfiltered {pct(base)}: MLP low removed {cell('mlp', 'low')}, MLP high removed {cell('mlp', 'high')}; "
+        f"At tau = {t}, unfiltered {pct(base)}: MLP low removed {cell('mlp', 'low')}, MLP high removed "
+        f"{cell('mlp', 'high')}; "
         f"attention high removed {cell('attn', 'high')}, attention low removed {cell('attn', 'low')}."
     )
     if "mlp_low_mult10" in shape:
         measured += f" Without the MLPs' low band, {pct(shape['mlp_low_mult10'])} of the errors are multiples of 10"
-        measured += f"; without attention's high band, {pct(shape['attn_high_below6'])} are below 6." if "attn_high_below6" in shape else "."
+        measured += (
+            f"; without attention's high band, {pct(shape['attn_high_below6'])} are below 6."
+            if "attn_high_below6" in shape
+            else "."
+        )
     paper = TABLE1_GPT2_XL
     bits = []
     for m, other in (("mlp", "high"), ("attn", "low")):
@@ -449,8 +544,10 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         if not acc_other >= KEEP_SHARE * base:
             bits.append(f"removing {name} {other} band is not harmless ({pct(acc_other)})")
         else:
-            bits.append(f"{name} {'low' if m == 'mlp' else 'high'} band costs less than 10 points more than the opposite band "
-                        "or as many random directions")
+            bits.append(
+                f"{name} {'low' if m == 'mlp' else 'high'} band costs less than 10 points more than the opposite band "
+                "or as many random directions"
+            )
     reason = "; ".join(bits) if bits else ""
     if verdict != "agrees" and structural_reason(run):
         reason = f"{reason}; {structural_reason(run)}" if reason else structural_reason(run)
@@ -462,7 +559,13 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         measured,
         verdict,
         reason,
-        {"tau": t, "base": base, "accuracy": {f"{m}-{r}": v[0] for (m, r), v in cells.items()},
-         "control": {f"{m}-{r}": v[1] for (m, r), v in cells.items()}, "pattern": pattern, "error_shape": shape},
+        {
+            "tau": t,
+            "base": base,
+            "accuracy": {f"{m}-{r}": v[0] for (m, r), v in cells.items()},
+            "control": {f"{m}-{r}": v[1] for (m, r), v in cells.items()},
+            "pattern": pattern,
+            "error_shape": shape,
+        },
         headline=f"MLP low removed: {cell('mlp', 'low')}; attention high removed: {cell('attn', 'high')}.",
     )

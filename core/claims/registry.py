@@ -32,8 +32,20 @@ from core.paper import ACCURACY
 from core.runs.origin import describe_run, run_origin
 
 __all__ = [
-    "VERDICTS", "VERDICT_SCORE", "PAPER_SHORT", "Claim", "RUN_CLAIMS", "run_claims", "best_run", "claim_training",
-    "describe_run", "run_origin", "module_locks", "selection_note", "selection_note_of", "digit_derived",
+    "VERDICTS",
+    "VERDICT_SCORE",
+    "PAPER_SHORT",
+    "Claim",
+    "RUN_CLAIMS",
+    "run_claims",
+    "best_run",
+    "claim_training",
+    "describe_run",
+    "run_origin",
+    "module_locks",
+    "selection_note",
+    "selection_note_of",
+    "digit_derived",
 ]
 
 #: Tour steps that are claims about one run, in order (step 8 is over all runs).
@@ -60,9 +72,17 @@ def run_claims(run) -> dict[str, Claim]:
         except (CoreError, KeyError, IndexError, ValueError) as exc:
             missing = (getattr(run, "manifest", None) or {}).get("not_applicable") or {}
             why = next(iter(missing.values()), None) if missing else None
-            measured = f"Does not apply to this model: {why}." if why else f"This run's tables cannot answer it ({exc})."
-            out[name] = Claim(name, PAPER_SHORT[name], measured, "not tested", numbers={"not_applicable": bool(why)},
-                              headline="Does not apply to this model." if why else "This run's tables cannot answer it.")
+            measured = (
+                f"Does not apply to this model: {why}." if why else f"This run's tables cannot answer it ({exc})."
+            )
+            out[name] = Claim(
+                name,
+                PAPER_SHORT[name],
+                measured,
+                "not tested",
+                numbers={"not_applicable": bool(why)},
+                headline="Does not apply to this model." if why else "This run's tables cannot answer it.",
+            )
     return out
 
 
@@ -70,11 +90,13 @@ def run_claims(run) -> dict[str, Claim]:
 PAPER_SHORT = {
     "accuracy": f"Fine-tuned GPT-2-XL answers {ACCURACY['GPT-2-XL fine-tuned']}% of the test prompts right.",
     "logit_lens": "GPT-2-XL approximates the answer in its middle layers and makes it exact only late.",
-    "module_waves": "In GPT-2-XL an MLP favours the answer's parity (period 2) and an attention layer its last digit (5, 10).",
+    "module_waves": "In GPT-2-XL an MLP favours the answer's parity (period 2) and an attention layer its last digit "
+    "(5, 10).",
     "spectra": "GPT-2-XL's module logits have outliers at periods 2, 2.5, 5, 10; MLPs carry the low frequencies.",
     "waves": "Long waves place the bump, short waves pick 108; their sum peaks at 108.",
-    "ablations": "In GPT-2-XL, removing the MLPs' low or attention's high band hurts (35.9%, 78.4%); the opposite bands do not "
-                 "(99.1%, 98.1%).",
+    "ablations": "In GPT-2-XL, removing the MLPs' low or attention's high band hurts (35.9%, 78.4%); the opposite "
+    "bands do not "
+    "(99.1%, 98.1%).",
     "embeddings": "Pre-trained number embeddings have outliers at periods 2, 2.5, 5, 10; from scratch none.",
     "numbers": "Pre-trained models represent numbers with outliers at periods 2, 2.5, 5, 10; from scratch none.",
     "behaviour": "Prompted LLMs' errors are mostly multiples of 10 (GPT-J 4-shot 93%).",

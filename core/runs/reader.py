@@ -54,7 +54,9 @@ class Table(StrEnum):
 
 
 if {t.value for t in Table} != set(TABLE_COLUMNS):  # the cache gained or lost a table: name it here too
-    raise CoreError(f"internal: Table and TABLE_COLUMNS differ: {sorted({t.value for t in Table} ^ set(TABLE_COLUMNS))}")
+    raise CoreError(
+        f"internal: Table and TABLE_COLUMNS differ: {sorted({t.value for t in Table} ^ set(TABLE_COLUMNS))}"
+    )
 
 
 def table_name(name: Table | str) -> Table:
@@ -105,8 +107,14 @@ class RunReader:
     `label`: how to name the run (default: the manifest's label); `load`: how to read a table
     (default: from disk, once per reader)."""
 
-    def __init__(self, cache_dir: str | Path, name: str, manifest: dict | None = None, label: str | None = None,
-                 load: Loader | None = None):
+    def __init__(
+        self,
+        cache_dir: str | Path,
+        name: str,
+        manifest: dict | None = None,
+        label: str | None = None,
+        load: Loader | None = None,
+    ):
         self.cache_dir, self.name = str(cache_dir), name
         self.manifest = manifest if manifest is not None else read_manifest(cache_dir, name)
         self.label = label if label is not None else self.manifest.get("label", name)

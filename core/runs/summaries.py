@@ -7,8 +7,6 @@ plot them as they are.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 
@@ -16,10 +14,13 @@ from core.analysis.behaviour import error_histogram, error_summary
 from core.analysis.fourier import band_energy_share
 from core.analysis.phase import locked
 from core.errors import CoreError
-from core.models.source import project_path
 from core.paper import TABLE1_GPT2_XL, TABLE1_TAU
-from core.runs.origin import run_origin
-from core.training.stages import earlier_stage
+from core.runs.training_summaries import final_accuracies as final_accuracies
+from core.runs.training_summaries import (  # the training section, in its own module; its names are this one's too
+    fine_tuning_stages as fine_tuning_stages,
+)
+from core.runs.training_summaries import stages_sentence as stages_sentence
+from core.runs.training_summaries import training_curves as training_curves
 
 MODULE_NAMES = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)", "final": "Final logits"}
 ABLATION_MODULES = {"both": "Attn + MLP", "attn": "Attn", "mlp": "MLP"}
@@ -32,7 +33,9 @@ BAND_NAMES = {"low": "low band (high-pass)", "high": "high band (low-pass)"}
 def accuracy_by_layer(layer_accuracy: pd.DataFrame, final_norm: bool) -> pd.DataFrame:
     """Long frame: layer, measure ("exact", "within 2", "within 10"), accuracy (0..1)."""
     sub = layer_accuracy[layer_accuracy["final_norm"] == final_norm]
-    long = sub.melt(id_vars=["layer"], value_vars=["exact", "within_2", "within_10"], var_name="measure", value_name="accuracy")
+    long = sub.melt(
+        id_vars=["layer"], value_vars=["exact", "within_2", "within_10"], var_name="measure", value_name="accuracy"
+    )
     long["measure"] = long["measure"].map({"exact": "exact", "within_2": "within ±2", "within_10": "within ±10"})
     return long.sort_values(["measure", "layer"]).reset_index(drop=True)
 
@@ -42,7 +45,11 @@ def sampled_examples(examples: pd.DataFrame) -> pd.DataFrame:
     sub = examples[examples["in_sample"]].copy()
     sub["running"] = sub["id"] == "15+93"
     # by operands as numbers (as text "100+2" would come before "15+93")
-    return sub.sort_values(["running", "a", "b"], ascending=[False, True, True]).drop(columns="running").reset_index(drop=True)
+    return (
+        sub.sort_values(["running", "a", "b"], ascending=[False, True, True])
+        .drop(columns="running")
+        .reset_index(drop=True)
+    )
 
 
 def running_example(examples: pd.DataFrame) -> pd.Series:
@@ -61,7 +68,9 @@ def logits_around_answer(module_logits: pd.DataFrame, example_id: str, answer: i
     prediction), so colour shows which numbers that module pushes up or down.
     Columns: module, layer, row (label), number, offset, logit, centred.
     """
-    sub = module_logits[(module_logits["example_id"] == example_id) & module_logits["module"].isin(["attn", "mlp"])].copy()
+    sub = module_logits[
+        (module_logits["example_id"] == example_id) & module_logits["module"].isin(["attn", "mlp"])
+    ].copy()
     if sub.empty:
         raise CoreError(f"no cached logits for example {example_id}")
     sub["module"] = sub["module"].astype(str)
@@ -89,7 +98,9 @@ def robust_reach(values: pd.Series, quantile: float = 0.98) -> float:
 def logit_wave(module_logits: pd.DataFrame, example_id: str, module: str, layer: int) -> pd.DataFrame:
     """One module's logits over the whole number line: number, logit, centred."""
     sub = module_logits[
-        (module_logits["example_id"] == example_id) & (module_logits["module"] == module) & (module_logits["layer"] == layer)
+        (module_logits["example_id"] == example_id)
+        & (module_logits["module"] == module)
+        & (module_logits["layer"] == layer)
     ][["number", "logit"]].copy()
     if sub.empty:
         raise CoreError(f"no cached {module} logits at layer {layer} for example {example_id}")
@@ -111,7 +122,13 @@ def spectrum_heatmap(module_spectra: pd.DataFrame, basis: str, module: str) -> p
 
 
 def layer_spectrum(
-    module_spectra: pd.DataFrame, basis: str, module: str, layer: int, tau: int, top: int = 5, baseline: pd.DataFrame | None = None
+    module_spectra: pd.DataFrame,
+    basis: str,
+    module: str,
+    layer: int,
+    tau: int,
+    top: int = 5,
+    baseline: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One layer's spectrum with band (low/high by tau) and the top outliers labelled by period.
 
@@ -123,7 +140,9 @@ def layer_spectrum(
     if sub.empty:
         raise CoreError(f"no {module} spectrum at layer {layer}")
     if baseline is not None:
-        sub = spectrum_excess(module_spectra, baseline, basis, module, layer)[["k", "period", "magnitude", "baseline", "ratio", "above"]]
+        sub = spectrum_excess(module_spectra, baseline, basis, module, layer)[
+            ["k", "period", "magnitude", "baseline", "ratio", "above"]
+        ]
         sub = sub.rename(columns={"above": "above_baseline"})
         sub.insert(0, "layer", layer)
     sub["band"] = np.where(sub["k"] < tau, "low (k < tau)", "high (k ≥ tau)")
@@ -147,7 +166,9 @@ def energy_by_band(module_spectra: pd.DataFrame, basis: str, tau: int) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def top_periods_by_module(module_spectra: pd.DataFrame, basis: str, module: str, last_layers: int, top: int = 5) -> pd.DataFrame:
+def top_periods_by_module(
+    module_spectra: pd.DataFrame, basis: str, module: str, last_layers: int, top: int = 5
+) -> pd.DataFrame:
     """The periods with the largest mean magnitude, averaged over the last `last_layers` layers."""
     sub = module_spectra[(module_spectra["basis"] == basis) & (module_spectra["module"] == module)]
     keep = sorted(sub["layer"].unique())[-last_layers:]
@@ -155,10 +176,14 @@ def top_periods_by_module(module_spectra: pd.DataFrame, basis: str, module: str,
     return mean.sort_values("magnitude", ascending=False).head(top).reset_index(drop=True)
 
 
-def strongest_periods(module_spectra: pd.DataFrame, basis: str, last_layers: int, k_max: int, top: int = 6) -> tuple[pd.DataFrame, list[str]]:
+def strongest_periods(
+    module_spectra: pd.DataFrame, basis: str, last_layers: int, k_max: int, top: int = 6
+) -> tuple[pd.DataFrame, list[str]]:
     """MLP and attention at the periods either carries most (its `top`, mean over the last layers), side by
     side: (frame k, period, magnitude, module, "period T" label; period labels long to short)."""
-    tops = {m: top_periods_by_module(module_spectra, basis, m, last_layers=last_layers, top=k_max) for m in ("mlp", "attn")}
+    tops = {
+        m: top_periods_by_module(module_spectra, basis, m, last_layers=last_layers, top=k_max) for m in ("mlp", "attn")
+    }
     ks = list(dict.fromkeys([*tops["mlp"]["k"].head(top), *tops["attn"]["k"].head(top)]))
     frames = []
     for m, t in tops.items():
@@ -176,17 +201,23 @@ def strongest_periods(module_spectra: pd.DataFrame, basis: str, last_layers: int
 
 def waves_for(final_waves: pd.DataFrame, example_id: str, basis: str, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The top-`top` waves of the final logits (number, value, component) and their sum."""
-    sub = final_waves[(final_waves["example_id"] == example_id) & (final_waves["basis"] == basis) & (final_waves["rank"] <= top)]
+    sub = final_waves[
+        (final_waves["example_id"] == example_id) & (final_waves["basis"] == basis) & (final_waves["rank"] <= top)
+    ]
     if sub.empty:
         raise CoreError(f"no cached waves for example {example_id}")
     sub = sub.copy()
-    sub["component"] = sub["rank"].astype(str) + ": " + sub["period"].map(period_label) + " (k=" + sub["k"].astype(str) + ")"
+    sub["component"] = (
+        sub["rank"].astype(str) + ": " + sub["period"].map(period_label) + " (k=" + sub["k"].astype(str) + ")"
+    )
     total = sub.groupby("number", as_index=False)["value"].sum()
     return sub.reset_index(drop=True), total
 
 
 def final_logits(module_logits: pd.DataFrame, example_id: str) -> pd.DataFrame:
-    sub = module_logits[(module_logits["example_id"] == example_id) & (module_logits["module"] == "final")][["number", "logit"]]
+    sub = module_logits[(module_logits["example_id"] == example_id) & (module_logits["module"] == "final")][
+        ["number", "logit"]
+    ]
     return sub.sort_values("number").reset_index(drop=True)
 
 
@@ -256,7 +287,9 @@ def _table1_row(r, modules: str, removed: str, control=None) -> dict:
     }
 
 
-def error_distribution(ablation_errors: pd.DataFrame, modules: str, removed: str, tau: int | None, keep_k: int | None = None) -> pd.DataFrame:
+def error_distribution(
+    ablation_errors: pd.DataFrame, modules: str, removed: str, tau: int | None, keep_k: int | None = None
+) -> pd.DataFrame:
     """Histogram of signed errors (prediction - answer) under one ablation: error, count, multiple_of_10."""
     m = (ablation_errors["modules"] == modules) & (ablation_errors["removed"] == removed)
     m &= ablation_errors["tau"].isna() if tau is None else ablation_errors["tau"] == tau
@@ -313,7 +346,11 @@ def accuracy_by_tau(ablations: pd.DataFrame) -> pd.DataFrame:
     """Accuracy of every band ablation by tau: tau, filter, accuracy."""
     sub = ablations[ablations["removed"].isin(["low", "high"])].copy()
     sub["filter"] = sub["modules"].map(ABLATION_MODULES) + ": " + sub["removed"] + " removed"
-    return sub[["tau", "filter", "modules", "removed", "accuracy", "loss", "erased"]].sort_values(["filter", "tau"]).reset_index(drop=True)
+    return (
+        sub[["tau", "filter", "modules", "removed", "accuracy", "loss", "erased"]]
+        .sort_values(["filter", "tau"])
+        .reset_index(drop=True)
+    )
 
 
 # ----------------------------------------------------------------------------- embeddings
@@ -360,7 +397,9 @@ PAPER_MODULI = (2, 5, 10, 100)
 
 def number_spectrum_at(number_spectrum: pd.DataFrame, layer: int, basis: str, top: int = 4) -> pd.DataFrame:
     """One layer's spectrum of the number representations, outliers labelled with their period."""
-    return _label_outliers(number_spectrum[(number_spectrum["layer"] == layer) & (number_spectrum["basis"] == basis)], top)
+    return _label_outliers(
+        number_spectrum[(number_spectrum["layer"] == layer) & (number_spectrum["basis"] == basis)], top
+    )
 
 
 def probe_curves(number_probes: pd.DataFrame) -> pd.DataFrame:
@@ -404,108 +443,13 @@ def generation_summary(generations: pd.DataFrame, shots: int) -> tuple[dict, pd.
     g = generations[generations["shots"] == shots]
     numbers = g[g["is_number"]]
     summary, hist = behaviour(numbers["answer"], numbers["prediction"])
-    summary.update(n=int(len(g)), accuracy=float(g["correct"].mean()), n_wrong=int((~g["correct"]).sum()),
-                   n_not_a_number=int((~g["is_number"]).sum()))
+    summary.update(
+        n=int(len(g)),
+        accuracy=float(g["correct"].mean()),
+        n_wrong=int((~g["correct"]).sum()),
+        n_not_a_number=int((~g["is_number"]).sum()),
+    )
     return summary, hist
-
-
-# ----------------------------------------------------------------------------- training
-
-
-def training_curves(logs: dict[str, pd.DataFrame], split: str = "val") -> pd.DataFrame:
-    """Mean, min and max accuracy over seeds by epoch, per run label and model width.
-
-    Columns: run, width, epoch, mean, low, high, seeds. A run whose log holds seed studies at
-    another width gets one curve per width ("scratch, 256 wide").
-    """
-    frames = []
-    for label, log in logs.items():
-        sub = log[log["split"] == split]
-        widths = sorted(sub["width"].unique()) if "width" in sub.columns else [None]
-        for width in widths:
-            part = sub if width is None else sub[sub["width"] == width]
-            g = part.groupby("epoch")["accuracy"].agg(["mean", "min", "max", "nunique"]).reset_index()
-            g["seeds"] = part.groupby("epoch")["seed"].nunique().to_numpy()
-            g = g.drop(columns="nunique")
-            g.columns = ["epoch", "mean", "low", "high", "seeds"]
-            name = label if width is None or len(widths) == 1 else f"{label}, {int(width)} wide"
-            g.insert(0, "width", width)
-            g.insert(0, "run", f"{name} ({int(g['seeds'].max())} seed{'s' if g['seeds'].max() > 1 else ''})")
-            frames.append(g)
-    cols = ["run", "width", "epoch", "mean", "low", "high", "seeds"]
-    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
-
-
-def final_accuracies(curves: pd.DataFrame) -> pd.DataFrame:
-    """The last epoch of each curve of `training_curves`: run, epoch, mean, low, high, seeds."""
-    return curves.sort_values("epoch").groupby("run").tail(1)[["run", "epoch", "mean", "low", "high", "seeds"]]
-
-
-def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = "val") -> pd.DataFrame:
-    """The training logs of fine-tuned runs laid end to end, stage after stage.
-
-    `runs`: (label, manifest, training log) of each fine-tuned run. A run whose recipe starts from
-    an earlier delta (`lora.init_delta`) is a later stage of the model whose folder holds that delta:
-    its epochs are counted on from the earlier stage's last epoch, so the x axis is epochs since the
-    pre-trained model. An earlier stage with no cached run of its own is read from its model folder
-    (its recipe.json and training_log.parquet, shipped with it) and labelled so. Columns: run, stage
-    (1, 2, ...), epoch (counted over all stages), stage_epoch (the epoch within its own stage),
-    accuracy, loss, device, starts_from (the earlier stage's label, or None), cached (whether the
-    stage has a cached run).
-    """
-    cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from", "cached"]
-
-    def entry(label, recipe, log, cached):
-        return {"label": label, "log": log, "start": earlier_stage(recipe), "device": recipe.get("device") or "cpu", "cached": cached}
-
-    info = {}  # model folder -> its stage
-    for label, manifest, log in runs:
-        info[project_path((manifest.get("model") or {}).get("source", ""))] = entry(label, run_origin(manifest)["recipe"] or {}, log, True)
-    todo = list(info)
-    while todo:  # earlier stages that have no cached run: from their folders
-        folder = info[todo.pop()]["start"]
-        if folder is None or folder in info:
-            continue
-        if (folder / "recipe.json").is_file() and (folder / "training_log.parquet").is_file():
-            recipe = json.loads((folder / "recipe.json").read_text())
-            label = f"{recipe.get('label', folder.name)} (its training log; no cached run)"
-            info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
-            todo.append(folder)
-
-    def chain(folder, seen=()):
-        """(stage number, epochs before this stage, earlier label) of the stage in `folder`."""
-        earlier = info[folder]["start"]
-        if earlier is None or earlier not in info or earlier in seen:
-            return 1, 0, None
-        stage, offset, _ = chain(earlier, (*seen, folder))
-        return stage + 1, offset + int(info[earlier]["log"]["epoch"].max()), info[earlier]["label"]
-
-    frames = []
-    for folder, item in info.items():
-        stage, offset, earlier = chain(folder)
-        sub = item["log"][item["log"]["split"] == split]
-        g = sub.groupby("epoch").agg(accuracy=("accuracy", "mean"), loss=("loss", "mean")).reset_index()
-        frames.append(pd.DataFrame({
-            "run": item["label"], "stage": stage, "epoch": g["epoch"] + offset, "stage_epoch": g["epoch"],
-            "accuracy": g["accuracy"], "loss": g["loss"], "device": "GPU" if str(item["device"]).startswith("cuda") else "CPU",
-            "starts_from": earlier, "cached": item["cached"],
-        }))
-    if not frames:
-        return pd.DataFrame(columns=cols)
-    return pd.concat(frames, ignore_index=True)[cols].sort_values(["stage", "epoch"]).reset_index(drop=True)
-
-
-def stages_sentence(stages: pd.DataFrame, split: str) -> str:
-    """One sentence per stage, from the frame of `fine_tuning_stages`: its epochs and where it ended.
-    Runs of separate chains that share a stage number are named, not merged."""
-    parts = []
-    shared = stages.groupby("stage")["run"].nunique()
-    for (stage, run), g in stages.sort_values(["stage", "epoch"]).groupby(["stage", "run"], sort=False):
-        first, last = int(g["epoch"].min()), int(g["epoch"].max())
-        span = f"epoch {first}" if first == last else f"epochs {first}-{last}"
-        name = f" of {run}" if shared[stage] > 1 else ""
-        parts.append(f"stage {stage}{name} ({span}, {g['device'].iloc[0]}): {split} accuracy {g['accuracy'].iloc[-1]:.1%}")
-    return "; ".join(parts) + "." if parts else ""
 
 
 # ----------------------------------------------------------------------------- behaviour
@@ -540,7 +484,9 @@ def behaviour(answers, predictions) -> tuple[dict, pd.DataFrame]:
 BASELINE_RATIO = 2.0
 
 
-def spectrum_excess(module_spectra: pd.DataFrame, baseline: pd.DataFrame, basis: str, module: str, layer: int) -> pd.DataFrame:
+def spectrum_excess(
+    module_spectra: pd.DataFrame, baseline: pd.DataFrame, basis: str, module: str, layer: int
+) -> pd.DataFrame:
     """One layer's module spectrum next to what W_U alone gives random vectors (same total energy).
 
     Columns: k, period, magnitude (the module's), baseline (mean over random vectors), baseline_p95,
@@ -549,7 +495,9 @@ def spectrum_excess(module_spectra: pd.DataFrame, baseline: pd.DataFrame, basis:
     """
     pick = lambda f: f[(f["basis"] == basis) & (f["module"] == module) & (f["layer"] == layer)]  # noqa: E731
     obs = pick(module_spectra)[["k", "period", "magnitude"]]
-    base = pick(baseline)[["k", "magnitude", "magnitude_p95"]].rename(columns={"magnitude": "baseline", "magnitude_p95": "baseline_p95"})
+    base = pick(baseline)[["k", "magnitude", "magnitude_p95"]].rename(
+        columns={"magnitude": "baseline", "magnitude_p95": "baseline_p95"}
+    )
     if obs.empty or base.empty:
         raise CoreError(f"no spectrum or baseline for {module} layer {layer} ({basis} basis) in this run")
     out = obs.merge(base, on="k", how="inner").sort_values("k").reset_index(drop=True)
@@ -570,11 +518,19 @@ def control_comparison(ablations: pd.DataFrame) -> pd.DataFrame:
     bands = ablations[ablations["removed"].isin(["low", "high"])]
     ctrl = ablations[ablations["removed"].isin(["random-low", "random-high"])].copy()
     if ctrl.empty:
-        return pd.DataFrame(columns=["tau", "modules", "band", "rank", "accuracy", "control_accuracy", "loss", "control_loss"])
+        return pd.DataFrame(
+            columns=["tau", "modules", "band", "rank", "accuracy", "control_accuracy", "loss", "control_loss"]
+        )
     ctrl["band"] = ctrl["removed"].str.removeprefix("random-")
     b = bands.rename(columns={"removed": "band"})[["tau", "modules", "band", "rank", "accuracy", "loss"]]
-    c = ctrl[["tau", "modules", "band", "accuracy", "loss"]].rename(columns={"accuracy": "control_accuracy", "loss": "control_loss"})
-    return b.merge(c, on=["tau", "modules", "band"], how="inner").sort_values(["modules", "band", "tau"]).reset_index(drop=True)
+    c = ctrl[["tau", "modules", "band", "accuracy", "loss"]].rename(
+        columns={"accuracy": "control_accuracy", "loss": "control_loss"}
+    )
+    return (
+        b.merge(c, on=["tau", "modules", "band"], how="inner")
+        .sort_values(["modules", "band", "tau"])
+        .reset_index(drop=True)
+    )
 
 
 def locking_grid(phase_locking: pd.DataFrame) -> pd.DataFrame:
@@ -585,4 +541,6 @@ def locking_grid(phase_locking: pd.DataFrame) -> pd.DataFrame:
     t["module"] = t["kind"].map({"attn": "Attention", "mlp": "MLP"})
     t["T"] = t["period"].map(lambda x: f"{x:g}")
     t["locks"] = locked(t)
-    return t[["module", "layer", "period", "T", "locking", "offset", "energy_share", "null_95", "locks", "n", "shuffles"]].reset_index(drop=True)
+    return t[
+        ["module", "layer", "period", "T", "locking", "offset", "energy_share", "null_95", "locks", "n", "shuffles"]
+    ].reset_index(drop=True)

@@ -1,0 +1,129 @@
+"""What the Training page and the Tour's last step show of training logs (no Streamlit here): the small
+models' accuracy curves over seeds, and a fine-tuning's stages laid end to end. Part of
+core.runs.summaries, which re-exports these names."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from core.models.source import project_path
+from core.runs.origin import run_origin
+from core.training.stages import earlier_stage
+
+
+def training_curves(logs: dict[str, pd.DataFrame], split: str = "val") -> pd.DataFrame:
+    """Mean, min and max accuracy over seeds by epoch, per run label and model width.
+
+    Columns: run, width, epoch, mean, low, high, seeds. A run whose log holds seed studies at
+    another width gets one curve per width ("scratch, 256 wide").
+    """
+    frames = []
+    for label, log in logs.items():
+        sub = log[log["split"] == split]
+        widths = sorted(sub["width"].unique()) if "width" in sub.columns else [None]
+        for width in widths:
+            part = sub if width is None else sub[sub["width"] == width]
+            g = part.groupby("epoch")["accuracy"].agg(["mean", "min", "max", "nunique"]).reset_index()
+            g["seeds"] = part.groupby("epoch")["seed"].nunique().to_numpy()
+            g = g.drop(columns="nunique")
+            g.columns = ["epoch", "mean", "low", "high", "seeds"]
+            name = label if width is None or len(widths) == 1 else f"{label}, {int(width)} wide"
+            g.insert(0, "width", width)
+            g.insert(0, "run", f"{name} ({int(g['seeds'].max())} seed{'s' if g['seeds'].max() > 1 else ''})")
+            frames.append(g)
+    cols = ["run", "width", "epoch", "mean", "low", "high", "seeds"]
+    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+
+
+def final_accuracies(curves: pd.DataFrame) -> pd.DataFrame:
+    """The last epoch of each curve of `training_curves`: run, epoch, mean, low, high, seeds."""
+    return curves.sort_values("epoch").groupby("run").tail(1)[["run", "epoch", "mean", "low", "high", "seeds"]]
+
+
+def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = "val") -> pd.DataFrame:
+    """The training logs of fine-tuned runs laid end to end, stage after stage.
+
+    `runs`: (label, manifest, training log) of each fine-tuned run. A run whose recipe starts from
+    an earlier delta (`lora.init_delta`) is a later stage of the model whose folder holds that delta:
+    its epochs are counted on from the earlier stage's last epoch, so the x axis is epochs since the
+    pre-trained model. An earlier stage with no cached run of its own is read from its model folder
+    (its recipe.json and training_log.parquet, shipped with it) and labelled so. Columns: run, stage
+    (1, 2, ...), epoch (counted over all stages), stage_epoch (the epoch within its own stage),
+    accuracy, loss, device, starts_from (the earlier stage's label, or None), cached (whether the
+    stage has a cached run).
+    """
+    cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from", "cached"]
+
+    def entry(label, recipe, log, cached):
+        return {
+            "label": label,
+            "log": log,
+            "start": earlier_stage(recipe),
+            "device": recipe.get("device") or "cpu",
+            "cached": cached,
+        }
+
+    info = {}  # model folder -> its stage
+    for label, manifest, log in runs:
+        info[project_path((manifest.get("model") or {}).get("source", ""))] = entry(
+            label, run_origin(manifest)["recipe"] or {}, log, True
+        )
+    todo = list(info)
+    while todo:  # earlier stages that have no cached run: from their folders
+        folder = info[todo.pop()]["start"]
+        if folder is None or folder in info:
+            continue
+        if (folder / "recipe.json").is_file() and (folder / "training_log.parquet").is_file():
+            recipe = json.loads((folder / "recipe.json").read_text())
+            label = f"{recipe.get('label', folder.name)} (its training log; no cached run)"
+            info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
+            todo.append(folder)
+
+    def chain(folder, seen=()):
+        """(stage number, epochs before this stage, earlier label) of the stage in `folder`."""
+        earlier = info[folder]["start"]
+        if earlier is None or earlier not in info or earlier in seen:
+            return 1, 0, None
+        stage, offset, _ = chain(earlier, (*seen, folder))
+        return stage + 1, offset + int(info[earlier]["log"]["epoch"].max()), info[earlier]["label"]
+
+    frames = []
+    for folder, item in info.items():
+        stage, offset, earlier = chain(folder)
+        sub = item["log"][item["log"]["split"] == split]
+        g = sub.groupby("epoch").agg(accuracy=("accuracy", "mean"), loss=("loss", "mean")).reset_index()
+        frames.append(
+            pd.DataFrame(
+                {
+                    "run": item["label"],
+                    "stage": stage,
+                    "epoch": g["epoch"] + offset,
+                    "stage_epoch": g["epoch"],
+                    "accuracy": g["accuracy"],
+                    "loss": g["loss"],
+                    "device": "GPU" if str(item["device"]).startswith("cuda") else "CPU",
+                    "starts_from": earlier,
+                    "cached": item["cached"],
+                }
+            )
+        )
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    return pd.concat(frames, ignore_index=True)[cols].sort_values(["stage", "epoch"]).reset_index(drop=True)
+
+
+def stages_sentence(stages: pd.DataFrame, split: str) -> str:
+    """One sentence per stage, from the frame of `fine_tuning_stages`: its epochs and where it ended.
+    Runs of separate chains that share a stage number are named, not merged."""
+    parts = []
+    shared = stages.groupby("stage")["run"].nunique()
+    for (stage, run), g in stages.sort_values(["stage", "epoch"]).groupby(["stage", "run"], sort=False):
+        first, last = int(g["epoch"].min()), int(g["epoch"].max())
+        span = f"epoch {first}" if first == last else f"epochs {first}-{last}"
+        name = f" of {run}" if shared[stage] > 1 else ""
+        parts.append(
+            f"stage {stage}{name} ({span}, {g['device'].iloc[0]}): {split} accuracy {g['accuracy'].iloc[-1]:.1%}"
+        )
+    return "; ".join(parts) + "." if parts else ""
