@@ -292,3 +292,28 @@ def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
         "stage 1 (epochs 1-9, GPU): val accuracy 9.1%" in sentence
         and "stage 3 (epochs 11-14, CPU): val accuracy 4.1%" in sentence
     )
+
+
+def test_checkpoint_keeps_every_view_of_a_shared_storage_and_a_tied_weight_once(tmp_path):
+    """The checkpoint's de-duplication (core.training.checkpoint.unique_tensors) drops only a tensor
+    that is the same tensor under another name (tied weights). Keyed on the storage alone, it dropped
+    the second of two different views of one storage (a fused weight split into q and k); keyed
+    without the strides, a matrix and its transpose."""
+    from core.training.checkpoint import load_checkpoint, save_checkpoint, unique_tensors
+
+    fused = torch.arange(12.0).reshape(6, 2)
+    square = torch.arange(4.0).reshape(2, 2) + 100
+    tied = torch.randn(4, 2)
+    state = {"q": fused[:3], "k": fused[3:], "emb": tied, "head": tied, "w": square, "w_t": square.t()}
+    assert list(unique_tensors(state)) == ["q", "k", "emb", "w", "w_t"]
+
+    param = torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.AdamW([param], lr=0.1)
+    param.grad = torch.ones(2)
+    opt.step()
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    save_checkpoint(tmp_path / "ckpt", "model.safetensors", state, opt, sched, {"epoch": 1})
+    saved, progress = load_checkpoint(tmp_path / "ckpt", "model.safetensors")
+    assert set(saved) == {"q", "k", "emb", "w", "w_t"} and progress["epoch"] == 1
+    for name, t in saved.items():
+        assert torch.equal(t, state[name]), name
