@@ -36,7 +36,7 @@ for entry in smollm2-addition-stage3:0 smollm2-addition-full:1 smollm2-addition:
     .venv/bin/python -m core precompute --model "models/$model" --taus "$TAUS" --display-order "$order" \
       --threads "$THREADS" --recompute --no-progress
   else
-    echo "skipping $model: no delta in models/$model; retrain it with: $(.venv/bin/python -c "from core.training.finetune import retrain_commands; print(' then '.join(c for c, _ in retrain_commands('models/$model')))")" >&2
+    echo "skipping $model: no delta in models/$model; retrain it with: $(.venv/bin/python -c "from core.training.stages import retrain_commands; print(' then '.join(c for c, _ in retrain_commands('models/$model')))")" >&2
   fi
 done
 .venv/bin/python -m core verify
