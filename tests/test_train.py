@@ -317,3 +317,19 @@ def test_checkpoint_keeps_every_view_of_a_shared_storage_and_a_tied_weight_once(
     assert set(saved) == {"q", "k", "emb", "w", "w_t"} and progress["epoch"] == 1
     for name, t in saved.items():
         assert torch.equal(t, state[name]), name
+
+
+def test_recipe_parts_are_typed_with_their_defaults_and_refuse_unknown_keys(tmp_path):
+    from core.training.recipe import DEFAULT_TARGETS, LoRA, NumberTokens
+
+    base = dict(name="x", label="x", out=str(tmp_path), arch="llama", n_layers=4, init_from=str(tmp_path))
+    r = Recipe(**base, number_tokens={"layer": 2}, lora={"rank": 4})
+    assert r.number_token_config() == NumberTokens(layer=2)
+    assert r.lora_config() == LoRA(rank=4) and r.lora_config().targets == DEFAULT_TARGETS
+    assert r.as_dict()["number_tokens"] == {"layer": 2}  # as the file says it: recipe.json is unchanged
+    with pytest.raises(CoreError, match=r"number_tokens: unknown keys \['frozen_block'\]"):
+        Recipe(**base, number_tokens={"frozen_block": 1}).check()
+    with pytest.raises(CoreError, match="lora.alpha must be a positive number"):
+        Recipe(**base, number_tokens={}, lora={"alpha": "16"}).check()
+    with pytest.raises(CoreError, match=r"pretrain: unknown keys \['epoch'\]"):
+        tiny(tmp_path, pretrain={"epoch": 1})
