@@ -1,10 +1,18 @@
 """Analysis core for "Pre-trained LLMs use Fourier features to compute addition".
 
-Data flows one way, with no import circle: tasks and models -> capture -> fourier, filters, phase ->
-measure, ablation_grid -> precompute (with cache) -> claims, views; training (train, then finetune,
-with the delta format in delta) sits beside the analysis and writes models; the CLI sits on top.
-Nothing here imports Streamlit. Heavy modules (torch, transformers) are imported by the submodules that need them,
-so `import core` and `core.runs.cache` stay cheap for the dashboard.
+Folders show the concerns, and data flows one way (tests/test_architecture.py checks it): a
+module imports only its own layer and the ones above it in this list.
+
+  core.errors, core.files, core.paper, core.tasks, core.threads   the foundation: the task, the paper's numbers
+  core.models     where a model comes from, loading it, its module names, capture hooks, vocabularies
+  core.analysis   Fourier bases and spectra, phase locking, filters (ablations), numbers, behaviour
+  core.training   training from scratch, fine-tuning, and the delta format a fine-tuned run ships as
+  core.runs       the cache and its reader, the precompute stages that fill it, summaries, live ablations
+  core.claims     each finding of the paper as a rule on a run's tables, with its verdict
+  core.cli        `python -m core`
+
+Nothing here imports Streamlit. The modules the dashboard reads at page load (the run reader,
+summaries, claims) import no torch; the modules that compute import it at their top.
 """
 
 #: Version of the cache layout. Bump it when a table's columns or meaning change; runs written

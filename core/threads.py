@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from core.errors import CoreError
 
 
@@ -45,7 +47,6 @@ def parse_threads(value) -> int | None:
 
 def use_threads(value=None) -> int:
     """Set torch's intra-op thread count (None/"auto": `auto_threads()`); returns the count used."""
-    import torch
 
     n = parse_threads(value)
     n = auto_threads() if n is None else n

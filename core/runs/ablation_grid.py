@@ -1,6 +1,6 @@
 """The ablation grid of a run: every filter condition (modules x band removed x tau, keep-one
 frequency, random-subspace controls), evaluated at the answer position with the prefix shared across
-conditions (core.analysis.filters.evaluate_conditions), saved condition by condition so an interrupted grid
+conditions (core.analysis.evaluation.evaluate_conditions), saved condition by condition so an interrupted grid
 resumes; and the error-analysis table built from it. Part of `core.runs.precompute`'s stages.
 """
 
@@ -13,20 +13,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from core.analysis.ablations import Ablation, Condition
 from core.analysis.behaviour import error_histogram, error_summary
+from core.analysis.evaluation import GridProgress, evaluate_conditions
 from core.runs.cache import RunWriter
+
 
 def ablation_specs(basis, taus, controls: bool = True):
     """The grid: no filter; modules x band removed x tau; keep-one for periods 2 and p-1; and, for
     each band filter, a random-subspace control of the same rank (unless `controls` is False)."""
-    from core.analysis.filters import Ablation
 
     specs = [Ablation()]
     for tau in taus:
         for modules in ("both", "attn", "mlp"):
             for removed in ("low", "high"):
                 specs.append(Ablation(modules, removed, int(tau)))
-    for tau in taus if controls else ():  # controls: a random subspace of the same rank as each band filter (docs/method.md#controls)
+    for tau in (
+        taus if controls else ()
+    ):  # controls: a random subspace of the same rank as each band filter (docs/method.md#controls)
         for modules in ("both", "attn", "mlp"):
             for removed in ("random-low", "random-high"):
                 specs.append(Ablation(modules, removed, int(tau)))
@@ -58,11 +62,10 @@ def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts, writer: Run
     """Evaluate every ablation of the grid in one pass over the prompts.
 
     With filters at the answer position the prefix of each batch runs once and every condition
-    runs on the last token only (core.analysis.filters.evaluate_conditions). Partial results are
+    runs on the last token only (core.analysis.evaluation.evaluate_conditions). Partial results are
     checkpointed in the staging folder, so an interrupted grid resumes where it stopped. `opts`: the
     run's core.runs.precompute.PrecomputeOptions (positions, batch_size, progress are read).
     """
-    from core.analysis.filters import Condition, GridProgress, evaluate_conditions
 
     W_U = loaded.unembedding(p)
     done = writer.read_json("ablations.partial.json") or {}
@@ -83,8 +86,17 @@ def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts, writer: Run
 
         log(f"ablation grid: {len(pending)} conditions, {len(filters)} distinct filters, {len(texts)} prompts")
         evaluations = evaluate_conditions(
-            loaded, texts, answers, p, conditions, opts.positions, opts.batch_size,
-            progress=opts.progress, desc=f"ablations ({len(pending)} conditions)", resume=resume, on_checkpoint=checkpoint,
+            loaded,
+            texts,
+            answers,
+            p,
+            conditions,
+            opts.positions,
+            opts.batch_size,
+            progress=opts.progress,
+            desc=f"ablations ({len(pending)} conditions)",
+            resume=resume,
+            on_checkpoint=checkpoint,
         )
         for spec, ev in zip(pending, evaluations):
             done[_spec_key(spec)] = _ablation_entry(spec, basis, ev)
@@ -148,7 +160,6 @@ def _write_progress(path: Path, state) -> None:
 
 def _read_progress(path: Path, meta, keys: list[str]):
     """The saved partial results, if they belong to exactly these pending conditions."""
-    from core.analysis.filters import GridProgress
 
     if not path.exists() or not meta or meta.get("keys") != keys:
         return None

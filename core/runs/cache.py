@@ -18,6 +18,7 @@ with `read_table`, which refuses paths outside the cache folder.
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -45,7 +46,17 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "examples": ("id", "split", "a", "b", "answer", "prompt", "prediction", "correct", "loss"),
     "layer_accuracy": ("layer", "final_norm", "exact", "within_2", "within_10", "n"),
     "module_spectra": ("basis", "module", "layer", "k", "period", "magnitude"),
-    "module_spectra_baseline": ("basis", "module", "layer", "k", "period", "magnitude", "magnitude_p95", "rms_norm", "match"),
+    "module_spectra_baseline": (
+        "basis",
+        "module",
+        "layer",
+        "k",
+        "period",
+        "magnitude",
+        "magnitude_p95",
+        "rms_norm",
+        "match",
+    ),
     "module_logits": ("example_id", "module", "layer", "number", "logit"),
     "final_waves": ("example_id", "basis", "rank", "k", "period", "magnitude", "number", "value"),
     "embedding_spectrum": ("basis", "matrix", "k", "period", "magnitude", "null_mean", "null_threshold", "outlier"),
@@ -152,7 +163,10 @@ def existing_cache_dir(cache_dir: str | Path) -> Path:
     """The cache folder for reading; a clear error if it does not exist or is not a folder."""
     cache = Path(cache_dir)
     if not cache.exists():
-        raise CoreError(f"there is no cache folder {cache_dir}: give the right --cache-dir, or make runs with `python -m core precompute`")
+        raise CoreError(
+            f"there is no cache folder {cache_dir}: give the right --cache-dir, "
+            "or make runs with `python -m core precompute`"
+        )
     if not cache.is_dir():
         raise CoreError(f"--cache-dir {cache_dir} is a file, not a folder")
     return cache
@@ -163,7 +177,6 @@ def run_lock(cache_dir: str | Path, name: str, log=print, wait: bool = True):
     """Serialise work on one run: a second precompute of the same run waits for the first (or, with
     wait=False, fails with a clear message). An exclusive flock on `.lock-NAME` in the cache folder;
     the lock file is removed on release."""
-    import fcntl
 
     cache = ensure_cache_dir(cache_dir)
     path = cache / f"{LOCK_PREFIX}{name}"
@@ -222,7 +235,9 @@ class RunWriter:
         # (under --recompute) by a --recompute too: an interrupted rebuild resumes, but --recompute
         # never resumes partial work of an earlier, ordinary run.
         mode = "recompute" if recompute else "fresh"
-        stage_key = json.loads(json.dumps({"identity": identity, "options": options, "schema_version": SCHEMA_VERSION}, default=str))
+        stage_key = json.loads(
+            json.dumps({"identity": identity, "options": options, "schema_version": SCHEMA_VERSION}, default=str)
+        )
         stage_file = self.staging / STAGE_FILE
         try:
             if self.staging.is_symlink() or (self.staging.exists() and not self.staging.is_dir()):
@@ -243,7 +258,11 @@ class RunWriter:
 
     def discard_if_empty(self) -> None:
         """Remove the staging folder when it holds no finished table (nothing worth resuming)."""
-        if self.staging.is_dir() and not any(self.staging.glob("*.parquet")) and not (self.staging / "ablations.partial.json").exists():
+        if (
+            self.staging.is_dir()
+            and not any(self.staging.glob("*.parquet"))
+            and not (self.staging / "ablations.partial.json").exists()
+        ):
             shutil.rmtree(self.staging, ignore_errors=True)
 
     @property
@@ -445,9 +464,13 @@ def verify_run(path: str | Path, deep: bool = True) -> list[str]:
     if manifest.get("schema_version") != SCHEMA_VERSION:
         problems.append(
             f"schema version {manifest.get('schema_version')} (this code reads {SCHEMA_VERSION}): "
-            + ("run the same precompute again (it adds the tables of the newer schema and keeps the rest), or, when the "
-               "model is not here, `python -m core upgrade` (phase tables from the run's cached sample)"
-               if manifest.get("schema_version") in (2, 3) else "recompute the run")
+            + (
+                "run the same precompute again (it adds the tables of the newer schema and keeps the rest), "
+                "or, when the "
+                "model is not here, `python -m core upgrade` (phase tables from the run's cached sample)"
+                if manifest.get("schema_version") in (2, 3)
+                else "recompute the run"
+            )
         )
     tables = manifest.get("tables") if isinstance(manifest.get("tables"), dict) else {}
     for t in required_tables(manifest):

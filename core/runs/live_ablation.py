@@ -15,8 +15,15 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from core.analysis.ablations import Condition
+from core.analysis.evaluation import PrefixCache, evaluate, evaluate_conditions
+from core.analysis.fourier import fourier_basis
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
+from core.models.loading import load_model
+from core.models.source import fingerprint_folder
+from core.runs.ablation_grid import filter_key
+from core.threads import use_threads
 from core.training.delta import DELTA_FILE, rebuild_hint, retrain_commands
 
 MAX_LIVE_PARAMS = 150_000_000
@@ -49,7 +56,11 @@ def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
     if not any(f.name != DELTA_FILE for f in folder.glob("*.safetensors")):
         recipe = folder / "recipe.json"
         if (folder / DELTA_FILE).exists():
-            return None, "the fine-tuned weights are not on this machine (this run ships only the fine-tuning delta): " + rebuild_hint(folder)
+            return (
+                None,
+                "the fine-tuned weights are not on this machine (this run ships only the fine-tuning delta): "
+                + rebuild_hint(folder),
+            )
         how = ""
         if recipe.exists():  # its recipe, after the earlier stages it starts from if their deltas are not here either
             steps = retrain_commands(folder)
@@ -57,9 +68,12 @@ def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
                 command, gpu = steps[0]
                 how = f"; `{command}` rebuilds them" + (" on a GPU" if gpu else "")
             else:
-                how = "; " + ", then ".join(f"`{c}`" + (" on a GPU" if gpu else "") for c, gpu in steps) + " rebuild them (each stage starts from the one before)"
+                how = (
+                    "; "
+                    + ", then ".join(f"`{c}`" + (" on a GPU" if gpu else "") for c, gpu in steps)
+                    + " rebuild them (each stage starts from the one before)"
+                )
         return None, f"the model's weights are not on this machine (this run ships without them{how})"
-    from core.models.loading import fingerprint_folder
 
     try:
         fp = fingerprint_folder(folder)
@@ -74,13 +88,14 @@ def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
     width = config.get("n_embd") or config.get("hidden_size") or 0
     layers = config.get("n_layer") or config.get("num_hidden_layers") or 0
     if 12 * layers * width * width > MAX_LIVE_PARAMS:
-        return None, f"the model is too large to run live on a CPU (about {12 * layers * width * width / 1e6:.0f}M parameters)"
+        return (
+            None,
+            f"the model is too large to run live on a CPU (about {12 * layers * width * width / 1e6:.0f}M parameters)",
+        )
     return folder, ""
 
 
 def load_live_model(folder: Path):
-    from core.models.loading import load_model
-
     root = models_root()
     folder = Path(folder).resolve()
     if root not in folder.parents:
@@ -108,8 +123,6 @@ def live_slot(on_wait=None):
 
 def live_filter(loaded, p: int, basis_name: str, ablation):
     """The ablation's filter, built once per loaded model (kept with it for the next request)."""
-    from core.analysis.fourier import fourier_basis
-    from core.runs.ablation_grid import filter_key
 
     if ablation.removed == "none":
         return None
@@ -120,35 +133,49 @@ def live_filter(loaded, p: int, basis_name: str, ablation):
     return built[key]
 
 
-def live_ablation(loaded, examples, p: int, basis_name: str, ablation, positions: str = "last", on_batch=None, threads=None):
+def live_ablation(
+    loaded, examples, p: int, basis_name: str, ablation, positions: str = "last", on_batch=None, threads=None
+):
     """Evaluate the run's prompts (examples table: prompt, answer) under one ablation.
 
     Filters at the answer position take the fast path (prefix once, the answer position against
     its key/value cache). The result carries `compute_s` (seconds, model already loaded) and
     `threads` in `extra`.
     """
-    from core.analysis.filters import evaluate
-    from core.threads import use_threads
 
     used = use_threads(threads)
     t0 = time.perf_counter()
     flt = live_filter(loaded, p, basis_name, ablation)
     modules = ablation.modules if ablation.modules != "none" else "both"
     if positions == "last":
-        from core.analysis.filters import Condition, PrefixCache, evaluate_conditions
-
         cache = loaded.extra.setdefault("prefix_cache", PrefixCache(LIVE_PREFIX_BYTES))
         prompts = list(examples["prompt"])
         reused = cache.key is not None and cache.key[:2] == (id(loaded.model), tuple(prompts)) and bool(cache.entries)
         (ev,) = evaluate_conditions(
-            loaded, prompts, examples["answer"].to_numpy(), p, [Condition(flt, modules)], "last",
-            batch_size=LIVE_BATCH, progress=False, on_batch=on_batch, prefix_cache=cache,
+            loaded,
+            prompts,
+            examples["answer"].to_numpy(),
+            p,
+            [Condition(flt, modules)],
+            "last",
+            batch_size=LIVE_BATCH,
+            progress=False,
+            on_batch=on_batch,
+            prefix_cache=cache,
         )
     else:
         reused = False
         ev = evaluate(
-            loaded, list(examples["prompt"]), examples["answer"].to_numpy(), p, flt, modules, positions,
-            batch_size=LIVE_BATCH, progress=False, on_batch=on_batch,
+            loaded,
+            list(examples["prompt"]),
+            examples["answer"].to_numpy(),
+            p,
+            flt,
+            modules,
+            positions,
+            batch_size=LIVE_BATCH,
+            progress=False,
+            on_batch=on_batch,
         )
     ev.extra = {"compute_s": time.perf_counter() - t0, "threads": used, "prefix_reused": reused}
     return ev

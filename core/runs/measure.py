@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import torch
 
+from core.analysis.evaluation import answer_losses
 from core.analysis.fourier import BASES, fourier_basis, frequency_magnitudes, top_components
+from core.models.capture import iter_capture
 from core.runs.phase_run import PhaseStage
 from core.tasks import subsample
 
@@ -18,10 +21,6 @@ WAVES_KEPT = 10  # top-k waves stored per sampled example (the dashboard picks k
 def measure(loaded, examples, texts, p: int, opts, running: str | None, log=print) -> dict:
     """The capture pass: per-example results, logit-lens accuracy, module spectra, sampled logits.
     `opts`: the run's core.runs.precompute.PrecomputeOptions (n_sample, dataset_seed, batch_size, progress)."""
-    import torch
-
-    from core.models.capture import iter_capture
-    from core.analysis.filters import answer_losses
 
     L = loaded.n_layers
     unembed = loaded.unembed(p)  # final norm, W_U number rows, bias, scale, soft-cap
@@ -117,7 +116,14 @@ def measure(loaded, examples, texts, p: int, opts, running: str | None, log=prin
         for l in range(total.shape[0]):
             spec_rows.append(
                 pd.DataFrame(
-                    {"basis": b, "module": m, "layer": l + first, "k": ks, "period": bases[b].period(ks), "magnitude": total[l] / n}
+                    {
+                        "basis": b,
+                        "module": m,
+                        "layer": l + first,
+                        "k": ks,
+                        "period": bases[b].period(ks),
+                        "magnitude": total[l] / n,
+                    }
                 )
             )
     numbers = np.arange(p)
@@ -149,7 +155,10 @@ def measure(loaded, examples, texts, p: int, opts, running: str | None, log=prin
     for col in ("module", "example_id"):
         logits_frame[col] = logits_frame[col].astype("category")
     baseline = module_spectra_baseline(
-        unembed, bases, {key: total / n for key, total in spectra.items()}, {m: np.sqrt(v / n) for m, v in sq_norms.items()},
+        unembed,
+        bases,
+        {key: total / n for key, total in spectra.items()},
+        {m: np.sqrt(v / n) for m, v in sq_norms.items()},
         seed=opts.dataset_seed,
     )
     return {
@@ -183,9 +192,6 @@ def module_spectra_baseline(
     percentile of single random vectors at k, scaled the same way; rms_norm: the module outputs'
     root-mean-square norm (for reference).
     """
-    import torch
-
-    from core.analysis.fourier import frequency_magnitudes
 
     D = unembed.width
     gen = torch.Generator(device="cpu").manual_seed(int(seed) + 7919)
@@ -205,8 +211,15 @@ def module_spectra_baseline(
                 frames.append(
                     pd.DataFrame(
                         {
-                            "basis": b, "module": m, "layer": l + first, "k": ks, "period": basis.period(ks),
-                            "magnitude": scale * mean, "magnitude_p95": scale * p95, "rms_norm": float(r), "match": "energy",
+                            "basis": b,
+                            "module": m,
+                            "layer": l + first,
+                            "k": ks,
+                            "period": basis.period(ks),
+                            "magnitude": scale * mean,
+                            "magnitude_p95": scale * p95,
+                            "rms_norm": float(r),
+                            "match": "energy",
                             "draws": draws,
                         }
                     )

@@ -9,11 +9,13 @@ import time
 
 import numpy as np
 import pandas as pd
+import torch
 
-from core.runs.cache import RunWriter, read_manifest, resolve_run
-from core.errors import CoreError
-from core.models.loading import project_path
 from core.analysis.phase import NULL_SHUFFLES, PHASE_VERSION, PhaseAccumulator, module_order, wave_peaks
+from core.errors import CoreError
+from core.models.capture import iter_capture
+from core.models.source import project_path
+from core.runs.cache import RunWriter, read_manifest, resolve_run
 
 PHASE_TABLES = ("phase_locking", "wave_peaks")
 
@@ -41,40 +43,49 @@ class PhaseStage:
 
 def phase_tables_from_model(loaded, examples, texts, p: int, batch_size: int, seed: int, progress=None) -> dict:
     """A capture pass over `texts` that feeds only the phase stage (for a run cached before it existed)."""
-    import torch
-
-    from core.models.capture import iter_capture
 
     unembed = loaded.unembed(p)
     number_ids = torch.as_tensor(loaded.numbers.ids_for(p), device=unembed.weight.device)
     stage = PhaseStage(p, len(examples), loaded.n_layers)
     with torch.no_grad():
         for cb in iter_capture(loaded, texts, batch_size, progress=progress, desc="phase"):
-            stage.add(cb.indices, *(unembed.read(getattr(cb, m)).double().cpu().numpy() for m in ("resid", "attn", "mlp")),
-                      cb.logits.float()[:, number_ids].double().cpu().numpy())
+            stage.add(
+                cb.indices,
+                *(unembed.read(getattr(cb, m)).double().cpu().numpy() for m in ("resid", "attn", "mlp")),
+                cb.logits.float()[:, number_ids].double().cpu().numpy(),
+            )
     return stage.tables([e.answer for e in examples], [e.id for e in examples], seed)
 
 
-def phase_tables_from_sample(module_logits: pd.DataFrame, examples: pd.DataFrame, p: int, n_layers: int, seed: int,
-                             shuffles: int = NULL_SHUFFLES) -> dict:
+def phase_tables_from_sample(
+    module_logits: pd.DataFrame, examples: pd.DataFrame, p: int, n_layers: int, seed: int, shuffles: int = NULL_SHUFFLES
+) -> dict:
     """The phase tables from a run's cached per-example logits (its sample, `in_sample`), when the
     model itself is not here. Far fewer examples: the null is computed for that n and is high."""
     sample = examples[examples["id"].isin(set(module_logits["example_id"].astype(str)))]
     if len(sample) < 2:
         raise CoreError("the run caches the logits of fewer than 2 examples: no phase locking can be computed from it")
     ids = [str(i) for i in sample["id"]]
-    logits = module_logits.assign(example_id=module_logits["example_id"].astype(str), module=module_logits["module"].astype(str))
+    logits = module_logits.assign(
+        example_id=module_logits["example_id"].astype(str), module=module_logits["module"].astype(str)
+    )
     wide = logits.pivot_table(index=["example_id", "module", "layer"], columns="number", values="logit", observed=True)
     if wide.shape[1] != p:
         raise CoreError(f"the cached logits cover {wide.shape[1]} numbers, not {p}")
     stage = PhaseStage(p, len(ids), n_layers)
     L = n_layers
     for i, eid in enumerate(ids):
+
         def rows(module, layers):
             return wide.loc[[(eid, module, l) for l in layers]].to_numpy(dtype=np.float64)
 
-        stage.add([i], rows("resid", range(L + 1))[None], rows("attn", range(1, L + 1))[None],
-                  rows("mlp", range(1, L + 1))[None], rows("final", [L]))
+        stage.add(
+            [i],
+            rows("resid", range(L + 1))[None],
+            rows("attn", range(1, L + 1))[None],
+            rows("mlp", range(1, L + 1))[None],
+            rows("final", [L]),
+        )
     return stage.tables(sample["answer"].to_numpy(), ids, seed, shuffles)
 
 
@@ -83,7 +94,9 @@ def phase_note(n: int, n_split: int, split: str) -> dict:
     whole = n == n_split
     return {
         "n": int(n),
-        "examples": f"all {n} {split} examples" if whole else f"the {n} cached sample examples of the {n_split} {split} examples",
+        "examples": f"all {n} {split} examples"
+        if whole
+        else f"the {n} cached sample examples of the {n_split} {split} examples",
         "whole_split": whole,
         "version": PHASE_VERSION,
     }
@@ -91,8 +104,10 @@ def phase_note(n: int, n_split: int, split: str) -> dict:
 
 def phase_current(manifest: dict) -> bool:
     """Whether a run's phase tables are there and of this code's measurement (PHASE_VERSION)."""
-    return (all(t in (manifest.get("tables") or {}) for t in PHASE_TABLES)
-            and (manifest.get("phase_locking") or {}).get("version") == PHASE_VERSION)
+    return (
+        all(t in (manifest.get("tables") or {}) for t in PHASE_TABLES)
+        and (manifest.get("phase_locking") or {}).get("version") == PHASE_VERSION
+    )
 
 
 def model_folder_with_weights(manifest: dict) -> str | None:
@@ -113,30 +128,44 @@ def upgrade_without_model(cache_dir, name: str, log=print) -> bool:
     manifest = read_manifest(cache_dir, path.name)
     folder = model_folder_with_weights(manifest)
     if folder is not None and not phase_current(manifest):
-        raise CoreError(f"run {path.name}: its model is here ({folder}); read every example with the same precompute "
-                        f"instead: python -m core precompute --model {folder} (it keeps every other table)")
+        raise CoreError(
+            f"run {path.name}: its model is here ({folder}); read every example with the same precompute "
+            f"instead: python -m core precompute --model {folder} (it keeps every other table)"
+        )
     if phase_current(manifest) or all(t in (manifest.get("not_applicable") or {}) for t in PHASE_TABLES):
         return False
     writer = RunWriter(cache_dir, path.name, manifest.get("identity") or {}, manifest.get("options") or {})
     try:
         keep = writer.stage_published()
         t0 = time.time()
-        not_applicable = {t: why for t, why in (keep.get("not_applicable") or {}).items() if t in ("module_logits", "examples")}
+        not_applicable = {
+            t: why for t, why in (keep.get("not_applicable") or {}).items() if t in ("module_logits", "examples")
+        }
         if not_applicable:  # no number logits (a digit-splitting model): no phases either
             reason = next(iter(not_applicable.values()))
             keep["not_applicable"] = {**keep["not_applicable"], **{t: reason for t in PHASE_TABLES}}
         else:
             ex = writer.read("examples")
-            frames = phase_tables_from_sample(writer.read("module_logits"), ex, int(manifest["p"]), int(manifest["n_layers"]),
-                                              int((manifest.get("task") or {}).get("dataset_seed", 0)))
+            frames = phase_tables_from_sample(
+                writer.read("module_logits"),
+                ex,
+                int(manifest["p"]),
+                int(manifest["n_layers"]),
+                int((manifest.get("task") or {}).get("dataset_seed", 0)),
+            )
             for t, frame in frames.items():
                 writer.write(t, frame)
             n = int(frames["phase_locking"]["n"].iloc[0])
-            keep["phase_locking"] = {**phase_note(n, len(ex), (manifest.get("task") or {}).get("split", "test")),
-                                     "why": "the model's weights are not here, so only the run's cached sample could be read"}
+            keep["phase_locking"] = {
+                **phase_note(n, len(ex), (manifest.get("task") or {}).get("split", "test")),
+                "why": "the model's weights are not here, so only the run's cached sample could be read",
+            }
             keep["timings"] = {**(keep.get("timings") or {}), "phase_s": round(time.time() - t0, 2)}
         writer.publish(keep)
     finally:
         writer.discard_if_empty()
-    log(f"run {path.name}: phase tables added without the model ({'not applicable' if not_applicable else 'from the cached sample'})")
+    log(
+        f"run {path.name}: phase tables added without the model "
+        f"({'not applicable' if not_applicable else 'from the cached sample'})"
+    )
     return True

@@ -22,21 +22,39 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from core import SCHEMA_VERSION
-from core.runs.ablation_grid import ablation_grid, error_analysis_table
-from core.files import read_json_file
-from core.runs.cache import RunWriter, check_table, run_lock, run_name
-from core.errors import CoreError
+from core.analysis.clusters import embedding_clusters
+from core.analysis.embeddings import spectrum_table
+from core.analysis.filters import unembedding_rank
+from core.analysis.fourier import BASES, check_basis_name, check_tau, fourier_basis
+from core.analysis.kshot import SHOTS, accuracy_by_shots, generation_error_table, generations_table
+from core.analysis.numbers import representation_tables
 from core.analysis.phase import PHASE_VERSION
+from core.errors import CoreError
+from core.files import read_json_file
+from core.models.loading import describe_model, load_model, prompt_texts
+from core.models.names import ModuleNames
+from core.models.source import project_relative, read_recipe_label
+from core.runs.ablation_grid import ablation_grid, error_analysis_table
+from core.runs.cache import RunWriter, check_table, ensure_cache_dir, run_lock, run_name
 from core.runs.measure import measure
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
-from core.analysis.fourier import BASES, check_basis_name, check_tau, fourier_basis
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample, with_shots
+from core.threads import use_threads
+from core.training.train import seed_logs
 
 DEFAULT_TAUS = (5, 10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
 PROMPT_FORMAT = "paper phrasings + ' Answer:'"
-MEASURE_TABLES = ("examples", "layer_accuracy", "module_spectra", "module_spectra_baseline", "module_logits", "final_waves")
+MEASURE_TABLES = (
+    "examples",
+    "layer_accuracy",
+    "module_spectra",
+    "module_spectra_baseline",
+    "module_logits",
+    "final_waves",
+)
 
 
 @dataclass
@@ -78,8 +96,6 @@ def _model_label(opts: PrecomputeOptions, loaded) -> str:
     if opts.label:
         return opts.label
     if loaded.local:
-        from core.models.loading import read_recipe_label
-
         return read_recipe_label(Path(loaded.source)) or Path(loaded.source).name
     return opts.model
 
@@ -110,22 +126,19 @@ def run_identity(opts: PrecomputeOptions, loaded, taus) -> dict:
 def precompute(opts: PrecomputeOptions, log=print) -> Path:
     """Compute and publish a run; returns its folder. Raises CoreError on bad input."""
 
-    from core.runs.cache import ensure_cache_dir
-    from core.models.loading import ModuleNames, load_model
-
     check_basis_name(opts.basis)
     p = number_space(opts.task, opts.max_operand)  # checks the task and max operand before any work
     ensure_cache_dir(opts.cache_dir)
     all_examples = build_examples(opts.task, opts.max_operand, opts.dataset_seed)
     running = running_example_id(opts.task, opts.max_operand)
-    examples = subsample(select_split(all_examples, opts.split), opts.limit, opts.dataset_seed, [running] if running else [])
+    examples = subsample(
+        select_split(all_examples, opts.split), opts.limit, opts.dataset_seed, [running] if running else []
+    )
     pool = select_split(all_examples, "train")
     taus = tuple(sorted(set(opts.taus))) if opts.taus else default_taus(p)
     basis = fourier_basis(p, opts.basis)
     for t in taus:
         check_tau(basis, t)
-
-    from core.threads import use_threads
 
     use_threads(opts.threads)  # sets torch's thread count for this run
     t0 = time.time()
@@ -152,7 +165,9 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
     with run_lock(opts.cache_dir, name, log):
         writer = RunWriter(opts.cache_dir, name, identity, options, recompute=opts.recompute)
         try:
-            return _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, running, label, run_label, options, t0, log)
+            return _precompute_run(
+                opts, loaded, writer, examples, texts, p, basis, taus, running, label, run_label, options, t0, log
+            )
         finally:
             writer.discard_if_empty()  # a staging folder with no finished table is not worth keeping
 
@@ -161,8 +176,6 @@ def model_prompts(loaded, examples, pool, shots: int, seed: int) -> list[str]:
     """The prompts as the model reads them. k-shot examples show their answers exactly as the model
     is scored on them (its number-token convention), so an un-fine-tuned model sees in the prompt
     the very tokens it would emit."""
-    from core.models.loading import prompt_texts
-
     nt = loaded.numbers
     return prompt_texts(loaded, with_shots(examples, pool, shots, seed, lambda n: nt.prompt_suffix + nt.answer_text(n)))
 
@@ -186,71 +199,109 @@ def _check_context(loaded, texts, shots: int) -> None:
         )
 
 
-def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, running, label, run_label, options, t0, log) -> Path:
-    """The stages of `precompute`, run under the run's lock."""
-    import torch
-
-    from core.models.loading import project_relative
-
-    name = writer.name
+def _precompute_run(
+    opts, loaded, writer, examples, texts, p, basis, taus, running, label, run_label, options, t0, log
+) -> Path:
+    """The stages of `precompute`, run under the run's lock: a cached run is upgraded or left alone;
+    otherwise each stage's tables are written unless a resumed staging folder has them already."""
     if writer.exists and not opts.recompute:
-        existing = (read_json_file(writer.final / "manifest.json") or {}).get("options")
-        if existing is not None and existing != json.loads(json.dumps(options)):
-            raise CoreError(
-                f"run {name} is already cached with other options ({_options_text(existing)}); you asked for "
-                f"{_options_text(options)}. Pass --recompute to rebuild it with yours (the old run stays until the new one is complete)."
-            )
-        if _upgrade_run(writer, loaded, p, opts, examples, texts, log):
-            return writer.final
-        if _refresh_training_log(writer, loaded, log):
-            return writer.final
-        log(f"run {name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
-        return writer.final
+        return _keep_cached_run(writer, loaded, p, opts, examples, texts, options, log)
     if writer.resumed:
-        log(f"resuming {name} from its unfinished tables")
-
-    answers = np.array([e.answer for e in examples])
+        log(f"resuming {writer.name} from its unfinished tables")
     timings = {"load_s": round(time.time() - t0, 2), "threads": torch.get_num_threads()}
-    notes = list(opts.extra_notes)
-
     with torch.no_grad():
-        t1 = time.time()
-        if not all(writer.has(t) for t in MEASURE_TABLES):
-            tables = measure(loaded, examples, texts, p, opts, running, log)
-            for t, frame in tables.items():
-                writer.write(t, frame)
-        timings["measurements_s"] = round(time.time() - t1, 2)
-        if not all(writer.has(t) for t in PHASE_TABLES):  # a staging folder from before the phase stage existed
-            t_phase = time.time()
-            for t, frame in phase_tables_from_model(loaded, examples, texts, p, opts.batch_size, opts.dataset_seed,
-                                                    opts.progress).items():
-                writer.write(t, frame)
-            timings["phase_s"] = round(time.time() - t_phase, 2)
-
-        t2 = time.time()
-        if not (writer.has("embedding_spectrum") and writer.has("embedding_clusters")):
-            spectrum, clusters, tied = embedding_tables(loaded, p, opts.dataset_seed)
-            writer.write("embedding_spectrum", spectrum)
-            writer.write("embedding_clusters", clusters)
-            writer.write_json("embeddings.json", {"tied": tied})
-        tied = (writer.read_json("embeddings.json") or {}).get("tied")
-        timings["embeddings_s"] = round(time.time() - t2, 2)
-
-        t_numbers = time.time()
-        if not (writer.has("number_spectrum") and writer.has("number_probes")):
-            _write_number_tables(writer, loaded, p, opts, log)
-        timings["numbers_s"] = round(time.time() - t_numbers, 2)
-
-        t3 = time.time()
-        if not (writer.has("ablations") and writer.has("ablation_errors")):
-            ablations, ablation_errors = ablation_grid(loaded, texts, answers, p, basis, taus, opts, writer, log)
-            writer.write("ablations", ablations)
-            writer.write("ablation_errors", ablation_errors)
-        timings["ablations_s"] = round(time.time() - t3, 2)
+        timings.update(_write_stage_tables(writer, loaded, examples, texts, p, basis, taus, running, opts, log))
 
     examples_frame = writer.read("examples")
     ablations = writer.read("ablations")
     writer.write("error_analysis", error_analysis_table(examples_frame, ablations))
+    training_log = _training_log(loaded)
+    if training_log is not None:
+        writer.write("training_log", training_log)
+    manifest = _run_manifest(opts, loaded, writer, examples, p, taus, running, label, run_label, timings, ablations)
+    path = writer.publish(manifest)
+    log(
+        f"wrote run {writer.name} to {path} (accuracy {manifest['accuracy']:.2%} on {len(examples)} {opts.split} "
+        "examples)"
+    )
+    return path
+
+
+def _keep_cached_run(
+    writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, examples, texts, options: dict, log
+) -> Path:
+    """A run already in the cache: refused when asked with other options, upgraded when its schema or
+    phase version is older, its training log refreshed, else left as it is."""
+    existing = (read_json_file(writer.final / "manifest.json") or {}).get("options")
+    if existing is not None and existing != json.loads(json.dumps(options)):
+        raise CoreError(
+            f"run {writer.name} is already cached with other options ({_options_text(existing)}); you asked for "
+            f"{_options_text(options)}. Pass --recompute to rebuild it with yours (the old run stays until the new "
+            "one is complete)."
+        )
+    if not _upgrade_run(writer, loaded, p, opts, examples, texts, log):
+        if not _refresh_training_log(writer, loaded, log):
+            log(f"run {writer.name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
+    return writer.final
+
+
+def _write_stage_tables(
+    writer: RunWriter, loaded, examples, texts, p: int, basis, taus, running, opts: PrecomputeOptions, log
+) -> dict:
+    """Stages 1-4 (the module docstring), each skipped when the staging folder has its tables; returns
+    the seconds each took."""
+    timings = {}
+    t1 = time.time()
+    if not all(writer.has(t) for t in MEASURE_TABLES):
+        for t, frame in measure(loaded, examples, texts, p, opts, running, log).items():
+            writer.write(t, frame)
+    timings["measurements_s"] = round(time.time() - t1, 2)
+    if not all(writer.has(t) for t in PHASE_TABLES):  # a staging folder from before the phase stage existed
+        t_phase = time.time()
+        for t, frame in phase_tables_from_model(
+            loaded, examples, texts, p, opts.batch_size, opts.dataset_seed, opts.progress
+        ).items():
+            writer.write(t, frame)
+        timings["phase_s"] = round(time.time() - t_phase, 2)
+
+    t2 = time.time()
+    if not (writer.has("embedding_spectrum") and writer.has("embedding_clusters")):
+        spectrum, clusters, tied = embedding_tables(loaded, p, opts.dataset_seed)
+        writer.write("embedding_spectrum", spectrum)
+        writer.write("embedding_clusters", clusters)
+        writer.write_json("embeddings.json", {"tied": tied})
+    timings["embeddings_s"] = round(time.time() - t2, 2)
+
+    t_numbers = time.time()
+    if not (writer.has("number_spectrum") and writer.has("number_probes")):
+        _write_number_tables(writer, loaded, p, opts, log)
+    timings["numbers_s"] = round(time.time() - t_numbers, 2)
+
+    t3 = time.time()
+    if not (writer.has("ablations") and writer.has("ablation_errors")):
+        answers = np.array([e.answer for e in examples])
+        ablations, ablation_errors = ablation_grid(loaded, texts, answers, p, basis, taus, opts, writer, log)
+        writer.write("ablations", ablations)
+        writer.write("ablation_errors", ablation_errors)
+    timings["ablations_s"] = round(time.time() - t3, 2)
+    return timings
+
+
+def _run_manifest(
+    opts: PrecomputeOptions,
+    loaded,
+    writer: RunWriter,
+    examples,
+    p: int,
+    taus,
+    running,
+    label: str,
+    run_label: str,
+    timings: dict,
+    ablations: pd.DataFrame,
+) -> dict:
+    """The manifest of a number-token run: what was measured on what, and the notes a reader needs."""
+    notes = list(opts.extra_notes)
     erased = ablations[ablations["erased"]]
     if len(erased):
         notes.append(
@@ -259,22 +310,13 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
             + (", ..." if len(erased) > 4 else "")
             + ")"
         )
-    training_log = _training_log(loaded)
-    if training_log is not None:
-        writer.write("training_log", training_log)
-
-    from core.models.loading import describe_model
-
-    acc = float(examples_frame["correct"].mean())
-    from core.analysis.filters import unembedding_rank
-
-    manifest = {
+    return {
         "label": label,
         "run_label": run_label,
         "model": {
             **describe_model(loaded),
             "source_as_given": project_relative(Path(loaded.source)) if loaded.local else opts.model,
-            "tied_embeddings": tied,
+            "tied_embeddings": (writer.read_json("embeddings.json") or {}).get("tied"),
         },
         "task": {
             "number_token_convention": loaded.numbers.convention,
@@ -293,22 +335,17 @@ def _precompute_run(opts, loaded, writer, examples, texts, p, basis, taus, runni
         "unembedding_rank": unembedding_rank(loaded.unembed(p)),
         "basis": opts.basis,
         "taus": list(taus),
-        "accuracy": acc,
+        "accuracy": float(writer.read("examples")["correct"].mean()),
         "number_representations": writer.read_json(NUMBERS_JSON),
         "phase_locking": phase_note(len(examples), len(examples), opts.split),
         "display_order": opts.display_order,
         "timings": timings,
         "notes": notes,
     }
-    path = writer.publish(manifest)
-    log(f"wrote run {name} to {path} (accuracy {acc:.2%} on {len(examples)} {opts.split} examples)")
-    return path
 
 
 def embedding_tables(loaded, p: int, seed: int):
     """Spectra of the number rows of the input and output embeddings, and their t-SNE picture."""
-    from core.analysis.embeddings import embedding_clusters, spectrum_table
-
     W_E = loaded.number_embedding(p).cpu().numpy()
     W_U = loaded.unembedding(p).cpu().numpy()
     in_w = loaded.model.get_input_embeddings().weight
@@ -332,8 +369,6 @@ NUMBERS_JSON = "numbers.json"
 
 def _write_number_tables(writer: RunWriter, loaded, n_numbers: int, opts: PrecomputeOptions, log) -> dict:
     """The number-representation tables (`core.analysis.numbers`) of every layer, into the staging folder."""
-    from core.analysis.numbers import representation_tables
-
     spectrum, probes, info = representation_tables(
         loaded, n_numbers, seed=opts.dataset_seed, batch_size=opts.batch_size, log=log, progress=opts.progress
     )
@@ -357,16 +392,15 @@ def _upgrade_run(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, exa
         return False
     keep = writer.stage_published()
     timings = dict(keep.get("timings") or {})
-    import torch
-
     with torch.no_grad():
         if not (writer.has("number_spectrum") and writer.has("number_probes")):
             t0 = time.time()
             keep["number_representations"] = _write_number_tables(writer, loaded, p, opts, log)
             timings["numbers_s"] = round(time.time() - t0, 2)
         t0 = time.time()
-        for t, frame in phase_tables_from_model(loaded, examples, texts, p, opts.batch_size, opts.dataset_seed,
-                                                opts.progress).items():
+        for t, frame in phase_tables_from_model(
+            loaded, examples, texts, p, opts.batch_size, opts.dataset_seed, opts.progress
+        ).items():
             writer.write(t, frame)
         timings["phase_s"] = round(time.time() - t0, 2)
     keep["phase_locking"] = phase_note(len(examples), len(examples), opts.split)
@@ -375,7 +409,10 @@ def _upgrade_run(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, exa
     if fresh is not None:
         writer.write("training_log", fresh)
     writer.publish(keep)
-    log(f"run {writer.name}: at schema {SCHEMA_VERSION}, phase version {PHASE_VERSION} (number and phase tables made where missing or older); nothing else recomputed")
+    log(
+        f"run {writer.name}: at schema {SCHEMA_VERSION}, phase version {PHASE_VERSION} (number and phase tables "
+        "made where missing or older); nothing else recomputed"
+    )
     return True
 
 
@@ -386,27 +423,31 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
     of the p number tokens, which such a model does not have; the manifest's `not_applicable`
     says so, table by table, and the pages show it.
     """
-    import torch
-
-    from core.analysis.kshot import SHOTS, accuracy_by_shots, generation_error_table, generations_table
-    from core.models.loading import describe_model, project_relative
-
     first = loaded.numbers.first_split
     pieces = loaded.numbers.first_split_pieces
     split_text = (
-        f"{first} is read as {len(pieces)} tokens ({' + '.join(repr(x) for x in pieces)})" if first is not None and pieces else
-        f"only {loaded.numbers.P} numbers are single tokens"
+        f"{first} is read as {len(pieces)} tokens ({' + '.join(repr(x) for x in pieces)})"
+        if first is not None and pieces
+        else f"only {loaded.numbers.P} numbers are single tokens"
     )
     reason = (
         f"this model's tokenizer writes numbers as several tokens (only 0..{loaded.numbers.P - 1} are single tokens; "
         f"{split_text}), so an answer is not one of {p} number tokens and there are no number logits to read"
     )
-    not_applicable = {t: reason for t in MEASURE_TABLES + PHASE_TABLES + ("embedding_spectrum", "embedding_clusters", "ablations",
-                                                                          "ablation_errors")}
+    not_applicable = {
+        t: reason
+        for t in MEASURE_TABLES
+        + PHASE_TABLES
+        + ("embedding_spectrum", "embedding_clusters", "ablations", "ablation_errors")
+    }
     shots = tuple(sorted({*SHOTS, opts.shots}))
     pool = select_split(all_examples, "train")
     label = _model_label(opts, loaded)
-    identity = {**run_identity(opts, loaded, ()), "shots": list(shots), "analysis": "digits: number representations, k-shot generation"}
+    identity = {
+        **run_identity(opts, loaded, ()),
+        "shots": list(shots),
+        "analysis": "digits: number representations, k-shot generation",
+    }
     run_label = f"{label} {opts.task} {opts.split} k-shot"
     name = run_name(run_label, identity)
     options = {"shots": list(shots), "n_numbers": p}
@@ -424,8 +465,19 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
                 timings["numbers_s"] = round(time.time() - t1, 2)
                 t2 = time.time()
                 if not writer.has("generations"):
-                    writer.write("generations", generations_table(loaded, examples, pool, shots, opts.dataset_seed,
-                                                                  min(opts.batch_size, 16), log, opts.progress))
+                    writer.write(
+                        "generations",
+                        generations_table(
+                            loaded,
+                            examples,
+                            pool,
+                            shots,
+                            opts.dataset_seed,
+                            min(opts.batch_size, 16),
+                            log,
+                            opts.progress,
+                        ),
+                    )
                 timings["generation_s"] = round(time.time() - t2, 2)
             generations = writer.read("generations")
             writer.write("error_analysis", generation_error_table(generations))
@@ -433,10 +485,19 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
             manifest = {
                 "label": label,
                 "run_label": run_label,
-                "model": {**describe_model(loaded), "source_as_given": project_relative(Path(loaded.source)) if loaded.local else opts.model},
+                "model": {
+                    **describe_model(loaded),
+                    "source_as_given": project_relative(Path(loaded.source)) if loaded.local else opts.model,
+                },
                 "task": {
-                    "task": opts.task, "max_operand": opts.max_operand, "p": p, "split": opts.split, "shots": max(shots),
-                    "shots_compared": list(shots), "n_examples": len(examples), "dataset_seed": opts.dataset_seed,
+                    "task": opts.task,
+                    "max_operand": opts.max_operand,
+                    "p": p,
+                    "split": opts.split,
+                    "shots": max(shots),
+                    "shots_compared": list(shots),
+                    "n_examples": len(examples),
+                    "dataset_seed": opts.dataset_seed,
                     "running_example_id": running_example_id(opts.task, opts.max_operand),
                 },
                 "p": p,
@@ -454,7 +515,10 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
                 "notes": list(opts.extra_notes),
             }
             path = writer.publish(manifest)
-            log(f"wrote run {name} to {path} ({', '.join(f'{k}-shot {v:.1%}' for k, v in by_shots.items())} on {len(examples)} {opts.split} examples)")
+            log(
+                f"wrote run {name} to {path} ({', '.join(f'{k}-shot {v:.1%}' for k, v in by_shots.items())} "
+                f"on {len(examples)} {opts.split} examples)"
+            )
             return path
         finally:
             writer.discard_if_empty()
@@ -479,8 +543,6 @@ def _training_log(loaded):
     """A project-trained model ships its training log (and its extra seeds') beside its weights."""
     if not loaded.local:
         return None
-    from core.training.train import seed_logs
-
     frame = seed_logs(Path(loaded.source))
     if frame is None:
         return None
