@@ -24,7 +24,8 @@ from core.models.loading import load_model
 from core.models.source import fingerprint_folder
 from core.runs.ablation_grid import filter_key
 from core.threads import use_threads
-from core.training.delta import DELTA_FILE, rebuild_hint, retrain_commands
+from core.training.delta import rebuild_hint
+from core.training.stages import DELTA_FILE, retrain_commands
 
 MAX_LIVE_PARAMS = 150_000_000
 #: Memory kept for the prompts' prefix key/value caches of a live model (the next filter skips the prefix).

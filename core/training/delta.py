@@ -6,7 +6,7 @@ writes an ordinary model folder. The merge is W + (alpha / r) sum_k outer(B[:, k
 float64 in a fixed order with elementwise numpy operations (no BLAS, whose rounding varies with the
 processor), then rounded once to the base's float32, so it gives the same bits on any machine; the
 digest of the rebuilt weights is stored in the delta and checked. The delta also says which stage
-it continues (`earlier_stage`), so what must be retrained first can be named (`retrain_commands`).
+it continues (read by `core.training.stages`, which names what must be retrained first).
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from core.models.parts import find_parts
 from core.models.source import read_provenance
 from core.training.checkpoint import unique_tensors
 from core.training.stages import DELTA_FILE
-from core.training.stages import earlier_stage as earlier_stage  # re-exported: its home is core.training.stages
-from core.training.stages import retrain_commands as retrain_commands  # re-exported, as earlier_stage
 
 NUMBER_TOKEN = " {n}"  # the added token of n: its text, with the leading space (GPT-2's convention)
 DELTA_FORMAT = "number-rows+lora/1"
