@@ -336,7 +336,7 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     assert folder is None and ("`python -m core train --recipe tiny-trained --device cuda` on a GPU, then "
                                "`python -m core train --recipe tiny-later` rebuild them") in why
     (copy / "delta.safetensors").write_bytes(b"")  # the earlier stage's delta is here: only this stage is retrained
-    from core.training.delta import retrain_commands
+    from core.training.stages import retrain_commands
 
     assert retrain_commands(later) == [("python -m core train --recipe tiny-later", False)]
     # outside the models folder

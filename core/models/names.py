@@ -1,8 +1,8 @@
 """The names of what the analysis captures and filters, defined once, and where a model keeps those parts.
 
-Three activations are read at the answer position, for every layer l (docs/method.md, "Residual
-stream and logit lens"); their names are the keys of a capture, the `kind`/`module` column of the
-tables and the modules a filter acts on. Each has its TransformerLens hook name beside it:
+Three activations are read at the answer position, for every layer l
+(docs/method.md#residual-stream-and-logit-lens); their names are the keys of a capture, the `kind`/`module`
+column of the tables and the modules a filter acts on. Each has its TransformerLens hook name beside it:
 
     RESID  "resid"  h(l): l = 0 the embedding output, l = 1..L the output of block l
                     (TransformerLens blocks.{l}.hook_resid_pre, and blocks.{L-1}.hook_resid_post for l = L)

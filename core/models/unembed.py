@@ -1,5 +1,5 @@
-"""How a model turns a residual-stream vector into logits over the number tokens (docs/method.md, "Residual
-stream and logit lens").
+"""How a model turns a residual-stream vector into logits over the number tokens
+(docs/method.md#residual-stream-and-logit-lens).
 
 `Unembed` holds the final norm, the number tokens' unembedding rows, the lm_head bias and the
 logit transforms some models apply after lm_head (a constant scale, soft-capping), so the logit
