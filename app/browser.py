@@ -2,7 +2,7 @@
 
 `serve` starts `streamlit run app/main.py` on a free local port; `visit` opens one page, waits until Streamlit
 has finished running, and reports the page's title, its number of charts and any error; `upload` feeds a file
-to a page's uploader. Used by the browser test (tests/test_browser.py), the screenshot script
+to a page's uploader. Used by the browser test (tests/app/test_browser.py), the screenshot script
 (scripts/browser.py) and the cold-start benchmark (scripts/bench_app.py). Needs playwright and Chromium.
 """
 

@@ -24,9 +24,10 @@ import vl_convert as vlc
 from app.shared import vega_spec
 from app.state import View, cache_dir, current_view, large
 from core.claims import registry
-from core.claims.registry import PAPER_SHORT, run_origin
+from core.claims.features import claim_training
+from core.claims.registry import PAPER_SHORT
 from core.runs import cache as run_cache
-from core.runs.origin import fine_tuning_text
+from core.runs.origin import fine_tuning_text, run_origin
 from core.runs.reader import RunReader, Table, read_run_table
 from core.runs.summaries import sampled_examples
 
@@ -156,7 +157,7 @@ def run_claims(run: RunReader) -> dict:
 
 @st.cache_resource(show_spinner=False, max_entries=16)
 def _training_claim(cache: str, names: tuple[str, ...], created: tuple[str, ...], _runs: list[RunReader]):
-    return registry.claim_training(_runs)
+    return claim_training(_runs)
 
 
 def training_claim(runs: list[RunReader]):
@@ -188,7 +189,7 @@ def training_logs(split: str) -> dict[str, pd.DataFrame]:
 
 def fine_tuned_training(split: str) -> list[tuple[str, dict, pd.DataFrame]]:
     """(label, manifest, training log) of every valid run of `split` whose model is a real
-    pre-trained model fine-tuned here (`core.training.finetune`), for `summaries.fine_tuning_stages`."""
+    pre-trained model fine-tuned here (`core.training.finetune`), for `training_summaries.fine_tuning_stages`."""
     return [
         (r.manifest.get("label", r.label), r.manifest, r.table(Table.TRAINING_LOG)) for r in _trained_runs(split, True)
     ]

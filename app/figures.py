@@ -9,17 +9,11 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from app.chart_style import ANSWER_COLOUR, MODULE_COLOURS, PCT_AXIS, PCT_SCALE, k_axis
 from app.common import styled
 from app.shared import share_figures
 from core.runs import summaries
 from core.runs.reader import RunReader, Table
-
-ANSWER_COLOUR = "#d62728"
-#: Shares 0..100%: the domain has a little room beyond both ends, so a line or point at 0% or 100%
-#: is drawn whole inside the plot instead of overshooting its frame; ticks stay at round values.
-PCT_SCALE = alt.Scale(domain=[-0.03, 1.03], nice=False)
-PCT_AXIS = alt.Axis(format="%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0])
-MODULE_COLOURS = alt.Scale(domain=["Attention", "MLP"], range=["#1f77b4", "#ff7f0e"])
 
 
 def accuracy_by_layer(run: RunReader, final_norm: bool):
@@ -244,7 +238,7 @@ def layer_spectrum(run: RunReader, basis: str, module: str, layer: int, tau: int
     )
     k_max = run.basis(basis).k_max
     base = alt.Chart(data).encode(
-        x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max))
+        x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=k_axis(k_max))
     )
     bars = base.mark_bar(width=2).encode(
         y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
@@ -373,232 +367,6 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
     return styled(chart, title), data, caption
 
 
-def embedding_spectrum(run: RunReader, basis: str, matrix: str):
-    data = summaries.embedding_outliers(run.table(Table.EMBEDDING_SPECTRUM), basis, matrix)
-    k_max = run.basis(basis).k_max
-    base = alt.Chart(data).encode(
-        x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max))
-    )
-    bars = base.mark_bar(width=3, color="#1f77b4").encode(
-        y=alt.Y("magnitude:Q", title="magnitude", scale=alt.Scale(domainMax=float(data["magnitude"].max()) * 1.15)),
-        tooltip=[
-            "k",
-            alt.Tooltip("period:Q", format=".3g", title="period T"),
-            alt.Tooltip("magnitude:Q", format=".3f"),
-            "outlier",
-        ],
-    )
-    null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_threshold:Q")
-    labels = _period_labels(base)
-    side = "input rows W_E" if matrix == "input" else "unembedding rows W_U"
-    caption = (
-        "Bars above the dashed line are outliers, labelled with their period T: the line is the level that the same "
-        "spectrum with the numbers shuffled passes anywhere in only 5% of 1,000 shuffles. Pre-trained models show T = "
-        "2, 2.5, 5, 10."
-    )
-    return styled(bars + null + labels, f"Spectrum of the numbers' {side} — {run.label}"), data, caption
-
-
-def _k_axis(k_max: int) -> alt.Axis:
-    """Frequency ticks far enough apart to stay readable at a projector's width and type size."""
-    step = 50 if k_max > 150 else 20 if k_max > 60 else 10 if k_max > 20 else 2
-    return alt.Axis(values=list(range(0, int(k_max) + 1, step)), labelAngle=0)
-
-
-def number_spectrum(run: RunReader, basis: str, layer: int):
-    """Spectrum of the numbers' representations at one layer, against the shuffled-numbers threshold."""
-    data = summaries.number_spectrum_at(run.table(Table.NUMBER_SPECTRUM), layer, basis)
-    k_max = int(data["k"].max())
-    base = alt.Chart(data).encode(
-        x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=_k_axis(k_max))
-    )
-    bars = base.mark_bar(width=3, color="#1f77b4").encode(
-        y=alt.Y("magnitude:Q", title="magnitude", scale=alt.Scale(domainMax=float(data["magnitude"].max()) * 1.15)),
-        tooltip=[
-            "k",
-            alt.Tooltip("period:Q", format=".3g", title="period T"),
-            alt.Tooltip("magnitude:Q", format=".3f"),
-            "outlier",
-        ],
-    )
-    null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_threshold:Q")
-    labels = _period_labels(base)
-    where = "the embedding of the last token" if layer == 0 else f"the residual stream after block {layer}"
-    n = run.number_representations.get("n_numbers", run.p)
-    caption = (
-        f"Numbers 0..{n - 1} at layer {layer} ({where}): bars above the dashed line stand out from the same spectrum "
-        "with the numbers shuffled (passed anywhere by only 5% of 1,000 shuffles); labels give the period T."
-    )
-    if layer == 0 and run.number_representations.get("single_token") is False:
-        caption += (
-            " With digit tokens, layer 0 depends on the last digit alone: periods 10, 5, 3.3, 2.5, 2 by construction."
-        )
-    return styled(bars + null + labels, f"Spectrum of the numbers at layer {layer} — {run.label}"), data, caption
-
-
-def _period_labels(base: alt.Chart) -> alt.LayerChart:
-    """Period labels over the labelled bars; those near an end of the axis aligned to it, so none is cut."""
-    text = dict(dy=-8, fontWeight="bold")
-    layers = [
-        base.transform_filter(f"datum.edge == '{edge}'")
-        .mark_text(align=align, dx=dx, **text)
-        .encode(y="magnitude:Q", text="label:N")
-        for edge, align, dx in (("", "center", 0), ("right", "right", 4), ("left", "left", -4))
-    ]
-    return alt.layer(*layers)
-
-
-PROBE_COLOURS = alt.Scale(
-    domain=["n mod 2", "n mod 5", "n mod 10", "n mod 100", "n mod 3 (control)", "n mod 7 (control)"],
-    range=["#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#bdbdbd", "#7f7f7f"],
-)
-
-
-def probe_kappa(run: RunReader, layer: int | None = None):
-    """Cohen's kappa of the linear probes by layer, the paper's moduli in colour, the controls grey and dashed."""
-    data = summaries.probe_curves(run.table(Table.NUMBER_PROBES))
-    base = alt.Chart(data).encode(
-        x=alt.X("layer:Q", title="layer (0 = embedding)", axis=alt.Axis(tickMinStep=1)),
-        color=alt.Color(
-            "series:N",
-            title="probe reads",
-            scale=PROBE_COLOURS,
-            legend=alt.Legend(orient="right", labelLimit=0, symbolOpacity=1, symbolType="circle"),
-        ),
-    )
-    band = base.mark_area(opacity=0.15).encode(
-        y=alt.Y("low:Q", title="Cohen's kappa (held-out numbers)", scale=alt.Scale(domain=[-0.6, 1.05], nice=False)),
-        y2="high:Q",
-    )
-    line = base.mark_line(point=alt.OverlayMarkDef(size=30)).encode(
-        y="kappa_mean:Q",
-        strokeDash=alt.StrokeDash(
-            "kind:N", scale=alt.Scale(domain=["paper period", "control"], range=[[1, 0], [5, 3]]), legend=None
-        ),
-        tooltip=[
-            "series",
-            "layer",
-            alt.Tooltip("kappa_mean:Q", format=".2f", title="kappa"),
-            alt.Tooltip("kappa_sd:Q", format=".2f", title="sd"),
-        ],
-    )
-    zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="black", opacity=0.4).encode(y="y:Q")
-    layers = [band, line, zero]
-    if layer is not None:
-        layers.append(
-            alt.Chart(pd.DataFrame({"layer": [layer]})).mark_rule(color="black", strokeDash=[2, 2]).encode(x="layer:Q")
-        )
-    caption = (
-        "Kappa 1: a linear probe reads n mod T perfectly on numbers it never saw; 0: chance. Controls (grey, dashed): "
-        "below 0 means the nearest numbers in this representation (n±10, n±100) never share n's remainder."
-    )
-    return styled(alt.layer(*layers), f"Linear probes by layer — {run.label}", height=340), data, caption
-
-
-def embedding_map(run: RunReader, matrix: str, colour: str):
-    data = run.table(Table.EMBEDDING_CLUSTERS)
-    data = data[data["matrix"] == matrix]
-    enc = (
-        alt.Color("number:Q", title="number", scale=alt.Scale(scheme="viridis"))
-        if colour == "magnitude"
-        else alt.Color("last_digit:N", title="last digit", scale=alt.Scale(scheme="category10"))
-    )
-    chart = (
-        alt.Chart(data)
-        .mark_circle(size=28, opacity=0.8)
-        .encode(
-            x=alt.X("x:Q", title="t-SNE 1 (no unit)", axis=alt.Axis(labels=False)),
-            y=alt.Y("y:Q", title="t-SNE 2 (no unit)", axis=alt.Axis(labels=False)),
-            color=enc,
-            tooltip=["number", "last_digit", "cluster"],
-        )
-    )
-    what = "size of the number" if colour == "magnitude" else "last digit"
-    caption = (
-        f"Each dot is one number's embedding, coloured by its {what}: neighbouring colours mean the embedding encodes "
-        "it."
-    )
-    return styled(chart, f"t-SNE of number embeddings by {what} — {run.label}", height=300), data, caption
-
-
-def training_curves(curves: pd.DataFrame, split: str):
-    base = alt.Chart(curves).encode(
-        x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1)),
-        color=alt.Color(
-            "run:N",
-            title="model",
-            legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolOpacity=1),
-        ),
-    )
-    band = base.mark_area(opacity=0.2).encode(
-        y=alt.Y("low:Q", title=f"{split} accuracy", axis=PCT_AXIS, scale=PCT_SCALE), y2="high:Q"
-    )
-    line = base.mark_line(point=True).encode(
-        y="mean:Q",
-        tooltip=[
-            "run",
-            "epoch",
-            alt.Tooltip("mean:Q", format=".1%"),
-            alt.Tooltip("low:Q", format=".1%"),
-            alt.Tooltip("high:Q", format=".1%"),
-            "seeds",
-        ],
-    )
-    caption = (
-        "Lines: mean over seeds; shaded: lowest to highest seed. Compare how fast and how high each model gets "
-        "(the paper's figure 7b: frozen pre-trained embeddings 100%, from scratch 53.95%)."
-    )
-    return styled(band + line, f"{split.capitalize()} accuracy during training", height=430), curves, caption
-
-
-def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
-    """Accuracy epoch by epoch over the stages of a fine-tuning, end to end, with the paper's figure as a rule."""
-    line = (
-        alt.Chart(stages)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X(
-                "epoch:Q",
-                title="epoch (counted from the pre-trained model, over all stages)",
-                axis=alt.Axis(tickMinStep=1),
-            ),
-            y=alt.Y("accuracy:Q", title=f"{split} accuracy", axis=PCT_AXIS, scale=PCT_SCALE),
-            color=alt.Color(
-                "run:N",
-                title="stage",
-                sort=alt.SortField("stage"),
-                legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0),
-            ),
-            tooltip=[
-                "run",
-                "stage",
-                "epoch",
-                "stage_epoch",
-                "device",
-                alt.Tooltip("accuracy:Q", format=".2%"),
-                alt.Tooltip("loss:Q", format=".3f"),
-            ],
-        )
-    )
-    paper = pd.DataFrame(
-        {"accuracy": [paper_accuracy], "what": [f"paper: GPT-2-XL fine-tuned, {paper_accuracy:.2%} test"]}
-    )
-    rule = alt.Chart(paper).mark_rule(strokeDash=[6, 3], color="gray").encode(y="accuracy:Q")
-    text = (
-        alt.Chart(paper)
-        .mark_text(align="left", dx=4, dy=-7, color="gray")
-        .encode(y="accuracy:Q", x=alt.value(0), text="what:N")
-    )
-    caption = (
-        "Each stage starts from the delta the stage before it wrote (a full fine-tuning's change is cut to low rank "
-        "there, "
-        "which can cost accuracy, so a stage may start below where the one before ended); see how much each stage "
-        "adds and "
-        "how far the last one is from the paper's dashed line."
-    )
-    return styled(line + rule + text, f"Fine-tuning stage by stage: {split} accuracy", height=380), stages, caption
-
-
 def top_periods_bars(run: RunReader, basis: str, last_layers: int = 15, top: int = 6):
     """MLP and attention side by side at the periods either of them carries most (mean over the last
     layers), as grouped bars: readable on a projector, unlike a heatmap of 260 thin columns."""
@@ -626,36 +394,6 @@ def top_periods_bars(run: RunReader, basis: str, last_layers: int = 15, top: int
         "the size."
     )
     return styled(chart, f"Strongest periods, MLP vs attention — {run.label}", height=280), data, caption
-
-
-def embedding_top_frequencies(run: RunReader, basis: str, matrix: str = "input", top: int = 10):
-    """The strongest frequencies of the number embeddings as bars, with the null model's threshold."""
-    data = summaries.strongest_embedding_frequencies(run.table(Table.EMBEDDING_SPECTRUM), basis, matrix, top)
-    base = alt.Chart(data).encode(
-        x=alt.X("period T:N", title="period T (numbers), strongest first", sort=None, axis=alt.Axis(labelAngle=0))
-    )
-    bars = base.mark_bar().encode(
-        y=alt.Y("magnitude:Q", title="magnitude"),
-        color=alt.Color(
-            "outlier:N",
-            title=None,
-            scale=alt.Scale(domain=["above the shuffled threshold", "within chance"], range=["#d62728", "#9e9e9e"]),
-            legend=alt.Legend(orient="top", labelLimit=0),
-        ),
-        tooltip=[
-            "k",
-            alt.Tooltip("period:Q", format=".3g"),
-            alt.Tooltip("magnitude:Q", format=".3f"),
-            alt.Tooltip("null_threshold:Q", format=".3f"),
-        ],
-    )
-    ticks = base.mark_tick(color="black", thickness=3).encode(y="null_threshold:Q")
-    caption = (
-        f"The {top} strongest frequencies of the number rows; black ticks: the level shuffled numbers pass anywhere "
-        "in only "
-        "5% of 1,000 shuffles. Red bars stand above it."
-    )
-    return styled(bars + ticks, f"Strongest periods of the number embeddings — {run.label}", height=330), data, caption
 
 
 def table1_bars(run: RunReader, tau: int):

@@ -3,12 +3,13 @@
 A class that opens the same link asks for the same figures. Building an Altair chart (every
 channel is validated against the Vega-Lite schema) and converting it to the spec Streamlit sends
 cost most of a rerun, and they are the same for every session. So each figure function of
-`app.figures` is wrapped by `shared_figure`: its result is kept in one `st.cache_resource` per
+`app.figures` (and `app.number_figures`, `app.training_figures`, `app.phase_figure`) is wrapped by
+`shared_figure`: its result is kept in one `st.cache_resource` per
 server process, keyed by the function, its arguments (a run by its cache folder, name and
 creation time, so a rebuilt run is drawn afresh) and presentation mode (which changes font
 sizes), together with the chart already converted to Streamlit's Vega-Lite spec. `vega_spec`
 hands that spec to `st.vega_lite_chart`, which then writes exactly the element `st.altair_chart`
-would have written (tests/test_shared.py compares them byte for byte).
+would have written (tests/app/test_shared.py compares them byte for byte).
 
 Shared objects are read-only: a figure's DataFrames are handed out as shallow copies (pandas
 copies on write, so a page that changes one changes its own copy), and a chart is never changed

@@ -57,12 +57,12 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     import numpy as np
     import torch
 
-    from core.models.capture import forward_batch, iter_capture, prepare_batches
     from core.analysis.ablations import Condition
     from core.analysis.evaluation import evaluate, evaluate_conditions
     from core.analysis.filter_hooks import filtered
     from core.analysis.filters import high_pass
     from core.analysis.fourier import fourier_basis
+    from core.models.capture import forward_batch, iter_capture, prepare_batches
     from core.models.loading import prompt_texts
     from core.runs.ablation_grid import ablation_specs, build_filters, filter_key
     from core.tasks import build_examples, select_split
@@ -75,7 +75,9 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     W_U = lm.unembedding(p)
     all_specs = ablation_specs(basis, TAUS)
     filters = build_filters(all_specs, W_U, basis)
-    all_conditions = [Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in all_specs]
+    all_conditions = [
+        Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in all_specs
+    ]
     specs = ablation_specs(basis, TAUS, controls=False)
     conditions = [Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in specs]
     n_distinct = len({filter_key(s) for s in specs}) - 1
@@ -109,6 +111,7 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
         jobs["full recompute (3 conditions)"] = full_recompute_3
     cores = torch.get_num_threads()
     if compare_threads:
+
         def plain_1_thread():
             torch.set_num_threads(1)
             try:
@@ -122,7 +125,8 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     base = med["plain"]
     ideal = 1 + len(conditions) / mean_tokens
     print(
-        f"\n{name}: {lm.n_layers} layers, width {lm.width}; {len(texts)} prompts of {mean_tokens:.1f} tokens on average, "
+        f"\n{name}: {lm.n_layers} layers, width {lm.width}; "
+        f"{len(texts)} prompts of {mean_tokens:.1f} tokens on average, "
         f"batch {batch_size}; torch threads {cores}; {rounds} interleaved rounds, medians"
     )
     for k, v in med.items():
@@ -130,7 +134,8 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     print(f"  capture / plain                  {med['capture'] / base:.3f}x   (target <= 1.15x)")
     print(f"  ablated / plain                  {med['ablated'] / base:.3f}x   (target <= 1.30x)")
     print(
-        f"  grid of {len(conditions)} conditions ({n_distinct} distinct filters): {med['grid'] / base:.2f} plain passes; "
+        f"  grid of {len(conditions)} conditions ({n_distinct} distinct filters): "
+        f"{med['grid'] / base:.2f} plain passes; "
         f"ideal 1 + {len(conditions)}/{mean_tokens:.1f} = {ideal:.2f}"
     )
     print(
@@ -163,21 +168,24 @@ def agreement(lm, texts, answers, p, conditions, batch_size) -> None:
         worst_loss = max(worst_loss, float(np.abs(losses - ev.losses).max()))
     print(
         f"  agreement with the full recompute over all {len(conditions)} conditions x {len(texts)} prompts: "
-        f"{differ} predictions differ{' (' + '; '.join(near) + ')' if near else ''}; largest loss difference {worst_loss:.1e}"
+        f"{differ} predictions differ{' (' + '; '.join(near) + ')' if near else ''}; "
+        f"largest loss difference {worst_loss:.1e}"
     )
 
 
 def bench_live(lm, rounds: int) -> None:
     import pandas as pd
 
-    from core.models.capture import forward_batch, prepare_batches
     from core.analysis.ablations import Ablation
-    from core.runs.live_ablation import live_ablation
+    from core.models.capture import forward_batch, prepare_batches
     from core.models.loading import prompt_texts
+    from core.runs.live_ablation import live_ablation
     from core.tasks import build_examples, select_split
 
     examples = select_split(build_examples("addition", 260), "test")
-    frame = pd.DataFrame({"prompt": prompt_texts(lm, [e.prompt for e in examples]), "answer": [e.answer for e in examples]})
+    frame = pd.DataFrame(
+        {"prompt": prompt_texts(lm, [e.prompt for e in examples]), "answer": [e.answer for e in examples]}
+    )
     lm.extra.pop("prefix_cache", None)
     t = time.perf_counter()
     first = live_ablation(lm, frame, 521, "paper", Ablation("mlp", "low", 50), threads="auto")
@@ -192,7 +200,8 @@ def bench_live(lm, rounds: int) -> None:
         forward_batch(lm, b)
     plain_s = time.perf_counter() - t
     print(
-        f"\nlive filter on the demo model, {len(frame)} prompts, {first.extra['threads']} thread(s): first filter {first_s:.2f} s "
+        f"\nlive filter on the demo model, {len(frame)} prompts, {first.extra['threads']} thread(s): "
+        f"first filter {first_s:.2f} s "
         f"(prefixes computed), next filters median {statistics.median(later):.2f} s (prefixes kept); "
         f"a plain forward pass over the same prompts {plain_s:.2f} s"
     )
@@ -207,7 +216,9 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-large", action="store_true", help="only the demo model")
     ap.add_argument("--only-large", action="store_true", help="only the 12-layer model")
     ap.add_argument("--live", action="store_true", help="only the live filter on the demo model")
-    ap.add_argument("--prompts", type=int, default=None, help="prompts for the demo model (default 1,024; large: a quarter)")
+    ap.add_argument(
+        "--prompts", type=int, default=None, help="prompts for the demo model (default 1,024; large: a quarter)"
+    )
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5 demo, 3 large)")
     args = ap.parse_args(argv)
 
@@ -227,13 +238,23 @@ def main(argv=None) -> int:
         return 0
     if not args.only_large:
         rounds = args.rounds or (2 if args.quick else 5)
-        bench_model("demo model (models/fourier-frozen)", load_model(str(demo)), prompts, 64, rounds, args.full, args.compare_threads)
+        bench_model(
+            "demo model (models/fourier-frozen)",
+            load_model(str(demo)),
+            prompts,
+            64,
+            rounds,
+            args.full,
+            args.compare_threads,
+        )
     if not args.skip_large:
         with tempfile.TemporaryDirectory() as tmp:
             save_random_model(tmp, "gpt2", n_layers=12, width=768, heads=12, max_number=600)
             big = load_model(tmp)
         rounds = args.rounds or (1 if args.quick else 3)
-        bench_model("gpt2-12x768 (random init)", big, max(64, prompts // 4), 64, rounds, args.full, args.compare_threads)
+        bench_model(
+            "gpt2-12x768 (random init)", big, max(64, prompts // 4), 64, rounds, args.full, args.compare_threads
+        )
     return 0
 
 

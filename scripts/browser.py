@@ -1,13 +1,14 @@
 """Open the dashboard in a real browser (Debian's Chromium, headless) and screenshot every page.
 
-    .venv/bin/python scripts/browser.py [--cache-dir cache] [--out docs/screenshots] [--large] [--size 1024x768] [--tour]
+    .venv/bin/python scripts/browser.py [--cache-dir cache] [--out docs/screenshots] [--large] [--size 1024x768]
+                                        [--tour]
 
 --size sets the browser window (default 1400x2600, the whole page); at 1024x768 the screenshot is
 what a projector shows without scrolling. --tour screenshots each Tour step instead of each page.
 
 Starts `streamlit run app/main.py` on a free local port, visits each page, waits until Streamlit
 has finished running, checks that the page shows its title, at least one chart and no error, and
-saves a PNG per page. The browser test (tests/test_browser.py) uses the same functions (app/browser.py).
+saves a PNG per page. The browser test (tests/app/test_browser.py) uses the same functions (app/browser.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ def main(argv=None) -> int:
     width, height = (int(x) for x in args.size.lower().split("x"))
     query = "&".join(q for q in (args.query, "large=1" if args.large else "") if q)
     suffix = ("-large" if args.large else "") + ("" if args.size == "1400x2600" else f"-{width}x{height}")
-    targets = {f"tour-step-{i}": ("", f"step={i}") for i in range(1, 9)} if args.tour else {n: (p, "") for n, p in PAGES.items()}
+    targets = (
+        {f"tour-step-{i}": ("", f"step={i}") for i in range(1, 9)}
+        if args.tour
+        else {n: (p, "") for n, p in PAGES.items()}
+    )
     bad = 0
     with serve(args.cache_dir) as base, browser() as b:
         for name, (path, extra) in targets.items():

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.local_server import ROOT, free_port, port_free, streamlit_command, wait_healthy
+
 MAX_SESSIONS = 200
 LOCAL_HOSTS = ("localhost", "::1")
 #: The shared link every session opens: the Tour (the default page) at step 2, the demo's default cutoff.
@@ -75,7 +76,6 @@ class Session:
 
     async def run(self) -> None:
         import websockets
-
         from streamlit.proto.BackMsg_pb2 import BackMsg
 
         t0 = time.perf_counter()
@@ -249,7 +249,6 @@ def warm(base: str, timeout: float = 120.0) -> list[str]:
     async def once():
         s = Session(base, random.Random(0), (0.0, 0.0), timeout)
         import websockets
-
         from streamlit.proto.BackMsg_pb2 import BackMsg
 
         try:
@@ -318,7 +317,9 @@ def rss_bytes(pids: list[int]) -> int:
 def cpu_seconds(pids: list[int]) -> float:
     """CPU time (user + system) the server's processes have used so far."""
     fields = lambda text: text.rsplit(")", 1)[1].split()  # noqa: E731 (after the command name, which may hold spaces)
-    return _proc_sum(pids, "stat", lambda text: int(fields(text)[11]) + int(fields(text)[12])) / os.sysconf("SC_CLK_TCK")
+    return _proc_sum(pids, "stat", lambda text: int(fields(text)[11]) + int(fields(text)[12])) / os.sysconf(
+        "SC_CLK_TCK"
+    )
 
 
 def pct(values: list[float], q: float) -> float:

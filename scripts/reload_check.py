@@ -31,7 +31,10 @@ def cached_run(folder: Path) -> str:
 
     for m in sorted((ROOT / "cache").glob("*/manifest.json")):
         data = json.loads(m.read_text())
-        if where(data.get("model", {}).get("source", "")) == folder.resolve() and data.get("task", {}).get("split") == "test":
+        if (
+            where(data.get("model", {}).get("source", "")) == folder.resolve()
+            and data.get("task", {}).get("split") == "test"
+        ):
             return m.parent.name
     sys.exit(f"no cached run of the test split was computed from {folder}; name it with --run")
 
@@ -65,8 +68,11 @@ def main() -> None:
     said = pd.Series([w.strip() for w in words])
     right = int((said == examples["answer"].astype(str)).sum())
     cached = int(examples["correct"].sum())
-    print(f"{folder}: {right} of {len(examples)} right ({right / len(examples):.2%}) on reload in {time.time() - t0:.0f}s; "
-          f"cached run {run}: {cached} ({cached / len(examples):.2%}) -> {'same' if right == cached else 'DIFFERENT'}")
+    print(
+        f"{folder}: {right} of {len(examples)} right ({right / len(examples):.2%}) "
+        f"on reload in {time.time() - t0:.0f}s; "
+        f"cached run {run}: {cached} ({cached / len(examples):.2%}) -> {'same' if right == cached else 'DIFFERENT'}"
+    )
     sys.exit(0 if right == cached else 1)
 
 

@@ -13,10 +13,21 @@ import argparse
 import contextlib
 import functools
 import io
+import json
 import sys
 from pathlib import Path
 
-from core.paper import TABLE1_TAU
+import pandas as pd
+
+from core.analysis.embeddings import top_periods
+from core.analysis.kshot import generation_error_table
+from core.claims import registry
+from core.claims.features import claim_training
+from core.models.source import project_path
+from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2, TABLE1_GPT2_XL, TABLE1_TAU
+from core.runs import summaries, training_summaries
+from core.runs.cache import list_runs
+from core.runs.origin import run_origin
 from core.runs.reader import RunReader, Table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,12 +71,7 @@ def main(argv=None) -> int:
 
 def document(cache_dir: str, tau: int) -> int:
     """Print the document's body (markdown); 1 when there is no run to print."""
-    import pandas as pd
 
-    from core.analysis.embeddings import top_periods
-    from core.paper import TABLE1_GPT2_XL
-    from core.runs import summaries
-    from core.runs.cache import list_runs
 
     every = [r for r in list_runs(cache_dir, deep=True) if r.ok]
     every.sort(key=lambda r: (r.manifest.get("display_order", 100), r.label))
@@ -129,7 +135,7 @@ def document(cache_dir: str, tau: int) -> int:
     for r in runs:
         if "training_log" in (r.manifest.get("tables") or {}):
             log = run_of(cache_dir, r.name).table(Table.TRAINING_LOG)
-            curves = summaries.training_curves({r.label: log}, "val")
+            curves = training_summaries.training_curves({r.label: log}, "val")
             last = curves.sort_values("epoch").groupby("run").tail(1)
             for _, row in last.iterrows():
                 secs = log[(log["width"] == row["width"])].groupby("seed")["seconds"].max()
@@ -144,7 +150,6 @@ def document(cache_dir: str, tau: int) -> int:
 def training_section(cache_dir: str, runs) -> None:
     """Validation accuracy by epoch of every run with a training log: mean over seeds, and the
     lowest and highest seed, per width."""
-    from core.runs import summaries
 
     logs = {
         r.label: run_of(cache_dir, r.name).table(Table.TRAINING_LOG)
@@ -153,7 +158,7 @@ def training_section(cache_dir: str, runs) -> None:
     }
     if not logs:
         return
-    curves = summaries.training_curves(logs, "val")
+    curves = training_summaries.training_curves(logs, "val")
     epochs = sorted(int(e) for e in curves["epoch"].unique())
     print("## Training\n")
     print("Validation accuracy by epoch (`training_log`): mean over seeds, lowest to highest seed in brackets.\n")
@@ -175,12 +180,7 @@ def training_section(cache_dir: str, runs) -> None:
 
 def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
     """A pre-trained model fine-tuned here with number tokens: the paper's measurements one by one."""
-    import json
 
-    from core.claims.registry import run_origin
-    from core.models.source import project_path
-    from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2
-    from core.runs import summaries
 
     for r in runs:
         if run_origin(r.manifest)["kind"] != "fine-tuned":
@@ -282,8 +282,6 @@ def _periods(values) -> str:
 
 def numbers_section(cache_dir: str, runs, digit_runs) -> None:
     """Number representations (every run) and k-shot behaviour (digit-splitting runs)."""
-    from core.analysis.kshot import generation_error_table
-    from core.runs import summaries
 
     print("## Number representations and a real pre-trained model\n")
     print(
@@ -346,7 +344,6 @@ def numbers_section(cache_dir: str, runs, digit_runs) -> None:
 
 def claims_table(cache_dir: str, runs) -> None:
     """The paper's claims, one row each, with each run's verdict and measurement (core.claims.registry)."""
-    from core.claims import registry
 
     table_runs = [run_of(cache_dir, r.name) for r in runs]
     per_run = {r.name: registry.run_claims(r) for r in table_runs}
@@ -367,7 +364,7 @@ def claims_table(cache_dir: str, runs) -> None:
             why = f" *Why: {c.reason}.*" if c.reason else ""
             print(f"- {r.label}: **{c.verdict}**. {c.measured}{why}")
         print()
-    t = registry.claim_training(table_runs)
+    t = claim_training(table_runs)
     why = f" *Why: {t.reason}.*" if t.reason else ""
     print(f"**training.** Paper: {t.paper}\n\n- **{t.verdict}**. {t.measured}{why}")
 

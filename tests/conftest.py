@@ -51,30 +51,65 @@ def app_env(tmp_path_factory, model_dir):
     """A cache with: a trained tiny model (training log, live-capable), a random llama, a broken run."""
     import shutil
 
-    from core.runs.cache import list_runs
     from core.cli import main
+    from core.runs.cache import list_runs
     from core.training.train import Recipe, train
 
     root = tmp_path_factory.mktemp("appenv")
     models, cache = root / "models", root / "cache"
     recipe = Recipe(
-        name="tiny-trained", label="tiny trained", out=str(models / "tiny-trained"), width=64, heads=4,
-        epochs=2, batch_size=256, lr=3e-3, warmup_steps=5, eval_train_subset=200, precision="float32",
-        max_operand=100, freeze={"kind": "fourier", "periods": [2, 5, 10, 200]},
+        name="tiny-trained",
+        label="tiny trained",
+        out=str(models / "tiny-trained"),
+        width=64,
+        heads=4,
+        epochs=2,
+        batch_size=256,
+        lr=3e-3,
+        warmup_steps=5,
+        eval_train_subset=200,
+        precision="float32",
+        max_operand=100,
+        freeze={"kind": "fourier", "periods": [2, 5, 10, 200]},
     )
     train(recipe, log=lambda *_: None)
-    common = ["--cache-dir", str(cache), "--max-operand", "100", "--limit", "120", "--taus", "10,50", "--n-sample", "4", "--no-progress"]
+    common = [
+        "--cache-dir",
+        str(cache),
+        "--max-operand",
+        "100",
+        "--limit",
+        "120",
+        "--taus",
+        "10,50",
+        "--n-sample",
+        "4",
+        "--no-progress",
+    ]
     assert main(["precompute", "--model", str(models / "tiny-trained"), *common]) == 0
     assert main(["precompute", "--model", str(model_dir("llama")), "--label", "random llama", *common]) == 0
     from core.models.random_models import save_random_model
     from core.models.vocab import digit_tokenizer
 
     digits = save_random_model(models / "digit-llama", "llama", tokenizer=digit_tokenizer())
-    assert main(["precompute", "--model", str(digits), "--label", "digit model", *common[:-1], "--display-order", "200", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "precompute",
+                "--model",
+                str(digits),
+                "--label",
+                "digit model",
+                *common[:-1],
+                "--display-order",
+                "200",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     runs = list_runs(cache)
     broken = cache / "zz-broken-0000000000"
     shutil.copytree(next(r for r in runs if r.manifest["label"] == "tiny trained").path, broken)
     (broken / "examples.parquet").write_bytes(b"not parquet")
     return {"root": root, "models": models, "cache": cache, "runs": {r.manifest["label"]: r for r in runs}}
-
-

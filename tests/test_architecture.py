@@ -60,7 +60,9 @@ def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             # `from core.runs import cache` imports the module core.runs.cache
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names]
+            names = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names
+            ]
         else:
             continue
         found.update(n for n in names if n in modules)
@@ -88,7 +90,7 @@ def test_no_import_circle():
         on_path.append(m)
         for d in sorted(GRAPH[m]):
             if d in on_path:
-                circles.append(" -> ".join(on_path[on_path.index(d):] + [d]))
+                circles.append(" -> ".join(on_path[on_path.index(d) :] + [d]))
             elif d not in seen:
                 visit(d)
         on_path.pop()
@@ -112,14 +114,22 @@ def test_no_private_name_crosses_a_module():
         for p in (ROOT / d).glob("**/*.py"):
             for node in ast.walk(ast.parse(p.read_text())):
                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("core", "app")):
-                    crossing += [f"{p.relative_to(ROOT)}: {a.name}" for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                    crossing += [
+                        f"{p.relative_to(ROOT)}: {a.name}"
+                        for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")
+                    ]
     assert not crossing, "private names imported from another module:\n" + "\n".join(crossing)
 
 
 def test_nothing_edits_sys_path():
     edits_of = ("sys.path." + "insert", "sys.path." + "append")  # written so that this file does not find itself
-    edits = [str(p.relative_to(ROOT)) for d in ("core", "app", "scripts", "tests") for p in (ROOT / d).glob("**/*.py")
-             if any(e in p.read_text() for e in edits_of)]
+    edits = [
+        str(p.relative_to(ROOT))
+        for d in ("core", "app", "scripts", "tests")
+        for p in (ROOT / d).glob("**/*.py")
+        if any(e in p.read_text() for e in edits_of)
+    ]
     assert not edits, f"these edit sys.path; the package is installed (pip install -e .), import it: {edits}"
 
 
@@ -136,16 +146,37 @@ def test_imports_sit_at_the_top_of_each_file():
             continue
         for fn in ast.walk(ast.parse(p.read_text())):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                local += [f"{p.relative_to(ROOT)}:{n.lineno}" for n in fn.body for n in ast.walk(n)
-                          if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert not local, f"{len(set(local))} imports inside functions; move them to the top:\n" + "\n".join(sorted(set(local)))
+                local += [
+                    f"{p.relative_to(ROOT)}:{n.lineno}"
+                    for n in fn.body
+                    for n in ast.walk(n)
+                    if isinstance(n, (ast.Import, ast.ImportFrom))
+                ]
+    assert not local, f"{len(set(local))} imports inside functions; move them to the top:\n" + "\n".join(
+        sorted(set(local))
+    )
 
 
 def test_the_dashboard_pages_load_without_torch():
     """DESIGN: the app never imports torch at page load unless the user asks for live computation."""
     pages = sorted(p for p in (ROOT / "app").rglob("*.py") if p.name != "main.py" and "views" not in p.parts)
-    code = ("import sys\n" + "".join(f"import {module_name(p)}\n" for p in pages)
-            + "heavy = [m for m in ('torch', 'transformers', 'safetensors') if m in sys.modules]\n"
-            + "assert not heavy, heavy\n")
+    code = (
+        "import sys\n"
+        + "".join(f"import {module_name(p)}\n" for p in pages)
+        + "heavy = [m for m in ('torch', 'transformers', 'safetensors') if m in sys.modules]\n"
+        + "assert not heavy, heavy\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_code_passes_the_linter():
+    """ruff with pyproject.toml's rules: pyflakes, pycodestyle (lines at most 120), sorted imports."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "core", "app", "scripts", "tests"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]

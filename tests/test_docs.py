@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from core.runs.cache import list_runs
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 MARKDOWN = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
@@ -67,7 +69,6 @@ def test_method_citations_exist():
 
 def test_results_document_is_what_the_script_writes():
     """docs/results.md is written whole by scripts/results.py; from the shipped cache it comes out byte for byte."""
-    from core.runs.cache import list_runs
 
     if not any(r.ok for r in list_runs(ROOT / "cache", deep=False)):
         pytest.skip("no shipped runs in cache/")

@@ -1,6 +1,6 @@
 import streamlit as st
 
-from app import figures
+from app import number_figures
 from app.common import intro, origin_note, page_view, show_chart, term, to_url, url_state
 from core.analysis.embeddings import top_periods
 from core.runs import summaries
@@ -41,7 +41,7 @@ for col, r in zip(cols, runs):
         layer = min(chosen, r.n_layers)
         st.markdown(f"**{r.label}**" + (f" (layer {layer}: its last)" if layer != chosen else ""))
         origin_note(r)
-        show_chart(*figures.number_spectrum(r, basis, layer), key=f"num-spec-{r.name}")
+        show_chart(*number_figures.number_spectrum(r, basis, layer), key=f"num-spec-{r.name}")
         s = summaries.number_summary(r.table(Table.NUMBER_SPECTRUM), r.table(Table.NUMBER_PROBES), layer, basis)
         periods = ", ".join(f"{t:.3g}" for t in s["outlier_periods"][:8])
         kap = s["kappa"]
@@ -53,7 +53,7 @@ for col, r in zip(cols, runs):
             + f"; of 2, 2.5, 5, 10: {', '.join(f'{t:g}' for t in s['short_periods']) or 'none'}. "
             + f"Probe kappa {reads}; controls {ctl}."
         )
-        show_chart(*figures.probe_kappa(r, layer), key=f"probes-{r.name}")
+        show_chart(*number_figures.probe_kappa(r, layer), key=f"probes-{r.name}")
 
 single = [r for r in runs if r.has(Table.EMBEDDING_SPECTRUM)]
 if single:
@@ -72,7 +72,7 @@ if single:
         cols = st.columns(len(single))
         for col, r in zip(cols, single):
             with col:
-                show_chart(*figures.embedding_spectrum(r, basis, matrix), key=f"emb-spec-{r.name}")
+                show_chart(*number_figures.embedding_spectrum(r, basis, matrix), key=f"emb-spec-{r.name}")
                 spec = summaries.embedding_rows(r.table(Table.EMBEDDING_SPECTRUM), basis, matrix)
                 st.markdown(
                     f"**Top periods:** {', '.join(f'{t:.3g}' for t in top_periods(spec, 5))}", help=term("period")
@@ -83,4 +83,4 @@ if single:
         cols = st.columns(len(single))
         for col, r in zip(cols, single):
             with col:
-                show_chart(*figures.embedding_map(r, matrix, st.session_state["colour"]), key=f"tsne-{r.name}")
+                show_chart(*number_figures.embedding_map(r, matrix, st.session_state["colour"]), key=f"tsne-{r.name}")

@@ -5,7 +5,7 @@ shows it best, and a banner then says which and why."""
 
 import streamlit as st
 
-from app import figures
+from app import figures, number_figures, training_figures
 from app.common import (
     BADGE,
     claim_box,
@@ -21,13 +21,14 @@ from app.common import (
 )
 from app.glossary import step_terms
 from app.phase_figure import locking_heatmap
-from core.claims.registry import best_run, describe_run, run_origin
+from core.claims.registry import best_run
 from core.paper import TABLE1_TAU
-from core.runs import summaries
+from core.runs import summaries, training_summaries
+from core.runs.origin import describe_run, run_origin
 from core.runs.reader import Table
 
 view = page_view()
-chosen, basis, tau = view.run, view.basis, view.tau
+chosen, basis = view.run, view.basis
 split = chosen.split
 runs = runs_of_split(split)
 by_name = {r.name: r for r in runs}
@@ -81,9 +82,9 @@ def draw_ablations(r):
 
 def draw_numbers(r):
     layer = int(run_claims(r)["numbers"].numbers.get("layer", 0))  # the layer the step's claim reads
-    show_chart(*figures.number_spectrum(r, "paper", layer), key=f"tour-num-{r.name}")
+    show_chart(*number_figures.number_spectrum(r, "paper", layer), key=f"tour-num-{r.name}")
     with st.expander("Linear probes by layer"):
-        show_chart(*figures.probe_kappa(r, layer), key=f"tour-probes-{r.name}")
+        show_chart(*number_figures.probe_kappa(r, layer), key=f"tour-probes-{r.name}")
 
 
 def draw_training(_r):
@@ -91,7 +92,9 @@ def draw_training(_r):
     if not logs:
         st.info("No run here carries a training log.")
         return
-    show_chart(*figures.training_curves(summaries.training_curves(logs, "val"), "val"), key="tour-train")
+    show_chart(
+        *training_figures.training_curves(training_summaries.training_curves(logs, "val"), "val"), key="tour-train"
+    )
 
 
 STEPS = [

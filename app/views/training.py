@@ -1,10 +1,10 @@
 import streamlit as st
 
-from app import figures
+from app import training_figures
 from app.common import fine_tuned_training, intro, page_view, show_chart, to_url, training_logs, url_state
-from core.claims.registry import selection_note_of
+from core.claims.mechanism import selection_note_of
 from core.paper import ACCURACY
-from core.runs import summaries
+from core.runs import training_summaries
 
 view = page_view()
 intro(
@@ -28,9 +28,9 @@ if not logs:
         "core train` do."
     )
 else:
-    curves = summaries.training_curves(logs, split)
-    show_chart(*figures.training_curves(curves, split), key="training")
-    final = summaries.final_accuracies(curves)
+    curves = training_summaries.training_curves(logs, split)
+    show_chart(*training_figures.training_curves(curves, split), key="training")
+    final = training_summaries.final_accuracies(curves)
     st.dataframe(
         final.rename(columns={"mean": "final accuracy (mean)", "low": "lowest seed", "high": "highest seed"}),
         hide_index=True,
@@ -55,9 +55,12 @@ if not tuned:
         "smollm2-addition-full` makes one)."
     )
 else:
-    stages = summaries.fine_tuning_stages(tuned, split)
-    show_chart(*figures.fine_tuning_stages(stages, split, ACCURACY["GPT-2-XL fine-tuned"] / 100), key="training-stages")
-    st.markdown("From the stages' training logs: " + summaries.stages_sentence(stages, split))
+    stages = training_summaries.fine_tuning_stages(tuned, split)
+    show_chart(
+        *training_figures.fine_tuning_stages(stages, split, ACCURACY["GPT-2-XL fine-tuned"] / 100),
+        key="training-stages",
+    )
+    st.markdown("From the stages' training logs: " + training_summaries.stages_sentence(stages, split))
     notes = [f"**{label}**: {note}." for label, manifest, log in tuned if (note := selection_note_of(manifest, log))]
     if notes:
         st.markdown(

@@ -11,7 +11,7 @@ import pandas as pd
 from sklearn.cluster import KMeans
 from sklearn.manifold import TSNE
 
-from core.analysis.embeddings import as_array
+from core.analysis.fourier import as_array
 from core.errors import CoreError
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from core.analysis.fourier import FourierBasis, magnitudes_from_coefficients
+from core.analysis.fourier import FourierBasis, as_array, magnitudes_from_coefficients
 from core.errors import CoreError
 
 
@@ -52,8 +52,13 @@ def _compact(W: np.ndarray) -> np.ndarray:
     return U[:, keep] * S[keep] if keep.any() else W[:, :1] * 0
 
 
-def permutation_null(embedding, basis: FourierBasis, n_permutations: int = N_PERMUTATIONS, seed: int = 0,
-                     alpha: float = FAMILY_WISE_ALPHA) -> tuple[np.ndarray, np.ndarray]:
+def permutation_null(
+    embedding,
+    basis: FourierBasis,
+    n_permutations: int = N_PERMUTATIONS,
+    seed: int = 0,
+    alpha: float = FAMILY_WISE_ALPHA,
+) -> tuple[np.ndarray, np.ndarray]:
     """(mean, family-wise threshold) per frequency k = 1..K, from row-shuffled embeddings.
 
     The threshold controls the chance that a shuffled embedding has *any* frequency above it at
@@ -94,13 +99,6 @@ def spectrum_table(embedding, basis: FourierBasis, n_permutations: int = N_PERMU
 def top_periods(table: pd.DataFrame, top: int = 6) -> list[float]:
     """Periods of the `top` largest magnitudes (k > 0), largest first."""
     return [float(x) for x in table.sort_values("magnitude", ascending=False)["period"].head(top)]
-
-
-def as_array(embedding) -> np.ndarray:
-    """An embedding (array or tensor) as a float64 array."""
-    if hasattr(embedding, "detach"):
-        embedding = embedding.detach().float().cpu().numpy()
-    return np.asarray(embedding, dtype=float)
 
 
 def _matrix(embedding, p: int) -> np.ndarray:

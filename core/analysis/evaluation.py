@@ -23,7 +23,7 @@ from core.analysis.filter_hooks import ConditionHooks, filtered
 from core.analysis.filters import ProjectionFilter
 from core.errors import CoreError
 from core.models.capture import forward_accepts, forward_batch, prepare_batches, progress_bar
-from core.models.names import BOTH, MODULE_SETS
+from core.models.names import BOTH, MODULE_OUTPUTS, MODULE_SETS
 
 
 @dataclass
@@ -234,7 +234,7 @@ def evaluate_conditions(
         else:
             with ConditionHooks(loaded) as hooks:
                 for batch_no, batch in batches:
-                    stored = StoredPrefix(prefix_cache, batch_no) if prefix_cache is not None else None
+                    stored = _StoredPrefix(prefix_cache, batch_no) if prefix_cache is not None else None
                     passes = answer_position_passes(loaded, batch, conditions, hooks, rows_per_call, stored=stored)
                     for c, logits in passes:
                         record(c, batch.indices, logits)
@@ -267,7 +267,7 @@ def evaluate_conditions(
 
 
 @dataclass
-class StoredPrefix:
+class _StoredPrefix:
     """Where one batch's prefix is kept between evaluations: a `PrefixCache` and the batch's number."""
 
     cache: PrefixCache
@@ -281,14 +281,14 @@ def answer_position_passes(
     hooks: ConditionHooks,
     rows_per_call: int,
     share_first: bool = True,
-    stored: StoredPrefix | None = None,
+    stored: _StoredPrefix | None = None,
 ):
     """Yield (condition index, answer-position logits (B, vocab)) for every condition on one batch.
 
     With `share_first`, the first layer's attention (whose input at the answer position is the
     same in every condition: no filter has acted yet) runs on one copy of the batch and its output
     is copied to every condition before the filters act. The seam an interrupted grid is tested at
-    (tests/test_precompute.py replaces it to stop a grid part way).
+    (tests/runs/test_precompute.py replaces it to stop a grid part way).
     """
     model = loaded.model
     device = loaded.input_device
@@ -305,16 +305,16 @@ def answer_position_passes(
                 out = model(
                     input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], use_cache=True
                 )
-            prefix = cache_tensors(out.past_key_values)
+            prefix = _cache_tensors(out.past_key_values)
             if stored is not None:
                 stored.cache.put(stored.batch_no, prefix)
     per_call = max(1, rows_per_call // B)
     extra = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
-    copies = PrefixCopies(prefix, min(per_call, len(conditions)), B) if prefix is not None else None
+    copies = _PrefixCopies(prefix, min(per_call, len(conditions)), B) if prefix is not None else None
     for first in range(0, len(conditions), per_call):
         group = conditions[first : first + per_call]
         G = len(group)
-        plan: dict[str, list] = {"attn": [], "mlp": []}
+        plan: dict[str, list] = {kind: [] for kind in MODULE_OUTPUTS}
         for g, cond in enumerate(group):
             if cond.flt is None:
                 continue
@@ -341,7 +341,7 @@ def answer_position_passes(
             yield first + g, logits[g * B : (g + 1) * B]
 
 
-def cache_tensors(cache) -> list[tuple]:
+def _cache_tensors(cache) -> list[tuple]:
     """(keys, values) of every layer of a transformers cache."""
     layers = getattr(cache, "layers", None)
     if layers is None:
@@ -351,7 +351,7 @@ def cache_tensors(cache) -> list[tuple]:
     return [(layer.keys, layer.values) for layer in layers]
 
 
-class PrefixCopies:
+class _PrefixCopies:
     """Key/value buffers holding `copies` condition-major copies of one batch's prefix, plus one slot.
 
     Filled once per batch; every call for a group of conditions writes only the answer token's
@@ -375,11 +375,11 @@ class PrefixCopies:
         """A transformers cache over the first `copies` copies (a view: nothing is copied)."""
         rows = copies * self.rows
         cache = DynamicCache()
-        cache.layers = [PrefixLayer(k[:rows], v[:rows], self.prefix_len) for k, v in self.buffers]
+        cache.layers = [_PrefixLayer(k[:rows], v[:rows], self.prefix_len) for k, v in self.buffers]
         return cache
 
 
-class PrefixLayer(DynamicLayer):
+class _PrefixLayer(DynamicLayer):
     """A cache layer over a preallocated buffer: the prefix, then one slot for the new token."""
 
     def __init__(self, keys, values, prefix_len: int):

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from core.analysis.fourier import FourierBasis, band_frequencies
+from core.analysis.fourier import FourierBasis, as_array, band_frequencies
 from core.errors import CoreError
 
 
@@ -58,7 +58,7 @@ def _unembedding_matrix(unembedding, weight_dtype=None) -> tuple[np.ndarray, obj
     """(W_U as a float64 array, the dtype the model stores it in) from an array, a tensor or an Unembed."""
     weight_dtype = weight_dtype if weight_dtype is not None else _weight_dtype(unembedding)
     matrix = unembedding if hasattr(unembedding, "shape") else getattr(unembedding, "weight", unembedding)
-    return _as_numpy(matrix), weight_dtype
+    return as_array(matrix), weight_dtype
 
 
 def _rank(singular_values: np.ndarray, shape: tuple[int, int], weight_dtype) -> int:
@@ -149,12 +149,6 @@ def random_subspace_filter(unembedding, rank: int, seed: int, weight_dtype=None)
     q, r = np.linalg.qr(g)
     q = q * np.sign(np.diag(r))  # Haar-uniform orthonormal columns
     return ProjectionFilter((), "random", row_space @ q, D)
-
-
-def _as_numpy(x) -> np.ndarray:
-    if hasattr(x, "detach"):
-        x = x.detach().float().cpu().numpy()
-    return np.asarray(x, dtype=float)
 
 
 def low_pass(unembedding, basis: FourierBasis, tau: int) -> ProjectionFilter:

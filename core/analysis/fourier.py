@@ -26,7 +26,6 @@ import numpy as np
 from core.errors import CoreError
 
 BASES = ("paper", "dft")
-BANDS = ("low", "high")
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,6 +62,13 @@ class FourierBasis:
     def rows_of(self, frequencies) -> np.ndarray:
         """Indices of the rows (sin and cos) whose frequency is in `frequencies`."""
         return np.flatnonzero(np.isin(self.freq, np.asarray(list(frequencies), dtype=int)))
+
+
+def as_array(matrix) -> np.ndarray:
+    """A matrix given as a numpy array or a torch tensor (no torch import needed), as a float64 array."""
+    if hasattr(matrix, "detach"):
+        matrix = matrix.detach().float().cpu().numpy()
+    return np.asarray(matrix, dtype=float)
 
 
 def check_basis_name(name: str) -> None:

@@ -50,7 +50,7 @@ def generate(loaded, texts, max_new_tokens: int = MAX_NEW_TOKENS, batch_size: in
                 do_sample=False,
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=eos,
-            )[:, ids.shape[1]:]
+            )[:, ids.shape[1] :]
         for row, i in enumerate(batch.indices):
             out[i] = tok.decode(new[row].tolist(), skip_special_tokens=True)
         bar.update(len(batch.indices))
@@ -111,12 +111,5 @@ def generation_error_table(generations: pd.DataFrame) -> pd.DataFrame:
     return frame[["source"] + [c for c in frame.columns if c != "source"]]
 
 
-def shot_errors(generations: pd.DataFrame, shots: int) -> pd.DataFrame:
-    """The wrong answers that are numbers, for one shot count: a, b, answer, prediction."""
-    g = generations[(generations["shots"] == shots) & generations["is_number"] & ~generations["correct"]]
-    return g[["id", "a", "b", "answer", "prediction"]].reset_index(drop=True)
-
-
 def accuracy_by_shots(generations: pd.DataFrame) -> dict[int, float]:
     return {int(k): float(v) for k, v in generations.groupby("shots")["correct"].mean().items()}
-

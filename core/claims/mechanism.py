@@ -1,6 +1,6 @@
 """The claims about the mechanism (Tour steps 1-6): accuracy, logit lens, which module tracks the
 answer mod T, spectra, waves, ablations. Each rule is written in its function's docstring and
-re-derived from the raw tables by tests/test_tour.py."""
+re-derived from the raw tables by tests/claims/test_tour.py."""
 
 from __future__ import annotations
 

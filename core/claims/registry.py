@@ -14,8 +14,8 @@ A `run` here is anything with `.manifest` (dict) and `.table(name)` (a DataFrame
 `core.runs.reader.RunReader` (the dashboard's shares its tables across sessions). No Streamlit here.
 """
 
-from core.claims.base import VERDICT_SCORE, VERDICTS, Claim
-from core.claims.features import claim_behaviour, claim_embeddings, claim_numbers, claim_training, digit_derived
+from core.claims.base import Claim
+from core.claims.features import claim_behaviour, claim_embeddings, claim_numbers
 from core.claims.mechanism import (
     claim_ablations,
     claim_accuracy,
@@ -23,30 +23,11 @@ from core.claims.mechanism import (
     claim_module_waves,
     claim_spectra,
     claim_waves,
-    module_locks,
-    selection_note,
-    selection_note_of,
 )
 from core.errors import CoreError
 from core.paper import ACCURACY
-from core.runs.origin import describe_run, run_origin
 
-__all__ = [
-    "VERDICTS",
-    "VERDICT_SCORE",
-    "PAPER_SHORT",
-    "Claim",
-    "RUN_CLAIMS",
-    "run_claims",
-    "best_run",
-    "claim_training",
-    "describe_run",
-    "run_origin",
-    "module_locks",
-    "selection_note",
-    "selection_note_of",
-    "digit_derived",
-]
+__all__ = ["PAPER_SHORT", "RUN_CLAIMS", "run_claims", "best_run"]
 
 #: Tour steps that are claims about one run, in order (step 8 is over all runs).
 RUN_CLAIMS = {

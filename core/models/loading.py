@@ -85,7 +85,7 @@ class LoadedModel:
         return weight.detach()[ids.to(weight.device)].float()
 
 
-def torch_dtype(name: str):
+def _torch_dtype(name: str):
     """The torch dtype named `name` (one of `DTYPES`; "auto" stays "auto")."""
     if name not in DTYPES:
         raise CoreError(f"unknown dtype {name!r}: choose one of {', '.join(DTYPES)}")
@@ -132,7 +132,7 @@ def load_model(
     """Load a causal LM from a hub id or local folder, in eval mode, with its parts and numbers."""
     hf_logging.disable_progress_bar()  # our own bars say what is being computed; theirs only clutter
     local, folder = resolve_source(source)
-    dtype_of_weights = torch_dtype(dtype)
+    dtype_of_weights = _torch_dtype(dtype)
     if device_map is None:
         device = check_device(device)
     try:

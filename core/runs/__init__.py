@@ -1,1 +1,2 @@
-"""Runs: the cache format and its one reader, the precompute stages that fill it, the summaries pages read, live ablations."""
+"""Runs: the cache format and its one reader, the precompute stages that fill it, the summaries pages read,
+live ablations."""

@@ -21,155 +21,186 @@ WAVES_KEPT = 10  # top-k waves stored per sampled example (the dashboard picks k
 def measure(loaded, examples, texts, p: int, opts, running: str | None, log=print) -> dict:
     """The capture pass: per-example results, logit-lens accuracy, module spectra, sampled logits.
     `opts`: the run's core.runs.precompute.PrecomputeOptions (n_sample, dataset_seed, batch_size, progress)."""
-
-    L = loaded.n_layers
-    unembed = loaded.unembed(p)  # final norm, W_U number rows, bias, scale, soft-cap
-    W_U = unembed.weight  # (p, D) float32 on the unembedding's device
-    number_ids = torch.as_tensor(loaded.numbers.ids_for(p), device=W_U.device)
-    bases = {b: fourier_basis(p, b) for b in BASES}
-    K = {b: bases[b].n_freq for b in BASES}
-    spectra = {(m, b): np.zeros((L + 1 if m == "resid" else L, K[b])) for m in ("resid", "attn", "mlp") for b in BASES}
-    sq_norms = {m: np.zeros(L + 1 if m == "resid" else L) for m in ("resid", "attn", "mlp")}  # sum of ||x||^2
-    layer_hits = {fn: np.zeros((L + 1, 3)) for fn in (False, True)}  # exact, within 2, within 10
-    answers = np.array([e.answer for e in examples])
-    n = len(examples)
-    predictions = np.zeros(n, dtype=np.int64)
-    losses = np.zeros(n)
-    top_is_number = np.zeros(n, dtype=bool)
     sample_ids = _sample_ids(examples, opts.n_sample, running, opts.dataset_seed)
-    sample_rows = {i for i, e in enumerate(examples) if e.id in sample_ids}
-    logit_rows, wave_rows = [], []
-    phase = PhaseStage(p, n, L)
-
+    sums = MeasureSums(loaded, examples, p, sample_ids)
     for cb in iter_capture(loaded, texts, opts.batch_size, progress=opts.progress, desc="measure"):
-        idx = cb.indices
-        ans = torch.as_tensor(answers[idx], device=W_U.device)
+        sums.add(cb)
+    return sums.tables(texts, opts.dataset_seed)
+
+
+class MeasureSums:
+    """What the capture pass adds up, batch by batch, and the tables it makes of the sums at the end."""
+
+    def __init__(self, loaded, examples, p: int, sample_ids: set[str]):
+        self.examples, self.p, self.L = examples, p, loaded.n_layers
+        L = self.L
+        self.unembed = loaded.unembed(p)  # final norm, W_U number rows, bias, scale, soft-cap
+        self.device = self.unembed.weight.device  # W_U: (p, D) float32 on the unembedding's device
+        self.number_ids = torch.as_tensor(loaded.numbers.ids_for(p), device=self.device)
+        self.bases = {b: fourier_basis(p, b) for b in BASES}
+        K = {b: self.bases[b].n_freq for b in BASES}
+        self.spectra = {
+            (m, b): np.zeros((L + 1 if m == "resid" else L, K[b])) for m in ("resid", "attn", "mlp") for b in BASES
+        }
+        self.sq_norms = {m: np.zeros(L + 1 if m == "resid" else L) for m in ("resid", "attn", "mlp")}  # sum ||x||^2
+        self.layer_hits = {fn: np.zeros((L + 1, 3)) for fn in (False, True)}  # exact, within 2, within 10
+        self.answers = np.array([e.answer for e in examples])
+        n = len(examples)
+        self.predictions = np.zeros(n, dtype=np.int64)
+        self.losses = np.zeros(n)
+        self.top_is_number = np.zeros(n, dtype=bool)
+        self.sample_rows = {i for i, e in enumerate(examples) if e.id in sample_ids}
+        self.logit_rows, self.wave_rows = [], []
+        self.phase = PhaseStage(p, n, L)
+
+    def add(self, cb) -> None:
+        """One captured batch: logit-lens hits, module spectra, the phase sums, predictions and losses."""
+        idx, unembed = cb.indices, self.unembed
+        ans = torch.as_tensor(self.answers[idx], device=self.device)
         lens = {False: unembed.logits(cb.resid, final_norm=False)}
         lens[True] = unembed.logits(cb.resid, final_norm=True) if unembed.norm is not None else lens[False]
         for fn, logits in lens.items():
             pred = logits.argmax(-1)  # (B, L+1)
             err = (pred - ans[:, None]).abs()
-            layer_hits[fn] += torch.stack([(err == 0).sum(0), (err <= 2).sum(0), (err <= 10).sum(0)], -1).cpu().numpy()
+            hits = torch.stack([(err == 0).sum(0), (err <= 2).sum(0), (err <= 10).sum(0)], -1)
+            self.layer_hits[fn] += hits.cpu().numpy()
         module_logits = {"resid": unembed.read(cb.resid), "attn": unembed.read(cb.attn), "mlp": unembed.read(cb.mlp)}
-        for m in sq_norms:
-            sq_norms[m] += (getattr(cb, m).float() ** 2).sum(-1).sum(0).cpu().numpy()
-        arrays = {m: logits.double().cpu().numpy() for m, logits in module_logits.items()}  # once, for every use below
+        for m in self.sq_norms:
+            self.sq_norms[m] += (getattr(cb, m).float() ** 2).sum(-1).sum(0).cpu().numpy()
+        arrays = {m: logits.double().cpu().numpy() for m, logits in module_logits.items()}  # once, for every use
         for m, arr in arrays.items():
             for b in BASES:
-                spectra[(m, b)] += frequency_magnitudes(bases[b], arr).sum(0)
+                self.spectra[(m, b)] += frequency_magnitudes(self.bases[b], arr).sum(0)
         final = cb.logits.float()
-        number_logits = final[:, number_ids]
-        phase.add(idx, arrays["resid"], arrays["attn"], arrays["mlp"], number_logits.double().cpu().numpy())
-        predictions[idx] = number_logits.argmax(-1).cpu().numpy()
-        losses[idx] = answer_losses(final, number_ids[ans]).cpu().numpy()
-        top_is_number[idx] = torch.isin(final.argmax(-1), number_ids).cpu().numpy()
-
+        number_logits = final[:, self.number_ids]
+        self.phase.add(idx, arrays["resid"], arrays["attn"], arrays["mlp"], number_logits.double().cpu().numpy())
+        self.predictions[idx] = number_logits.argmax(-1).cpu().numpy()
+        self.losses[idx] = answer_losses(final, self.number_ids[ans]).cpu().numpy()
+        self.top_is_number[idx] = torch.isin(final.argmax(-1), self.number_ids).cpu().numpy()
         for row_in_batch, i in enumerate(idx):
-            if i not in sample_rows:
-                continue
-            eid = examples[i].id
-            for m, arr in arrays.items():
-                vals = arr[row_in_batch]  # (layers, p)
-                first = 0 if m == "resid" else 1
-                for l in range(vals.shape[0]):
-                    logit_rows.append((eid, m, l + first, vals[l]))
-            fin = number_logits[row_in_batch].cpu().numpy()
-            logit_rows.append((eid, "final", L, fin))
-            for b in BASES:
-                for rank, wave in enumerate(top_components(bases[b], fin, WAVES_KEPT), start=1):
-                    wave_rows.append((eid, b, rank, wave.k, wave.period, wave.magnitude, wave.values))
+            if i in self.sample_rows:
+                self._add_sample(self.examples[i].id, row_in_batch, arrays, number_logits)
 
-    correct = predictions == answers
-    examples_frame = pd.DataFrame(
-        {
-            "id": [e.id for e in examples],
-            "split": [e.split for e in examples],
-            "a": [e.a for e in examples],
-            "b": [e.b for e in examples],
-            "answer": answers,
-            "phrasing": [e.phrasing for e in examples],
-            "prompt": list(texts),
-            "prediction": predictions,
-            "correct": correct,
-            "loss": losses,
-            "top_token_is_number": top_is_number,
-            "in_sample": [i in sample_rows for i in range(n)],
+    def _add_sample(self, eid: str, row_in_batch: int, arrays: dict, number_logits) -> None:
+        """A sampled example keeps its module logits at every layer and its final logits' top waves."""
+        for m, arr in arrays.items():
+            vals = arr[row_in_batch]  # (layers, p)
+            first = 0 if m == "resid" else 1
+            for l in range(vals.shape[0]):
+                self.logit_rows.append((eid, m, l + first, vals[l]))
+        fin = number_logits[row_in_batch].cpu().numpy()
+        self.logit_rows.append((eid, "final", self.L, fin))
+        for b in BASES:
+            for rank, wave in enumerate(top_components(self.bases[b], fin, WAVES_KEPT), start=1):
+                self.wave_rows.append((eid, b, rank, wave.k, wave.period, wave.magnitude, wave.values))
+
+    def tables(self, texts, seed: int) -> dict:
+        """Every table of the pass (with the phase stage's), from the sums."""
+        n, examples = len(self.examples), self.examples
+        baseline = module_spectra_baseline(
+            self.unembed,
+            self.bases,
+            {key: total / n for key, total in self.spectra.items()},
+            {m: np.sqrt(v / n) for m, v in self.sq_norms.items()},
+            seed=seed,
+        )
+        return {
+            **self.phase.tables(self.answers, [e.id for e in examples], seed),
+            "examples": self.examples_table(texts),
+            "layer_accuracy": self.layer_accuracy_table(),
+            "module_spectra": self.module_spectra_table(),
+            "module_spectra_baseline": baseline,
+            **self.sampled_tables(),
         }
-    )
-    acc_rows = []
-    for fn, hits in layer_hits.items():
-        for l in range(L + 1):
-            acc_rows.append(
-                {
-                    "layer": l,
-                    "final_norm": fn,
-                    "exact": hits[l, 0] / n,
-                    "within_2": hits[l, 1] / n,
-                    "within_10": hits[l, 2] / n,
-                    "n": n,
-                }
-            )
-    spec_rows = []
-    for (m, b), total in spectra.items():
-        ks = bases[b].frequencies
-        first = 0 if m == "resid" else 1
-        for l in range(total.shape[0]):
-            spec_rows.append(
-                pd.DataFrame(
+
+    def examples_table(self, texts) -> pd.DataFrame:
+        examples = self.examples
+        return pd.DataFrame(
+            {
+                "id": [e.id for e in examples],
+                "split": [e.split for e in examples],
+                "a": [e.a for e in examples],
+                "b": [e.b for e in examples],
+                "answer": self.answers,
+                "phrasing": [e.phrasing for e in examples],
+                "prompt": list(texts),
+                "prediction": self.predictions,
+                "correct": self.predictions == self.answers,
+                "loss": self.losses,
+                "top_token_is_number": self.top_is_number,
+                "in_sample": [i in self.sample_rows for i in range(len(examples))],
+            }
+        )
+
+    def layer_accuracy_table(self) -> pd.DataFrame:
+        n = len(self.examples)
+        rows = []
+        for fn, hits in self.layer_hits.items():
+            for l in range(self.L + 1):
+                rows.append(
                     {
-                        "basis": b,
-                        "module": m,
-                        "layer": l + first,
-                        "k": ks,
-                        "period": bases[b].period(ks),
-                        "magnitude": total[l] / n,
+                        "layer": l,
+                        "final_norm": fn,
+                        "exact": hits[l, 0] / n,
+                        "within_2": hits[l, 1] / n,
+                        "within_10": hits[l, 2] / n,
+                        "n": n,
                     }
                 )
-            )
-    numbers = np.arange(p)
-    logits_frame = pd.concat(
-        [
-            pd.DataFrame({"example_id": eid, "module": m, "layer": l, "number": numbers, "logit": _half(v)})
-            for eid, m, l, v in logit_rows
-        ],
-        ignore_index=True,
-    )
-    waves_frame = pd.concat(
-        [
-            pd.DataFrame(
-                {
-                    "example_id": eid,
-                    "basis": b,
-                    "rank": rank,
-                    "k": k,
-                    "period": period,
-                    "magnitude": mag,
-                    "number": numbers,
-                    "value": _half(values),
-                }
-            )
-            for eid, b, rank, k, period, mag, values in wave_rows
-        ],
-        ignore_index=True,
-    )
-    for col in ("module", "example_id"):
-        logits_frame[col] = logits_frame[col].astype("category")
-    baseline = module_spectra_baseline(
-        unembed,
-        bases,
-        {key: total / n for key, total in spectra.items()},
-        {m: np.sqrt(v / n) for m, v in sq_norms.items()},
-        seed=opts.dataset_seed,
-    )
-    return {
-        **phase.tables(answers, [e.id for e in examples], opts.dataset_seed),
-        "examples": examples_frame,
-        "layer_accuracy": pd.DataFrame(acc_rows),
-        "module_spectra": pd.concat(spec_rows, ignore_index=True),
-        "module_spectra_baseline": baseline,
-        "module_logits": logits_frame,
-        "final_waves": waves_frame,
-    }
+        return pd.DataFrame(rows)
+
+    def module_spectra_table(self) -> pd.DataFrame:
+        n = len(self.examples)
+        frames = []
+        for (m, b), total in self.spectra.items():
+            ks = self.bases[b].frequencies
+            first = 0 if m == "resid" else 1
+            for l in range(total.shape[0]):
+                frames.append(
+                    pd.DataFrame(
+                        {
+                            "basis": b,
+                            "module": m,
+                            "layer": l + first,
+                            "k": ks,
+                            "period": self.bases[b].period(ks),
+                            "magnitude": total[l] / n,
+                        }
+                    )
+                )
+        return pd.concat(frames, ignore_index=True)
+
+    def sampled_tables(self) -> dict:
+        """module_logits and final_waves of the sampled examples (values at float16 precision)."""
+        numbers = np.arange(self.p)
+        logits_frame = pd.concat(
+            [
+                pd.DataFrame({"example_id": eid, "module": m, "layer": l, "number": numbers, "logit": _half(v)})
+                for eid, m, l, v in self.logit_rows
+            ],
+            ignore_index=True,
+        )
+        waves_frame = pd.concat(
+            [
+                pd.DataFrame(
+                    {
+                        "example_id": eid,
+                        "basis": b,
+                        "rank": rank,
+                        "k": k,
+                        "period": period,
+                        "magnitude": mag,
+                        "number": numbers,
+                        "value": _half(values),
+                    }
+                )
+                for eid, b, rank, k, period, mag, values in self.wave_rows
+            ],
+            ignore_index=True,
+        )
+        for col in ("module", "example_id"):
+            logits_frame[col] = logits_frame[col].astype("category")
+        return {"module_logits": logits_frame, "final_waves": waves_frame}
 
 
 BASELINE_DRAWS = 2000

@@ -482,38 +482,9 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
             generations = writer.read("generations")
             writer.write("error_analysis", generation_error_table(generations))
             by_shots = accuracy_by_shots(generations)
-            manifest = {
-                "label": label,
-                "run_label": run_label,
-                "model": {
-                    **describe_model(loaded),
-                    "source_as_given": project_relative(Path(loaded.source)) if loaded.local else opts.model,
-                },
-                "task": {
-                    "task": opts.task,
-                    "max_operand": opts.max_operand,
-                    "p": p,
-                    "split": opts.split,
-                    "shots": max(shots),
-                    "shots_compared": list(shots),
-                    "n_examples": len(examples),
-                    "dataset_seed": opts.dataset_seed,
-                    "running_example_id": running_example_id(opts.task, opts.max_operand),
-                },
-                "p": p,
-                "n_layers": loaded.n_layers,
-                "width": loaded.width,
-                "basis": opts.basis,
-                "taus": [],
-                "accuracy": by_shots[max(shots)],
-                "accuracy_by_shots": {str(k): v for k, v in by_shots.items()},
-                "number_representations": writer.read_json(NUMBERS_JSON),
-                "number_tokens": loaded.numbers.describe(),
-                "not_applicable": not_applicable,
-                "display_order": opts.display_order,
-                "timings": timings,
-                "notes": list(opts.extra_notes),
-            }
+            manifest = _digits_manifest(
+                opts, loaded, writer, examples, p, shots, by_shots, not_applicable, label, run_label, timings
+            )
             path = writer.publish(manifest)
             log(
                 f"wrote run {name} to {path} ({', '.join(f'{k}-shot {v:.1%}' for k, v in by_shots.items())} "
@@ -522,6 +493,54 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
             return path
         finally:
             writer.discard_if_empty()
+
+
+def _digits_manifest(
+    opts: PrecomputeOptions,
+    loaded,
+    writer: RunWriter,
+    examples,
+    p: int,
+    shots,
+    by_shots: dict,
+    not_applicable: dict,
+    label: str,
+    run_label: str,
+    timings: dict,
+) -> dict:
+    """The manifest of a digits run: k-shot accuracy by shot count, and which tables do not apply."""
+    return {
+        "label": label,
+        "run_label": run_label,
+        "model": {
+            **describe_model(loaded),
+            "source_as_given": project_relative(Path(loaded.source)) if loaded.local else opts.model,
+        },
+        "task": {
+            "task": opts.task,
+            "max_operand": opts.max_operand,
+            "p": p,
+            "split": opts.split,
+            "shots": max(shots),
+            "shots_compared": list(shots),
+            "n_examples": len(examples),
+            "dataset_seed": opts.dataset_seed,
+            "running_example_id": running_example_id(opts.task, opts.max_operand),
+        },
+        "p": p,
+        "n_layers": loaded.n_layers,
+        "width": loaded.width,
+        "basis": opts.basis,
+        "taus": [],
+        "accuracy": by_shots[max(shots)],
+        "accuracy_by_shots": {str(k): v for k, v in by_shots.items()},
+        "number_representations": writer.read_json(NUMBERS_JSON),
+        "number_tokens": loaded.numbers.describe(),
+        "not_applicable": not_applicable,
+        "display_order": opts.display_order,
+        "timings": timings,
+        "notes": list(opts.extra_notes),
+    }
 
 
 def _refresh_training_log(writer: RunWriter, loaded, log) -> bool:

@@ -15,12 +15,6 @@ from core.analysis.fourier import band_energy_share
 from core.analysis.phase import locked
 from core.errors import CoreError
 from core.paper import TABLE1_GPT2_XL, TABLE1_TAU
-from core.runs.training_summaries import final_accuracies as final_accuracies
-from core.runs.training_summaries import (  # the training section, in its own module; its names are this one's too
-    fine_tuning_stages as fine_tuning_stages,
-)
-from core.runs.training_summaries import stages_sentence as stages_sentence
-from core.runs.training_summaries import training_curves as training_curves
 
 MODULE_NAMES = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)", "final": "Final logits"}
 ABLATION_MODULES = {"both": "Attn + MLP", "attn": "Attn", "mlp": "MLP"}
@@ -365,14 +359,6 @@ def embedding_rows(spectrum: pd.DataFrame, basis: str, matrix: str) -> pd.DataFr
     return spectrum[(spectrum["basis"] == basis) & (spectrum["matrix"] == matrix)]
 
 
-def strongest_embedding_frequencies(spectrum: pd.DataFrame, basis: str, matrix: str, top: int = 10) -> pd.DataFrame:
-    """The `top` strongest frequencies of the number rows, with "period T" and the outlier flag as words."""
-    data = embedding_rows(spectrum, basis, matrix).sort_values("magnitude", ascending=False).head(top).copy()
-    data["period T"] = data["period"].map(lambda x: f"{x:.3g}")
-    data["outlier"] = data["outlier"].map({True: "above the shuffled threshold", False: "within chance"})
-    return data
-
-
 def _label_outliers(sub: pd.DataFrame, top: int) -> pd.DataFrame:
     """Sorted by k, with the period written beside the `top` largest outliers, strongest first, skipping
     one that would sit within a twelfth of the axis of a stronger label (labels must not overlap).
@@ -391,8 +377,6 @@ def _label_outliers(sub: pd.DataFrame, top: int) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- number representations
-
-PAPER_MODULI = (2, 5, 10, 100)
 
 
 def number_spectrum_at(number_spectrum: pd.DataFrame, layer: int, basis: str, top: int = 4) -> pd.DataFrame:
@@ -493,9 +477,11 @@ def spectrum_excess(
     excess (magnitude - baseline), ratio (magnitude / baseline), above (ratio >= BASELINE_RATIO),
     above_p95 (magnitude > baseline_p95).
     """
-    pick = lambda f: f[(f["basis"] == basis) & (f["module"] == module) & (f["layer"] == layer)]  # noqa: E731
-    obs = pick(module_spectra)[["k", "period", "magnitude"]]
-    base = pick(baseline)[["k", "magnitude", "magnitude_p95"]].rename(
+    def at_layer(f: pd.DataFrame) -> pd.DataFrame:
+        return f[(f["basis"] == basis) & (f["module"] == module) & (f["layer"] == layer)]
+
+    obs = at_layer(module_spectra)[["k", "period", "magnitude"]]
+    base = at_layer(baseline)[["k", "magnitude", "magnitude_p95"]].rename(
         columns={"magnitude": "baseline", "magnitude_p95": "baseline_p95"}
     )
     if obs.empty or base.empty:

@@ -24,7 +24,7 @@ OPTIMIZER_FILE = "optimizer.safetensors"
 PROGRESS_FILE = "progress.json"
 
 
-def view_key(t: torch.Tensor) -> tuple:
+def _view_key(t: torch.Tensor) -> tuple:
     """What makes two tensors the same tensor: the same storage, read from the same offset with the
     same shape and strides. The storage alone is not enough: a fused weight split into parts gives
     views of one storage that hold different numbers."""
@@ -37,7 +37,7 @@ def unique_tensors(state: dict) -> dict:
     always kept (they may share a null pointer without being the same)."""
     seen, out = set(), {}
     for name, t in state.items():
-        key = view_key(t) if t.numel() else ("empty", name)
+        key = _view_key(t) if t.numel() else ("empty", name)
         if key in seen:
             continue
         seen.add(key)

@@ -115,15 +115,15 @@ def training_device(name: str | None):
     return device
 
 
-def resume_key(recipe) -> dict:
+def _resume_key(recipe) -> dict:
     """What a checkpoint must share with the recipe to be resumed (`RESUME_FIELDS`), as the recipe writes it."""
     return {k: getattr(recipe, k) for k in RESUME_FIELDS}
 
 
-def require_same_recipe(saved: dict | None, recipe, ckpt: Path) -> None:
+def _require_same_recipe(saved: dict | None, recipe, ckpt: Path) -> None:
     if saved is None:  # checkpoints written before this check existed
         return
-    now = json.loads(json.dumps(resume_key(recipe)))
+    now = json.loads(json.dumps(_resume_key(recipe)))
     changed = sorted(k for k in now if saved.get(k) != now[k])
     if changed:
         raise CoreError(f"the checkpoint in {ckpt} was made with other settings ({', '.join(changed)}): "
@@ -221,11 +221,11 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     opt = adamw(groups, recipe.lr)
     sched = lr_schedule(opt, sum(batches_per_epoch), recipe.warmup_steps, recipe.min_lr_ratio)
     stop_at = spec.stop_at_val_accuracy
-    state = {"epoch": 0, "step": 0, "log": [], "elapsed_s": 0.0, "recipe": resume_key(recipe),
+    state = {"epoch": 0, "step": 0, "log": [], "elapsed_s": 0.0, "recipe": _resume_key(recipe),
              "start_sha256": start_tensors.digest if start_tensors is not None else None}
     if resume:
         state = resume_from(ckpt, tuned, opt, sched)
-        require_same_recipe(state.get("recipe"), recipe, ckpt)
+        _require_same_recipe(state.get("recipe"), recipe, ckpt)
         if start_tensors is not None and state.get("start_sha256") and state["start_sha256"] != start_tensors.digest:
             raise CoreError(f"{start} is not the delta this run started from (it was retrained since): the frozen "
                             "lower blocks would mix two models; use --restart")

@@ -17,7 +17,7 @@ from core.errors import CoreError
 from core.training.answers import autocast, model_device
 
 
-def llama_stack(model):
+def _llama_stack(model):
     """The Llama-style inner model (embed_tokens, layers, norm, rotary_emb) that blocks are run from by hand."""
     inner = getattr(model, "model", None)
     if inner is None or not all(hasattr(inner, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")):
@@ -53,7 +53,7 @@ class FrozenBottom:
     """The output of blocks 0..K-1 for every prompt of a split (float32), computed once."""
 
     def __init__(self, model, encoded, first_trained: int, precision: str, batch_size: int = 256):
-        self.inner = llama_stack(model)
+        self.inner = _llama_stack(model)
         device = model_device(model)
         self.K = first_trained
         self.lengths = np.array([len(e) for e in encoded])

@@ -33,9 +33,6 @@ class NumberRowsEmbedding(torch.nn.Module):
         self.rows = torch.nn.Parameter(rows)
         self.n_base = base_weight.shape[0]
 
-    def weight_matrix(self):
-        return torch.cat([self.base, self.rows], 0)
-
     def forward(self, ids):
         new = ids >= self.n_base
         old = torch.nn.functional.embedding(ids.clamp(max=self.n_base - 1), self.base)
@@ -70,7 +67,7 @@ class LoRALinear(torch.nn.Module):
         return self.base(x) + torch.nn.functional.linear(torch.nn.functional.linear(x, self.A), self.B) * self.scale
 
 
-def lora_targets(model, targets) -> list[tuple[str, object, str]]:
+def _lora_targets(model, targets) -> list[tuple[str, object, str]]:
     """(block-relative name, parent module, attribute) of every targeted linear map, in block order."""
     parts = find_parts(model)
     found = []
@@ -80,8 +77,9 @@ def lora_targets(model, targets) -> list[tuple[str, object, str]]:
                 parent = block.get_submodule(name.rsplit(".", 1)[0]) if "." in name else block
                 found.append((f"{i}.{name}", parent, name.split(".")[-1]))
     if not found:
-        raise CoreError(f"no linear maps named {', '.join(targets)} in the model's blocks: name the LoRA targets "
-                        "in the recipe")
+        raise CoreError(
+            f"no linear maps named {', '.join(targets)} in the model's blocks: name the LoRA targets in the recipe"
+        )
     return found
 
 
@@ -100,8 +98,10 @@ def load_start_delta(path: str, base_digest: str, rank: int) -> StartDelta:
     with the scale its factors were written with; `FineTuneModel.load_factors` rescales B to the recipe's."""
     tensors, meta = read_delta(Path(path))
     if meta.get("base_sha256") and meta["base_sha256"] != base_digest:
-        raise CoreError(f"{path} was trained on another base model than this recipe's init_from: import the right one "
-                        "or start without lora.init_delta")
+        raise CoreError(
+            f"{path} was trained on another base model than this recipe's init_from: import the right one "
+            "or start without lora.init_delta"
+        )
     have = int(meta["rank"])
     if have < rank:
         raise CoreError(f"{path} holds rank-{have} factors; this recipe's lora.rank {rank} needs at least that many")
@@ -115,11 +115,22 @@ class FineTuneModel:
     weight of theirs); `compressed_delta()` then turns each map's change into rank-`rank` factors
     by SVD, in the same delta format, so what ships and how it is rebuilt do not change."""
 
-    def __init__(self, model, rows: np.ndarray, rank: int, alpha: float, targets, seed: int, first_block: int = 0,
-                 full: bool = False, keep_lower: bool = False):
+    def __init__(
+        self,
+        model,
+        rows: np.ndarray,
+        rank: int,
+        alpha: float,
+        targets,
+        seed: int,
+        first_block: int = 0,
+        full: bool = False,
+        keep_lower: bool = False,
+    ):
         if not getattr(model.config, "tie_word_embeddings", False):
-            raise CoreError("number-token fine-tuning supports models with tied input and output embeddings "
-                            "(such as SmolLM2) only")
+            raise CoreError(
+                "number-token fine-tuning supports models with tied input and output embeddings (such as SmolLM2) only"
+            )
         for param in model.parameters():
             param.requires_grad_(False)
         self.model = model
@@ -129,7 +140,7 @@ class FineTuneModel:
         model.lm_head = TiedHead(self.embedding)
         torch.manual_seed(seed)
         self.lora, self.full, self.fixed, self.rank, self.alpha = {}, {}, {}, rank, alpha
-        for name, parent, attr in lora_targets(model, targets):
+        for name, parent, attr in _lora_targets(model, targets):
             if int(name.split(".", 1)[0]) < first_block:  # a frozen lower block: no trained LoRA there
                 if keep_lower:  # but an earlier stage's factors stay in it, frozen (`load_factors` fills them)
                     wrapped = LoRALinear(getattr(parent, attr), rank, alpha)
@@ -152,15 +163,19 @@ class FineTuneModel:
         factors, B scaled so that the update equals the delta's (its scale over this model's)."""
         tensors = start.tensors
         if self.fixed and start.rank and start.rank != self.rank:
-            raise CoreError(f"frozen lower blocks keep the starting delta's factors as they are: set lora.rank to its "
-                            f"rank ({start.rank}), not {self.rank} (its first {self.rank} trained factors alone would "
-                            "change those blocks)")
+            raise CoreError(
+                f"frozen lower blocks keep the starting delta's factors as they are: set lora.rank to its "
+                f"rank ({start.rank}), not {self.rank} (its first {self.rank} trained factors alone would "
+                "change those blocks)"
+            )
         ratio = start.scale * self.rank / self.alpha
         factors = {**self.fixed, **self.lora}
         missing = [n for n in factors if f"lora.{n}.A" not in tensors]
         if missing:
-            raise CoreError(f"the starting delta has no factors for {missing[0]} (and {len(missing) - 1} more maps): "
-                            "its targets differ from the recipe's")
+            raise CoreError(
+                f"the starting delta has no factors for {missing[0]} (and {len(missing) - 1} more maps): "
+                "its targets differ from the recipe's"
+            )
         with torch.no_grad():
             for name, m in factors.items():
                 m.A.copy_(tensors[f"lora.{name}.A"][: self.rank].float())
@@ -196,7 +211,7 @@ class FineTuneModel:
             r = min(self.rank, S.numel())
             out[f"lora.{name}.B"] = (U[:, :r] * (S[:r] / scale)).float()
             out[f"lora.{name}.A"] = Vh[:r].float()
-            total = float((S ** 2).sum())
+            total = float((S**2).sum())
             kept[name] = float((S[:r] ** 2).sum()) / total if total > 0 else 1.0
         return out, kept
 
@@ -208,6 +223,8 @@ def delta_tensors(tuned: FineTuneModel, log=print) -> dict:
     if tuned.full:
         tensors, kept = tuned.compressed_delta()
         shares = np.array(list(kept.values()))
-        log(f"full training compressed to rank {tuned.rank}: the factors keep {shares.mean():.1%} of the change's "
-            f"energy on average (least {shares.min():.1%}, {min(kept, key=kept.get)})")
+        log(
+            f"full training compressed to rank {tuned.rank}: the factors keep {shares.mean():.1%} of the change's "
+            f"energy on average (least {shares.min():.1%}, {min(kept, key=kept.get)})"
+        )
     return {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in tensors.items()}

@@ -68,6 +68,8 @@ class Freeze:
                 raise CoreError(f"{where}: a 'representation' freeze needs {missing} (source model folder, layer)")
         if spec["kind"] == "transplant" and "source" not in spec:
             raise CoreError(f"{where}: a 'transplant' freeze needs its source (the donor model's folder)")
+        if spec["kind"] == "fourier" and not spec.get("periods"):
+            raise CoreError(f"{where}: a 'fourier' freeze needs its periods (a list of periods T, e.g. [2, 5, 10])")
         return cls(
             kind=spec["kind"],
             periods=tuple(float(t) for t in spec.get("periods", ())),
@@ -246,7 +248,7 @@ class Recipe:
         if missing:
             raise CoreError(f"recipe {path}: missing fields {missing}")
         for key, value in data.items():
-            check_field_type(path, key, value, cls.__dataclass_fields__[key].type)
+            _check_field_type(path, key, value, cls.__dataclass_fields__[key].type)
         recipe = cls(**data)
         recipe.check()
         return recipe
@@ -297,7 +299,7 @@ _TYPE_WORDS = {"int": "a whole number", "float": "a number", "str": "text", "boo
                "None": "null"}
 
 
-def check_field_type(path, key: str, value, annotation) -> None:
+def _check_field_type(path, key: str, value, annotation) -> None:
     """A recipe field's JSON value must have the field's type (ints are not bools, floats may be ints)."""
     names = [n.strip() for n in str(annotation).split("|")]
     allowed = tuple(t for n in names for t in _FIELD_TYPES.get(n, (object,)))

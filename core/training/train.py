@@ -104,7 +104,7 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
     ckpt = out / CHECKPOINT
     resume = ckpt.exists() and not restart
     if recipe.pretrain and not resume:
-        pretrain_once(model, tokenizer, recipe, out / PRETRAINED_FILE, log, progress)
+        _pretrain_once(model, tokenizer, recipe, out / PRETRAINED_FILE, log, progress)
 
     frozen = None
     freeze = recipe.freeze_config()
@@ -164,7 +164,7 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
     return TrainResult(out, frame, elapsed, test_acc)
 
 
-def pretrain_once(model, tokenizer, recipe: Recipe, done: Path, log, progress) -> None:
+def _pretrain_once(model, tokenizer, recipe: Recipe, done: Path, log, progress) -> None:
     """Pre-train `model` (`core.training.pretraining`), or load the weights a run before kept in `done`."""
     if done.exists():
         model.load_state_dict(load_file(str(done)), strict=False)

@@ -1,6 +1,15 @@
 """Figures shared by all sessions (app/shared.py) are the very figures each session would build."""
 
+import shutil
+import time
+
+import pandas as pd
 import pytest
+from streamlit.testing.v1 import AppTest
+
+from app import figures
+from app.common import open_run, valid_runs
+from core.files import PROJECT_ROOT
 
 PAGES = [
     "views/tour.py",
@@ -15,12 +24,10 @@ PAGES = [
 
 
 def page_charts(app_env, monkeypatch, shared: bool, large: bool):
-    from streamlit.testing.v1 import AppTest
-
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(app_env["cache"]))
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(app_env["models"]))
     monkeypatch.setenv("FOURIER_SHARED_FIGURES", "1" if shared else "0")
-    at = AppTest.from_file("../app/main.py", default_timeout=120)
+    at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
     if large:
         at.query_params["large"] = "1"
     at.run()
@@ -45,11 +52,6 @@ def test_shared_figures_are_byte_for_byte_the_unshared_ones(app_env, monkeypatch
 
 
 def test_a_shared_figure_is_built_once_and_its_data_cannot_be_changed_through_it(app_env, monkeypatch):
-    import pandas as pd
-
-    from app import figures
-    from app.common import open_run, valid_runs
-
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(app_env["cache"]))
     monkeypatch.setenv("FOURIER_SHARED_FIGURES", "1")
     good, _ = valid_runs(str(app_env["cache"]))
@@ -63,11 +65,6 @@ def test_a_shared_figure_is_built_once_and_its_data_cannot_be_changed_through_it
 
 
 def test_the_run_list_is_checked_again_when_a_table_changes(app_env, tmp_path):
-    import shutil
-    import time
-
-    from app.common import valid_runs
-
     cache = tmp_path / "cache"
     shutil.copytree(app_env["cache"], cache)
     good, broken = valid_runs(str(cache))

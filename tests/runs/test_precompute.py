@@ -7,10 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import core.analysis.evaluation as evaluation_mod
 import core.runs.precompute as pre
-from core.runs.cache import REQUIRED_TABLES, list_runs, read_manifest, read_table, resolve_run, verify_run
+from core import SCHEMA_VERSION
 from core.cli import main
 from core.errors import CoreError
+from core.models.random_models import save_random_model
+from core.models.vocab import digit_tokenizer
+from core.runs.cache import REQUIRED_TABLES, list_runs, read_manifest, read_table, resolve_run, verify_run
 
 # operands 0..93 (15 + 93 in range, p = 187, K = 93); the e2e models are 192 wide, so no filter erases
 FAST = ["--max-operand", "93", "--taus", "5,10", "--n-sample", "4", "--no-progress"]
@@ -26,11 +30,16 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("cache")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["gpt2", "gpt_neox", "llama", "phi", "gptj"])
 def test_precompute_end_to_end(model_dir, cache, arch):
     folder = model_dir(arch, **WIDE)
     assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "40", *FAST) == 0
-    run = next(r for r in list_runs(cache) if r.manifest and r.manifest["model"]["architecture"].lower().startswith(arch.replace("_", "")[:4]))
+    run = next(
+        r
+        for r in list_runs(cache)
+        if r.manifest and r.manifest["model"]["architecture"].lower().startswith(arch.replace("_", "")[:4])
+    )
     assert run.ok and verify_run(run.path) == []
     m = run.manifest
     L, p = m["n_layers"], m["p"]
@@ -78,7 +87,9 @@ def test_precompute_end_to_end(model_dir, cache, arch):
 
     base = read_table(cache, run.name, "module_spectra_baseline")
     keys = ["basis", "module", "layer", "k"]
-    assert base[keys].sort_values(keys).reset_index(drop=True).equals(spec[keys].sort_values(keys).reset_index(drop=True))
+    assert (
+        base[keys].sort_values(keys).reset_index(drop=True).equals(spec[keys].sort_values(keys).reset_index(drop=True))
+    )
     assert (base["magnitude"] > 0).all() and (base["rms_norm"] > 0).all()
 
     ab = read_table(cache, run.name, "ablations")
@@ -106,9 +117,25 @@ def test_precompute_end_to_end(model_dir, cache, arch):
     assert ea.iloc[0]["source"] == "model" and ea.iloc[0]["n"] == 40
 
 
+@pytest.mark.slow
 def test_narrow_model_full_range_flags_erasure(model_dir, tmp_path):
     folder = model_dir("gpt2")
-    assert run_cli("--model", str(folder), "--cache-dir", str(tmp_path), "--limit", "12", "--taus", "50", "--n-sample", "2", "--no-progress") == 0
+    assert (
+        run_cli(
+            "--model",
+            str(folder),
+            "--cache-dir",
+            str(tmp_path),
+            "--limit",
+            "12",
+            "--taus",
+            "50",
+            "--n-sample",
+            "2",
+            "--no-progress",
+        )
+        == 0
+    )
     (run,) = list_runs(tmp_path)
     m = run.manifest
     assert m["p"] == 521 and m["task"]["running_example_id"] == "15+93"
@@ -118,6 +145,7 @@ def test_narrow_model_full_range_flags_erasure(model_dir, tmp_path):
     assert any("erase the whole module output" in n for n in m["notes"])
 
 
+@pytest.mark.slow
 def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeypatch):
     folder = str(model_dir("llama"))
     args = ["--model", folder, "--cache-dir", str(tmp_path), "--limit", "20", "--batch-size", "4", *FAST]
@@ -127,7 +155,6 @@ def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeyp
     before_hash = (before.path / "manifest.json").read_bytes()
 
     # interrupt the ablation grid in its third batch of prompts (batches of 4: 5 batches in all)
-    import core.analysis.evaluation as evaluation_mod
 
     calls = {"n": 0}
     real_passes = evaluation_mod.answer_position_passes
@@ -179,6 +206,7 @@ def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeyp
     assert len(list_runs(tmp_path)) == 2
 
 
+@pytest.mark.slow
 def test_verify_and_list_catch_tampering(model_dir, tmp_path, capsys):
     assert run_cli("--model", str(model_dir("gpt2")), "--cache-dir", str(tmp_path), "--limit", "10", *FAST) == 0
     (run,) = list_runs(tmp_path)
@@ -205,10 +233,8 @@ def test_cache_reads_stay_inside_the_cache(tmp_path):
         read_manifest(tmp_path / "cache", "nothing-here")
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_clear_line(tmp_path, capsys):
-    from core.models.random_models import save_random_model
-    from core.models.vocab import digit_tokenizer
-
     folder = save_random_model(tmp_path / "digits", "gpt2", tokenizer=digit_tokenizer())
     capsys.readouterr()
     # a model whose numbers are digits: no number logits, but the representations and k-shot behaviour
@@ -228,12 +254,27 @@ def test_cli_errors_are_one_clear_line(tmp_path, capsys):
     assert list(errs["source"]) == ["0-shot", "4-shot"]
     assert np.isclose(m["accuracy_by_shots"]["4"], gen[gen["shots"] == 4]["correct"].mean())
     # with the task shrunk to the single-token range it is an ordinary run
-    assert run_cli("--model", str(folder), "--cache-dir", str(tmp_path / "c"), "--max-operand", "4", "--taus", "2", "--no-progress") == 0
+    assert (
+        run_cli(
+            "--model",
+            str(folder),
+            "--cache-dir",
+            str(tmp_path / "c"),
+            "--max-operand",
+            "4",
+            "--taus",
+            "2",
+            "--no-progress",
+        )
+        == 0
+    )
     assert run_cli("--model", "nobody/none", "--cache-dir", str(tmp_path / "c")) == 2
     assert "hub id 'nobody/none'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["precompute", "--model", "x", "--taus", "a,b"])
-    assert run_cli("--model", str(folder), "--max-operand", "4", "--taus", "99", "--cache-dir", str(tmp_path / "c")) == 2
+    assert (
+        run_cli("--model", str(folder), "--max-operand", "4", "--taus", "99", "--cache-dir", str(tmp_path / "c")) == 2
+    )
     assert "tau = 99 is out of range" in capsys.readouterr().err
 
 
@@ -243,9 +284,8 @@ def test_list_and_verify_on_empty_cache(tmp_path, capsys):
     assert main(["verify", "--cache-dir", str(tmp_path)]) == 0
 
 
+@pytest.mark.slow
 def test_a_schema_2_run_gets_the_number_tables_and_keeps_the_rest(model_dir, tmp_path):
-    from core import SCHEMA_VERSION
-
     folder = model_dir("gpt2", **WIDE)
     cache = tmp_path / "c"
     assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
@@ -266,6 +306,7 @@ def test_a_schema_2_run_gets_the_number_tables_and_keeps_the_rest(model_dir, tmp
     assert after["timings"]["numbers_s"] >= 0 and after["accuracy"] == manifest["accuracy"]
 
 
+@pytest.mark.slow
 def test_a_run_upgraded_without_its_model_gets_every_example_once_the_model_is_here(model_dir, tmp_path):
     """`python -m core upgrade` (model not here) reads the phase tables off the cached sample and says
     so; the same precompute with the model replaces them by the tables over every example, and keeps

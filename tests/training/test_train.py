@@ -3,17 +3,27 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
+import core.runs.precompute as pre
+import core.training.train as tr
+from core.cli import main
 from core.errors import CoreError
+from core.models.random_models import save_random_model
 from core.models.vocab import number_tokenizer
+from core.runs import training_summaries
+from core.runs.cache import list_runs, read_table
 from core.tasks import build_examples, select_split
 from core.training.answers import AdditionBatches, answer_loss
+from core.training.checkpoint import load_checkpoint, save_checkpoint, unique_tensors
 from core.training.number_rows import fourier_embedding, number_token_ids
 from core.training.pretraining import PRETRAIN_WORDS, pretraining_corpus
-from core.training.recipe import Recipe
-from core.training.train import build_model, train
+from core.training.recipe import DEFAULT_TARGETS, LoRA, NumberTokens, Recipe
+from core.training.train import build_model, train, train_from_recipe
 
 
 def tiny(tmp_path, **kw):
@@ -38,8 +48,6 @@ def tiny(tmp_path, **kw):
 
 
 def load_weights(folder):
-    from transformers import AutoModelForCausalLM
-
     return AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True).float()
 
 
@@ -88,8 +96,6 @@ def test_frozen_number_rows_stay_fixed(tmp_path, tied):
 
 
 def test_frozen_rows_equal_in_float32_checkpoint(tmp_path):
-    from safetensors.torch import load_file
-
     r = tiny(tmp_path, weight_decay=1.0, epochs=1, freeze={"kind": "fourier", "periods": [2, 10]})
     result = train(r, log=lambda *_: None)
     weights = load_file(str(result.out / "checkpoint" / "model.safetensors"))
@@ -100,8 +106,6 @@ def test_frozen_rows_equal_in_float32_checkpoint(tmp_path):
 
 
 def test_transplant_copies_rows_by_number(tmp_path):
-    from core.models.random_models import save_random_model
-
     # the donor's vocabulary puts numbers at other ids: rows must be matched by number, not by id
     donor_tok = number_tokenizer(60, extra_words=["zebra", "yak"])
     donor_dir = save_random_model(tmp_path / "donor", "gpt2", width=32, tokenizer=donor_tok, seed=3)
@@ -118,8 +122,6 @@ def test_transplant_copies_rows_by_number(tmp_path):
 
 
 def test_resume_continues_where_it_stopped(tmp_path, monkeypatch):
-    import core.training.train as tr
-
     straight = train(tiny(tmp_path / "a", epochs=2), log=lambda *_: None)
     real_save = tr.save_checkpoint
 
@@ -181,12 +183,8 @@ def test_shipped_recipes_load():
         assert r.width >= 640 and r.n_layers == 2
 
 
+@pytest.mark.slow
 def test_extra_seeds_reach_the_cached_run_without_recomputing(tmp_path, monkeypatch):
-    import core.runs.precompute as pre
-    from core.cli import main
-    from core.runs.cache import list_runs, read_table
-    from core.training.train import train_from_recipe
-
     recipe_file = tmp_path / "tiny.json"
     recipe = tiny(tmp_path, epochs=1).as_dict()
     recipe_file.write_text(json.dumps(recipe))
@@ -225,11 +223,8 @@ def test_extra_seeds_reach_the_cached_run_without_recomputing(tmp_path, monkeypa
 def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
     """A stage that starts from an earlier stage's delta is counted on from that stage's last epoch;
     a first stage (or one whose earlier stage is not among the runs) starts at epoch 1."""
-    import json
 
-    import pandas as pd
 
-    from core.runs import summaries
 
     def run(name, epochs, start=None, device=None):
         folder = tmp_path / name
@@ -256,7 +251,7 @@ def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
         run("second", 1, start="first"),
         run("alone", 2, start="missing"),
     ]
-    stages = summaries.fine_tuning_stages(runs, "val")
+    stages = training_summaries.fine_tuning_stages(runs, "val")
     by = {r: g for r, g in stages.groupby("run")}
     assert (
         by["first"]["epoch"].tolist() == list(range(1, 10))
@@ -280,14 +275,14 @@ def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
     recipe = json.loads((tmp_path / "first" / "recipe.json").read_text())
     recipe["lora"]["init_delta"] = str(tmp_path / "zero" / "delta.safetensors")
     (tmp_path / "first" / "recipe.json").write_text(json.dumps(recipe))
-    chained = summaries.fine_tuning_stages([first], "val")
+    chained = training_summaries.fine_tuning_stages([first], "val")
     assert chained.groupby("run")["epoch"].max().to_dict() == {"zero (its training log; no cached run)": 3, "first": 12}
     assert not chained[chained["stage"] == 1]["cached"].any() and chained[chained["stage"] == 2]["cached"].all()
-    both = summaries.stages_sentence(stages, "val")  # two separate first stages are named, not merged
+    both = training_summaries.stages_sentence(stages, "val")  # two separate first stages are named, not merged
     assert (
         "stage 1 of alone (epochs 1-2, CPU): val accuracy 2.1%" in both and "stage 1 of first (epochs 1-9, GPU)" in both
     )
-    sentence = summaries.stages_sentence(stages[stages["run"] != "alone"], "val")
+    sentence = training_summaries.stages_sentence(stages[stages["run"] != "alone"], "val")
     assert (
         "stage 1 (epochs 1-9, GPU): val accuracy 9.1%" in sentence
         and "stage 3 (epochs 11-14, CPU): val accuracy 4.1%" in sentence
@@ -299,7 +294,6 @@ def test_checkpoint_keeps_every_view_of_a_shared_storage_and_a_tied_weight_once(
     that is the same tensor under another name (tied weights). Keyed on the storage alone, it dropped
     the second of two different views of one storage (a fused weight split into q and k); keyed
     without the strides, a matrix and its transpose."""
-    from core.training.checkpoint import load_checkpoint, save_checkpoint, unique_tensors
 
     fused = torch.arange(12.0).reshape(6, 2)
     square = torch.arange(4.0).reshape(2, 2) + 100
@@ -320,8 +314,6 @@ def test_checkpoint_keeps_every_view_of_a_shared_storage_and_a_tied_weight_once(
 
 
 def test_recipe_parts_are_typed_with_their_defaults_and_refuse_unknown_keys(tmp_path):
-    from core.training.recipe import DEFAULT_TARGETS, LoRA, NumberTokens
-
     base = dict(name="x", label="x", out=str(tmp_path), arch="llama", n_layers=4, init_from=str(tmp_path))
     r = Recipe(**base, number_tokens={"layer": 2}, lora={"rank": 4})
     assert r.number_token_config() == NumberTokens(layer=2)

@@ -1,6 +1,7 @@
 """Bad input gets one clear line (CoreError / "error: ..." and exit 2), never a traceback, and a failed
 run loses nothing cached: manifests, cache folders, model folders, recipes, concurrency, resuming."""
 
+import errno
 import json
 import os
 import shutil
@@ -10,9 +11,13 @@ from pathlib import Path
 import pytest
 
 import core.runs.precompute as pre
-from core.runs.cache import list_runs, read_manifest, read_table, resolve_run, run_lock, verify_run
+from app.common import valid_runs
 from core.cli import main
 from core.errors import CoreError
+from core.files import PROJECT_ROOT
+from core.models.number_tokens import NumberTokens, require_number_range
+from core.models.source import fingerprint_folder
+from core.runs.cache import list_runs, read_manifest, read_table, resolve_run, run_lock, verify_run
 
 SMALL = ["--max-operand", "20", "--limit", "30", "--taus", "5", "--n-sample", "2", "--no-progress"]
 
@@ -136,7 +141,6 @@ def test_manifest_paths_are_relative_to_the_project(good_run):
     model = manifest["model"]
     for key in ("source", "source_as_given"):
         assert not os.path.isabs(model[key])
-        from core.files import PROJECT_ROOT
 
         assert (PROJECT_ROOT / model[key] / "config.json").exists()
 
@@ -161,8 +165,6 @@ def test_cache_dir_naming_a_file(model_dir, tmp_path, capsys):
 
 
 def test_read_only_cache(model_dir, tmp_path, capsys, monkeypatch):
-    import errno
-
     def refuse(self, *a, **kw):
         raise OSError(errno.EROFS, "Read-only file system", str(self))
 
@@ -201,20 +203,22 @@ def test_folder_without_tokenizer_files(model_dir, tmp_path, capsys):
 
 
 def test_tokenizer_without_any_single_token_number(tmp_path):
-    from core.models.number_tokens import NumberTokens, require_number_range
-
     with pytest.raises(CoreError, match="not even 0 as one token"):
         require_number_range(NumberTokens((), "", 0, ("Ġ0",)), 521)
 
 
 @pytest.mark.parametrize(
     "field, value, message",
-    [("width", "640", "'width' should be a whole number"), ("tied", 1, "'tied' should be true/false"),
-     ("lr", "1e-3", "'lr' should be a number"), ("freeze", [2, 5], "'freeze' should be an object or null"),
-     ("epochs", 0, "epochs must be at least 1")],
+    [
+        ("width", "640", "'width' should be a whole number"),
+        ("tied", 1, "'tied' should be true/false"),
+        ("lr", "1e-3", "'lr' should be a number"),
+        ("freeze", [2, 5], "'freeze' should be an object or null"),
+        ("epochs", 0, "epochs must be at least 1"),
+    ],
 )
 def test_recipes_with_wrong_field_types(tmp_path, capsys, field, value, message):
-    recipe = json.loads((Path(__file__).parent.parent / "recipes" / "scratch.json").read_text())
+    recipe = json.loads((PROJECT_ROOT / "recipes" / "scratch.json").read_text())
     recipe[field] = value
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(recipe))
@@ -241,8 +245,15 @@ def test_second_precompute_of_a_run_waits_for_the_first(model_dir, good_run, tmp
                 waiting.set()
 
         def second():
-            opts = pre.PrecomputeOptions(model=str(model_dir("gpt2")), max_operand=20, limit=30, taus=(5,), n_sample=2,
-                                         cache_dir=str(cache), progress=False)
+            opts = pre.PrecomputeOptions(
+                model=str(model_dir("gpt2")),
+                max_operand=20,
+                limit=30,
+                taus=(5,),
+                n_sample=2,
+                cache_dir=str(cache),
+                progress=False,
+            )
             result["path"] = pre.precompute(opts, log=log)
 
         t = threading.Thread(target=second)
@@ -301,21 +312,19 @@ def test_failed_run_leaves_no_staging_folder(model_dir, tmp_path, capsys, monkey
 
 def test_dashboard_run_list_skips_a_manifest_without_p(good_run, tmp_path):
     """The sidebar reads manifest["p"]: a run whose manifest lacks it is listed as broken, not chosen."""
-    from app.common import valid_runs
 
     run = copy_run(good_run, tmp_path)
     manifest = json.loads((run / "manifest.json").read_text())
     del manifest["p"]
     (run / "manifest.json").write_text(json.dumps(manifest))
-    good, broken = valid_runs.__wrapped__(str(run.parent)) if hasattr(valid_runs, "__wrapped__") else valid_runs(str(run.parent))
+    good, broken = (
+        valid_runs.__wrapped__(str(run.parent)) if hasattr(valid_runs, "__wrapped__") else valid_runs(str(run.parent))
+    )
     assert good == [] and broken and any("lacks 'p'" in p for p in broken[0]["problems"])
 
 
 def test_a_leftover_checkpoint_beside_the_weights_does_not_change_the_fingerprint(model_dir, tmp_path):
     """Only the files from_pretrained loads identify the model (a run's name must not depend on leftovers)."""
-    import shutil
-
-    from core.models.source import fingerprint_folder
 
     folder = tmp_path / "m"
     shutil.copytree(model_dir("gpt2"), folder)

@@ -15,6 +15,7 @@ from core.models.number_tokens import find_number_tokens, require_number_range
 from core.models.parts import find_parts
 from core.models.random_models import ARCHITECTURES
 from core.models.vocab import digit_tokenizer
+import transformers
 
 PROMPTS = [
     "Put together 15 and 93. Answer:",
@@ -161,8 +162,6 @@ def test_loading_refuses_pickles_and_bad_sources(tmp_path, model_dir):
 
 
 def test_trust_remote_code_is_off_unless_asked(monkeypatch, model_dir):
-    import transformers
-
     seen = []
     real = transformers.AutoModelForCausalLM.from_pretrained
 

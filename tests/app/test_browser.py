@@ -5,6 +5,8 @@ import importlib.util
 import pytest
 
 from app import browser
+from core.files import PROJECT_ROOT
+from core.runs.cache import list_runs
 
 pytestmark = [
     pytest.mark.slow,
@@ -46,11 +48,9 @@ def test_csv_upload_in_a_real_browser(app_env, tmp_path):
 def test_no_chart_is_taller_than_a_projector_screen_on_the_shipped_runs():
     """Presentation mode at 1024x768, on the deepest shipped run (30 layers; the figures that grow with
     depth are the risk): every page and every Tour step draws each chart within the screen's height."""
-    from pathlib import Path
 
-    from core.runs.cache import list_runs
 
-    cache = Path(__file__).resolve().parent.parent / "cache"
+    cache = PROJECT_ROOT / "cache"
     runs = sorted((r for r in list_runs(cache) if r.ok and "phase_locking" in r.manifest["tables"]),
                   key=lambda r: r.manifest["n_layers"])
     if not runs:

@@ -2,12 +2,16 @@
 each band filter, and the baseline spectrum W_U gives to random vectors."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from core.analysis.ablations import Ablation
 from core.analysis.filters import high_pass, low_pass, random_subspace_filter, rank_tolerance
 from core.analysis.fourier import band_frequencies, fourier_basis, frequency_magnitudes
+from core.models.unembed import Unembed
+from core.runs import summaries
+from core.runs.measure import module_spectra_baseline
 
 P = 521
 
@@ -94,15 +98,14 @@ def test_random_subspace_is_haar_distributed_within_the_row_space():
 
 
 def test_module_spectra_baseline_is_what_w_u_gives_random_vectors():
-    from core.models.unembed import Unembed
-    from core.runs.measure import module_spectra_baseline
-
     p, width = 61, 32
     basis = fourier_basis(p, "dft")
     K = basis.n_freq
     # W_U whose columns hold only frequencies 7 and 11: any vector read through it has a spectrum there alone
     n = np.arange(p)[:, None]
-    waves = np.hstack([np.cos(2 * np.pi * 7 * n / p), np.sin(2 * np.pi * 7 * n / p), 2 * np.cos(2 * np.pi * 11 * n / p)])
+    waves = np.hstack(
+        [np.cos(2 * np.pi * 7 * n / p), np.sin(2 * np.pi * 7 * n / p), 2 * np.cos(2 * np.pi * 11 * n / p)]
+    )
     W = waves @ np.random.default_rng(0).standard_normal((3, width))
     unembed = Unembed(torch.as_tensor(W, dtype=torch.float32), None, None)
     rms = {"attn": np.array([1.0, 3.0]), "mlp": np.array([2.0, 0.5]), "resid": np.array([1.0, 1.0, 1.0])}
@@ -128,23 +131,46 @@ def test_module_spectra_baseline_is_what_w_u_gives_random_vectors():
 
 
 def test_views_compare_spectra_with_the_baseline_and_filters_with_their_controls():
-    import pandas as pd
-
-    from core.runs import summaries
-
-    spectra = pd.DataFrame({"basis": "dft", "module": "mlp", "layer": 1, "k": [1, 2, 3], "period": [9.0, 4.5, 3.0],
-                            "magnitude": [5.0, 1.0, 0.2]})
-    baseline = pd.DataFrame({"basis": "dft", "module": "mlp", "layer": 1, "k": [1, 2, 3], "period": [9.0, 4.5, 3.0],
-                             "magnitude": [1.0, 1.0, 1.0], "magnitude_p95": [2.0, 2.0, 2.0], "rms_norm": 1.0, "match": "norm"})
+    spectra = pd.DataFrame(
+        {
+            "basis": "dft",
+            "module": "mlp",
+            "layer": 1,
+            "k": [1, 2, 3],
+            "period": [9.0, 4.5, 3.0],
+            "magnitude": [5.0, 1.0, 0.2],
+        }
+    )
+    baseline = pd.DataFrame(
+        {
+            "basis": "dft",
+            "module": "mlp",
+            "layer": 1,
+            "k": [1, 2, 3],
+            "period": [9.0, 4.5, 3.0],
+            "magnitude": [1.0, 1.0, 1.0],
+            "magnitude_p95": [2.0, 2.0, 2.0],
+            "rms_norm": 1.0,
+            "match": "norm",
+        }
+    )
     ex = summaries.spectrum_excess(spectra, baseline, "dft", "mlp", 1)
     assert ex["excess"].tolist() == [4.0, 0.0, -0.8] and ex["above_p95"].tolist() == [True, False, False]
     assert ex["ratio"].tolist() == pytest.approx([5.0, 1.0, 0.2]) and ex["above"].tolist() == [True, False, False]
     with pytest.raises(Exception, match="no spectrum or baseline"):
         summaries.spectrum_excess(spectra, baseline, "dft", "attn", 1)
-    ab = pd.DataFrame({
-        "modules": ["both"] * 4, "removed": ["low", "high", "random-low", "random-high"], "tau": [5] * 4,
-        "rank": [8, 40, 8, 40], "accuracy": [0.1, 0.5, 0.9, 0.6], "loss": [3.0, 1.0, 0.2, 0.9],
-    })
+    ab = pd.DataFrame(
+        {
+            "modules": ["both"] * 4,
+            "removed": ["low", "high", "random-low", "random-high"],
+            "tau": [5] * 4,
+            "rank": [8, 40, 8, 40],
+            "accuracy": [0.1, 0.5, 0.9, 0.6],
+            "loss": [3.0, 1.0, 0.2, 0.9],
+        }
+    )
     cmp = summaries.control_comparison(ab).set_index("band")
-    assert cmp.loc["low", "accuracy"] == 0.1 and cmp.loc["low", "control_accuracy"] == 0.9 and cmp.loc["low", "rank"] == 8
+    assert (
+        cmp.loc["low", "accuracy"] == 0.1 and cmp.loc["low", "control_accuracy"] == 0.9 and cmp.loc["low", "rank"] == 8
+    )
     assert summaries.control_comparison(ab[ab["removed"].isin(["low", "high"])]).empty

@@ -6,17 +6,29 @@ the claims that makes a sentence disagree with its data fails this test.
 
 from __future__ import annotations
 
+import json
 import re
-from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+import streamlit as st
+from scipy.stats import binomtest
+from streamlit.testing.v1 import AppTest
 
-from core.runs.cache import list_runs, read_table
-from core.claims.registry import run_origin
 from core.analysis.fourier import band_energy_share
+from core.claims.base import VERDICT_SCORE
+from core.claims.features import claim_behaviour, claim_embeddings
+from core.claims.mechanism import claim_logit_lens, claim_module_waves
+from core.claims.registry import run_claims
+from core.files import PROJECT_ROOT
+from core.models.source import project_path
+from core.runs import summaries
+from core.runs.cache import list_runs, read_table
+from core.runs.origin import describe_run, run_origin
+from core.runs.reader import RunReader
 
-CACHE = Path(__file__).resolve().parent.parent / "cache"
+CACHE = PROJECT_ROOT / "cache"
 SHIPPED = [r for r in list_runs(CACHE, deep=False) if r.ok] if CACHE.is_dir() else []
 BADGES = {"Agrees": "agrees", "Partly": "partly", "Does not agree": "does not", "Not tested here": "not tested"}
 STEP_KEYS = ["accuracy", "logit_lens", "module_waves", "spectra", "waves", "ablations", "numbers"]
@@ -30,7 +42,9 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
         return {**{k: "not tested" for k in STEP_KEYS}, **out}
     ex = t("examples")
     acc = ex["correct"].mean()
-    if "training_log" in manifest["tables"]:  # judged on validation: the last epoch of the shipped seed at the run's width
+    if (
+        "training_log" in manifest["tables"]
+    ):  # judged on validation: the last epoch of the shipped seed at the run's width
         log = t("training_log")
         val = log[(log["split"] == "val") & (log["width"] == manifest["width"])]
         seed = (run_origin(manifest)["recipe"] or {}).get("seed", 0)
@@ -48,11 +62,18 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
 
     pl = t("phase_locking")
     pl = pl[pl["kind"].isin(["attn", "mlp"]) & pl["period"].isin(SHORT)]
-    lock = pl[(pl["locking"] > pl["null_95"]) & (pl["locking"] >= 0.3) & (pl["constant_phase"] < 0.9) & (pl["energy_share"] >= 0.05)]
+    lock = pl[
+        (pl["locking"] > pl["null_95"])
+        & (pl["locking"] >= 0.3)
+        & (pl["constant_phase"] < 0.9)
+        & (pl["energy_share"] >= 0.05)
+    ]
     mlp2 = ((lock["kind"] == "mlp") & (lock["period"] == 2.0)).any()
     attn510 = ((lock["kind"] == "attn") & lock["period"].isin([5.0, 10.0])).any()
     whole = pl["n"].iloc[0] == len(ex)
-    out["module_waves"] = "agrees" if mlp2 and attn510 else "partly" if len(lock) else "does not" if whole else "not tested"
+    out["module_waves"] = (
+        "agrees" if mlp2 and attn510 else "partly" if len(lock) else "does not" if whole else "not tested"
+    )
 
     p = manifest["p"]
     spec = t("module_spectra")
@@ -74,13 +95,13 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
     out["waves"] = "agrees" if s5 >= 0.75 else "partly" if s10 >= 0.75 or s5 >= 0.25 else "does not"
     n = (peaks["top"] == 5).sum()
     if out["waves"] == "does not" and n < len(ex):  # a cached sample: can the interval rule "partly" out?
+
         def upper(x):  # 95% Wilson upper bound, written out here
             z = 1.96
             return (x + z * z / (2 * n) + z * np.sqrt(x * (1 - x) / n + z * z / (4 * n * n))) / (1 + z * z / n)
 
         if upper(s10) >= 0.75 or upper(s5) >= 0.25:
             out["waves"] = "not tested"
-
 
     ab = t("ablations")
     taus = sorted(ab["tau"].dropna().unique())
@@ -90,9 +111,12 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
     def acc_of(m, r):
         return float(ab[(ab["modules"] == m) & (ab["removed"] == r) & (ab["tau"] == tau)]["accuracy"].iloc[0])
 
-    shows = [acc_of(m, other) >= 0.9 * base and acc_of(m, band) <= acc_of(m, other) - 0.10
-             and acc_of(m, band) <= acc_of(m, f"random-{band}") - 0.10
-             for m, band, other in (("mlp", "low", "high"), ("attn", "high", "low"))]
+    shows = [
+        acc_of(m, other) >= 0.9 * base
+        and acc_of(m, band) <= acc_of(m, other) - 0.10
+        and acc_of(m, band) <= acc_of(m, f"random-{band}") - 0.10
+        for m, band, other in (("mlp", "low", "high"), ("attn", "high", "low"))
+    ]
     out["ablations"] = "agrees" if all(shows) else "partly" if any(shows) else "does not"
 
     es = t("embedding_spectrum")
@@ -113,13 +137,13 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
 def digit_derived(manifest: dict) -> bool:
     """Number rows started from a digit-splitting model's hidden state, or read at a number's last digit token."""
     origin = run_origin(manifest)
-    return bool((origin["kind"] == "fine-tuned" and (origin["recipe"] or {}).get("number_tokens"))
-                or (manifest.get("number_representations") or {}).get("single_token") is False)
+    return bool(
+        (origin["kind"] == "fine-tuned" and (origin["recipe"] or {}).get("number_tokens"))
+        or (manifest.get("number_representations") or {}).get("single_token") is False
+    )
 
 
 def expected_behaviour_verdict(name: str, manifest: dict) -> str:
-    from scipy.stats import binomtest
-
     ea = read_table(CACHE, name, "error_analysis")
     if (ea["source"] == "model").any():
         row = ea[ea["source"] == "model"].iloc[0]
@@ -151,8 +175,6 @@ def expected_numbers_verdict(name: str, manifest: dict) -> str:
 @pytest.mark.parametrize("run", SHIPPED, ids=[r.name[:24] for r in SHIPPED])
 def test_behaviour_and_embedding_verdicts_follow_their_rules_on_every_shipped_run(run):
     """The two verdicts no Tour step shows (the Behaviour page and the embedding rows), re-derived."""
-    from core.claims.registry import claim_behaviour, claim_embeddings
-    from core.runs.reader import RunReader
 
     table_run = RunReader(CACHE, run.name)
     assert claim_behaviour(table_run).verdict == expected_behaviour_verdict(run.name, run.manifest)
@@ -170,41 +192,41 @@ def shown_verdict(at) -> tuple[str, str]:
 @pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
 @pytest.mark.parametrize("run", SHIPPED, ids=[r.name[:24] for r in SHIPPED])
 def test_tour_verdicts_match_the_tables_on_every_shipped_run(run, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
-    import streamlit as st
-
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(CACHE))
     st.cache_data.clear()
     expected = expected_verdicts(run.name, run.manifest)
     for step, key in enumerate(STEP_KEYS, start=1):
-        at = AppTest.from_file("../app/main.py", default_timeout=120)
+        at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
         at.query_params.update({"run": run.name, "step": str(step), "best": "0"})
         at.run()
         assert not at.exception, [e.message for e in at.exception]
         verdict, _ = shown_verdict(at)
         assert verdict == expected[key], f"{run.name} step {step} ({key}): shown {verdict}, tables say {expected[key]}"
-        measured = next(m.value for m in at.markdown if m.value.startswith("**") and "**Paper:**" not in m.value and ":**" in m.value)
+        measured = next(
+            m.value
+            for m in at.markdown
+            if m.value.startswith("**") and "**Paper:**" not in m.value and ":**" in m.value
+        )
         if key == "accuracy" and "examples" in run.manifest["tables"]:
             ex = read_table(CACHE, run.name, "examples")
             assert f"{100 * ex['correct'].mean():.1f}%" in measured
-            assert "planted by hand" in " ".join(m.value for m in at.markdown) or run_origin(run.manifest)["kind"] != "planted"
+            assert (
+                "planted by hand" in " ".join(m.value for m in at.markdown)
+                or run_origin(run.manifest)["kind"] != "planted"
+            )
 
 
 @pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
 def test_tour_picks_the_run_that_shows_a_step_best_and_says_so(monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
-    import streamlit as st
-
-    from core.claims.registry import VERDICT_SCORE
-
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(CACHE))
     st.cache_data.clear()
-    verdicts = {r.name: expected_verdicts(r.name, r.manifest) for r in SHIPPED if r.manifest["task"]["split"] == "test"
-                and "examples" in r.manifest["tables"]}
+    verdicts = {
+        r.name: expected_verdicts(r.name, r.manifest)
+        for r in SHIPPED
+        if r.manifest["task"]["split"] == "test" and "examples" in r.manifest["tables"]
+    }
     worst = min(verdicts, key=lambda n: VERDICT_SCORE[verdicts[n]["accuracy"]])
-    at = AppTest.from_file("../app/main.py", default_timeout=120)
+    at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
     at.query_params.update({"run": worst, "step": "1", "best": "1"})
     at.run()
     verdict, _ = shown_verdict(at)
@@ -218,34 +240,34 @@ def test_tour_picks_the_run_that_shows_a_step_best_and_says_so(monkeypatch):
 def test_every_tour_step_shows_the_sidebar_run_unless_asked(run, monkeypatch):
     """A lecturer's run stays on screen through the whole Tour: with no 'best' in the link, every step
     names the sidebar's run, and no banner says another run is shown."""
-    from streamlit.testing.v1 import AppTest
-
-    import streamlit as st
 
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(CACHE))
     st.cache_data.clear()
     for step in range(1, 8):
-        at = AppTest.from_file("../app/main.py", default_timeout=120)
+        at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
         at.query_params.update({"run": run.name, "step": str(step)})
         at.run()
         assert not at.exception, [e.message for e in at.exception]
         assert not at.warning, (step, [w.value for w in at.warning])
-        named = [m.value for m in at.markdown if m.value.startswith("**") and ":**" in m.value and "**Paper:**" not in m.value]
+        named = [
+            m.value
+            for m in at.markdown
+            if m.value.startswith("**") and ":**" in m.value and "**Paper:**" not in m.value
+        ]
         assert named and named[0].startswith(f"**{run.manifest['label']}"), (step, named[:1])
 
 
 def test_a_run_that_cannot_answer_a_claim_says_so(tmp_path):
     """A claim the tables cannot answer is 'not tested', with what is missing, never a crash."""
-    import pandas as pd
-
-    from core.claims.registry import run_claims
 
     class Thin:
         manifest = {"p": 521, "n_layers": 2, "label": "thin", "model": {}, "tables": {}}
 
         def table(self, name):
             if name == "examples":
-                return pd.DataFrame({"id": ["1+2"], "in_sample": [False], "correct": [True], "prediction": [3], "answer": [3]})
+                return pd.DataFrame(
+                    {"id": ["1+2"], "in_sample": [False], "correct": [True], "prediction": [3], "answer": [3]}
+                )
             raise KeyError(name)
 
     claims = run_claims(Thin())
@@ -253,20 +275,18 @@ def test_a_run_that_cannot_answer_a_claim_says_so(tmp_path):
     assert all(c.verdict in ("not tested", "agrees", "partly", "does not") for c in claims.values())
 
 
-@pytest.mark.skipif(not any(run_origin(r.manifest)["kind"] == "external" for r in SHIPPED), reason="no real pre-trained run shipped")
+@pytest.mark.skipif(
+    not any(run_origin(r.manifest)["kind"] == "external" for r in SHIPPED), reason="no real pre-trained run shipped"
+)
 def test_step_7_best_run_shows_the_best_verdict_and_the_digit_caveat_of_a_real_model(monkeypatch):
     """Where do the features come from: with the best run shown, step 7 shows a verdict no shipped run
     beats; the real pre-trained SmolLM2 reads numbers digit by digit, so its verdict is capped at
     "partly" and says why (the from-scratch control's "agrees" wins)."""
-    from streamlit.testing.v1 import AppTest
-
-    import streamlit as st
-    from core.claims.registry import VERDICT_SCORE
 
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(CACHE))
     st.cache_data.clear()
     first = next(r for r in SHIPPED if run_origin(r.manifest)["kind"] != "external")
-    at = AppTest.from_file("../app/main.py", default_timeout=120)
+    at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
     at.query_params.update({"run": first.name, "step": "7", "best": "1"})
     at.run()
     assert not at.exception, [e.message for e in at.exception]
@@ -282,8 +302,6 @@ def test_step_7_best_run_shows_the_best_verdict_and_the_digit_caveat_of_a_real_m
 def test_logit_lens_sentence_gives_the_last_layer_both_ways(run):
     """The lens without the final norm (the paper's) at the last layer is not the model's answer: the
     sentence gives the same layer through the final norm too, each figure read from the table."""
-    from core.claims.registry import claim_logit_lens
-    from core.runs.reader import RunReader
 
     def pct(x: float) -> str:  # how the claims write a share
         return f"{100 * x:.1f}%"
@@ -303,10 +321,6 @@ def test_logit_lens_sentence_gives_the_last_layer_both_ways(run):
 def test_every_fine_tuned_run_describes_itself_from_its_recipe_and_summary():
     """Descriptions are generated, not written per run: each states what its recipe and training
     summary say (full fine-tuning or LoRA, frozen blocks, epochs, device, delta size and whether it ships)."""
-    import json
-
-    from core.models.source import project_path
-    from core.runs.origin import describe_run
 
     tuned = [r for r in SHIPPED if run_origin(r.manifest)["kind"] == "fine-tuned"]
     for r in tuned:
@@ -337,9 +351,6 @@ def test_the_locking_sentence_names_what_the_figure_frames(run):
     """Step 3's sentence and its figure agree: every module the sentence says tracks the answer is
     framed in the figure's data with that R, and the strongest framed MLP and attention layer at a
     short period are named; a kind with no framed short-period cell is said to track nothing."""
-    from core.runs import summaries
-    from core.claims.registry import claim_module_waves
-    from core.runs.reader import RunReader
 
     table_run = RunReader(CACHE, run.name)
     grid = summaries.locking_grid(table_run.table("phase_locking"))

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import shutil as sh
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
 
+from core.analysis.behaviour import error_summary
+from core.files import PROJECT_ROOT
+from core.runs import summaries
 from core.runs.cache import read_table
+from core.runs.live_ablation import live_model_folder
+from core.training.stages import retrain_commands
 
 PAGES = {
     "tour": "views/tour.py",
@@ -25,15 +33,12 @@ PAGES = {
 
 @pytest.fixture
 def app(app_env, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(app_env["cache"]))
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(app_env["models"]))
     monkeypatch.setenv("STREAMLIT_CLIENT_SHOW_ERROR_DETAILS", "full")
-    import streamlit as st
 
     st.cache_data.clear()
-    at = AppTest.from_file("../app/main.py", default_timeout=120)
+    at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
     at.run()
     return at
 
@@ -117,8 +122,6 @@ def test_logit_lens_controls(app, app_env):
 
 
 def test_spectra_controls(app, app_env):
-    from core.runs import summaries
-
     goto(app, "spectra")
     run = app_env["runs"]["tiny trained"]
     widget(app, "selectbox", "run").set_value(run.name).run()
@@ -133,7 +136,10 @@ def test_spectra_controls(app, app_env):
     metric = next(m for m in app.metric if m.label.startswith("Energy below tau = 30"))
     assert metric.value == f"{want:.0%}"
     data = chart_data(charts(app)[2]).dropna(subset=["band"])
-    assert set(data["band"]) == {"low (k < tau)", "high (k ≥ tau)"} and (data[data["k"] < 30]["band"] == "low (k < tau)").all()
+    assert (
+        set(data["band"]) == {"low (k < tau)", "high (k ≥ tau)"}
+        and (data[data["k"] < 30]["band"] == "low (k < tau)").all()
+    )
     widget(app, "radio", "basis").set_value("dft").run()
     assert app.query_params["basis"] == "dft"
     assert "period T = 201/k" in charts(app)[1].proto.spec
@@ -156,7 +162,9 @@ def test_ablations_table_cell_and_live_run(app, app_env):
     shown = app.dataframe[0].value
     none = ablations[ablations["removed"] == "none"].iloc[0]
     assert np.isclose(shown.iloc[0]["accuracy %"], 100 * none["accuracy"])
-    mlp_low = ablations[(ablations["modules"] == "mlp") & (ablations["removed"] == "low") & (ablations["tau"] == 10)].iloc[0]
+    mlp_low = ablations[
+        (ablations["modules"] == "mlp") & (ablations["removed"] == "low") & (ablations["tau"] == 10)
+    ].iloc[0]
     row = shown[shown["filter"] == "MLP: low removed"].iloc[0]
     assert np.isclose(row["accuracy %"], 100 * mlp_low["accuracy"])
     # empty cells read "—": the paper's figures exist only at tau = 50, and "none" has no rank
@@ -198,7 +206,9 @@ def test_numbers_page_compares_runs_layer_by_layer(app, app_env):
     spec = read_table(app_env["cache"], a.name, "number_spectrum")
     want = spec[(spec["layer"] == 1) & (spec["basis"] == "paper")].sort_values("k")
     data = chart_data(first).sort_values("k")
-    assert np.allclose(data["magnitude"], want["magnitude"]) and np.allclose(data["null_threshold"], want["null_threshold"])
+    assert np.allclose(data["magnitude"], want["magnitude"]) and np.allclose(
+        data["null_threshold"], want["null_threshold"]
+    )
     probes = next(c for c in charts(app) if "Linear probes" in chart_title(c))
     got = chart_data(probes).dropna(subset=["modulus"])
     table = read_table(app_env["cache"], a.name, "number_probes")
@@ -246,8 +256,6 @@ def test_training_curves_come_from_the_log(app, app_env):
 
 
 def test_behaviour_metrics(app, app_env):
-    from core.analysis.behaviour import error_summary
-
     goto(app, "behaviour")
     name = widget(app, "selectbox", "run").value
     ex = read_table(app_env["cache"], name, "examples")
@@ -271,11 +279,9 @@ def test_tour_steps_and_presentation_mode(app):
 
 
 def test_shared_link_reopens_the_view(app_env, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(app_env["cache"]))
     run = app_env["runs"]["random llama"]
-    at = AppTest.from_file("../app/main.py", default_timeout=120)
+    at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
     at.query_params.update({"run": run.name, "tau": "20", "basis": "dft", "step": "3"})
     at.run()
     assert widget(at, "selectbox", "run").value == run.name
@@ -283,7 +289,7 @@ def test_shared_link_reopens_the_view(app_env, monkeypatch):
     assert widget(at, "radio", "basis").value == "dft"
     assert at.subheader[0].value.startswith("3.")
     at.query_params.update({"tau": "9999", "run": "../../etc"})
-    at2 = AppTest.from_file("../app/main.py", default_timeout=120)
+    at2 = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
     at2.query_params.update({"tau": "9999", "run": "../../etc"})
     at2.run()
     assert not at2.exception
@@ -291,13 +297,10 @@ def test_shared_link_reopens_the_view(app_env, monkeypatch):
 
 
 def test_empty_cache_says_how_to_make_a_run(tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(tmp_path))
-    import streamlit as st
 
     st.cache_data.clear()
-    at = AppTest.from_file("../app/main.py", default_timeout=60)
+    at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=60)
     at.run()
     assert not at.exception
     assert any("No usable runs" in w.value for w in at.warning)
@@ -305,10 +308,6 @@ def test_empty_cache_says_how_to_make_a_run(tmp_path, monkeypatch):
 
 
 def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
-    import shutil as sh
-
-    from core.runs.live_ablation import live_model_folder
-
     run = app_env["runs"]["tiny trained"]
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(app_env["models"]))
     folder, why = live_model_folder(run.manifest)
@@ -321,7 +320,6 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     assert folder is None and "weights are not on this machine" in why and "--recipe tiny-trained" in why
     assert "--device cuda" not in why
     # a recipe trained on a GPU says so in the command that rebuilds it
-    import json
 
     spec = json.loads((copy / "recipe.json").read_text())
     (copy / "recipe.json").write_text(json.dumps({**spec, "device": "cuda"}))
@@ -330,13 +328,25 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     # a later stage whose earlier stage's delta is not here either: both commands, the earlier first
     later = app_env["models"] / "later-stage"
     sh.copytree(copy, later)
-    spec2 = {**spec, "name": "tiny-later", "device": None, "lora": {**(spec.get("lora") or {}), "init_delta": str(copy / "delta.safetensors")}}
+    spec2 = {
+        **spec,
+        "name": "tiny-later",
+        "device": None,
+        "lora": {**(spec.get("lora") or {}), "init_delta": str(copy / "delta.safetensors")},
+    }
     (later / "recipe.json").write_text(json.dumps(spec2))
-    folder, why = live_model_folder({**manifest, "model": {**manifest["model"], "source_as_given": str(later), "source": str(later)}})
-    assert folder is None and ("`python -m core train --recipe tiny-trained --device cuda` on a GPU, then "
-                               "`python -m core train --recipe tiny-later` rebuild them") in why
+    folder, why = live_model_folder(
+        {**manifest, "model": {**manifest["model"], "source_as_given": str(later), "source": str(later)}}
+    )
+    assert (
+        folder is None
+        and (
+            "`python -m core train --recipe tiny-trained --device cuda` on a GPU, then "
+            "`python -m core train --recipe tiny-later` rebuild them"
+        )
+        in why
+    )
     (copy / "delta.safetensors").write_bytes(b"")  # the earlier stage's delta is here: only this stage is retrained
-    from core.training.stages import retrain_commands
 
     assert retrain_commands(later) == [("python -m core train --recipe tiny-later", False)]
     # outside the models folder
@@ -348,12 +358,11 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
 def test_a_link_the_app_wrote_opens_the_same_view_without_a_warning(app, app_env, monkeypatch):
     """Every page mirrors its controls into the URL; opening that URL in a new session (a shared link)
     restores the view and shows no 'the link asks for ...' notice (a link's 0 is the value False)."""
-    from streamlit.testing.v1 import AppTest
 
     for page in PAGES:
         at = goto(app, page)
         link = {"large": "0", **{k: at.query_params[k] for k in at.query_params}}  # the toggle, once off, writes 0
-        fresh = AppTest.from_file("../app/main.py", default_timeout=120)
+        fresh = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
         fresh.query_params.update(link)
         fresh.run()
         fresh.switch_page(PAGES[page])

@@ -2,27 +2,56 @@
 into digits, as SmolLM2's does: tokens, training wrapper, resume, delta, bit-for-bit rebuild."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from core.analysis.numbers import number_representations
 from core.errors import CoreError
+from core.models.importer import import_gguf
+from core.models.loading import load_model
+from core.models.number_tokens import find_number_tokens
+from core.models.parts import find_parts
+from core.models.random_models import write_tiny_llama_gguf
+from core.runs.cache import verify_run
+from core.runs.live_ablation import live_model_folder
+from core.runs.origin import describe_run, run_origin
+from core.runs.precompute import PrecomputeOptions, precompute
+from core.tasks import build_examples, select_split
+from core.training.answers import AdditionBatches, answer_loss, evaluate_split
+from core.training.delta import (
+    DELTA_FILE,
+    DELTA_FORMAT,
+    add_number_tokens,
+    load_base,
+    merge_lora,
+    merged_model,
+    read_delta,
+    rebuild,
+    save_delta,
+    state_digest,
+    unique_state,
+)
+from core.training.finetune import answer_balanced_draw, finetune, initial_number_rows, scaled_rows, training_device
+from core.training.frozen_blocks import FrozenBottom, length_batches
+from core.training.lora import FineTuneModel, load_start_delta
+from core.training.recipe import Recipe
 
 
 @pytest.fixture(scope="module")
 def tiny_base(tmp_path_factory):
-    from core.models.importer import import_gguf
-    from core.models.random_models import write_tiny_llama_gguf
-
     root = tmp_path_factory.mktemp("ft")
     path, _ = write_tiny_llama_gguf(root / "tiny.gguf", quantize=None, n_layers=3)
     return import_gguf(path, root / "base", {"origin": "test"}, log=lambda *_: None)
 
 
 def tiny_recipe(base: Path, out: Path, **changes):
-    from core.training.recipe import Recipe
-
     fields = dict(
         name="tiny-ft",
         label="tiny fine-tune",
@@ -65,8 +94,6 @@ def stop_at_step_2(msg):
 
 def delta_after_a_resume(recipe):
     """Train `recipe`, interrupted at step 2 and then resumed; the delta it writes."""
-    from core.training.delta import DELTA_FILE, read_delta
-    from core.training.finetune import finetune
 
     with pytest.raises(Stop):
         finetune(recipe, log=stop_at_step_2)
@@ -75,11 +102,6 @@ def delta_after_a_resume(recipe):
 
 
 def test_added_number_tokens_are_single_tokens_with_their_space(tiny_base):
-    from transformers import AutoTokenizer
-
-    from core.models.number_tokens import find_number_tokens
-    from core.training.delta import add_number_tokens
-
     tok = AutoTokenizer.from_pretrained(tiny_base)
     assert find_number_tokens(tok).P == 10  # digits split before
     n0 = len(tok)
@@ -95,12 +117,6 @@ def test_added_number_tokens_are_single_tokens_with_their_space(tiny_base):
 
 
 def test_wrapper_starts_as_the_base_model_and_merges_exactly(tiny_base):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from core.training.delta import DELTA_FORMAT, add_number_tokens, merged_model
-    from core.training.lora import FineTuneModel
-
     base = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
     ref = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(tiny_base)
@@ -132,15 +148,6 @@ def test_wrapper_starts_as_the_base_model_and_merges_exactly(tiny_base):
 
 
 def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path):
-    import shutil
-
-    import torch
-    from safetensors.torch import load_file
-
-    from core.models.loading import load_model
-    from core.training.delta import DELTA_FILE, read_delta, rebuild, state_digest, unique_state
-    from core.training.finetune import finetune
-
     quiet = lambda *_: None  # noqa: E731
     whole = finetune(tiny_recipe(tiny_base, tmp_path / "whole"), log=quiet)
     assert (whole.out / DELTA_FILE).stat().st_size < 200_000
@@ -165,7 +172,6 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     for name in ("trainable.safetensors", "optimizer.safetensors"):  # float32 state, not only the float16 delta
         x, y = load_file(str(whole.out / "checkpoint" / name)), load_file(str(tmp_path / "part" / "checkpoint" / name))
         assert set(x) == set(y) and all(torch.equal(x[k], y[k]) for k in x), name
-    import pandas as pd
 
     pd.testing.assert_frame_equal(
         whole.log.drop(columns="seconds"),
@@ -184,8 +190,6 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     lm = load_model(str(fresh))
     assert lm.select_numbers(25).P >= 25
     # the rebuilt folder, loaded on its own, scores what the training run recorded for it
-    from core.tasks import build_examples, select_split
-    from core.training.answers import AdditionBatches, evaluate_split
 
     test = select_split(build_examples("addition", 12, 0), "test")
     ids = lm.numbers.ids_for(25)
@@ -195,7 +199,6 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
     base_w = load_file(str(tiny_base / "model.safetensors"))["model.embed_tokens.weight"]
     assert torch.equal(lm.model.get_input_embeddings().weight[: base_w.shape[0]], base_w)
     assert json.loads((fresh / "provenance.json").read_text())["kind"] == "fine-tuned"
-    from core.analysis.numbers import number_representations
 
     reps = number_representations(lm, 25)  # each number one token now: layer 0 is its new row
     assert reps.single_token and list(reps.tokens_per_number) == [1] * 25
@@ -203,7 +206,6 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
 
     # a tampered delta is refused, with what to do
     tensors, meta = read_delta(fresh / DELTA_FILE)
-    from safetensors.torch import save_file
 
     tensors["number_rows"][0, 0] += 1
     save_file(tensors, str(fresh / DELTA_FILE), metadata=meta)
@@ -212,13 +214,6 @@ def test_finetune_resumes_mid_epoch_and_rebuilds_bit_for_bit(tiny_base, tmp_path
 
 
 def test_initial_rows_are_the_scaled_representations(tiny_base):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from core.analysis.numbers import number_representations
-    from core.models.loading import load_model
-    from core.training.finetune import initial_number_rows, scaled_rows
-
     lm = load_model(str(tiny_base))
     base_rows = (
         AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
@@ -239,10 +234,6 @@ def test_initial_rows_are_the_scaled_representations(tiny_base):
 
 
 def test_merge_is_elementwise_and_exact():
-    import torch
-
-    from core.training.delta import merge_lora
-
     g = torch.Generator().manual_seed(0)
     W, A, B = torch.randn(7, 5, generator=g), torch.randn(3, 5, generator=g), torch.randn(7, 3, generator=g)
     got = merge_lora(W, A, B, 2.0)
@@ -252,10 +243,6 @@ def test_merge_is_elementwise_and_exact():
 
 
 def test_finetune_errors_are_clear(tiny_base, tmp_path):
-    from core.training.delta import rebuild
-    from core.training.finetune import finetune
-    from core.training.recipe import Recipe
-
     with pytest.raises(CoreError, match="not here"):
         finetune(tiny_recipe(tmp_path / "nowhere", tmp_path / "o"), log=lambda *_: None)
     with pytest.raises(CoreError, match="no fine-tuning delta"):
@@ -276,12 +263,6 @@ def test_finetune_errors_are_clear(tiny_base, tmp_path):
 
 
 def test_frozen_rows_stay_put_and_the_stop_rule_ends_training_early(tiny_base, tmp_path):
-    import torch
-
-    from core.models.loading import load_model
-    from core.training.delta import DELTA_FILE, read_delta
-    from core.training.finetune import finetune, initial_number_rows
-
     spec = {
         "layer": 2,
         "context": "The number {n}",
@@ -311,12 +292,8 @@ def test_frozen_rows_stay_put_and_the_stop_rule_ends_training_early(tiny_base, t
     assert not torch.equal(read_delta(moved.out / DELTA_FILE)[0]["number_rows"], torch.as_tensor(start).half())
 
 
+@pytest.mark.slow
 def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base, tmp_path, monkeypatch):
-    from core.claims.registry import describe_run, run_origin
-    from core.runs.cache import verify_run
-    from core.runs.precompute import PrecomputeOptions, precompute
-    from core.training.finetune import finetune
-
     result = finetune(tiny_recipe(tiny_base, tmp_path / "model", epochs=1), log=lambda *_: None)
     path = precompute(
         PrecomputeOptions(
@@ -339,7 +316,6 @@ def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base,
     assert m["p"] == 25 and m["n_layers"] == 3
     assert run_origin(m)["kind"] == "fine-tuned"
     # without its rebuilt weights (a fresh clone), live work says how to rebuild them
-    from core.runs.live_ablation import live_model_folder
 
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(tmp_path))
     for f in result.out.glob("model*.safetensors"):
@@ -357,8 +333,6 @@ def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base,
 
 
 def test_length_batches_cover_every_example_once_with_one_length_each():
-    from core.training.frozen_blocks import length_batches
-
     lengths = np.array([5, 7, 5, 9, 7, 7, 5, 9, 9, 9, 5])
     batches = length_batches(lengths, 3, np.random.default_rng(0))
     flat = np.concatenate(batches)
@@ -371,8 +345,6 @@ def test_length_batches_cover_every_example_once_with_one_length_each():
 def test_answer_balanced_draw_evens_out_rare_answers():
     """power 1: each answer's share of the draw is about equal, however many questions it has; power
     0.5: in between; the draw is seeded and its batches (by length) hold exactly the drawn examples."""
-    from core.training.finetune import answer_balanced_draw
-    from core.training.frozen_blocks import length_batches
 
     answers = np.repeat([3, 7, 9], [20, 200, 2000])  # a rare, a middling and a common answer
     n = len(answers)
@@ -392,15 +364,7 @@ def test_answer_balanced_draw_evens_out_rare_answers():
 def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tmp_path):
     """frozen_blocks 1: the kept output of block 0 gives the whole model's loss; no LoRA on block 0;
     an interrupted run resumes to the same delta; the rebuilt model scores what was recorded."""
-    import torch
-    from transformers import AutoTokenizer
 
-    from core.tasks import build_examples, select_split
-    from core.training.answers import AdditionBatches, answer_loss
-    from core.training.delta import DELTA_FILE, add_number_tokens, load_base, read_delta
-    from core.training.finetune import finetune
-    from core.training.frozen_blocks import FrozenBottom
-    from core.training.lora import FineTuneModel
 
     # the loss on kept states equals the whole model's loss, batch by batch (LoRA moved off zero)
     base = load_base(str(tiny_base))
@@ -438,7 +402,6 @@ def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tm
     again = delta_after_a_resume(tiny_recipe(tiny_base, tmp_path / "part", number_tokens=spec))
     assert set(again) == set(tensors) and all(torch.equal(again[k], tensors[k]) for k in tensors)
 
-    from core.training.recipe import Recipe
 
     base_fields = dict(name="x", label="x", out=str(tmp_path), init_from=str(tiny_base), n_layers=3)
     with pytest.raises(CoreError, match="needs the new rows frozen"):
@@ -452,13 +415,7 @@ def test_full_training_ships_its_change_as_exact_low_rank_factors(tiny_base, tmp
     """lora.train = "full": the targeted maps are trained themselves; the delta holds each map's change
     as rank-r SVD factors. At r = the maps' full rank the rebuilt model is the trained one (up to
     float16); at a small rank the factors are the best rank-r approximation of the change."""
-    import torch
-    from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
 
-    from core.training.delta import DELTA_FILE, read_delta
-    from core.training.finetune import finetune
-    from core.training.lora import FineTuneModel
 
     recipe = tiny_recipe(
         tiny_base,
@@ -474,7 +431,6 @@ def test_full_training_ships_its_change_as_exact_low_rank_factors(tiny_base, tmp
     names = sorted(k[len("full.") : -len(".weight")] for k in trained if k.startswith("full."))
     assert names and all(f"lora.{n}.A" in tensors and f"lora.{n}.B" in tensors for n in names)
     assert not any(k.startswith("full.") for k in tensors)
-    from core.models.parts import find_parts
 
     blocks = find_parts(base).blocks
     for n in names:
@@ -511,12 +467,7 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     """lora.init_delta: the LoRA factors (cut to the recipe's rank, rescaled to its alpha) and the rows
     of an earlier delta are the start, so the untrained second stage computes what the first stage's
     rebuilt model computes; a delta of too low a rank or of another base is refused."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from core.training.delta import DELTA_FILE, add_number_tokens, merged_model, read_delta, state_digest, unique_state
-    from core.training.finetune import finetune
-    from core.training.lora import FineTuneModel, load_start_delta
 
     stage1 = finetune(
         tiny_recipe(
@@ -585,7 +536,6 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
     assert set(again) == set(kept) and all(torch.equal(again[k], kept[k]) for k in kept)
     assert kept_meta["rebuilt_sha256"]
     # a resume after the earlier stage was retrained (another delta at the same path) is refused
-    from core.training.delta import save_delta
 
     with pytest.raises(Stop):
         finetune(tiny_recipe(tiny_base, tmp_path / "s3c", lora=later, number_tokens=spec, epochs=1), log=stop_at_step_2)
@@ -597,10 +547,6 @@ def test_a_second_stage_starts_from_the_first_stages_delta(tiny_base, tmp_path):
 
 
 def test_training_device_is_checked():
-    import torch
-
-    from core.training.finetune import training_device
-
     assert training_device(None) == torch.device("cpu") and training_device("cpu") == torch.device("cpu")
     with pytest.raises(CoreError, match="unknown device"):
         training_device("tpu9")
@@ -610,10 +556,6 @@ def test_training_device_is_checked():
 
 
 def test_a_device_or_stage_mix_that_cannot_work_is_refused_before_any_loading(tiny_base, tmp_path, monkeypatch):
-    import torch
-
-    from core.training.finetune import finetune
-
     with pytest.raises(CoreError, match="does not apply with lora.train 'full'"):
         tiny_recipe(tiny_base, tmp_path / "x", lora={"rank": 4, "train": "full", "init_delta": "somewhere.safetensors"})
     if not torch.cuda.is_available():
@@ -623,8 +565,6 @@ def test_a_device_or_stage_mix_that_cannot_work_is_refused_before_any_loading(ti
 
 
 def test_a_balanced_recipe_trains_and_a_bad_balance_is_refused(tiny_base, tmp_path):
-    from core.training.finetune import finetune
-
     spec = {"layer": 2, "context": "The number {n}", "checkpoint_steps": 2, "balance_answers": 0.5}
     run = finetune(tiny_recipe(tiny_base, tmp_path / "b", number_tokens=spec, epochs=1), log=lambda *_: None)
     assert set(run.log["split"]) == {"train", "val", "test"}

@@ -3,11 +3,12 @@ Fourier-frozen demo model's weights (plain transformers, explicit sines and cosi
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
+import torch
+from tokenizers import Tokenizer
+from transformers import AutoModelForCausalLM
 
 from core.analysis.fourier import fourier_basis, top_components
 from core.analysis.phase import (
@@ -18,12 +19,13 @@ from core.analysis.phase import (
     wave_coefficients,
     wave_peaks,
 )
+from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs, read_table
 from core.runs.phase_run import PhaseStage, phase_tables_from_sample
 
 P = 521
 X = np.arange(P)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = PROJECT_ROOT
 CACHE = ROOT / "cache"
 
 
@@ -159,10 +161,6 @@ FOURIER = [
     not FOURIER or not (ROOT / "models/fourier-frozen/config.json").exists(), reason="no Fourier-frozen run"
 )
 def test_fourier_frozen_locking_equals_an_independent_computation_from_its_weights():
-    import torch
-    from tokenizers import Tokenizer
-    from transformers import AutoModelForCausalLM
-
     run = FOURIER[0]
     table = read_table(CACHE, run.name, "phase_locking")
     examples = read_table(CACHE, run.name, "examples")

@@ -10,6 +10,10 @@ from core.models.capture import capture
 from core.models.loading import load_model
 from core.models.random_models import ARCHITECTURES, POST_NORM_ARCHITECTURES, random_config
 from core.models.vocab import number_tokenizer
+from transformers import AutoModelForCausalLM
+from core.models.names import ModuleNames
+from core.cli import main
+from core.runs.cache import list_runs, read_table
 
 P = 61
 
@@ -17,7 +21,6 @@ P = 61
 def save_perturbed_model(folder, arch, seed=0, softcap=None):
     """A random-init model whose biases (lm_head's included, where it has one) and norm weights are
     random and non-zero, so that leaving any of them out of the unembedding shows."""
-    from transformers import AutoModelForCausalLM
 
     tok = number_tokenizer(200)
     special = dict(pad_token_id=tok.pad_token_id, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
@@ -76,7 +79,6 @@ def test_post_norm_layouts_hook_what_is_added_or_are_refused(tmp_path, arch):
     gap = got["resid"][:, 1:] - got["resid"][:, :-1] - got["attn"] - got["mlp"]
     assert np.abs(gap).max() < 1e-4 * np.abs(got["resid"]).max()
     # hooking the modules before their post-norm (as for Llama) breaks h(l) = h(l-1) + Attn(l) + MLP(l): refused
-    from core.models.names import ModuleNames
 
     with pytest.raises(
         CoreError, match=r"h\(l\) - h\(l-1\) - Attn\(l\) - MLP\(l\) is .* of h\(l\) at layer 1.*post-norm"
@@ -85,8 +87,6 @@ def test_post_norm_layouts_hook_what_is_added_or_are_refused(tmp_path, arch):
 
 
 def test_wrong_module_names_are_refused_at_load(model_dir, tmp_path):
-    from core.models.names import ModuleNames
-
     folder = str(model_dir("gpt2"))
     with pytest.raises(CoreError, match=r"not what each block adds to the residual stream"):
         load_model(folder, module_names=ModuleNames("transformer.h", "attn", "ln_2", "transformer.ln_f"))
@@ -104,8 +104,6 @@ def test_wrong_module_names_are_refused_at_load(model_dir, tmp_path):
 def test_logit_lens_layer_accuracy_at_the_top_uses_the_bias(tmp_path):
     """End to end: the stored logit-lens accuracy at the last layer is the model's own accuracy,
     on a model whose lm_head bias is large enough to change predictions."""
-    from core.cli import main
-    from core.runs.cache import list_runs, read_table
 
     folder = save_perturbed_model(tmp_path / "m", "gptj")
     cache = tmp_path / "cache"

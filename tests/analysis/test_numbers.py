@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from core.analysis.numbers import (
     CONTROL_MODULI,
@@ -17,6 +18,9 @@ from core.analysis.numbers import (
     transplant_matrix,
 )
 from core.errors import CoreError
+from core.models.loading import load_model
+from core.models.random_models import save_random_model
+from core.models.vocab import digit_tokenizer
 
 
 def planted(period: float, n: int = 521, noise_dims: int = 24, noise: float = 0.05, seed: int = 0) -> np.ndarray:
@@ -80,8 +84,6 @@ def test_transplant_matrix_is_an_isometry_of_the_centred_unit_rows():
 
 
 def test_single_token_representations_are_the_embedding_rows_then_the_hidden_states(loaded_model):
-    import torch
-
     lm = loaded_model("gpt2")
     reps = number_representations(lm, 40, progress=False)
     assert reps.context == "{n}" and reps.single_token  # the word-level demo vocabulary has no "number"
@@ -96,10 +98,6 @@ def test_single_token_representations_are_the_embedding_rows_then_the_hidden_sta
 
 
 def test_digit_tokenizer_representations_read_the_last_digit(tmp_path):
-    from core.models.loading import load_model
-    from core.models.random_models import save_random_model
-    from core.models.vocab import digit_tokenizer
-
     lm = load_model(str(save_random_model(tmp_path / "d", "llama", tokenizer=digit_tokenizer())))
     reps = number_representations(lm, 120, progress=False)
     assert not reps.single_token
@@ -109,8 +107,6 @@ def test_digit_tokenizer_representations_read_the_last_digit(tmp_path):
 
 
 def torch_ids(lm, words):
-    import torch
-
     return torch.as_tensor([lm.tokenizer.convert_tokens_to_ids(w) for w in words])
 
 

@@ -2,16 +2,17 @@
 
 The full matrix (1, 10, 25, 50 sessions, one process and `serve`) is a benchmark: docs/serving.md."""
 
-import json
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from core.files import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 SHIPPED = any((ROOT / "cache").glob("*/manifest.json"))
 
 
@@ -28,6 +29,7 @@ def loadtest(tmp_path, *args):
     return proc, json.loads(out.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
 def test_three_sessions_at_once_on_one_process_see_no_error(tmp_path):
     """Three students open the shared link together and make their 5 changes (Next, tau, Spectra, layer, module)."""

