@@ -16,7 +16,8 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from app.local_server import ROOT, free_port, streamlit_command, wait_healthy
+from app.local_server import free_port, streamlit_command, wait_healthy
+from core.files import PROJECT_ROOT
 
 #: page name -> URL path (the Tour is the default page, served at the root)
 PAGES = {
@@ -57,7 +58,7 @@ def serve(cache_dir: str | Path, models_dir: str | Path | None = None, timeout: 
     if models_dir:
         env["FOURIER_MODELS_DIR"] = str(models_dir)
     proc = subprocess.Popen(
-        streamlit_command(port), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        streamlit_command(port), cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     base = f"http://127.0.0.1:{port}"
     try:

@@ -11,9 +11,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from core.files import PROJECT_ROOT
 
 
 def free_port() -> int:
@@ -40,7 +39,7 @@ def streamlit_command(port: int, address: str = "127.0.0.1") -> list[str]:
         "-m",
         "streamlit",
         "run",
-        str(ROOT / "app" / "main.py"),
+        str(PROJECT_ROOT / "app" / "main.py"),
         "--server.address",
         address,
         "--server.port",

@@ -15,9 +15,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.files import PROJECT_ROOT
 from core.runs.reader import Basis, RunReader
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def cache_dir() -> Path:

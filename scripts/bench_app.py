@@ -18,9 +18,8 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from core.files import PROJECT_ROOT
 
 # page, widget kind, key, two values to alternate between (None: taken from the widget's options)
 CHANGES = [
@@ -44,7 +43,7 @@ def reruns(cache_dir: str, repeats: int):
     from streamlit.testing.v1 import AppTest
 
     os.environ["FOURIER_CACHE_DIR"] = cache_dir
-    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=300)
+    at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=300)
     at.run()
     all_times = []
     for page, kind, key, values in CHANGES:
@@ -84,7 +83,7 @@ def cold_start(cache_dir: str) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cache-dir", default=str(ROOT / "cache"))
+    ap.add_argument("--cache-dir", default=str(PROJECT_ROOT / "cache"))
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--no-cold", action="store_true")
     args = ap.parse_args(argv)

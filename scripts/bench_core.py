@@ -34,9 +34,8 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from core.files import PROJECT_ROOT
 
 TAUS = (10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
 
@@ -228,7 +227,7 @@ def main(argv=None) -> int:
 
     n = use_threads(args.threads)
     print(f"torch threads: {n}")
-    demo = ROOT / "models" / "fourier-frozen"
+    demo = PROJECT_ROOT / "models" / "fourier-frozen"
     prompts = args.prompts or (256 if args.quick else 1024)
     if args.live:
         import torch

@@ -17,13 +17,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.browser import PAGES, ROOT, browser, serve, visit
+from app.browser import PAGES, browser, serve, visit
+from core.files import PROJECT_ROOT
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cache-dir", default=str(ROOT / "cache"))
-    ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
+    ap.add_argument("--cache-dir", default=str(PROJECT_ROOT / "cache"))
+    ap.add_argument("--out", default=str(PROJECT_ROOT / "docs" / "screenshots"))
     ap.add_argument("--large", action="store_true", help="presentation mode (large type)")
     ap.add_argument("--query", default="", help="extra query string, e.g. 'run=NAME&tau=50'")
     ap.add_argument("--size", default="1400x2600", help="browser window WIDTHxHEIGHT")

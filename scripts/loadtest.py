@@ -46,7 +46,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.local_server import ROOT, free_port, port_free, streamlit_command, wait_healthy
+from app.local_server import free_port, port_free, streamlit_command, wait_healthy
+from core.files import PROJECT_ROOT
 
 MAX_SESSIONS = 200
 LOCAL_HOSTS = ("localhost", "::1")
@@ -421,7 +422,7 @@ def start_server(kind: str, workers: int, cache_dir: str | None):
             wport = free_port()
         cmd = [
             sys.executable,
-            str(ROOT / "scripts" / "serve.py"),
+            str(PROJECT_ROOT / "scripts" / "serve.py"),
             "--workers",
             str(workers),
             "--bind",
@@ -435,7 +436,7 @@ def start_server(kind: str, workers: int, cache_dir: str | None):
         ]
         wait_for_workers = workers
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        cmd, cwd=PROJECT_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
     )
     proc.out_dir = cmd[-1] if kind == "serve" else None
     base = f"http://127.0.0.1:{port}"

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-ROOT = Path(__file__).resolve().parent.parent
+from core.files import PROJECT_ROOT
 
 
 def cached_run(folder: Path) -> str:
@@ -27,9 +27,9 @@ def cached_run(folder: Path) -> str:
 
     def where(path) -> Path:
         path = Path(path)
-        return (path if path.is_absolute() else ROOT / path).resolve()
+        return (path if path.is_absolute() else PROJECT_ROOT / path).resolve()
 
-    for m in sorted((ROOT / "cache").glob("*/manifest.json")):
+    for m in sorted((PROJECT_ROOT / "cache").glob("*/manifest.json")):
         data = json.loads(m.read_text())
         if (
             where(data.get("model", {}).get("source", "")) == folder.resolve()
@@ -49,7 +49,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     folder = Path(args.folder)
     run = args.run or cached_run(folder)
-    examples = pd.read_parquet(ROOT / "cache" / run / "examples.parquet")
+    examples = pd.read_parquet(PROJECT_ROOT / "cache" / run / "examples.parquet")
     examples = examples[examples["split"] == "test"].reset_index(drop=True)
     if examples.empty:
         sys.exit(f"run {run} holds no test-split questions: name a test-split run with --run")

@@ -15,7 +15,6 @@ import functools
 import io
 import json
 import sys
-from pathlib import Path
 
 import pandas as pd
 
@@ -23,6 +22,7 @@ from core.analysis.embeddings import top_periods
 from core.analysis.kshot import generation_error_table
 from core.claims import registry
 from core.claims.features import claim_training
+from core.files import PROJECT_ROOT
 from core.models.source import project_path
 from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2, TABLE1_GPT2_XL, TABLE1_TAU
 from core.runs import summaries, training_summaries
@@ -30,8 +30,7 @@ from core.runs.cache import list_runs
 from core.runs.origin import run_origin
 from core.runs.reader import RunReader, Table
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "results.md"
+RESULTS = PROJECT_ROOT / "docs" / "results.md"
 HEADER = """# Results, printed from the cache
 
 Written whole by `scripts/results.py --write` from the runs in `cache/`: do not edit by hand, regenerate
@@ -49,9 +48,9 @@ def run_of(cache_dir: str, name: str) -> RunReader:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cache-dir", default=str(ROOT / "cache"))
+    ap.add_argument("--cache-dir", default=str(PROJECT_ROOT / "cache"))
     ap.add_argument("--tau", type=int, default=TABLE1_TAU)
-    ap.add_argument("--write", action="store_true", help=f"write the document to {RESULTS.relative_to(ROOT)}")
+    ap.add_argument("--write", action="store_true", help=f"write the document to {RESULTS.relative_to(PROJECT_ROOT)}")
     args = ap.parse_args(argv)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -63,7 +62,7 @@ def main(argv=None) -> int:
     if args.write:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(text, encoding="utf-8")
-        print(f"wrote {RESULTS.relative_to(ROOT)}")
+        print(f"wrote {RESULTS.relative_to(PROJECT_ROOT)}")
     else:
         print(text, end="")
     return 0

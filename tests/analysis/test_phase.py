@@ -25,8 +25,7 @@ from core.runs.phase_run import PhaseStage, phase_tables_from_sample
 
 P = 521
 X = np.arange(P)
-ROOT = PROJECT_ROOT
-CACHE = ROOT / "cache"
+CACHE = PROJECT_ROOT / "cache"
 
 
 def wave(period, peak):
@@ -158,13 +157,13 @@ FOURIER = [
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not FOURIER or not (ROOT / "models/fourier-frozen/config.json").exists(), reason="no Fourier-frozen run"
+    not FOURIER or not (PROJECT_ROOT / "models/fourier-frozen/config.json").exists(), reason="no Fourier-frozen run"
 )
 def test_fourier_frozen_locking_equals_an_independent_computation_from_its_weights():
     run = FOURIER[0]
     table = read_table(CACHE, run.name, "phase_locking")
     examples = read_table(CACHE, run.name, "examples")
-    folder = ROOT / "models/fourier-frozen"
+    folder = PROJECT_ROOT / "models/fourier-frozen"
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     number_ids = [tok.token_to_id(str(n)) for n in range(P)]

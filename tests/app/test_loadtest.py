@@ -12,15 +12,14 @@ import pytest
 
 from core.files import PROJECT_ROOT
 
-ROOT = PROJECT_ROOT
-SHIPPED = any((ROOT / "cache").glob("*/manifest.json"))
+SHIPPED = any((PROJECT_ROOT / "cache").glob("*/manifest.json"))
 
 
 def loadtest(tmp_path, *args):
     out = tmp_path / "rounds.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "loadtest.py"), *args, "--json", str(out)],
-        cwd=ROOT,
+        [sys.executable, str(PROJECT_ROOT / "scripts" / "loadtest.py"), *args, "--json", str(out)],
+        cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
         timeout=240,
@@ -43,8 +42,8 @@ def test_three_sessions_at_once_on_one_process_see_no_error(tmp_path):
 
 def test_loadtest_refuses_a_server_on_another_machine(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "loadtest.py"), "--url", "http://example.org:8501"],
-        cwd=ROOT,
+        [sys.executable, str(PROJECT_ROOT / "scripts" / "loadtest.py"), "--url", "http://example.org:8501"],
+        cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
         timeout=60,
@@ -54,7 +53,7 @@ def test_loadtest_refuses_a_server_on_another_machine(tmp_path):
 
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (bash run.sh setup installs it)")
 def test_the_generated_proxy_config_is_valid_and_sticky(tmp_path):
-    spec = importlib.util.spec_from_file_location("serve", ROOT / "scripts" / "serve.py")
+    spec = importlib.util.spec_from_file_location("serve", PROJECT_ROOT / "scripts" / "serve.py")
     serve = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(serve)
     cfg = serve.haproxy_config("0.0.0.0", 8080, [8601, 8602, 8603])
