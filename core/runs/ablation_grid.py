@@ -16,6 +16,7 @@ import pandas as pd
 from core.analysis.ablations import Ablation, Condition
 from core.analysis.behaviour import error_histogram, error_summary
 from core.analysis.evaluation import GridProgress, evaluate_conditions
+from core.models.names import BOTH, MODULE_OUTPUTS
 from core.runs.cache import RunWriter
 
 
@@ -25,13 +26,13 @@ def ablation_specs(basis, taus, controls: bool = True):
 
     specs = [Ablation()]
     for tau in taus:
-        for modules in ("both", "attn", "mlp"):
+        for modules in (BOTH, *MODULE_OUTPUTS):
             for removed in ("low", "high"):
                 specs.append(Ablation(modules, removed, int(tau)))
     for tau in (
         taus if controls else ()
     ):  # controls: a random subspace of the same rank as each band filter (docs/method.md#controls)
-        for modules in ("both", "attn", "mlp"):
+        for modules in (BOTH, *MODULE_OUTPUTS):
             for removed in ("random-low", "random-high"):
                 specs.append(Ablation(modules, removed, int(tau)))
     for k in sorted({basis.frequency_of_period(2.0), 1}, reverse=True):

@@ -12,6 +12,7 @@ import torch
 from core.analysis.evaluation import answer_losses
 from core.analysis.fourier import BASES, fourier_basis, frequency_magnitudes, top_components
 from core.models.capture import iter_capture
+from core.models.names import ATTN, FINAL, MLP, RESID, STREAMS
 from core.runs.phase_run import PhaseStage
 from core.tasks import subsample
 
@@ -39,10 +40,8 @@ class MeasureSums:
         self.number_ids = torch.as_tensor(loaded.numbers.ids_for(p), device=self.device)
         self.bases = {b: fourier_basis(p, b) for b in BASES}
         K = {b: self.bases[b].n_freq for b in BASES}
-        self.spectra = {
-            (m, b): np.zeros((L + 1 if m == "resid" else L, K[b])) for m in ("resid", "attn", "mlp") for b in BASES
-        }
-        self.sq_norms = {m: np.zeros(L + 1 if m == "resid" else L) for m in ("resid", "attn", "mlp")}  # sum ||x||^2
+        self.spectra = {(m, b): np.zeros((L + 1 if m == RESID else L, K[b])) for m in STREAMS for b in BASES}
+        self.sq_norms = {m: np.zeros(L + 1 if m == RESID else L) for m in STREAMS}  # sum ||x||^2
         self.layer_hits = {fn: np.zeros((L + 1, 3)) for fn in (False, True)}  # exact, within 2, within 10
         self.answers = np.array([e.answer for e in examples])
         n = len(examples)
@@ -64,7 +63,7 @@ class MeasureSums:
             err = (pred - ans[:, None]).abs()
             hits = torch.stack([(err == 0).sum(0), (err <= 2).sum(0), (err <= 10).sum(0)], -1)
             self.layer_hits[fn] += hits.cpu().numpy()
-        module_logits = {"resid": unembed.read(cb.resid), "attn": unembed.read(cb.attn), "mlp": unembed.read(cb.mlp)}
+        module_logits = {m: unembed.read(getattr(cb, m)) for m in STREAMS}
         for m in self.sq_norms:
             self.sq_norms[m] += (getattr(cb, m).float() ** 2).sum(-1).sum(0).cpu().numpy()
         arrays = {m: logits.double().cpu().numpy() for m, logits in module_logits.items()}  # once, for every use
@@ -73,7 +72,7 @@ class MeasureSums:
                 self.spectra[(m, b)] += frequency_magnitudes(self.bases[b], arr).sum(0)
         final = cb.logits.float()
         number_logits = final[:, self.number_ids]
-        self.phase.add(idx, arrays["resid"], arrays["attn"], arrays["mlp"], number_logits.double().cpu().numpy())
+        self.phase.add(idx, arrays[RESID], arrays[ATTN], arrays[MLP], number_logits.double().cpu().numpy())
         self.predictions[idx] = number_logits.argmax(-1).cpu().numpy()
         self.losses[idx] = answer_losses(final, self.number_ids[ans]).cpu().numpy()
         self.top_is_number[idx] = torch.isin(final.argmax(-1), self.number_ids).cpu().numpy()
@@ -85,11 +84,11 @@ class MeasureSums:
         """A sampled example keeps its module logits at every layer and its final logits' top waves."""
         for m, arr in arrays.items():
             vals = arr[row_in_batch]  # (layers, p)
-            first = 0 if m == "resid" else 1
+            first = 0 if m == RESID else 1
             for l in range(vals.shape[0]):
                 self.logit_rows.append((eid, m, l + first, vals[l]))
         fin = number_logits[row_in_batch].cpu().numpy()
-        self.logit_rows.append((eid, "final", self.L, fin))
+        self.logit_rows.append((eid, FINAL, self.L, fin))
         for b in BASES:
             for rank, wave in enumerate(top_components(self.bases[b], fin, WAVES_KEPT), start=1):
                 self.wave_rows.append((eid, b, rank, wave.k, wave.period, wave.magnitude, wave.values))
@@ -154,7 +153,7 @@ class MeasureSums:
         frames = []
         for (m, b), total in self.spectra.items():
             ks = self.bases[b].frequencies
-            first = 0 if m == "resid" else 1
+            first = 0 if m == RESID else 1
             for l in range(total.shape[0]):
                 frames.append(
                     pd.DataFrame(
@@ -235,7 +234,7 @@ def module_spectra_baseline(
         unit_energy = float((mean**2).sum())
         ks = basis.frequencies
         for m, rms in rms_norms.items():
-            first = 0 if m == "resid" else 1
+            first = 0 if m == RESID else 1
             means = module_means[(m, b)]
             for l, r in enumerate(rms):
                 scale = float(np.sqrt((means[l] ** 2).sum() / unit_energy)) if unit_energy > 0 else 0.0

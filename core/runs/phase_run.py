@@ -14,6 +14,7 @@ import torch
 from core.analysis.phase import NULL_SHUFFLES, PHASE_VERSION, PhaseAccumulator, module_order, wave_peaks
 from core.errors import CoreError
 from core.models.capture import iter_capture
+from core.models.names import ATTN, FINAL, MLP, RESID, STREAMS
 from core.models.source import project_path
 from core.runs.cache import RunWriter, read_manifest, resolve_run
 
@@ -51,7 +52,7 @@ def phase_tables_from_model(loaded, examples, texts, p: int, batch_size: int, se
         for cb in iter_capture(loaded, texts, batch_size, progress=progress, desc="phase"):
             stage.add(
                 cb.indices,
-                *(unembed.read(getattr(cb, m)).double().cpu().numpy() for m in ("resid", "attn", "mlp")),
+                *(unembed.read(getattr(cb, m)).double().cpu().numpy() for m in STREAMS),
                 cb.logits.float()[:, number_ids].double().cpu().numpy(),
             )
     return stage.tables([e.answer for e in examples], [e.id for e in examples], seed)
@@ -81,10 +82,10 @@ def phase_tables_from_sample(
 
         stage.add(
             [i],
-            rows("resid", range(L + 1))[None],
-            rows("attn", range(1, L + 1))[None],
-            rows("mlp", range(1, L + 1))[None],
-            rows("final", [L]),
+            rows(RESID, range(L + 1))[None],
+            rows(ATTN, range(1, L + 1))[None],
+            rows(MLP, range(1, L + 1))[None],
+            rows(FINAL, [L]),
         )
     return stage.tables(sample["answer"].to_numpy(), ids, seed, shuffles)
 
