@@ -21,6 +21,7 @@ import pandas as pd
 import streamlit as st
 import vl_convert as vlc
 
+from app.glossary import TERMS
 from app.shared import vega_spec
 from app.state import View, cache_dir, current_view, large
 from core.claims import registry
@@ -31,29 +32,10 @@ from core.runs.origin import fine_tuning_text, run_origin
 from core.runs.reader import RunReader, Table, read_run_table
 from core.runs.summaries import sampled_examples
 
-GLOSSARY = {
-    "logit lens": "Reading the residual stream h(l) at a middle layer through the unembedding W_U, as if the model "
-    "stopped there: which number would it answer now?",
-    "module logits": "W_U times one module's output (an attention or MLP block at one layer): how much that module "
-    "alone pushes each number up or down.",
-    "Fourier component": "One sine/cosine pair of frequency k over the number line 0..p-1. Any vector over the numbers "
-    "is a sum of such waves.",
-    "frequency k": "How many times a wave repeats over the number line: k = 1 is one slow wave, k = 260 alternates "
-    "between neighbours.",
-    "period": "T = 520/k numbers per repetition (paper basis). T = 2 marks even/odd, T = 10 the last digit, T = 520 a "
-    "broad bump.",
-    "low-pass": "Keep the low frequencies (k < tau): removes the high band. The paper's 'high frequencies removed'.",
-    "high-pass": "Keep the high frequencies (k ≥ tau): removes the low band. The paper's 'low frequencies removed'.",
-    "cutoff tau": "Frequencies k < tau are 'low', k ≥ tau are 'high' (the paper uses tau = 50).",
-    "basis": "'paper': the paper's Fourier basis (periods exactly 520/k, not exactly orthonormal). 'dft': the "
-    "orthonormal real DFT on 521 points (periods 521/k).",
-    "ablation": "Filtering every layer's attention and/or MLP output so that W_U reads no component at the removed "
-    "frequencies (the smallest change that does so), then measuring accuracy.",
-}
-
 
 def term(name: str) -> str:
-    return GLOSSARY[name]
+    """A term's plain-language definition (app.glossary, the one glossary), for a control's tooltip."""
+    return TERMS[name]
 
 
 # ----------------------------------------------------------------------------- cached reads
@@ -126,7 +108,9 @@ def table(cache_dir: str, run: str, name: str, created: str) -> pd.DataFrame:
 
 
 def _shared_table(run: RunReader, name: Table) -> pd.DataFrame:
-    if not run.has(name):  # core's own error (a claim the run cannot answer is "not tested", not a stopped page)
+    # A table the run does not have raises core's own error: a claim the run cannot answer is then "not tested"
+    # instead of a stopped page. Pages must therefore check with `needs(run, Table.X)` before they read a table.
+    if not run.has(name):
         return read_run_table(run.cache_dir, run.name, name)
     try:
         # a shallow copy of the shared frame: pandas copies on write, so a page that changes it changes its own
@@ -326,7 +310,6 @@ def sidebar(page: str = "") -> View | None:
         basis=basis.name,
         tau=int(st.session_state["tau"]),
         large=bool(st.session_state["large"]),
-        page=page,
     )
     if view.large:
         st.markdown(LARGE_CSS, unsafe_allow_html=True)

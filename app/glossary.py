@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from core.paper import TABLE1_TAU
+
 TERMS = {
     "logit": "The model's score for one candidate answer. It scores every number 0..520 and answers with the highest.",
     "W_U": "The unembedding: the matrix that turns the model's last vector into one logit per number token. Reading "
@@ -25,8 +27,8 @@ TERMS = {
     "between neighbours.",
     "period": "T = 520/k numbers per repetition (paper basis). T = 2 marks even/odd, T = 10 the last digit, T = 520 a "
     "broad bump.",
-    "cutoff tau": "Frequencies k < tau are 'low', k ≥ tau are 'high' (the paper uses tau = 50, so periods above 10.4 "
-    "are low).",
+    "cutoff tau": f"Frequencies k < tau are 'low', k ≥ tau are 'high' (the paper uses tau = {TABLE1_TAU}, so periods "
+    f"above {520 / TABLE1_TAU:.3g} are low).",
     "low-pass": "Keep the low frequencies (k < tau): removes the high band. The paper's 'high frequencies removed'.",
     "high-pass": "Keep the high frequencies (k ≥ tau): removes the low band. The paper's 'low frequencies removed'.",
     "basis": "'paper': the paper's Fourier basis (periods exactly 520/k, not exactly orthonormal). 'dft': the "

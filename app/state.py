@@ -5,6 +5,10 @@ The sidebar (app/common.py) builds a `View` once per rerun; main.py hands it to 
 an explanation when there is no run. The view lives for that one rerun only (a context variable
 of the script's thread), not in `st.session_state`: the widgets keep their own state there, and
 the URL mirrors them, so a shared link rebuilds the same view.
+
+Code that Streamlit runs outside the page script (an `st.fragment` rerun, a widget's `on_click`
+callback) runs outside `showing(view)` and sees no view: such code must take what it needs as
+arguments. None exists today (the Tour's one callback moves the step and reads no view).
 """
 
 from __future__ import annotations
@@ -38,8 +42,6 @@ class View:
     tau: int
     #: presentation mode: large type for a projector
     large: bool
-    #: the url path of the page being shown
-    page: str = ""
 
     @property
     def fourier(self) -> Basis:

@@ -10,6 +10,7 @@ import pandas as pd
 from app.chart_style import PCT_AXIS, PCT_SCALE
 from app.common import styled
 from app.shared import share_figures
+from core.paper import ACCURACY
 
 
 def training_curves(curves: pd.DataFrame, split: str):
@@ -37,7 +38,9 @@ def training_curves(curves: pd.DataFrame, split: str):
     )
     caption = (
         "Lines: mean over seeds; shaded: lowest to highest seed. Compare how fast and how high each model gets "
-        "(the paper's figure 7b: frozen pre-trained embeddings 100%, from scratch 53.95%)."
+        "(the paper's figure 7b: frozen pre-trained embeddings "
+        f"{ACCURACY['GPT-2-small, frozen pre-trained embeddings']:g}%, "
+        f"from scratch {ACCURACY['GPT-2-small from scratch']:g}%)."
     )
     return styled(band + line, f"{split.capitalize()} accuracy during training", height=430), curves, caption
 

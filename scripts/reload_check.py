@@ -19,6 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from core.files import PROJECT_ROOT
+from core.runs.reader import RunReader, Table
 
 
 def cached_run(folder: Path) -> str:
@@ -49,7 +50,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     folder = Path(args.folder)
     run = args.run or cached_run(folder)
-    examples = pd.read_parquet(PROJECT_ROOT / "cache" / run / "examples.parquet")
+    examples = RunReader(PROJECT_ROOT / "cache", run).table(Table.EXAMPLES)
     examples = examples[examples["split"] == "test"].reset_index(drop=True)
     if examples.empty:
         sys.exit(f"run {run} holds no test-split questions: name a test-split run with --run")

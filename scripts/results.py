@@ -77,8 +77,9 @@ def document(cache_dir: str, tau: int) -> int:
     if not every:
         print("no runs")
         return 1
-    runs = [r for r in every if "examples" in r.manifest["tables"]]  # single-token runs: every analysis applies
-    digit_runs = [r for r in every if "generations" in r.manifest["tables"]]
+    # single-token runs: every analysis applies
+    runs = [r for r in every if run_of(cache_dir, r.name).has(Table.EXAMPLES)]
+    digit_runs = [r for r in every if run_of(cache_dir, r.name).has(Table.GENERATIONS)]
     print("## Every run\n")
     print(
         "| model | test accuracy | wrong answers off by a multiple of 10 | off by 1 or 2 | top embedding periods "
@@ -88,7 +89,7 @@ def document(cache_dir: str, tau: int) -> int:
     for r in runs:
         ea = run_of(cache_dir, r.name).table(Table.ERROR_ANALYSIS).iloc[0]
         spec = run_of(cache_dir, r.name).table(Table.EMBEDDING_SPECTRUM)
-        spec = spec[(spec["basis"] == "paper") & (spec["matrix"] == "input")]
+        spec = summaries.embedding_rows(spec, "paper", "input")
         tops = ", ".join(f"{t:.3g}" for t in top_periods(spec, 6))
         share = "no errors" if ea["n_wrong"] == 0 else f"{ea['share_multiple_of_10']:.0%} of {int(ea['n_wrong'])}"
         near = "–" if ea["n_wrong"] == 0 else f"{ea['share_within_2']:.0%}"
@@ -132,7 +133,7 @@ def document(cache_dir: str, tau: int) -> int:
     claims_table(cache_dir, every)
     print()
     for r in runs:
-        if "training_log" in (r.manifest.get("tables") or {}):
+        if run_of(cache_dir, r.name).has(Table.TRAINING_LOG):
             log = run_of(cache_dir, r.name).table(Table.TRAINING_LOG)
             curves = training_summaries.training_curves({r.label: log}, "val")
             last = curves.sort_values("epoch").groupby("run").tail(1)
@@ -153,7 +154,7 @@ def training_section(cache_dir: str, runs) -> None:
     logs = {
         r.label: run_of(cache_dir, r.name).table(Table.TRAINING_LOG)
         for r in runs
-        if "training_log" in r.manifest["tables"]
+        if run_of(cache_dir, r.name).has(Table.TRAINING_LOG)
     }
     if not logs:
         return

@@ -100,12 +100,15 @@ st.caption(
     "removes "
     "as many random directions that W_U reads: a band matters for its frequencies only where its accuracy is well "
     "below the "
-    "control's. The paper's numbers are GPT-2-XL's validation results at tau = 50 (the paper has no control)."
+    f"control's. The paper's numbers are GPT-2-XL's validation results at tau = {TABLE1_TAU} "
+    "(the paper has no control)."
 )
 ctrl, specific = summaries.costly_filters(t1)
 if not ctrl.empty:
     st.caption(
-        f"In this run, {len(specific)} of {len(ctrl)} band filters cost at least 5 points more than their random "
+        f"In this run, {len(specific)} of {len(ctrl)} band filters cost at least {summaries.COSTLY_MARGIN:g} "
+        "points more "
+        "than their random "
         "control"
         + (
             ": "
@@ -147,9 +150,9 @@ else:
         help="Paper: with the MLPs' low frequencies removed, errors are off by 10, 50, 100.",
     )
     c2.metric(
-        "Errors: smaller than 6",
+        f"Errors: smaller than {summaries.CLOSE_ERROR}",
         f"{shares['below_6']:.0%}",
-        help="Paper: with attention's high frequencies removed, all errors are below 6.",
+        help=f"Paper: with attention's high frequencies removed, all errors are below {summaries.CLOSE_ERROR}.",
     )
     show_chart(
         *figures.error_histogram(

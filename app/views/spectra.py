@@ -25,7 +25,7 @@ module = st.session_state["module"]
 show_chart(*figures.top_periods_bars(run, basis), key="spec-top")
 show_chart(*figures.spectrum_heatmap(run, basis, module, tau), key="spec-heat")
 
-layers = sorted(run.table(Table.MODULE_SPECTRA).query("module == @module")["layer"].unique().tolist())
+layers = summaries.module_layers(run.table(Table.MODULE_SPECTRA), module)
 url_state("layer", layers[-1], int, layers)
 if len(layers) > 1:
     st.select_slider("Layer", options=layers, key="layer")
@@ -33,7 +33,7 @@ to_url("layer")
 layer = st.session_state["layer"]
 chart, data, caption = figures.layer_spectrum(run, basis, module, layer, tau)
 show_chart(chart, data, caption, key="spec-layer")
-above = data[data["above_baseline"]].sort_values("magnitude", ascending=False)
+above = summaries.periods_above_baseline(data)
 st.caption(
     f"{len(above)} of {len(data)} frequencies carry at least twice what W_U alone gives random vectors of the same "
     "energy"
@@ -47,13 +47,15 @@ st.caption(
 )
 
 energy = summaries.energy_by_band(run.table(Table.MODULE_SPECTRA), basis, tau)
-row = energy[(energy["module"] == module) & (energy["layer"] == layer)].iloc[0]
+row = summaries.band_energy_at(energy, module, layer)
 c1, c2, c3 = st.columns(3)
 c1.metric(
     f"Energy below tau = {tau}", f"{row['low']:.0%}", help="Share of the squared mean magnitude at frequencies k < tau."
 )
 c2.metric(
-    f"Energy at or above tau = {tau}", f"{row['high']:.0%}", help="Share at k ≥ tau (periods shorter than 520/tau)."
+    f"Energy at or above tau = {tau}",
+    f"{row['high']:.0%}",
+    help=f"Share at k ≥ tau (periods shorter than {view.fourier.span}/tau).",
 )
 top = summaries.top_periods_by_module(run.table(Table.MODULE_SPECTRA), basis, module, last_layers=min(15, len(layers)))
 c3.metric(

@@ -11,8 +11,8 @@ intro(
     "Training: how fast each model learns to add",
     "Two kinds of training. The demo models are small networks trained here from random init, with number embeddings "
     "frozen to Fourier features, or after pre-training on text about numbers: compare how fast and how high each goes "
-    "(the paper's figure 7b: GPT-2-small reaches 53.95% from scratch and 100% with GPT-2's pre-trained number "
-    "embeddings "
+    f"(the paper's figure 7b: GPT-2-small reaches {ACCURACY['GPT-2-small from scratch']:g}% from scratch and "
+    f"{ACCURACY['GPT-2-small, frozen pre-trained embeddings']:g}% with GPT-2's pre-trained number embeddings "
     "frozen in). Below them, the real pre-trained LLM fine-tuned here on addition, stage by stage.",
 )
 url_state("curve_split", "val", str, ["train", "val", "test"])

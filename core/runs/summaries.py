@@ -150,6 +150,23 @@ def period_label(period: float) -> str:
     return f"T={period:.3g}"
 
 
+def module_layers(module_spectra: pd.DataFrame, module: str) -> list[int]:
+    """The layers a module has spectra at, in order."""
+    return sorted(module_spectra.loc[module_spectra["module"] == module, "layer"].unique().tolist())
+
+
+def periods_above_baseline(layer_spectrum: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `layer_spectrum`'s figure data whose magnitude is at least BASELINE_RATIO times the
+    baseline (column `above_baseline`), strongest first."""
+    above = layer_spectrum[layer_spectrum["above_baseline"]]
+    return above.sort_values("magnitude", ascending=False)
+
+
+def band_energy_at(energy: pd.DataFrame, module: str, layer: int) -> pd.Series:
+    """One module and layer's row of `energy_by_band` (columns low, high)."""
+    return energy[(energy["module"] == module) & (energy["layer"] == layer)].iloc[0]
+
+
 def energy_by_band(module_spectra: pd.DataFrame, basis: str, tau: int) -> pd.DataFrame:
     """Share of squared mean magnitude below / at-or-above tau, per module and layer."""
     rows = []
@@ -293,17 +310,24 @@ def error_distribution(
     return sub.reset_index(drop=True)
 
 
+#: An error this small or smaller counts as "close" (the paper: with attention's high band removed, every
+#: error is below 6).
+CLOSE_ERROR = 6
+#: A band filter "matters" when it costs at least this many accuracy points more than its random control.
+COSTLY_MARGIN = 5.0
+
+
 def error_shares(distribution: pd.DataFrame) -> dict:
     """Of the wrong answers in an `error_distribution`: the share that are multiples of 10 (the paper's
     MLP-low finding) and the share smaller than 6 (its attention-high finding)."""
     total = distribution["count"].sum()
     return {
         "multiple_of_10": distribution.loc[distribution["multiple of 10"], "count"].sum() / total,
-        "below_6": distribution.loc[distribution["error"].abs() < 6, "count"].sum() / total,
+        "below_6": distribution.loc[distribution["error"].abs() < CLOSE_ERROR, "count"].sum() / total,
     }
 
 
-def costly_filters(t1: pd.DataFrame, margin: float = 5.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+def costly_filters(t1: pd.DataFrame, margin: float = COSTLY_MARGIN) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(filters of `table1` with a random control, those that cost at least `margin` points more than it)."""
     ctrl = t1.dropna(subset=["random control accuracy %"])
     return ctrl, ctrl[ctrl["accuracy %"] < ctrl["random control accuracy %"] - margin]
@@ -477,6 +501,7 @@ def spectrum_excess(
     excess (magnitude - baseline), ratio (magnitude / baseline), above (ratio >= BASELINE_RATIO),
     above_p95 (magnitude > baseline_p95).
     """
+
     def at_layer(f: pd.DataFrame) -> pd.DataFrame:
         return f[(f["basis"] == basis) & (f["module"] == module) & (f["layer"] == layer)]
 
