@@ -255,7 +255,8 @@ def cmd_import_model(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from core.training.train import Recipe, train_from_recipe
+    from core.training.recipe import Recipe
+    from core.training.train import train_from_recipe
 
     runner = None  # core.training.train.train
     if Recipe.load(args.recipe).number_tokens is not None:  # fine-tuning a pre-trained model

@@ -1,4 +1,8 @@
-"""Shared fixtures: tiny random-init models of several architectures, built once per session."""
+"""Shared fixtures: tiny random-init models of several architectures, built once per session.
+
+The environment below (offline hub, quiet tokenizers) must be set before transformers is first
+imported, which is why this file, loaded before every test module, imports the project inside its
+fixtures."""
 
 from __future__ import annotations
 
@@ -53,7 +57,8 @@ def app_env(tmp_path_factory, model_dir):
 
     from core.cli import main
     from core.runs.cache import list_runs
-    from core.training.train import Recipe, train
+    from core.training.recipe import Recipe
+    from core.training.train import train
 
     root = tmp_path_factory.mktemp("appenv")
     models, cache = root / "models", root / "cache"

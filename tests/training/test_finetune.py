@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -570,3 +571,16 @@ def test_a_balanced_recipe_trains_and_a_bad_balance_is_refused(tiny_base, tmp_pa
     assert set(run.log["split"]) == {"train", "val", "test"}
     with pytest.raises(CoreError, match="balance_answers"):
         tiny_recipe(tiny_base, tmp_path / "c", number_tokens={**spec, "balance_answers": 2})
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_the_delta_digest_covers_exactly_the_tensors_save_pretrained_writes(model_dir, tmp_path, arch):
+    """`unique_state` (the tensors a delta's base_sha256 / rebuilt_sha256 digest) is the set of names
+    `save_pretrained` keeps: a change of the checkpoint de-duplication that changed it would change the
+    digests recorded in shipped deltas, and this test says so first."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir(arch), dtype=torch.float32)
+    model.save_pretrained(tmp_path / "saved")
+    with safe_open(str(tmp_path / "saved" / "model.safetensors"), "pt") as fh:
+        written = set(fh.keys())
+    assert set(unique_state(model)) == written
+

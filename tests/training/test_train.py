@@ -166,6 +166,18 @@ def test_pretrain_then_finetune_runs(tmp_path):
     assert any("using the pre-trained weights" in line for line in lines)
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_pretrained_weights_keep_an_untied_head_and_a_tied_one_once(tmp_path, tied):
+    """A restart after pre-training starts from what pre-training ended with: an untied model's trained
+    lm_head is kept (it was dropped before the checkpoint fix, so a restart began from a random head),
+    a tied head is the embedding and is written once."""
+    r = tiny(tmp_path, epochs=1, tied=tied, pretrain={"epochs": 1, "n_sequences": 100, "batch_size": 32})
+    result = train(r, log=lambda *_: None)
+    kept = load_file(str(result.out / "pretrained.safetensors"))
+    assert ("lm_head.weight" in kept) == (not tied)
+    assert any(k.endswith("wte.weight") or k.endswith("embed_tokens.weight") for k in kept)
+
+
 def test_recipe_errors(tmp_path):
     with pytest.raises(CoreError, match="no recipe"):
         Recipe.load("no-such-recipe")
