@@ -19,6 +19,9 @@ import statistics
 import sys
 import time
 
+from streamlit.testing.v1 import AppTest
+
+from app import browser
 from core.files import PROJECT_ROOT
 
 # page, widget kind, key, two values to alternate between (None: taken from the widget's options)
@@ -40,8 +43,6 @@ def p95(values):
 
 
 def reruns(cache_dir: str, repeats: int):
-    from streamlit.testing.v1 import AppTest
-
     os.environ["FOURIER_CACHE_DIR"] = cache_dir
     at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=300)
     at.run()
@@ -71,8 +72,6 @@ def reruns(cache_dir: str, repeats: int):
 
 
 def cold_start(cache_dir: str) -> float:
-    from app import browser
-
     t0 = time.perf_counter()
     with browser.serve(cache_dir) as base, browser.browser() as b:
         page = b.new_page(viewport={"width": 1400, "height": 1400})

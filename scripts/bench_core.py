@@ -35,7 +35,23 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+import pandas as pd
+import torch
+
+from core.analysis.ablations import Ablation, Condition
+from core.analysis.evaluation import evaluate, evaluate_by_full_recompute, evaluate_conditions
+from core.analysis.filter_hooks import filtered
+from core.analysis.filters import high_pass
+from core.analysis.fourier import fourier_basis
 from core.files import PROJECT_ROOT
+from core.models.capture import forward_batch, iter_capture, prepare_batches
+from core.models.loading import load_model, prompt_texts
+from core.models.random_models import save_random_model
+from core.runs.ablation_grid import ablation_specs, build_filters, filter_key
+from core.runs.live_ablation import live_ablation
+from core.tasks import build_examples, select_split
+from core.threads import use_threads
 
 TAUS = (10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
 
@@ -53,19 +69,6 @@ def _medians(jobs: dict, rounds: int) -> dict:
 
 
 def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, full: bool, compare_threads: bool):
-    import numpy as np
-    import torch
-
-    from core.analysis.ablations import Condition
-    from core.analysis.evaluation import evaluate, evaluate_conditions
-    from core.analysis.filter_hooks import filtered
-    from core.analysis.filters import high_pass
-    from core.analysis.fourier import fourier_basis
-    from core.models.capture import forward_batch, iter_capture, prepare_batches
-    from core.models.loading import prompt_texts
-    from core.runs.ablation_grid import ablation_specs, build_filters, filter_key
-    from core.tasks import build_examples, select_split
-
     p = 521
     examples = select_split(build_examples("addition", 260), "test")[:n_prompts]
     texts = prompt_texts(lm, [e.prompt for e in examples])
@@ -110,7 +113,6 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
         jobs["full recompute (3 conditions)"] = full_recompute_3
     cores = torch.get_num_threads()
     if compare_threads:
-
         def plain_1_thread():
             torch.set_num_threads(1)
             try:
@@ -152,9 +154,7 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
 def agreement(lm, texts, answers, p, conditions, batch_size) -> None:
     """Do the grid's answer-position path and the full recompute agree? Every condition of the grid,
     predictions and answer-token losses, on the same prompts."""
-    import numpy as np
 
-    from core.analysis.evaluation import evaluate_by_full_recompute, evaluate_conditions
 
     fast = evaluate_conditions(lm, texts, answers, p, conditions, "last", batch_size, progress=False)
     differ, worst_loss, near = 0, 0.0, []
@@ -173,14 +173,6 @@ def agreement(lm, texts, answers, p, conditions, batch_size) -> None:
 
 
 def bench_live(lm, rounds: int) -> None:
-    import pandas as pd
-
-    from core.analysis.ablations import Ablation
-    from core.models.capture import forward_batch, prepare_batches
-    from core.models.loading import prompt_texts
-    from core.runs.live_ablation import live_ablation
-    from core.tasks import build_examples, select_split
-
     examples = select_split(build_examples("addition", 260), "test")
     frame = pd.DataFrame(
         {"prompt": prompt_texts(lm, [e.prompt for e in examples]), "answer": [e.answer for e in examples]}
@@ -221,17 +213,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5 demo, 3 large)")
     args = ap.parse_args(argv)
 
-    from core.models.loading import load_model
-    from core.models.random_models import save_random_model
-    from core.threads import use_threads
 
     n = use_threads(args.threads)
     print(f"torch threads: {n}")
     demo = PROJECT_ROOT / "models" / "fourier-frozen"
     prompts = args.prompts or (256 if args.quick else 1024)
     if args.live:
-        import torch
-
         with torch.no_grad():
             bench_live(load_model(str(demo)), args.rounds or 5)
         return 0

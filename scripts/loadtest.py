@@ -46,6 +46,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import websockets
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from streamlit.proto.WidgetStates_pb2 import WidgetState
+
 from app.local_server import free_port, port_free, streamlit_command, wait_healthy
 from core.files import PROJECT_ROOT
 
@@ -76,9 +81,6 @@ class Session:
     page_name: str = ""
 
     async def run(self) -> None:
-        import websockets
-        from streamlit.proto.BackMsg_pb2 import BackMsg
-
         t0 = time.perf_counter()
         try:
             cookies = self.cookies = await asyncio.to_thread(self._fetch_page)
@@ -130,7 +132,6 @@ class Session:
 
     async def _until_finished(self, what: str) -> bool:
         """Read ForwardMsgs until this run's ScriptFinished; keep the page's elements; note errors."""
-        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
         self.elements = []
         deadline = time.perf_counter() + self.timeout
@@ -183,8 +184,6 @@ class Session:
         return None
 
     def _rerun(self, state=None, page: str | None = None):
-        from streamlit.proto.BackMsg_pb2 import BackMsg
-
         msg = BackMsg()
         rerun = msg.rerun_script
         rerun.query_string = self.query
@@ -199,8 +198,6 @@ class Session:
 
     @staticmethod
     def _state(el):
-        from streamlit.proto.WidgetStates_pb2 import WidgetState
-
         s = WidgetState()
         s.id = el.id
         return s
@@ -249,8 +246,6 @@ def warm(base: str, timeout: float = 120.0) -> list[str]:
 
     async def once():
         s = Session(base, random.Random(0), (0.0, 0.0), timeout)
-        import websockets
-        from streamlit.proto.BackMsg_pb2 import BackMsg
 
         try:
             await asyncio.to_thread(s._fetch_page)

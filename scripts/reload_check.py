@@ -10,6 +10,7 @@ Prints the count right, the cached count and whether they agree; exits 1 if they
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,6 @@ from core.runs.reader import RunReader, Table
 
 def cached_run(folder: Path) -> str:
     """The cached run computed from `folder` (the manifest's model source)."""
-    import json
 
     def where(path) -> Path:
         path = Path(path)
