@@ -242,53 +242,14 @@ def claim_module_waves(run) -> Claim:
         verdict = "partly"
     else:
         verdict = "does not" if whole else "not tested"
-    said, gist = [], []
-    for kind in ("mlp", "attn"):
-        mine = locks[locks["kind"] == kind]
-        for i, layer in enumerate(list(dict.fromkeys(mine["layer"]))[:2]):  # the two strongest modules of each kind
-            rows = mine[mine["layer"] == layer].sort_values("period", ascending=False)
-            what = ", ".join(f"{_MOD[float(r.period)]} (R = {r.locking:.2f})" for r in rows.itertuples())
-            said.append(f"{_NAMES[kind]} {int(layer)} tracks the answer {what}")
-            if i == 0:
-                gist.append(said[-1])
-    present = set(table["period"])
-    for kind, wanted, what in (("attn", (5.0, 10.0), "mod 5 or 10"), ("mlp", (2.0,), "parity")):
-        if present.isdisjoint(wanted):
-            said.append(f"periods {' and '.join(f'{t:g}' for t in wanted)} are not on this number line")
-        elif not locks[(locks["kind"] == kind) & locks["period"].isin(wanted)].shape[0]:
-            said.append(f"no {_NAMES[kind]} layer tracks {what}")
-            gist.append(said[-1])
-    gist = gist[:3]
-    final = table[(table["kind"] == "final") & table["period"].map(is_short)].sort_values("locking", ascending=False)
+    said, gist = _lock_sentences(locks, table)
     examples = (
         f"all {n} {run.manifest.get('task', {}).get('split', 'test')} examples"
         if whole
         else f"only the {n} cached examples"
     )
-    measured = f"Over {examples}: " + "; ".join(said) + "."
-    final_locks = final[final["locking"] > final["null_95"]] if len(final) else final  # beyond chance, any size
-    if len(final_locks):
-        f = final_locks.iloc[0]
-        measured += (
-            f" The final logits track the answer {_MOD[float(f['period'])]} at R = {f['locking']:.2f} "
-            f"({pct(f['energy_share'])} of their wave energy)."
-        )
-    elif len(final):
-        measured += " No short wave of the final logits follows the answer beyond chance."
-    reason = ""
-    mlp_short = locks[(locks["kind"] == "mlp") & locks["period"].isin([5.0, 10.0])]
-    attn_two = locks[(locks["kind"] == "attn") & np.isclose(locks["period"], 2.0)]
-    if verdict == "partly" and len(mlp_short) and not len(attn510):
-        reason = (
-            f"reversed: {_who(mlp_short.iloc[0])} tracks {_MOD[float(mlp_short.iloc[0]['period'])]}, no attention "
-            "layer does"
-        )
-        if len(attn_two) and not len(mlp2):
-            reason += f", and parity is carried by {_who(attn_two.iloc[0])}, not an MLP"
-    elif verdict == "partly":
-        reason = "short waves follow the answer, but not split between the modules as in GPT-2-XL"
-    elif verdict == "does not":
-        reason = "no attention or MLP wave of period 2, 2.5, 5 or 10 follows the answer beyond chance"
+    measured = f"Over {examples}: " + "; ".join(said) + "." + _final_logits_sentence(table)
+    reason = _module_waves_reason(verdict, locks, mlp2, attn510)
     if not whole:
         bars = table[table["period"].map(is_short)].groupby("period")["null_95"].first()
         reason = (reason + "; " if reason else "") + (
@@ -316,6 +277,61 @@ def claim_module_waves(run) -> Claim:
         },
         headline=("; ".join(gist) + ".")[:1].upper() + ("; ".join(gist) + ".")[1:] if gist else "",
     )
+
+
+def _lock_sentences(locks: pd.DataFrame, table: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """What step 3 says the modules track: every clause, and the (at most 3) clauses of its headline."""
+    said, gist = [], []
+    for kind in ("mlp", "attn"):
+        mine = locks[locks["kind"] == kind]
+        for i, layer in enumerate(list(dict.fromkeys(mine["layer"]))[:2]):  # the two strongest modules of each kind
+            rows = mine[mine["layer"] == layer].sort_values("period", ascending=False)
+            what = ", ".join(f"{_MOD[float(r.period)]} (R = {r.locking:.2f})" for r in rows.itertuples())
+            said.append(f"{_NAMES[kind]} {int(layer)} tracks the answer {what}")
+            if i == 0:
+                gist.append(said[-1])
+    present = set(table["period"])
+    for kind, wanted, what in (("attn", (5.0, 10.0), "mod 5 or 10"), ("mlp", (2.0,), "parity")):
+        if present.isdisjoint(wanted):
+            said.append(f"periods {' and '.join(f'{t:g}' for t in wanted)} are not on this number line")
+        elif not locks[(locks["kind"] == kind) & locks["period"].isin(wanted)].shape[0]:
+            said.append(f"no {_NAMES[kind]} layer tracks {what}")
+            gist.append(said[-1])
+    return said, gist[:3]
+
+
+def _final_logits_sentence(table: pd.DataFrame) -> str:
+    """The final logits' strongest short wave that follows the answer beyond chance (any size), if any."""
+    final = table[(table["kind"] == "final") & table["period"].map(is_short)].sort_values("locking", ascending=False)
+    final_locks = final[final["locking"] > final["null_95"]] if len(final) else final
+    if len(final_locks):
+        f = final_locks.iloc[0]
+        return (
+            f" The final logits track the answer {_MOD[float(f['period'])]} at R = {f['locking']:.2f} "
+            f"({pct(f['energy_share'])} of their wave energy)."
+        )
+    if len(final):
+        return " No short wave of the final logits follows the answer beyond chance."
+    return ""
+
+
+def _module_waves_reason(verdict: str, locks: pd.DataFrame, mlp2: pd.DataFrame, attn510: pd.DataFrame) -> str:
+    """Why step 3's verdict is what it is: a reversed split of the modules is said as such."""
+    mlp_short = locks[(locks["kind"] == "mlp") & locks["period"].isin([5.0, 10.0])]
+    attn_two = locks[(locks["kind"] == "attn") & np.isclose(locks["period"], 2.0)]
+    if verdict == "partly" and len(mlp_short) and not len(attn510):
+        reason = (
+            f"reversed: {_who(mlp_short.iloc[0])} tracks {_MOD[float(mlp_short.iloc[0]['period'])]}, no attention "
+            "layer does"
+        )
+        if len(attn_two) and not len(mlp2):
+            reason += f", and parity is carried by {_who(attn_two.iloc[0])}, not an MLP"
+        return reason
+    if verdict == "partly":
+        return "short waves follow the answer, but not split between the modules as in GPT-2-XL"
+    if verdict == "does not":
+        return "no attention or MLP wave of period 2, 2.5, 5 or 10 follows the answer beyond chance"
+    return ""
 
 
 def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
