@@ -84,7 +84,15 @@ def evaluate(
     `on_batch(done, total)` is called after each batch (for progress bars in the dashboard).
     """
     return evaluate_conditions(
-        loaded, texts, answers, p, [Condition(flt, modules)], positions, batch_size, progress=progress, desc=desc,
+        loaded,
+        texts,
+        answers,
+        p,
+        [Condition(flt, modules)],
+        positions,
+        batch_size,
+        progress=progress,
+        desc=desc,
         on_batch=on_batch,
     )[0]
 
@@ -118,8 +126,11 @@ class GridProgress:
         return cls(np.zeros((n_conditions, n), np.int64), np.zeros((n_conditions, n)), np.zeros(n, bool))
 
     def fits(self, n_conditions: int, n: int) -> bool:
-        return (self.predictions.shape == (n_conditions, n) and self.losses.shape == (n_conditions, n)
-                and self.done.shape == (n,))
+        return (
+            self.predictions.shape == (n_conditions, n)
+            and self.losses.shape == (n_conditions, n)
+            and self.done.shape == (n,)
+        )
 
 
 class PrefixCache:
@@ -187,28 +198,12 @@ def evaluate_conditions(
     `checkpoint_every_s` seconds. `prefix_cache` keeps the prefixes' key/value caches for the
     next evaluation of the same prompts.
     """
-    check_positions(positions)
     conditions = list(conditions)
-    if not conditions:
-        raise CoreError("no conditions to evaluate")
-    for c in conditions:
-        if c.flt is not None and c.flt.width != loaded.width:
-            raise CoreError(f"the filter was built for width {c.flt.width}, the model has width {loaded.width}")
-    answers = np.asarray(answers, dtype=np.int64)
-    if len(answers) != len(texts):
-        raise CoreError(f"{len(texts)} prompts but {len(answers)} answers")
-    if len(answers) and (answers.min() < 0 or answers.max() >= p):
-        raise CoreError(f"answers must lie in 0..{p - 1}")
+    answers = _checked_inputs(loaded, texts, answers, p, conditions, positions)
     number_ids = torch.as_tensor(loaded.numbers.ids_for(p))
     n, C = len(texts), len(conditions)
     state = resume if resume is not None and resume.fits(C, n) else GridProgress.empty(C, n)
-    if prefix_cache is not None:
-        prefix_cache.use_for((id(loaded.model), tuple(texts), batch_size))
-        if prefix_cache.batches is None:
-            prefix_cache.batches = prepare_batches(loaded.tokenizer, texts, batch_size)
-        prepared = prefix_cache.batches
-    else:
-        prepared = prepare_batches(loaded.tokenizer, texts, batch_size)
+    prepared = _batches(loaded, texts, batch_size, prefix_cache)
     batches = [(i, b) for i, b in enumerate(prepared) if not state.done[b.indices].all()]
     total_done = int(state.done.sum())
     bar = progress_bar(n * C, desc, progress)
@@ -264,6 +259,32 @@ def evaluate_conditions(
         )
         for c, cond in enumerate(conditions)
     ]
+
+
+def _checked_inputs(loaded, texts, answers, p: int, conditions: list, positions: str) -> np.ndarray:
+    """The answers as an int64 array, after every input of `evaluate_conditions` is checked."""
+    check_positions(positions)
+    if not conditions:
+        raise CoreError("no conditions to evaluate")
+    for c in conditions:
+        if c.flt is not None and c.flt.width != loaded.width:
+            raise CoreError(f"the filter was built for width {c.flt.width}, the model has width {loaded.width}")
+    answers = np.asarray(answers, dtype=np.int64)
+    if len(answers) != len(texts):
+        raise CoreError(f"{len(texts)} prompts but {len(answers)} answers")
+    if len(answers) and (answers.min() < 0 or answers.max() >= p):
+        raise CoreError(f"answers must lie in 0..{p - 1}")
+    return answers
+
+
+def _batches(loaded, texts, batch_size: int, prefix_cache: PrefixCache | None) -> list:
+    """The prompts' left-padded batches, kept with the prefix cache (made once per set of prompts)."""
+    if prefix_cache is None:
+        return prepare_batches(loaded.tokenizer, texts, batch_size)
+    prefix_cache.use_for((id(loaded.model), tuple(texts), batch_size))
+    if prefix_cache.batches is None:
+        prefix_cache.batches = prepare_batches(loaded.tokenizer, texts, batch_size)
+    return prefix_cache.batches
 
 
 @dataclass
