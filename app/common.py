@@ -108,10 +108,8 @@ def table(cache_dir: str, run: str, name: str, created: str) -> pd.DataFrame:
 
 
 def _shared_table(run: RunReader, name: Table) -> pd.DataFrame:
-    # A table the run does not have raises core's own error: a claim the run cannot answer is then "not tested"
-    # instead of a stopped page. Pages must therefore check with `needs(run, Table.X)` before they read a table.
-    if not run.has(name):
-        return read_run_table(run.cache_dir, run.name, name)
+    # RunReader.table has already refused a table the run does not have (core's own error, so a claim the run
+    # cannot answer is "not tested" instead of a stopped page): pages check with `needs(run, Table.X)` first.
     try:
         # a shallow copy of the shared frame: pandas copies on write, so a page that changes it changes its own
         return table(run.cache_dir, run.name, name.value, run.created).copy(deep=False)

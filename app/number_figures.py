@@ -15,9 +15,9 @@ from core.runs import summaries
 from core.runs.reader import RunReader, Table
 
 
-def embedding_spectrum(run: RunReader, basis: str, matrix: str):
-    data = summaries.embedding_outliers(run.table(Table.EMBEDDING_SPECTRUM), basis, matrix)
-    k_max = run.basis(basis).k_max
+def _spectrum_with_null(data, k_max: int) -> alt.LayerChart:
+    """Bars of magnitude by frequency k, the shuffled-numbers threshold as a dashed line, and the
+    outliers labelled with their period (the embedding and the number spectra are drawn alike)."""
     base = alt.Chart(data).encode(
         x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=k_axis(k_max))
     )
@@ -31,34 +31,27 @@ def embedding_spectrum(run: RunReader, basis: str, matrix: str):
         ],
     )
     null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_threshold:Q")
-    labels = _period_labels(base)
+    return bars + null + _period_labels(base)
+
+
+def embedding_spectrum(run: RunReader, basis: str, matrix: str):
+    data = summaries.embedding_outliers(run.table(Table.EMBEDDING_SPECTRUM), basis, matrix)
+    k_max = run.basis(basis).k_max
+    chart = _spectrum_with_null(data, k_max)
     side = "input rows W_E" if matrix == "input" else "unembedding rows W_U"
     caption = (
         "Bars above the dashed line are outliers, labelled with their period T: the line is the level that the same "
         "spectrum with the numbers shuffled passes anywhere in only 5% of 1,000 shuffles. Pre-trained models show T = "
         "2, 2.5, 5, 10."
     )
-    return styled(bars + null + labels, f"Spectrum of the numbers' {side} — {run.label}"), data, caption
+    return styled(chart, f"Spectrum of the numbers' {side} — {run.label}"), data, caption
 
 
 def number_spectrum(run: RunReader, basis: str, layer: int):
     """Spectrum of the numbers' representations at one layer, against the shuffled-numbers threshold."""
     data = summaries.number_spectrum_at(run.table(Table.NUMBER_SPECTRUM), layer, basis)
     k_max = int(data["k"].max())
-    base = alt.Chart(data).encode(
-        x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=k_axis(k_max))
-    )
-    bars = base.mark_bar(width=3, color="#1f77b4").encode(
-        y=alt.Y("magnitude:Q", title="magnitude", scale=alt.Scale(domainMax=float(data["magnitude"].max()) * 1.15)),
-        tooltip=[
-            "k",
-            alt.Tooltip("period:Q", format=".3g", title="period T"),
-            alt.Tooltip("magnitude:Q", format=".3f"),
-            "outlier",
-        ],
-    )
-    null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_threshold:Q")
-    labels = _period_labels(base)
+    chart = _spectrum_with_null(data, k_max)
     where = "the embedding of the last token" if layer == 0 else f"the residual stream after block {layer}"
     n = run.number_representations.get("n_numbers", run.p)
     caption = (
@@ -69,7 +62,7 @@ def number_spectrum(run: RunReader, basis: str, layer: int):
         caption += (
             " With digit tokens, layer 0 depends on the last digit alone: periods 10, 5, 3.3, 2.5, 2 by construction."
         )
-    return styled(bars + null + labels, f"Spectrum of the numbers at layer {layer} — {run.label}"), data, caption
+    return styled(chart, f"Spectrum of the numbers at layer {layer} — {run.label}"), data, caption
 
 
 def _period_labels(base: alt.Chart) -> alt.LayerChart:

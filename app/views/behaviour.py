@@ -20,22 +20,27 @@ intro(
 )
 
 
-def error_report(answers, given, what: str, key: str) -> None:
-    """Accuracy, share of errors that are multiples of 10 / of size 1-2, and the error histogram."""
-    summary, hist = summaries.behaviour(answers, given)
+def error_metrics(summary: dict, none: bool, accuracy_help: str, wrong: str) -> None:
+    """Accuracy, and the shares of `wrong` (the wrong answers counted) that are multiples of 10 / off by 1 or 2."""
     c1, c2, c3 = st.columns(3)
-    c1.metric("Accuracy", f"{summary['accuracy']:.2%}", help=f"{summary['n']} {what}")
-    none = summary["n_wrong"] == 0
+    c1.metric("Accuracy", f"{summary['accuracy']:.2%}", help=accuracy_help)
     c2.metric(
         "Errors: multiples of 10",
         "–" if none else f"{summary['share_multiple_of_10']:.0%}",
-        help="Share of the wrong answers whose error is a multiple of 10 (last digit right).",
+        help=f"Of {wrong}, the share whose error is a multiple of 10 (last digit right).",
     )
     c3.metric(
         "Errors: off by 1 or 2",
         "–" if none else f"{summary['share_within_2']:.0%}",
-        help="Share of the wrong answers that are off by 1 or 2.",
+        help=f"Of {wrong}, the share off by 1 or 2.",
     )
+
+
+def error_report(answers, given, what: str, key: str) -> None:
+    """Accuracy, share of errors that are multiples of 10 / of size 1-2, and the error histogram."""
+    summary, hist = summaries.behaviour(answers, given)
+    none = summary["n_wrong"] == 0
+    error_metrics(summary, none, f"{summary['n']} {what}", "the wrong answers")
     if none:
         n = summary["n"]
         st.success(
@@ -77,19 +82,8 @@ if run.has(Table.GENERATIONS):  # a model that writes numbers digit by digit: it
         + "; ".join(f"{s}-shot {summaries.generation_summary(gens, s)[0]['accuracy']:.1%} right" for s in shots)
         + "."
     )
-    c1, c2, c3 = st.columns(3)
-    c1.metric("Accuracy", f"{summary['accuracy']:.2%}", help=f"{summary['n']} prompts, {k}-shot")
     none = hist.empty
-    c2.metric(
-        "Errors: multiples of 10",
-        "–" if none else f"{summary['share_multiple_of_10']:.0%}",
-        help="Of the wrong answers that are numbers, the share whose error is a multiple of 10 (last digit right).",
-    )
-    c3.metric(
-        "Errors: off by 1 or 2",
-        "–" if none else f"{summary['share_within_2']:.0%}",
-        help="Of the wrong answers that are numbers, the share off by 1 or 2.",
-    )
+    error_metrics(summary, none, f"{summary['n']} prompts, {k}-shot", "the wrong answers that are numbers")
     if not none:
         show_chart(
             *figures.error_histogram(

@@ -218,7 +218,10 @@ def _precompute_run(
     training_log = _training_log(loaded)
     if training_log is not None:
         writer.write("training_log", training_log)
-    manifest = _run_manifest(opts, loaded, writer, examples, p, taus, running, label, run_label, timings, ablations)
+    accuracy = float(examples_frame["correct"].mean())
+    manifest = _run_manifest(
+        opts, loaded, writer, examples, p, taus, running, label, run_label, timings, ablations, accuracy
+    )
     path = writer.publish(manifest)
     log(
         f"wrote run {writer.name} to {path} (accuracy {manifest['accuracy']:.2%} on {len(examples)} {opts.split} "
@@ -257,12 +260,7 @@ def _write_stage_tables(
             writer.write(t, frame)
     timings["measurements_s"] = round(time.time() - t1, 2)
     if not all(writer.has(t) for t in PHASE_TABLES):  # a staging folder from before the phase stage existed
-        t_phase = time.time()
-        for t, frame in phase_tables_from_model(
-            loaded, examples, texts, p, opts.batch_size, opts.dataset_seed, opts.progress
-        ).items():
-            writer.write(t, frame)
-        timings["phase_s"] = round(time.time() - t_phase, 2)
+        timings["phase_s"] = _write_phase_tables(writer, loaded, examples, texts, p, opts)
 
     t2 = time.time()
     if not (writer.has("embedding_spectrum") and writer.has("embedding_clusters")):
@@ -299,6 +297,7 @@ def _run_manifest(
     run_label: str,
     timings: dict,
     ablations: pd.DataFrame,
+    accuracy: float,
 ) -> dict:
     """The manifest of a number-token run: what was measured on what, and the notes a reader needs."""
     notes = list(opts.extra_notes)
@@ -335,7 +334,7 @@ def _run_manifest(
         "unembedding_rank": unembedding_rank(loaded.unembed(p)),
         "basis": opts.basis,
         "taus": list(taus),
-        "accuracy": float(writer.read("examples")["correct"].mean()),
+        "accuracy": accuracy,
         "number_representations": writer.read_json(NUMBERS_JSON),
         "phase_locking": phase_note(len(examples), len(examples), opts.split),
         "display_order": opts.display_order,
@@ -378,6 +377,15 @@ def _write_number_tables(writer: RunWriter, loaded, n_numbers: int, opts: Precom
     return info
 
 
+def _write_phase_tables(writer: RunWriter, loaded, examples, texts, p: int, opts: PrecomputeOptions) -> float:
+    """The phase tables (`core.runs.phase_run`, one capture pass) into the staging folder; the seconds taken."""
+    t0 = time.time()
+    tables = phase_tables_from_model(loaded, examples, texts, p, opts.batch_size, opts.dataset_seed, opts.progress)
+    for t, frame in tables.items():
+        writer.write(t, frame)
+    return round(time.time() - t0, 2)
+
+
 def _upgrade_run(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, examples, texts, log) -> bool:
     """A run cached by an older schema (2 or 3) gets the tables it lacks: the number tables (schema 3)
     and the phase tables (schema 4, one more capture pass). A run whose phase tables came from its
@@ -397,12 +405,7 @@ def _upgrade_run(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, exa
             t0 = time.time()
             keep["number_representations"] = _write_number_tables(writer, loaded, p, opts, log)
             timings["numbers_s"] = round(time.time() - t0, 2)
-        t0 = time.time()
-        for t, frame in phase_tables_from_model(
-            loaded, examples, texts, p, opts.batch_size, opts.dataset_seed, opts.progress
-        ).items():
-            writer.write(t, frame)
-        timings["phase_s"] = round(time.time() - t0, 2)
+        timings["phase_s"] = _write_phase_tables(writer, loaded, examples, texts, p, opts)
     keep["phase_locking"] = phase_note(len(examples), len(examples), opts.split)
     keep["timings"] = timings
     fresh = _training_log(loaded)

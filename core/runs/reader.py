@@ -127,8 +127,11 @@ class RunReader:
     # ------------------------------------------------------------------ tables
 
     def table(self, name: Table) -> pd.DataFrame:
-        """The table `name` (a `Table`; a string naming no table is an error)."""
+        """The table `name` (a `Table`; a string naming no table is an error, and so is a table this run's
+        manifest does not list: the same error the cache gives, raised before any loader is asked)."""
         t = table_name(name)
+        if not self.has(t):
+            raise CoreError(f"run {self.name} has no table {t.value!r}")
         if self._load is not None:
             return self._load(self, t)
         if t not in self._tables:
