@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from core.analysis.filters import ProjectionFilter, keep_frequency, projection_filter, random_subspace_filter
 from core.analysis.fourier import FourierBasis, band_frequencies, check_tau
 from core.errors import CoreError
-from core.models.names import ATTN, BOTH, MLP, check_modules
+from core.models.names import ATTN, BOTH, MLP, MODULE_SETS, RESID, check_modules
 
 POSITIONS = ("last", "all")
 #: removed = "random-low" / "random-high": a random subspace of the rank of the low / high band filter.
@@ -35,13 +35,16 @@ class Ablation:
 
     removed: "none", "low", "high" (a band by tau), "keep" (one k), or a random-subspace control
     "random-low" / "random-high": a seeded random subspace of W_U's row space with the rank of the
-    low / high band filter at the same tau (docs/method.md#controls).
+    low / high band filter at the same tau (docs/method.md#controls); `draw` numbers its draws (draw 0
+    keeps the seed every run before draws existed used).
     """
 
     modules: str = "none"
     removed: str = "none"
     tau: int | None = None
     keep_k: int | None = None
+    #: Which draw of a random-subspace control (0 for everything else): draws differ only in their seed.
+    draw: int = 0
 
     def __post_init__(self):
         if self.removed == "none" or self.modules == "none":
@@ -66,7 +69,8 @@ class Ablation:
             return f"{what}: keep only k = {self.keep_k}"
         if self.removed in RANDOM_CONTROLS:
             band = RANDOM_CONTROLS[self.removed]
-            return f"{what}: random subspace of the {band} band's rank removed (tau = {self.tau})"
+            draw = f", draw {self.draw + 1}" if self.draw else ""
+            return f"{what}: random subspace of the {band} band's rank removed (tau = {self.tau}{draw})"
         return f"{what}: {self.removed} frequencies removed (tau = {self.tau})"
 
     def build(self, unembedding, basis: FourierBasis) -> ProjectionFilter | None:
@@ -79,17 +83,29 @@ class Ablation:
         if self.removed in RANDOM_CONTROLS:
             band = RANDOM_CONTROLS[self.removed]
             matched = projection_filter(unembedding, basis, band_frequencies(basis, band, self.tau))
-            seed = RANDOM_CONTROL_SEED + 1000 * int(self.tau) + (1 if band == "high" else 0)
+            seed = RANDOM_CONTROL_SEED + 1000 * int(self.tau) + (1 if band == "high" else 0) + 7919 * int(self.draw)
             return random_subspace_filter(unembedding, matched.rank, seed)
         return projection_filter(unembedding, basis, band_frequencies(basis, self.removed, self.tau))
 
 
 @dataclass(frozen=True, eq=False)
 class Condition:
-    """One ablated condition: a filter (None: the model as it is) on the attention and/or MLP outputs."""
+    """One edited condition: a filter (None: the model as it is) on the attention and/or MLP outputs of
+    every layer, or a phase shift (`core.analysis.phase_shift.PhaseShift`) on one layer's attention, MLP
+    or residual stream (`layer`, 1-based; None: every layer)."""
 
-    flt: ProjectionFilter | None
+    flt: object | None
     modules: str = "both"
+    layer: int | None = None
 
     def __post_init__(self):
-        check_modules(self.modules)
+        if self.modules == RESID:
+            if self.layer is None:
+                raise CoreError("an edit of the residual stream needs the layer after which it acts")
+        else:
+            check_modules(self.modules)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The module outputs this condition edits (`core.models.names`)."""
+        return (RESID,) if self.modules == RESID else MODULE_SETS[self.modules]

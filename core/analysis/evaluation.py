@@ -23,7 +23,7 @@ from core.analysis.filter_hooks import ConditionHooks, filtered
 from core.analysis.filters import ProjectionFilter
 from core.errors import CoreError
 from core.models.capture import forward_accepts, forward_batch, prepare_batches, progress_bar
-from core.models.names import BOTH, MODULE_OUTPUTS, MODULE_SETS
+from core.models.names import BOTH, MODULE_OUTPUTS, RESID
 
 
 @dataclass
@@ -266,6 +266,8 @@ def _checked_inputs(loaded, texts, answers, p: int, conditions: list, positions:
     check_positions(positions)
     if not conditions:
         raise CoreError("no conditions to evaluate")
+    if positions == "all" and any(c.layer is not None for c in conditions):
+        raise CoreError("an edit of one layer (a phase shift) acts at the answer position only: use positions='last'")
     for c in conditions:
         if c.flt is not None and c.flt.width != loaded.width:
             raise CoreError(f"the filter was built for width {c.flt.width}, the model has width {loaded.width}")
@@ -335,12 +337,12 @@ def answer_position_passes(
     for first in range(0, len(conditions), per_call):
         group = conditions[first : first + per_call]
         G = len(group)
-        plan: dict[str, list] = {kind: [] for kind in MODULE_OUTPUTS}
+        plan: dict[str, list] = {kind: [] for kind in (*MODULE_OUTPUTS, RESID)}
         for g, cond in enumerate(group):
             if cond.flt is None:
                 continue
-            for kind in MODULE_SETS[cond.modules]:
-                plan[kind].append((g * B, (g + 1) * B, cond.flt))
+            for kind in cond.kinds:
+                plan[kind].append((g * B, (g + 1) * B, cond.flt, cond.layer))
         kwargs = dict(
             input_ids=ids[:, -1:].repeat(G, 1),
             attention_mask=mask.repeat(G, 1),

@@ -2,9 +2,10 @@
 
 `filtered` puts one filter on the chosen modules (at the answer position or at every position)
 for the length of a `with` block. `ConditionHooks` filters many conditions in one forward pass:
-rows [g*B, (g+1)*B) of a call carry condition g, and each block of rows gets its own filter, on
-the modules its condition names. Both project the output in float32 on its own device:
-x - (x Q) Q^T, or zero when the filter erases the output (`core.analysis.filters`).
+rows [g*B, (g+1)*B) of a call carry condition g, and each block of rows gets its own edit, on
+the modules (and, for a phase shift, the one layer) its condition names. Both project the output in
+float32 on its own device: x - (x Q) Q^T, or zero when the filter erases the output
+(`core.analysis.filters`); a phase shift adds its least-norm edit (`core.analysis.phase_shift`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import torch
 
 from core.analysis.ablations import check_positions
 from core.analysis.filters import ProjectionFilter
+from core.analysis.phase_shift import PhaseShift
 from core.errors import CoreError
-from core.models.names import ATTN, BOTH, MODULE_OUTPUTS, MODULE_SETS, check_modules
+from core.models.names import ATTN, BOTH, MODULE_OUTPUTS, MODULE_SETS, RESID, check_modules
 
 
 def device_q(flt: ProjectionFilter, device):
@@ -35,6 +37,29 @@ def project_out(rows, flt: ProjectionFilter) -> None:
         q = device_q(flt, rows.device)
         x = rows.float()
         rows.copy_((x - (x @ q) @ q.T).to(rows.dtype))
+
+
+def shift_rows(rows, shift: PhaseShift) -> None:
+    """Edit `rows` (..., D) in place by a phase shift (or its control of the same norm), in float32."""
+    key = str(rows.device)
+    if key not in shift.device_copies:
+        as_t = lambda a: torch.as_tensor(a, dtype=torch.float32, device=rows.device)  # noqa: E731
+        direction = as_t(shift.direction) if shift.direction is not None else None
+        shift.device_copies[key] = (as_t(shift.left), as_t(shift.right), direction)
+    left, right, direction = shift.device_copies[key]
+    x = rows.float()
+    delta = (x @ right.T) @ left.T
+    if direction is not None:
+        delta = delta.norm(dim=-1, keepdim=True) * direction
+    rows.copy_((x + delta).to(rows.dtype))
+
+
+def edit_rows(rows, edit) -> None:
+    """Apply a filter (`ProjectionFilter`) or a phase shift (`PhaseShift`) to `rows` in place."""
+    if isinstance(edit, PhaseShift):
+        shift_rows(rows, edit)
+    else:
+        project_out(rows, edit)
 
 
 def _filter_hook(flt: ProjectionFilter, positions: str):
@@ -73,9 +98,11 @@ def filtered(loaded, flt: ProjectionFilter | None, modules: str = BOTH, position
 
 
 class ConditionHooks:
-    """Hooks on every attention and MLP module that filter, per block of rows, the last position.
+    """Hooks on every attention and MLP module (and every block, for the residual stream) that edit, per
+    block of rows, the last position.
 
-    `plan` maps ATTN/MLP (`core.models.names`) to [(first row, end row, filter)]; empty while the prefix runs.
+    `plan` maps ATTN/MLP/RESID (`core.models.names`) to [(first row, end row, edit, layer)], layer None for
+    every layer, else the one 1-based layer whose output is edited; empty while the prefix runs.
     """
 
     def __init__(self, loaded):
@@ -83,17 +110,20 @@ class ConditionHooks:
         self.plan: dict[str, list] = {}
         self.handles = []
 
-    def _hook(self, kind: str):
+    def _hook(self, kind: str, layer: int):
         def hook(module, args, out):
             steps = self.plan.get(kind)
+            if not steps:
+                return None
+            steps = [s for s in steps if s[3] is None or s[3] == layer]
             if not steps:
                 return None
             t = out[0] if isinstance(out, tuple) else out
             if t.requires_grad:
                 t = t.clone()
             last = t[:, -1, :]
-            for start, stop, flt in steps:
-                project_out(last[start:stop], flt)
+            for start, stop, edit, _ in steps:
+                edit_rows(last[start:stop], edit)
             if isinstance(out, tuple):
                 return (t, *out[1:])
             return t
@@ -102,8 +132,10 @@ class ConditionHooks:
 
     def __enter__(self):
         for kind in MODULE_OUTPUTS:
-            for mod in self.parts.outputs(kind):
-                self.handles.append(mod.register_forward_hook(self._hook(kind)))
+            for layer, mod in enumerate(self.parts.outputs(kind), start=1):
+                self.handles.append(mod.register_forward_hook(self._hook(kind, layer)))
+        for layer, block in enumerate(self.parts.blocks, start=1):
+            self.handles.append(block.register_forward_hook(self._hook(RESID, layer)))
         # registered after, run before the filter hooks (prepend): the first attention runs on one copy
         first = self.parts.outputs(ATTN)[0]
         self.handles.append(first.register_forward_pre_hook(self._share_input, with_kwargs=True, prepend=True))

@@ -17,12 +17,19 @@ from core.analysis.ablations import Ablation, Condition
 from core.analysis.behaviour import error_histogram, error_summary
 from core.analysis.evaluation import GridProgress, evaluate_conditions
 from core.models.names import BOTH, MODULE_OUTPUTS
+from core.paper import TABLE1_TAU
 from core.runs.cache import RunWriter
+
+
+#: Draws of each random-subspace control at the cutoff Table 1 reads (the tau nearest TABLE1_TAU); other cutoffs
+#: get one draw. The verdict reads their mean and spread (core.claims.mechanism.claim_ablations).
+CONTROL_DRAWS = 5
 
 
 def ablation_specs(basis, taus, controls: bool = True):
     """The grid: no filter; modules x band removed x tau; keep-one for periods 2 and p-1; and, for
-    each band filter, a random-subspace control of the same rank (unless `controls` is False)."""
+    each band filter, a random-subspace control of the same rank (unless `controls` is False), with
+    CONTROL_DRAWS draws at the tau nearest the paper's (one elsewhere)."""
 
     specs = [Ablation()]
     for tau in taus:
@@ -37,11 +44,20 @@ def ablation_specs(basis, taus, controls: bool = True):
                 specs.append(Ablation(modules, removed, int(tau)))
     for k in sorted({basis.frequency_of_period(2.0), 1}, reverse=True):
         specs.append(Ablation("both", "keep", keep_k=int(k)))
+    if controls and taus:
+        table1_tau = min(taus, key=lambda t: (abs(int(t) - TABLE1_TAU), int(t)))
+        for draw in range(1, CONTROL_DRAWS):
+            for modules in (BOTH, *MODULE_OUTPUTS):
+                for removed in ("random-low", "random-high"):
+                    specs.append(Ablation(modules, removed, int(table1_tau), draw=draw))
     return specs
 
 
 def _spec_key(spec) -> str:
-    return json.dumps(asdict(spec), sort_keys=True)
+    key = asdict(spec)
+    if not key["draw"]:
+        del key["draw"]  # the first draw keeps the key it had before draws existed (a resumed grid finds it)
+    return json.dumps(key, sort_keys=True)
 
 
 def filter_key(spec) -> str:
@@ -109,7 +125,7 @@ def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts, writer: Run
         entry = done[_spec_key(spec)]
         rows.append(entry["row"])
         h = pd.DataFrame(entry["errors"], columns=["error", "count"])
-        for col in ("modules", "removed", "tau", "keep_k"):
+        for col in ("modules", "removed", "tau", "keep_k", "draw"):
             h.insert(len(h.columns) - 2, col, getattr(spec, col))
         err_frames.append(h)
     table = pd.DataFrame(rows)

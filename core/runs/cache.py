@@ -70,11 +70,14 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "generations": ("id", "shots", "a", "b", "answer", "prompt", "generated", "prediction", "is_number", "correct"),
     "phase_locking": ("kind", "layer", "period", "locking", "offset", "energy_share", "null_95", "n"),
     "wave_peaks": ("example_id", "top", "answer", "peak", "at_answer"),
+    "phase_shift": (
+        "kind", "layer", "period_set", "d", "control", "draw", "n", "moved", "stayed", "elsewhere", "residue_moved",
+    ),
 }
 #: Tables a run may lack: the training log (models trained here only), k-shot generations (models
-#: whose numbers are not single tokens). A run also lacks the tables its manifest's
+#: whose numbers are not single tokens), the phase shift (runs cached without the model's weights here). A run also lacks the tables its manifest's
 #: `not_applicable` names, each with the reason (see `required_tables`).
-OPTIONAL_TABLES = ("training_log", "generations")
+OPTIONAL_TABLES = ("training_log", "generations", "phase_shift")
 REQUIRED_TABLES = tuple(t for t in TABLE_COLUMNS if t not in OPTIONAL_TABLES)
 
 

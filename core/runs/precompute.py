@@ -10,6 +10,8 @@
    periods 2 and p-1), one evaluation each, saved one by one so an interrupted grid resumes.
 4. phase: phase_locking and wave_peaks (core.analysis.phase) from the same capture pass; a run cached
    before they existed gets them from one more capture pass (`_upgrade_run`).
+5. phase shift (core.runs.shift_run): each module's short waves moved by d, the answers that follow, with
+   random-direction controls of the same norm.
 Then error_analysis, the manifest, and an atomic publish (core.runs.cache).
 """
 
@@ -41,6 +43,7 @@ from core.runs.ablation_grid import ablation_grid, error_analysis_table
 from core.runs.cache import RunWriter, check_table, ensure_cache_dir, run_lock, run_name
 from core.runs.measure import measure
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
+from core.runs.shift_run import phase_shift_table, shift_specs
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample, with_shots
 from core.threads import use_threads
 from core.training.train import seed_logs
@@ -282,6 +285,12 @@ def _write_stage_tables(
         writer.write("ablations", ablations)
         writer.write("ablation_errors", ablation_errors)
     timings["ablations_s"] = round(time.time() - t3, 2)
+
+    t4 = time.time()
+    if not writer.has("phase_shift") and shift_specs(p, loaded.n_layers):
+        answers = np.array([e.answer for e in examples])
+        writer.write("phase_shift", phase_shift_table(loaded, texts, answers, p, opts, log))
+    timings["phase_shift_s"] = round(time.time() - t4, 2)
     return timings
 
 

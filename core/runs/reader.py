@@ -46,6 +46,7 @@ class Table(StrEnum):
     GENERATIONS = "generations"
     PHASE_LOCKING = "phase_locking"
     WAVE_PEAKS = "wave_peaks"
+    PHASE_SHIFT = "phase_shift"
 
     @property
     def columns(self) -> tuple[str, ...]:

@@ -264,7 +264,9 @@ def table1(ablations: pd.DataFrame, tau: int) -> pd.DataFrame:
     """The paper's Table 1 for one tau: modules x band removed, ours next to GPT-2-XL's.
 
     Each band filter also carries its random-subspace control (same rank, random directions that
-    W_U reads): `rank` and `random control accuracy %` (NaN where the run has no control).
+    W_U reads): `rank`, `random control accuracy %` (the mean over the control's draws; NaN where the
+    run has no control), `random control sd` (points, across draws; NaN for one draw) and
+    `random control draws`.
     """
     base = ablations[ablations["removed"] == "none"].iloc[0]
     rows = [_table1_row(base, "none", "none")]
@@ -276,12 +278,14 @@ def table1(ablations: pd.DataFrame, tau: int) -> pd.DataFrame:
             hit = sub[(sub["modules"] == modules) & (sub["removed"] == removed)]
             ctrl = sub[(sub["modules"] == modules) & (sub["removed"] == f"random-{removed}")]
             if len(hit):
-                rows.append(_table1_row(hit.iloc[0], modules, removed, ctrl.iloc[0] if len(ctrl) else None))
+                rows.append(_table1_row(hit.iloc[0], modules, removed, ctrl["accuracy"] if len(ctrl) else None))
     return pd.DataFrame(rows)
 
 
-def _table1_row(r, modules: str, removed: str, control=None) -> dict:
+def _table1_row(r, modules: str, removed: str, control: pd.Series | None = None) -> dict:
+    """One row of `table1`; `control`: the accuracies of the band's random-control draws (None: no control)."""
     paper = TABLE1_GPT2_XL.get((modules, removed))
+    draws = 0 if control is None else len(control)
     return {
         "filter": "none" if removed == "none" else f"{ABLATION_MODULES[modules]}: {removed} removed",
         "modules": modules,
@@ -292,7 +296,9 @@ def _table1_row(r, modules: str, removed: str, control=None) -> dict:
         "within ±10 %": 100 * r.get("within_10", np.nan),
         "erased": bool(r["erased"]),
         "rank": int(r["rank"]) if removed != "none" and pd.notna(r.get("rank")) else np.nan,
-        "random control accuracy %": 100 * control["accuracy"] if control is not None else np.nan,
+        "random control accuracy %": 100 * float(control.mean()) if draws else np.nan,
+        "random control sd": 100 * float(control.std(ddof=1)) if draws > 1 else np.nan,
+        "random control draws": draws,
         "paper GPT-2-XL accuracy %": paper[1] if paper else np.nan,
         "paper GPT-2-XL loss": paper[0] if paper else np.nan,
     }
@@ -305,6 +311,8 @@ def error_distribution(
     m = (ablation_errors["modules"] == modules) & (ablation_errors["removed"] == removed)
     m &= ablation_errors["tau"].isna() if tau is None else ablation_errors["tau"] == tau
     m &= ablation_errors["keep_k"].isna() if keep_k is None else ablation_errors["keep_k"] == keep_k
+    if "draw" in ablation_errors.columns:  # a random control's first draw (the one every cutoff has)
+        m &= ablation_errors["draw"] == 0
     sub = ablation_errors[m][["error", "count"]].copy()
     sub["multiple of 10"] = sub["error"] % 10 == 0
     return sub.reset_index(drop=True)
@@ -523,8 +531,8 @@ def spectrum_excess(
 def control_comparison(ablations: pd.DataFrame) -> pd.DataFrame:
     """Each band filter next to its random-subspace control of the same rank.
 
-    Columns: tau, modules, band, rank, accuracy (band removed), control_accuracy (random subspace),
-    loss, control_loss. Empty when the run has no controls (computed before they existed).
+    Columns: tau, modules, band, rank, accuracy (band removed), control_accuracy (random subspace, the
+    mean over its draws), loss, control_loss. Empty when the run has no controls (computed before they existed).
     """
     bands = ablations[ablations["removed"].isin(["low", "high"])]
     ctrl = ablations[ablations["removed"].isin(["random-low", "random-high"])].copy()
@@ -534,8 +542,10 @@ def control_comparison(ablations: pd.DataFrame) -> pd.DataFrame:
         )
     ctrl["band"] = ctrl["removed"].str.removeprefix("random-")
     b = bands.rename(columns={"removed": "band"})[["tau", "modules", "band", "rank", "accuracy", "loss"]]
-    c = ctrl[["tau", "modules", "band", "accuracy", "loss"]].rename(
-        columns={"accuracy": "control_accuracy", "loss": "control_loss"}
+    c = (
+        ctrl.groupby(["tau", "modules", "band"], as_index=False)[["accuracy", "loss"]]
+        .mean()
+        .rename(columns={"accuracy": "control_accuracy", "loss": "control_loss"})
     )
     return (
         b.merge(c, on=["tau", "modules", "band"], how="inner")
