@@ -70,3 +70,8 @@ STEP_TERMS = {
 def step_terms(step: str) -> str:
     """The terms of one Tour step as short markdown lines."""
     return "  \n".join(f"**{name}**: {TERMS[name]}" for name in STEP_TERMS.get(step, []))
+
+
+def term(name: str) -> str:
+    """A term's plain-language definition (the one glossary), for a control's tooltip."""
+    return TERMS[name]

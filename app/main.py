@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app.common import sidebar
+from app.sidebar import sidebar
 from app.state import showing
 
 # a presentation link (large=1) opens with the sidebar folded away, so a 1024-wide projector shows the step whole
@@ -36,5 +36,5 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES)
-with showing(sidebar(page.url_path)):  # the sidebar's selection, handed to the page (app.common.page_view)
+with showing(sidebar(page.url_path)):  # the sidebar's selection, handed to the page (app.sidebar.page_view)
     page.run()

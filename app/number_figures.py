@@ -8,8 +8,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from app.chart_export import styled
 from app.chart_style import k_axis
-from app.common import styled
 from app.shared import share_figures
 from core.runs import summaries
 from core.runs.reader import RunReader, Table

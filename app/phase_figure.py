@@ -9,8 +9,8 @@ import textwrap
 
 import altair as alt
 
-from app.common import short_label
 from app.shared import share_figures
+from app.sidebar import short_label
 from app.state import large
 from core.runs import summaries
 from core.runs.reader import RunReader, Table

@@ -1,7 +1,7 @@
 """What one rerun of the dashboard knows: the cache folder it reads and the view the sidebar chose.
 
-The sidebar (app/common.py) builds a `View` once per rerun; main.py hands it to the page with
-`showing(view)`, and a page reads it with `page_view()` (app/common.py), which stops the page with
+The sidebar (app/sidebar.py) builds a `View` once per rerun; main.py hands it to the page with
+`showing(view)`, and a page reads it with `page_view()` (app/sidebar.py), which stops the page with
 an explanation when there is no run. The view lives for that one rerun only (a context variable
 of the script's thread), not in `st.session_state`: the widgets keep their own state there, and
 the URL mirrors them, so a shared link rebuilds the same view.

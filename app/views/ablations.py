@@ -2,9 +2,14 @@ import pandas as pd
 import streamlit as st
 
 from app import figures
-from app.common import intro, large, needs, page_view, show_chart, term, to_url, url_state
+from app.chart_export import show_chart
+from app.furniture import intro, needs
+from app.glossary import term
 from app.live import live_folder, run_live
 from app.shared import shared_view
+from app.sidebar import page_view
+from app.state import large
+from app.url_state import to_url, url_state
 from core.errors import CoreError
 from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
 from core.runs import summaries

@@ -1,7 +1,10 @@
 import streamlit as st
 
 from app import figures
-from app.common import intro, needs, origin_note, page_view, show_chart, to_url, url_state
+from app.chart_export import show_chart
+from app.furniture import intro, needs, origin_note
+from app.sidebar import page_view
+from app.url_state import to_url, url_state
 from core.analysis.behaviour import MAX_UPLOAD_ROWS, read_answers_csv
 from core.errors import CoreError
 from core.paper import MULTIPLE_OF_10

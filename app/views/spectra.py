@@ -1,7 +1,11 @@
 import streamlit as st
 
 from app import figures
-from app.common import intro, needs, page_view, show_chart, term, to_url, url_state
+from app.chart_export import show_chart
+from app.furniture import intro, needs
+from app.glossary import term
+from app.sidebar import page_view
+from app.url_state import to_url, url_state
 from core.runs import summaries
 from core.runs.reader import Table
 

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app.common import intro
+from app.furniture import intro
 from app.glossary import TERMS
 
 intro(

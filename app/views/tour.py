@@ -6,21 +6,14 @@ shows it best, and a banner then says which and why."""
 import streamlit as st
 
 from app import figures, number_figures, training_figures
-from app.common import (
-    BADGE,
-    claim_box,
-    large,
-    page_view,
-    run_claims,
-    runs_of_split,
-    show_chart,
-    to_url,
-    training_claim,
-    training_logs,
-    url_state,
-)
+from app.chart_export import show_chart
+from app.furniture import BADGE, claim_box
 from app.glossary import step_terms
 from app.phase_figure import locking_heatmap
+from app.run_loading import run_claims, runs_of_split, training_claim, training_logs
+from app.sidebar import page_view
+from app.state import large
+from app.url_state import to_url, url_state
 from core.claims.registry import best_run
 from core.paper import TABLE1_TAU
 from core.runs import summaries, training_summaries

@@ -1,7 +1,11 @@
 import streamlit as st
 
 from app import training_figures
-from app.common import fine_tuned_training, intro, page_view, show_chart, to_url, training_logs, url_state
+from app.chart_export import show_chart
+from app.furniture import intro
+from app.run_loading import fine_tuned_training, training_logs
+from app.sidebar import page_view
+from app.url_state import to_url, url_state
 from core.claims.mechanism import selection_note_of
 from core.paper import ACCURACY
 from core.runs import training_summaries

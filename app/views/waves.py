@@ -1,8 +1,12 @@
 import streamlit as st
 
 from app import figures
-from app.common import example_picker, intro, needs, page_view, run_claims, show_chart, to_url, url_state
+from app.chart_export import show_chart
+from app.furniture import example_picker, intro, needs
 from app.phase_figure import locking_heatmap
+from app.run_loading import run_claims
+from app.sidebar import page_view
+from app.url_state import to_url, url_state
 from core.runs.reader import Table
 
 view = page_view()

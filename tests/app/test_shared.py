@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import figures
-from app.common import open_run, valid_runs
+from app.run_loading import open_run, valid_runs
 from core.files import PROJECT_ROOT
 
 PAGES = [

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import core.runs.precompute as pre
-from app.common import valid_runs
+from app.run_loading import valid_runs
 from core.cli import main
 from core.errors import CoreError
 from core.files import PROJECT_ROOT

