@@ -8,8 +8,9 @@ unembedding reads changes. If the module computes the last digit, the model's an
 y + d; if the module's waves are a by-product, the answer stays.
 
 Definition. With A = F W_U (the paper's Fourier basis F, rows i with frequency k_i, times W_U's p
-number rows, centred over the numbers as phase locking centres the logits: a constant shift changes no
-prediction, and the paper's cosine rows do not sum to zero), the logits' Fourier coefficients are A x. Frequency k's wave s sin(w x) + c cos(w x),
+number rows, centred over the numbers as phase locking centres the logits: a constant shift changes
+no prediction, and the paper's cosine rows do not sum to zero), the logits' Fourier coefficients are
+A x. Frequency k's wave s sin(w x) + c cos(w x),
 w = 2 pi k / (p - 1), translated by d is s' sin(w x) + c' cos(w x) with
 
     s' = s cos(w d) + c sin(w d),     c' = c cos(w d) - s sin(w d)

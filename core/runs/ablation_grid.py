@@ -20,7 +20,6 @@ from core.models.names import BOTH, MODULE_OUTPUTS
 from core.paper import TABLE1_TAU
 from core.runs.cache import RunWriter
 
-
 #: Draws of each random-subspace control at the cutoff Table 1 reads (the tau nearest TABLE1_TAU); other cutoffs
 #: get one draw. The verdict reads their mean and spread (core.claims.mechanism.claim_ablations).
 CONTROL_DRAWS = 5

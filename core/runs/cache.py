@@ -75,8 +75,8 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     ),
 }
 #: Tables a run may lack: the training log (models trained here only), k-shot generations (models
-#: whose numbers are not single tokens), the phase shift (runs cached without the model's weights here). A run also lacks the tables its manifest's
-#: `not_applicable` names, each with the reason (see `required_tables`).
+#: whose numbers are not single tokens), the phase shift (runs cached without the model's weights here).
+#: A run also lacks the tables its manifest's `not_applicable` names, each with the reason (see `required_tables`).
 OPTIONAL_TABLES = ("training_log", "generations", "phase_shift")
 REQUIRED_TABLES = tuple(t for t in TABLE_COLUMNS if t not in OPTIONAL_TABLES)
 

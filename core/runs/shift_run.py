@@ -17,6 +17,7 @@ import pandas as pd
 from core.analysis.ablations import Condition
 from core.analysis.evaluation import evaluate_conditions
 from core.analysis.fourier import fourier_basis
+from core.analysis.phase import period_frequencies
 from core.analysis.phase_shift import (
     CONTROL_DRAWS,
     CONTROL_SEED,
@@ -28,7 +29,6 @@ from core.analysis.phase_shift import (
     shift_outcomes,
     wilson_interval,
 )
-from core.analysis.phase import period_frequencies
 from core.models.names import ATTN, MLP, RESID
 
 #: Period set whose shifts get random-direction controls.

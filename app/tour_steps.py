@@ -1,0 +1,242 @@
+"""The Tour's eight steps as data: what each step asks, the table it needs, and the figures it draws for a run.
+
+The Tour page (app/views/tour.py) and the handout export both read this one definition, so a
+step says the same on screen as on paper. Nothing here calls Streamlit: a step's `panels` returns the
+figures (Altair chart, its data, its caption) and the page or the handout lays them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import altair as alt
+import pandas as pd
+
+from app import figures, number_figures, training_figures
+from app.phase_figure import locking_heatmap
+from core.claims.base import Claim
+from core.claims.registry import best_run
+from core.paper import TABLE1_TAU
+from core.runs import summaries, training_summaries
+from core.runs.origin import run_origin
+from core.runs.reader import RunReader, Table
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One figure of a step: an Altair chart with its data and one-line caption, or (chart None) a table of
+    numbers. `folded`: the label under which the page folds it away (None: shown at once). `key`: the
+    widget key on the page and the file name of downloads."""
+
+    chart: alt.TopLevelMixin | None
+    data: pd.DataFrame
+    caption: str
+    key: str
+    folded: str | None = None
+    #: number format of a table's columns ("%.1f"), by column
+    formats: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What a step's figures need besides the run: the Fourier basis, the run's claims, and every run of the
+    split (step 8 draws the training logs of those trained here)."""
+
+    basis: str
+    claims: dict
+    runs: list
+
+
+@dataclass(frozen=True)
+class Step:
+    key: str
+    title: str
+    what: str
+    #: the table the step's figure reads (a run without it, a digit-splitting model's, cannot draw the step)
+    table: Table | None
+    panels: Callable[[RunReader, StepInputs], list[Panel]]
+
+
+def example_of(run: RunReader) -> pd.Series:
+    """The run's running example (15 + 93 when cached)."""
+    return summaries.running_example(run.table(Table.EXAMPLES))
+
+
+def _panel(result, key: str, folded: str | None = None) -> Panel:
+    chart, data, caption = result[:3]
+    return Panel(chart, data, caption, key, folded)
+
+
+# ----------------------------------------------------------------------------- figures of each step
+
+
+def question_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
+    return [_panel(figures.final_logits(run, example_of(run)), "tour-final")]
+
+
+def logit_lens_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
+    return [_panel(figures.accuracy_by_layer(run, False), "tour-lens")]
+
+
+def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
+    if run.has(Table.PHASE_LOCKING):
+        return [_panel(locking_heatmap(run), "tour-locking")]
+    return [_panel(figures.logit_heatmap(run, example_of(run)), "tour-heat")]
+
+
+def spectrum_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
+    return [_panel(figures.top_periods_bars(run, inputs.basis), "tour-spec")]
+
+
+def waves_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
+    return [_panel(figures.waves(run, example_of(run), inputs.basis, 5, window=25), "tour-waves")]
+
+
+#: The columns of step 6's table of numbers, as the page and the handout show them.
+ABLATION_COLUMNS = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %"]
+
+
+def ablation_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
+    ab = run.table(Table.ABLATIONS)
+    tau = summaries.nearest_tau(ab, TABLE1_TAU)
+    table = summaries.table1(ab, tau)
+    table = table[[c for c in ABLATION_COLUMNS if c in table.columns]]
+    numbers = Panel(
+        None,
+        table,
+        f"Accuracy (%) with each band filtered out at tau = {tau}, and a random control of the same size.",
+        "tour-ablate-table",
+        folded="The numbers",
+        formats={c: "%.1f" for c in ABLATION_COLUMNS[1:] if c in table.columns},
+    )
+    return [_panel(figures.table1_bars(run, tau), "tour-ablate"), numbers]
+
+
+def number_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
+    layer = int(inputs.claims["numbers"].numbers.get("layer", 0))  # the layer the step's claim reads
+    return [
+        _panel(number_figures.number_spectrum(run, "paper", layer), f"tour-num-{run.name}"),
+        _panel(number_figures.probe_kappa(run, layer), f"tour-probes-{run.name}", folded="Linear probes by layer"),
+    ]
+
+
+def training_panels(_run: RunReader, inputs: StepInputs) -> list[Panel]:
+    logs = training_logs_of(inputs.runs)
+    if not logs:
+        return []
+    curves = training_summaries.training_curves(logs, "val")
+    return [_panel(training_figures.training_curves(curves, "val"), "tour-train")]
+
+
+STEPS = [
+    Step(
+        "accuracy",
+        "1. The question",
+        "A model reads “Put together 15 and 93. Answer:” and must emit 108 as one token.",
+        Table.EXAMPLES,
+        question_panels,
+    ),
+    Step(
+        "logit_lens",
+        "2. Does the answer build up layer by layer?",
+        "Read each layer through the unembedding (the logit lens).",
+        Table.LAYER_ACCURACY,
+        logit_lens_panels,
+    ),
+    Step(
+        "module_waves",
+        "3. Which module tracks the last digit?",
+        "Over every question: does an attention or MLP layer's wave of period T peak at the answer mod T (locking R)?",
+        Table.PHASE_LOCKING,
+        locking_panels,
+    ),
+    Step(
+        "spectra",
+        "4. Few frequencies, split between MLP and attention?",
+        "The module logits split into Fourier components.",
+        Table.MODULE_SPECTRA,
+        spectrum_panels,
+    ),
+    Step(
+        "waves",
+        "5. Approximate, then classify?",
+        "The strongest components of the final logits, and their sum.",
+        Table.FINAL_WAVES,
+        waves_panels,
+    ),
+    Step(
+        "ablations",
+        "6. Take the frequencies away",
+        "Filter one band out of every layer's attention or MLP output.",
+        Table.ABLATIONS,
+        ablation_panels,
+    ),
+    Step(
+        "numbers",
+        "7. Where do the features come from?",
+        "How the model represents the numbers 0..520, transformed along the number line.",
+        Table.NUMBER_SPECTRUM,
+        number_panels,
+    ),
+    Step(
+        "training",
+        "8. Give a model the features, and it learns?",
+        "The same small network trained from scratch, with sinusoids planted in its number rows, and with a real "
+        "pre-trained model's number representations frozen in.",
+        None,
+        training_panels,
+    ),
+]
+STEP_KEYS = [s.key for s in STEPS]
+
+
+# ----------------------------------------------------------------------------- which run a step shows
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """The run a step shows and its claim. `switched_from`: the sidebar's claim when the step shows another
+    run (the "best run" toggle), else None."""
+
+    shown: RunReader
+    claim: Claim
+    switched_from: Claim | None = None
+
+
+def trained_here(runs: list[RunReader]) -> list[RunReader]:
+    """The runs with a training log (step 8's claim is over all of them)."""
+    return [r for r in runs if r.has(Table.TRAINING_LOG)]
+
+
+def training_logs_of(runs: list[RunReader]) -> dict[str, pd.DataFrame]:
+    """Training logs of the small models trained here (not of a fine-tuned real LLM), by short model name."""
+    return {
+        r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table(Table.TRAINING_LOG)
+        for r in trained_here(runs)
+        if run_origin(r.manifest)["kind"] != "fine-tuned"
+    }
+
+
+def choose_run(
+    step: Step,
+    chosen: RunReader,
+    runs: list[RunReader],
+    claims_of: Callable[[RunReader], dict],
+    training_claim: Callable[[list[RunReader]], Claim],
+    best: bool = False,
+) -> StepChoice:
+    """The run `step` shows: the sidebar's (`chosen`), or with `best` the shipped run of the split that shows the
+    step best (among those that can draw it); with its claim. Step 8's claim is over every run with a training log."""
+    if step.key == "training":
+        return StepChoice(chosen, training_claim(trained_here(runs)))
+    by_name = {r.name: r for r in runs}
+    per_run = {r.name: claims_of(r)[step.key] for r in runs}
+    drawable = {n: c for n, c in per_run.items() if step.table is None or by_name[n].has(step.table)} or per_run
+    order = [r.name for r in runs]
+    if step.key == "numbers":  # where the features come from: a model that learned from text first, on a tie
+        order.sort(key=lambda n: run_origin(by_name[n].manifest)["kind"] != "external")
+    pick = best_run(drawable, preferred=chosen.name, order=order) if best else chosen.name
+    if pick == chosen.name:
+        return StepChoice(chosen, per_run[chosen.name])
+    return StepChoice(by_name[pick], per_run[pick], per_run[chosen.name])
