@@ -8,10 +8,12 @@ from __future__ import annotations
 import textwrap
 
 import altair as alt
+import pandas as pd
 
 from app.shared import share_figures
 from app.sidebar import short_label
 from app.state import large
+from core.claims.last_digit import shift_summary
 from core.runs import summaries
 from core.runs.reader import RunReader, Table
 
@@ -73,8 +75,53 @@ def locking_heatmap(run: RunReader):
     caption = (
         f"Locking R over {n} examples: 0 = the wave ignores the answer, 1 = its peak always sits at the same distance "
         f"from the answer mod T. Red frame = locks: R above chance ({shuffles:,} shuffles of the answers, 5% over all "
-        "modules and periods) and at least 0.3, a phase that moves with the question, and 5% of the module's wave "
-        "energy at that period. At T = 104 and 520 a module that copies an operand can lock too."
+        "modules and periods) and at least 0.3, a phase that moves with the question, and a peak within a quarter "
+        "period of the answer. At T = 104 and 520 a module that copies an operand can lock too."
+    )
+    return chart, data, caption
+
+
+def shift_bars(run: RunReader):
+    """The causal figure of step 3: per module, the share of questions whose last digit moved when its short waves
+    were shifted, beside the random edits of the same size (core.claims.last_digit.shift_summary)."""
+    summary = shift_summary(run.table(Table.PHASE_SHIFT))
+    names = {"attn": "attention", "mlp": "MLP", "resid": "whole stream"}
+    rows = []
+    for r in summary.itertuples():
+        module = f"{names[r.kind]} {r.layer}"
+        rows.append({"module": module, "edit": "shift its short waves", "share": r.share, "low": r.low,
+                     "high": r.high, "n": r.n})
+        rows.append({"module": module, "edit": "random edit, same size", "share": r.control, "low": None,
+                     "high": None, "n": r.n})
+    data = pd.DataFrame(rows)
+    big = large()
+    order = list(dict.fromkeys(data["module"]))
+    bars = alt.Chart(data).mark_bar().encode(
+        y=alt.Y("module:N", sort=order, title=None),
+        yOffset=alt.YOffset("edit:N", sort=["shift its short waves", "random edit, same size"]),
+        x=alt.X("share:Q", title="questions whose last digit moved (share)", scale=alt.Scale(domain=[0, 1]),
+                axis=alt.Axis(format="%")),
+        color=alt.Color("edit:N", title=None, sort=["shift its short waves", "random edit, same size"],
+                        scale=alt.Scale(range=["#1f77b4", "#bbbbbb"]), legend=alt.Legend(orient="bottom")),
+        tooltip=["module", "edit", alt.Tooltip("share:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%"),
+                 alt.Tooltip("high:Q", format=".1%"), "n"],
+    )
+    half = alt.Chart(pd.DataFrame({"x": [0.5]})).mark_rule(strokeDash=[4, 3], color="black").encode(x="x:Q")
+    chart = (
+        alt.layer(bars, half)
+        .properties(height=min(300, 36 * len(order)), width=260 if big else 320,
+                    title=alt.TitleParams("Shift one module's short waves: does the answer follow?",
+                                          subtitle=textwrap.wrap(short_label(run.label), 46),
+                                          fontSize=18 if big else 14, subtitleFontSize=14 if big else 12,
+                                          anchor="start"))
+        .configure_axis(labelFontSize=14 if big else 11, titleFontSize=14 if big else 12)
+        .configure_legend(labelFontSize=14 if big else 11)
+    )
+    questions = int(summary["n"].max() // max(1, len(set(run.table(Table.PHASE_SHIFT)["d"]))))
+    caption = (
+        f"Each module's waves of periods 2, 2.5, 5 and 10 moved by d = 1, 2 or 5 numbers over about {questions} "
+        "questions; blue: share whose last digit moved by d, grey: a random edit of the same size (mean of "
+        "draws); dashed: one half."
     )
     return chart, data, caption
 

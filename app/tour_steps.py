@@ -14,7 +14,7 @@ import altair as alt
 import pandas as pd
 
 from app import figures, number_figures, training_figures
-from app.phase_figure import locking_heatmap
+from app.phase_figure import locking_heatmap, shift_bars
 from core.claims.base import Claim
 from core.claims.registry import best_run
 from core.paper import TABLE1_TAU
@@ -80,6 +80,9 @@ def logit_lens_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
 
 
 def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
+    if run.has(Table.PHASE_SHIFT):  # the causal test first, the correlation beside it
+        return [_panel(shift_bars(run), "tour-shift"),
+                _panel(locking_heatmap(run), "tour-locking", "Phase locking: which waves follow the answer")]
     if run.has(Table.PHASE_LOCKING):
         return [_panel(locking_heatmap(run), "tour-locking")]
     return [_panel(figures.logit_heatmap(run, example_of(run)), "tour-heat")]

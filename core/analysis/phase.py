@@ -56,12 +56,14 @@ PHASE_PERIODS = (2.0, 2.5, 5.0, 10.0, 104.0, 520.0)
 SHORT_PERIODS = (2.0, 2.5, 5.0, 10.0)
 NULL_SHUFFLES = 2000
 FAMILY_ALPHA = 0.05
-#: A module "locks" to T when R exceeds the family-wise null, R is at least MIN_LOCKING (beyond chance
-#: is not enough: with 3,419 examples R = 0.06 passes the null but means the phase barely follows
-#: the answer), its phase is not constant (constant_phase below MAX_CONSTANT_PHASE: a wave that is the
-#: same for every question is a bias), and at least MIN_ENERGY_SHARE of its non-constant energy sits
-#: at T (a locked but negligible wave moves no prediction).
-MIN_ENERGY_SHARE = 0.05
+#: A module "locks" to T when R exceeds the family-wise null, R is at least MIN_LOCKING (beyond chance is
+#: not enough: with 3,419 examples R = 0.06 passes the null but means the phase barely follows the
+#: answer), its phase is not constant (constant_phase below MAX_CONSTANT_PHASE: a wave that is the same
+#: for every question is a bias), and its wave favours the answer: the peak lies within a quarter period
+#: of it, cos(2 pi offset / T) > 0 (a wave locked with its trough on the answer pushes the answer's own
+#: residue down). There is no energy floor: the final logits of a model that is right on every question
+#: carry only 0.7-2.2% of their non-constant energy at each short period, so a floor of a few percent
+#: rejects real carriers; whether a wave matters is the phase-shift test's job (core.analysis.phase_shift).
 MIN_LOCKING = 0.3
 MAX_CONSTANT_PHASE = 0.9
 #: Tops of the per-example wave-peak table: the sum of the top-k components of the final logits.
@@ -230,11 +232,16 @@ def locking_table(
     return pd.DataFrame(rows)
 
 
-def locked(table: pd.DataFrame, min_share: float = MIN_ENERGY_SHARE) -> pd.Series:
+def favours_answer(table: pd.DataFrame) -> pd.Series:
+    """Rows whose wave peaks within a quarter period of the answer: cos(2 pi offset / T) > 0."""
+    return np.cos(2 * np.pi * table["offset"] / table["period"]) > 0
+
+
+def locked(table: pd.DataFrame) -> pd.Series:
     """Rows where the module locks (see MIN_LOCKING): R above the family-wise null and at least
-    MIN_LOCKING, a phase that is not constant, and at least `min_share` of its energy at T."""
+    MIN_LOCKING, a phase that is not constant, and a wave that favours the answer (`favours_answer`)."""
     return ((table["locking"] > table["null_95"]) & (table["locking"] >= MIN_LOCKING)
-            & (table["constant_phase"] < MAX_CONSTANT_PHASE) & (table["energy_share"] >= min_share))
+            & (table["constant_phase"] < MAX_CONSTANT_PHASE) & favours_answer(table))
 
 
 def wave_peaks(p: int, final_logits: np.ndarray, answers, example_ids, tops=WAVE_TOPS) -> pd.DataFrame:

@@ -16,11 +16,11 @@ A `run` here is anything with `.manifest` (dict) and `.table(name)` (a DataFrame
 
 from core.claims.base import Claim
 from core.claims.features import claim_behaviour, claim_embeddings, claim_numbers
+from core.claims.last_digit import claim_module_waves
 from core.claims.mechanism import (
     claim_ablations,
     claim_accuracy,
     claim_logit_lens,
-    claim_module_waves,
     claim_spectra,
     claim_waves,
 )

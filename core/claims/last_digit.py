@@ -1,0 +1,228 @@
+"""Tour step 3, "which module computes the last digit": a causal test where the model's weights are here
+(the `phase_shift` table, core.analysis.phase_shift), phase locking over every question beside it, and
+phase locking alone for runs cached without weights. The rule is in `claim_module_waves`'s docstring,
+re-derived from the raw tables by tests/claims/test_tour.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from core.analysis.phase import locked
+from core.analysis.phase_shift import wilson_interval
+from core.claims.base import Claim, is_short, pct
+from core.runs.reader import Table
+
+#: A module computes the last digit when shifting its short waves moves the last digit of at least this
+#: share of the questions (the 95% interval's lower end) ...
+CAUSAL_SHARE = 0.5
+#: ... while a random edit of the same norm moves it for at most this share (the mean over the control's
+#: draws; an answer moved at random lands on the shifted last digit about 1 time in 10).
+CONTROL_MAX = 0.15
+#: The period set the verdict reads: all four short periods moved together.
+CAUSAL_SET = "all"
+
+PAPER = (
+    "For 15 + 93, GPT-2-XL's MLP 33 favours every even number (period 2) and its attention 40 the numbers that end "
+    "like 108 (periods 5 and 10); removing attention's high frequencies costs far more than the MLPs' (Table 1): "
+    "attention classifies the last digit."
+)
+_NAMES = {"attn": "attention", "mlp": "MLP", "resid": "the residual stream after layer", "final": "the final logits"}
+_MOD = {2.0: "parity (mod 2)", 2.5: "mod 2.5", 5.0: "mod 5", 10.0: "mod 10", 104.0: "mod 104", 520.0: "mod 520"}
+
+
+def _who(kind: str, layer: int) -> str:
+    return f"{_NAMES[kind]} {int(layer)}"
+
+
+def shift_summary(shift: pd.DataFrame) -> pd.DataFrame:
+    """Per edited module (kind, layer), for the shift of all four short periods: `share` (the last digit
+    moved by d, pooled over every d and question), its 95% interval, `n` (question-shifts pooled),
+    `control` (the same for the random edits of the same norm: mean over draws), `control_sd` (across
+    draws), and `causal` / `not_causal` by the rule of `claim_module_waves`."""
+    t = shift[shift["period_set"] == CAUSAL_SET]
+    rows = []
+    for (kind, layer), g in t.groupby(["kind", "layer"], sort=False):
+        real, ctrl = g[~g["control"]], g[g["control"]]
+        hits = float((real["residue_moved"] * real["n"]).sum())
+        n = int(real["n"].sum())
+        share = hits / n if n else float("nan")
+        low, high = wilson_interval(share, n)
+        per_draw = ctrl.groupby("draw").apply(lambda d: (d["residue_moved"] * d["n"]).sum() / d["n"].sum(),
+                                              include_groups=False)
+        control = float(per_draw.mean()) if len(per_draw) else float("nan")
+        rows.append({
+            "kind": kind, "layer": int(layer), "share": share, "low": low, "high": high, "n": n,
+            "control": control, "control_sd": float(per_draw.std(ddof=1)) if len(per_draw) > 1 else float("nan"),
+            "draws": int(len(per_draw)),
+            "causal": bool(low >= CAUSAL_SHARE and control <= CONTROL_MAX),
+            "not_causal": bool(high < CAUSAL_SHARE),
+        })
+    return pd.DataFrame(rows)
+
+
+def module_locks(run) -> pd.DataFrame:
+    """The attention and MLP rows of `phase_locking` that lock (core.analysis.phase.locked) at a short period,
+    strongest first."""
+    t = run.table(Table.PHASE_LOCKING)
+    t = t[t["kind"].isin(["attn", "mlp"]) & t["period"].map(is_short)]
+    return t[locked(t)].sort_values("locking", ascending=False).reset_index(drop=True)
+
+
+def claim_module_waves(run) -> Claim:
+    """Step 3. Paper: for 15 + 93 in GPT-2-XL, MLP 33 favours even numbers and attention 40 the numbers
+    congruent to 108 mod 5 and 10; Table 1 says attention's high frequencies carry the last digit.
+
+    With the model's weights (the `phase_shift` table): shifting a module's waves of periods 2, 2.5, 5 and
+    10 by d = 1, 2, 5 numbers (the least-norm edit, core.analysis.phase_shift) over every question. A module
+    *computes the last digit* when the last digit of the answer moves by d for at least half the questions
+    (the lower end of the 95% Wilson interval, pooled over d, >= CAUSAL_SHARE) while random edits of the
+    same norm move it for at most CONTROL_MAX (mean over draws); it *does not* when the interval's upper
+    end is below one half. The residual stream after the last layer is the positive control.
+    Verdict: agrees when some attention layer computes the last digit; partly when only MLPs do (the
+    modules' roles reversed); does not when no attention or MLP layer does although the stream does; not
+    tested when shifting the stream itself does not move the answers (the edit has no hold on this model).
+    Without weights (only `phase_locking`): a module *locks* to T (core.analysis.phase.locked) when R is
+    above the family-wise shuffle threshold and >= 0.3, its phase is not constant, and its wave favours the
+    answer (peak within a quarter period). Verdict: agrees when some MLP locks to T = 2 and some attention
+    to T = 5 or 10; partly when any attention or MLP locks to a short period; does not otherwise, which
+    becomes "not tested" when the table rests only on a cached sample (a few examples can show a lock but
+    not its absence)."""
+    table = run.table(Table.PHASE_LOCKING)
+    locks = module_locks(run)
+    n = int(table["n"].iloc[0])
+    whole = bool((run.manifest.get("phase_locking") or {}).get("whole_split", True))
+    split = (run.manifest.get("task") or {}).get("split", "test")
+    if table["locking"].isna().all():
+        return Claim("module_waves", PAPER, f"Only {n} example: no locking can be measured.", "not tested",
+                     "phase locking needs at least 2 examples", {"n": n})
+    said = _lock_sentences(locks, table)
+    lock_text = (f"all {n} {split} questions" if whole else f"only the {n} cached questions")
+    lock_sentence = f"Phase locking over {lock_text}: " + "; ".join(said) + "."
+    if run.has(Table.PHASE_SHIFT):
+        return _causal_claim(run, locks, lock_sentence, split, n, whole)
+    mlp2 = locks[(locks["kind"] == "mlp") & np.isclose(locks["period"], 2.0)]
+    attn510 = locks[(locks["kind"] == "attn") & locks["period"].isin([5.0, 10.0])]
+    if len(mlp2) and len(attn510):
+        verdict = "agrees"
+    elif len(locks):
+        verdict = "partly"
+    else:
+        verdict = "does not" if whole else "not tested"
+    reason = _lock_reason(verdict, locks, mlp2, attn510)
+    if not whole:
+        bars = table[table["period"].map(is_short)].groupby("period")["null_95"].first()
+        reason = (reason + "; " if reason else "") + (
+            f"only {n} questions could be read (the model's weights are not here), so the chance threshold is high "
+            f"(R above {bars.min():.2f} to {bars.max():.2f} by period)"
+        )
+    reason = (reason + "; " if reason else "") + "the causal phase-shift test needs the model's weights"
+    first = said[0] if said else "no module's short wave follows the answer"
+    return Claim(
+        "module_waves", PAPER, lock_sentence + _final_logits_sentence(table), verdict, reason,
+        {"locks": locks.to_dict("records"), "n": n, "whole_split": whole, "causal": None},
+        headline=f"Locking over {lock_text}: {first}.",
+    )
+
+
+def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: bool) -> Claim:
+    summary = shift_summary(run.table(Table.PHASE_SHIFT))
+    modules = summary[summary["kind"].isin(["attn", "mlp"])]
+    stream = summary[summary["kind"] == "resid"]
+    causal = modules[modules["causal"]].sort_values("share", ascending=False)
+    attn, mlp = causal[causal["kind"] == "attn"], causal[causal["kind"] == "mlp"]
+    stream_moves = bool(len(stream) and stream["causal"].any())
+    if not stream_moves:
+        verdict = "not tested"
+    elif len(attn):
+        verdict = "agrees"
+    elif len(mlp):
+        verdict = "partly"
+    else:
+        verdict = "does not"
+    questions = int(run.table(Table.EXAMPLES).shape[0])
+    parts = [f"{_who(r.kind, r.layer)} {pct(r.share)}" for r in modules.sort_values("share", ascending=False)
+             .itertuples()]
+    ctrl = modules["control"]
+    measured = (
+        f"Shifting each module's waves of periods 2, 2.5, 5 and 10 by d = 1, 2 or 5 numbers, over all {questions} "
+        f"{split} questions: the last digit of the answer moves by d for {', '.join(parts)}"
+        f" (random edits of the same size: {pct(ctrl.min())} to {pct(ctrl.max())})."
+    )
+    if len(stream):
+        s = stream.iloc[0]
+        measured += f" Shifting the whole stream after layer {int(s['layer'])} moves it for {pct(s['share'])}."
+    measured += " " + lock_sentence
+    if verdict == "agrees":
+        reason = ""
+    elif verdict == "partly":
+        reason = (f"a module computes the last digit with its short waves, as in GPT-2-XL, but it is "
+                  f"{_who(mlp.iloc[0]['kind'], mlp.iloc[0]['layer'])}, not an attention layer")
+    elif verdict == "does not":
+        reason = "no single attention or MLP layer's short waves decide the last digit, though the stream's do"
+    else:
+        reason = "shifting the whole residual stream does not move the answers, so the edit has no hold on this model"
+    top = modules.sort_values("share", ascending=False).iloc[0]
+    headline = (
+        f"Shifting {_who(top['kind'], top['layer'])}'s short waves moves the last digit of {pct(top['share'])} of "
+        f"{questions} questions (random edits: {pct(top['control'])})."
+    )
+    return Claim(
+        "module_waves", PAPER, measured, verdict, reason,
+        {"locks": locks.to_dict("records"), "n": n, "whole_split": whole, "causal": summary.to_dict("records"),
+         "questions": questions},
+        headline=headline,
+    )
+
+
+def _lock_sentences(locks: pd.DataFrame, table: pd.DataFrame) -> list[str]:
+    """What the locking table says the modules track: the two strongest modules of each kind, and the
+    periods no module of a kind tracks."""
+    said = []
+    for kind in ("mlp", "attn"):
+        mine = locks[locks["kind"] == kind]
+        for layer in list(dict.fromkeys(mine["layer"]))[:2]:
+            rows = mine[mine["layer"] == layer].sort_values("period", ascending=False)
+            what = ", ".join(f"{_MOD[float(r.period)]} (R = {r.locking:.2f})" for r in rows.itertuples())
+            said.append(f"{_who(kind, layer)} tracks the answer {what}")
+    present = set(table["period"])
+    for kind, wanted, what in (("attn", (5.0, 10.0), "mod 5 or 10"), ("mlp", (2.0,), "parity")):
+        if present.isdisjoint(wanted):
+            said.append(f"periods {' and '.join(f'{t:g}' for t in wanted)} are not on this number line")
+        elif not locks[(locks["kind"] == kind) & locks["period"].isin(wanted)].shape[0]:
+            said.append(f"no {_NAMES[kind]} layer tracks {what}")
+    return said
+
+
+def _final_logits_sentence(table: pd.DataFrame) -> str:
+    """The final logits' strongest short wave that follows the answer beyond chance (any size), if any."""
+    final = table[(table["kind"] == "final") & table["period"].map(is_short)].sort_values("locking", ascending=False)
+    final_locks = final[final["locking"] > final["null_95"]] if len(final) else final
+    if len(final_locks):
+        f = final_locks.iloc[0]
+        return (
+            f" The final logits track the answer {_MOD[float(f['period'])]} at R = {f['locking']:.2f} "
+            f"({pct(f['energy_share'])} of their wave energy)."
+        )
+    if len(final):
+        return " No short wave of the final logits follows the answer beyond chance."
+    return ""
+
+
+def _lock_reason(verdict: str, locks: pd.DataFrame, mlp2: pd.DataFrame, attn510: pd.DataFrame) -> str:
+    """Why a locking-only verdict is what it is: a reversed split of the modules is said as such."""
+    mlp_short = locks[(locks["kind"] == "mlp") & locks["period"].isin([5.0, 10.0])]
+    attn_two = locks[(locks["kind"] == "attn") & np.isclose(locks["period"], 2.0)]
+    if verdict == "partly" and len(mlp_short) and not len(attn510):
+        r = mlp_short.iloc[0]
+        reason = (f"a module follows the last digit, as in GPT-2-XL, but it is {_who(r['kind'], r['layer'])} "
+                  f"({_MOD[float(r['period'])]}), not an attention layer")
+        if len(attn_two) and not len(mlp2):
+            first = attn_two.iloc[0]
+            reason += f", and parity is carried by {_who(first['kind'], first['layer'])}, not an MLP"
+        return reason
+    if verdict == "partly":
+        return "short waves follow the answer, but not split between the modules as in GPT-2-XL"
+    if verdict == "does not":
+        return "no attention or MLP wave of period 2, 2.5, 5 or 10 follows the answer beyond chance"
+    return ""
