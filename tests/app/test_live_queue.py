@@ -58,7 +58,7 @@ def test_places_count_down_and_requests_run_in_order(tmp_path):
     for t in (10, 20, 30):
         queue.submit({"tau": t})
     deadline = time.monotonic() + 10
-    while queue.status(keys[0]).state != "running" and time.monotonic() < deadline:
+    while queue.status(keys[0]).total != 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert queue.status(keys[0]).state == "running" and queue.status(keys[0]).total == 2
     assert [queue.status(k).position for k in keys] == [1, 2, 3]
