@@ -1,19 +1,27 @@
-"""Live computation for the Ablations page: a small local model loaded once per process, one computation at a time."""
+"""Live computation for the Ablations page: a request queued once for the machine (app/live_queue.py), computed by one
+process at a time with a small local model it loads once, and followed on the page until its answer comes.
+
+torch is imported only when a computation starts (the pages load without it)."""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+
+import pandas as pd
 import streamlit as st
 
+from app.live_queue import LiveQueue, LiveRefused, LiveStatus, live_root, request_key
 from core.analysis.ablations import Ablation
+from core.errors import CoreError
 from core.runs import summaries
-from core.runs.reader import RunReader, Table
+from core.runs.reader import RunReader, Table, read_run_table
 
-
-@st.cache_resource(show_spinner="Loading the model (once; later computations reuse it)…", max_entries=2)
-def _model(folder: str):
-    from core.runs.live_ablation import load_live_model
-
-    return load_live_model(folder)
+#: Seconds a page follows one request before it says to come back (user clicks end the wait at once anyway).
+MAX_WAIT_S = 600
+#: How often a waiting page looks at the queue.
+POLL_S = 0.4
 
 
 @st.cache_resource(show_spinner=False, ttl=15, max_entries=64)
@@ -29,37 +37,152 @@ def live_folder(run: RunReader):
     return _live_folder(run.name, run.created, run.manifest)
 
 
-def run_live(run: RunReader, folder, modules: str, removed: str, tau: int, basis: str, threads=None) -> dict:
-    from core.runs.live_ablation import live_ablation, live_slot
+# ----------------------------------------------------------------------------- the computation (the queue's thread)
 
-    ablation = Ablation(modules, removed, int(tau))
-    examples = run.table(Table.EXAMPLES)
-    waiting = st.empty()
-    with live_slot(
-        on_wait=lambda: waiting.info(
-            "Another live computation is running on this server; this one starts when it ends."
+_MODELS: dict[str, object] = {}
+_MODELS_LOCK = threading.Lock()
+#: Models kept loaded in one process (the one computing loads what the queue asks for).
+MAX_MODELS = 2
+
+
+def _model(folder: str):
+    from core.runs.live_ablation import load_live_model
+
+    with _MODELS_LOCK:
+        if folder not in _MODELS:
+            while len(_MODELS) >= MAX_MODELS:
+                _MODELS.pop(next(iter(_MODELS)))
+            _MODELS[folder] = load_live_model(folder)
+        return _MODELS[folder]
+
+
+def threads_for(asked) -> int | str | None:
+    """The threads a computation uses: what the session asked ("auto" or a number), at most FOURIER_LIVE_MAX_THREADS
+    (`serve` sets it, so that a computation leaves the other cores to the class's clicks)."""
+    cap = os.environ.get("FOURIER_LIVE_MAX_THREADS")
+    if not cap:
+        return asked
+    cap = int(cap)
+    return cap if asked in (None, "auto") else min(int(asked), cap)
+
+
+def compute_live(request: dict, on_progress) -> dict:
+    """One request of the queue: the run's prompts under one ablation, with the model the run was computed from."""
+    from core.runs.live_ablation import live_ablation
+
+    ablation = Ablation(request["modules"], request["removed"], int(request["tau"]))
+    examples = read_run_table(request["cache_dir"], request["run"], Table.EXAMPLES.value)
+    try:
+        loaded = _model(request["folder"])
+        ev = live_ablation(
+            loaded,
+            examples,
+            int(request["p"]),
+            request["basis"],
+            ablation,
+            on_batch=on_progress,
+            threads=threads_for(request.get("threads")),
         )
-    ):
-        waiting.empty()
-        loaded = _model(str(folder))
-        bar = st.progress(0.0, text=f"{ablation.label()}: 0 of {len(examples)} prompts")
-
-        def on_batch(done, total):
-            bar.progress(done / total, text=f"{ablation.label()}: {done} of {total} prompts")
-
-        ev = live_ablation(loaded, examples, run.p, basis, ablation, on_batch=on_batch, threads=threads)
-        bar.empty()
+    except CoreError as exc:
+        raise LiveRefused(str(exc)) from None
     summary, hist = summaries.behaviour(ev.answers, ev.predictions)
+    share = summary["share_multiple_of_10"]
     return {
-        "run": run.name,
+        "run": request["run"],
         "label": ablation.label(),
-        "n": ev.n,
-        "accuracy": ev.accuracy,
-        "loss": ev.loss,
-        "erased": ev.erased,
-        "share10": summary["share_multiple_of_10"],
-        "hist": hist,
+        "n": int(ev.n),
+        "accuracy": float(ev.accuracy),
+        "loss": float(ev.loss),
+        "erased": bool(ev.erased),
+        "share10": None if share != share else float(share),
+        "hist": hist.to_dict(orient="list"),
         "compute_s": ev.extra.get("compute_s"),
         "threads": ev.extra.get("threads"),
-        "prefix_reused": ev.extra.get("prefix_reused", False),
+        "prefix_reused": bool(ev.extra.get("prefix_reused", False)),
+        "pid": os.getpid(),
     }
+
+
+_QUEUES: dict[str, LiveQueue] = {}
+_QUEUES_LOCK = threading.Lock()
+
+
+def live_queue() -> LiveQueue:
+    """The machine's queue (one per FOURIER_LIVE_DIR), computing with `compute_live`."""
+    root = live_root()
+    with _QUEUES_LOCK:
+        if str(root) not in _QUEUES:
+            _QUEUES[str(root)] = LiveQueue(root, compute_live)
+        return _QUEUES[str(root)]
+
+
+# ----------------------------------------------------------------------------- the page's side
+
+
+def live_request(run: RunReader, folder, modules: str, removed: str, tau: int, basis: str, threads=None) -> dict:
+    """What the queue computes (and what identifies its answer: `key`)."""
+    request = {
+        "cache_dir": str(run.cache_dir),
+        "run": run.name,
+        "created": run.created,
+        "p": int(run.p),
+        "folder": str(folder),
+        "modules": modules,
+        "removed": removed,
+        "tau": int(tau),
+        "basis": basis,
+        "threads": threads,
+    }
+    return {**request, "key": request_key(request)}
+
+
+def submit_live(request: dict) -> LiveStatus:
+    return live_queue().submit({k: v for k, v in request.items() if k != "key"})
+
+
+def _status_line(status: LiveStatus, label: str) -> tuple[str, float | None]:
+    """(one line for a waiting request, the progress bar's fraction or None)."""
+    if status.state == "running" and status.total:
+        return f"{label}: {status.done:,} of {status.total:,} prompts (computed live, for everyone who asks)", (
+            status.done / status.total
+        )
+    if status.state == "running" or status.position <= 1:
+        return f"{label}: starting (loading the model the first time)…", 0.0
+    ahead = status.position - 1
+    eta = f", about {ahead * status.typical_s:.0f} s" if status.typical_s else ""
+    return (
+        f"{label}: waiting, number {status.position} in this server's queue ({ahead} computation"
+        f"{'s' if ahead > 1 else ''} ahead{eta}; one at a time). This page updates itself.",
+        None,
+    )
+
+
+def follow_live(request: dict, label: str) -> LiveStatus:
+    """Follow a submitted request on the page until it is answered: its place in the queue, counting down, then a
+    progress bar. Returns the last status (done, failed, refused; or queued/running when the wait ran out)."""
+    queue = live_queue()
+    box = st.empty()
+    shown = None
+    deadline = time.monotonic() + MAX_WAIT_S
+    status = queue.status(request["key"])
+    while time.monotonic() < deadline:
+        if status.state == "unknown":  # answered long ago and dropped, or never queued: ask again
+            status = submit_live(request)
+        if not status.waiting:
+            break
+        line, fraction = _status_line(status, label)
+        if (line, fraction) != shown:
+            if fraction is None:
+                box.info(line, icon=":material/hourglass_top:")
+            else:
+                box.progress(fraction, text=line)
+            shown = (line, fraction)
+        time.sleep(POLL_S)
+        status = queue.status(request["key"])
+    box.empty()
+    return status
+
+
+def result_frame(result: dict) -> pd.DataFrame:
+    """The error histogram of a live result (stored as columns of lists)."""
+    return pd.DataFrame(result.get("hist") or {"error": [], "count": [], "multiple of 10": []})

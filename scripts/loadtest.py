@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import http.cookies
 import json
 import os
 import random
@@ -43,230 +42,15 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import websockets
-from streamlit.proto.BackMsg_pb2 import BackMsg
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-from streamlit.proto.WidgetStates_pb2 import WidgetState
+from session_client import Session
 
 from app.local_server import free_port, port_free, streamlit_command, wait_healthy
 from core.files import PROJECT_ROOT
 
 MAX_SESSIONS = 200
 LOCAL_HOSTS = ("localhost", "::1")
-#: The shared link every session opens: the Tour (the default page) at step 2, the demo's default cutoff.
-LINK = "/?step=2&tau=50"
-TAUS = [20, 30, 40, 60, 80, 100]
-
-
-# ----------------------------------------------------------------------------- one session
-
-
-@dataclass
-class Session:
-    base: str
-    rng: random.Random
-    think: tuple[float, float]
-    timeout: float
-    open_s: float | None = None
-    changes: list[float] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    elements: list = field(default_factory=list)
-    pages: dict = field(default_factory=dict)
-    query: str = ""
-    page_hash: str = ""
-    cookies: str = ""
-    page_name: str = ""
-
-    async def run(self) -> None:
-        t0 = time.perf_counter()
-        try:
-            cookies = self.cookies = await asyncio.to_thread(self._fetch_page)
-        except Exception as exc:  # noqa: BLE001 - any failure is the session's error
-            self.errors.append(f"page fetch: {type(exc).__name__}: {exc}")
-            return
-        ws_url = self.base.replace("http", "ws", 1) + "/_stcore/stream"
-        headers = {"Cookie": cookies} if cookies else {}
-        try:
-            async with websockets.connect(
-                ws_url,
-                subprotocols=["streamlit"],
-                origin=self.base,
-                max_size=None,
-                additional_headers=headers,
-                open_timeout=self.timeout,
-                ping_interval=None,
-            ) as ws:
-                self.ws = ws
-                msg = BackMsg()
-                msg.rerun_script.query_string = self.query
-                await ws.send(msg.SerializeToString())
-                if not await self._until_finished("open"):
-                    return
-                self.open_s = time.perf_counter() - t0
-                for step in (self.next_step, self.change_tau, self.to_spectra, self.change_layer, self.change_module):
-                    await asyncio.sleep(self.rng.uniform(*self.think))
-                    msg = step()
-                    if msg is None:
-                        return
-                    t = time.perf_counter()
-                    await ws.send(msg.SerializeToString())
-                    if not await self._until_finished(step.__name__):
-                        return
-                    self.changes.append(time.perf_counter() - t)
-        except Exception as exc:  # noqa: BLE001
-            self.errors.append(f"websocket: {type(exc).__name__}: {exc}")
-
-    def _fetch_page(self) -> str:
-        """GET the shared link as a browser does; returns the cookies to send back (the proxy's sticky one)."""
-        url = self.base + LINK
-        self.query = urllib.parse.urlsplit(url).query
-        with urllib.request.urlopen(url, timeout=self.timeout) as r:
-            r.read()
-            jar = http.cookies.SimpleCookie()
-            for header in r.headers.get_all("Set-Cookie") or []:
-                jar.load(header)
-        return "; ".join(f"{k}={m.value}" for k, m in jar.items())
-
-    async def _until_finished(self, what: str) -> bool:
-        """Read ForwardMsgs until this run's ScriptFinished; keep the page's elements; note errors."""
-
-        self.elements = []
-        deadline = time.perf_counter() + self.timeout
-        while True:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                self.errors.append(f"{what}: no answer within {self.timeout:.0f} s")
-                return False
-            try:
-                data = await asyncio.wait_for(self.ws.recv(), left)
-            except asyncio.TimeoutError:
-                continue
-            fwd = ForwardMsg()
-            fwd.ParseFromString(data)
-            kind = fwd.WhichOneof("type")
-            if kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
-                el = fwd.delta.new_element
-                etype = el.WhichOneof("type")
-                if etype == "exception":
-                    self.errors.append(f"{what}: exception {el.exception.type}: {el.exception.message[:200]}")
-                elif etype == "alert" and el.alert.format == 1:  # Alert.ERROR
-                    self.errors.append(f"{what}: error box: {el.alert.body[:200]}")
-                self.elements.append((etype, getattr(el, etype)))
-            elif kind == "new_session":  # the page this run shows: every later rerun names it, as the browser does
-                self.page_hash = fwd.new_session.page_script_hash
-            elif kind == "navigation":
-                self.pages = {p.url_pathname: p.page_script_hash for p in fwd.navigation.app_pages}
-            elif kind == "page_not_found":
-                self.errors.append(f"{what}: page not found")
-            elif kind == "script_finished":
-                status = fwd.script_finished
-                if status == 2:  # FINISHED_EARLY_FOR_RERUN: another run follows
-                    continue
-                if status == 1:  # FINISHED_WITH_COMPILE_ERROR
-                    self.errors.append(f"{what}: the script did not compile")
-                    return False
-                return True
-
-    # ------------------------------------------------------------------------- the 5 changes
-
-    def _widget(self, etype: str, key: str | None = None, label: str | None = None):
-        for t, el in self.elements:
-            if t != etype:
-                continue
-            if key is not None and el.id.endswith(f"-{key}"):
-                return el
-            if label is not None and el.label == label:
-                return el
-        self.errors.append(f"no {etype} {key or label!r} on the page")
-        return None
-
-    def _rerun(self, state=None, page: str | None = None):
-        msg = BackMsg()
-        rerun = msg.rerun_script
-        rerun.query_string = self.query
-        rerun.page_script_hash, rerun.page_name = self.page_hash, self.page_name
-        if state is not None:
-            rerun.widget_states.widgets.append(state)
-        if page is not None:  # a click in the page menu: that page, its URL path, no query string
-            rerun.page_script_hash = self.pages.get(page, "")
-            rerun.page_name = self.page_name = page
-            rerun.query_string = self.query = ""
-        return msg
-
-    @staticmethod
-    def _state(el):
-        s = WidgetState()
-        s.id = el.id
-        return s
-
-    def next_step(self):
-        el = self._widget("button", label="Next ▶")
-        if el is None:
-            return None
-        s = self._state(el)
-        s.trigger_value = True
-        return self._rerun(s)
-
-    def change_tau(self):
-        el = self._widget("slider", key="tau")
-        if el is None:
-            return None
-        s = self._state(el)
-        s.double_array_value.data.append(float(self.rng.choice(TAUS)))
-        return self._rerun(s)
-
-    def to_spectra(self):
-        if "spectra" not in self.pages:
-            self.errors.append("no Spectra page in the navigation")
-            return None
-        return self._rerun(page="spectra")
-
-    def change_layer(self):
-        el = self._widget("slider", key="layer")  # a select_slider is a Slider element too
-        if el is None:
-            return None
-        s = self._state(el)
-        s.string_array_value.data.append(self.rng.choice(list(el.options)))
-        return self._rerun(s)
-
-    def change_module(self):
-        el = self._widget("radio", key="module")
-        if el is None:
-            return None
-        s = self._state(el)
-        s.int_value = self.rng.choice([i for i in range(len(el.options)) if i != el.default] or [0])
-        return self._rerun(s)
-
-
-def warm(base: str, timeout: float = 120.0) -> list[str]:
-    """Open the shared link once on `base` (a worker, before the class does); the errors seen."""
-
-    async def once():
-        s = Session(base, random.Random(0), (0.0, 0.0), timeout)
-
-        try:
-            await asyncio.to_thread(s._fetch_page)
-            async with websockets.connect(
-                base.replace("http", "ws", 1) + "/_stcore/stream",
-                subprotocols=["streamlit"],
-                origin=base,
-                max_size=None,
-                open_timeout=timeout,
-                ping_interval=None,
-            ) as ws:
-                s.ws = ws
-                msg = BackMsg()
-                msg.rerun_script.query_string = s.query
-                await ws.send(msg.SerializeToString())
-                await s._until_finished("warm-up")
-        except Exception as exc:  # noqa: BLE001
-            s.errors.append(f"warm-up: {type(exc).__name__}: {exc}")
-        return s.errors
-
-    return asyncio.run(once())
 
 
 # ----------------------------------------------------------------------------- a round of sessions
@@ -378,18 +162,11 @@ async def _round(base: str, n: int, args, pids: list[int]) -> dict:
         "errors": len(errors),
         "error_examples": errors[:5],
         "sessions_with_errors": sum(1 for s in sessions if s.errors),
-        "per_worker": dict(collections.Counter(_sticky(s.cookies) for s in sessions if s.open_s is not None)),
+        "per_worker": dict(collections.Counter(s.worker for s in sessions if s.open_s is not None)),
         "rss_start": start_rss,
         "rss_peak": peak[0],
         "rss_after": after,
     }
-
-
-def _sticky(cookies: str) -> str:
-    """The worker a session was kept on (the proxy's cookie), or "-" without a proxy."""
-    jar = http.cookies.SimpleCookie()
-    jar.load(cookies or "")
-    return jar["fourier_worker"].value if "fourier_worker" in jar else "-"
 
 
 def fmt_row(r: dict) -> str:

@@ -5,12 +5,12 @@ from app import figures
 from app.chart_export import show_chart
 from app.furniture import intro, needs
 from app.glossary import term
-from app.live import live_folder, run_live
+from app.live import follow_live, live_folder, live_request, result_frame, submit_live
 from app.shared import shared_view
 from app.sidebar import page_view
 from app.state import large
 from app.url_state import to_url, url_state
-from core.errors import CoreError
+from core.analysis.ablations import Ablation
 from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
 from core.runs import summaries
 from core.runs.reader import Table
@@ -209,22 +209,25 @@ else:
     )
     to_url("live_modules", "live_removed")
     settings = (run.name, st.session_state["live_modules"], st.session_state["live_removed"], int(tau), run_basis)
+    request = live_request(run, folder, *settings[1:], threads=st.session_state["live_threads"])
+    label = Ablation(*settings[1:4]).label()
     if st.button(f"Run the {run.n_examples} prompts with this filter", type="primary"):
-        try:
-            result = run_live(
-                run,
-                folder,
-                st.session_state["live_modules"],
-                st.session_state["live_removed"],
-                tau,
-                run_basis,
-                threads=st.session_state["live_threads"],
-            )
-        except CoreError as exc:
-            st.error(str(exc))
-        else:
-            st.session_state["live_result"] = result
+        # one queue for the whole server: the same request from many students is computed once (app/live_queue.py)
+        submit_live(request)
+        st.session_state["live_waiting"] = request["key"]
+    if st.session_state.get("live_waiting") == request["key"]:
+        status = follow_live(request, label)  # its place in the queue, counting down, then the progress bar
+        if status.state == "done":
+            st.session_state["live_result"] = status.result
             st.session_state["live_settings"] = settings
+            del st.session_state["live_waiting"]
+        elif status.state in ("failed", "refused"):
+            del st.session_state["live_waiting"]
+            st.error(status.message)
+        else:
+            st.info("Still waiting for the live computation: press the button again in a while to see its result.")
+    elif "live_waiting" in st.session_state:  # the settings changed while waiting: that request goes on, unfollowed
+        del st.session_state["live_waiting"]
     result = st.session_state.get("live_result")
     if result and result["run"] == run.name and st.session_state.get("live_settings") != settings:
         st.warning(
@@ -248,14 +251,14 @@ else:
         c2.metric("loss", f"{result['loss']:.4f}")
         c3.metric(
             "errors that are multiples of 10",
-            "–" if result["share10"] != result["share10"] else f"{result['share10']:.0%}",
+            "–" if result["share10"] is None else f"{result['share10']:.0%}",
         )
         if result["erased"]:
             st.warning("This filter erases the module outputs entirely (the removed rows span the model's width).")
-        if len(result["hist"]):
+        if len(result_frame(result)):
             show_chart(
                 *figures.error_histogram(
-                    result["hist"],
+                    result_frame(result),
                     f"Error distribution, {result['label']} — {run.label}",
                     "Errors of the live run; red bars are multiples of 10.",
                 ),

@@ -51,14 +51,29 @@ def test_loadtest_refuses_a_server_on_another_machine(tmp_path):
     assert proc.returncode != 0 and "only http servers on this machine" in proc.stdout + proc.stderr
 
 
-@pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (bash run.sh setup installs it)")
-def test_the_generated_proxy_config_is_valid_and_sticky(tmp_path):
+def serve_module():
     spec = importlib.util.spec_from_file_location("serve", PROJECT_ROOT / "scripts" / "serve.py")
     serve = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(serve)
-    cfg = serve.haproxy_config("0.0.0.0", 8080, [8601, 8602, 8603])
+    return serve
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (bash run.sh setup installs it)")
+def test_the_generated_proxy_config_is_valid_and_sticky(tmp_path):
+    serve = serve_module()
+    serve.write_error_pages(tmp_path)
+    cfg = serve.haproxy_config("0.0.0.0", 8080, [8601, 8602, 8603], tmp_path, per_address=40)
     (tmp_path / "haproxy.cfg").write_text(cfg)
     check = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     assert "bind 0.0.0.0:8080" in cfg and f"cookie {serve.COOKIE} insert" in cfg
     assert cfg.count("server w") == 3 and "option httpchk GET /_stcore/health" in cfg and "timeout tunnel" in cfg
+    # a request that meets a dead worker goes to another one at once, and the dead one is out at its first refusal
+    assert "option redispatch 1" in cfg and "retry-on conn-failure empty-response" in cfg
+    assert "observe layer4 error-limit 1 on-error mark-down" in cfg
+    # one address: at most 40 sessions open and 40 new per 10 s, 160 connections; refused with the one-line page
+    assert "sc1_conn_cur gt 40" in cfg and "sc1_http_req_rate gt 40" in cfg and "sc0_conn_cur gt 160" in cfg
+    page = (tmp_path / "error-429.http").read_bytes().decode()
+    head, _, body = page.partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 429") and f"Content-Length: {len(body.encode())}" in head
+    assert "Too many connections from your network address" in body and 'http-equiv="refresh"' in body

@@ -1,0 +1,289 @@
+"""Live computations shared by every session and every dashboard process on this machine.
+
+A request (a run and its version, modules, band, tau, basis) is computed once: the first session that asks puts it
+in the queue, and every later one, in this process or in another worker of `serve`, waits for the same result. One
+computation runs at a time on the machine, in the order asked, so a class pressing "run live" together queues
+instead of filling every core; each waiting session reads its place in the queue as it counts down.
+
+The queue lives in files, under FOURIER_LIVE_DIR (`serve` gives its workers one folder; a lone process gets a
+fresh temporary folder):
+
+    queue/<ns>-<key>.json   a waiting request, with its parameters; the names order the queue
+    running-<key>.json      progress of the request being computed (process id, prompts done, prompts in all)
+    results/<key>.json      the answer: a result, or an error that says why
+    queue.lock              flock()ed while the queue changes
+    runner.lock             flock()ed by the process that computes
+
+A process that dies while it computes releases its lock with it, and another process takes the request up again,
+at most MAX_ATTEMPTS times; after that the request is answered with an error instead of stopping a third process.
+Bounded: at most `max_queued` requests wait (more are refused with a sentence that says so) and at most
+`max_results` answers are kept (the oldest go first). No Streamlit and no torch here: the computation is a function
+handed in (app/live.py's).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+#: Requests that may wait at once (distinct ones: identical requests share one place).
+MAX_QUEUED = 12
+#: Answers kept (a result is a few kB).
+MAX_RESULTS = 64
+#: Times a request is started before it is given up (each start that did not finish lost its process).
+MAX_ATTEMPTS = 2
+#: Seconds an error answer is kept (a later request tries again).
+ERROR_KEPT_S = 60.0
+
+#: compute(request, on_progress(done, total)) -> a JSON-able result
+Compute = Callable[[dict, Callable[[int, int], None]], dict]
+
+
+class LiveRefused(Exception):
+    """The computation failed in a way the page can say in one line (its message)."""
+
+
+def request_key(request: dict) -> str:
+    """What identifies a result: every parameter but the CPU threads (which change the speed, not the answer)."""
+    fields = {k: v for k, v in sorted(request.items()) if k not in ("threads", "key")}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+@dataclass
+class LiveStatus:
+    """Where a request stands. state: done, failed, refused, queued, running or unknown (asked nowhere: submit it)."""
+
+    state: str
+    result: dict | None = None
+    message: str = ""
+    #: queued or running: 1 for the request being computed or next, 2 for the one after, ...
+    position: int = 0
+    #: requests in the queue, this one included
+    queued: int = 0
+    #: running: prompts done and in all
+    done: int = 0
+    total: int = 0
+    #: seconds the last computations took, on average (None before the first)
+    typical_s: float | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return self.state in ("queued", "running")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Whole or not at all: a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(data, default=_plain))
+    os.replace(tmp, path)
+
+
+def _plain(value):
+    """numpy scalars as Python numbers (json cannot write them)."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LiveQueue:
+    def __init__(self, root: Path, compute: Compute, max_queued: int = MAX_QUEUED, max_results: int = MAX_RESULTS):
+        self.root, self.compute = Path(root), compute
+        self.max_queued, self.max_results = max_queued, max_results
+        for sub in ("queue", "results"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        self._thread: threading.Thread | None = None
+        self._thread_lock = threading.Lock()
+
+    # ------------------------------------------------------------------------- files
+
+    @contextlib.contextmanager
+    def _locked(self, name: str = "queue.lock", block: bool = True):
+        with open(self.root / name, "a") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _tickets(self) -> list[Path]:
+        return sorted((self.root / "queue").glob("*.json"))
+
+    def _ticket(self, key: str) -> Path | None:
+        return next((t for t in self._tickets() if t.stem.endswith(f"-{key}")), None)
+
+    def _result_path(self, key: str) -> Path:
+        return self.root / "results" / f"{key}.json"
+
+    def _answer(self, key: str) -> LiveStatus | None:
+        path = self._result_path(key)
+        found = _read_json(path)
+        if found is None:
+            return None
+        if "error" in found:
+            if time.time() - found.get("at", 0) > ERROR_KEPT_S:
+                path.unlink(missing_ok=True)
+                return None
+            return LiveStatus("failed", message=found["error"])
+        return LiveStatus("done", result=found)
+
+    def _typical_s(self) -> float | None:
+        recent = sorted((self.root / "results").glob("*.json"), key=lambda p: p.stat().st_mtime)[-5:]
+        took = [r["compute_s"] for p in recent if (r := _read_json(p)) and r.get("compute_s")]
+        return sum(took) / len(took) if took else None
+
+    # ------------------------------------------------------------------------- asking
+
+    def submit(self, request: dict) -> LiveStatus:
+        """Queue `request` (a JSON-able dict the compute function understands) unless it is answered or queued
+        already; its status."""
+        key = request_key(request)
+        with self._locked():
+            answer = self._answer(key)
+            if answer is not None:
+                return answer
+            if self._ticket(key) is None:
+                waiting = len(self._tickets())
+                if waiting >= self.max_queued:
+                    return LiveStatus(
+                        "refused",
+                        message=f"{waiting} live computations are waiting on this server already: try again in a "
+                        "minute (the cached table above answers at once).",
+                    )
+                _write_json(self.root / "queue" / f"{time.time_ns():020d}-{key}.json", {"request": request})
+        self.ensure_runner()
+        return self.status(key)
+
+    def status(self, key: str) -> LiveStatus:
+        answer = self._answer(key)
+        if answer is not None:
+            return answer
+        tickets = self._tickets()
+        names = [t.stem.split("-", 1)[1] for t in tickets]
+        if key not in names:
+            return LiveStatus("unknown")
+        self.ensure_runner()  # a waiting session keeps a runner alive in its process, should the computing one die
+        status = LiveStatus("queued", position=names.index(key) + 1, queued=len(names), typical_s=self._typical_s())
+        progress = _read_json(self.root / f"running-{key}.json")
+        if progress and _alive(progress.get("pid", -1)):
+            status.state, status.done, status.total = "running", progress["done"], progress["total"]
+        return status
+
+    # ------------------------------------------------------------------------- computing
+
+    def ensure_runner(self) -> None:
+        """A thread of this process that computes the queue whenever no other process does."""
+        with self._thread_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="live-queue", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while self._tickets():
+            with self._locked("runner.lock", block=False) as mine:
+                if mine:
+                    while (ticket := self._next()) is not None:
+                        self._compute(*ticket)
+                    continue
+            time.sleep(0.5)  # another process computes; take over if it dies
+
+    def _next(self) -> tuple[Path, dict] | None:
+        """The oldest waiting request, its start counted; one started too often is answered with an error."""
+        with self._locked():
+            for path in self._tickets():
+                ticket = _read_json(path)
+                key = path.stem.split("-", 1)[1]
+                if ticket is None or self._answer(key) is not None:
+                    path.unlink(missing_ok=True)
+                    continue
+                ticket["attempts"] = ticket.get("attempts", 0) + 1
+                if ticket["attempts"] > MAX_ATTEMPTS:
+                    self._finish(
+                        path,
+                        key,
+                        {
+                            "error": f"This live computation stopped its dashboard process {MAX_ATTEMPTS} times, so "
+                            "it is not tried again: use the cached table above."
+                        },
+                    )
+                    continue
+                _write_json(path, ticket)
+                return path, ticket
+        return None
+
+    def _compute(self, path: Path, ticket: dict) -> None:
+        key = path.stem.split("-", 1)[1]
+        progress = self.root / f"running-{key}.json"
+
+        def on_progress(done: int, total: int) -> None:
+            _write_json(progress, {"pid": os.getpid(), "done": int(done), "total": int(total)})
+
+        on_progress(0, 0)
+        t0 = time.perf_counter()
+        try:
+            result = dict(self.compute(ticket["request"], on_progress))
+            result.setdefault("compute_s", time.perf_counter() - t0)
+        except LiveRefused as exc:
+            result = {"error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - any failure is answered, never left waiting
+            result = {"error": f"The live computation failed ({type(exc).__name__}): use the cached table above."}
+        with self._locked():
+            self._finish(path, key, result)
+        progress.unlink(missing_ok=True)
+
+    def _finish(self, ticket: Path, key: str, result: dict) -> None:
+        """Store the answer, drop the ticket, keep at most max_results answers (call with the queue locked)."""
+        _write_json(self._result_path(key), {**result, "key": key, "at": time.time()})
+        ticket.unlink(missing_ok=True)
+        kept = sorted((self.root / "results").glob("*.json"), key=lambda p: p.stat().st_mtime)
+        for old in kept[: max(0, len(kept) - self.max_results)]:
+            old.unlink(missing_ok=True)
+
+
+def live_root() -> Path:
+    """FOURIER_LIVE_DIR (one folder for every worker of `serve`), else a fresh temporary folder of this process."""
+    given = os.environ.get("FOURIER_LIVE_DIR")
+    if given:
+        return Path(given)
+    global _PRIVATE_ROOT
+    with _ROOT_LOCK:
+        if _PRIVATE_ROOT is None:
+            _PRIVATE_ROOT = Path(tempfile.mkdtemp(prefix="fourier-live-"))
+            atexit.register(shutil.rmtree, _PRIVATE_ROOT, ignore_errors=True)
+    return _PRIVATE_ROOT
+
+
+_PRIVATE_ROOT: Path | None = None
+_ROOT_LOCK = threading.Lock()
