@@ -113,6 +113,7 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
         jobs["full recompute (3 conditions)"] = full_recompute_3
     cores = torch.get_num_threads()
     if compare_threads:
+
         def plain_1_thread():
             torch.set_num_threads(1)
             try:
@@ -154,7 +155,6 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
 def agreement(lm, texts, answers, p, conditions, batch_size) -> None:
     """Do the grid's answer-position path and the full recompute agree? Every condition of the grid,
     predictions and answer-token losses, on the same prompts."""
-
 
     fast = evaluate_conditions(lm, texts, answers, p, conditions, "last", batch_size, progress=False)
     differ, worst_loss, near = 0, 0.0, []
@@ -212,7 +212,6 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5 demo, 3 large)")
     args = ap.parse_args(argv)
-
 
     n = use_threads(args.threads)
     print(f"torch threads: {n}")

@@ -71,7 +71,6 @@ def main(argv=None) -> int:
 def document(cache_dir: str, tau: int) -> int:
     """Print the document's body (markdown); 1 when there is no run to print."""
 
-
     every = [r for r in list_runs(cache_dir, deep=True) if r.ok]
     every.sort(key=lambda r: (r.manifest.get("display_order", 100), r.label))
     if not every:
@@ -180,7 +179,6 @@ def training_section(cache_dir: str, runs) -> None:
 
 def finetuned_section(cache_dir: str, runs, digit_runs, tau: int) -> None:
     """A pre-trained model fine-tuned here with number tokens: the paper's measurements one by one."""
-
 
     for r in runs:
         if run_origin(r.manifest)["kind"] != "fine-tuned":

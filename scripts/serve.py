@@ -167,9 +167,7 @@ def main(argv=None) -> int:
         )
         return 2
     ports = [args.worker_port + i for i in range(args.workers)]
-    busy = [p for p in ports if not port_free(p)] + (
-        [args.port] if not port_free(args.port, args.bind) else []
-    )
+    busy = [p for p in ports if not port_free(p)] + ([args.port] if not port_free(args.port, args.bind) else [])
     if busy:
         print(
             f"serve: port(s) {', '.join(map(str, busy))} already in use; choose others with --port / --worker-port",
