@@ -4,6 +4,8 @@
 #   bash run.sh test   set up, then run the test suite
 #   bash run.sh serve [--workers N] [--bind ADDR] [--port PORT]
 #                      set up, then serve a class: N dashboard processes behind HAProxy (docs/serving.md)
+#   bash run.sh handout [--run NAME] [--out handouts]
+#                      set up, then write the Tour as an HTML and a PDF handout for one run (scripts/handout.py)
 #   bash run.sh setup  set up only: .venv with the pinned requirements, Chromium for the browser test, HAProxy for serve
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -53,10 +55,14 @@ case "${1:-}" in
   app)
     setup_python
     exec "$PY" -m streamlit run app/main.py ;;
+  handout)
+    setup_python
+    shift
+    exec "$PY" scripts/handout.py "$@" ;;
   serve)
     setup_python; setup_proxy || exit 1
     shift
     exec "$PY" scripts/serve.py "$@" ;;
   *)
-    echo "usage: bash run.sh app|serve|test|setup" >&2; exit 2 ;;
+    echo "usage: bash run.sh app|serve|handout|test|setup" >&2; exit 2 ;;
 esac

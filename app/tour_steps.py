@@ -24,18 +24,53 @@ from core.runs.reader import RunReader, Table
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """What a figure rests on, counted from the table it reads: `count` items (`unit`: "test questions",
+    "numbers", ...) of the `split`, out of `total` in the split where the figure reads only some of them, for
+    the run labelled `run`. `sample`: why only some (the run's cached sample), when so."""
+
+    count: int
+    unit: str
+    split: str
+    run: str
+    total: int | None = None
+    sample: str = ""
+
+    def sentence(self) -> str:
+        """One line under the caption: "From 16 of the 3,419 test questions (...), run X."."""
+        of = f" of the {self.total:,}" if self.total is not None and self.total != self.count else ""
+        unit = self.unit if self.count != 1 or of else self.unit.removesuffix("s")
+        why = f" ({self.sample})" if self.sample else ""
+        if self.unit == "questions":  # "16 of the 3,419 test questions"
+            return f"From {self.count:,}{of} {self.split} {unit}{why}; {self.runs_said}."
+        split = f" on the {self.split} split" if self.split else ""
+        return f"From {self.count:,}{of} {unit}{why}{split}; {self.runs_said}."
+
+    @property
+    def runs_said(self) -> str:
+        return f"runs: {self.run}" if ";" in self.run else f"run: {self.run}"
+
+
+@dataclass(frozen=True)
 class Panel:
     """One figure of a step: an Altair chart with its data and one-line caption, or (chart None) a table of
     numbers. `folded`: the label under which the page folds it away (None: shown at once). `key`: the
-    widget key on the page and the file name of downloads."""
+    widget key on the page and the file name of downloads. `evidence`: what it rests on (app shows its
+    sentence after the caption)."""
 
     chart: alt.TopLevelMixin | None
     data: pd.DataFrame
     caption: str
     key: str
+    evidence: Evidence
     folded: str | None = None
     #: number format of a table's columns ("%.1f"), by column
     formats: dict = field(default_factory=dict)
+
+    @property
+    def full_caption(self) -> str:
+        """The figure's caption and what it rests on (split, count, run), as the page and the handout show it."""
+        return f"{self.caption} {self.evidence.sentence()}".strip()
 
 
 @dataclass(frozen=True)
@@ -52,10 +87,15 @@ class StepInputs:
 class Step:
     key: str
     title: str
-    what: str
+    #: the step's question for a run (computed where it counts the run's questions)
+    question: Callable[[RunReader], str]
     #: the table the step's figure reads (a run without it, a digit-splitting model's, cannot draw the step)
     table: Table | None
     panels: Callable[[RunReader, StepInputs], list[Panel]]
+    #: predict, then reveal: what the class is asked before the measurement is shown, and the answers offered
+    #: (the reveal shows the run's computed measurement and verdict, never a prepared answer)
+    predict: str = ""
+    choices: tuple[str, ...] = ()
 
 
 def example_of(run: RunReader) -> pd.Series:
@@ -63,20 +103,87 @@ def example_of(run: RunReader) -> pd.Series:
     return summaries.running_example(run.table(Table.EXAMPLES))
 
 
-def _panel(result, key: str, folded: str | None = None) -> Panel:
+def _panel(result, key: str, evidence: Evidence, folded: str | None = None) -> Panel:
     chart, data, caption = result[:3]
-    return Panel(chart, data, caption, key, folded)
+    return Panel(chart, data, caption, key, evidence, folded)
+
+
+# ----------------------------------------------------------------------------- what each figure rests on
+
+
+def questions(run: RunReader, count: int, sample: str = "") -> Evidence:
+    """`count` questions of the run's split (of all the split's questions, the examples table's rows)."""
+    total = len(run.table(Table.EXAMPLES))
+    return Evidence(int(count), "questions", run.split, run.label, total, sample if count != total else "")
+
+
+def one_question(run: RunReader, example: pd.Series) -> Evidence:
+    """A figure of one question (the running example 15 + 93)."""
+    return questions(run, 1, f"{example['a']} + {example['b']} = {example['answer']}")
+
+
+def phase_questions(run: RunReader) -> Evidence:
+    """The questions the phase tables read: the `n` of the phase_locking table, and why only a sample when so
+    (the manifest's `phase_locking` note)."""
+    n = int(run.table(Table.PHASE_LOCKING)["n"].iloc[0])
+    note = run.manifest.get("phase_locking") or {}
+    return questions(run, n, note.get("why") or "the run's cached sample")
+
+
+def sampled_questions(run: RunReader, table: Table) -> int:
+    """How many questions a per-example table (module_logits, final_waves) holds."""
+    return int(run.table(table)["example_id"].nunique())
+
+
+def table_questions(run: RunReader, frame: pd.DataFrame) -> Evidence:
+    """The questions behind a table whose rows carry their count in an `n` column (layer_accuracy, ablations)."""
+    counts = frame["n"].unique()
+    if len(counts) != 1:  # rows over different numbers of questions: name the largest, say it varies
+        return questions(run, int(counts.max()), "rows over different numbers of questions")
+    return questions(run, int(counts[0]))
+
+
+def numbers_read(run: RunReader) -> Evidence:
+    """The numbers whose representations step 7 reads (the manifest's `number_representations`)."""
+    reps = run.number_representations
+    n = int(reps.get("n_numbers", run.p))
+    context = reps.get("context")
+    return Evidence(n, "numbers", "", run.label, sample=f"0..{n - 1} in '{context}'" if context else "")
+
+
+def training_runs(logs: dict[str, pd.DataFrame]) -> Evidence:
+    """Step 8's curves: one training run per model and seed, scored on the validation split."""
+    n = sum(int(log["seed"].nunique()) for log in logs.values())
+    return Evidence(n, "training runs", "validation", "; ".join(logs), sample=f"{len(logs)} models, each seed a run")
 
 
 # ----------------------------------------------------------------------------- figures of each step
 
 
+def locking_question(run: RunReader) -> str:
+    """Step 3's question, over the questions the run's locking table read (all of the split's, or a sample)."""
+    what = "does an attention or MLP layer's wave of period T peak at the answer mod T (locking R)?"
+    if not run.has(Table.PHASE_LOCKING):
+        return f"Across the questions, {what}"
+    e = phase_questions(run)
+    if e.total == e.count:
+        return f"Over all {e.count:,} {e.split} questions: {what}"
+    return f"Over {e.count:,} of the {e.total:,} {e.split} questions (a sample): {what}"
+
+
+def said(text: str) -> Callable[[RunReader], str]:
+    """A question that is the same for every run."""
+    return lambda _run: text
+
+
 def question_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
-    return [_panel(figures.final_logits(run, example_of(run)), "tour-final")]
+    example = example_of(run)
+    return [_panel(figures.final_logits(run, example), "tour-final", one_question(run, example))]
 
 
 def logit_lens_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
-    return [_panel(figures.accuracy_by_layer(run, False), "tour-lens")]
+    evidence = table_questions(run, run.table(Table.LAYER_ACCURACY))
+    return [_panel(figures.accuracy_by_layer(run, False), "tour-lens", evidence)]
 
 
 def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
@@ -84,16 +191,21 @@ def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
         return [_panel(shift_bars(run), "tour-shift"),
                 _panel(locking_heatmap(run), "tour-locking", "Phase locking: which waves follow the answer")]
     if run.has(Table.PHASE_LOCKING):
-        return [_panel(locking_heatmap(run), "tour-locking")]
-    return [_panel(figures.logit_heatmap(run, example_of(run)), "tour-heat")]
+        return [_panel(locking_heatmap(run), "tour-locking", phase_questions(run))]
+    example = example_of(run)
+    return [_panel(figures.logit_heatmap(run, example), "tour-heat", one_question(run, example))]
 
 
 def spectrum_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
-    return [_panel(figures.top_periods_bars(run, inputs.basis), "tour-spec")]
+    # module_spectra holds the mean over every question of the split (core.runs.measure): the examples table's rows
+    evidence = questions(run, len(run.table(Table.EXAMPLES)))
+    return [_panel(figures.top_periods_bars(run, inputs.basis), "tour-spec", evidence)]
 
 
 def waves_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
-    return [_panel(figures.waves(run, example_of(run), inputs.basis, 5, window=25), "tour-waves")]
+    example = example_of(run)
+    chart = figures.waves(run, example, inputs.basis, 5, window=25)
+    return [_panel(chart, "tour-waves", one_question(run, example))]
 
 
 #: The columns of step 6's table of numbers, as the page and the handout show them.
@@ -105,22 +217,25 @@ def ablation_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
     tau = summaries.nearest_tau(ab, TABLE1_TAU)
     table = summaries.table1(ab, tau)
     table = table[[c for c in ABLATION_COLUMNS if c in table.columns]]
+    evidence = table_questions(run, ab)
     numbers = Panel(
         None,
         table,
         f"Accuracy (%) with each band filtered out at tau = {tau}, and a random control of the same size.",
         "tour-ablate-table",
+        evidence,
         folded="The numbers",
         formats={c: "%.1f" for c in ABLATION_COLUMNS[1:] if c in table.columns},
     )
-    return [_panel(figures.table1_bars(run, tau), "tour-ablate"), numbers]
+    return [_panel(figures.table1_bars(run, tau), "tour-ablate", evidence), numbers]
 
 
 def number_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     layer = int(inputs.claims["numbers"].numbers.get("layer", 0))  # the layer the step's claim reads
+    evidence = numbers_read(run)
     return [
-        _panel(number_figures.number_spectrum(run, "paper", layer), f"tour-num-{run.name}"),
-        _panel(number_figures.probe_kappa(run, layer), f"tour-probes-{run.name}", folded="Linear probes by layer"),
+        _panel(number_figures.number_spectrum(run, "paper", layer), f"tour-num-{run.name}", evidence),
+        _panel(number_figures.probe_kappa(run, layer), f"tour-probes-{run.name}", evidence, "Linear probes by layer"),
     ]
 
 
@@ -129,66 +244,88 @@ def training_panels(_run: RunReader, inputs: StepInputs) -> list[Panel]:
     if not logs:
         return []
     curves = training_summaries.training_curves(logs, "val")
-    return [_panel(training_figures.training_curves(curves, "val"), "tour-train")]
+    return [_panel(training_figures.training_curves(curves, "val"), "tour-train", training_runs(logs))]
 
 
 STEPS = [
     Step(
         "accuracy",
         "1. The question",
-        "A model reads “Put together 15 and 93. Answer:” and must emit 108 as one token.",
+        said("A model reads “Put together 15 and 93. Answer:” and must emit 108 as one token."),
         Table.EXAMPLES,
         question_panels,
+        "How often will this model answer right?",
+        ("almost always (above 95%)", "most of the time (50 to 95%)", "rarely (below 50%)"),
     ),
     Step(
         "logit_lens",
         "2. Does the answer build up layer by layer?",
-        "Read each layer through the unembedding (the logit lens).",
+        said("Read each layer through the unembedding (the logit lens)."),
         Table.LAYER_ACCURACY,
         logit_lens_panels,
+        "Reading each layer through W_U: when does the answer appear?",
+        (
+            "roughly (within ±10) layers before it is exact",
+            "roughly and exactly at the same layer",
+            "only at the last layer, all at once",
+        ),
     ),
     Step(
         "module_waves",
         "3. Which module tracks the last digit?",
-        "Over every question: does an attention or MLP layer's wave of period T peak at the answer mod T (locking R)?",
+        locking_question,
         Table.PHASE_LOCKING,
         locking_panels,
+        "Which kind of module has a wave that follows the answer's last digit (mod 10)?",
+        ("an attention layer", "an MLP layer", "both kinds", "neither"),
     ),
     Step(
         "spectra",
         "4. Few frequencies, split between MLP and attention?",
-        "The module logits split into Fourier components.",
+        said("The module logits split into Fourier components."),
         Table.MODULE_SPECTRA,
         spectrum_panels,
+        "Which module's logits keep more of their energy in the low frequencies (k < tau)?",
+        ("the MLPs", "attention", "about the same"),
     ),
     Step(
         "waves",
         "5. Approximate, then classify?",
-        "The strongest components of the final logits, and their sum.",
+        said("The strongest components of the final logits, and their sum."),
         Table.FINAL_WAVES,
         waves_panels,
+        "Does the sum of the 5 strongest waves of the final logits peak at the answer?",
+        ("for most questions", "for about half", "for few questions"),
     ),
     Step(
         "ablations",
         "6. Take the frequencies away",
-        "Filter one band out of every layer's attention or MLP output.",
+        said("Filter one band out of every layer's attention or MLP output."),
         Table.ABLATIONS,
         ablation_panels,
+        "Removing the MLPs' low band from every layer will hurt accuracy ...",
+        ("more than removing a random band of the same size", "less than a random band", "the same as a random band"),
     ),
     Step(
         "numbers",
         "7. Where do the features come from?",
-        "How the model represents the numbers 0..520, transformed along the number line.",
+        said("How the model represents the numbers 0..520, transformed along the number line."),
         Table.NUMBER_SPECTRUM,
         number_panels,
+        "Do the model's number representations carry waves of period 2, 5 and 10?",
+        ("yes, all well above chance", "some of them", "none above chance"),
     ),
     Step(
         "training",
         "8. Give a model the features, and it learns?",
-        "The same small network trained from scratch, with sinusoids planted in its number rows, and with a real "
-        "pre-trained model's number representations frozen in.",
+        said(
+            "The same small network trained from scratch, with sinusoids planted in its number rows, and with a "
+            "real pre-trained model's number representations frozen in."
+        ),
         None,
         training_panels,
+        "Which network learns addition better: from scratch, or with pre-trained number features frozen in?",
+        ("with the features, by far", "about the same", "from scratch"),
     ),
 ]
 STEP_KEYS = [s.key for s in STEPS]

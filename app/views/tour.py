@@ -38,7 +38,7 @@ def draw(panel: Panel) -> None:
             column_config={c: st.column_config.NumberColumn(format=f) for c, f in panel.formats.items()},
         )
     else:
-        show_chart(panel.chart, panel.data, panel.caption, key=panel.key)
+        show_chart(panel.chart, panel.data, panel.full_caption, key=panel.key)
 
 
 if not large():
@@ -81,7 +81,7 @@ with text:
     claim_box(claim, "These runs" if step.key == "training" else shown.label, details)
     st.caption(step_terms(step.key))
 with figure:
-    st.caption(step.what)
+    st.caption(step.question(shown))
     if step.table is not None and not shown.has(step.table):
         why = shown.not_applicable(step.table)
         st.info(

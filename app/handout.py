@@ -1,0 +1,298 @@
+"""The Tour as a handout: every step's words and figures for one run, gathered once (`build_handout`), then
+written as one self-contained HTML file (`handout_html`: figures as inline SVG, no server, no network; it is
+also a slide show with predict-then-reveal) or as a PDF (app/handout_pdf.py).
+
+The steps are app/tour_steps.py's, the sentences core.claims.registry's: the handout says what the Tour says.
+Nothing here calls Streamlit, so the Tour's button and scripts/handout.py make the same files.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pandas as pd
+import vl_convert as vlc
+
+from app.glossary import STEP_TERMS, TERMS
+from app.handout_style import HANDOUT_CSS, HANDOUT_SCRIPT
+from app.tour_steps import STEPS, Step, StepInputs, choose_run
+from core import SCHEMA_VERSION
+from core.claims.base import Claim
+from core.runs.origin import describe_run
+from core.runs.reader import RunReader, Table
+
+#: A verdict as the handout writes it (the Tour's badges say the same).
+VERDICT_WORDS = {
+    "agrees": "Agrees",
+    "partly": "Partly",
+    "does not": "Does not agree",
+    "not tested": "Not tested here",
+}
+#: Width (px) the handout gives a single-view figure (the Tour's figures stretch to their column instead).
+FIGURE_WIDTH = 560
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of a step: its Vega-Lite spec (None for a table of numbers), caption, and the table's rows."""
+
+    spec: dict | None
+    caption: str
+    label: str = ""
+    table: pd.DataFrame | None = None
+    formats: dict | None = None
+
+
+@dataclass(frozen=True)
+class HandoutStep:
+    number: int
+    key: str
+    title: str
+    question: str
+    predict: str
+    choices: tuple[str, ...]
+    #: the claim: the paper's finding, this run's measurement (headline and every number), verdict and reason
+    claim: Claim
+    #: whose measurement it is (the run's label; "These runs" for step 8)
+    who: str
+    #: a line when the step shows another run than the chosen one, or why the run cannot show the step
+    note: str
+    missing: str
+    figures: tuple[Figure, ...]
+    terms: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Handout:
+    """The title page's facts (computed from the run's manifest and examples table) and the steps."""
+
+    run_label: str
+    run_name: str
+    model: str
+    split: str
+    accuracy: float
+    n_questions: int
+    created: str
+    schema_version: int | None
+    exported: str
+    basis: str
+    best: bool
+    steps: tuple[HandoutStep, ...]
+
+    @property
+    def accuracy_line(self) -> str:
+        return f"{100 * self.accuracy:.1f}% of the {self.n_questions:,} {self.split} questions answered right"
+
+    @property
+    def version_line(self) -> str:
+        version = f"cache schema {self.schema_version}" if self.schema_version is not None else "cache schema unknown"
+        current = "" if self.schema_version == SCHEMA_VERSION else f" (this code reads schema {SCHEMA_VERSION})"
+        return f"Run {self.run_name}, computed {self.created}; {version}{current}"
+
+
+def sized(chart) -> dict:
+    """A figure's Vega-Lite spec with a fixed width (the page stretches figures to their column; a file cannot)."""
+    spec = chart.to_dict()
+    if "facet" not in spec and not any(k in spec for k in ("hconcat", "vconcat", "concat")):
+        spec["width"] = FIGURE_WIDTH
+    return spec
+
+
+def step_figures(step: Step, shown: RunReader, inputs: StepInputs) -> tuple[Figure, ...]:
+    out = []
+    for panel in step.panels(shown, inputs):
+        spec = None if panel.chart is None else sized(panel.chart)
+        out.append(
+            Figure(spec, panel.full_caption, panel.folded or "", panel.data if spec is None else None, panel.formats)
+        )
+    return tuple(out)
+
+
+def build_handout(
+    chosen: RunReader,
+    runs: list[RunReader],
+    claims_of,
+    training_claim,
+    basis: str = "paper",
+    best: bool = False,
+    exported: datetime | None = None,
+) -> Handout:
+    """Every Tour step for `chosen` (each on the best shipped run instead, with `best`, as the Tour's toggle),
+    with the claims `claims_of(run)` gives (core.claims.registry.run_claims, or the dashboard's shared copy)."""
+    steps = []
+    for number, step in enumerate(STEPS, start=1):
+        choice = choose_run(step, chosen, runs, claims_of, training_claim, best)
+        shown, note, missing, figures = choice.shown, "", "", ()
+        if choice.switched_from is not None:
+            mine = choice.switched_from
+            note = (
+                f"This step shows {shown.label}, the shipped run that shows it best ({choice.claim.verdict}); "
+                f"on {chosen.label}: {VERDICT_WORDS[mine.verdict]}. {mine.measured}"
+            )
+        if step.table is not None and not shown.has(step.table):
+            why = shown.not_applicable(step.table)
+            missing = f"{shown.label} cannot show this step" + (f": {why}." if why else f" (no {step.table} table).")
+        else:
+            figures = step_figures(step, shown, StepInputs(basis, claims_of(shown), runs))
+            if step.key == "training" and not figures:
+                missing = "No run here carries a training log."
+        steps.append(
+            HandoutStep(
+                number,
+                step.key,
+                step.title,
+                step.question(shown),
+                step.predict,
+                step.choices,
+                choice.claim,
+                "These runs" if step.key == "training" else shown.label,
+                note,
+                missing,
+                figures,
+                tuple((t, TERMS[t]) for t in STEP_TERMS.get(step.key, [])),
+            )
+        )
+    examples = chosen.table(Table.EXAMPLES)
+    return Handout(
+        run_label=chosen.label,
+        run_name=chosen.name,
+        model=describe_run(chosen.manifest),
+        split=chosen.split,
+        accuracy=float(examples["correct"].mean()),
+        n_questions=len(examples),
+        created=chosen.created,
+        schema_version=chosen.manifest.get("schema_version"),
+        exported=(exported or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"),
+        basis=basis,
+        best=best,
+        steps=tuple(steps),
+    )
+
+
+# ----------------------------------------------------------------------------- HTML
+
+
+def inline_markdown(text: str) -> str:
+    """The little markdown the claims and run descriptions use (**bold**, `code`), as escaped HTML."""
+    out = html.escape(text, quote=False)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", out)
+
+
+def plain(text: str) -> str:
+    """The same text without its markdown marks (for the PDF)."""
+    return re.sub(r"`(.+?)`", r"\1", re.sub(r"\*\*(.+?)\*\*", r"\1", text))
+
+
+def figure_svg(spec: dict, prefix: str) -> str:
+    """A figure as inline SVG, its ids (gradients, clip paths) prefixed so that figures on one page do not share
+    them, sized to its column."""
+    svg = vlc.vegalite_to_svg(spec)
+    svg = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', svg)
+    svg = svg.replace("url(#", f"url(#{prefix}-").replace('href="#', f'href="#{prefix}-')
+    return re.sub(r"<svg ", '<svg role="img" ', svg, count=1)
+
+
+def table_html(figure: Figure) -> str:
+    frame = figure.table
+    formats = figure.formats or {}
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = []
+    for _, row in frame.iterrows():
+        cells = []
+        for c in frame.columns:
+            v = row[c]
+            text = "" if pd.isna(v) else (formats[c] % v if c in formats else str(v))
+            cells.append(f"<td>{html.escape(text)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def step_html(step: HandoutStep) -> str:
+    c = step.claim
+    choices = "".join(f"<li>{html.escape(x)}</li>" for x in step.choices)
+    figures = []
+    for i, f in enumerate(step.figures, start=1):
+        body = figure_svg(f.spec, f"s{step.number}f{i}") if f.spec is not None else table_html(f)
+        figure = f"<figure>{body}<figcaption>{html.escape(f.caption)}</figcaption></figure>"
+        if f.label:  # folded away on the Tour: open in the handout, folded on a slide
+            figure = f'<details class="folded" open><summary>{html.escape(f.label)}</summary>{figure}</details>'
+        figures.append(figure)
+    missing = f'<p class="missing">{html.escape(step.missing)}</p>' if step.missing else ""
+    note = f'<p class="note">{inline_markdown(step.note)}</p>' if step.note else ""
+    reason = f" <em>Why: {inline_markdown(c.reason)}.</em>" if c.reason else ""
+    terms = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in step.terms)
+    return f"""
+<section class="step" id="step-{step.number}" data-step="{step.number}">
+  <h2>{html.escape(step.title)}</h2>
+  <p class="question">{inline_markdown(step.question)}</p>
+  <div class="predict">
+    <p><strong>Predict first:</strong> {html.escape(step.predict)}</p>
+    <ol type="A">{choices}</ol>
+  </div>
+  <p class="paper"><strong>The paper:</strong> {inline_markdown(c.paper)}</p>
+  <button class="reveal-button" type="button">Reveal this run's measurement</button>
+  <div class="revealed">
+    <p class="verdict verdict-{c.verdict.replace(" ", "-")}">{VERDICT_WORDS[c.verdict]}</p>
+    <p class="headline"><strong>This run:</strong> {inline_markdown(c.short)}</p>
+    <details class="measured" open><summary>All the numbers, and why</summary>
+      <p><strong>{html.escape(step.who)}:</strong> {inline_markdown(c.measured)}{reason}</p></details>
+    {note}{missing}
+  </div>
+  <dl class="terms">{terms}</dl>
+  <div class="figures revealed">{"".join(figures)}</div>
+</section>"""
+
+
+def handout_html(h: Handout) -> str:
+    """The handout as one HTML file: a title page, then one section per step. Opened as it is, it reads as a
+    handout (and prints one step a page); its Slides button shows one step a screen (arrow keys move), and its
+    Predict-then-reveal switch hides each step's measurement, verdict and figures until Reveal is pressed."""
+    title = f"How a language model adds: the Tour on {h.run_label}"
+    best = (
+        "Each step shows the shipped run that shows it best (the Tour's toggle was on): a note says where that is "
+        "not this run."
+        if h.best
+        else "Every step shows this run."
+    )
+    steps = "".join(step_html(s) for s in h.steps)
+    made = f"{h.exported}, Fourier basis '{h.basis}'. {best}"
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>{HANDOUT_CSS}</style>
+</head>
+<body>
+<nav class="controls">
+  <button type="button" id="slides-button">Slides</button>
+  <label><input type="checkbox" id="reveal-mode"> Predict, then reveal</label>
+  <span class="slide-nav"><button type="button" id="prev">◀ Back</button>
+  <span id="position"></span><button type="button" id="next">Next ▶</button></span>
+</nav>
+<section class="step title-page" id="step-0" data-step="0">
+  <h1>How a language model adds</h1>
+  <p class="subtitle">Zhou et al., <em>Pre-trained Large Language Models Use Fourier Features to Compute
+  Addition</em> (NeurIPS 2024), step by step on one model.</p>
+  <table class="facts">
+    <tr><th>Run</th><td>{html.escape(h.run_label)}</td></tr>
+    <tr><th>Model</th><td>{inline_markdown(h.model)}</td></tr>
+    <tr><th>Split</th><td>{html.escape(h.split)} ({h.n_questions:,} questions)</td></tr>
+    <tr><th>Accuracy</th><td>{html.escape(h.accuracy_line)} (the run's examples table)</td></tr>
+    <tr><th>Cache</th><td>{html.escape(h.version_line)}</td></tr>
+    <tr><th>Made</th><td>{html.escape(made)}</td></tr>
+  </table>
+  <p class="how">Each step: the question, the paper's finding (its model, its number), this run's measurement
+  computed from its tables, a verdict (Agrees, Partly, Does not agree, Not tested here) with its reason, the
+  figure, and the terms it uses. Every figure's caption says how many questions it rests on, from which split.</p>
+</section>
+{steps}
+<script>{HANDOUT_SCRIPT}</script>
+</body>
+</html>
+"""

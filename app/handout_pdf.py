@@ -1,0 +1,265 @@
+"""The handout (app/handout.py) as a PDF, with no browser: fpdf2 lays out the words (A4, a title page, then each
+step from a new page), vl-convert renders each figure as a one-page vector PDF, and pypdf stamps those pages
+into the boxes left for them.
+
+Text is set in a Unicode TrueType font of the machine (DejaVu Sans or Liberation Sans on Linux, Arial on macOS
+and Windows); on a machine with none of them, in the PDF's built-in Helvetica, with the few characters it
+lacks written out (≥ as >=, τ as tau).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import vl_convert as vlc
+from fpdf import FPDF
+from pypdf import PdfReader, PdfWriter, Transformation
+
+from app.handout import VERDICT_WORDS, Figure, Handout, HandoutStep, plain
+
+#: (regular, bold, italic) font files, the first set found is used
+FONT_FILES = [
+    ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSans-Oblique.ttf"),
+    (
+        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+        "LiberationSans-Bold.ttf",
+        "LiberationSans-Italic.ttf",
+    ),
+    ("/usr/share/fonts/TTF/DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSans-Oblique.ttf"),
+    ("/Library/Fonts/Arial.ttf", "Arial Bold.ttf", "Arial Italic.ttf"),
+    ("/System/Library/Fonts/Supplemental/Arial.ttf", "Arial Bold.ttf", "Arial Italic.ttf"),
+    ("C:/Windows/Fonts/arial.ttf", "arialbd.ttf", "ariali.ttf"),
+]
+#: What Helvetica (Latin-1) cannot print, written out
+LATIN1_SPELLED = {
+    "≥": ">=",
+    "≤": "<=",
+    "↔": "<->",
+    "→": "->",
+    "τ": "tau",
+    "κ": "kappa",
+    "“": '"',
+    "”": '"',
+    "‘": "'",
+    "’": "'",
+    "–": "-",
+    "—": "-",
+    "…": "...",
+    "✓": "right",
+    "✗": "wrong",
+    "·": "-",
+    "◀": "<",
+    "▶": ">",
+    "−": "-",
+}
+VERDICT_RGB = {
+    "agrees": (26, 127, 55),
+    "partly": (179, 89, 0),
+    "does not": (207, 34, 46),
+    "not tested": (110, 119, 129),
+}
+MUTED = (87, 96, 106)
+#: The largest box a figure gets (mm): the page's text width, and most of a page's height
+FIGURE_MAX_W, FIGURE_MAX_H = 170.0, 150.0
+#: A figure is shrunk to fit the rest of a page down to this height (mm), with room for its caption below
+FIGURE_MIN_H, CAPTION_ROOM = 95.0, 16.0
+MM = 72 / 25.4  # points per mm
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a figure's PDF page goes: page index (0-based), box in mm from the top left."""
+
+    page: int
+    x: float
+    y: float
+    w: float
+    h: float
+    pdf: bytes
+
+
+def font_files() -> tuple[Path, Path, Path] | None:
+    for regular, bold, italic in FONT_FILES:
+        r = Path(regular)
+        if r.is_file() and (r.parent / bold).is_file() and (r.parent / italic).is_file():
+            return r, r.parent / bold, r.parent / italic
+    return None
+
+
+class HandoutPDF(FPDF):
+    """An A4 page with the run and page number in its footer."""
+
+    def __init__(self, footer_text: str):
+        super().__init__(format="A4", unit="mm")
+        self.footer_text = footer_text
+        self.set_margins(20, 18, 20)
+        self.set_auto_page_break(True, margin=18)
+        files = font_files()
+        self.has_unicode = files is not None
+        if files:
+            for style, path in zip(("", "B", "I"), files):
+                self.add_font("Body", style, str(path))
+            self.body_font = "Body"
+        else:
+            self.body_font = "helvetica"
+
+    def text_of(self, text: str) -> str:
+        if self.has_unicode:
+            return text
+        for a, b in LATIN1_SPELLED.items():
+            text = text.replace(a, b)
+        return text.encode("latin-1", "replace").decode("latin-1")
+
+    def footer(self):
+        self.set_y(-12)
+        self.use_style("", 8, MUTED)
+        self.cell(0, 5, self.text_of(f"{self.footer_text} · page {self.page_no()}"), align="C")
+
+    def use_style(self, emphasis: str = "", size: float = 10.5, colour=(31, 35, 40)):
+        self.set_font(self.body_font, emphasis, size)
+        self.set_text_color(*colour)
+
+    def rich(self, text: str, size: float = 10.5, colour=(31, 35, 40), emphasis: str = "", gap: float = 1.6):
+        """A paragraph whose **bold** parts are bold (the claims' markdown), wrapped to the page."""
+        line = size * 0.48
+        for i, part in enumerate(re.split(r"\*\*", self.text_of(text))):
+            self.use_style("B" if i % 2 else emphasis, size, colour)
+            self.write(line, plain(part))
+        self.ln(line + gap)
+
+
+def figure_pdf(spec: dict) -> tuple[bytes, float, float]:
+    """A figure as a one-page vector PDF (vl-convert), with its size in points."""
+    data = vlc.vegalite_to_pdf(spec)
+    box = PdfReader(io.BytesIO(data)).pages[0].mediabox
+    return data, float(box.width), float(box.height)
+
+
+def place_figure(pdf: HandoutPDF, figure: Figure, placements: list[Placement]) -> None:
+    data, w_pt, h_pt = figure_pdf(figure.spec)
+    w = min(FIGURE_MAX_W, w_pt / MM)
+    h = w * h_pt / w_pt
+    if h > FIGURE_MAX_H:
+        w, h = w * FIGURE_MAX_H / h, FIGURE_MAX_H
+    room = pdf.h - pdf.b_margin - pdf.get_y() - CAPTION_ROOM - (6 if figure.label else 0)
+    if h > room and room >= FIGURE_MIN_H:  # shrink it onto this page rather than leave half a page empty
+        w, h = w * room / h, room
+    elif h > room:
+        pdf.add_page()
+    if figure.label:  # on the page of its figure
+        pdf.rich(f"**{figure.label}**", 10, gap=1)
+    x = pdf.l_margin + (pdf.epw - w) / 2
+    placements.append(Placement(pdf.page_no() - 1, x, pdf.get_y(), w, h, data))
+    pdf.set_y(pdf.get_y() + h + 1.5)
+
+
+def place_table(pdf: HandoutPDF, figure: Figure) -> None:
+    frame, formats = figure.table, figure.formats or {}
+    pdf.use_style("", 8.5)
+    with pdf.table(text_align="LEFT", line_height=4.6, first_row_as_headings=True) as table:
+        table.row([pdf.text_of(str(c)) for c in frame.columns])
+        for _, row in frame.iterrows():
+            cells = []
+            for c in frame.columns:
+                v = row[c]
+                cells.append("" if v != v or v is None else (formats[c] % v if c in formats else str(v)))
+            table.row([pdf.text_of(x) for x in cells])
+    pdf.ln(1.5)
+
+
+def write_title_page(pdf: HandoutPDF, h: Handout) -> None:
+    pdf.add_page()
+    pdf.use_style("B", 22)
+    pdf.multi_cell(0, 10, pdf.text_of("How a language model adds"), align="L")
+    pdf.rich(
+        "Zhou et al., Pre-trained Large Language Models Use Fourier Features to Compute Addition (NeurIPS 2024), "
+        "step by step on one model.",
+        11,
+        MUTED,
+        gap=5,
+    )
+    best = (
+        "Each step shows the shipped run that shows it best (the Tour's toggle was on); a note says where that is "
+        "not this run."
+        if h.best
+        else "Every step shows this run."
+    )
+    facts = [
+        ("Run", h.run_label),
+        ("Model", h.model),
+        ("Split", f"{h.split} ({h.n_questions:,} questions)"),
+        ("Accuracy", f"{h.accuracy_line} (the run's examples table)"),
+        ("Cache", h.version_line),
+        ("Made", f"{h.exported}, Fourier basis '{h.basis}'. {best}"),
+    ]
+    for name, value in facts:
+        pdf.rich(f"**{name}:** {value}", 10.5, gap=2.4)
+    pdf.ln(3)
+    pdf.rich(
+        "Each step: the question, the paper's finding (its model, its number), this run's measurement computed from "
+        "its tables, a verdict (Agrees, Partly, Does not agree, Not tested here) with its reason, the figure, and the "
+        "terms it uses. Every figure's caption says how many questions it rests on, from which split.",
+        10,
+        MUTED,
+    )
+
+
+def write_step(pdf: HandoutPDF, step: HandoutStep, placements: list[Placement]) -> None:
+    c = step.claim
+    pdf.add_page()
+    pdf.use_style("B", 16)
+    pdf.multi_cell(0, 8, pdf.text_of(step.title), align="L")
+    pdf.rich(step.question, 10.5, MUTED, "I", gap=2.5)
+    pdf.rich(f"**Predict first:** {step.predict}", 10.5, gap=0.8)
+    for letter, choice in zip("ABCDEFG", step.choices):
+        pdf.set_x(pdf.l_margin + 5)
+        pdf.rich(f"{letter}. {choice}", 10, gap=0.4)
+    pdf.ln(2)
+    pdf.rich(f"**The paper:** {c.paper}", 10.5)
+    pdf.use_style("B", 10.5, (255, 255, 255))
+    pdf.set_fill_color(*VERDICT_RGB[c.verdict])
+    word = pdf.text_of(VERDICT_WORDS[c.verdict])
+    pdf.cell(pdf.get_string_width(word) + 4, 6, word, fill=True, new_x="LMARGIN", new_y="NEXT")
+    pdf.set_fill_color(246, 248, 250)  # table headings
+    pdf.ln(1.5)
+    pdf.rich(f"**This run:** {c.short}", 10.5)
+    why = f" Why: {c.reason}." if c.reason else ""
+    pdf.rich(f"**{step.who}:** {c.measured}{why}", 9, MUTED)
+    for line in (step.note, step.missing):
+        if line:
+            pdf.rich(line, 9.5, (120, 80, 0))
+    for figure in step.figures:
+        if figure.spec is not None:
+            place_figure(pdf, figure, placements)
+        else:
+            if figure.label:
+                pdf.rich(f"**{figure.label}**", 10, gap=1)
+            place_table(pdf, figure)
+        pdf.rich(figure.caption, 8.5, MUTED, gap=3)
+    for name, definition in step.terms:
+        pdf.rich(f"**{name}:** {definition}", 8.5, MUTED, gap=0.8)
+
+
+def handout_pdf(h: Handout) -> bytes:
+    """The handout as PDF bytes: a title page, then every step from a new page with its figures as vector art."""
+    pdf = HandoutPDF(f"The Tour on {h.run_label}, {h.split} split")
+    pdf.set_title(f"How a language model adds: the Tour on {h.run_label}")
+    pdf.set_creator("scripts/handout.py")
+    placements: list[Placement] = []
+    write_title_page(pdf, h)
+    for step in h.steps:
+        write_step(pdf, step, placements)
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(bytes(pdf.output()))))
+    for p in placements:
+        page = writer.pages[p.page]
+        figure = PdfReader(io.BytesIO(p.pdf)).pages[0]
+        scale = p.w * MM / float(figure.mediabox.width)
+        top = float(page.mediabox.height) - p.y * MM
+        move = Transformation().scale(scale).translate(p.x * MM, top - float(figure.mediabox.height) * scale)
+        page.merge_transformed_page(figure, move)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
