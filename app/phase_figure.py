@@ -117,9 +117,9 @@ def shift_bars(run: RunReader):
         .configure_axis(labelFontSize=14 if big else 11, titleFontSize=14 if big else 12)
         .configure_legend(labelFontSize=14 if big else 11)
     )
-    questions = int(summary["n"].max() // max(1, len(set(run.table(Table.PHASE_SHIFT)["d"]))))
+    questions = len(run.table(Table.EXAMPLES))
     caption = (
-        f"Each module's waves of periods 2, 2.5, 5 and 10 moved by d = 1, 2 or 5 numbers over about {questions} "
+        f"Each module's waves of periods 2, 2.5, 5 and 10 moved by d = 1, 2 or 5 numbers over all {questions} "
         "questions; blue: share whose last digit moved by d, grey: a random edit of the same size (mean of "
         "draws); dashed: one half."
     )

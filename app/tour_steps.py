@@ -188,8 +188,10 @@ def logit_lens_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
 
 def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
     if run.has(Table.PHASE_SHIFT):  # the causal test first, the correlation beside it
-        return [_panel(shift_bars(run), "tour-shift"),
-                _panel(locking_heatmap(run), "tour-locking", "Phase locking: which waves follow the answer")]
+        every = questions(run, len(run.table(Table.EXAMPLES)))
+        return [_panel(shift_bars(run), "tour-shift", every),
+                _panel(locking_heatmap(run), "tour-locking", phase_questions(run),
+                       "Phase locking: which waves follow the answer")]
     if run.has(Table.PHASE_LOCKING):
         return [_panel(locking_heatmap(run), "tour-locking", phase_questions(run))]
     example = example_of(run)
