@@ -140,19 +140,22 @@ def submit_live(request: dict) -> LiveStatus:
     return live_queue().submit({k: v for k, v in request.items() if k != "key"})
 
 
-def _status_line(status: LiveStatus, label: str) -> tuple[str, float | None]:
-    """(one line for a waiting request, the progress bar's fraction or None)."""
+def status_line(status: LiveStatus, label: str, waited_s: float) -> tuple[str, float | None]:
+    """(one line for a waiting request, the progress bar's fraction or None). The seconds waited so far are in the
+    line, so the page visibly moves every second while it waits."""
+    waited = f"{waited_s:.0f} s so far"
     if status.state == "running" and status.total:
-        return f"{label}: {status.done:,} of {status.total:,} prompts (computed live, for everyone who asks)", (
-            status.done / status.total
+        return (
+            f"{label}: {status.done:,} of {status.total:,} prompts, computed live for everyone who asks ({waited})",
+            status.done / status.total,
         )
     if status.state == "running" or status.position <= 1:
-        return f"{label}: starting (loading the model the first time)…", 0.0
+        return f"{label}: starting (the model loads the first time; {waited})", 0.0
     ahead = status.position - 1
     eta = f", about {ahead * status.typical_s:.0f} s" if status.typical_s else ""
     return (
-        f"{label}: waiting, number {status.position} in this server's queue ({ahead} computation"
-        f"{'s' if ahead > 1 else ''} ahead{eta}; one at a time). This page updates itself.",
+        f"{label}: number {status.position} in this server's queue, {ahead} computation{'s' if ahead > 1 else ''} "
+        f"ahead{eta}; one runs at a time ({waited}).",
         None,
     )
 
@@ -163,14 +166,14 @@ def follow_live(request: dict, label: str) -> LiveStatus:
     queue = live_queue()
     box = st.empty()
     shown = None
-    deadline = time.monotonic() + MAX_WAIT_S
+    start = time.monotonic()
     status = queue.status(request["key"])
-    while time.monotonic() < deadline:
+    while time.monotonic() - start < MAX_WAIT_S:
         if status.state == "unknown":  # answered long ago and dropped, or never queued: ask again
             status = submit_live(request)
         if not status.waiting:
             break
-        line, fraction = _status_line(status, label)
+        line, fraction = status_line(status, label, time.monotonic() - start)
         if (line, fraction) != shown:
             if fraction is None:
                 box.info(line, icon=":material/hourglass_top:")

@@ -43,6 +43,8 @@ MAX_QUEUED = 12
 MAX_RESULTS = 64
 #: Times a request is started before it is given up (each start that did not finish lost its process).
 MAX_ATTEMPTS = 2
+#: The computations' log rolls over beyond this size.
+LOG_BYTES = 2**20
 #: Seconds an error answer is kept (a later request tries again).
 ERROR_KEPT_S = 60.0
 
@@ -192,8 +194,8 @@ class LiveQueue:
             return answer
         tickets = self._tickets()
         names = [t.stem.split("-", 1)[1] for t in tickets]
-        if key not in names:
-            return LiveStatus("unknown")
+        if key not in names:  # answered between the two looks (the answer is written before the ticket goes)?
+            return self._answer(key) or LiveStatus("unknown")
         self.ensure_runner()  # a waiting session keeps a runner alive in its process, should the computing one die
         status = LiveStatus("queued", position=names.index(key) + 1, queued=len(names), typical_s=self._typical_s())
         progress = _read_json(self.root / f"running-{key}.json")
@@ -261,15 +263,33 @@ class LiveQueue:
             result = {"error": f"The live computation failed ({type(exc).__name__}): use the cached table above."}
         with self._locked():
             self._finish(path, key, result)
+            self._log(
+                {"key": key, "pid": os.getpid(), "s": round(time.perf_counter() - t0, 3), "ok": "error" not in result}
+            )
         progress.unlink(missing_ok=True)
+
+    def _log(self, entry: dict) -> None:
+        """One line per computation in computed.log (what the fault runs count), kept under LOG_BYTES."""
+        log = self.root / "computed.log"
+        if log.exists() and log.stat().st_size > LOG_BYTES:
+            os.replace(log, log.with_suffix(".log.1"))
+        with open(log, "a") as fh:
+            fh.write(json.dumps(entry) + "\n")
+
+    def computations(self) -> list[dict]:
+        """Every computation logged (since the log last rolled over)."""
+        try:
+            return [json.loads(line) for line in (self.root / "computed.log").read_text().splitlines() if line]
+        except OSError:
+            return []
 
     def _finish(self, ticket: Path, key: str, result: dict) -> None:
         """Store the answer, drop the ticket, keep at most max_results answers (call with the queue locked)."""
+        kept = sorted((self.root / "results").glob("*.json"), key=lambda p: p.stat().st_mtime)
+        for old in kept[: max(0, len(kept) - self.max_results + 1)]:  # room for this one first: never over the bound
+            old.unlink(missing_ok=True)
         _write_json(self._result_path(key), {**result, "key": key, "at": time.time()})
         ticket.unlink(missing_ok=True)
-        kept = sorted((self.root / "results").glob("*.json"), key=lambda p: p.stat().st_mtime)
-        for old in kept[: max(0, len(kept) - self.max_results)]:
-            old.unlink(missing_ok=True)
 
 
 def live_root() -> Path:

@@ -87,8 +87,8 @@ class Session:
             self.errors.append(f"page fetch: {type(exc).__name__}: {exc}")
             return False
         try:
-            await self._connect()
-            if not await self._until_finished("open"):
+            await self.connect()
+            if not await self.until_finished("open"):
                 return False
         except Exception as exc:  # noqa: BLE001
             self.errors.append(f"websocket: {type(exc).__name__}: {exc}")
@@ -96,7 +96,7 @@ class Session:
         self.open_s = time.perf_counter() - t0
         return True
 
-    async def _connect(self, rerun: bool = True) -> None:
+    async def connect(self, rerun: bool = True) -> None:
         """A websocket to the server (through the proxy, with the cookies), then a run of the current page."""
         headers = {"Cookie": self.cookies} if self.cookies else {}
         self.ws = await websockets.connect(
@@ -124,7 +124,7 @@ class Session:
             return None
         t = time.perf_counter()
         await self.ws.send(msg.SerializeToString())
-        if not await self._until_finished(step.__name__):
+        if not await self.until_finished(step.__name__):
             return None
         took = time.perf_counter() - t
         self.changes.append(took)
@@ -144,8 +144,8 @@ class Session:
                 ok = False
             if ok:
                 try:
-                    await self._connect()
-                    if await self._until_finished("reconnect"):
+                    await self.connect()
+                    if await self.until_finished("reconnect"):
                         return time.perf_counter() - t0
                     return None
                 except Exception:  # noqa: BLE001 - refused or dropped again: keep trying, as the page does
@@ -192,7 +192,7 @@ class Session:
         """The worker the proxy keeps this session on (its cookie), or "-" without a proxy."""
         return sticky_worker(self.cookies)
 
-    async def _until_finished(self, what: str) -> bool:
+    async def until_finished(self, what: str) -> bool:
         """Read ForwardMsgs until this run's ScriptFinished; keep the page's elements; note errors."""
 
         self.elements, self.toasts, self.alerts = [], [], []

@@ -2,10 +2,12 @@ import streamlit as st
 
 from app import figures
 from app.chart_export import show_chart
+from app.csv_safety import spreadsheet_safe
 from app.furniture import intro, needs, origin_note
 from app.sidebar import page_view
+from app.uploads import MAX_UPLOAD_MB, read_upload, shown
 from app.url_state import to_url, url_state
-from core.analysis.behaviour import MAX_UPLOAD_ROWS, read_answers_csv
+from core.analysis.behaviour import MAX_UPLOAD_ROWS
 from core.errors import CoreError
 from core.paper import MULTIPLE_OF_10
 from core.runs import summaries
@@ -98,8 +100,8 @@ if run.has(Table.GENERATIONS):  # a model that writes numbers digit by digit: it
         )
     with st.expander("What the model wrote (first 50 questions)"):
         sub = gens[gens["shots"] == k].sort_values(["a", "b"]).head(50)
-        st.dataframe(
-            sub[["a", "b", "answer", "generated", "prediction", "correct"]],
+        st.dataframe(  # what the model wrote is untrusted text: the table's CSV export must not run it as a formula
+            spreadsheet_safe(sub[["a", "b", "answer", "generated", "prediction", "correct"]]),
             hide_index=True,
             column_config={"generated": st.column_config.TextColumn("what it wrote")},
         )
@@ -116,15 +118,14 @@ st.caption(
 
 st.subheader("Test another model's answers")
 st.markdown(
-    f"Upload a CSV with a header row `a,b,answer_given` (whole numbers, at most {MAX_UPLOAD_ROWS:,} rows): one line "
-    "per "
-    "question 'a + b', with the answer the model gave."
+    f"Upload a CSV with a header row `a,b,answer_given` (whole numbers, at most {MAX_UPLOAD_ROWS:,} rows, "
+    f"{MAX_UPLOAD_MB} MB): one line per question 'a + b', with the answer the model gave."
 )
 upload = st.file_uploader("CSV of answers", type=["csv"], accept_multiple_files=False)
 if upload is not None:
     try:
-        frame = read_answers_csv(upload.getvalue())
+        frame = read_upload(upload.getvalue())  # size, kind of file, encoding, shape, columns, numbers: one line
     except CoreError as exc:
-        st.error(str(exc))
+        st.error(shown(str(exc)), icon=":material/block:")
     else:
         error_report(frame["answer"], frame["answer_given"], f"answers in {upload.name}", "upload-errors")
