@@ -160,15 +160,26 @@ def training_runs(logs: dict[str, pd.DataFrame]) -> Evidence:
 # ----------------------------------------------------------------------------- figures of each step
 
 
-def locking_question(run: RunReader) -> str:
-    """Step 3's question, over the questions the run's locking table read (all of the split's, or a sample)."""
-    what = "does an attention or MLP layer's wave of period T peak at the answer mod T (locking R)?"
-    if not run.has(Table.PHASE_LOCKING):
-        return f"Across the questions, {what}"
-    e = phase_questions(run)
+def over(e: Evidence) -> str:
+    """ "all 3,419 test questions", or "16 of the 3,419 test questions (a sample)"."""
     if e.total == e.count:
-        return f"Over all {e.count:,} {e.split} questions: {what}"
-    return f"Over {e.count:,} of the {e.total:,} {e.split} questions (a sample): {what}"
+        return f"all {e.count:,} {e.split} questions"
+    return f"{e.count:,} of the {e.total:,} {e.split} questions (a sample)"
+
+
+def locking_question(run: RunReader) -> str:
+    """Step 3's question, over the questions the run's tables read (all of the split's, or a sample): the causal
+    test (phase_shift) where the run has it, the locking (phase_locking) otherwise."""
+    locking = "does an attention or MLP layer's wave of period T peak at the answer mod T (locking R)?"
+    if run.has(Table.PHASE_SHIFT):
+        shift = over(table_questions(run, run.table(Table.PHASE_SHIFT)))
+        return (
+            f"Over {shift}: when one module's waves of periods 2, 2.5, 5 and 10 are shifted, does the answer's last "
+            f"digit follow? And, over {over(phase_questions(run))}, {locking}"
+        )
+    if not run.has(Table.PHASE_LOCKING):
+        return f"Across the questions, {locking}"
+    return f"Over {over(phase_questions(run))}: {locking}"
 
 
 def said(text: str) -> Callable[[RunReader], str]:
@@ -188,10 +199,11 @@ def logit_lens_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
 
 def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
     if run.has(Table.PHASE_SHIFT):  # the causal test first, the correlation beside it
-        every = questions(run, len(run.table(Table.EXAMPLES)))
-        return [_panel(shift_bars(run), "tour-shift", every),
-                _panel(locking_heatmap(run), "tour-locking", phase_questions(run),
-                       "Phase locking: which waves follow the answer")]
+        shifted, locked = table_questions(run, run.table(Table.PHASE_SHIFT)), phase_questions(run)
+        return [
+            _panel(shift_bars(run), "tour-shift", shifted),
+            _panel(locking_heatmap(run), "tour-locking", locked, "Phase locking: which waves follow the answer"),
+        ]
     if run.has(Table.PHASE_LOCKING):
         return [_panel(locking_heatmap(run), "tour-locking", phase_questions(run))]
     example = example_of(run)
@@ -278,7 +290,7 @@ STEPS = [
         locking_question,
         Table.PHASE_LOCKING,
         locking_panels,
-        "Which kind of module has a wave that follows the answer's last digit (mod 10)?",
+        "Which kind of module computes the answer's last digit (its waves of period 2, 5 and 10 follow the answer)?",
         ("an attention layer", "an MLP layer", "both kinds", "neither"),
     ),
     Step(

@@ -13,6 +13,7 @@ from app.glossary import step_terms
 from app.run_loading import run_claims, runs_of_split, training_claim
 from app.sidebar import page_view
 from app.state import large
+from app.tour_classroom import ask_first, handout_button, prediction_note, reveal_switch, waiting
 from app.tour_steps import STEPS, Panel, StepInputs, choose_run
 from app.url_state import to_url, url_state
 from core.runs.origin import describe_run
@@ -23,6 +24,7 @@ runs = runs_of_split(view.split)
 
 url_state("step", 1, int, list(range(1, len(STEPS) + 1)))
 url_state("best", False, lambda t: str(t).lower() in ("1", "true", "yes", "on"))
+url_state("reveal", False, lambda t: str(t).lower() in ("1", "true", "yes", "on"))
 
 
 def move(delta):
@@ -48,17 +50,23 @@ left, mid, right = st.columns([1.2, 4, 1.2], vertical_alignment="center")
 left.button("◀ Back", on_click=move, args=(-1,), disabled=st.session_state["step"] == 1, width="stretch")
 right.button("Next ▶", on_click=move, args=(1,), disabled=st.session_state["step"] == len(STEPS), width="stretch")
 mid.progress(st.session_state["step"] / len(STEPS), text=f"Step {st.session_state['step']} of {len(STEPS)}")
-st.toggle(
-    "Show each step on the shipped run that shows it best",
-    key="best",
-    help="Off (the default): every step uses the run chosen in the sidebar. On: each step may switch to another "
-    "shipped run, "
-    "and a banner says which and why.",
-)
+switches, files = st.columns([4, 1.3], vertical_alignment="center")
+with switches:
+    st.toggle(
+        "Show each step on the shipped run that shows it best",
+        key="best",
+        help="Off (the default): every step uses the run chosen in the sidebar. On: each step may switch to another "
+        "shipped run, "
+        "and a banner says which and why.",
+    )
+    reveal_switch()
+with files:
+    handout_button(chosen, runs, basis, st.session_state["best"])
 
 choice = choose_run(step, chosen, runs, run_claims, training_claim, st.session_state["best"])
 shown, claim, others = choice.shown, choice.claim, ""
-if choice.switched_from is not None:
+hidden = waiting(step, shown, st.session_state["best"])  # predict-then-reveal: not yet revealed
+if choice.switched_from is not None and not hidden:
     mine = choice.switched_from
     st.warning(
         f"**This step shows {shown.label}**, not the run chosen in the sidebar: it is the shipped run that shows "
@@ -78,11 +86,17 @@ with text:
         if step.key in ("accuracy", "numbers"):
             st.markdown(describe_run(shown.manifest))
 
-    claim_box(claim, "These runs" if step.key == "training" else shown.label, details)
+    if hidden:
+        ask_first(step, shown, claim, st.session_state["best"])
+    else:
+        claim_box(claim, "These runs" if step.key == "training" else shown.label, details)
+        prediction_note(step)
     st.caption(step_terms(step.key))
 with figure:
     st.caption(step.question(shown))
-    if step.table is not None and not shown.has(step.table):
+    if hidden:
+        st.info("This run's measurement, its verdict and the figure appear when you press **Reveal**.")
+    elif step.table is not None and not shown.has(step.table):
         why = shown.not_applicable(step.table)
         st.info(
             f"{shown.label} cannot show this step"
@@ -99,4 +113,4 @@ with figure:
                     draw(panel)
             else:
                 draw(panel)
-to_url("step", "best")
+to_url("step", "best", "reveal")

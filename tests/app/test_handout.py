@@ -1,0 +1,244 @@
+"""The Tour's handout and its captions, on the shipped runs.
+
+Every caption's count is checked against the raw table the figure reads (read here with core.runs.cache, not
+through app/tour_steps.py), so a caption that claims more questions than its table holds fails; the HTML handout
+is opened in headless Chromium with every network request refused; the PDF is read back with pypdf; and the
+command line writes both files for the default run and a 2-layer run.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from pypdf import PdfReader
+
+from app.handout import build_handout, handout_html
+from app.handout_export import listed_runs, pick_run, write_handouts
+from app.handout_pdf import handout_pdf
+from app.tour_steps import STEPS, StepInputs, choose_run, training_logs_of
+from core.claims import registry
+from core.claims.features import claim_training
+from core.errors import CoreError
+from core.files import PROJECT_ROOT
+from core.runs.cache import read_table
+from core.runs.origin import run_origin
+from core.runs.reader import Table
+
+CACHE = PROJECT_ROOT / "cache"
+RUNS, _ = listed_runs(CACHE) if CACHE.is_dir() else ([], [])
+TWO_LAYER = "fourier-frozen-tied"
+#: "From 16 of the 3,419 test questions (...)"; "From 521 numbers"; "From 11 training runs"
+EVIDENCE = re.compile(r"From ([\d,]+)(?: of the ([\d,]+))? (?:(\w+) )?(questions?|numbers|training runs)\b")
+#: a count of questions anywhere in a step's words: "16 examples", "all 3419 test examples", "3,419 questions"
+#: (not the split's size after "of the": "16 of the 3,419 test questions")
+QUESTION_COUNT = re.compile(r"(?<!of the )(?<![\d,])(\d[\d,]*) (?:\w+ ){0,2}(?:questions|examples|prompts)\b")
+
+pytestmark = pytest.mark.skipif(not RUNS, reason="no shipped cache")
+
+
+def number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def table_count(run, step_key: str, panel_key: str) -> tuple[int, str]:
+    """(how many items the panel's figure rests on, their unit), from the raw table it reads."""
+    name, manifest = run.name, run.manifest
+    if panel_key in ("tour-final", "tour-waves", "tour-heat"):  # one question: the running example
+        return 1, "question"
+    if step_key == "logit_lens":
+        return int(read_table(CACHE, name, "layer_accuracy")["n"].max()), "questions"
+    if panel_key == "tour-shift":  # the causal test: every row shifts the waves of n questions
+        return int(read_table(CACHE, name, "phase_shift")["n"].max()), "questions"
+    if step_key == "module_waves":
+        return int(read_table(CACHE, name, "phase_locking")["n"].max()), "questions"
+    if step_key == "spectra":  # module_spectra is the mean over every question of the examples table
+        return len(read_table(CACHE, name, "examples")), "questions"
+    if step_key == "ablations":
+        return int(read_table(CACHE, name, "ablations")["n"].max()), "questions"
+    if step_key == "numbers":
+        return int(manifest["number_representations"]["n_numbers"]), "numbers"
+    if step_key == "training":
+        seeds = 0
+        for r in RUNS:
+            if "training_log" in r.manifest["tables"] and run_origin(r.manifest)["kind"] != "fine-tuned":
+                seeds += read_table(CACHE, r.name, "training_log")["seed"].nunique()
+        return seeds, "training runs"
+    raise AssertionError(f"no count rule for {step_key} {panel_key}")
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r.name[:40] for r in RUNS])
+def test_every_caption_counts_what_its_table_holds(run):
+    runs = [r for r in RUNS if r.split == run.split]
+    claims = {r.name: registry.run_claims(r) for r in runs}
+    n_split = len(read_table(CACHE, run.name, "examples")) if "examples" in run.manifest["tables"] else None
+    checked = 0
+    for step in STEPS:
+        choice = choose_run(step, run, runs, lambda r: claims[r.name], claim_training)
+        if step.table is not None and not run.has(step.table):
+            continue
+        for panel in step.panels(run, StepInputs("paper", claims[run.name], runs)):
+            found = EVIDENCE.search(panel.full_caption)
+            assert found, f"{step.key}: no count in the caption {panel.full_caption!r}"
+            count, unit = table_count(run, step.key, panel.key)
+            assert number(found.group(1)) == count, (step.key, panel.full_caption, count)
+            assert found.group(4).rstrip("s") == unit.rstrip("s"), (step.key, found.group(4), unit)
+            if unit.startswith("question"):
+                assert found.group(3) == run.split, (step.key, panel.full_caption)
+                assert number(found.group(2) or found.group(1)) == n_split
+                assert f"run: {run.label}" in panel.full_caption
+            if unit == "training runs":
+                assert "on the validation split" in panel.full_caption
+            checked += 1
+        # the step's question and claim never count more questions than the table the step reads
+        words = [step.question(run), choice.claim.measured, choice.claim.short]
+        if step.key != "training" and step.table is not None and run.has(step.table) and n_split is not None:
+            holds = table_count(run, step.key, "")[0] if step.key in ("module_waves", "logit_lens") else n_split
+            if step.key == "module_waves" and run.has(Table.PHASE_SHIFT):
+                holds = max(holds, table_count(run, step.key, "tour-shift")[0])
+            for text in words:
+                for m in QUESTION_COUNT.finditer(text):
+                    assert number(m.group(1)) <= holds, (step.key, text)
+                if holds < n_split:
+                    assert not re.search(r"every question|all (the )?questions|all [\d,]+ ", text), (step.key, text)
+    assert checked >= (1 if n_split is None else 7)
+
+
+def test_step_three_says_how_many_questions_on_the_default_run():
+    run = pick_run(RUNS, None)
+    n = int(read_table(CACHE, run.name, "phase_locking")["n"].max())
+    total = len(read_table(CACHE, run.name, "examples"))
+    question = STEPS[2].question(run)
+    said = f"{n:,} of the {total:,} {run.split} questions (a sample)" if n < total else f"all {total:,} {run.split}"
+    assert f"Over {said}" in question or f"over {said}" in question, question
+
+
+@pytest.fixture(scope="module")
+def handouts():
+    """The handouts of the default run and of a 2-layer run (built once for the tests below)."""
+    out = {}
+    for asked in (None, TWO_LAYER):
+        run = pick_run(RUNS, asked)
+        runs = [r for r in RUNS if r.split == run.split]
+        out[run.n_layers] = build_handout(run, runs, registry.run_claims, claim_training)
+    assert 2 in out and max(out) >= 30, sorted(out)
+    return out
+
+
+def test_handout_html_has_every_step_and_needs_nothing_outside(handouts):
+    for h in handouts.values():
+        page = handout_html(h)
+        for step in STEPS:
+            assert f'id="step-{STEPS.index(step) + 1}"' in page and step.title in page
+        shown = [s for s in h.steps if not s.missing]
+        assert page.count("<svg") == sum(1 for s in shown for f in s.figures if f.spec is not None) >= 7
+        assert h.run_label in page and h.accuracy_line in page and h.version_line in page
+        # nothing to fetch: no src/href to another file or address, no @import, no external script
+        assert not re.search(r"""\ssrc=|<link|@import|url\((?!#)|href="(?!#)""", page), "an external reference"
+        assert not re.findall(r"https?://(?!www\.w3\.org/)", page), "an address other than SVG's namespace"
+        # ids stay unique across the inline figures (a shared gradient id would colour another figure)
+        ids = re.findall(r'\bid="([^"]+)"', page)
+        assert len(ids) == len(set(ids))
+
+
+def test_handout_pdf_has_every_step_with_its_figures(handouts):
+    for h in handouts.values():
+        reader = PdfReader(io.BytesIO(handout_pdf(h)))
+        text = " ".join(p.extract_text() for p in reader.pages)
+        text = re.sub(r"\s+", " ", text)
+        assert "How a language model adds" in text and h.accuracy_line in text
+        for s in h.steps:
+            assert s.title in text, s.title
+        # the figures are stamped in as vector art: their titles and axis titles are text of the PDF
+        assert "Logit-lens accuracy by layer" in text and "frequency k" in text
+        assert len(reader.pages) >= 1 + len(h.steps)
+
+
+def test_a_bad_request_is_one_line_that_says_what_to_do(tmp_path):
+    with pytest.raises(CoreError, match="no run matches 'zzz'; the runs: "):
+        pick_run(RUNS, "zzz")
+    with pytest.raises(CoreError, match="matches [0-9]+ runs; name one of them"):
+        pick_run(RUNS, "smollm2")
+    with pytest.raises(CoreError, match="no cache folder"):
+        write_handouts(tmp_path / "nowhere", tmp_path)
+    with pytest.raises(CoreError, match="unknown format doc"):
+        write_handouts(CACHE, tmp_path, formats=("doc",))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(CoreError, match="cannot write the handout into"):
+        write_handouts(CACHE, blocked / "sub", TWO_LAYER, formats=("html",))
+
+
+@pytest.mark.slow
+def test_the_command_writes_both_files_for_the_default_and_a_two_layer_run(tmp_path):
+    """From a clone: scripts/handout.py writes the HTML and the PDF with every step (as `bash run.sh handout`)."""
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), OMP_NUM_THREADS="1")
+    for asked in ([], ["--run", TWO_LAYER]):
+        done = subprocess.run(
+            [sys.executable, "scripts/handout.py", "--out", str(tmp_path), *asked],
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.count("wrote ") == 2 and "WARNING" not in done.stderr
+    htmls, pdfs = sorted(tmp_path.glob("*.html")), sorted(tmp_path.glob("*.pdf"))
+    assert len(htmls) == len(pdfs) == 2
+    for page in htmls:
+        text = page.read_text(encoding="utf-8")
+        assert all(s.title in text for s in STEPS)
+    bad = subprocess.run(
+        [sys.executable, "scripts/handout.py", "--run", "zzz", "--out", str(tmp_path)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("handout: no run matches") and bad.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_the_html_opens_offline_as_handout_slides_and_reveal(handouts, tmp_path):
+    """Headless Chromium with every request but the file itself refused: the steps draw, the Slides button shows
+    one step a screen, and predict-then-reveal hides each measurement until Reveal."""
+    browser_mod = pytest.importorskip("app.browser")
+    if not browser_mod.chromium_path():
+        pytest.skip("chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    path = tmp_path / "handout.html"
+    path.write_text(handout_html(handouts[2]), encoding="utf-8")
+    asked = []
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=browser_mod.chromium_path(), args=browser_mod.CHROMIUM_ARGS)
+        page = b.new_page(viewport={"width": 1024, "height": 768})
+        page.on("request", lambda r: asked.append(r.url))
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+        page.goto(path.as_uri())
+        assert page.locator("section.step").count() == len(STEPS) + 1
+        assert page.locator("section.step svg").count() >= 7
+        page.click("#slides-button")
+        assert page.locator("section.step:visible").count() == 1
+        page.keyboard.press("ArrowRight")
+        assert page.inner_text("#position") == f"Step 1 of {len(STEPS)}"
+        assert page.locator("#step-1 h2").is_visible()
+        page.check("#reveal-mode")
+        assert not page.locator("#step-1 .headline").is_visible()
+        assert not page.locator("#step-1 figure").first.is_visible()
+        assert page.locator("#step-1 .predict").is_visible()
+        page.click("#step-1 .reveal-button")
+        assert page.locator("#step-1 .headline").is_visible() and page.locator("#step-1 figure").first.is_visible()
+        b.close()
+    assert [u for u in asked if not u.startswith("file:")] == []
+
+
+def test_training_logs_are_the_small_models_only():
+    logs = training_logs_of(RUNS)
+    assert logs and all("fine-tuned" not in name for name in logs)
