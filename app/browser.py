@@ -143,3 +143,70 @@ def upload(b, url: str, file: Path) -> str:
         return page.inner_text("body")
     finally:
         page.close()
+
+
+#: What `layout_problems` measures in the page (JavaScript): each drawn chart's titles against its width, its
+#: axis and legend text sizes, and its tick labels that overlap their neighbours on the same axis.
+_LAYOUT_JS = """
+(minPx) => {
+  const out = [];
+  const box = (e) => e.getBoundingClientRect();
+  // a label's four corners on screen, rotation included, shrunk by half a pixel (touching is not overlapping)
+  const corners = (t) => {
+    const b = t.getBBox(), m = t.getScreenCTM();
+    return [[b.x + .5, b.y + .5], [b.x + b.width - .5, b.y + .5], [b.x + b.width - .5, b.y + b.height - .5],
+            [b.x + .5, b.y + b.height - .5]].map(([x, y]) => [m.a * x + m.c * y + m.e, m.b * x + m.d * y + m.f]);
+  };
+  // two convex quadrilaterals overlap unless some edge's normal separates them
+  const intersect = (p, q) => {
+    for (const poly of [p, q])
+      for (let i = 0; i < 4; i++) {
+        const [x1, y1] = poly[i], [x2, y2] = poly[(i + 1) % 4], nx = y1 - y2, ny = x2 - x1;
+        const proj = (r) => r.map(([x, y]) => x * nx + y * ny);
+        const a = proj(p), c = proj(q);
+        if (Math.max(...a) <= Math.min(...c) || Math.max(...c) <= Math.min(...a)) return false;
+      }
+    return true;
+  };
+  const visible = (t) => {
+    const g = t.closest('g');
+    const op = parseFloat(t.getAttribute('opacity') ?? (g && g.getAttribute('opacity')) ?? '1');
+    return op > 0 && t.textContent.trim() !== '' && getComputedStyle(t).visibility !== 'hidden';
+  };
+  document.querySelectorAll('.vega-embed svg.marks').forEach((svg, i) => {
+    const frame = box(svg);
+    const name = (svg.querySelector('.role-title-text text') || {}).textContent || `chart ${i + 1}`;
+    svg.querySelectorAll('.role-title-text text, .role-title-subtitle text').forEach((t) => {
+      const b = box(t);
+      if (t.textContent.endsWith('…') || b.right > frame.right + 1 || b.left < frame.left - 1)
+        out.push(`title cut or wider than its chart (${Math.round(b.width)} px in ${Math.round(frame.width)}): ` +
+                 `"${t.textContent}"`);
+    });
+    if (minPx) {
+      svg.querySelectorAll('.role-axis-label text, .role-axis-title text, .role-legend-label text, ' +
+                           '.role-legend-title text').forEach((t) => {
+        const px = parseFloat(t.getAttribute('font-size') || getComputedStyle(t).fontSize);
+        if (visible(t) && px < minPx) out.push(`"${name}": text "${t.textContent}" is ${px} px (< ${minPx})`);
+      });
+    }
+    svg.querySelectorAll('.role-axis').forEach((axis) => {
+      const labels = Array.from(axis.querySelectorAll('.role-axis-label text')).filter(visible).map(corners);
+      for (let a = 0; a < labels.length; a++)
+        for (let b = a + 1; b < labels.length; b++)
+          if (intersect(labels[a], labels[b])) {
+            out.push(`"${name}": tick labels overlap`);
+            return;
+          }
+    });
+  });
+  document.querySelectorAll('[data-testid="stException"], [data-testid="stAlertContentError"]')
+    .forEach((e) => out.push('error box: ' + e.innerText.slice(0, 200)));
+  return out;
+}
+"""
+
+
+def layout_problems(page, large: bool) -> list[str]:
+    """What a projector audience could not read on the page as drawn now: a chart title cut or wider than its
+    chart, overlapping tick labels, an error box, and (presentation mode) axis or legend text under 14 px."""
+    return page.evaluate(_LAYOUT_JS, 14 if large else 0)

@@ -367,11 +367,24 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
     return styled(chart, title), data, caption
 
 
-def top_periods_bars(run: RunReader, basis: str, last_layers: int = 15, top: int = 6):
+def top_periods_bars(
+    run: RunReader, basis: str, last_layers: int = 15, top: int = 6, low_share: dict | None = None, tau: int = 50
+):
     """MLP and attention side by side at the periods either of them carries most (mean over the last
-    layers), as grouped bars: readable on a projector, unlike a heatmap of 260 thin columns."""
+    layers), as grouped bars: readable on a projector, unlike a heatmap of 260 thin columns. `low_share`
+    (module -> share of the mean spectrum's energy below `tau`, the step 4 claim's numbers) goes into the legend."""
     n = min(last_layers, run.n_layers)
     data, order = summaries.strongest_periods(run.table(Table.MODULE_SPECTRA), basis, n, run.basis(basis).k_max, top)
+    legend = alt.Legend(orient="top")
+    if low_share:
+        names = summaries.MODULE_NAMES
+        said = {names[m]: f"{names[m]}: {low_share[m]:.1%} of energy below tau = {tau}" for m in ("mlp", "attn")}
+        legend = alt.Legend(
+            orient="top",
+            direction="vertical",
+            labelLimit=0,
+            labelExpr=f"datum.label == 'MLP' ? '{said['MLP']}' : '{said['Attention']}'",
+        )
     chart = (
         alt.Chart(data)
         .mark_bar()
@@ -379,7 +392,7 @@ def top_periods_bars(run: RunReader, basis: str, last_layers: int = 15, top: int
             x=alt.X("period T:N", title="period T (numbers per repetition)", sort=order, axis=alt.Axis(labelAngle=0)),
             xOffset=alt.XOffset("module:N"),
             y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
-            color=alt.Color("module:N", title=None, scale=MODULE_COLOURS, legend=alt.Legend(orient="top")),
+            color=alt.Color("module:N", title=None, scale=MODULE_COLOURS, legend=legend),
             tooltip=[
                 "module",
                 "k",
@@ -393,6 +406,8 @@ def top_periods_bars(run: RunReader, basis: str, last_layers: int = 15, top: int
         f"layer{'s' if n > 1 else ''}), long to short: short periods (2, 2.5, 5, 10) tell the last digit, long ones "
         "the size."
     )
+    if low_share:
+        caption += f" Legend: the share of each module's mean spectrum below tau = {tau}, over all frequencies."
     return styled(chart, f"Strongest periods, MLP vs attention — {run.label}", height=280), data, caption
 
 

@@ -11,6 +11,7 @@ import streamlit as st
 from app.run_loading import run_claims, valid_runs
 from app.state import cache_dir, current_view, large
 from app.url_state import to_url, url_state
+from core.claims.base import VERDICT_LABELS, VERDICT_MEANINGS, VERDICTS
 from core.claims.registry import PAPER_SHORT
 from core.runs.origin import fine_tuning_text
 from core.runs.reader import RunReader, Table
@@ -42,12 +43,15 @@ def no_runs_message() -> None:
         st.error("These runs failed their checks and are skipped: " + ", ".join(b["name"] for b in broken))
 
 
-BADGE = {
-    "agrees": ":green-badge[Agrees]",
-    "partly": ":orange-badge[Partly]",
-    "does not": ":red-badge[Does not agree]",
-    "not tested": ":gray-badge[Not tested here]",
+#: The colour of each verdict's badge; its word is core.claims.base.VERDICT_LABELS' (defined on the Terms page).
+BADGE_COLOURS = {
+    "agrees": "green",
+    "partly": "orange",
+    "does not": "red",
+    "not tested": "gray",
+    "does not apply": "gray",
 }
+BADGE = {v: f":{BADGE_COLOURS[v]}-badge[{VERDICT_LABELS[v]}]" for v in VERDICTS}
 
 
 def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
@@ -61,31 +65,33 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
         st.markdown(what_to_look_for)
     v = current_view()
     if claim and v is not None:
-        run = v.run
-        c = run_claims(run)[claim]
-        if c.numbers.get("not_applicable"):  # the page's own box below says why
+        c = run_claims(v.run)[claim]
+        if c.verdict == "does not apply":  # the page's own box below says why
             st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}")
             return
-        claim_box(c, run.label)
+        claim_box(c)
 
 
-def claim_box(c, who: str, details=None) -> None:
-    """A claim as the pages and the Tour show it: the verdict, the paper's finding and this run's
-    measurement with the reason. On a projector (presentation mode) the paper's finding in a line and
-    the run's headline, with every number (and `details`, a callable that draws more) in an expander."""
-    why = f" *Why: {c.reason}.*" if c.reason else ""
-    if large():
-        st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {PAPER_SHORT.get(c.step, c.paper)}")
-        st.markdown(f"**This run:** {c.short}")
-        with st.expander("All the numbers, and why"):
-            st.markdown(f"**{who}:** {c.measured}{why}")
-            if details:
-                details()
-    else:
-        st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}")
-        st.markdown(f"**{who}:** {c.measured}{why}")
+def claim_box(c, who: str = "This run", line: str | None = None, details=None) -> None:
+    """A claim as the pages and the Tour show it: the verdict's badge beside the paper's finding, then one
+    line of what `who` measures (`line`, default the claim's headline), and under "All the numbers, and why"
+    the reason for the verdict, every number of the measurement and `details` (a callable that draws more).
+    The badge and the reason are the same rule's output (the claim's verdict and reason). On a projector
+    (presentation mode) the paper's finding is its short form."""
+    paper = PAPER_SHORT.get(c.step, c.paper) if large() else c.paper
+    st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {paper}")
+    st.markdown(f"**{who}:** {line or c.short}")
+    with st.expander("All the numbers, and why"):
+        st.markdown(f"**Why “{VERDICT_LABELS[c.verdict]}”:** {why_sentence(c)}")
+        st.markdown(c.measured)
         if details:
             details()
+
+
+def why_sentence(c) -> str:
+    """The reason for a claim's verdict: the rule's own reason, else what the verdict means."""
+    reason = c.reason or VERDICT_MEANINGS[c.verdict]
+    return reason[:1].upper() + reason[1:].rstrip(".") + "."
 
 
 def needs(run: RunReader, *tables: Table) -> None:

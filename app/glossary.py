@@ -52,6 +52,89 @@ TERMS = {
     "on: 1 = perfectly, 0 = no better than guessing.",
     "validation split": "Questions kept out of training and used to choose a model (when to stop, which stage).",
     "test split": "Questions kept out of training and of every choice, scored once at the end: the honest score.",
+    "split": "One of the three parts the questions are divided into: training (the model learns from it), validation "
+    "(used to choose) and test (scored once at the end).",
+    "token": "A piece of text the model reads or writes as one unit. GPT-2 has one token for each number 0..520; "
+    "SmolLM2 writes numbers digit by digit, as several tokens.",
+    "layer": "One block of the model: an attention part and an MLP part, each adding its output to the residual "
+    "stream. Layer 0 is the embeddings; a 30-layer model has blocks 1 to 30.",
+    "attention": "The part of each layer that lets the vector at one position read from the other positions (here: "
+    "the answer position reads the two numbers). The paper finds attention mostly picks the last digit.",
+    "MLP": "Multi-layer perceptron: the part of each layer that transforms the vector at each position on its own. "
+    "The paper finds MLPs mostly place the size of the answer.",
+    "module": "An attention part or an MLP part of one layer: 'MLP 30' is layer 30's MLP.",
+    "spectrum": "How strong each frequency is in a vector over the numbers: the sizes of its Fourier components.",
+    "outlier": "A frequency far stronger than the others: here, above what the same numbers in shuffled order reach.",
+    "phase": "Where a wave's peaks sit along the number line.",
+    "probe": "A simple straight-line classifier trained to read one property (such as n mod 10) off the model's "
+    "vectors. If it reads numbers it was not trained on, the property is written there plainly.",
+    "t-SNE": "A way to draw many-dimensional vectors as points on a page so that neighbours stay neighbours; the "
+    "distances between far-apart groups mean little.",
+    "pre-training": "A language model's first, long training on a large amount of text, before any task.",
+    "fine-tuning": "Training an already pre-trained model some more on one task (here: the addition questions).",
+    "LoRA": "Low-rank adaptation: fine-tuning that learns a small change (two thin matrices) to each weight matrix "
+    "instead of changing every weight.",
+    "epoch": "One pass of training over every training question.",
+    "seed": "The number that starts a training run's random choices (first weights, order of questions). Runs with "
+    "other seeds show how much a result owes to luck.",
+    "k-shot": "Asking a model that was not fine-tuned, with k solved examples in the prompt (4-shot: four solved sums, "
+    "then the question); 0-shot: the question alone.",
+    "LLM": "Large language model: a network trained on a large amount of text to predict the next token.",
+    "parameters": "The numbers a model learns (its weights). SmolLM2-135M has 135 million.",
+    "quantization": "Storing a model's weights with fewer bits to make it smaller (Q4_1: about 4 bits per weight).",
+    "p-value": "How often chance alone would give a result at least this strong. Below 0.01: chance is an unlikely "
+    "explanation.",
+}
+
+#: Words a class may not know, as the pages write them (regular expressions, matched case-insensitively unless
+#: they contain a capital), each with the TERMS entry that explains it. The one word list: a test reads every
+#: page's labels, captions, badges and chart titles and fails on a listed word without an entry, and on an
+#: acronym that is not listed here (tests/app/test_words.py).
+JARGON = {
+    r"\blogits?\b": "logit",
+    r"\bW_U\b|\bunembedding\b": "W_U",
+    r"\bresidual stream\b": "residual stream",
+    r"\blogit lens\b": "logit lens",
+    r"\bfinal norm\b": "final norm",
+    r"\bmodule logits\b": "module logits",
+    r"\bmodules?\b": "module",
+    r"\bFourier\b": "Fourier component",
+    r"\bfrequenc(y|ies)\b": "frequency k",
+    r"\bperiods?\b": "period",
+    r"\btau\b": "cutoff tau",
+    r"\blow-pass\b": "low-pass",
+    r"\bhigh-pass\b": "high-pass",
+    r"\bbasis\b|\bDFT\b": "basis",
+    r"\block(s|ing)?\b|\bR = ": "locking R",
+    r"\bchance threshold\b|\bshuffle": "chance threshold",
+    r"\bablations?\b": "ablation",
+    r"\brandom control\b": "random control",
+    r"\brank\b": "rank",
+    r"\berased\b": "erased",
+    r"\bembeddings?\b": "embedding",
+    r"\bkappa\b": "Cohen's kappa",
+    r"\bvalidation\b": "validation split",
+    r"\btest split\b": "test split",
+    r"\bsplits?\b": "split",
+    r"\btokens?\b|\btokenizer\b": "token",
+    r"\blayers?\b": "layer",
+    r"\battention\b": "attention",
+    r"\bMLPs?\b": "MLP",
+    r"\bspectr(um|a)\b": "spectrum",
+    r"\boutliers?\b": "outlier",
+    r"\bphase\b": "phase",
+    r"\bprobes?\b": "probe",
+    r"\bt-SNE\b": "t-SNE",
+    r"\bpre-train": "pre-training",
+    r"\bfine-tun": "fine-tuning",
+    r"\bLoRA\b": "LoRA",
+    r"\bepochs?\b": "epoch",
+    r"\bseeds?\b": "seed",
+    r"\b(k|\d+)-shot\b": "k-shot",
+    r"\bLLMs?\b": "LLM",
+    r"\bparameters\b": "parameters",
+    r"\bquantiz|\bQ4_1\b": "quantization",
+    r"\bp = \d|\bp-value": "p-value",
 }
 
 #: The terms each Tour step uses, shown beside it.

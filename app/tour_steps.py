@@ -15,9 +15,9 @@ import pandas as pd
 
 from app import figures, number_figures, training_figures
 from app.phase_figure import locking_heatmap, shift_bars
-from core.claims.base import Claim
+from core.claims.base import Claim, pct
 from core.claims.registry import best_run
-from core.paper import TABLE1_TAU
+from core.paper import ACCURACY, TABLE1_TAU
 from core.runs import summaries, training_summaries
 from core.runs.origin import run_origin
 from core.runs.reader import RunReader, Table
@@ -213,7 +213,9 @@ def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
 def spectrum_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     # module_spectra holds the mean over every question of the split (core.runs.measure): the examples table's rows
     evidence = questions(run, len(run.table(Table.EXAMPLES)))
-    return [_panel(figures.top_periods_bars(run, inputs.basis), "tour-spec", evidence)]
+    shares = inputs.claims["spectra"].numbers.get("low_share")  # the numbers the step's line quotes, in the legend
+    chart = figures.top_periods_bars(run, inputs.basis, low_share=shares, tau=TABLE1_TAU)
+    return [_panel(chart, "tour-spec", evidence)]
 
 
 def waves_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
@@ -394,3 +396,69 @@ def choose_run(
     if pick == chosen.name:
         return StepChoice(chosen, per_run[chosen.name])
     return StepChoice(by_name[pick], per_run[pick], per_run[chosen.name])
+
+
+# ----------------------------------------------------------------------------- what a step says beside its figure
+
+#: The Fourier basis every step reads: the paper's, the one the verdicts are judged in (core.claims).
+TOUR_BASIS = "paper"
+#: The sidebar controls a step does not follow, because its verdict is judged at the paper's setting.
+FIXED_SETTINGS = {"spectra": ("tau", "basis"), "waves": ("basis",), "ablations": ("tau",), "numbers": ("basis",)}
+#: The pages where each sidebar control is used.
+CONTROL_PAGES = {"tau": ("Spectra", "Ablations"), "basis": ("Spectra", "Waves", "Numbers")}
+
+
+def step_tau(step: Step, run: RunReader) -> int:
+    """The cutoff tau a step reads: the paper's (50), or for the ablations the run's cached tau nearest to it."""
+    if step.key == "ablations" and run.has(Table.ABLATIONS):
+        return int(summaries.nearest_tau(run.table(Table.ABLATIONS), TABLE1_TAU))
+    return TABLE1_TAU
+
+
+def settings_note(step: Step, run: RunReader, tau: int, basis: str) -> str:
+    """One sentence when the step does not follow a sidebar control set otherwise (tau, basis), or the sidebar's
+    run at all (step 8): which setting the step shows and where the sidebar's is used. Empty when they agree."""
+    if step.key == "training":
+        return "This step compares the small models trained here; the run chosen in the sidebar is not used."
+    fixed = FIXED_SETTINGS.get(step.key, ())
+    mine = {"tau": step_tau(step, run), "basis": TOUR_BASIS}
+    theirs = {"tau": int(tau), "basis": basis}
+    differ = [c for c in fixed if mine[c] != theirs[c]]
+    if not differ:
+        return ""
+    said = {"tau": f"tau = {mine['tau']}", "basis": f"{TOUR_BASIS} basis"}
+    side = {"tau": f"tau = {theirs['tau']}", "basis": f"{theirs['basis']} basis"}
+    pages = list(dict.fromkeys(p for c in differ for p in CONTROL_PAGES[c]))
+    return (
+        f"Shown at the paper's {' and '.join(said[c] for c in differ)}, where its verdict is judged; the sidebar's "
+        f"{' and '.join(side[c] for c in differ)} apply on the {', '.join(pages[:-1])} and {pages[-1]} pages."
+    )
+
+
+#: Said after a line whose numbers are over every question when the figure shows one of them.
+ONE_OF_THEM = "The figure shows one of these questions"
+
+
+def run_line(step: Step, claim: Claim, run: RunReader) -> str:
+    """The one line beside the badge about the shown run: its numbers can be found in the step's figure, or the
+    line says where they come from. Step 1 sets this run's test accuracy beside the paper's test accuracy (the
+    validation figure, on which the verdict is judged, is with the other numbers under the line)."""
+    n = claim.numbers
+    if step.key == "accuracy" and "accuracy" in n:
+        return (
+            f"{pct(n['accuracy'])} of its {n['n']} {run.split} prompts right (the paper's GPT-2-XL: "
+            f"{ACCURACY['GPT-2-XL fine-tuned']}% of its test prompts)."
+        )
+    if step.key == "waves" and claim.verdict != "does not apply":
+        example = example_of(run).name.replace("+", " + ")
+        return f"{claim.short.rstrip('.')}. {ONE_OF_THEM}, {example}."
+    return claim.short
+
+
+def who_line(step: Step, choice: StepChoice, short_label: str) -> str:
+    """Whom the line beside the badge speaks of: "This run" only for the sidebar's run itself."""
+    if step.key == "training":
+        return "The small models trained here"
+    if choice.switched_from is not None:
+        return f"Shown run ({short_label})"
+    return "This run"

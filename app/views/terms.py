@@ -1,9 +1,11 @@
-"""Terms: every word the dashboard uses, in plain language (the Tour shows each step's terms beside it)."""
+"""Terms: every word the dashboard uses, in plain language (the Tour shows each step's terms beside it), and
+what each verdict badge means."""
 
 import streamlit as st
 
-from app.furniture import intro
+from app.furniture import BADGE, intro
 from app.glossary import TERMS
+from core.claims.base import VERDICT_MEANINGS
 
 intro(
     "Terms: the words on these pages",
@@ -12,3 +14,7 @@ intro(
 )
 for name, text in sorted(TERMS.items(), key=lambda kv: kv[0].lower()):
     st.markdown(f"**{name}**: {text}")
+st.subheader("Verdicts")
+st.caption("Every Tour step and page sets the paper's finding beside the run's measurement with one of these badges.")
+for verdict, meaning in VERDICT_MEANINGS.items():
+    st.markdown(f"{BADGE[verdict]} &nbsp; {meaning}")

@@ -11,15 +11,26 @@ from app.chart_export import show_chart
 from app.furniture import BADGE, claim_box
 from app.glossary import step_terms
 from app.run_loading import run_claims, runs_of_split, training_claim
-from app.sidebar import page_view
+from app.sidebar import page_view, short_label
 from app.state import large
 from app.tour_classroom import ask_first, handout_button, prediction_note, reveal_switch, waiting
-from app.tour_steps import STEPS, Panel, StepInputs, choose_run
+from app.tour_steps import (
+    STEPS,
+    TOUR_BASIS,
+    Panel,
+    StepInputs,
+    choose_run,
+    run_line,
+    settings_note,
+    who_line,
+)
 from app.url_state import to_url, url_state
+from core.claims.base import VERDICT_LABELS, pct
+from core.paper import ACCURACY
 from core.runs.origin import describe_run
 
 view = page_view()
-chosen, basis = view.run, view.basis
+chosen = view.run
 runs = runs_of_split(view.split)
 
 url_state("step", 1, int, list(range(1, len(STEPS) + 1)))
@@ -61,7 +72,7 @@ with switches:
     )
     reveal_switch()
 with files:
-    handout_button(chosen, runs, basis, st.session_state["best"])
+    handout_button(chosen, runs, TOUR_BASIS, st.session_state["best"])
 
 choice = choose_run(step, chosen, runs, run_claims, training_claim, st.session_state["best"])
 shown, claim, others = choice.shown, choice.claim, ""
@@ -70,8 +81,8 @@ if choice.switched_from is not None and not hidden:
     mine = choice.switched_from
     st.warning(
         f"**This step shows {shown.label}**, not the run chosen in the sidebar: it is the shipped run that shows "
-        "this "
-        f"step best ({claim.verdict}; yours: {mine.verdict}). Switch off the toggle above to stay on your run.",
+        f"this step best ({VERDICT_LABELS[claim.verdict]}; yours: {VERDICT_LABELS[mine.verdict]}). Switch off the "
+        "toggle above to stay on your run.",
         icon=":material/swap_horiz:",
     )
     others = f"On your choice, {chosen.label}: {BADGE[mine.verdict]} {mine.measured}"
@@ -86,14 +97,18 @@ with text:
         if step.key in ("accuracy", "numbers"):
             st.markdown(describe_run(shown.manifest))
 
+    who = who_line(step, choice, short_label(shown.label))
     if hidden:
         ask_first(step, shown, claim, st.session_state["best"])
     else:
-        claim_box(claim, "These runs" if step.key == "training" else shown.label, details)
+        claim_box(claim, who, run_line(step, claim, shown) if step.key != "training" else None, details)
         prediction_note(step)
     st.caption(step_terms(step.key))
 with figure:
     st.caption(step.question(shown))
+    note = settings_note(step, shown, view.tau, view.basis)
+    if note:
+        st.caption(f":material/tune: {note}")
     if hidden:
         st.info("This run's measurement, its verdict and the figure appear when you press **Reveal**.")
     elif step.table is not None and not shown.has(step.table):
@@ -104,7 +119,13 @@ with figure:
             + " Switch on the toggle above to see it on the shipped run that shows it best."
         )
     else:
-        panels = step.panels(shown, StepInputs(basis, run_claims(shown), runs))
+        if step.key == "accuracy" and "accuracy" in claim.numbers:  # the paper's test figure beside this run's
+            paper, mine_now = st.columns(2)
+            paper.metric("Paper: GPT-2-XL, test split", f"{ACCURACY['GPT-2-XL fine-tuned']}%")
+            mine_now.metric(
+                f"This run: {claim.numbers['n']} {shown.split} prompts", pct(claim.numbers["accuracy"])
+            )
+        panels = step.panels(shown, StepInputs(TOUR_BASIS, run_claims(shown), runs))
         if step.key == "training" and not panels:
             st.info("No run here carries a training log.")
         for panel in panels:

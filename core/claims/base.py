@@ -12,9 +12,26 @@ from core.errors import CoreError
 from core.runs.reader import Table
 from core.runs.summaries import running_example
 
-VERDICTS = ("agrees", "partly", "does not", "not tested")
+VERDICTS = ("agrees", "partly", "does not", "not tested", "does not apply")
 #: How well a verdict shows a step (to pick the shipped run that shows it best).
-VERDICT_SCORE = {"agrees": 3, "partly": 2, "not tested": 1, "does not": 0}
+VERDICT_SCORE = {"agrees": 3, "partly": 2, "not tested": 1, "does not": 0, "does not apply": 0}
+#: The one vocabulary of verdicts: the word a badge shows for each, and what it means (the Terms page shows these).
+VERDICT_LABELS = {
+    "agrees": "Agrees",
+    "partly": "Partly agrees",
+    "does not": "Does not agree",
+    "not tested": "Can't tell here",
+    "does not apply": "Does not apply",
+}
+VERDICT_MEANINGS = {
+    "agrees": "This run shows what the paper found, by the step's rule (docs/verdicts.md).",
+    "partly": "This run shows part of what the paper found; the reason says which part differs.",
+    "does not": "This run could show the paper's finding, was measured, and does not show it.",
+    "not tested": "This run was measured but cannot decide the question: too few examples, too few errors, or "
+    "features that were put in by hand, so finding them proves nothing.",
+    "does not apply": "This model cannot show the finding at all, because of how it is built (for example, it "
+    "writes numbers as several digit tokens, so there are no number logits to read).",
+}
 
 
 @dataclass

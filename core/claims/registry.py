@@ -5,8 +5,9 @@ never asserts what the data beside it does not show. A claim carries:
 
 * `paper`: the paper's finding, with its model and number (quoted from core.paper / docs/method.md#the-papers-results);
 * `measured`: this run's corresponding measurement, computed from its cached tables;
-* `verdict`: "agrees", "partly", "does not" or "not tested" (where the run cannot test the claim,
-  e.g. features that were planted by hand), by a rule written next to each claim;
+* `verdict`: one of `core.claims.base.VERDICTS` ("agrees", "partly", "does not", "not tested" where the run
+  was measured but cannot decide, e.g. features that were planted by hand, "does not apply" where the model
+  cannot show the claim at all), by a rule written next to each claim;
 * `reason`: one line on why, where it is known (two layers; a low-rank W_U; planted features);
 * `numbers`: the figures behind `measured`, for tests and downloads.
 
@@ -44,8 +45,9 @@ RUN_CLAIMS = {
 
 
 def run_claims(run) -> dict[str, Claim]:
-    """Every per-run claim of the story for one run. A claim the run's tables cannot answer (no
-    sampled example, no band ablations, ...) is "not tested", saying what is missing."""
+    """Every per-run claim of the story for one run. A claim the model cannot show (its manifest's
+    `not_applicable` says why: a digit-splitting tokenizer) "does not apply"; one the run's tables cannot
+    answer otherwise (no sampled example, no band ablations, ...) is "not tested", saying what is missing."""
     out = {}
     for name, f in RUN_CLAIMS.items():
         try:
@@ -60,7 +62,7 @@ def run_claims(run) -> dict[str, Claim]:
                 name,
                 PAPER_SHORT[name],
                 measured,
-                "not tested",
+                "does not apply" if why else "not tested",
                 numbers={"not_applicable": bool(why)},
                 headline="Does not apply to this model." if why else "This run's tables cannot answer it.",
             )

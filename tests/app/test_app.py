@@ -12,6 +12,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from app.chart_export import title_text
 from core.analysis.behaviour import error_summary
 from core.files import PROJECT_ROOT
 from core.runs import summaries
@@ -60,7 +61,7 @@ def chart_title(el) -> str:
     title = spec.get("title")
     if not isinstance(title, dict):
         return str(title)
-    parts = [title.get("text", ""), title.get("subtitle", "")]
+    parts = [title_text(title), title.get("subtitle", "")]
     return " — ".join(" ".join(p) if isinstance(p, list) else str(p) for p in parts if p)
 
 

@@ -17,7 +17,7 @@ from scipy.stats import binomtest
 from streamlit.testing.v1 import AppTest
 
 from core.analysis.fourier import band_energy_share
-from core.claims.base import VERDICT_SCORE
+from core.claims.base import VERDICT_LABELS, VERDICT_SCORE, VERDICTS
 from core.claims.features import claim_behaviour, claim_embeddings
 from core.claims.last_digit import claim_module_waves
 from core.claims.mechanism import claim_logit_lens
@@ -31,7 +31,7 @@ from core.runs.reader import RunReader
 
 CACHE = PROJECT_ROOT / "cache"
 SHIPPED = [r for r in list_runs(CACHE, deep=False) if r.ok] if CACHE.is_dir() else []
-BADGES = {"Agrees": "agrees", "Partly": "partly", "Does not agree": "does not", "Not tested here": "not tested"}
+BADGES = {label: verdict for verdict, label in VERDICT_LABELS.items()}
 STEP_KEYS = ["accuracy", "logit_lens", "module_waves", "spectra", "waves", "ablations", "numbers"]
 SHORT = (2.0, 2.5, 5.0, 10.0)
 
@@ -40,7 +40,7 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
     t = lambda table: read_table(CACHE, name, table)  # noqa: E731
     out = {"numbers": expected_numbers_verdict(name, manifest)}
     if "examples" not in manifest["tables"]:  # a digit-splitting model: nothing to read from number logits
-        return {**{k: "not tested" for k in STEP_KEYS}, **out}
+        return {**{k: "does not apply" for k in STEP_KEYS}, **out}
     ex = t("examples")
     acc = ex["correct"].mean()
     if (
@@ -301,7 +301,10 @@ def test_every_tour_step_shows_the_sidebar_run_unless_asked(run, monkeypatch):
             for m in at.markdown
             if m.value.startswith("**") and ":**" in m.value and "**Paper:**" not in m.value
         ]
-        assert named and named[0].startswith(f"**{run.manifest['label']}"), (step, named[:1])
+        assert named and named[0].startswith("**This run:**"), (step, named[:1])
+        subtitles = [json.loads(c.proto.spec).get("title", {}).get("subtitle", "") for c in at.get("vega_lite_chart")]
+        subtitles = [" ".join(s) if isinstance(s, list) else s for s in subtitles]
+        assert all(run.manifest["label"].split()[0] in s for s in subtitles), (step, subtitles)  # the charts name it
 
 
 def test_a_run_that_cannot_answer_a_claim_says_so(tmp_path):
@@ -319,7 +322,7 @@ def test_a_run_that_cannot_answer_a_claim_says_so(tmp_path):
 
     claims = run_claims(Thin())
     assert claims["accuracy"].verdict == "not tested" and "cannot answer" in claims["accuracy"].measured
-    assert all(c.verdict in ("not tested", "agrees", "partly", "does not") for c in claims.values())
+    assert all(c.verdict in VERDICTS for c in claims.values())
 
 
 @pytest.mark.skipif(
