@@ -12,14 +12,15 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from app.handout_export import listed_runs, pick_run
-from app.tour_steps import STEPS, trained_here
+from app.tour_steps import STEPS, run_line, trained_here
+from core.claims.base import VERDICT_LABELS
 from core.claims.features import claim_training
 from core.claims.registry import run_claims
 from core.files import PROJECT_ROOT
 
 CACHE = PROJECT_ROOT / "cache"
 RUNS, _ = listed_runs(CACHE) if CACHE.is_dir() else ([], [])
-BADGE_WORDS = {"agrees": "Agrees", "partly": "Partly", "does not": "Does not agree", "not tested": "Not tested here"}
+BADGE_WORDS = VERDICT_LABELS  # the words of each verdict's badge (core.claims.base)
 
 pytestmark = pytest.mark.skipif(not RUNS, reason="no shipped cache")
 
@@ -55,7 +56,9 @@ def test_each_step_hides_its_measurement_until_reveal(asked, monkeypatch):
         next(b for b in at.button if b.key == "reveal-button").click().run()
         assert not at.exception, [e.message for e in at.exception]
         shown = texts(at)
-        assert f"**This run:** {claim.short}" in shown
+        who = "The small models trained here" if step.key == "training" else "This run"
+        line = claim.short if step.key == "training" else run_line(step, claim, run)
+        assert f"**{who}:** {line}" in shown
         assert any(f"badge[{BADGE_WORDS[claim.verdict]}]" in m.value for m in at.markdown)
         assert f"The class predicted: **{step.choices[0]}**" in shown
         drawable = step.table is None or run.has(step.table)
