@@ -14,6 +14,7 @@ from core.cli import main
 from core.errors import CoreError
 from core.models.random_models import save_random_model
 from core.models.vocab import digit_tokenizer
+from core.runs.ablation_grid import CONTROL_DRAWS
 from core.runs.cache import REQUIRED_TABLES, list_runs, read_manifest, read_table, resolve_run, verify_run
 
 # operands 0..93 (15 + 93 in range, p = 187, K = 93); the e2e models are 192 wide, so no filter erases
@@ -93,7 +94,8 @@ def test_precompute_end_to_end(model_dir, cache, arch):
     assert (base["magnitude"] > 0).all() and (base["rms_norm"] > 0).all()
 
     ab = read_table(cache, run.name, "ablations")
-    assert len(ab) == 1 + 2 * 3 * 2 + 2 * 3 * 2 + 2  # none, band filters, their random controls, keep-one
+    # none, band filters, their random controls, keep-one, and the controls' further draws at the Table 1 tau
+    assert len(ab) == 1 + 2 * 3 * 2 + 2 * 3 * 2 + 2 + (CONTROL_DRAWS - 1) * 3 * 2
     bands = ab[ab["removed"].isin(["low", "high"])].set_index(["modules", "removed", "tau"])["rank"]
     controls = ab[ab["removed"].str.startswith("random-")]
     for _, row in controls.iterrows():  # each control removes a subspace of its band filter's rank
@@ -107,7 +109,12 @@ def test_precompute_end_to_end(model_dir, cache, arch):
         mask = (errs["modules"] == row["modules"]) & (errs["removed"] == row["removed"])
         mask &= errs["tau"].fillna(-1) == (row["tau"] if pd.notna(row["tau"]) else -1)
         mask &= errs["keep_k"].fillna(-1) == (row["keep_k"] if pd.notna(row["keep_k"]) else -1)
+        mask &= errs["draw"] == row["draw"]
         assert errs.loc[mask, "count"].sum() == round((1 - row["accuracy"]) * row["n"])
+
+    shift = read_table(cache, run.name, "phase_shift")  # every module, the stream, shifts and their controls
+    assert {"attn", "mlp", "resid"} <= set(shift["kind"]) and shift["control"].any() and (~shift["control"]).any()
+    assert shift[["moved", "stayed", "elsewhere"]].sum(axis=1).round(9).eq(1.0).all()
 
     emb = read_table(cache, run.name, "embedding_spectrum")
     assert set(emb["matrix"]) == {"input", "output"} and len(emb) == 2 * 2 * 93
@@ -178,7 +185,7 @@ def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeyp
     monkeypatch.setattr(pre, "measure", lambda *a, **kw: pytest.fail("measurements recomputed on resume"))
     calls["n"] = -100
     assert run_cli(*args) == 0
-    assert calls["n"] == -100 + 5 - 2
+    assert calls["n"] == -100 + (5 - 2) + 5  # the grid's 3 unfinished batches, then the phase-shift stage's 5
     assert len(list_runs(tmp_path)) == 2 and not any(p.name.startswith(".staging-") for p in tmp_path.iterdir())
     (fresh,) = [r for r in list_runs(tmp_path) if r.name != before.name]
     assert not any(f.suffix == ".npz" or "progress" in f.name for f in fresh.path.iterdir())
@@ -195,7 +202,7 @@ def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeyp
 
     # an existing run is not recomputed unless asked, and other options are not silently ignored
     assert run_cli(*args) == 0
-    assert calls["n"] == -100 + 5 - 2
+    assert calls["n"] == -100 + (5 - 2) + 5  # nothing more ran
     other_taus = [a if a != "5,10" else "7" for a in args]
     assert run_cli(*other_taus) == 2
     monkeypatch.undo()
