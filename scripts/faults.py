@@ -148,6 +148,9 @@ async def killed_worker(served: Served, sessions: int, duration: float, kill_at:
             "worker_back_s": back_in,
             "late_sessions_per_worker": dict(late_on),
             "errors": errors[:5],
+            "others_clicks": sorted(
+                (round(t - killed, 2), round(took, 3), w) for s in others for (t, took, w) in s.timed
+            ),
         },
         problems=problems,
     )
