@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 import vl_convert as vlc
 
+from app.csv_safety import csv_text
 from app.shared import vega_spec
 from app.state import large
 from core.runs import cache as run_cache
@@ -105,7 +106,7 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, 
         )
         st.download_button(
             "Data as CSV",
-            lambda: data.to_csv(index=False),
+            lambda: csv_text(data),  # text cells a spreadsheet would run as formulas are escaped
             f"{name}.csv",
             "text/csv",
             key=f"{key}-csv",

@@ -89,31 +89,72 @@ def shift_bars(run: RunReader):
     rows = []
     for r in summary.itertuples():
         module = f"{names[r.kind]} {r.layer}"
-        rows.append({"module": module, "edit": "shift its short waves", "share": r.share, "low": r.low,
-                     "high": r.high, "n": r.n})
-        rows.append({"module": module, "edit": "random edit, same size", "share": r.control, "low": None,
-                     "high": None, "n": r.n})
+        rows.append(
+            {
+                "module": module,
+                "edit": "shift its short waves",
+                "share": r.share,
+                "low": r.low,
+                "high": r.high,
+                "n": r.n,
+            }
+        )
+        rows.append(
+            {
+                "module": module,
+                "edit": "random edit, same size",
+                "share": r.control,
+                "low": None,
+                "high": None,
+                "n": r.n,
+            }
+        )
     data = pd.DataFrame(rows)
     big = large()
     order = list(dict.fromkeys(data["module"]))
-    bars = alt.Chart(data).mark_bar().encode(
-        y=alt.Y("module:N", sort=order, title=None),
-        yOffset=alt.YOffset("edit:N", sort=["shift its short waves", "random edit, same size"]),
-        x=alt.X("share:Q", title="questions whose last digit moved (share)", scale=alt.Scale(domain=[0, 1]),
-                axis=alt.Axis(format="%")),
-        color=alt.Color("edit:N", title=None, sort=["shift its short waves", "random edit, same size"],
-                        scale=alt.Scale(range=["#1f77b4", "#bbbbbb"]), legend=alt.Legend(orient="bottom")),
-        tooltip=["module", "edit", alt.Tooltip("share:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%"),
-                 alt.Tooltip("high:Q", format=".1%"), "n"],
+    bars = (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            y=alt.Y("module:N", sort=order, title=None),
+            yOffset=alt.YOffset("edit:N", sort=["shift its short waves", "random edit, same size"]),
+            x=alt.X(
+                "share:Q",
+                title="questions whose last digit moved (share)",
+                scale=alt.Scale(domain=[0, 1]),
+                axis=alt.Axis(format="%"),
+            ),
+            color=alt.Color(
+                "edit:N",
+                title=None,
+                sort=["shift its short waves", "random edit, same size"],
+                scale=alt.Scale(range=["#1f77b4", "#bbbbbb"]),
+                legend=alt.Legend(orient="bottom"),
+            ),
+            tooltip=[
+                "module",
+                "edit",
+                alt.Tooltip("share:Q", format=".1%"),
+                alt.Tooltip("low:Q", format=".1%"),
+                alt.Tooltip("high:Q", format=".1%"),
+                "n",
+            ],
+        )
     )
     half = alt.Chart(pd.DataFrame({"x": [0.5]})).mark_rule(strokeDash=[4, 3], color="black").encode(x="x:Q")
     chart = (
         alt.layer(bars, half)
-        .properties(height=min(300, 36 * len(order)), width=260 if big else 320,
-                    title=alt.TitleParams("Shift one module's short waves: does the answer follow?",
-                                          subtitle=textwrap.wrap(short_label(run.label), 46),
-                                          fontSize=18 if big else 14, subtitleFontSize=14 if big else 12,
-                                          anchor="start"))
+        .properties(
+            height=min(300, 36 * len(order)),
+            width=260 if big else 320,
+            title=alt.TitleParams(
+                "Shift one module's short waves: does the answer follow?",
+                subtitle=textwrap.wrap(short_label(run.label), 46),
+                fontSize=18 if big else 14,
+                subtitleFontSize=14 if big else 12,
+                anchor="start",
+            ),
+        )
         .configure_axis(labelFontSize=14 if big else 11, titleFontSize=14 if big else 12)
         .configure_legend(labelFontSize=14 if big else 11)
     )

@@ -57,7 +57,7 @@ def sidebar(page: str = "") -> View | None:
         url_state("basis", "paper", str, ["paper", "dft"])
         st.radio("Fourier basis", ["paper", "dft"], key="basis", horizontal=True, help=term("basis"))
         basis = run.basis(st.session_state["basis"])
-        url_state("tau", run.default_tau(basis.name), int)
+        url_state("tau", run.default_tau(basis.name), int, bounds=(2, basis.k_max))
         st.session_state["tau"] = run.clamp_tau(st.session_state["tau"], basis.name)
         st.slider("Cutoff tau (frequency k)", 2, basis.k_max, key="tau", help=term("cutoff tau"))
         st.caption(f"tau = {st.session_state['tau']} ↔ period T = {basis.period(st.session_state['tau']):.3g}")

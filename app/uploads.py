@@ -23,6 +23,7 @@ from core.errors import CoreError
 MAX_UPLOAD_MB = 5
 MAX_UPLOAD_BYTES = MAX_UPLOAD_MB * 2**20
 COLUMNS = ", ".join(UPLOAD_COLUMNS)
+HEADER = ",".join(UPLOAD_COLUMNS)
 SAVE_AS_CSV = "save it from your spreadsheet as 'CSV UTF-8 (comma delimited)' and upload that file"
 
 #: The first bytes of files people upload by mistake, and what to call them.
@@ -40,7 +41,7 @@ SIGNATURES = [
 def _text(data: bytes) -> str:
     """The file as text, or a one-line refusal for what is not text."""
     if not data.strip():
-        raise CoreError(f"The file is empty: it needs a header row `{COLUMNS}` and one line per question.")
+        raise CoreError(f"The file is empty: it needs a header row ({HEADER}) and one line per question.")
     for magic, what in SIGNATURES:
         if data.startswith(magic):
             raise CoreError(f"This is {what}, not a CSV: {SAVE_AS_CSV}.")
@@ -71,7 +72,7 @@ def _rows(text: str) -> tuple[list[str], list[list[str]]]:
         raise CoreError(f"{line} cannot be read as CSV (a quote that is never closed?): {SAVE_AS_CSV}.") from None
     lines = [(i + 1, row) for i, row in enumerate(lines) if any(c.strip() for c in row)]  # blank lines are skipped
     if not lines:
-        raise CoreError(f"The file has no header row: its first line must be `{COLUMNS}`.")
+        raise CoreError(f"The file has no header row: its first line must be {HEADER}.")
     (_, header), body = lines[0], lines[1:]
     if len(body) > MAX_UPLOAD_ROWS:
         raise CoreError(

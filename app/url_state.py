@@ -5,6 +5,8 @@ dashboard does not have says so on screen.
 
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 
@@ -20,10 +22,12 @@ def _from_url(key: str, default, cast) -> tuple[object, bool]:
         return default, False
 
 
-def url_state(key: str, default, cast=str, options=None):
+def url_state(key: str, default, cast=str, options=None, bounds: tuple | None = None):
     """Give the control `key` its value before it is drawn: the value it had (kept in a shadow
     key, because Streamlit forgets widget state when the page changes), else the URL's (a shared
-    link), else `default`. Values outside `options` fall back to `default`."""
+    link), else `default`. Values outside `options` fall back to `default`. With `bounds` (lowest, highest) for a
+    number: a link's value outside them is noted and falls back to `default`; a value the control had is clamped
+    into them (the run changed to one with fewer layers or frequencies)."""
     shadow = f"_keep_{key}"
     from_link = False
     if key in st.session_state:
@@ -38,18 +42,35 @@ def url_state(key: str, default, cast=str, options=None):
         if from_link:
             _link_notice(key, st.query_params.get(key), default)
         value = default
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        if from_link:
+            _link_notice(key, st.query_params.get(key), default)
+            value = default
+        else:
+            value = min(max(value, bounds[0]), bounds[1])
     st.session_state[key] = value
     return value
 
 
 def _link_notice(key: str, asked, shown) -> None:
-    """Say on screen when a shared link asks for something this dashboard does not have."""
+    """Say on screen when a shared link asks for something this dashboard does not have: one line, with the link's
+    text shown as text (a link's markup is never drawn)."""
     seen = st.session_state.setdefault("_link_notices", set())
     if (key, asked) in seen:
         return
     seen.add((key, asked))
-    what = "the default" if len(str(shown)) > 24 else str(shown)
-    st.toast(f"The link asks for {key} '{str(asked)[:40]}', which is not here: showing {what} instead.", icon="⚠️")
+    what = "the default" if len(str(shown)) > 24 else literal(str(shown))
+    text = " ".join(str(asked).split())
+    text = literal(text[:40] + ("…" if len(text) > 40 else ""))
+    st.toast(f"The link asks for {key} '{text}', which is not here: showing {what} instead.", icon="⚠️")
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
+
+
+def literal(text: str) -> str:
+    """`text` as Streamlit's markdown shows it literally: no link, emphasis or icon drawn from it."""
+    return _MARKDOWN.sub(r"\\\1", text)
 
 
 def to_url(*keys: str) -> None:
@@ -66,6 +87,13 @@ def to_url(*keys: str) -> None:
             st.query_params[key] = text
 
 
+FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
 def url_flag(text: str) -> bool:
-    """A yes/no value as a link writes it (1, true, yes, on)."""
-    return str(text).lower() in ("1", "true", "yes", "on")
+    """A yes/no value as a link writes it (1, true, yes, on / 0, false, no, off); anything else is not a yes/no
+    (ValueError: the link's notice, and the default)."""
+    try:
+        return FLAGS[str(text).strip().lower()]
+    except KeyError:
+        raise ValueError(f"not a yes/no value: {text!r}") from None

@@ -101,17 +101,19 @@ class ClickingStudent(Session):
         #: one entry per dropped websocket: when it was noticed, seconds until the view was back, whether it was
         #: the same view, the workers before and after, whether a click was in flight
         self.drops: list[dict] = []
+        #: set to end the clicking early (the run that started it is over)
+        self.stopped = False
 
     async def attend(self, until: float) -> None:
         try:
             if not await self.open():
                 return
             await self._click(self.to_spectra)
-            while time.monotonic() < until:
+            while time.monotonic() < until and not self.stopped:
                 if await self._think(min(self.rng.uniform(*self.think), max(0.0, until - time.monotonic()))):
                     await self._recover(in_flight=False)
                     continue
-                if time.monotonic() >= until:
+                if time.monotonic() >= until or self.stopped:
                     break
                 await self._click(self.rng.choice([self.change_tau, self.change_layer, self.change_module]))
         except Exception as exc:  # noqa: BLE001 - any failure is the session's error

@@ -50,6 +50,8 @@ from fault_class import (
     click_stats,
     load_now,
 )
+from fault_inputs import hostile_links, hostile_uploads
+from fault_live import live_stampede
 from loadtest import check_local, start_server, stop_server
 from session_client import Session
 
@@ -146,6 +148,9 @@ async def killed_worker(served: Served, sessions: int, duration: float, kill_at:
             "worker_back_s": back_in,
             "late_sessions_per_worker": dict(late_on),
             "errors": errors[:5],
+            "others_clicks": sorted(
+                (round(t - killed, 2), round(took, 3), w) for s in others for (t, took, w) in s.timed
+            ),
         },
         problems=problems,
     )
@@ -177,9 +182,7 @@ async def _flood_session(base: str, outcome: collections.Counter, held: list, st
 async def _flood_get(host: str, port: int, outcome: collections.Counter) -> None:
     """A plain page request from the flood's address."""
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, local_addr=(FLOOD_SOURCE, 0)), 15.0
-        )
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, local_addr=(FLOOD_SOURCE, 0)), 15.0)
         writer.write(f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
         await writer.drain()
         line = await asyncio.wait_for(reader.readline(), 30.0)
@@ -193,9 +196,7 @@ async def _flood_get(host: str, port: int, outcome: collections.Counter) -> None
 async def _flood_idle(host: str, port: int, outcome: collections.Counter, stop: asyncio.Event) -> None:
     """A connection that starts a request and never finishes it (what a stuck client does)."""
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, local_addr=(FLOOD_SOURCE, 0)), 15.0
-        )
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, local_addr=(FLOOD_SOURCE, 0)), 15.0)
         writer.write(f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\n".encode())
         await writer.drain()
         done, _ = await asyncio.wait(
@@ -293,10 +294,6 @@ def main(argv=None) -> int:
     if args.url and not (args.serve_out and args.serve_pid):
         ap.error("--url needs --serve-out and --serve-pid (the serve's folder and process)")
 
-    # imported here: fault_live and fault_inputs import this module's neighbours only
-    from fault_inputs import hostile_links, hostile_uploads
-    from fault_live import live_stampede
-
     proc = None
     if args.url:
         served = Served(check_local(args.url), Path(args.serve_out), args.serve_pid)
@@ -316,7 +313,11 @@ def main(argv=None) -> int:
             served, n, duration=25.0 if quick else 45.0, kill_at=10.0 if quick else 15.0, seed=args.seed
         ),
         "flood": lambda: connection_flood(
-            served, 10 if quick else 30, 100 if quick else 500, duration=25.0 if quick else 40.0, flood_at=10.0,
+            served,
+            10 if quick else 30,
+            100 if quick else 500,
+            duration=25.0 if quick else 40.0,
+            flood_at=10.0,
             seed=args.seed,
         ),
     }

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -234,6 +235,16 @@ class Proxy:
         return found
 
 
+#: CPU priority (nice) of a restarted worker until it is warm: its start-up (imports, tables, the default page)
+#: yields the cores to the workers serving the class.
+RESTART_NICE = 19
+
+
+def can_restore_priority() -> bool:
+    """Whether this user may raise a process's priority back to normal (root, or RLIMIT_NICE allows nice 0)."""
+    return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20
+
+
 class Workers:
     """The Streamlit processes. A worker that exits is started again out of the proxy's rotation, warmed (it opens
     the default page once) and only then put back, so no student waits for a cold process."""
@@ -249,14 +260,28 @@ class Workers:
     def name(self, port: int) -> str:
         return f"w{self.ports.index(port) + 1}"
 
-    def start(self, port: int) -> None:
+    def start(self, port: int, nice: int = 0) -> None:
+        """Start the worker on `port`; `nice` > 0 starts it at a lower CPU priority (a restart, while the class is
+        served by the others: `serve_again` puts it back to normal once it is warm)."""
         log = open(self.log_dir / f"worker-{port}.log", "ab")
-        cmd = streamlit_command(port)
+        cmd = (["nice", "-n", str(nice)] if nice else []) + streamlit_command(port)
         # own session: Ctrl-C reaches serve.py only, which then stops every worker itself (no restart race)
         self.procs[port] = subprocess.Popen(
             cmd, cwd=PROJECT_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
+
+    @staticmethod
+    def serve_again(pid: int) -> bool:
+        """Every thread of a warm restarted worker back to normal priority (False where the system does not let
+        this user raise a priority again: the worker then stays a little behind the others)."""
+        ok = True
+        for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), 0)
+            except (PermissionError, ProcessLookupError):
+                ok = False
+        return ok
 
     def start_all(self) -> None:
         for p in self.ports:
@@ -275,7 +300,8 @@ class Workers:
                 flush=True,
             )
             self.proxy.set_state(self.name(p), "maint")
-            self.start(p)
+            # the class, on the other workers, goes first while it starts (where its priority can be raised again)
+            self.start(p, nice=RESTART_NICE if can_restore_priority() else 0)
             if p not in self.warming:
                 self.warming.add(p)
                 threading.Thread(target=self._warm_and_return, args=(p, self.procs[p]), daemon=True).start()
@@ -288,6 +314,7 @@ class Workers:
             problems = self.warm(f"http://127.0.0.1:{port}")
             if problems:
                 print(f"serve: warming worker {self.name(port)}: {problems[0]}", file=sys.stderr, flush=True)
+            self.serve_again(proc.pid)
             if proc.poll() is None and self.proxy is not None and self.proxy.set_state(self.name(port), "ready"):
                 print(f"serve: worker {self.name(port)} back in rotation after {time.time() - t0:.1f} s", flush=True)
         except RuntimeError:  # it exited again: the main loop restarts it

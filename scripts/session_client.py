@@ -83,6 +83,7 @@ class Session:
         t0 = time.perf_counter()
         try:
             await asyncio.to_thread(self._fetch_page)
+            await asyncio.to_thread(self._health)  # as the page's script does first: it sets the XSRF cookie
         except Exception as exc:  # noqa: BLE001 - any failure is the session's error
             self.errors.append(f"page fetch: {type(exc).__name__}: {exc}")
             return False
@@ -170,7 +171,9 @@ class Session:
 
     def _fetch_page(self) -> None:
         """GET the link as a browser does, keeping the cookies it sets (the proxy's sticky one, the XSRF token)."""
-        self.query = urllib.parse.urlsplit(self.link).query
+        parts = urllib.parse.urlsplit(self.link)
+        # the page the browser asks for is its URL's path (the Tour, the default page, is the root)
+        self.query, self.page_name = parts.query, parts.path.strip("/")
         with self._urlopen(self.base + self.link) as r:
             r.read()
             self._keep_cookies(r.headers.get_all("Set-Cookie"))
@@ -229,8 +232,8 @@ class Session:
                 self.query = fwd.page_info_changed.query_string
             elif kind == "navigation":
                 self.pages = {p.url_pathname: p.page_script_hash for p in fwd.navigation.app_pages}
-            elif kind == "file_urls_response":
-                self.file_urls = fwd.file_urls_response
+                if fwd.navigation.page_script_hash:  # the page this run showed: later reruns name it
+                    self.page_hash = fwd.navigation.page_script_hash
             elif kind == "page_not_found":
                 self.errors.append(f"{what}: page not found")
             elif kind == "script_finished":
@@ -242,9 +245,18 @@ class Session:
                     return False
                 return True
 
+    async def next_message(self, kind: str, timeout: float = 30.0):
+        """The next ForwardMsg of this kind (messages of a run in between are skipped)."""
+        deadline = time.perf_counter() + timeout
+        while (left := deadline - time.perf_counter()) > 0:
+            fwd = ForwardMsg()
+            fwd.ParseFromString(await asyncio.wait_for(self.ws.recv(), left))
+            if fwd.WhichOneof("type") == kind:
+                return getattr(fwd, kind)
+        raise TimeoutError(f"no {kind} within {timeout:.0f} s")
+
     #: an error box is what this session expects to see (the hostile uploads): noted in `alerts`, not an error
     expect_errors = False
-    file_urls = None
 
     def on_element(self, etype: str, el) -> None:
         """Called for every element a run sends, as it arrives (the live queue's countdown reads them)."""
@@ -264,7 +276,7 @@ class Session:
             self.errors.append(f"no {etype} {key or label!r} on the page")
         return None
 
-    def _rerun(self, state=None, page: str | None = None):
+    def rerun_msg(self, state=None, page: str | None = None):
         msg = BackMsg()
         rerun = msg.rerun_script
         rerun.query_string = self.query
@@ -278,7 +290,7 @@ class Session:
         return msg
 
     @staticmethod
-    def _state(el):
+    def widget_state(el):
         s = WidgetState()
         s.id = el.id
         return s
@@ -287,17 +299,17 @@ class Session:
         el = self.widget("button", label="Next ▶")
         if el is None:
             return None
-        s = self._state(el)
+        s = self.widget_state(el)
         s.trigger_value = True
-        return self._rerun(s)
+        return self.rerun_msg(s)
 
     def change_tau(self):
         el = self.widget("slider", key="tau")
         if el is None:
             return None
-        s = self._state(el)
+        s = self.widget_state(el)
         s.double_array_value.data.append(float(self.rng.choice(TAUS)))
-        return self._rerun(s)
+        return self.rerun_msg(s)
 
     def to_spectra(self):
         return self.to_page("spectra")
@@ -306,23 +318,23 @@ class Session:
         if page not in self.pages:
             self.errors.append(f"no {page} page in the navigation")
             return None
-        return self._rerun(page=page)
+        return self.rerun_msg(page=page)
 
     def change_layer(self):
         el = self.widget("slider", key="layer")  # a select_slider is a Slider element too
         if el is None:
             return None
-        s = self._state(el)
+        s = self.widget_state(el)
         s.string_array_value.data.append(self.rng.choice(list(el.options)))
-        return self._rerun(s)
+        return self.rerun_msg(s)
 
     def change_module(self):
         el = self.widget("radio", key="module")
         if el is None:
             return None
-        s = self._state(el)
+        s = self.widget_state(el)
         s.int_value = self.rng.choice([i for i in range(len(el.options)) if i != el.default] or [0])
-        return self._rerun(s)
+        return self.rerun_msg(s)
 
 
 class SourceAddressHandler(urllib.request.HTTPHandler):

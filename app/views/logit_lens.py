@@ -5,7 +5,7 @@ from app.chart_export import show_chart
 from app.furniture import example_picker, intro, needs
 from app.glossary import term
 from app.sidebar import page_view
-from app.url_state import to_url, url_state
+from app.url_state import to_url, url_flag, url_state
 from core.runs.reader import Table
 
 view = page_view()
@@ -18,7 +18,7 @@ intro(
     claim="logit_lens",
 )
 needs(run, Table.LAYER_ACCURACY)
-url_state("norm", False, lambda t: t.lower() in ("1", "true"))
+url_state("norm", False, url_flag)
 st.toggle(
     "Apply the final layer norm before W_U (usual logit lens; the paper applies W_U directly)",
     key="norm",

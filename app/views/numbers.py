@@ -27,7 +27,7 @@ if not runs:
     st.info(f"{run.label} has no number tables (a run from before schema 3): run its precompute again to add them.")
     st.stop()
 top_layers = max(r.n_layers for r in runs)
-url_state("nlayer", summaries.best_probe_layer(runs[0].table(Table.NUMBER_PROBES)), int)
+url_state("nlayer", summaries.best_probe_layer(runs[0].table(Table.NUMBER_PROBES)), int, bounds=(0, top_layers))
 st.session_state["nlayer"] = max(0, min(int(st.session_state["nlayer"]), top_layers))
 st.slider(
     "Layer (0 = embedding)",

@@ -24,7 +24,7 @@ from app.tour_steps import (
     settings_note,
     who_line,
 )
-from app.url_state import to_url, url_state
+from app.url_state import to_url, url_flag, url_state
 from core.claims.base import VERDICT_LABELS, pct
 from core.paper import ACCURACY
 from core.runs.origin import describe_run
@@ -34,8 +34,8 @@ chosen = view.run
 runs = runs_of_split(view.split)
 
 url_state("step", 1, int, list(range(1, len(STEPS) + 1)))
-url_state("best", False, lambda t: str(t).lower() in ("1", "true", "yes", "on"))
-url_state("reveal", False, lambda t: str(t).lower() in ("1", "true", "yes", "on"))
+url_state("best", False, url_flag)
+url_state("reveal", False, url_flag)
 
 
 def move(delta):
@@ -122,9 +122,7 @@ with figure:
         if step.key == "accuracy" and "accuracy" in claim.numbers:  # the paper's test figure beside this run's
             paper, mine_now = st.columns(2)
             paper.metric("Paper: GPT-2-XL, test split", f"{ACCURACY['GPT-2-XL fine-tuned']}%")
-            mine_now.metric(
-                f"This run: {claim.numbers['n']} {shown.split} prompts", pct(claim.numbers["accuracy"])
-            )
+            mine_now.metric(f"This run: {claim.numbers['n']} {shown.split} prompts", pct(claim.numbers["accuracy"]))
         panels = step.panels(shown, StepInputs(TOUR_BASIS, run_claims(shown), runs))
         if step.key == "training" and not panels:
             st.info("No run here carries a training log.")

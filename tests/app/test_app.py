@@ -294,7 +294,14 @@ def test_shared_link_reopens_the_view(app_env, monkeypatch):
     at2.query_params.update({"tau": "9999", "run": "../../etc"})
     at2.run()
     assert not at2.exception
-    assert widget(at2, "slider", "tau").value == 100
+    # a cutoff out of range and a run that does not exist: each said in one line, each shown at its default
+    plain = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
+    plain.run()  # the same first run with no link: its default cutoff
+    assert widget(at2, "slider", "tau").value == widget(plain, "slider", "tau").value
+    notes = [t.value for t in at2.toast]
+    assert any(n.startswith("The link asks for tau '9999'") for n in notes), notes
+    assert any(n.startswith("The link asks for run '\\.\\./\\.\\./etc'") for n in notes), notes
+    assert all("\n" not in n for n in notes)
 
 
 def test_empty_cache_says_how_to_make_a_run(tmp_path, monkeypatch):
