@@ -16,21 +16,18 @@ from datetime import datetime, timezone
 import pandas as pd
 import vl_convert as vlc
 
+from app.furniture import why_sentence
 from app.glossary import STEP_TERMS, TERMS
 from app.handout_style import HANDOUT_CSS, HANDOUT_SCRIPT
-from app.tour_steps import STEPS, Step, StepInputs, choose_run
+from app.sidebar import short_label
+from app.tour_steps import STEPS, Step, StepInputs, choose_run, run_line, who_line
 from core import SCHEMA_VERSION
-from core.claims.base import Claim
+from core.claims.base import VERDICT_LABELS, VERDICTS, Claim
 from core.runs.origin import describe_run
 from core.runs.reader import RunReader, Table
 
-#: A verdict as the handout writes it (the Tour's badges say the same).
-VERDICT_WORDS = {
-    "agrees": "Agrees",
-    "partly": "Partly",
-    "does not": "Does not agree",
-    "not tested": "Not tested here",
-}
+#: The verdicts, as the title page lists them
+VERDICTS_SAID = ", ".join(VERDICT_LABELS[v] for v in VERDICTS)
 #: Width (px) the handout gives a single-view figure (the Tour's figures stretch to their column instead).
 FIGURE_WIDTH = 560
 
@@ -54,10 +51,14 @@ class HandoutStep:
     question: str
     predict: str
     choices: tuple[str, ...]
-    #: the claim: the paper's finding, this run's measurement (headline and every number), verdict and reason
+    #: the claim: the paper's finding, this run's measurement (every number), verdict and reason
     claim: Claim
-    #: whose measurement it is (the run's label; "These runs" for step 8)
+    #: the line beside the verdict, as the Tour says it: whom it speaks of ("This run") and what it measured
     who: str
+    line: str
+    #: why the verdict is what it is (the rule's reason, else what the verdict means), and whose numbers these are
+    why: str
+    measured_by: str
     #: a line when the step shows another run than the chosen one, or why the run cannot show the step
     note: str
     missing: str
@@ -77,6 +78,7 @@ class Handout:
     n_questions: int
     created: str
     schema_version: int | None
+    accuracy_source: str
     exported: str
     basis: str
     best: bool
@@ -91,6 +93,19 @@ class Handout:
         version = f"cache schema {self.schema_version}" if self.schema_version is not None else "cache schema unknown"
         current = "" if self.schema_version == SCHEMA_VERSION else f" (this code reads schema {SCHEMA_VERSION})"
         return f"Run {self.run_name}, computed {self.created}; {version}{current}"
+
+
+def run_accuracy(run: RunReader) -> tuple[float, int, str]:
+    """(share right, questions, where from) on the run's split: the examples table's answers (the model's
+    highest number logit), or for a model that writes digits, its generated answers at the run's number of shots."""
+    if run.has(Table.EXAMPLES):
+        examples = run.table(Table.EXAMPLES)
+        return float(examples["correct"].mean()), len(examples), "the run's examples table"
+    shots = int(run.manifest["task"].get("shots", 0))
+    answers = run.table(Table.GENERATIONS)
+    answers = answers[answers["shots"] == shots]
+    source = f"its written answers, {shots}-shot, from the generations table"
+    return float(answers["correct"].mean()), len(answers), source
 
 
 def sized(chart) -> dict:
@@ -130,7 +145,7 @@ def build_handout(
             mine = choice.switched_from
             note = (
                 f"This step shows {shown.label}, the shipped run that shows it best ({choice.claim.verdict}); "
-                f"on {chosen.label}: {VERDICT_WORDS[mine.verdict]}. {mine.measured}"
+                f"on {chosen.label}: {VERDICT_LABELS[mine.verdict]}. {mine.measured}"
             )
         if step.table is not None and not shown.has(step.table):
             why = shown.not_applicable(step.table)
@@ -148,6 +163,9 @@ def build_handout(
                 step.predict,
                 step.choices,
                 choice.claim,
+                who_line(step, choice, short_label(shown.label)),
+                choice.claim.short if step.key == "training" else run_line(step, choice.claim, shown),
+                why_sentence(choice.claim),
                 "These runs" if step.key == "training" else shown.label,
                 note,
                 missing,
@@ -155,14 +173,15 @@ def build_handout(
                 tuple((t, TERMS[t]) for t in STEP_TERMS.get(step.key, [])),
             )
         )
-    examples = chosen.table(Table.EXAMPLES)
+    accuracy, n_questions, source = run_accuracy(chosen)
     return Handout(
         run_label=chosen.label,
         run_name=chosen.name,
         model=describe_run(chosen.manifest),
         split=chosen.split,
-        accuracy=float(examples["correct"].mean()),
-        n_questions=len(examples),
+        accuracy=accuracy,
+        n_questions=n_questions,
+        accuracy_source=source,
         created=chosen.created,
         schema_version=chosen.manifest.get("schema_version"),
         exported=(exported or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"),
@@ -223,7 +242,7 @@ def step_html(step: HandoutStep) -> str:
         figures.append(figure)
     missing = f'<p class="missing">{html.escape(step.missing)}</p>' if step.missing else ""
     note = f'<p class="note">{inline_markdown(step.note)}</p>' if step.note else ""
-    reason = f" <em>Why: {inline_markdown(c.reason)}.</em>" if c.reason else ""
+    verdict = VERDICT_LABELS[c.verdict]
     terms = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in step.terms)
     return f"""
 <section class="step" id="step-{step.number}" data-step="{step.number}">
@@ -236,10 +255,11 @@ def step_html(step: HandoutStep) -> str:
   <p class="paper"><strong>The paper:</strong> {inline_markdown(c.paper)}</p>
   <button class="reveal-button" type="button">Reveal this run's measurement</button>
   <div class="revealed">
-    <p class="verdict verdict-{c.verdict.replace(" ", "-")}">{VERDICT_WORDS[c.verdict]}</p>
-    <p class="headline"><strong>This run:</strong> {inline_markdown(c.short)}</p>
+    <p class="verdict verdict-{c.verdict.replace(" ", "-")}">{verdict}</p>
+    <p class="headline"><strong>{html.escape(step.who)}:</strong> {inline_markdown(step.line)}</p>
     <details class="measured" open><summary>All the numbers, and why</summary>
-      <p><strong>{html.escape(step.who)}:</strong> {inline_markdown(c.measured)}{reason}</p></details>
+      <p><strong>Why “{verdict}”:</strong> {inline_markdown(step.why)}</p>
+      <p><strong>{html.escape(step.measured_by)}:</strong> {inline_markdown(c.measured)}</p></details>
     {note}{missing}
   </div>
   <dl class="terms">{terms}</dl>
@@ -283,12 +303,12 @@ def handout_html(h: Handout) -> str:
     <tr><th>Run</th><td>{html.escape(h.run_label)}</td></tr>
     <tr><th>Model</th><td>{inline_markdown(h.model)}</td></tr>
     <tr><th>Split</th><td>{html.escape(h.split)} ({h.n_questions:,} questions)</td></tr>
-    <tr><th>Accuracy</th><td>{html.escape(h.accuracy_line)} (the run's examples table)</td></tr>
+    <tr><th>Accuracy</th><td>{html.escape(h.accuracy_line)} ({html.escape(h.accuracy_source)})</td></tr>
     <tr><th>Cache</th><td>{html.escape(h.version_line)}</td></tr>
     <tr><th>Made</th><td>{html.escape(made)}</td></tr>
   </table>
   <p class="how">Each step: the question, the paper's finding (its model, its number), this run's measurement
-  computed from its tables, a verdict (Agrees, Partly, Does not agree, Not tested here) with its reason, the
+  computed from its tables, a verdict ({VERDICTS_SAID}) with its reason, the
   figure, and the terms it uses. Every figure's caption says how many questions it rests on, from which split.</p>
 </section>
 {steps}

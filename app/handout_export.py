@@ -86,14 +86,17 @@ def write_handouts(
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise CoreError(f"unknown format {', '.join(bad)}: use html and/or pdf")
+    folder = Path(out)
+    try:  # before the handout is built: a folder that cannot be written fails at once
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CoreError(f"cannot write the handout into {folder}: {exc.strerror or exc}; pass another --out") from exc
     runs, broken = listed_runs(cache_dir)
     run = pick_run(runs, asked)
     split_runs = [r for r in runs if r.split == run.split]
     handout = build_handout(run, split_runs, registry.run_claims, claim_training, basis=basis, best=best)
-    folder = Path(out)
+    paths = []
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        paths = []
         if "html" in formats:
             paths.append(folder / f"handout-{run.name}.html")
             paths[-1].write_text(handout_html(handout), encoding="utf-8")

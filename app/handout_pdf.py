@@ -18,7 +18,8 @@ import vl_convert as vlc
 from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter, Transformation
 
-from app.handout import VERDICT_WORDS, Figure, Handout, HandoutStep, plain
+from app.handout import VERDICTS_SAID, Figure, Handout, HandoutStep, plain
+from core.claims.base import VERDICT_LABELS
 
 #: (regular, bold, italic) font files, the first set found is used
 FONT_FILES = [
@@ -60,6 +61,7 @@ VERDICT_RGB = {
     "partly": (179, 89, 0),
     "does not": (207, 34, 46),
     "not tested": (110, 119, 129),
+    "does not apply": (140, 149, 159),
 }
 MUTED = (87, 96, 106)
 #: The largest box a figure gets (mm): the page's text width, and most of a page's height
@@ -191,7 +193,7 @@ def write_title_page(pdf: HandoutPDF, h: Handout) -> None:
         ("Run", h.run_label),
         ("Model", h.model),
         ("Split", f"{h.split} ({h.n_questions:,} questions)"),
-        ("Accuracy", f"{h.accuracy_line} (the run's examples table)"),
+        ("Accuracy", f"{h.accuracy_line} ({h.accuracy_source})"),
         ("Cache", h.version_line),
         ("Made", f"{h.exported}, Fourier basis '{h.basis}'. {best}"),
     ]
@@ -200,7 +202,7 @@ def write_title_page(pdf: HandoutPDF, h: Handout) -> None:
     pdf.ln(3)
     pdf.rich(
         "Each step: the question, the paper's finding (its model, its number), this run's measurement computed from "
-        "its tables, a verdict (Agrees, Partly, Does not agree, Not tested here) with its reason, the figure, and the "
+        f"its tables, a verdict ({VERDICTS_SAID}) with its reason, the figure, and the "
         "terms it uses. Every figure's caption says how many questions it rests on, from which split.",
         10,
         MUTED,
@@ -221,13 +223,13 @@ def write_step(pdf: HandoutPDF, step: HandoutStep, placements: list[Placement]) 
     pdf.rich(f"**The paper:** {c.paper}", 10.5)
     pdf.use_style("B", 10.5, (255, 255, 255))
     pdf.set_fill_color(*VERDICT_RGB[c.verdict])
-    word = pdf.text_of(VERDICT_WORDS[c.verdict])
+    word = pdf.text_of(VERDICT_LABELS[c.verdict])
     pdf.cell(pdf.get_string_width(word) + 4, 6, word, fill=True, new_x="LMARGIN", new_y="NEXT")
     pdf.set_fill_color(246, 248, 250)  # table headings
     pdf.ln(1.5)
-    pdf.rich(f"**This run:** {c.short}", 10.5)
-    why = f" Why: {c.reason}." if c.reason else ""
-    pdf.rich(f"**{step.who}:** {c.measured}{why}", 9, MUTED)
+    pdf.rich(f"**{step.who}:** {step.line}", 10.5)
+    pdf.rich(f"**Why “{VERDICT_LABELS[c.verdict]}”:** {step.why}", 9, MUTED, gap=0.8)
+    pdf.rich(f"**{step.measured_by}:** {c.measured}", 9, MUTED)
     for line in (step.note, step.missing):
         if line:
             pdf.rich(line, 9.5, (120, 80, 0))

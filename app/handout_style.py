@@ -34,6 +34,7 @@ section.title-page { display: block; }
            padding: 0.05rem 0.55rem; margin: 0.2rem 0; }
 .verdict-agrees { background: var(--agrees); } .verdict-partly { background: var(--partly); }
 .verdict-does-not { background: var(--does-not); } .verdict-not-tested { background: var(--not-tested); }
+.verdict-does-not-apply { background: #8c959f; }
 .measured { font-size: 0.92rem; } .measured p { margin: 0.2rem 0; }
 summary { color: var(--muted); cursor: pointer; } details.folded summary { font-weight: 600; margin: 0.3rem 0; }
 .note { font-size: 0.9rem; } .missing { background: #fff8c5; padding: 0.4rem; }

@@ -172,11 +172,11 @@ def locking_question(run: RunReader) -> str:
     test (phase_shift) where the run has it, the locking (phase_locking) otherwise."""
     locking = "does an attention or MLP layer's wave of period T peak at the answer mod T (locking R)?"
     if run.has(Table.PHASE_SHIFT):
-        shift = over(table_questions(run, run.table(Table.PHASE_SHIFT)))
-        return (
-            f"Over {shift}: when one module's waves of periods 2, 2.5, 5 and 10 are shifted, does the answer's last "
-            f"digit follow? And, over {over(phase_questions(run))}, {locking}"
-        )
+        shift, locked = over(table_questions(run, run.table(Table.PHASE_SHIFT))), over(phase_questions(run))
+        moved = "if one module's waves of periods 2, 2.5, 5 and 10 are shifted, does the answer's last digit follow"
+        if shift == locked:
+            return f"Over {shift}: {moved}, and do those waves peak at the answer mod T (locking R)?"
+        return f"Over {shift}: {moved}? Over {locked}: do those waves peak at the answer mod T (locking R)?"
     if not run.has(Table.PHASE_LOCKING):
         return f"Across the questions, {locking}"
     return f"Over {over(phase_questions(run))}: {locking}"

@@ -19,9 +19,11 @@ from pypdf import PdfReader
 
 from app.handout import build_handout, handout_html
 from app.handout_export import listed_runs, pick_run, write_handouts
-from app.handout_pdf import handout_pdf
+from app.handout_pdf import VERDICT_RGB, handout_pdf
+from app.handout_style import HANDOUT_CSS
 from app.tour_steps import STEPS, StepInputs, choose_run, training_logs_of
 from core.claims import registry
+from core.claims.base import VERDICTS
 from core.claims.features import claim_training
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
@@ -242,3 +244,27 @@ def test_the_html_opens_offline_as_handout_slides_and_reveal(handouts, tmp_path)
 def test_training_logs_are_the_small_models_only():
     logs = training_logs_of(RUNS)
     assert logs and all("fine-tuned" not in name for name in logs)
+
+
+def test_every_verdict_has_its_colour_in_both_files():
+    assert set(VERDICT_RGB) == set(VERDICTS)
+    assert all(f".verdict-{v.replace(' ', '-')} " in HANDOUT_CSS for v in VERDICTS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("asked, best", [("k-shot", False), (None, True)], ids=["digit-writing-run", "best-run-toggle"])
+def test_other_kinds_of_run_make_both_files_with_every_step(asked, best):
+    """Beyond the default and the 2-layer run: a model that writes numbers as digits (most steps do not apply),
+    and the Tour's toggle that shows each step on the shipped run that shows it best."""
+    run = pick_run(RUNS, asked)
+    runs = [r for r in RUNS if r.split == run.split]
+    h = build_handout(run, runs, registry.run_claims, claim_training, best=best)
+    page = handout_html(h)
+    text = re.sub(r"\s+", " ", " ".join(p.extract_text() for p in PdfReader(io.BytesIO(handout_pdf(h))).pages))
+    for step in STEPS:
+        assert step.title in page and step.title in text, step.title
+    assert h.accuracy_line in page and f"{h.n_questions:,} {run.split} questions" in h.accuracy_line
+    if best:
+        assert any(s.note.startswith("This step shows ") for s in h.steps)
+    else:
+        assert any(s.missing for s in h.steps) and any(s.claim.verdict == "does not apply" for s in h.steps)

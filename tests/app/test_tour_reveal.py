@@ -20,7 +20,6 @@ from core.files import PROJECT_ROOT
 
 CACHE = PROJECT_ROOT / "cache"
 RUNS, _ = listed_runs(CACHE) if CACHE.is_dir() else ([], [])
-BADGE_WORDS = VERDICT_LABELS  # the words of each verdict's badge (core.claims.base)
 
 pytestmark = pytest.mark.skipif(not RUNS, reason="no shipped cache")
 
@@ -43,23 +42,23 @@ def test_each_step_hides_its_measurement_until_reveal(asked, monkeypatch):
     assert next(t for t in at.toggle if t.key == "reveal").value is True
     for number, step in enumerate(STEPS, start=1):
         claim = claim_training(trained_here(runs)) if step.key == "training" else claims[step.key]
+        line = claim.short if step.key == "training" else run_line(step, claim, run)
+        who = "The small models trained here" if step.key == "training" else "This run"
         assert at.subheader[0].value == step.title
         # before: the question, the paper and the choices; no measurement, no verdict, no figure
         radio = next(r for r in at.radio if r.key == f"predict-{step.key}")
         assert list(radio.options) == list(step.choices) and radio.value is None
         assert "**The paper:**" in texts(at)
-        assert claim.short not in texts(at) and "**This run:**" not in texts(at)
-        assert not any(BADGE_WORDS[claim.verdict] in m.value and "badge" in m.value for m in at.markdown)
+        assert line not in texts(at) and f"**{who}:**" not in texts(at)
+        assert not any("-badge[" in m.value for m in at.markdown)
         assert len(at.get("vega_lite_chart")) == 0
         # the class marks its prediction, the lecturer reveals
         radio.set_value(step.choices[0]).run()
         next(b for b in at.button if b.key == "reveal-button").click().run()
         assert not at.exception, [e.message for e in at.exception]
         shown = texts(at)
-        who = "The small models trained here" if step.key == "training" else "This run"
-        line = claim.short if step.key == "training" else run_line(step, claim, run)
         assert f"**{who}:** {line}" in shown
-        assert any(f"badge[{BADGE_WORDS[claim.verdict]}]" in m.value for m in at.markdown)
+        assert any(f"badge[{VERDICT_LABELS[claim.verdict]}]" in m.value for m in at.markdown)
         assert f"The class predicted: **{step.choices[0]}**" in shown
         drawable = step.table is None or run.has(step.table)
         assert (len(at.get("vega_lite_chart")) >= 1) == drawable, step.key
