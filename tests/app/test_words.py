@@ -42,7 +42,7 @@ PAGES = [
 #: Names a class reads as names, not as words to learn: models, their makers and packages, file formats, machines.
 NAMES = {
     "SmolLM2", "GPT", "XL", "RoBERTa", "PaLM", "HuggingFaceTB", "PyPI", "CPU", "GPU", "MB", "KB", "CSV", "PNG",
-    "SVG", "API", "URL", "GGUF", "Phi", "NeurIPS", "NVIDIA", "H100",
+    "SVG", "API", "URL", "GGUF", "Phi", "NeurIPS", "NVIDIA", "H100", "HTML", "PDF",
 }  # fmt: skip
 #: An acronym (two capitals in a word) or an identifier (an underscore inside a word).
 TECHNICAL = re.compile(r"\b[A-Za-z0-9]*[A-Z][A-Za-z0-9]*[A-Z][A-Za-z0-9_]*\b|\b\w+_\w+\b")

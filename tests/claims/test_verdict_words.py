@@ -66,7 +66,6 @@ def test_a_run_that_cannot_show_a_claim_is_not_said_to_disagree():
             assert c.verdict == "does not apply", where(run, key)
 
 
-@pytest.mark.xfail(strict=True, reason="waiting for mechanism.py fix (notes/claims-requests.md #2)")
 def test_no_reason_contradicts_its_badge():
     bad = [
         (where(run, key), c.verdict, c.reason)
