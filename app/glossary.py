@@ -47,7 +47,7 @@ TERMS = {
     "sees it).",
     "erased": "A filter that removes every direction of a module output: nothing of the module is left.",
     "embedding": "The vector a model starts from for each token; for number tokens, the number rows of the input "
-    "matrix.",
+    "matrix W_E.",
     "Cohen's kappa": "How well a linear probe reads n mod T from the numbers' vectors, on numbers it did not train "
     "on: 1 = perfectly, 0 = no better than guessing.",
     "validation split": "Questions kept out of training and used to choose a model (when to stop, which stage).",
@@ -82,6 +82,8 @@ TERMS = {
     "LLM": "Large language model: a network trained on a large amount of text to predict the next token.",
     "parameters": "The numbers a model learns (its weights). SmolLM2-135M has 135 million.",
     "quantization": "Storing a model's weights with fewer bits to make it smaller (Q4_1: about 4 bits per weight).",
+    "SVD": "Singular value decomposition: a matrix written as a sum of rank-one pieces, strongest first. Keeping "
+    "the strongest k pieces gives the closest matrix of rank k.",
     "p-value": "How often chance alone would give a result at least this strong. Below 0.01: chance is an unlikely "
     "explanation.",
 }
@@ -111,7 +113,7 @@ JARGON = {
     r"\brandom control\b": "random control",
     r"\brank\b": "rank",
     r"\berased\b": "erased",
-    r"\bembeddings?\b": "embedding",
+    r"\bembeddings?\b|\bW_E\b": "embedding",
     r"\bkappa\b": "Cohen's kappa",
     r"\bvalidation\b": "validation split",
     r"\btest split\b": "test split",
@@ -124,7 +126,7 @@ JARGON = {
     r"\boutliers?\b": "outlier",
     r"\bphase\b": "phase",
     r"\bprobes?\b": "probe",
-    r"\bt-SNE\b": "t-SNE",
+    r"\bt-SNE\b|\bSNE\b": "t-SNE",
     r"\bpre-train": "pre-training",
     r"\bfine-tun": "fine-tuning",
     r"\bLoRA\b": "LoRA",
@@ -135,11 +137,12 @@ JARGON = {
     r"\bparameters\b": "parameters",
     r"\bquantiz|\bQ4_1\b": "quantization",
     r"\bp = \d|\bp-value": "p-value",
+    r"\bSVD\b": "SVD",
 }
 
 #: The terms each Tour step uses, shown beside it.
 STEP_TERMS = {
-    "accuracy": ["logit", "validation split", "test split"],
+    "accuracy": ["token", "logit", "test split"],
     "logit_lens": ["residual stream", "W_U", "logit lens"],
     "module_waves": ["module logits", "period", "locking R", "chance threshold"],
     "spectra": ["Fourier component", "period", "cutoff tau"],
@@ -150,9 +153,9 @@ STEP_TERMS = {
 }
 
 
-def step_terms(step: str) -> str:
-    """The terms of one Tour step as short markdown lines."""
-    return "  \n".join(f"**{name}**: {TERMS[name]}" for name in STEP_TERMS.get(step, []))
+def step_terms(step: str) -> list[str]:
+    """The terms of one Tour step, each as one short markdown line."""
+    return [f"**{name}**: {TERMS[name]}" for name in STEP_TERMS.get(step, [])]
 
 
 def term(name: str) -> str:

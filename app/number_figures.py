@@ -55,8 +55,8 @@ def number_spectrum(run: RunReader, basis: str, layer: int):
     where = "the embedding of the last token" if layer == 0 else f"the residual stream after block {layer}"
     n = run.number_representations.get("n_numbers", run.p)
     caption = (
-        f"Numbers 0..{n - 1} at layer {layer} ({where}): bars above the dashed line stand out from the same spectrum "
-        "with the numbers shuffled (passed anywhere by only 5% of 1,000 shuffles); labels give the period T."
+        f"Numbers 0..{n - 1} at layer {layer} ({where}): bars above the dashed line beat the numbers in shuffled "
+        "order (5% of 1,000 shuffles pass it); labels give the period T."
     )
     if layer == 0 and run.number_representations.get("single_token") is False:
         caption += (

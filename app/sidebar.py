@@ -7,6 +7,8 @@ the URL (app.url_state).
 
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from app.furniture import LARGE_CSS, no_runs_message
@@ -33,15 +35,17 @@ def sidebar(page: str = "") -> View | None:
             st.selectbox("Split", splits, key="split", help="Which part of the dataset the runs were computed on.")
         runs = [r for r in good if r["manifest"]["task"]["split"] == st.session_state["split"]]
         names = [r["name"] for r in runs]
-        labels = {r["name"]: r["label"] for r in runs}
+        labels = {r["name"]: picker_label(r["manifest"], r["label"]) for r in runs}
         url_state("run", names[0], str, names)
         st.selectbox(
             "Model run",
             names,
             key="run",
-            format_func=lambda n: short_label(labels[n]),
-            help="One model on one dataset split. 'demo': a small model trained here on a CPU, not a pre-trained LLM.",
+            format_func=labels.get,
+            help="One model on one dataset split, with its accuracy on that split. 'demo': a small model trained "
+            "here on a CPU, not a pre-trained LLM.",
         )
+        st.caption(next(r["label"] for r in runs if r["name"] == st.session_state["run"]))
         others = ["none"] + [n for n in names if n != st.session_state["run"]]
         default_cmp = _default_comparison(runs, st.session_state["run"])
         url_state("compare", default_cmp, str, others)
@@ -50,7 +54,7 @@ def sidebar(page: str = "") -> View | None:
                 "Compare with",
                 others,
                 key="compare",
-                format_func=lambda n: "no comparison" if n == "none" else short_label(labels[n]),
+                format_func=lambda n: "no comparison" if n == "none" else labels[n],
                 help="A second run shown beside the first.",
             )
         run = open_run(next(r for r in runs if r["name"] == st.session_state["run"]))
@@ -87,6 +91,26 @@ def sidebar(page: str = "") -> View | None:
 def short_label(label: str) -> str:
     """A run's label as the narrow sidebar shows it: 'Fourier-frozen, tied · demo · test'."""
     return label.replace(" (demo, trained here)", " · demo").replace(" addition ", " · ").replace(" addition", "")
+
+
+def picker_label(manifest: dict, label: str) -> str:
+    """A run as the run picker lists it: what tells it from the other runs first (the stage of a fine-tuned
+    model, "demo", the shots of a prompted model), then its accuracy on its split, so that labels differ within
+    their first 32 characters; the full label is the caption under the picker."""
+    base, _, detail = label.partition(" (")
+    shots = int((manifest.get("task") or {}).get("shots") or 0)
+    stage = re.search(r"stage (\d+)", detail)
+    if stage:
+        name = f"{base.split('-')[0]} stage {stage.group(1)}, {base.split(',')[0].split()[-1]}"
+    elif "demo" in detail:
+        name = f"{base} (demo)"
+    elif shots:
+        name = f"{base}{' pre-trained' if 'pre-trained' in detail else ''}, {shots}-shot"
+    else:
+        name = base
+    accuracy = manifest.get("accuracy")
+    split = (manifest.get("task") or {}).get("split", "")
+    return f"{name} · {accuracy:.1%} {split}" if isinstance(accuracy, (int, float)) else name
 
 
 def _default_comparison(runs, chosen: str) -> str:

@@ -12,8 +12,12 @@ from app.chart_style import PCT_AXIS, PCT_SCALE
 from app.shared import share_figures
 from core.paper import ACCURACY
 
+#: A split as a sentence names it.
+SPLIT_NAMES = {"val": "validation", "train": "training", "test": "test"}
+
 
 def training_curves(curves: pd.DataFrame, split: str):
+    said = SPLIT_NAMES.get(split, split)
     base = alt.Chart(curves).encode(
         x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1)),
         color=alt.Color(
@@ -23,7 +27,7 @@ def training_curves(curves: pd.DataFrame, split: str):
         ),
     )
     band = base.mark_area(opacity=0.2).encode(
-        y=alt.Y("low:Q", title=f"{split} accuracy", axis=PCT_AXIS, scale=PCT_SCALE), y2="high:Q"
+        y=alt.Y("low:Q", title=f"{said} accuracy", axis=PCT_AXIS, scale=PCT_SCALE), y2="high:Q"
     )
     line = base.mark_line(point=True).encode(
         y="mean:Q",
@@ -42,7 +46,7 @@ def training_curves(curves: pd.DataFrame, split: str):
         f"{ACCURACY['GPT-2-small, frozen pre-trained embeddings']:g}%, "
         f"from scratch {ACCURACY['GPT-2-small from scratch']:g}%)."
     )
-    return styled(band + line, f"{split.capitalize()} accuracy during training", height=430), curves, caption
+    return styled(band + line, f"{said.capitalize()} accuracy during training", height=430), curves, caption
 
 
 def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
@@ -56,7 +60,7 @@ def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
                 title="epoch (counted from the pre-trained model, over all stages)",
                 axis=alt.Axis(tickMinStep=1),
             ),
-            y=alt.Y("accuracy:Q", title=f"{split} accuracy", axis=PCT_AXIS, scale=PCT_SCALE),
+            y=alt.Y("accuracy:Q", title=f"{SPLIT_NAMES.get(split, split)} accuracy", axis=PCT_AXIS, scale=PCT_SCALE),
             color=alt.Color(
                 "run:N",
                 title="stage",
@@ -90,7 +94,8 @@ def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
         "adds and "
         "how far the last one is from the paper's dashed line."
     )
-    return styled(line + rule + text, f"Fine-tuning stage by stage: {split} accuracy", height=380), stages, caption
+    title = f"Fine-tuning stage by stage: {SPLIT_NAMES.get(split, split)} accuracy"
+    return styled(line + rule + text, title, height=380), stages, caption
 
 
 # Built once per process for a run version and its choices, and shared by all sessions (app/shared.py).

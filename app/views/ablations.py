@@ -3,7 +3,7 @@ import streamlit as st
 
 from app import figures
 from app.chart_export import show_chart
-from app.furniture import intro, needs
+from app.furniture import intro, needs, scroll_into_view
 from app.glossary import term
 from app.live import follow_live, live_folder, live_request, result_frame, submit_live
 from app.shared import shared_view
@@ -188,12 +188,12 @@ st.caption(
     f"{PARITY_KEEP_PERIOD_2}% of the time; keeping period 520 gives answers spread around the right one."
 )
 
-st.subheader("Compute a filter live")  # app.live imports torch only when a computation starts
+st.subheader("Compute a filter live", anchor="live-result")  # app.live imports torch only when a computation starts
 folder, why = live_folder(run)
 if folder is None:
     st.info(f"Live computation is not available for this run: {why}. The cached grid above is what there is.")
 else:
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2, c3 = st.columns(3)
     url_state("live_modules", "mlp", str, ["both", "attn", "mlp"])
     url_state("live_removed", "low", str, ["low", "high"])
     c1.selectbox("Modules", ["both", "attn", "mlp"], key="live_modules", format_func=summaries.ABLATION_MODULES.get)
@@ -201,12 +201,12 @@ else:
         "Band removed", ["low", "high"], key="live_removed", format_func=summaries.BAND_NAMES.get, help=term("low-pass")
     )
     c3.metric("Cutoff tau (sidebar)", tau)
-    c4.selectbox(
-        "CPU threads",
-        ["auto", 1, 2, 4],
-        key="live_threads",
-        help="auto: the cores not busy with other work right now. On a shared machine 1 thread is often faster.",
-    )
+    with st.expander("Advanced: CPU threads"):
+        st.caption(
+            "How many processor cores the live computation may use. Leave it on auto (the cores not busy with other "
+            "work right now); on a machine shared with other work, 1 thread is often faster."
+        )
+        st.selectbox("CPU threads", ["auto", 1, 2, 4], key="live_threads")
     to_url("live_modules", "live_removed")
     settings = (run.name, st.session_state["live_modules"], st.session_state["live_removed"], int(tau), run_basis)
     request = live_request(run, folder, *settings[1:], threads=st.session_state["live_threads"])
@@ -220,6 +220,7 @@ else:
         if status.state == "done":
             st.session_state["live_result"] = status.result
             st.session_state["live_settings"] = settings
+            st.session_state["live_just_computed"] = True
             del st.session_state["live_waiting"]
         elif status.state in ("failed", "refused"):
             del st.session_state["live_waiting"]
@@ -241,6 +242,8 @@ else:
             took = f" in {result['compute_s']:.2f} s with {result['threads']} CPU thread(s)"
             took += "; the prompts' prefixes were kept from the previous filter" if result.get("prefix_reused") else ""
         st.markdown(f"**{result['label']}** on {result['n']} prompts (computed live{took}):")
+        if st.session_state.pop("live_just_computed", False):  # the button was just pressed: show its answer
+            scroll_into_view("live-result")
         c1, c2, c3 = st.columns(3)
         base = summaries.unfiltered(ablations)
         c1.metric(

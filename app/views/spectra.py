@@ -2,10 +2,12 @@ import streamlit as st
 
 from app import figures
 from app.chart_export import show_chart
-from app.furniture import intro, needs
+from app.furniture import intro, needs, rank_sentence
 from app.glossary import term
+from app.run_loading import run_claims
 from app.sidebar import page_view
 from app.url_state import to_url, url_state
+from core.paper import TABLE1_TAU
 from core.runs import summaries
 from core.runs.reader import Table
 
@@ -26,7 +28,11 @@ st.radio(
 )
 to_url("module")
 module = st.session_state["module"]
-show_chart(*figures.top_periods_bars(run, basis), key="spec-top")
+spectra_claim = run_claims(run)["spectra"]  # the box above quotes its shares: the legend shows them too
+show_chart(
+    *figures.top_periods_bars(run, basis, low_share=spectra_claim.numbers.get("low_share"), tau=TABLE1_TAU),
+    key="spec-top",
+)
 show_chart(*figures.spectrum_heatmap(run, basis, module, tau), key="spec-heat")
 
 layers = summaries.module_layers(run.table(Table.MODULE_SPECTRA), module)
@@ -46,24 +52,32 @@ st.caption(
         if len(above)
         else ""
     )
-    + f". W_U's number rows have rank {run.unembedding_rank or '?'} of {run.width}: "
-    "a low rank makes every spectrum read through it sparse, whatever the module learned."
+    + ". "
+    + rank_sentence(run)
 )
 
 energy = summaries.energy_by_band(run.table(Table.MODULE_SPECTRA), basis, tau)
 row = summaries.band_energy_at(energy, module, layer)
+who = f"{modules[module]} layer {layer} alone"
+st.caption(
+    f"The three numbers below are for {who}, at the sidebar's tau = {tau}; the box at the top and the legend of the "
+    f"first chart average the last layers at the paper's tau = {TABLE1_TAU}."
+)
 c1, c2, c3 = st.columns(3)
 c1.metric(
-    f"Energy below tau = {tau}", f"{row['low']:.0%}", help="Share of the squared mean magnitude at frequencies k < tau."
+    f"{who}: energy below tau = {tau}",
+    f"{row['low']:.1%}",
+    help="Share of the squared mean magnitude at frequencies k < tau.",
 )
 c2.metric(
-    f"Energy at or above tau = {tau}",
-    f"{row['high']:.0%}",
+    f"{who}: energy at or above tau = {tau}",
+    f"{row['high']:.1%}",
     help=f"Share at k ≥ tau (periods shorter than {view.fourier.span}/tau).",
 )
-top = summaries.top_periods_by_module(run.table(Table.MODULE_SPECTRA), basis, module, last_layers=min(15, len(layers)))
+n_last = min(15, len(layers))
+top = summaries.top_periods_by_module(run.table(Table.MODULE_SPECTRA), basis, module, last_layers=n_last)
 c3.metric(
-    "Top periods (last layers)",
+    f"{modules[module]}: top periods, mean of the last {n_last} layers",
     ", ".join(f"{t:.3g}" for t in top["period"]),
     help="Largest mean magnitudes averaged over the last layers.",
 )

@@ -8,7 +8,7 @@ The steps themselves (title, question, table, figures) are app/tour_steps.py's, 
 import streamlit as st
 
 from app.chart_export import show_chart
-from app.furniture import BADGE, claim_box
+from app.furniture import BADGE, claim_box, code_spans
 from app.glossary import step_terms
 from app.run_loading import run_claims, runs_of_split, training_claim
 from app.sidebar import page_view, short_label
@@ -95,7 +95,7 @@ with text:
         if others:
             st.caption(others)
         if step.key in ("accuracy", "numbers"):
-            st.markdown(describe_run(shown.manifest))
+            st.markdown(code_spans(describe_run(shown.manifest)))
 
     who = who_line(step, choice, short_label(shown.label))
     if hidden:
@@ -103,7 +103,8 @@ with text:
     else:
         claim_box(claim, who, run_line(step, claim, shown) if step.key != "training" else None, details)
         prediction_note(step)
-    st.caption(step_terms(step.key))
+    for line in step_terms(step.key):
+        st.caption(line)
 with figure:
     st.caption(step.question(shown))
     note = settings_note(step, shown, view.tau, view.basis)

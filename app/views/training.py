@@ -5,6 +5,7 @@ from app.chart_export import show_chart
 from app.furniture import intro
 from app.run_loading import fine_tuned_training, training_logs
 from app.sidebar import page_view
+from app.training_figures import SPLIT_NAMES
 from app.url_state import to_url, url_state
 from core.claims.mechanism import selection_note_of
 from core.paper import ACCURACY
@@ -20,7 +21,14 @@ intro(
     "frozen in). Below them, the real pre-trained LLM fine-tuned here on addition, stage by stage.",
 )
 url_state("curve_split", "val", str, ["train", "val", "test"])
-st.radio("Accuracy on", ["val", "train", "test"], key="curve_split", horizontal=True)
+st.radio(
+    "Accuracy on",
+    ["val", "train", "test"],
+    key="curve_split",
+    horizontal=True,
+    format_func=SPLIT_NAMES.get,
+    help="Which split the accuracy is counted on: validation (used to choose), training, or test.",
+)
 to_url("curve_split")
 split = st.session_state["curve_split"]
 

@@ -84,6 +84,10 @@ def is_short(period: float) -> bool:
     return any(abs(period - t) < 1e-6 for t in SHORT_PERIODS)
 
 
+#: A rank of W_U's number rows at or below this makes every spectrum read through it sparse by construction.
+LOW_RANK = 32
+
+
 def structural_reason(run, spectra: bool = False) -> str:
     """What about this model limits what it can show: few layers; for spectra, a low-rank unembedding."""
     m = run.manifest
@@ -91,6 +95,6 @@ def structural_reason(run, spectra: bool = False) -> str:
     if isinstance(m.get("n_layers"), int) and m["n_layers"] <= 4:
         bits.append(f"only {m['n_layers']} layers, so each module has to do both jobs")
     rank = m.get("unembedding_rank")
-    if spectra and isinstance(rank, int) and rank <= 32:
+    if spectra and isinstance(rank, int) and rank <= LOW_RANK:
         bits.append(f"W_U's number rows have rank {rank}, so every spectrum read through it is sparse by construction")
     return "; ".join(bits)

@@ -343,14 +343,16 @@ def costly_filters(t1: pd.DataFrame, margin: float = COSTLY_MARGIN) -> tuple[pd.
 
 def table1_long(t1: pd.DataFrame, tau: int) -> pd.DataFrame:
     """`table1` as bars: filter (short name), source ("this run", "random control", "GPT-2-XL"), accuracy
-    (0..1); the paper's figure only at its own cutoff (TABLE1_TAU)."""
+    (0..1), and for a random control of several draws its spread (the sd across draws, in points); the paper's
+    figure only at its own cutoff (TABLE1_TAU)."""
     rows = []
     for r in t1.itertuples():
         name = r.filter.replace(" removed", "").replace("Attn + MLP", "both")
         rows.append({"filter": name, "source": "this run", "accuracy": t1.loc[r.Index, "accuracy %"] / 100})
         control = t1.loc[r.Index, "random control accuracy %"]
         if pd.notna(control):
-            rows.append({"filter": name, "source": "random control", "accuracy": control / 100})
+            spread = t1.loc[r.Index, "random control sd"] if "random control sd" in t1.columns else np.nan
+            rows.append({"filter": name, "source": "random control", "accuracy": control / 100, "spread": spread})
         paper = t1.loc[r.Index, "paper GPT-2-XL accuracy %"]
         if pd.notna(paper) and tau == TABLE1_TAU:
             rows.append({"filter": name, "source": "GPT-2-XL", "accuracy": paper / 100})

@@ -134,8 +134,8 @@ def test_spectra_controls(app, app_env):
     energy = summaries.energy_by_band(read_table(app_env["cache"], run.name, "module_spectra"), "paper", 30)
     layer = widget(app, "select_slider", "layer").value
     want = energy[(energy["module"] == "attn") & (energy["layer"] == layer)].iloc[0]["low"]
-    metric = next(m for m in app.metric if m.label.startswith("Energy below tau = 30"))
-    assert metric.value == f"{want:.0%}"
+    metric = next(m for m in app.metric if m.label == f"Attention layer {layer} alone: energy below tau = 30")
+    assert metric.value == f"{want:.1%}"
     data = chart_data(charts(app)[2]).dropna(subset=["band"])
     assert (
         set(data["band"]) == {"low (k < tau)", "high (k ≥ tau)"}

@@ -16,6 +16,7 @@ import streamlit as st
 from scipy.stats import binomtest
 from streamlit.testing.v1 import AppTest
 
+from app.furniture import why_sentence
 from core.analysis.fourier import band_energy_share
 from core.claims.base import VERDICT_LABELS, VERDICT_SCORE, VERDICTS
 from core.claims.features import claim_behaviour, claim_embeddings
@@ -242,6 +243,7 @@ def test_tour_verdicts_match_the_tables_on_every_shipped_run(run, monkeypatch):
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(CACHE))
     st.cache_data.clear()
     expected = expected_verdicts(run.name, run.manifest)
+    claims = run_claims(RunReader(CACHE, run.name))
     for step, key in enumerate(STEP_KEYS, start=1):
         at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
         at.query_params.update({"run": run.name, "step": str(step), "best": "0"})
@@ -249,6 +251,8 @@ def test_tour_verdicts_match_the_tables_on_every_shipped_run(run, monkeypatch):
         assert not at.exception, [e.message for e in at.exception]
         verdict, _ = shown_verdict(at)
         assert verdict == expected[key], f"{run.name} step {step} ({key}): shown {verdict}, tables say {expected[key]}"
+        claim = claims[key]  # the badge and the reason beside it are one rule output: the claim's
+        assert f"**Why “{VERDICT_LABELS[claim.verdict]}”:** {why_sentence(claim)}" in [m.value for m in at.markdown]
         measured = next(
             m.value
             for m in at.markdown
