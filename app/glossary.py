@@ -51,7 +51,8 @@ TERMS = {
     "Cohen's kappa": "How well a linear probe reads n mod T from the numbers' vectors, on numbers it did not train "
     "on: 1 = perfectly, 0 = no better than guessing.",
     "validation split": "Questions kept out of training and used to choose a model (when to stop, which stage).",
-    "test split": "Questions kept out of training and of every choice, scored once at the end: the honest score.",
+    "test split": "Questions kept out of training and of every choice, to be scored once at the end: the honest score. "
+    "A model stopped while its test score was in view (the SmolLM2 stages) has no clean test score; its pages say so.",
     "split": "One of the three parts the questions are divided into: training (the model learns from it), validation "
     "(used to choose) and test (scored once at the end).",
     "token": "A piece of text the model reads or writes as one unit. GPT-2 has one token for each number 0..520; "

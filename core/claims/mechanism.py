@@ -131,8 +131,9 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
     prompts and exact for at least 25 points fewer, and the last layer is exact for at least 25 points
     more than that layer (exactness arrives late); partly when the largest gap before the last layer is
     at least 10 points (at any depth) and the last layer is exact for at least 10 points more than the
-    gap's layer; else does not. (Without the last-layer condition a model that is off by one at every
-    layer, the last included, would pass the gap test.)"""
+    gap's layer; else does not, or "does not apply" for a model of at most 2 layers (no middle to read).
+    (Without the last-layer condition a model that is off by one at every layer, the last included, would
+    pass the gap test.)"""
     table = run.table(Table.LAYER_ACCURACY)
     acc = table[table["final_norm"] == final_norm].sort_values("layer")
     other = table[(table["final_norm"] != final_norm) & (table["layer"] == acc["layer"].max())]
@@ -170,7 +171,11 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
         measured += f" ({how} {pct(other['exact'].iloc[0])})"
     measured += "."
     reason = ""
-    if verdict == "does not" and g >= 0.10:
+    if verdict == "does not" and L <= 2:  # the claim is about depth: a model this shallow cannot show it
+        verdict = "does not apply"
+        reason = f"with {L} layers there is no middle: the answer is either not there yet or already exact"
+        measured = f"Does not apply to a model of {L} layers: no middle layer to read (the figure shows each one)."
+    elif verdict == "does not" and g >= 0.10:
         reason = (f"the answer is approximated before the last layer, but the last layer is not much more exact "
                   f"({pct(last['exact'])} against {pct(best['exact'])}): exactness does not arrive late")
     elif verdict == "does not":
@@ -197,8 +202,9 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
             "exact": float(best["exact"]),
             "depth": LENS_DEPTH,
         },
-        headline=f"At layer {int(best['layer'])} of {L}: {pct(best['within_10'])} within ±10, {pct(best['exact'])} "
-        "exact.",
+        headline=measured if verdict == "does not apply" else (
+            f"At layer {int(best['layer'])} of {L}: {pct(best['within_10'])} within ±10, {pct(best['exact'])} exact."
+        ),
     )
 
 

@@ -75,7 +75,6 @@ def test_no_reason_contradicts_its_badge():
     assert bad == []
 
 
-@pytest.mark.xfail(strict=True, reason="waiting for mechanism.py fix (notes/claims-requests.md #1)")
 def test_a_structural_reason_is_not_a_disagreement():
     """Step 2 on a 2-layer model: 'there is no middle' says the model cannot show the claim, which is not a
     disagreement."""
