@@ -112,7 +112,9 @@ def live_queue() -> LiveQueue:
     root = live_root()
     with _QUEUES_LOCK:
         if str(root) not in _QUEUES:
-            _QUEUES[str(root)] = LiveQueue(root, compute_live)
+            # FOURIER_LIVE_RUNNER=external (serve): app/live_runner.py computes, this process only asks and waits
+            external = os.environ.get("FOURIER_LIVE_RUNNER") == "external"
+            _QUEUES[str(root)] = LiveQueue(root, compute_live, external=external)
         return _QUEUES[str(root)]
 
 

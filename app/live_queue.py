@@ -18,7 +18,8 @@ A process that dies while it computes releases its lock with it, and another pro
 at most MAX_ATTEMPTS times; after that the request is answered with an error instead of stopping a third process.
 Bounded: at most `max_queued` requests wait (more are refused with a sentence that says so) and at most
 `max_results` answers are kept (the oldest go first). No Streamlit and no torch here: the computation is a function
-handed in (app/live.py's).
+handed in (app/live.py's). Under `serve`, one process of its own computes (app/live_runner.py: a crash or a
+large model there never takes a student's session with it), and the dashboard processes only ask and wait.
 """
 
 from __future__ import annotations
@@ -116,9 +117,18 @@ def _alive(pid: int) -> bool:
 
 
 class LiveQueue:
-    def __init__(self, root: Path, compute: Compute, max_queued: int = MAX_QUEUED, max_results: int = MAX_RESULTS):
+    def __init__(
+        self,
+        root: Path,
+        compute: Compute,
+        max_queued: int = MAX_QUEUED,
+        max_results: int = MAX_RESULTS,
+        external: bool = False,
+    ):
+        """`external`: a process of its own computes (`serve_forever`, started by `serve`), so this one only asks and
+        waits (it never loads a model)."""
         self.root, self.compute = Path(root), compute
-        self.max_queued, self.max_results = max_queued, max_results
+        self.max_queued, self.max_results, self.external = max_queued, max_results, external
         for sub in ("queue", "results"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
@@ -206,7 +216,10 @@ class LiveQueue:
     # ------------------------------------------------------------------------- computing
 
     def ensure_runner(self) -> None:
-        """A thread of this process that computes the queue whenever no other process does."""
+        """A thread of this process that computes the queue whenever no other process does (none where a process
+        of its own computes)."""
+        if self.external:
+            return
         with self._thread_lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="live-queue", daemon=True)
@@ -220,6 +233,14 @@ class LiveQueue:
                         self._compute(*ticket)
                     continue
             time.sleep(0.5)  # another process computes; take over if it dies
+
+    def serve_forever(self, stop: threading.Event | None = None, poll_s: float = 0.3) -> None:
+        """Compute the queue as requests come, until `stop` (the live-computation process of `serve`)."""
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            if self._tickets():
+                self._run()
+            stop.wait(poll_s)
 
     def _next(self) -> tuple[Path, dict] | None:
         """The oldest waiting request, its start counted; one started too often is answered with an error."""

@@ -80,6 +80,20 @@ class Served:
     def rss(self) -> int:
         return rss_bytes([self.pid]) if self.pid else 0
 
+    def live_runner_pid(self) -> int | None:
+        """The live-computation process of this serve (app/live_runner.py)."""
+        for pid in process_tree([self.pid]) if self.pid else []:
+            try:
+                if b"app.live_runner" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return pid
+            except OSError:
+                continue
+        return None
+
+    def live_rss(self) -> int:
+        pid = self.live_runner_pid()
+        return rss_bytes([pid]) if pid else 0
+
     @property
     def live_dir(self) -> Path:
         return self.out / "live"

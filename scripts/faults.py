@@ -277,6 +277,12 @@ def main(argv=None) -> int:
     ap.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)} (default all)")
     ap.add_argument("--sessions", type=int, default=50, help="students in the killed-worker and live runs (default 50)")
     ap.add_argument("--workers", type=int, default=(os.cpu_count() or 2) + 1, help="workers of the started serve")
+    ap.add_argument(
+        "--start",
+        choices=["serve", "single"],
+        default="serve",
+        help="start `serve` (default) or one `streamlit run` process (links and uploads only)",
+    )
     ap.add_argument("--quick", action="store_true", help="the short versions (the test suite's)")
     ap.add_argument("--cache-dir", default=None, help="run cache for the started server (default: the project's)")
     ap.add_argument("--url", help="a running serve on this machine instead (needs --serve-out, --serve-pid)")
@@ -293,14 +299,17 @@ def main(argv=None) -> int:
         ap.error("--sessions: between 1 and 200")
     if args.url and not (args.serve_out and args.serve_pid):
         ap.error("--url needs --serve-out and --serve-pid (the serve's folder and process)")
+    if args.start == "single" and set(chosen) - {"links", "uploads"}:
+        ap.error("--start single: only the links and uploads faults (the others need serve's proxy and workers)")
 
     proc = None
     if args.url:
         served = Served(check_local(args.url), Path(args.serve_out), args.serve_pid)
     else:
-        proc, base = start_server("serve", args.workers, args.cache_dir)
-        served = Served(base, Path(proc.out_dir), proc.pid)
-    print(f"faults: serve with {len(served.worker_ports())} workers at {served.base}; {load_now()}", flush=True)
+        proc, base = start_server(args.start, args.workers, args.cache_dir)
+        served = Served(base, Path(proc.out_dir or "/nonexistent"), proc.pid)
+    what = "one streamlit process" if args.start == "single" else f"serve with {len(served.worker_ports())} workers"
+    print(f"faults: {what} at {served.base}; {load_now()}", flush=True)
     print("| fault | bound | measured | what a student saw | recovery | lost | passed |", flush=True)
     print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
     n = args.sessions
@@ -310,7 +319,7 @@ def main(argv=None) -> int:
         "uploads": lambda: hostile_uploads(served),
         "live": lambda: live_stampede(served, presses=n, others=5 if quick else 20, seed=args.seed),
         "kill": lambda: killed_worker(
-            served, n, duration=25.0 if quick else 45.0, kill_at=10.0 if quick else 15.0, seed=args.seed
+            served, n, duration=20.0 if quick else 45.0, kill_at=8.0 if quick else 15.0, seed=args.seed
         ),
         "flood": lambda: connection_flood(
             served,

@@ -235,6 +235,8 @@ class Proxy:
         return found
 
 
+#: CPU priority (nice) of the live-computation process: below the workers, so a class's clicks go first.
+LIVE_NICE = 10
 #: CPU priority (nice) of a restarted worker until it is warm: its start-up (imports, tables, the default page)
 #: yields the cores to the workers serving the class.
 RESTART_NICE = 19
@@ -255,6 +257,7 @@ class Workers:
         self.warm = warm or (lambda base: [])
         self.procs: dict[int, subprocess.Popen] = {}
         self.proxy: Proxy | None = None
+        self.live: subprocess.Popen | None = None
         self.warming: set[int] = set()
 
     def name(self, port: int) -> str:
@@ -286,8 +289,26 @@ class Workers:
     def start_all(self) -> None:
         for p in self.ports:
             self.start(p)
+        self.start_live_runner()
+
+    def start_live_runner(self) -> None:
+        """The process that computes the live requests of every worker (app/live_runner.py), at a lower CPU
+        priority: the class's clicks go first, a live computation takes what is left."""
+        log = open(self.log_dir / "live-runner.log", "ab")
+        self.live = subprocess.Popen(
+            ["nice", "-n", str(LIVE_NICE), sys.executable, "-m", "app.live_runner"],
+            cwd=PROJECT_ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
 
     def restart_dead(self) -> list[int]:
+        if self.live is not None and self.live.poll() is not None:
+            print(f"serve: the live-computation process exited ({self.live.returncode}); restarting it", flush=True)
+            self.start_live_runner()
         dead = [p for p, proc in self.procs.items() if proc.poll() is not None]
         for p in dead:
             code = self.procs[p].returncode
@@ -323,11 +344,12 @@ class Workers:
             self.warming.discard(port)
 
     def stop(self) -> None:
-        for proc in self.procs.values():
+        every = [*self.procs.values(), *([self.live] if self.live is not None else [])]
+        for proc in every:
             if proc.poll() is None:
                 proc.terminate()
         deadline = time.time() + 10
-        for proc in self.procs.values():
+        for proc in every:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
@@ -400,6 +422,7 @@ def main(argv=None) -> int:
     # live computations: one queue and one result store for every worker (app/live_queue.py), one thread each
     env["FOURIER_LIVE_DIR"] = str(out / "live")
     env["FOURIER_LIVE_MAX_THREADS"] = str(args.live_threads)
+    env["FOURIER_LIVE_RUNNER"] = "external"  # the workers ask; app/live_runner.py computes
     # each worker opens the default page once, so the first students find its tables and figures ready
     from session_client import warm  # the load test's websocket client (scripts/session_client.py)
 

@@ -49,10 +49,11 @@ def test_no_chart_is_taller_than_a_projector_screen_on_the_shipped_runs():
     """Presentation mode at 1024x768, on the deepest shipped run (30 layers; the figures that grow with
     depth are the risk): every page and every Tour step draws each chart within the screen's height."""
 
-
     cache = PROJECT_ROOT / "cache"
-    runs = sorted((r for r in list_runs(cache) if r.ok and "phase_locking" in r.manifest["tables"]),
-                  key=lambda r: r.manifest["n_layers"])
+    runs = sorted(
+        (r for r in list_runs(cache) if r.ok and "phase_locking" in r.manifest["tables"]),
+        key=lambda r: r.manifest["n_layers"],
+    )
     if not runs:
         pytest.skip("no shipped runs with number logits")
     targets = {f"{n}": p for n, p in browser.PAGES.items()} | {f"tour-{i}": f"?step={i}" for i in range(1, 9)}

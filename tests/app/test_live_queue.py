@@ -7,6 +7,8 @@ import json
 import threading
 import time
 
+import pytest
+
 from app.live_queue import MAX_ATTEMPTS, LiveQueue, request_key
 
 
@@ -116,3 +118,23 @@ def test_a_request_that_killed_its_processes_is_given_up(tmp_path):
     (tmp_path / f"running-{key2}.json").write_text(json.dumps({"pid": 2**22 + 12345, "done": 5, "total": 9}))
     queue.ensure_runner()
     assert wait_for(queue, key2).state == "done" and calls == [1]
+
+
+def test_under_serve_one_process_of_its_own_computes(tmp_path):
+    """A dashboard worker of `serve` only asks and waits (external); the live-computation process computes."""
+    gate = Gate()
+    gate.open.set()
+    worker = LiveQueue(tmp_path, lambda request, on_progress: pytest.fail("a worker computed"), external=True)
+    key = request_key({"tau": 5})
+    worker.submit({"tau": 5})
+    time.sleep(0.3)
+    assert worker.status(key).state == "queued"  # nobody computes in the worker
+    runner, stop = LiveQueue(tmp_path, gate), threading.Event()
+    thread = threading.Thread(target=runner.serve_forever, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert wait_for(worker, key).result["accuracy"] == 0.05 and gate.calls == [5]
+        assert [c["key"] for c in runner.computations()] == [key]
+    finally:
+        stop.set()
+        thread.join(5)

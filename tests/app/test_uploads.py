@@ -84,14 +84,14 @@ def test_text_from_a_file_is_shown_literally():
 def test_csv_downloads_escape_formulas_and_keep_numbers():
     frame = pd.DataFrame(
         {
-            "label": ["=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)", "\tx", "plain", "-5", "+3.25", None],
+            "label": ['=HYPERLINK("http://x")', "+1+1", "-2+3", "@SUM(A1)", "\tx", "plain", "-5", "+3.25", None],
             "n": [-1, 2, -3, 4, 5, 6, 7, 8, 9],
             "x": np.linspace(-1, 1, 9),
             "cat": pd.Categorical(["=a", "b", "=a", "b", "b", "b", "b", "b", "b"]),
         }
     )
     safe = spreadsheet_safe(frame)
-    assert safe["label"].tolist()[:6] == ["'=HYPERLINK(\"http://x\")", "'+1+1", "'-2+3", "'@SUM(A1)", "'\tx", "plain"]
+    assert safe["label"].tolist()[:6] == ['\'=HYPERLINK("http://x")', "'+1+1", "'-2+3", "'@SUM(A1)", "'\tx", "plain"]
     assert safe["label"].tolist()[6:8] == ["-5", "+3.25"] and pd.isna(safe["label"].iloc[8])  # numbers stay numbers
     assert safe["n"].tolist() == frame["n"].tolist() and safe["x"].equals(frame["x"])
     assert safe["cat"].tolist()[:2] == ["'=a", "b"]
