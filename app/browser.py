@@ -175,7 +175,8 @@ _LAYOUT_JS = """
   };
   document.querySelectorAll('.vega-embed svg.marks').forEach((svg, i) => {
     const frame = box(svg);
-    const name = (svg.querySelector('.role-title-text text') || {}).textContent || `chart ${i + 1}`;
+    const titles = Array.from(svg.querySelectorAll('.role-title-text text')).map((t) => t.textContent);
+    const name = titles.length ? titles.sort((a, b) => b.length - a.length)[0] : `chart ${i + 1}`;
     svg.querySelectorAll('.role-title-text text, .role-title-subtitle text').forEach((t) => {
       const b = box(t);
       if (t.textContent.endsWith('…') || b.right > frame.right + 1 || b.left < frame.left - 1)

@@ -1,5 +1,6 @@
 """A real browser (Debian's Chromium, headless) opens every dashboard page and saves a screenshot."""
 
+import functools
 import importlib.util
 
 import pytest
@@ -45,22 +46,77 @@ def test_csv_upload_in_a_real_browser(app_env, tmp_path):
     assert "100%" in text
 
 
-def test_no_chart_is_taller_than_a_projector_screen_on_the_shipped_runs():
-    """Presentation mode at 1024x768, on the deepest shipped run (30 layers; the figures that grow with
-    depth are the risk): every page and every Tour step draws each chart within the screen's height."""
+#: A projector: the window the Tour is designed for, and the tallest a chart may be drawn in it.
+PROJECTOR, MAX_CHART_HEIGHT = {"width": 1024, "height": 768}, 700
 
-    cache = PROJECT_ROOT / "cache"
-    runs = sorted(
-        (r for r in list_runs(cache) if r.ok and "phase_locking" in r.manifest["tables"]),
-        key=lambda r: r.manifest["n_layers"],
-    )
+
+def projector_problems(page, large: bool) -> list[str]:
+    """What a class could not read on the page as drawn: app.browser.layout_problems, and a chart taller than the
+    screen."""
+    heights = [round(box["height"]) for e in page.locator(".vega-embed").all() if (box := e.bounding_box())]
+    tall = [f"a chart {h} px tall (the screen is 768)" for h in heights if h > MAX_CHART_HEIGHT]
+    return browser.layout_problems(page, large) + tall
+
+
+#: Figures of app/phase_figure.py (not this issue's to change): their problems are held in a test of their own.
+PHASE_FIGURES = ("Which layers follow the answer", "Shift one module's short waves")
+
+
+@functools.cache
+def projector_walk() -> tuple[str, ...]:
+    """Chromium at 1024 x 768 on the default shipped run (30 layers), in normal and presentation mode: every Tour
+    step reached with Next and opened by its link, and every page; the 2-layer demo run's steps and pages by link in
+    presentation mode. Every problem a class would see (`projector_problems`), with where it was seen."""
+    runs = [r for r in list_runs(PROJECT_ROOT / "cache") if r.ok]
     if not runs:
-        pytest.skip("no shipped runs with number logits")
-    targets = {f"{n}": p for n, p in browser.PAGES.items()} | {f"tour-{i}": f"?step={i}" for i in range(1, 9)}
-    with browser.serve(cache) as base, browser.browser() as b:
-        for run in runs[-1:]:
-            for name, path in targets.items():
-                joiner = "&" if "?" in path else "?"
-                report = browser.visit(b, f"{base}/{path}{joiner}large=1&run={run.name}", width=1024, height=768)
-                assert report["errors"] == [], (run.name, name, report["errors"])
-                assert max(report["chart_heights"] or [0]) <= 700, (run.name, name, report["chart_heights"])
+        pytest.skip("no shipped runs")
+    default = min(runs, key=lambda r: (r.manifest.get("display_order", 100), r.manifest.get("label", "")))
+    small = next((r for r in runs if r.manifest.get("n_layers") == 2 and "phase_locking" in r.manifest["tables"]), None)
+    problems = []
+    with browser.serve(PROJECT_ROOT / "cache") as base, browser.browser() as b:
+        page = b.new_page(viewport=PROJECTOR)
+
+        def look(url: str, where: str, large: bool) -> None:
+            if url:
+                page.goto(url)
+            browser.wait_until_idle(page)
+            problems.extend(f"{where}: {p}" for p in projector_problems(page, large))
+
+        for large in (False, True):
+            mode = "presentation" if large else "normal"
+            query = f"run={default.name}" + ("&large=1" if large else "")
+            look(f"{base}/?{query}&step=1", f"{mode}, step 1", large)
+            for step in range(2, 9):  # by Next: the charts are redrawn in place, not opened afresh
+                page.get_by_role("button", name="Next ▶").click()
+                page.wait_for_timeout(300)
+                look("", f"{mode}, step {step} by Next", large)
+            for step in range(2, 9):
+                look(f"{base}/?{query}&step={step}", f"{mode}, step {step} by link", large)
+            for name, path in browser.PAGES.items():
+                if path:
+                    look(f"{base}/{path}?{query}", f"{mode}, page {name}", large)
+        if small is not None:
+            query = f"run={small.name}&large=1"
+            for step in range(1, 9):
+                look(f"{base}/?{query}&step={step}", f"2 layers, step {step}", True)
+            for name, path in browser.PAGES.items():
+                if path:
+                    look(f"{base}/{path}?{query}", f"2 layers, page {name}", True)
+    return tuple(problems)
+
+
+def listed(problems) -> str:
+    return f"{len(problems)} problems:\n" + "\n".join(problems[:60])
+
+
+def test_every_tour_step_and_page_reads_on_a_projector():
+    """Fails on a chart title cut or wider than its chart, overlapping tick labels, an error box, a chart taller
+    than the screen and (presentation mode) axis or legend text under 14 px, on every Tour step and page."""
+    problems = [p for p in projector_walk() if not any(f'"{name}' in p for name in PHASE_FIGURES)]
+    assert not problems, listed(problems)
+
+
+@pytest.mark.xfail(strict=True, reason="waiting for app/phase_figure.py (notes/claims-requests.md #3, #7)")
+def test_the_phase_figures_read_on_a_projector():
+    problems = [p for p in projector_walk() if any(f'"{name}' in p for name in PHASE_FIGURES)]
+    assert not problems, listed(problems)
