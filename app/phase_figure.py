@@ -23,9 +23,12 @@ def locking_heatmap(run: RunReader):
     n_layers = int(data["layer"].max())
     big = large()
     order = sorted(data["T"].unique(), key=float)
+    # every layer where they fit, else 1 and every 5th: 16 px labels on a 10 px row would overlap
+    step = 1 if n_layers <= (12 if big else 24) else 5
+    layer_ticks = sorted({1, *range(step, n_layers + 1, step)})
     base = alt.Chart(data).encode(
-        x=alt.X("T:O", title="period T", sort=order, axis=alt.Axis(labelAngle=0, labelFontSize=12 if big else 11)),
-        y=alt.Y("layer:O", title="layer", sort="ascending", axis=alt.Axis(labelOverlap="parity")),
+        x=alt.X("T:O", title="period T", sort=order, axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("layer:O", title="layer", sort="ascending", axis=alt.Axis(values=layer_ticks)),
     )
     cells = base.mark_rect().encode(
         color=alt.Color(
@@ -50,7 +53,7 @@ def locking_heatmap(run: RunReader):
     height = max(80, min(280, 10 * n_layers)) if big else max(90, min(440, 15 * n_layers))
     chart = (
         alt.layer(cells, frames, data=data)
-        .properties(height=height, width=150 if big else 190)
+        .properties(height=height, width=200 if big else 190)  # six period labels at 16 px on a projector
         .facet(
             column=alt.Column(
                 "module:N",
@@ -143,7 +146,7 @@ def shift_bars(run: RunReader):
     chart = (
         alt.layer(bars, half)
         .properties(
-            height=min(300, 36 * len(order)),
+            height=min(420, 64 * len(order)),  # two bars a module, readable at 16 px
             width=260 if big else 320,
             title=alt.TitleParams(
                 "Shift one module's short waves: does the answer follow?",
@@ -153,8 +156,8 @@ def shift_bars(run: RunReader):
                 anchor="start",
             ),
         )
-        .configure_axis(labelFontSize=14 if big else 11, titleFontSize=14 if big else 12)
-        .configure_legend(labelFontSize=14 if big else 11)
+        .configure_axis(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
+        .configure_legend(labelFontSize=16 if big else 11)
     )
     questions = len(run.table(Table.EXAMPLES))
     caption = (

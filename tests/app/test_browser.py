@@ -116,7 +116,6 @@ def test_every_tour_step_and_page_reads_on_a_projector():
     assert not problems, listed(problems)
 
 
-@pytest.mark.xfail(strict=True, reason="waiting for app/phase_figure.py (notes/claims-requests.md #3, #7)")
 def test_the_phase_figures_read_on_a_projector():
     problems = [p for p in projector_walk() if any(f'"{name}' in p for name in PHASE_FIGURES)]
     assert not problems, listed(problems)
