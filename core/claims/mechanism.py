@@ -374,7 +374,8 @@ def ablation_pattern(cells: dict, base: float) -> dict:
         margin = max(DROP, 2 * sd) if np.isfinite(sd) else DROP
         opposite_ok = other >= KEEP_SHARE * base
         opposite_powerless = not opposite_ok and other_ctrl < KEEP_SHARE * base
-        paper_ok = acc <= other - DROP and acc <= ctrl - margin
+        # below the opposite cell too, unless that cell has no power (then it is no yardstick)
+        paper_ok = acc <= ctrl - margin and (acc <= other - DROP or opposite_powerless)
         paper_powerless = not paper_ok and ctrl < margin  # the control is at the floor: no room to fall below it
         if opposite_ok and paper_ok:
             out[module] = True
@@ -393,7 +394,8 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     number of random directions W_U reads, removed from the same modules).
     A module shows the paper's pattern when its opposite-band cell keeps at least 90% of the
     unfiltered accuracy and its paper cell (MLP: low removed; attention: high removed) falls at least
-    10 points below that opposite cell and at least max(10, 2 sd) points below its random control (the
+    10 points below that opposite cell (unless that cell has no power, below) and at least max(10, 2 sd)
+    points below its random control (the
     mean over the control's draws, sd their spread). An opposite cell that is not harmless while its
     own random control keeps less than 90% of the unfiltered accuracy has no power (a random subspace
     that large already breaks the model: the band is no worse than any), and neither has a paper cell

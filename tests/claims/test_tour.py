@@ -141,8 +141,10 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
         acc, opp = float(acc_of(m, band).iloc[0]), float(acc_of(m, other).iloc[0])
         ctrl, opp_ctrl = acc_of(m, f"random-{band}"), acc_of(m, f"random-{other}")
         margin = max(0.10, 2 * ctrl.std(ddof=1)) if len(ctrl) > 1 else 0.10
-        opposite_ok, paper_ok = opp >= 0.9 * base, acc <= opp - 0.10 and acc <= ctrl.mean() - margin
-        no_power = (opposite_ok or opp_ctrl.mean() < 0.9 * base) and (paper_ok or ctrl.mean() < margin)
+        opposite_ok = opp >= 0.9 * base
+        opposite_no_power = not opposite_ok and opp_ctrl.mean() < 0.9 * base
+        paper_ok = acc <= ctrl.mean() - margin and (acc <= opp - 0.10 or opposite_no_power)
+        no_power = (opposite_ok or opposite_no_power) and (paper_ok or ctrl.mean() < margin)
         shows.append(True if opposite_ok and paper_ok else None if no_power else False)
     out["ablations"] = (
         "agrees" if all(shows) else "partly" if any(shows) else "not tested" if all(v is None for v in shows)

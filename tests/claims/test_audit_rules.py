@@ -1,0 +1,128 @@
+"""Each point of the verdict audit (issue 30) as a case the old rule got wrong: the rule as it is now decides it
+the other way. The runs here are a few tables written by hand (`TableRun`), read by the claims as a cached run."""
+
+import numpy as np
+import pandas as pd
+
+from core.analysis.phase import locked
+from core.claims.mechanism import ablation_pattern, claim_ablations, claim_logit_lens, claim_spectra, claim_waves
+from core.runs.reader import Table
+
+
+class TableRun:
+    """Just what a claim reads of a run: its manifest and its tables by name."""
+
+    def __init__(self, tables: dict, n_layers: int = 8, p: int = 521):
+        self.tables = {Table(k): v for k, v in tables.items()}
+        self.manifest = {"n_layers": n_layers, "p": p, "tables": {k: {} for k in tables}, "task": {"split": "test"}}
+        self.name, self.label = "hand-made", "hand-made"
+
+    def table(self, name):
+        return self.tables[Table(name)]
+
+    def has(self, name):
+        return Table(name) in self.tables
+
+
+def test_a_model_off_by_one_at_every_layer_does_not_pass_the_logit_lens():
+    """Old rule: a gap of >= 25 points at an early layer was enough, so a model off by one everywhere (the last layer
+    too) 'agreed'. Now exactness must arrive late."""
+    layers = range(0, 9)
+    rows = [{"layer": l, "final_norm": False, "exact": 0.05, "within_2": 0.95, "within_10": 0.95, "n": 100}
+            for l in layers]
+    claim = claim_logit_lens(TableRun({"layer_accuracy": pd.DataFrame(rows)}))
+    assert claim.verdict == "does not"
+    rows[-1]["exact"] = 0.95  # now exactness arrives at the last layer: the approximation came first
+    assert claim_logit_lens(TableRun({"layer_accuracy": pd.DataFrame(rows)})).verdict == "agrees"
+
+
+def test_a_top_period_that_is_only_w_u_s_shape_is_not_attention_s_choice():
+    """Old rule: attention's raw top-5 periods included 10, so it 'carried the last digit'. Its magnitude at period 10
+    is 1.2 times what W_U alone gives random vectors of the same energy: the baseline decides now."""
+    ks = np.arange(1, 261)
+    spec, base = [], []
+    for module in ("attn", "mlp"):
+        for layer in range(1, 9):
+            for k in ks:
+                low = k < 50
+                mag = (3.0 if (module == "mlp" and low) else 1.0) + (5.0 if (module == "attn" and k == 52) else 0)
+                spec.append({"basis": "paper", "module": module, "layer": layer, "k": k, "period": 520 / k,
+                             "magnitude": mag})
+                base.append({"basis": "paper", "module": module, "layer": layer, "k": k, "period": 520 / k,
+                             "magnitude": 5.0 if k == 52 else 1.0, "magnitude_p95": 1.0, "rms_norm": 1.0,
+                             "match": "energy"})
+    run = TableRun({"module_spectra": pd.DataFrame(spec), "module_spectra_baseline": pd.DataFrame(base)})
+    claim = claim_spectra(run)
+    assert 10.0 in claim.numbers["top_periods"]["attn"]  # the old rule's evidence is there ...
+    assert 10.0 not in claim.numbers["above_baseline"]["attn"]  # ... but it is W_U's own shape (1.2x)
+    assert claim.verdict == "partly"  # the MLPs' low share alone: the old rule said "agrees"
+
+
+def test_a_sample_of_16_cannot_agree_on_its_point_estimate():
+    """Old rule: 13 of 16 cached examples (81%) peaking at the answer 'agreed'. The 95% interval (57% to 93%) neither
+    reaches 75% nor rules it out: 'not tested'. With none of 16 (interval 0% to 19%) every level is ruled out: the
+    sample fails, as a sample must be able to."""
+    ids = [f"{i}+1" for i in range(16)]
+    peaks = pd.DataFrame(
+        [{"example_id": e, "top": 5, "answer": 1, "peak": 1 if i < 13 else 2, "at_answer": i < 13} for i, e in
+         enumerate(ids)]
+        + [{"example_id": e, "top": 10, "answer": 1, "peak": 1, "at_answer": True} for e in ids]
+    )
+    examples = pd.DataFrame({"id": [f"x{i}" for i in range(3419)], "correct": True, "answer": 1, "prediction": 1,
+                             "a": 0, "b": 1, "in_sample": [True] + [False] * 3418})
+    examples = examples.set_index("id", drop=False)
+    waves = pd.DataFrame(columns=["example_id", "basis", "rank", "k", "period", "magnitude", "number", "value"])
+    run = TableRun({"wave_peaks": peaks, "examples": examples, "final_waves": waves})
+    assert claim_waves(run).verdict == "not tested"
+    low = peaks.copy()
+    low["at_answer"] = False  # none of 16, top 5 or top 10
+    assert claim_waves(TableRun({"wave_peaks": low, "examples": examples, "final_waves": waves})).verdict == "does not"
+
+
+def ablation_rows(cells: dict, base: float = 1.0) -> pd.DataFrame:
+    rows = [{"modules": "none", "removed": "none", "tau": pd.NA, "keep_k": pd.NA, "draw": 0, "accuracy": base,
+             "loss": 0.0, "n": 1000, "erased": False, "rank": 0, "within_10": 1.0}]
+    for (modules, removed), accs in cells.items():
+        for draw, acc in enumerate(np.atleast_1d(accs)):
+            rows.append({"modules": modules, "removed": removed, "tau": 50, "keep_k": pd.NA, "draw": draw,
+                         "accuracy": acc, "loss": 1.0, "n": 1000, "erased": False, "rank": 10, "within_10": acc})
+    t = pd.DataFrame(rows)
+    t["delta_accuracy"] = t["accuracy"] - base
+    t["tau"] = t["tau"].astype("Int64")
+    t["keep_k"] = t["keep_k"].astype("Int64")
+    return t
+
+
+def test_one_lucky_control_draw_no_longer_makes_a_band_special():
+    """Three draws of one control gave 45, 31 and 60% in the audit. The old rule read one draw (45%): attention's
+    high band at 30% was 'special'. Against the draws' mean and spread (45 ± 14.5 points) it is not."""
+    cells = {("attn", "high"): 0.30, ("attn", "low"): 0.99, ("attn", "random-high"): [0.45, 0.31, 0.60],
+             ("attn", "random-low"): 0.98, ("mlp", "low"): 0.99, ("mlp", "high"): 0.99,
+             ("mlp", "random-low"): 0.99, ("mlp", "random-high"): 0.99}
+    old = ablation_pattern({("attn", "high"): (0.30, 0.45, np.nan), ("attn", "low"): (0.99, 0.98, np.nan)}, 1.0)
+    assert old["attn"] is True  # one draw
+    errors = pd.DataFrame(columns=["modules", "removed", "tau", "keep_k", "draw", "error", "count"])
+    claim = claim_ablations(TableRun({"ablations": ablation_rows(cells), "ablation_errors": errors}))
+    assert claim.numbers["pattern"]["attn"] is False and claim.numbers["draws"] == 3
+
+
+def test_a_test_whose_control_already_breaks_the_model_has_no_power():
+    """Width 576, high band rank 421: a random subspace that large leaves 1-7%. The MLPs' high band leaving 5% is then
+    no evidence against the paper (old rule: 'not harmless', does not agree)."""
+    pattern = ablation_pattern(
+        {("mlp", "low"): (0.10, 0.90, np.nan), ("mlp", "high"): (0.05, 0.04, np.nan),
+         ("attn", "high"): (0.02, 0.03, np.nan), ("attn", "low"): (0.95, 0.96, np.nan)},
+        1.0,
+    )
+    assert pattern["mlp"] is None and pattern["attn"] is None
+    # with the MLPs' low band costing 80 points more than its control, the MLPs do show the pattern: the broken
+    # opposite cell is no yardstick, the control is
+    pattern = ablation_pattern({("mlp", "low"): (0.10, 0.90, np.nan), ("mlp", "high"): (0.05, 0.04, np.nan)}, 1.0)
+    assert pattern["mlp"] is None  # its opposite band cannot be shown harmless: no power, not agreement
+
+
+def test_a_wave_whose_trough_sits_on_the_answer_does_not_lock():
+    """SmolLM2-frozen's MLP 2 locked to mod 10 at R = 0.87 with offset -4.9: it pushes the answer's residue down."""
+    t = pd.DataFrame({"locking": [0.87, 0.87], "null_95": [0.05, 0.05], "constant_phase": [0.1, 0.1],
+                      "offset": [-4.9, 0.3], "period": [10.0, 10.0], "energy_share": [0.2, 0.2]})
+    assert list(locked(t)) == [False, True]
