@@ -16,7 +16,7 @@ import random
 import time
 
 import websockets
-from fault_class import CLICK_P95_BOUND, ClickingStudent, FaultRow, Served, attend_all, click_stats
+from fault_class import CLICK_P95_BOUND, ClickingStudent, FaultRow, Served, attend_all, click_stats, student_address
 from session_client import Session
 
 FLOOD_SOURCE = "127.0.0.2"
@@ -108,7 +108,10 @@ def flood_from_another_process(base: str, flood: int, hold_s: float) -> collecti
 
 async def connection_flood(served: Served, sessions: int, flood: int, duration: float, flood_at: float, seed: int):
     rng = random.Random(seed)
-    students = [ClickingStudent(served.base, random.Random(rng.random()), (1.0, 3.0), 60.0) for _ in range(sessions)]
+    students = [
+        ClickingStudent(served.base, random.Random(rng.random()), (1.0, 3.0), 60.0, source=student_address())
+        for _ in range(sessions)
+    ]
     pids = served.worker_pids()
     t0 = time.monotonic()
     lecture = asyncio.create_task(attend_all(students, t0 + duration, ramp=5.0, rng=rng))

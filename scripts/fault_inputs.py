@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import http.client
 import http.cookies
-import itertools
 import random
 import time
 import urllib.error
@@ -24,7 +23,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 
-from fault_class import FaultRow, Served
+from fault_class import FaultRow, Served, student_address
 from fault_live import live_run
 from session_client import Session
 from streamlit.proto.BackMsg_pb2 import BackMsg
@@ -87,16 +86,6 @@ def page_runs(cache_dir) -> dict[str, str]:
     if kshot:
         chosen["behaviour"] = kshot[0]
     return chosen
-
-
-_OPENED = itertools.count()
-
-
-def student_address() -> str:
-    """A loopback address of its own for each link opened: every link is a different student's machine, as in a
-    room (the proxy limits the sessions one address opens per 10 s; the server still listens on 127.0.0.1 only)."""
-    n = next(_OPENED)
-    return f"127.0.{1 + n // 250 % 250}.{1 + n % 250}"
 
 
 async def _open(base: str, page: str, query: dict, timeout: float = 60.0) -> Session:

@@ -48,6 +48,7 @@ from fault_class import (
     attend_all,
     click_stats,
     load_now,
+    student_address,
 )
 from fault_flood import connection_flood
 from fault_inputs import hostile_links, hostile_uploads
@@ -69,7 +70,10 @@ OTHERS_GROWTH_S = 0.5
 
 async def killed_worker(served: Served, sessions: int, duration: float, kill_at: float, seed: int) -> FaultRow:
     rng = random.Random(seed)
-    students = [ClickingStudent(served.base, random.Random(rng.random()), (1.0, 3.0), 60.0) for _ in range(sessions)]
+    students = [
+        ClickingStudent(served.base, random.Random(rng.random()), (1.0, 3.0), 60.0, source=student_address())
+        for _ in range(sessions)
+    ]
     t0 = time.monotonic()
     until = t0 + duration
     lecture = asyncio.create_task(attend_all(students, until, ramp=5.0, rng=rng))
@@ -91,7 +95,10 @@ async def killed_worker(served: Served, sessions: int, duration: float, kill_at:
         await asyncio.sleep(0.25)
     await lecture
     # new students after the restart: the restarted worker takes its share again
-    late = [Session(served.base, random.Random(i), (0, 0), 60.0) for i in range(2 * len(served.worker_ports()))]
+    late = [
+        Session(served.base, random.Random(i), (0, 0), 60.0, source=student_address())
+        for i in range(2 * len(served.worker_ports()))
+    ]
     for s in late:
         await s.open()
         await s.close()
