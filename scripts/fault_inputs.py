@@ -153,7 +153,7 @@ async def hostile_links(served: Served, quick: bool = False, cache_dir=None) -> 
     checked = sum(len(h) for _, h in cases)
     too_long = _too_long_link(served) if (served.out / "haproxy.cfg").exists() else None
     if too_long is not None and too_long[0] != 400:
-        problems.append(f"a 20,000-character link got HTTP {too_long[0]}, not the proxy's one-line 400 page")
+        problems.append(f"a 20,000-character link got HTTP {too_long[0]}, not the proxy's 400 page")
     took = time.monotonic() - t0
     opens = [s.open_s for s in opened if s.open_s]
     return FaultRow(
@@ -163,7 +163,7 @@ async def hostile_links(served: Served, quick: bool = False, cache_dir=None) -> 
         passed=not problems,
         measured=f"{len(cases)} links, {checked} bad values: {checked - len(problems)} noted and at their default; "
         f"page open p95 {sorted(opens)[int(0.95 * (len(opens) - 1))]:.2f} s; {took:.0f} s in all"
-        + ("; a 20,000-character link: HTTP 400, the proxy's one-line page" if too_long and too_long[0] == 400 else ""),
+        + ("; a 20,000-character link: HAProxy's own 400 page" if too_long and too_long[0] == 400 else ""),
         student_saw="the page as it is by default, and a note for a few seconds: \"The link asks for tau '99999', "
         'which is not here: showing 50 instead."',
         recovery="-",

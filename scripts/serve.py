@@ -122,12 +122,6 @@ SERVER_OPTIONS = (
 #: One line in plain words for each answer the proxy itself gives (HAProxy's own pages are jargon); the ones
 #: that can pass refresh themselves. {retry}: seconds.
 ERROR_PAGES = {
-    400: (
-        "Bad request",
-        "This address is not one the dashboard can open (too long or malformed): open the "
-        "dashboard's main address instead.",
-        None,
-    ),
     408: ("Request timeout", "Your browser took too long to ask for the page: reload it.", None),
     429: (
         "Too many connections",
