@@ -4,8 +4,8 @@ The checks run before the file reaches the reader of core (`core.analysis.behavi
 the columns and the numbers): the size, what kind of file it is (an Excel workbook, a PDF, an image, other binary
 data), its text encoding (UTF-8 with or without the byte-order mark Excel writes, UTF-16, or Windows' own), the
 separator (commas; semicolons and tabs, as some spreadsheets save, are read too) and that every line has as many
-values as the header. Every refusal is a `CoreError` of one sentence; `shown` makes any text from the file inert in
-Streamlit's markdown.
+values as the header. Every refusal is a `CoreError` of one sentence; the page shows it through
+`app.literal_text.literal`, so text from the file stays text.
 """
 
 from __future__ import annotations
@@ -103,11 +103,3 @@ def read_upload(data: bytes) -> pd.DataFrame:
     except CoreError as exc:  # core's sentence, as a sentence
         text = " ".join(str(exc).split())
         raise CoreError(text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")) from None
-
-
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
-
-
-def shown(text: str) -> str:
-    """`text` as Streamlit's markdown shows it literally: no link, no emphasis, no markup from a file's cells."""
-    return _MARKDOWN.sub(r"\\\1", " ".join(str(text).split()))

@@ -5,9 +5,9 @@ dashboard does not have says so on screen.
 
 from __future__ import annotations
 
-import re
-
 import streamlit as st
+
+from app.literal_text import literal
 
 
 def _from_url(key: str, default, cast) -> tuple[object, bool]:
@@ -63,14 +63,6 @@ def _link_notice(key: str, asked, shown) -> None:
     text = " ".join(str(asked).split())
     text = literal(text[:40] + ("…" if len(text) > 40 else ""))
     st.toast(f"The link asks for {key} '{text}', which is not here: showing {what} instead.", icon="⚠️")
-
-
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
-
-
-def literal(text: str) -> str:
-    """`text` as Streamlit's markdown shows it literally: no link, emphasis or icon drawn from it."""
-    return _MARKDOWN.sub(r"\\\1", text)
 
 
 def to_url(*keys: str) -> None:

@@ -23,7 +23,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 
-from fault_class import FaultRow, Served
+from fault_class import FaultRow, Served, student_address
 from fault_live import live_run
 from session_client import Session
 from streamlit.proto.BackMsg_pb2 import BackMsg
@@ -89,7 +89,8 @@ def page_runs(cache_dir) -> dict[str, str]:
 
 
 async def _open(base: str, page: str, query: dict, timeout: float = 60.0) -> Session:
-    s = Session(base, random.Random(0), (0, 0), timeout, link=f"/{page}?{urllib.parse.urlencode(query)}")
+    link = f"/{page}?{urllib.parse.urlencode(query)}"
+    s = Session(base, random.Random(0), (0, 0), timeout, link=link, source=student_address())
     try:
         await s.open()
     finally:
@@ -152,7 +153,7 @@ async def hostile_links(served: Served, quick: bool = False, cache_dir=None) -> 
     checked = sum(len(h) for _, h in cases)
     too_long = _too_long_link(served) if (served.out / "haproxy.cfg").exists() else None
     if too_long is not None and too_long[0] != 400:
-        problems.append(f"a 20,000-character link got HTTP {too_long[0]}, not the proxy's one-line 400 page")
+        problems.append(f"a 20,000-character link got HTTP {too_long[0]}, not the proxy's 400 page")
     took = time.monotonic() - t0
     opens = [s.open_s for s in opened if s.open_s]
     return FaultRow(
@@ -162,7 +163,7 @@ async def hostile_links(served: Served, quick: bool = False, cache_dir=None) -> 
         passed=not problems,
         measured=f"{len(cases)} links, {checked} bad values: {checked - len(problems)} noted and at their default; "
         f"page open p95 {sorted(opens)[int(0.95 * (len(opens) - 1))]:.2f} s; {took:.0f} s in all"
-        + ("; a 20,000-character link: HTTP 400, the proxy's one-line page" if too_long and too_long[0] == 400 else ""),
+        + ("; a 20,000-character link: HAProxy's own 400 page" if too_long and too_long[0] == 400 else ""),
         student_saw="the page as it is by default, and a note for a few seconds: \"The link asks for tau '99999', "
         'which is not here: showing 50 instead."',
         recovery="-",
@@ -207,7 +208,7 @@ UPLOADS = {
 async def _upload(base: str, run: str | None, name: str, data: bytes) -> dict:
     """Open the Behaviour page, upload one file as the browser does; what the page showed."""
     query = urllib.parse.urlencode({"run": run} if run else {})
-    s = Session(base, random.Random(0), (0, 0), 60.0, link=f"/behaviour?{query}")
+    s = Session(base, random.Random(0), (0, 0), 60.0, link=f"/behaviour?{query}", source=student_address())
     s.expect_errors = True
     seen = {"http": None, "alerts": [], "errors": [], "metrics": []}
     try:
@@ -239,6 +240,10 @@ async def _upload(base: str, run: str | None, name: str, data: bytes) -> dict:
     return seen
 
 
+#: The server closed the connection before its answer (a refused upload, through the proxy).
+CLOSED = -1
+
+
 def _put(s: Session, url: str, name: str, data: bytes) -> int:
     """PUT the file as Streamlit's uploader does (multipart form, the XSRF token from its cookie in a header); the
     HTTP status. A server that refuses a large file before reading it may close the connection while it is sent:
@@ -256,7 +261,8 @@ def _put(s: Session, url: str, name: str, data: bytes) -> int:
         + f"\r\n--{boundary}--\r\n".encode()
     )
     parts = urllib.parse.urlsplit(s.base)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    source = {"source_address": (s.source, 0)} if s.source else {}
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60, **source)
     try:
         conn.putrequest("PUT", url if url.startswith("/") else urllib.parse.urlsplit(url).path)
         for k, v in {
@@ -272,7 +278,10 @@ def _put(s: Session, url: str, name: str, data: bytes) -> int:
             conn.send(body)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        return conn.getresponse().status
+        try:
+            return conn.getresponse().status
+        except (http.client.RemoteDisconnected, ConnectionResetError):
+            return CLOSED  # refused mid-body: through the proxy the connection may end before the answer
     finally:
         conn.close()
 
@@ -286,9 +295,10 @@ async def hostile_uploads(served: Served, cache_dir=None) -> FaultRow:
         if seen["errors"]:
             problems.append(f"{what}: {seen['errors'][0]}")
         elif words == "HTTP 413":
-            if seen["http"] != 413:
+            if seen["http"] not in (413, CLOSED):
                 problems.append(f"{what}: the server answered HTTP {seen['http']}, not 413")
-            lines.append(f"{what}: refused by the server (413) before the page reads it")
+            how = "413" if seen["http"] == 413 else "the connection closed before the whole file was sent"
+            lines.append(f"{what}: refused by the server ({how}) before the page reads it")
         elif words is None:
             if errors or "Accuracy" not in seen["metrics"]:
                 problems.append(f"{what}: not analysed ({errors[:1]})")

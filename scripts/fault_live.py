@@ -16,7 +16,7 @@ import re
 import time
 import urllib.parse
 
-from fault_class import CLICK_P95_BOUND, ClickingStudent, FaultRow, Served, attend_all, click_stats
+from fault_class import CLICK_P95_BOUND, ClickingStudent, FaultRow, Served, attend_all, click_stats, student_address
 from session_client import Session
 
 from core.files import PROJECT_ROOT
@@ -122,9 +122,19 @@ async def live_stampede(served: Served, presses: int, others: int, seed: int, ca
     for modules, removed, tau in settings:
         query = urllib.parse.urlencode({"run": run, "tau": tau, "live_modules": modules, "live_removed": removed})
         students.append(
-            PressingStudent(served.base, random.Random(rng.random()), (0, 0), STAMPEDE_S, link=f"/ablations?{query}")
+            PressingStudent(
+                served.base,
+                random.Random(rng.random()),
+                (0, 0),
+                STAMPEDE_S,
+                link=f"/ablations?{query}",
+                source=student_address(),
+            )
         )
-    clickers = [ClickingStudent(served.base, random.Random(rng.random()), (1.0, 3.0), 60.0) for _ in range(others)]
+    clickers = [
+        ClickingStudent(served.base, random.Random(rng.random()), (1.0, 3.0), 60.0, source=student_address())
+        for _ in range(others)
+    ]
     logged = len(served_log(served))
     live_start = live_peak = served.live_rss()
     rss_start = peak = served.rss()

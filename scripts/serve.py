@@ -78,18 +78,25 @@ backend per_address_sessions
     # dashboard sessions (websockets) by client address: how many are open, how many opened in the last 10 s
     stick-table type ipv6 size 100k expire 60s store conn_cur,http_req_rate(10s)
 
+backend per_address_burst
+    # ... and in the last second
+    stick-table type ipv6 size 100k expire 10s store http_req_rate(1s)
+
 frontend dashboard
     bind {bind}:{port}
     # one machine that opens hundreds of connections (a script, a tab stuck reloading) gets a one-line 429 page,
-    # not the workers: at most {conns} connections, {sessions} open dashboard sessions and {sessions} new
-    # sessions per 10 s from one address (a class behind one NAT address counts as one: docs/serving.md)
+    # not the workers: at most {conns} connections, {sessions} open dashboard sessions, {sessions} new sessions
+    # per 10 s and {burst} per second from one address (a class behind one NAT address counts as one:
+    # docs/serving.md)
     stick-table type ipv6 size 100k expire 60s store conn_cur
     tcp-request connection track-sc0 src
     tcp-request connection reject if {{ sc0_conn_cur gt {conns} }}
     acl session_open path /_stcore/stream
     http-request track-sc1 src table per_address_sessions if session_open
+    http-request track-sc2 src table per_address_burst if session_open
     http-request deny deny_status 429 if session_open {{ sc1_conn_cur gt {sessions} }}
     http-request deny deny_status 429 if session_open {{ sc1_http_req_rate gt {sessions} }}
+    http-request deny deny_status 429 if session_open {{ sc2_http_req_rate gt {burst} }}
     default_backend workers
 
 backend workers
@@ -115,12 +122,6 @@ SERVER_OPTIONS = (
 #: One line in plain words for each answer the proxy itself gives (HAProxy's own pages are jargon); the ones
 #: that can pass refresh themselves. {retry}: seconds.
 ERROR_PAGES = {
-    400: (
-        "Bad request",
-        "This address is not one the dashboard can open (too long or malformed): open the "
-        "dashboard's main address instead.",
-        None,
-    ),
     408: ("Request timeout", "Your browser took too long to ask for the page: reload it.", None),
     429: (
         "Too many connections",
@@ -189,6 +190,7 @@ def haproxy_config(
         port=port,
         sessions=per_address,
         conns=4 * per_address,
+        burst=max(1, per_address // 4),
         cookie=COOKIE,
         server_options=SERVER_OPTIONS,
         servers=servers,

@@ -4,8 +4,9 @@ from app import figures
 from app.chart_export import show_chart
 from app.csv_safety import spreadsheet_safe
 from app.furniture import intro, needs, origin_note
+from app.literal_text import literal
 from app.sidebar import page_view
-from app.uploads import MAX_UPLOAD_MB, read_upload, shown
+from app.uploads import MAX_UPLOAD_MB, read_upload
 from app.url_state import to_url, url_state
 from core.analysis.behaviour import MAX_UPLOAD_ROWS
 from core.errors import CoreError
@@ -122,10 +123,14 @@ st.markdown(
     f"{MAX_UPLOAD_MB} MB): one line per question 'a + b', with the answer the model gave."
 )
 upload = st.file_uploader("CSV of answers", type=["csv"], accept_multiple_files=False)
+st.caption(  # the browser refuses a larger file itself, before sending it, and says why only when pointed at
+    f"A file over {MAX_UPLOAD_MB} MB is refused before it is sent: the uploader marks it with a red ! (point at it "
+    f'to read "File must be {MAX_UPLOAD_MB:.1f}MB or smaller").'
+)
 if upload is not None:
     try:
         frame = read_upload(upload.getvalue())  # size, kind of file, encoding, shape, columns, numbers: one line
     except CoreError as exc:
-        st.error(shown(str(exc)), icon=":material/block:")
+        st.error(literal(str(exc)), icon=":material/block:")
     else:
         error_report(frame["answer"], frame["answer_given"], f"answers in {upload.name}", "upload-errors")

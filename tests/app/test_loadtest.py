@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +78,12 @@ def test_the_generated_proxy_config_is_valid_and_sticky(tmp_path):
     head, _, body = page.partition("\r\n\r\n")
     assert head.startswith("HTTP/1.1 429") and f"Content-Length: {len(body.encode())}" in head
     assert "Too many connections from your network address" in body and 'http-equiv="refresh"' in body
+
+
+def test_the_documented_proxy_config_is_the_generated_one():
+    """docs/serving.md shows the configuration `serve` writes (2 workers, default address), whole."""
+    cfg = serve_module().haproxy_config("0.0.0.0", 8080, [8601, 8602], Path("serve"))
+    doc = (PROJECT_ROOT / "docs" / "serving.md").read_text()
+    shown = doc.split("The generated configuration (shown for 2 workers, default address):", 1)[1]
+    shown = shown.split("```\n", 2)[1]
+    assert shown.rstrip() == "\n".join(cfg.splitlines()[1:]).rstrip()

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from app.csv_safety import csv_text, safe_cell, spreadsheet_safe
-from app.uploads import MAX_UPLOAD_BYTES, MAX_UPLOAD_MB, read_upload, shown
+from app.literal_text import WORD_JOINER, literal
+from app.uploads import MAX_UPLOAD_BYTES, MAX_UPLOAD_MB, read_upload
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
 
@@ -77,8 +78,10 @@ def test_the_page_limit_is_the_servers():
 
 
 def test_text_from_a_file_is_shown_literally():
-    text = shown("row 2 has '[free marks](https://example.org) **now** <img src=x>'")
-    assert "\\[free marks\\]\\(https\\:" in text and "\\*\\*now\\*\\*" in text and "\\<img" in text
+    text = literal("row 2 has '[free marks](https://example.org) **now** <img src=x> :red[x] me@example.org'\n2")
+    assert "\\[free marks\\]\\(https\\:" + WORD_JOINER + "//" in text  # no link, not even an automatic one
+    assert "\\*\\*now\\*\\*" in text and "\\<img" in text and "\\:red\\[x\\]" in text
+    assert "me\\@" + WORD_JOINER + "example" in text and "\n" not in text
 
 
 def test_csv_downloads_escape_formulas_and_keep_numbers():
