@@ -122,6 +122,7 @@ def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: i
                 for e in page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all()
             ]
             + (["page not found"] if page.get_by_text("Page not found").count() else []),
+            "layout": layout_problems(page, "large=1" in url),
         }
         if out_png is not None:
             out_png.parent.mkdir(parents=True, exist_ok=True)
@@ -147,7 +148,7 @@ def upload(b, url: str, file: Path) -> str:
 
 #: What `layout_problems` measures in the page (JavaScript): each drawn chart's titles against its width, its
 #: axis and legend text sizes, and its tick labels that overlap their neighbours on the same axis.
-_LAYOUT_JS = """
+_LAYOUT_JS = r"""
 (minPx) => {
   const out = [];
   const box = (e) => e.getBoundingClientRect();
@@ -190,6 +191,9 @@ _LAYOUT_JS = """
         if (visible(t) && px < minPx) out.push(`"${name}": text "${t.textContent}" is ${px} px (< ${minPx})`);
       });
     }
+    svg.querySelectorAll('.role-legend-label text').forEach((t) => {
+      if (/\d\.\d{4,}|\d{7,}/.test(t.textContent)) out.push(`"${name}": legend value not rounded: ${t.textContent}`);
+    });
     svg.querySelectorAll('.role-axis').forEach((axis) => {
       const labels = Array.from(axis.querySelectorAll('.role-axis-label text')).filter(visible).map(corners);
       for (let a = 0; a < labels.length; a++)
@@ -209,5 +213,6 @@ _LAYOUT_JS = """
 
 def layout_problems(page, large: bool) -> list[str]:
     """What a projector audience could not read on the page as drawn now: a chart title cut or wider than its
-    chart, overlapping tick labels, an error box, and (presentation mode) axis or legend text under 14 px."""
+    chart, overlapping tick labels, a legend value with more digits than a reader needs, an error box, and
+    (presentation mode) axis or legend text under 14 px."""
     return page.evaluate(_LAYOUT_JS, 14 if large else 0)

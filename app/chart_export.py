@@ -4,6 +4,7 @@ with its caption and downloads (PNG, SVG, CSV)."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import altair as alt
@@ -51,8 +52,9 @@ def wrapped_title(text: str, font_px: int) -> alt.ExprRef:
     """A title as a Vega expression that breaks it into lines fitting the chart's drawn width (the `width`
     signal, which Streamlit sets to the column's width), so it wraps instead of being cut with an ellipsis."""
     chars = f"max(8, floor((isFinite(width) ? width : 600) / {CHAR_WIDTH * font_px:g}))"
-    pattern = "regexp('(.{1,' + " + chars + " + '})(\\\\s+|$)', 'g')"
-    return alt.ExprRef(f"split(trim(replace({json.dumps(text, ensure_ascii=False)}, {pattern}, '$1\\n')), '\\n')")
+    pattern = "regexp('(.{1,' + " + chars + " + '})( +|$)', 'g')"  # breaks at plain spaces only
+    kept = re.sub(r" ([+=−-]) ", "\u00a0\\1\u00a0", text)  # "15 + 93" stays on one line
+    return alt.ExprRef(f"split(trim(replace({json.dumps(kept, ensure_ascii=False)}, {pattern}, '$1\\n')), '\\n')")
 
 
 def title_text(title) -> str:
@@ -60,7 +62,7 @@ def title_text(title) -> str:
     text = title.get("text", "") if isinstance(title, dict) else title
     if isinstance(text, dict) and "expr" in text:
         text = json.JSONDecoder().raw_decode(text["expr"], text["expr"].index('"'))[0]
-    return " ".join(text) if isinstance(text, list) else str(text)
+    return (" ".join(text) if isinstance(text, list) else str(text)).replace("\u00a0", " ")
 
 
 def _lines(text: str, width_px: int, font_px: int) -> list[str]:

@@ -64,6 +64,7 @@ def logit_heatmap(run: RunReader, example: pd.Series, window: int = 12):
                 "centred:Q",
                 title="logit − row mean",
                 scale=alt.Scale(scheme="redblue", domain=[-reach, reach], domainMid=0, reverse=True, clamp=True),
+                legend=alt.Legend(format=".2~f"),
             ),
             tooltip=[
                 "row",
@@ -196,7 +197,12 @@ def spectrum_heatmap(run: RunReader, basis: str, module: str, tau: int):
                 axis=alt.Axis(values=_k_ticks(fourier.k_max), labelAngle=0),
             ),
             y=alt.Y("layer:O", title="layer", sort="descending"),
-            color=alt.Color("shown:Q", title="mean |Fourier| (log)", scale=alt.Scale(type="log", scheme="viridis")),
+            color=alt.Color(
+                "shown:Q",
+                title="mean |Fourier| (log)",
+                scale=alt.Scale(type="log", scheme="viridis"),
+                legend=alt.Legend(format=".3~g"),
+            ),
             tooltip=[
                 "layer",
                 "k",

@@ -72,6 +72,12 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
             st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}")
             return
         claim_box(c)
+        said = re.search(r"tau = (\d+)", c.measured)
+        if said and int(said.group(1)) != v.tau:  # the verdict's cutoff is not the sidebar's: say which is which
+            st.caption(
+                f":material/tune: The verdict above is judged at the paper's cutoff tau = {said.group(1)}; the figures "
+                f"below use the sidebar's tau = {v.tau}."
+            )
 
 
 def claim_box(c, who: str = "This run", line: str | None = None, details=None) -> None:

@@ -7,8 +7,11 @@
 what a projector shows without scrolling. --tour screenshots each Tour step instead of each page.
 
 Starts `streamlit run app/main.py` on a free local port, visits each page, waits until Streamlit
-has finished running, checks that the page shows its title, at least one chart and no error, and
-saves a PNG per page. The browser test (tests/app/test_browser.py) uses the same functions (app/browser.py).
+has finished running, checks that the page shows its title, at least one chart, no error and nothing a
+projector audience could not read (app.browser.layout_problems: cut titles, overlapping tick labels,
+small axis text in presentation mode), and saves a PNG per page. From a git worktree, run it with
+PYTHONPATH=. so that it imports the worktree's code. The browser test (tests/app/test_browser.py) uses
+the same functions (app/browser.py).
 """
 
 from __future__ import annotations
@@ -44,9 +47,12 @@ def main(argv=None) -> int:
             q = "&".join(x for x in (query, extra) if x)
             url = f"{base}/{path}" + (f"?{q}" if q else "")
             r = visit(b, url, Path(args.out) / f"{name}{suffix}.png", width=width, height=height)
-            status = "ok" if not r["errors"] and (r["charts"] or name == "terms") else "PROBLEM"  # Terms is text
+            drawn = r["charts"] or name == "terms"  # the Terms page is text
+            status = "ok" if not r["errors"] and drawn and not r["layout"] else "PROBLEM"
             bad += status != "ok"
             print(f"{status:7s} {name:12s} charts={r['charts']:2d} title={r['title']!r} errors={r['errors'][:1]}")
+            for problem in r["layout"]:
+                print(f"        {problem}")
     return 1 if bad else 0
 
 

@@ -58,15 +58,12 @@ def projector_problems(page, large: bool) -> list[str]:
     return browser.layout_problems(page, large) + tall
 
 
-#: Figures of app/phase_figure.py (not this issue's to change): their problems are held in a test of their own.
-PHASE_FIGURES = ("Which layers follow the answer", "Shift one module's short waves")
-
-
 @functools.cache
 def projector_walk() -> tuple[str, ...]:
     """Chromium at 1024 x 768 on the default shipped run (30 layers), in normal and presentation mode: every Tour
     step reached with Next and opened by its link, and every page; the 2-layer demo run's steps and pages by link in
-    presentation mode. Every problem a class would see (`projector_problems`), with where it was seen."""
+    presentation mode and its Tour steps in normal mode too. Every problem a class would see (`projector_problems`),
+    with where it was seen."""
     runs = [r for r in list_runs(PROJECT_ROOT / "cache") if r.ok]
     if not runs:
         pytest.skip("no shipped runs")
@@ -96,6 +93,8 @@ def projector_walk() -> tuple[str, ...]:
                 if path:
                     look(f"{base}/{path}?{query}", f"{mode}, page {name}", large)
         if small is not None:
+            for step in range(1, 9):
+                look(f"{base}/?run={small.name}&step={step}", f"2 layers, normal, step {step}", False)
             query = f"run={small.name}&large=1"
             for step in range(1, 9):
                 look(f"{base}/?{query}&step={step}", f"2 layers, step {step}", True)
@@ -105,17 +104,15 @@ def projector_walk() -> tuple[str, ...]:
     return tuple(problems)
 
 
-def listed(problems) -> str:
-    return f"{len(problems)} problems:\n" + "\n".join(problems[:60])
-
-
 def test_every_tour_step_and_page_reads_on_a_projector():
-    """Fails on a chart title cut or wider than its chart, overlapping tick labels, an error box, a chart taller
-    than the screen and (presentation mode) axis or legend text under 14 px, on every Tour step and page."""
-    problems = [p for p in projector_walk() if not any(f'"{name}' in p for name in PHASE_FIGURES)]
-    assert not problems, listed(problems)
+    """Fails on a chart title cut or wider than its chart, overlapping tick labels, an unrounded legend value, an
+    error box, a chart taller than the screen and (presentation mode) axis or legend text under 14 px, on every
+    Tour step and page."""
+    problems = [p for p in projector_walk() if not p.startswith("2 layers, normal")]
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:60])
 
 
-def test_the_phase_figures_read_on_a_projector():
-    problems = [p for p in projector_walk() if any(f'"{name}' in p for name in PHASE_FIGURES)]
-    assert not problems, listed(problems)
+@pytest.mark.xfail(strict=True, reason="waiting for app/phase_figure.py: the shift chart's title (claims-requests #7)")
+def test_the_2_layer_tour_reads_in_normal_mode():
+    problems = [p for p in projector_walk() if p.startswith("2 layers, normal")]
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:60])

@@ -154,3 +154,18 @@ def test_the_run_picker_tells_every_shipped_run_apart_in_32_characters():
         by_split.setdefault(r.manifest["task"]["split"], []).append(label[:32])
     for split, labels in by_split.items():
         assert len(set(labels)) == len(labels), (split, sorted(labels))
+
+
+@pytest.mark.parametrize("page", ["views/spectra.py", "views/ablations.py"])
+def test_a_page_whose_verdict_reads_another_tau_than_the_sidebar_says_so(page, shipped_cache):
+    default = min(SHIPPED, key=lambda r: (r.manifest.get("display_order", 100), r.manifest.get("label", "")))
+    notes = {}
+    for tau in (40, 50):
+        at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
+        at.query_params.update({"run": default.name, "tau": str(tau)})
+        at.run()
+        at.switch_page(page)
+        at.run()
+        assert not at.exception, [e.message for e in at.exception]
+        notes[tau] = [c.value for c in at.caption if "judged at the paper's cutoff tau = 50" in c.value]
+    assert len(notes[40]) == 1 and "sidebar's tau = 40" in notes[40][0] and notes[50] == []
