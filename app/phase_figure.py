@@ -149,7 +149,7 @@ def shift_bars(run: RunReader):
             height=min(420, 64 * len(order)),  # two bars a module, readable at 16 px
             width=260 if big else 320,
             title=alt.TitleParams(
-                "Shift one module's short waves: does the answer follow?",
+                "Does the answer follow a shifted wave?",
                 subtitle=textwrap.wrap(short_label(run.label), 46),
                 fontSize=18 if big else 14,
                 subtitleFontSize=14 if big else 12,

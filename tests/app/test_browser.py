@@ -112,7 +112,6 @@ def test_every_tour_step_and_page_reads_on_a_projector():
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:60])
 
 
-@pytest.mark.xfail(strict=True, reason="waiting for app/phase_figure.py: the shift chart's title (claims-requests #7)")
 def test_the_2_layer_tour_reads_in_normal_mode():
     problems = [p for p in projector_walk() if p.startswith("2 layers, normal")]
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:60])
