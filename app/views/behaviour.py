@@ -125,7 +125,7 @@ st.markdown(
 upload = st.file_uploader("CSV of answers", type=["csv"], accept_multiple_files=False)
 st.caption(  # the browser refuses a larger file itself, before sending it, and says why only when pointed at
     f"A file over {MAX_UPLOAD_MB} MB is refused before it is sent: the uploader marks it with a red ! (point at it "
-    f'to read "File must be {MAX_UPLOAD_MB:.1f}MB or smaller").'
+    "to read why)."
 )
 if upload is not None:
     try:
