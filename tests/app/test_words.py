@@ -59,7 +59,8 @@ def unexplained(texts: list[str]) -> list[str]:
                 bad.append(f"badge {badge!r}")
         words = re.sub(r"`[^`]*`", " ", text)
         for word in TECHNICAL.findall(words):
-            if word in NAMES or any(re.search(p, word, flags=re.I if p.islower() else 0) for p in JARGON):
+            listed = any(re.search(p, word, flags=re.I if p.islower() else 0) for p in JARGON)
+            if listed or word.lstrip("0123456789.") in NAMES:  # "5.0MB": a unit after a number
                 continue
             bad.append(f"{word!r} in {text[:80]!r}")
     return bad
