@@ -109,6 +109,7 @@ async def killed_worker(served: Served, sessions: int, duration: float, kill_at:
     missing = [s for s in victims if not any(d["back_at"] for d in s.drops)]
     kept = sum(1 for d in drops if d["view_kept"])
     in_flight = sum(1 for d in drops if d["click_in_flight"])
+    page_changes = sum(1 for d in drops if d.get("page_change_in_flight"))
     before = click_stats(others, t0 + kill_at / 2, killed)  # steady clicking: the openings are over
     after = click_stats(others, killed, killed + 20.0)
     errors = [e for s in students for e in s.errors]
@@ -143,8 +144,9 @@ async def killed_worker(served: Served, sessions: int, duration: float, kill_at:
         student_saw="the page greys for a moment ('Connecting') and comes back on the same page, run, tau, layer "
         "and module; the others see nothing",
         recovery=f"{worst:.1f} s (students), {'-' if back_in is None else f'{back_in:.1f}'} s (worker)",
-        lost=f"nothing but the session's memory; {in_flight} click(s) in flight at the kill went unanswered "
-        "(the view came back as the URL had it before that click)",
+        lost=f"what the URL does not carry (an uploaded file, a live result on screen); {in_flight} click(s) in "
+        f"flight at the kill went unanswered (the view came back as the URL had it before them), {page_changes} of "
+        "them a page change (that page opened at its defaults: the URL carries no values during a page change)",
         details={
             "victim": victim,
             "students_on_victim": len(victims),
