@@ -111,14 +111,18 @@ class Served:
         return self.out / "live"
 
 
-def same_view(query_a: str, query_b: str) -> bool:
-    """Two URLs' query strings name the same view (the order of the parameters aside)."""
-    return sorted(urllib.parse.parse_qsl(query_a)) == sorted(urllib.parse.parse_qsl(query_b))
+def view_restored(before: str, after: str) -> bool:
+    """Every value the URL carried before (`before`, a query string) is in the page's URL after (the order of the
+    parameters aside). During a page change the URL carries none: the new page then opens at its defaults."""
+    shown = dict(urllib.parse.parse_qsl(after))
+    return all(shown.get(k) == v for k, v in urllib.parse.parse_qsl(before))
 
 
 class ClickingStudent(Session):
-    """Opens the shared link, goes to the Spectra page, then changes tau, the layer or the module every `think`
-    seconds until `until` (time.monotonic()). A dropped websocket is reconnected as Streamlit's page does."""
+    """Follows the lecture from the shared link, one click every `think` seconds until `until` (time.monotonic()),
+    round and round: the Tour's next step (back from the last), the cutoff tau, the Spectra page, its layer, its
+    module, back to the Tour: the load test's five changes, repeated. A dropped websocket is reconnected as
+    Streamlit's page does."""
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
@@ -134,18 +138,36 @@ class ClickingStudent(Session):
         try:
             if not await self.open():
                 return
-            await self._click(self.to_spectra)
+            lecture = itertools.cycle(
+                [self.step_on, self.change_tau, self.to_spectra, self.change_layer, self.change_module, self.to_tour]
+            )
             while time.monotonic() < until and not self.stopped:
                 if await self._think(min(self.rng.uniform(*self.think), max(0.0, until - time.monotonic()))):
                     await self._recover(in_flight=False)
                     continue
                 if time.monotonic() >= until or self.stopped:
                     break
-                await self._click(self.rng.choice([self.change_tau, self.change_layer, self.change_module]))
+                await self._click(next(lecture))
         except Exception as exc:  # noqa: BLE001 - any failure is the session's error
             self.errors.append(f"{type(exc).__name__}: {exc}")
         finally:
             await self.close()
+
+    def step_on(self):
+        """The Tour's Next, or Back from its last step."""
+        el = self.widget("button", label="Next ▶", note=False)
+        return self.next_step() if el is not None and not el.disabled else self._back()
+
+    def _back(self):
+        el = self.widget("button", label="◀ Back")
+        if el is None:
+            return None
+        s = self.widget_state(el)
+        s.trigger_value = True
+        return self.rerun_msg(s)
+
+    def to_tour(self):
+        return self.to_page("")
 
     async def _think(self, seconds: float) -> bool:
         """Wait `seconds`; True as soon as the websocket closes (the page notices at once)."""
@@ -173,7 +195,10 @@ class ClickingStudent(Session):
             {
                 "noticed": noticed,
                 "back_at": None if back is None else noticed + back,
-                "view_kept": back is not None and same_view(self.query, before_query) and self.page_hash == before_page,
+                "view_kept": back is not None
+                and view_restored(before_query, self.query)
+                and self.page_hash == before_page,
+                "page_change_in_flight": in_flight and not before_query,
                 "before": before_query,
                 "after": self.query,
                 "worker_before": before_worker,

@@ -15,7 +15,7 @@ one after the other against it and stops it. Only servers on this machine are ac
            20 others click other pages: each gets an answer or a place in the queue that counts down within 2 s
            and sees the page move at least every 3 s, identical requests are computed once, the others' clicks
            keep p95 <= 2 s, memory stays bounded (scripts/fault_live.py)
-  kill     50 students click for 45 s; at 15 s the worker with most of them is killed (SIGKILL, by its process
+  kill     50 students click for 55 s; at 25 s the worker with most of them is killed (SIGKILL, by its process
            id): its students are back on their view (page and URL) within 10 s, the others' click p95 after the
            kill stays within 0.5 s of before (and <= 2 s), the worker is back in rotation within 60 s
   flood    500 connections opened at once from one other address on this machine (127.0.0.2: a misbehaving
@@ -109,7 +109,8 @@ async def killed_worker(served: Served, sessions: int, duration: float, kill_at:
     missing = [s for s in victims if not any(d["back_at"] for d in s.drops)]
     kept = sum(1 for d in drops if d["view_kept"])
     in_flight = sum(1 for d in drops if d["click_in_flight"])
-    before = click_stats(others, t0 + 6.0, killed)
+    page_changes = sum(1 for d in drops if d.get("page_change_in_flight"))
+    before = click_stats(others, t0 + kill_at / 2, killed)  # steady clicking: the openings are over
     after = click_stats(others, killed, killed + 20.0)
     errors = [e for s in students for e in s.errors]
     other_drops = [d for s in others for d in s.drops]
@@ -143,8 +144,9 @@ async def killed_worker(served: Served, sessions: int, duration: float, kill_at:
         student_saw="the page greys for a moment ('Connecting') and comes back on the same page, run, tau, layer "
         "and module; the others see nothing",
         recovery=f"{worst:.1f} s (students), {'-' if back_in is None else f'{back_in:.1f}'} s (worker)",
-        lost=f"nothing but the session's memory; {in_flight} click(s) in flight at the kill went unanswered "
-        "(the view came back as the URL had it before that click)",
+        lost=f"what the URL does not carry (an uploaded file, a live result on screen); {in_flight} click(s) in "
+        f"flight at the kill went unanswered (the view came back as the URL had it before them), {page_changes} of "
+        "them a page change (that page opened at its defaults: the URL carries no values during a page change)",
         details={
             "victim": victim,
             "students_on_victim": len(victims),
@@ -219,7 +221,7 @@ def main(argv=None) -> int:
         "uploads": lambda: hostile_uploads(served),
         "live": lambda: live_stampede(served, presses=n, others=5 if quick else 20, seed=args.seed),
         "kill": lambda: killed_worker(
-            served, n, duration=20.0 if quick else 45.0, kill_at=8.0 if quick else 15.0, seed=args.seed
+            served, n, duration=20.0 if quick else 55.0, kill_at=8.0 if quick else 25.0, seed=args.seed
         ),
         "flood": lambda: connection_flood(
             served,

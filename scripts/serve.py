@@ -1,6 +1,7 @@
 """Serve the dashboard to a class: N `streamlit run` workers behind HAProxy, with sticky sessions.
 
     bash run.sh serve [--workers N] [--bind ADDRESS] [--port PORT] [--worker-port PORT] [--cache-dir DIR]
+                      [--per-address N] [--live-threads N]
     .venv/bin/python scripts/serve.py ...      (the same, once HAProxy is installed)
 
 * Workers: N processes `streamlit run app/main.py`, each bound to 127.0.0.1 only, on ports
@@ -16,14 +17,21 @@
   it there with a cookie it inserts (`fourier_worker`): a student's session lives in one worker
   process, and a whole class behind one NAT address still spreads over all workers. Paths and
   query strings pass unchanged, so the links people share are the same as with `bash run.sh app`.
-* Config: generated into serve/ (haproxy.cfg, worker logs; the folder ignores itself in git).
-  The workers share one cookie secret (generated per start, or STREAMLIT_SERVER_COOKIE_SECRET),
-  so a browser that moves to another worker after a restart keeps a valid XSRF token.
+  A request that meets a dead worker is sent to another at once; one client address may hold at
+  most --per-address sessions (and open as many per 10 s, a quarter as many per second), past which
+  it gets a one-line page.
+* Live computations: one process of their own (app/live_runner.py, nice 10, --live-threads CPU
+  threads) computes every worker's requests from one queue (serve/live/): identical requests once.
+* Config: generated into serve/ (haproxy.cfg, its error pages and runtime socket, worker logs; the
+  folder ignores itself in git). The workers share one cookie secret (generated per start, or
+  STREAMLIT_SERVER_COOKIE_SECRET), so a browser that moves to another worker after a restart keeps
+  a valid XSRF token.
 
 Each worker opens the default page once before the proxy starts (its tables, claims and figures
-are then ready for the first students). A worker that exits is restarted. Ctrl-C (or SIGTERM)
-stops the proxy and every worker.
-docs/serving.md: several machines behind one proxy, and measured load.
+are then ready for the first students). A worker that exits is restarted out of the proxy's
+rotation, at the lowest CPU priority, warmed, and only then put back. Ctrl-C (or SIGTERM) stops
+the proxy, every worker and the live process.
+docs/serving.md: several machines behind one proxy, measured load, and the faults tried.
 """
 
 from __future__ import annotations

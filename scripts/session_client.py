@@ -283,8 +283,8 @@ class Session:
         rerun.page_script_hash, rerun.page_name = self.page_hash, self.page_name
         if state is not None:
             rerun.widget_states.widgets.append(state)
-        if page is not None:  # a click in the page menu: that page, its URL path, no query string
-            rerun.page_script_hash = self.pages.get(page, "")
+        if page is not None:  # a click in the page menu: the browser is on that page at once, with no query string
+            rerun.page_script_hash = self.page_hash = self.pages.get(page, "")
             rerun.page_name = self.page_name = page
             rerun.query_string = self.query = ""
         return msg
