@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.analysis.filters import rank_tolerance
 from core.analysis.fourier import FourierBasis, as_array
 from core.analysis.phase import period_frequencies
 from core.errors import CoreError
@@ -147,7 +148,7 @@ def phase_shift(unembedding, basis: FourierBasis, periods, d: int) -> PhaseShift
         R[2 * j : 2 * j + 2, 2 * j : 2 * j + 2] = block
     right = R @ A_S  # (|S|, D): the change asked of the shifted coefficients
     C = np.vstack([A_S, A_O])
-    G = np.linalg.pinv(C, rcond=max(C.shape) * float(np.finfo(np.float32).eps))[:, : len(shifted_rows)]  # (D, |S|)
+    G = np.linalg.pinv(C, rcond=rank_tolerance(1.0, C.shape))[:, : len(shifted_rows)]  # (D, |S|)
     asked = np.vstack([right, np.zeros((len(other_rows), W_U.shape[1]))])
     got = C @ G @ right
     scale = np.linalg.norm(asked)
@@ -159,7 +160,7 @@ def random_direction(unembedding, seed: int) -> np.ndarray:
     """A unit vector drawn uniformly from the row space of W_U's number rows (what W_U reads)."""
     W_U = as_array(getattr(unembedding, "weight", unembedding))
     _, s, vt = np.linalg.svd(W_U, full_matrices=False)
-    rank = int((s > s.max() * max(W_U.shape) * np.finfo(np.float32).eps).sum()) if s.size else 0
+    rank = int((s > rank_tolerance(s.max(), W_U.shape)).sum()) if s.size else 0
     if rank == 0:
         raise CoreError("W_U's number rows are all zero: no direction is read")
     g = np.random.default_rng(seed).standard_normal(rank)

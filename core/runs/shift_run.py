@@ -68,9 +68,8 @@ def phase_shift_table(loaded, texts, answers, p: int, opts, log=print) -> pd.Dat
     W_U = loaded.unembedding(p).double().cpu().numpy()
     basis = fourier_basis(p, "paper")
     specs = shift_specs(p, loaded.n_layers)
-    built = {(s["period_set"], s["d"]): None for s in specs}
-    for key in built:
-        built[key] = phase_shift(W_U, basis, PERIOD_SETS[key[0]], key[1])
+    built = {key: phase_shift(W_U, basis, PERIOD_SETS[key[0]], key[1])
+             for key in dict.fromkeys((s["period_set"], s["d"]) for s in specs)}
     directions = [random_direction(W_U, CONTROL_SEED + draw) for draw in range(CONTROL_DRAWS)]
     conditions = [Condition(None)]
     for s in specs:
