@@ -48,7 +48,7 @@ from core.files import PROJECT_ROOT
 from core.models.capture import forward_batch, iter_capture, prepare_batches
 from core.models.loading import load_model, prompt_texts
 from core.models.random_models import save_random_model
-from core.runs.ablation_grid import ablation_specs, build_filters, filter_key
+from core.runs.ablation_grid import ablation_specs, build_filters, filter_key, module_second_moments
 from core.runs.live_ablation import live_ablation
 from core.tasks import build_examples, select_split
 from core.threads import use_threads
@@ -76,7 +76,7 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     basis = fourier_basis(p, "paper")
     W_U = lm.unembedding(p)
     all_specs = ablation_specs(basis, TAUS)
-    filters = build_filters(all_specs, W_U, basis)
+    filters = build_filters(all_specs, W_U, basis, module_second_moments(lm, texts, batch_size, False))
     all_conditions = [
         Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in all_specs
     ]

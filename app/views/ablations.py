@@ -54,6 +54,8 @@ order = [
     "Δ accuracy (points)",
     "within ±10 %",
     "rank",
+    "energy removed %",
+    "control energy removed %",
     "erased",
 ]
 if large():  # a projector shows the accuracies whole; loss, change and rank are in the normal view and its CSV
@@ -66,6 +68,8 @@ formats = {
     "paper GPT-2-XL accuracy %": "{:.2f}",
     "paper GPT-2-XL loss": "{:.4f}",
     "rank": "{:.0f}",
+    "energy removed %": "{:.1f}",
+    "control energy removed %": "{:.1f}",
 }
 for col, fmt in formats.items():
     if col in shown.columns and shown[col].isna().any():
@@ -93,20 +97,28 @@ st.dataframe(
         "random control accuracy %": numeric(
             "random control accuracy %",
             "%.2f",
-            help="Accuracy with a random subspace of the same rank removed instead (directions W_U reads, no "
-            "frequency chosen).",
+            help="Accuracy with a random subspace removed instead (directions W_U reads, no frequency chosen), "
+            "as many as the band's rank and, where the run says 'rank and energy', taking away as much of the "
+            "module outputs' energy as the band does; the mean over its draws.",
         ),
+        "energy removed %": numeric("energy removed %", "%.1f",
+                                    help="Share of the module outputs' energy (answer position, every layer) the "
+                                         "filter takes away."),
+        "control energy removed %": numeric("control energy removed %", "%.1f",
+                                            help="The same share for the random control (mean over its draws)."),
         "paper GPT-2-XL accuracy %": numeric("paper GPT-2-XL accuracy %", "%.2f"),
         "paper GPT-2-XL loss": numeric("paper GPT-2-XL loss", "%.4f"),
     },
 )
+matched_on = "rank and energy" if (t1["control matched on"] == "rank and energy").any() else "rank"
 st.caption(
     "'low removed' keeps only k ≥ tau (high-pass); 'high removed' keeps only k < tau (low-pass). The random control "
-    "removes "
-    "as many random directions that W_U reads: a band matters for its frequencies only where its accuracy is well "
-    "below the "
-    f"control's. The paper's numbers are GPT-2-XL's validation results at tau = {TABLE1_TAU} "
-    "(the paper has no control)."
+    "removes as many random directions that W_U reads"
+    + (", tilted to take away as much of the module outputs' energy as the band does"
+       if matched_on == "rank and energy" else " (matched on rank only: this run was cached before energy-matched "
+       "controls existed)")
+    + ": a band matters for its frequencies only where its accuracy is well below the control's. "
+    f"The paper's numbers are GPT-2-XL's validation results at tau = {TABLE1_TAU} (the paper has no control)."
 )
 ctrl, specific = summaries.costly_filters(t1)
 if not ctrl.empty:

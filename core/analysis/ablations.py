@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.analysis.filters import ProjectionFilter, keep_frequency, projection_filter, random_subspace_filter
+from core.analysis.filters import (
+    ProjectionFilter,
+    energy_matched_filter,
+    keep_frequency,
+    projection_filter,
+    random_subspace_filter,
+    removed_energy_share,
+)
 from core.analysis.fourier import FourierBasis, band_frequencies, check_tau
 from core.errors import CoreError
 from core.models.names import ATTN, BOTH, MLP, MODULE_SETS, RESID, check_modules
@@ -19,6 +26,11 @@ from core.models.names import ATTN, BOTH, MLP, MODULE_SETS, RESID, check_modules
 POSITIONS = ("last", "all")
 #: removed = "random-low" / "random-high": a random subspace of the rank of the low / high band filter.
 RANDOM_CONTROLS = {"random-low": "low", "random-high": "high"}
+#: removed = "matched-low" / "matched-high": a random subspace matched to the band filter's rank *and* to the share
+#: of the module outputs' energy it removes (`core.analysis.filters.energy_matched_filter`); needs those outputs'
+#: second moment, so it exists only where a run's weights were at hand.
+MATCHED_CONTROLS = {"matched-low": "low", "matched-high": "high"}
+CONTROLS = {**RANDOM_CONTROLS, **MATCHED_CONTROLS}
 RANDOM_CONTROL_SEED = 20240
 
 
@@ -35,8 +47,9 @@ class Ablation:
 
     removed: "none", "low", "high" (a band by tau), "keep" (one k), or a random-subspace control
     "random-low" / "random-high": a seeded random subspace of W_U's row space with the rank of the
-    low / high band filter at the same tau (docs/method.md#controls); `draw` numbers its draws (draw 0
-    keeps the seed every run before draws existed used).
+    low / high band filter at the same tau, or "matched-low" / "matched-high": the same draw tilted until it
+    removes as much of the modules' output energy as the band does (docs/method.md#controls); `draw` numbers
+    a control's draws (draw 0 keeps the seed every run before draws existed used).
     """
 
     modules: str = "none"
@@ -52,14 +65,15 @@ class Ablation:
                 raise CoreError("an ablation with no filter must have modules='none' and removed='none'")
             return
         check_modules(self.modules)
-        if self.removed in ("low", "high") or self.removed in RANDOM_CONTROLS:
+        if self.removed in ("low", "high") or self.removed in CONTROLS:
             if self.tau is None:
                 raise CoreError(f"removing the {self.removed} band needs a cutoff tau")
         elif self.removed == "keep":
             if self.keep_k is None:
                 raise CoreError("keep-one-frequency needs the frequency k to keep")
         else:
-            raise CoreError(f"unknown band {self.removed!r}: choose low, high, keep, random-low, random-high or none")
+            raise CoreError(f"unknown band {self.removed!r}: choose low, high, keep, random-low, random-high, "
+                            "matched-low, matched-high or none")
 
     def label(self) -> str:
         if self.removed == "none":
@@ -67,24 +81,31 @@ class Ablation:
         what = {ATTN: "Attn", MLP: "MLP", BOTH: "Attn+MLP"}[self.modules]
         if self.removed == "keep":
             return f"{what}: keep only k = {self.keep_k}"
-        if self.removed in RANDOM_CONTROLS:
-            band = RANDOM_CONTROLS[self.removed]
+        if self.removed in CONTROLS:
+            band = CONTROLS[self.removed]
             draw = f", draw {self.draw + 1}" if self.draw else ""
-            return f"{what}: random subspace of the {band} band's rank removed (tau = {self.tau}{draw})"
+            match = "rank and energy" if self.removed in MATCHED_CONTROLS else "rank"
+            return f"{what}: random subspace of the {band} band's {match} removed (tau = {self.tau}{draw})"
         return f"{what}: {self.removed} frequencies removed (tau = {self.tau})"
 
-    def build(self, unembedding, basis: FourierBasis) -> ProjectionFilter | None:
-        """The filter this ablation names, built from W_U (None for no filter)."""
+    def build(self, unembedding, basis: FourierBasis, second_moment=None) -> ProjectionFilter | None:
+        """The filter this ablation names, built from W_U (None for no filter). An energy-matched control
+        needs `second_moment`, the D x D sum of x x^T over the outputs of the modules it acts on."""
         if self.removed == "none":
             return None
         if self.removed == "keep":
             return keep_frequency(unembedding, basis, self.keep_k)
         check_tau(basis, self.tau)
-        if self.removed in RANDOM_CONTROLS:
-            band = RANDOM_CONTROLS[self.removed]
-            matched = projection_filter(unembedding, basis, band_frequencies(basis, band, self.tau))
+        if self.removed in CONTROLS:
+            band = CONTROLS[self.removed]
+            banded = projection_filter(unembedding, basis, band_frequencies(basis, band, self.tau))
             seed = RANDOM_CONTROL_SEED + 1000 * int(self.tau) + (1 if band == "high" else 0) + 7919 * int(self.draw)
-            return random_subspace_filter(unembedding, matched.rank, seed)
+            if self.removed in RANDOM_CONTROLS:
+                return random_subspace_filter(unembedding, banded.rank, seed)
+            if second_moment is None:
+                raise CoreError(f"{self.label()} needs the second moment of the {self.modules} outputs")
+            target = removed_energy_share(banded, second_moment)
+            return energy_matched_filter(unembedding, banded.rank, seed, second_moment, target).flt
         return projection_filter(unembedding, basis, band_frequencies(basis, self.removed, self.tau))
 
 

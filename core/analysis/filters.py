@@ -151,6 +151,97 @@ def random_subspace_filter(unembedding, rank: int, seed: int, weight_dtype=None)
     return ProjectionFilter((), "random", row_space @ q, D)
 
 
+def removed_energy_share(flt: ProjectionFilter, second_moment: np.ndarray) -> float:
+    """The share of the module outputs' energy a filter removes: tr(Q^T C Q) / tr(C), with C = sum of x x^T
+    over the outputs it acts on (`second_moment`, D x D), so the share is sum ||Q Q^T x||^2 / sum ||x||^2."""
+    C = np.asarray(second_moment, dtype=float)
+    total = float(np.trace(C))
+    if total <= 0:
+        return float("nan")
+    if flt.erased:
+        return 1.0
+    return float(np.einsum("dr,de,er->", flt.q, C, flt.q)) / total
+
+
+#: The tilt exponent of an energy-matched control is searched in [-MATCH_TILT, MATCH_TILT] (eigenvalues
+#: scaled to the largest), by this many bisection steps.
+MATCH_TILT, MATCH_STEPS = 24.0, 60
+
+
+@dataclass(frozen=True)
+class MatchedDraw:
+    """An energy-matched random control: its filter, the tilt it took, the share it removes and the target."""
+
+    flt: ProjectionFilter
+    tilt: float
+    share: float
+    target: float
+
+    @property
+    def matched(self) -> bool:
+        """Within half a percentage point of the target (False: the target lies beyond the reachable range)."""
+        return abs(self.share - self.target) <= 0.005
+
+
+def energy_matched_filter(
+    unembedding, rank: int, seed: int, second_moment: np.ndarray, target_share: float, weight_dtype=None
+) -> MatchedDraw:
+    """A control for a band filter matched in rank *and* removed energy (docs/method.md#controls).
+
+    A band filter of rank r removes the share s* = tr(Q_b^T C Q_b) / tr(C) of the module outputs' energy
+    (`removed_energy_share`), often far more than a Haar-random r-dimensional subspace of W_U's row space
+    removes, because module outputs are not isotropic. The matched control draws its subspace from a
+    tilted Gaussian instead: with V an orthonormal basis of W_U's row space (r_w columns), C_w = V^T C V =
+    U diag(lambda) U^T and Z a seeded r_w x r standard normal matrix (the same draw as
+    `random_subspace_filter` with this seed),
+
+        Q(a) = V orth(U diag((lambda / lambda_max)^(a / 2)) U^T Z).
+
+    a = 0 is the rank-only control itself; a > 0 leans the directions towards the outputs' strongest
+    directions (a -> inf: the top r eigenvectors, the most energy any r directions W_U reads can remove),
+    a < 0 towards the weakest. For the fixed Z, share(a) = tr(Q(a)^T C Q(a)) / tr(C) is continuous in a, so
+    bisection on [-MATCH_TILT, MATCH_TILT] finds a with share(a) = s* whenever s* lies between the two
+    ends; otherwise the nearer end is kept and `MatchedDraw.matched` is False. The directions stay random
+    (a Gaussian draw) but carry as much of the outputs' energy as the band does, so a band that hurts more
+    than its matched control hurts because of *which* directions it removes, not how much it removes.
+    """
+    W_U, weight_dtype = _unembedding_matrix(unembedding, weight_dtype)
+    D = W_U.shape[1]
+    C = np.asarray(second_moment, dtype=float)
+    if C.shape != (D, D):
+        raise CoreError(f"the second moment must be {D} x {D} (the module output's width), got {C.shape}")
+    base = random_subspace_filter(W_U, rank, seed, weight_dtype)
+    _, s, vt = np.linalg.svd(W_U, full_matrices=False)
+    r_w = _rank(s, W_U.shape, weight_dtype)
+    if rank <= 0 or rank >= r_w or base.erased:  # nothing to choose: no directions, or the whole row space
+        return MatchedDraw(base, 0.0, removed_energy_share(base, C), float(target_share))
+    V = vt[:r_w].T
+    lam, U = np.linalg.eigh(V.T @ C @ V)
+    lam = np.clip(lam / max(lam.max(), np.finfo(float).tiny), 1e-12, None)
+    z = np.random.default_rng(seed).standard_normal((r_w, rank))  # as random_subspace_filter draws it
+    uz = U.T @ z
+
+    def draw(tilt: float) -> tuple[ProjectionFilter, float]:
+        q, r = np.linalg.qr(U @ (lam[:, None] ** (tilt / 2) * uz))
+        flt = ProjectionFilter((), "random", V @ (q * np.sign(np.diag(r))), D)
+        return flt, removed_energy_share(flt, C)
+
+    lo, hi = -MATCH_TILT, MATCH_TILT
+    (f_lo, s_lo), (f_hi, s_hi) = draw(lo), draw(hi)
+    if target_share <= s_lo:
+        return MatchedDraw(f_lo, lo, s_lo, float(target_share))
+    if target_share >= s_hi:
+        return MatchedDraw(f_hi, hi, s_hi, float(target_share))
+    for _ in range(MATCH_STEPS):
+        mid = (lo + hi) / 2
+        f_mid, s_mid = draw(mid)
+        if s_mid < target_share:
+            lo = mid
+        else:
+            hi, f_hi, s_hi = mid, f_mid, s_mid
+    return MatchedDraw(f_hi, hi, s_hi, float(target_share))
+
+
 def low_pass(unembedding, basis: FourierBasis, tau: int) -> ProjectionFilter:
     """Keep frequencies below tau: remove the high band k >= tau."""
     return projection_filter(unembedding, basis, band_frequencies(basis, "high", tau))

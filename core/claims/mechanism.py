@@ -390,8 +390,10 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     """Step 6. Paper (Table 1, tau = 50): removing the MLPs' low frequencies leaves GPT-2-XL 35.89% and
     attention's high ones 78.36%, while the opposite bands cost almost nothing (attention low 99.12%,
     MLP high 98.10%); MLP-low errors are multiples of 10, attention-high errors below 6.
-    Measured at the cached tau nearest 50, each cell next to its random-subspace control (the same
-    number of random directions W_U reads, removed from the same modules).
+    Measured at the cached tau nearest 50, each cell next to its random-subspace control: random directions
+    W_U reads, removed from the same modules, as many as the band's rank and (where the run was computed with
+    its weights at hand) tilted to remove the same share of the modules' output energy as the band does
+    (`core.analysis.filters.energy_matched_filter`); older runs have rank-matched controls only, and say so.
     A module shows the paper's pattern when its opposite-band cell keeps at least 90% of the
     unfiltered accuracy and its paper cell (MLP: low removed; attention: high removed) falls at least
     10 points below that opposite cell (unless that cell has no power, below) and at least max(10, 2 sd)
@@ -424,6 +426,7 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
                 else (np.nan, np.nan, np.nan)
             )
     draws = int(t1["random control draws"].max()) if "random control draws" in t1.columns else 1
+    matched_on = "rank and energy" if (t1.get("control matched on") == "rank and energy").any() else "rank"
     pattern = ablation_pattern(cells, base)
     shown = [v for v in pattern.values() if v]
     if len(shown) == len(pattern):
@@ -456,7 +459,9 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         f"At tau = {t}, unfiltered {pct(base)}: MLP low removed {cell('mlp', 'low')}, MLP high removed "
         f"{cell('mlp', 'high')}; "
         f"attention high removed {cell('attn', 'high')}, attention low removed {cell('attn', 'low')}"
-        + (f" (controls: mean ± sd of {draws} random draws)." if draws > 1 else " (controls: one random draw).")
+        + (f" (controls: mean ± sd of {draws} random draws" if draws > 1 else " (controls: one random draw")
+        + (", each matched to its band's rank and removed energy)." if matched_on == "rank and energy"
+           else ", matched to its band's rank only: this run was cached without its weights' energy measure).")
     )
     if "mlp_low_mult10" in shape:
         measured += f" Without the MLPs' low band, {pct(shape['mlp_low_mult10'])} of the errors are multiples of 10"
@@ -499,6 +504,13 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
             "control": {f"{m}-{r}": v[1] for (m, r), v in cells.items()},
             "control_sd": {f"{m}-{r}": v[2] for (m, r), v in cells.items()},
             "draws": draws,
+            "matched_on": matched_on,
+            "energy": {f"{m}-{r}": float(t1.loc[(m, r), "energy removed %"]) / 100
+                       for m in ("attn", "mlp") for r in ("low", "high")
+                       if (m, r) in t1.index and "energy removed %" in t1.columns},
+            "control_energy": {f"{m}-{r}": float(t1.loc[(m, r), "control energy removed %"]) / 100
+                               for m in ("attn", "mlp") for r in ("low", "high")
+                               if (m, r) in t1.index and "control energy removed %" in t1.columns},
             "pattern": pattern,
             "error_shape": shape,
         },

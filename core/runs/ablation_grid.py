@@ -1,7 +1,10 @@
 """The ablation grid of a run: every filter condition (modules x band removed x tau, keep-one
-frequency, random-subspace controls), evaluated at the answer position with the prefix shared across
-conditions (core.analysis.evaluation.evaluate_conditions), saved condition by condition so an interrupted grid
-resumes; and the error-analysis table built from it. Part of `core.runs.precompute`'s stages.
+frequency, random-subspace controls matched to each band's rank, and at Table 1's tau controls matched to its
+rank and removed energy), evaluated at the answer position with the prefix shared across conditions
+(core.analysis.evaluation.evaluate_conditions), saved condition by condition so an interrupted grid resumes; and
+the error-analysis table built from it. Each filter's row says what share of the modules' output energy it
+removes (`core.analysis.filters.removed_energy_share`, from one capture pass: `module_second_moments`).
+Part of `core.runs.precompute`'s stages.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from core.analysis.ablations import Ablation, Condition
+from core.analysis.ablations import MATCHED_CONTROLS, Ablation, Condition
 from core.analysis.behaviour import error_histogram, error_summary
 from core.analysis.evaluation import GridProgress, evaluate_conditions
-from core.models.names import BOTH, MODULE_OUTPUTS
+from core.analysis.filters import removed_energy_share
+from core.models.capture import iter_capture
+from core.models.names import ATTN, BOTH, MLP, MODULE_OUTPUTS
 from core.paper import TABLE1_TAU
 from core.runs.cache import RunWriter
 
@@ -28,7 +33,9 @@ CONTROL_DRAWS = 5
 def ablation_specs(basis, taus, controls: bool = True):
     """The grid: no filter; modules x band removed x tau; keep-one for periods 2 and p-1; and, for
     each band filter, a random-subspace control of the same rank (unless `controls` is False), with
-    CONTROL_DRAWS draws at the tau nearest the paper's (one elsewhere)."""
+    CONTROL_DRAWS draws at the tau nearest the paper's (one elsewhere); at that tau also CONTROL_DRAWS
+    draws of the control matched to the band's rank and removed energy. New kinds of condition go at the
+    end, so the conditions a grid had before keep their places and their results."""
 
     specs = [Ablation()]
     for tau in taus:
@@ -49,7 +56,23 @@ def ablation_specs(basis, taus, controls: bool = True):
             for modules in (BOTH, *MODULE_OUTPUTS):
                 for removed in ("random-low", "random-high"):
                     specs.append(Ablation(modules, removed, int(table1_tau), draw=draw))
+        for draw in range(CONTROL_DRAWS):
+            for modules in (BOTH, *MODULE_OUTPUTS):
+                for removed in ("matched-low", "matched-high"):
+                    specs.append(Ablation(modules, removed, int(table1_tau), draw=draw))
     return specs
+
+
+def module_second_moments(loaded, texts, batch_size: int, progress=None) -> dict:
+    """C = sum of x x^T (float64, D x D) over the answer-position outputs of every layer's attention, of every
+    layer's MLP, and of both ("both"), over `texts`: what a filter acting on those outputs removes energy from."""
+    sums = {ATTN: 0.0, MLP: 0.0}
+    for cb in iter_capture(loaded, texts, batch_size, MODULE_OUTPUTS, progress, desc="module output energy"):
+        for kind in MODULE_OUTPUTS:
+            x = getattr(cb, kind).double().cpu().numpy()
+            x = x.reshape(-1, x.shape[-1])
+            sums[kind] = sums[kind] + x.T @ x
+    return {ATTN: sums[ATTN], MLP: sums[MLP], BOTH: sums[ATTN] + sums[MLP]}
 
 
 def _spec_key(spec) -> str:
@@ -60,17 +83,19 @@ def _spec_key(spec) -> str:
 
 
 def filter_key(spec) -> str:
-    """What determines a spec's filter (everything but the modules it acts on)."""
-    return json.dumps({k: v for k, v in asdict(spec).items() if k != "modules"}, sort_keys=True)
+    """What determines a spec's filter: everything but the modules it acts on, except for an energy-matched
+    control, which is matched to those modules' outputs."""
+    return json.dumps({k: v for k, v in asdict(spec).items() if k != "modules" or spec.removed in MATCHED_CONTROLS},
+                      sort_keys=True)
 
 
-def build_filters(specs, W_U, basis) -> dict:
+def build_filters(specs, W_U, basis, second_moments: dict) -> dict:
     """Each distinct filter of the grid built once (a band's filter serves Attn, MLP and both)."""
     built = {}
     for spec in specs:
         key = filter_key(spec)
         if key not in built:
-            built[key] = spec.build(W_U, basis)
+            built[key] = spec.build(W_U, basis, second_moments.get(spec.modules))
     return built
 
 
@@ -87,8 +112,9 @@ def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts, writer: Run
     done = writer.read_json("ablations.partial.json") or {}
     specs = ablation_specs(basis, taus)
     pending = [s for s in specs if _spec_key(s) not in done]
+    second_moments = module_second_moments(loaded, texts, opts.batch_size, opts.progress)
     if pending:
-        filters = build_filters(pending, W_U, basis)
+        filters = build_filters(pending, W_U, basis, second_moments)
         conditions = [Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in pending]
         keys = [_spec_key(s) for s in pending]
         progress_file = writer.staging / "ablations.progress.npz"
@@ -114,8 +140,9 @@ def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts, writer: Run
             resume=resume,
             on_checkpoint=checkpoint,
         )
-        for spec, ev in zip(pending, evaluations):
-            done[_spec_key(spec)] = _ablation_entry(spec, basis, ev)
+        for spec, ev, cond in zip(pending, evaluations, conditions):
+            energy = removed_energy_share(cond.flt, second_moments[cond.modules]) if cond.flt is not None else 0.0
+            done[_spec_key(spec)] = _ablation_entry(spec, basis, ev, energy)
         writer.write_json("ablations.partial.json", done)
         progress_file.unlink(missing_ok=True)
         (writer.staging / "ablations.progress.json").unlink(missing_ok=True)
@@ -141,7 +168,9 @@ def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts, writer: Run
     return table, errors
 
 
-def _ablation_entry(spec, basis, ev) -> dict:
+def _ablation_entry(spec, basis, ev, energy: float) -> dict:
+    """A condition's row (`energy_removed`: the share of its modules' answer-position output energy the filter
+    removes) and its error histogram."""
     summary = error_summary(ev.answers, ev.predictions)
     hist = error_histogram(ev.answers, ev.predictions)
     return {
@@ -149,6 +178,7 @@ def _ablation_entry(spec, basis, ev) -> dict:
             **asdict(spec),
             "keep_period": float(basis.period(spec.keep_k)) if spec.keep_k else None,
             "label": spec.label(),
+            "energy_removed": energy,
             "accuracy": ev.accuracy,
             "within_2": ev.within(2),
             "within_10": ev.within(10),

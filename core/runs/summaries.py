@@ -263,29 +263,45 @@ def nearest_tau(ablations: pd.DataFrame, tau: int) -> int:
 def table1(ablations: pd.DataFrame, tau: int) -> pd.DataFrame:
     """The paper's Table 1 for one tau: modules x band removed, ours next to GPT-2-XL's.
 
-    Each band filter also carries its random-subspace control (same rank, random directions that
-    W_U reads): `rank`, `random control accuracy %` (the mean over the control's draws; NaN where the
-    run has no control), `random control sd` (points, across draws; NaN for one draw) and
-    `random control draws`.
+    Each band filter also carries its random-subspace control: `random control accuracy %` (the mean over
+    the control's draws; NaN where the run has no control), `random control sd` (points, across draws; NaN
+    for one draw), `random control draws` and `control matched on`: "rank and energy" where the run has
+    controls matched to the band's rank and to the share of the module outputs' energy it removes
+    (`core.analysis.filters.energy_matched_filter`), else "rank" (random directions W_U reads, as many as
+    the band's rank). `energy removed %` and `control energy removed %` give those shares (NaN for runs cached
+    before they were measured); `rank-only control accuracy %` keeps the rank-matched control beside it.
     """
     base = ablations[ablations["removed"] == "none"].iloc[0]
     rows = [_table1_row(base, "none", "none")]
-    sub = ablations[(ablations["tau"] == tau) & ablations["removed"].isin(["low", "high", "random-low", "random-high"])]
+    sub = ablations[(ablations["tau"] == tau) & ablations["removed"].isin(
+        ["low", "high", "random-low", "random-high", "matched-low", "matched-high"])]
     if sub[sub["removed"].isin(["low", "high"])].empty:
         raise CoreError(f"no ablations cached for tau = {tau}")
     for removed in ("low", "high"):
         for modules in ("both", "attn", "mlp"):
             hit = sub[(sub["modules"] == modules) & (sub["removed"] == removed)]
-            ctrl = sub[(sub["modules"] == modules) & (sub["removed"] == f"random-{removed}")]
+            rank_only = sub[(sub["modules"] == modules) & (sub["removed"] == f"random-{removed}")]
+            matched = sub[(sub["modules"] == modules) & (sub["removed"] == f"matched-{removed}")]
             if len(hit):
-                rows.append(_table1_row(hit.iloc[0], modules, removed, ctrl["accuracy"] if len(ctrl) else None))
+                rows.append(_table1_row(hit.iloc[0], modules, removed, matched if len(matched) else rank_only,
+                                        "rank and energy" if len(matched) else "rank", rank_only))
     return pd.DataFrame(rows)
 
 
-def _table1_row(r, modules: str, removed: str, control: pd.Series | None = None) -> dict:
-    """One row of `table1`; `control`: the accuracies of the band's random-control draws (None: no control)."""
+def _energy(frame) -> float:
+    """Mean `energy_removed` of some ablation rows, in percent (NaN where the run did not measure it)."""
+    if frame is None or "energy_removed" not in frame or not len(frame):
+        return np.nan
+    return 100 * float(pd.to_numeric(frame["energy_removed"]).mean())
+
+
+def _table1_row(r, modules: str, removed: str, control: pd.DataFrame | None = None, matched_on: str = "",
+                rank_only: pd.DataFrame | None = None) -> dict:
+    """One row of `table1`; `control`: the ablation rows of the band's control draws (None or empty: no
+    control), `rank_only`: those of its rank-matched control."""
     paper = TABLE1_GPT2_XL.get((modules, removed))
     draws = 0 if control is None else len(control)
+    acc = None if control is None else control["accuracy"]
     return {
         "filter": "none" if removed == "none" else f"{ABLATION_MODULES[modules]}: {removed} removed",
         "modules": modules,
@@ -296,9 +312,15 @@ def _table1_row(r, modules: str, removed: str, control: pd.Series | None = None)
         "within ±10 %": 100 * r.get("within_10", np.nan),
         "erased": bool(r["erased"]),
         "rank": int(r["rank"]) if removed != "none" and pd.notna(r.get("rank")) else np.nan,
-        "random control accuracy %": 100 * float(control.mean()) if draws else np.nan,
-        "random control sd": 100 * float(control.std(ddof=1)) if draws > 1 else np.nan,
+        "energy removed %": 100 * float(r["energy_removed"]) if removed != "none" and pd.notna(
+            r.get("energy_removed", np.nan)) else np.nan,
+        "random control accuracy %": 100 * float(acc.mean()) if draws else np.nan,
+        "random control sd": 100 * float(acc.std(ddof=1)) if draws > 1 else np.nan,
         "random control draws": draws,
+        "control matched on": matched_on if draws else "",
+        "control energy removed %": _energy(control) if draws else np.nan,
+        "rank-only control accuracy %": 100 * float(rank_only["accuracy"].mean())
+        if rank_only is not None and len(rank_only) else np.nan,
         "paper GPT-2-XL accuracy %": paper[1] if paper else np.nan,
         "paper GPT-2-XL loss": paper[0] if paper else np.nan,
     }

@@ -26,6 +26,9 @@ RECIPE_DIR = PROJECT_ROOT / "recipes"
 #: representation: another model's hidden states of the numbers at a layer, mapped by an isometry.
 FREEZE_KINDS = ("fourier", "transplant", "representation")
 #: the linear maps of a Llama-style block that LoRA (or full training) changes unless the recipe names others
+#: which epoch's weights a demo run ships: the last one (the runs trained before selection existed), or the one
+#: with the best validation accuracy (ties: the lower validation loss), whose test split is then scored once
+SELECT_RULES = ("last", "val")
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -220,6 +223,7 @@ class Recipe:
     precision: str = "bfloat16"
     seed: int = 0
     eval_train_subset: int = 3000
+    select: str = "last"  # which epoch ships: "last", or "val" (best validation accuracy; test scored once, on it)
     save_dtype: str = "float16"
     threads: int | None = None
     device: str | None = None  # number-token fine-tuning only: "cuda" trains on a GPU (not in a checkpoint's identity)
@@ -262,6 +266,8 @@ class Recipe:
             raise CoreError(f"recipe {self.name}: lr must be positive, got {self.lr}")
         if self.width % self.heads:
             raise CoreError(f"recipe {self.name}: width {self.width} is not divisible by heads {self.heads}")
+        if self.select not in SELECT_RULES:
+            raise CoreError(f"recipe {self.name}: select must be one of {', '.join(SELECT_RULES)}, got {self.select!r}")
         if self.precision not in ("bfloat16", "float32"):
             raise CoreError(f"recipe {self.name}: precision must be bfloat16 or float32")
         if self.lora is not None and self.number_tokens is None:

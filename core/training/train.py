@@ -48,6 +48,7 @@ from core.training.recipe import Recipe
 
 WEIGHTS_FILE = "model.safetensors"  # the weights in a checkpoint of a model trained here
 PRETRAINED_FILE = "pretrained.safetensors"  # the weights after pre-training, kept for a restart
+BEST_FILE = "best.safetensors"  # with `select: "val"`, the weights of the best validation epoch so far
 
 
 @dataclass
@@ -117,10 +118,13 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
     opt = whole_model_optimizer(model, recipe.lr, recipe.weight_decay)
     sched = lr_schedule(opt, recipe.epochs * steps_per_epoch, recipe.warmup_steps, recipe.min_lr_ratio)
     log_rows: list[dict] = []
-    start_epoch, elapsed = 0, 0.0
+    start_epoch, elapsed, best = 0, 0.0, None
+    # "val" selection never looks at the test split while training: it is scored once, on the chosen weights
+    epoch_splits = ("train", "val") if recipe.select == "val" else ("train", "val", "test")
     if resume:
         progress_saved = resume_from(ckpt, model, opt, sched)
         start_epoch, log_rows, elapsed = progress_saved["epoch"], progress_saved["log"], progress_saved["elapsed_s"]
+        best = progress_saved.get("best")
         if frozen is not None:
             frozen.restore()
         log(f"resuming {recipe.name} (seed {recipe.seed}) after epoch {start_epoch}")
@@ -143,25 +147,54 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
             bar.update(1)
         elapsed += time.time() - t0
         row = {"seed": recipe.seed, "width": recipe.width, "epoch": epoch + 1, "seconds": round(elapsed, 1)}
-        for split in ("train", "val", "test"):
+        for split in epoch_splits:
             subset = train_subset if split == "train" else None
             acc, loss_v = evaluate_split(model, data[split], number_ids, recipe.batch_size, recipe.precision, subset)
             log_rows.append({**row, "split": split, "accuracy": acc, "loss": loss_v})
-        last = {r["split"]: r for r in log_rows[-3:]}
+        last = {r["split"]: r for r in log_rows[-len(epoch_splits):]}
         log(
             f"{recipe.name} seed {recipe.seed} epoch {epoch + 1}/{recipe.epochs}: "
-            f"train {last['train']['accuracy']:.2%} val {last['val']['accuracy']:.2%} "
-            f"test {last['test']['accuracy']:.2%} (val loss {last['val']['loss']:.4f}, {elapsed:.0f}s)"
+            + " ".join(f"{s} {last[s]['accuracy']:.2%}" for s in epoch_splits)
+            + f" (val loss {last['val']['loss']:.4f}, {elapsed:.0f}s)"
         )
+        if recipe.select == "val" and is_better(last["val"], best):
+            best = {"epoch": epoch + 1, "accuracy": last["val"]["accuracy"], "loss": last["val"]["loss"]}
+            save_weights(model, out / BEST_FILE)
         save_checkpoint(ckpt, WEIGHTS_FILE, model.state_dict(), opt, sched,
-                        {"epoch": epoch + 1, "log": log_rows, "elapsed_s": elapsed})
+                        {"epoch": epoch + 1, "log": log_rows, "elapsed_s": elapsed, "best": best})
     bar.close()
 
+    if recipe.select == "val":
+        # the chosen epoch's weights, and the one scoring of the test split
+        model.load_state_dict(load_file(str(out / BEST_FILE)), strict=False)
+        if frozen is not None:
+            frozen.restore()
+        acc, loss_v = evaluate_split(model, data["test"], number_ids, recipe.batch_size, recipe.precision, None)
+        chosen = next(r for r in log_rows if r["epoch"] == best["epoch"] and r["split"] == "val")
+        log_rows.append({**{k: chosen[k] for k in ("seed", "width", "epoch", "seconds")},
+                         "split": "test", "accuracy": acc, "loss": loss_v})
+        log(f"{recipe.name}: epoch {best['epoch']} chosen on validation ({best['accuracy']:.2%}); "
+            f"test, scored once: {acc:.2%}")
     frame = pd.DataFrame(log_rows)
     frame.insert(0, "recipe", recipe.name)
-    publish(out, model, tokenizer, recipe, frame, elapsed)
+    publish(out, model, tokenizer, recipe, frame, elapsed, best)
+    (out / BEST_FILE).unlink(missing_ok=True)
     test_acc = float(frame[frame["split"] == "test"]["accuracy"].iloc[-1])
     return TrainResult(out, frame, elapsed, test_acc)
+
+
+def is_better(val_row: dict, best: dict | None) -> bool:
+    """Selection on validation: a higher accuracy wins; at equal accuracy, a lower loss."""
+    if best is None:
+        return True
+    return (val_row["accuracy"], -val_row["loss"]) > (best["accuracy"], -best["loss"])
+
+
+def save_weights(model, path: Path) -> None:
+    """The model's weights (each tied tensor once) in `path`, written whole or not at all."""
+    tensors = {k: v.detach().clone().contiguous() for k, v in unique_tensors(model.state_dict()).items()}
+    save_file(tensors, str(path.with_suffix(".tmp")))
+    path.with_suffix(".tmp").rename(path)
 
 
 def _pretrain_once(model, tokenizer, recipe: Recipe, done: Path, log, progress) -> None:
@@ -171,9 +204,7 @@ def _pretrain_once(model, tokenizer, recipe: Recipe, done: Path, log, progress) 
         log(f"{recipe.name}: using the pre-trained weights in {done}")
         return
     pretrain(model, tokenizer, recipe, log, progress)
-    tensors = {k: v.detach().clone().contiguous() for k, v in unique_tensors(model.state_dict()).items()}
-    save_file(tensors, str(done.with_suffix(".tmp")))
-    done.with_suffix(".tmp").rename(done)
+    save_weights(model, done)
 
 
 def resume_from(ckpt: Path, model, opt, sched) -> dict:
@@ -187,8 +218,10 @@ def resume_from(ckpt: Path, model, opt, sched) -> dict:
     return progress
 
 
-def publish(out: Path, model, tokenizer, recipe: Recipe, frame: pd.DataFrame, elapsed: float):
-    """Weights (safetensors, recipe's dtype, shards under 5 MB), tokenizer, recipe, log, summary."""
+def publish(out: Path, model, tokenizer, recipe: Recipe, frame: pd.DataFrame, elapsed: float,
+            best: dict | None = None):
+    """Weights (safetensors, recipe's dtype, shards under 5 MB), tokenizer, recipe, log, summary. `best`: the
+    epoch chosen on validation (recipe `select: "val"`), whose accuracies the summary gives."""
     dtype = getattr(torch, recipe.save_dtype)
     for f in out.glob("model*.safetensors"):
         f.unlink()
@@ -199,8 +232,11 @@ def publish(out: Path, model, tokenizer, recipe: Recipe, frame: pd.DataFrame, el
     tokenizer.save_pretrained(out)
     (out / "recipe.json").write_text(json.dumps(recipe.as_dict(), indent=1))
     frame.to_parquet(out / "training_log.parquet", index=False)
-    final = frame[frame["epoch"] == frame["epoch"].max()].set_index("split")["accuracy"].to_dict()
+    shipped_epoch = best["epoch"] if best else frame["epoch"].max()
+    final = frame[frame["epoch"] == shipped_epoch].set_index("split")["accuracy"].to_dict()
     summary = {"recipe": recipe.name, "seed": recipe.seed, "train_seconds": round(elapsed, 1), "final_accuracy": final}
+    if best:
+        summary.update(selected_on="val", selected_epoch=int(best["epoch"]))
     (out / "train_summary.json").write_text(json.dumps(summary, indent=1))
 
 

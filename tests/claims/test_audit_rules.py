@@ -2,6 +2,7 @@
 the other way. The runs here are a few tables written by hand (`TableRun`), read by the claims as a cached run."""
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from core.analysis.phase import locked
@@ -126,3 +127,23 @@ def test_a_wave_whose_trough_sits_on_the_answer_does_not_lock():
     t = pd.DataFrame({"locking": [0.87, 0.87], "null_95": [0.05, 0.05], "constant_phase": [0.1, 0.1],
                       "offset": [-4.9, 0.3], "period": [10.0, 10.0], "energy_share": [0.2, 0.2]})
     assert list(locked(t)) == [False, True]
+
+
+def test_a_band_that_removes_more_energy_is_judged_against_a_control_that_removes_as_much():
+    """The audit: SmolLM2-frozen's low band removes 56-59% of the module outputs' energy, a random subspace of the
+    same rank 17-18%. Against the rank-only control (90%) the MLPs' low band at 10% looks special (the old rule);
+    a control tilted to remove the same energy leaves 12%: the band hurts because of how much it removes, not which
+    directions, and the MLPs no longer show the pattern."""
+    cells = {("mlp", "low"): 0.10, ("mlp", "high"): 0.99, ("mlp", "random-low"): [0.90, 0.91, 0.89],
+             ("mlp", "random-high"): 0.99, ("attn", "high"): 0.99, ("attn", "low"): 0.99,
+             ("attn", "random-high"): 0.99, ("attn", "random-low"): 0.99}
+    errors = pd.DataFrame(columns=["modules", "removed", "tau", "keep_k", "draw", "error", "count"])
+    rank_only = claim_ablations(TableRun({"ablations": ablation_rows(cells), "ablation_errors": errors}))
+    assert rank_only.numbers["pattern"]["mlp"] is True and rank_only.numbers["matched_on"] == "rank"
+    assert "rank only" in rank_only.measured
+    matched = {**cells, ("mlp", "matched-low"): [0.12, 0.11, 0.14], ("mlp", "matched-high"): 0.99,
+               ("attn", "matched-high"): 0.99, ("attn", "matched-low"): 0.99}
+    claim = claim_ablations(TableRun({"ablations": ablation_rows(matched), "ablation_errors": errors}))
+    assert claim.numbers["matched_on"] == "rank and energy"
+    assert claim.numbers["control"]["mlp-low"] == pytest.approx(0.1233, abs=1e-3)
+    assert claim.numbers["pattern"]["mlp"] is False

@@ -94,12 +94,17 @@ def test_precompute_end_to_end(model_dir, cache, arch):
     assert (base["magnitude"] > 0).all() and (base["rms_norm"] > 0).all()
 
     ab = read_table(cache, run.name, "ablations")
-    # none, band filters, their random controls, keep-one, and the controls' further draws at the Table 1 tau
-    assert len(ab) == 1 + 2 * 3 * 2 + 2 * 3 * 2 + 2 + (CONTROL_DRAWS - 1) * 3 * 2
-    bands = ab[ab["removed"].isin(["low", "high"])].set_index(["modules", "removed", "tau"])["rank"]
-    controls = ab[ab["removed"].str.startswith("random-")]
+    # none, band filters, their random controls, keep-one, the controls' further draws at the Table 1 tau, and there
+    # the controls matched to the band's rank and energy
+    assert len(ab) == 1 + 2 * 3 * 2 + 2 * 3 * 2 + 2 + (CONTROL_DRAWS - 1) * 3 * 2 + CONTROL_DRAWS * 3 * 2
+    band_rows = ab[ab["removed"].isin(["low", "high"])].set_index(["modules", "removed", "tau"])
+    controls = ab[ab["removed"].str.startswith(("random-", "matched-"))]
     for _, row in controls.iterrows():  # each control removes a subspace of its band filter's rank
-        assert row["rank"] == bands[(row["modules"], row["removed"].removeprefix("random-"), row["tau"])]
+        band = band_rows.loc[(row["modules"], row["removed"].split("-")[1], row["tau"])]
+        assert row["rank"] == band["rank"]
+        if row["removed"].startswith("matched-"):  # ... and as much of the outputs' energy, where it can
+            assert row["tau"] == 10 and abs(row["energy_removed"] - band["energy_removed"]) <= 0.005
+    assert ab.loc[ab["removed"] != "none", "energy_removed"].between(0, 1).all()
     none = ab[ab["removed"] == "none"].iloc[0]
     assert np.isclose(none["accuracy"], ex["correct"].mean()) and np.isclose(none["loss"], ex["loss"].mean(), rtol=1e-4)
     assert set(ab.loc[ab["removed"] == "keep", "keep_k"]) == {1, 93}
