@@ -2,8 +2,8 @@
 the other way. The runs here are a few tables written by hand (`TableRun`), read by the claims as a cached run."""
 
 import numpy as np
-import pytest
 import pandas as pd
+import pytest
 
 from core.analysis.phase import locked
 from core.claims.mechanism import ablation_pattern, claim_ablations, claim_logit_lens, claim_spectra, claim_waves
