@@ -87,6 +87,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pre.add_argument("--no-progress", action="store_true")
 
+    for name, what in (("ablate", "one Fourier filter"), ("shift", "one phase shift")):
+        cmd = sub.add_parser(
+            name, help=f"run {what} now on a run's model (or a model) and print what it does to the answers"
+        )
+        cmd.add_argument("target", metavar="RUN_OR_MODEL",
+                         help="a run of the cache (python -m core list), or a model folder or hub id")
+        if name == "ablate":
+            cmd.add_argument("--modules", required=True, choices=["attn", "mlp", "both"])
+            cmd.add_argument("--remove", required=True, help="low, high, or keep-K (keep one frequency K)")
+            cmd.add_argument("--tau", type=_positive, help="the cutoff of a band (low removes 1..tau-1)")
+        else:
+            cmd.add_argument("--module", required=True, choices=["attn", "mlp", "resid"],
+                             help="resid: the residual stream after --layer")
+            cmd.add_argument("--layer", required=True, type=_positive, help="1-based layer")
+            cmd.add_argument("--periods", default="all", help="2, '5,10' or all (2, 2.5, 5, 10)")
+            cmd.add_argument("--d", type=_positive, default=1, help="shift by d numbers (default 1)")
+        cmd.add_argument("--split", choices=["train", "val", "test"], help="default: the run's split, else test")
+        cmd.add_argument("--limit", type=_positive, help="a seeded subset of N questions (15+93 always in)")
+        cmd.add_argument("--task", choices=["addition", "reverse-polish", "multiplication"], default="addition",
+                         help="for a model (a run's task comes from its manifest)")
+        cmd.add_argument("--max-operand", type=int, default=260)
+        cmd.add_argument("--threads", default="auto", help="CPU threads for torch: a number or 'auto'")
+        cmd.add_argument("--trust-remote-code", action="store_true")
+        cmd.add_argument("--cache-dir", default="cache")
+        cmd.add_argument("--no-progress", action="store_true")
+
     ls = sub.add_parser("list", help="list the runs in a cache folder")
     ls.add_argument("--cache-dir", default="cache")
     ls.add_argument("--deep", action="store_true", help="also check every table's checksum")
@@ -204,6 +230,28 @@ def cmd_precompute(args) -> int:
     return 0
 
 
+def cmd_edit(args) -> int:
+    """`ablate` and `shift`: one edit, computed now (core.runs.ablate)."""
+    from core.runs.ablate import ablate, open_target, parse_removed, shift
+    from core.threads import parse_threads
+
+    if args.command == "ablate":
+        removed, keep_k = parse_removed(args.remove)
+        if removed in ("low", "high") and args.tau is None:
+            raise CoreError(f"--remove {removed} needs --tau (the cutoff: low removes k < tau, high k >= tau)")
+    target = open_target(
+        args.target, args.cache_dir, task=args.task, max_operand=args.max_operand, split=args.split,
+        limit=args.limit, threads=parse_threads(args.threads), trust_remote_code=args.trust_remote_code,
+    )
+    progress = False if args.no_progress else None
+    if args.command == "ablate":
+        report = ablate(target, args.modules, removed, args.tau if removed != "keep" else None, keep_k, progress)
+    else:
+        report = shift(target, args.module, args.layer, args.periods, args.d, progress)
+    print(report.text())
+    return 0
+
+
 def cmd_list(args) -> int:
     existing_cache_dir(args.cache_dir)
     runs = list_runs(args.cache_dir, deep=args.deep)
@@ -286,6 +334,8 @@ def main(argv=None) -> int:
         "import-model": cmd_import_model,
         "rebuild": cmd_rebuild,
         "upgrade": cmd_upgrade,
+        "ablate": cmd_edit,
+        "shift": cmd_edit,
     }
     try:
         return handlers[args.command](args)

@@ -1,0 +1,254 @@
+"""One filter or one phase shift, computed now: what `python -m core ablate` and `python -m core shift` print.
+
+RUN_OR_MODEL is either a run of the cache, whose model, task, split, basis and filter positions come from its
+manifest (its weights must be on this machine: `core.runs.live_ablation.live_model_folder` says how to get them
+when they are not), or a model (a local folder or hub id) with the task given on the command line. The
+questions are the split's, or a seeded subset of `limit` of them (15 + 93 always in, as in `precompute`).
+
+The unedited model and the edit run together in one answer-position pass (`core.analysis.evaluation.
+evaluate_conditions`: each batch's prefix once, both conditions on its last token), so the change is measured on
+the same questions in the same pass. A filter reports accuracy with its 95% Wilson interval, the change against
+the unedited model, and the share of wrong answers that are multiples of 10; a phase shift reports the share of
+answers that moved from y to y + d and whose last digit moved by d, with intervals, beside random edits of the
+same norm (`core.analysis.phase_shift`). Where the run's cached tables hold the same condition over the same
+questions, the report puts the cached figure beside the new one and says whether they agree.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.analysis.ablations import Ablation, Condition
+from core.analysis.behaviour import error_summary
+from core.analysis.evaluation import evaluate_conditions
+from core.analysis.fourier import fourier_basis
+from core.analysis.phase_shift import (
+    CONTROL_DRAWS,
+    CONTROL_SEED,
+    PERIOD_SETS,
+    phase_shift,
+    random_direction,
+    residue_modulus,
+    shift_outcomes,
+    wilson_interval,
+)
+from core.errors import CoreError
+from core.models.loading import load_model
+from core.models.names import ATTN, MLP, RESID
+from core.runs.cache import NAME_OK, read_manifest, read_table
+from core.runs.live_ablation import live_model_folder
+from core.runs.precompute import model_prompts
+from core.tasks import build_examples, number_space, running_example_id, select_split, subsample
+from core.threads import use_threads
+
+#: Agreement with a cached cell: the same questions must give the same accuracy to this many points (float32
+#: kernels may round a near-tie differently from the pass that filled the cache).
+AGREE_POINTS = 0.1
+
+
+@dataclass
+class Target:
+    """What an edit runs on: the loaded model and the questions, and where they came from."""
+
+    loaded: object
+    texts: list[str]
+    answers: np.ndarray
+    p: int
+    basis_name: str
+    positions: str
+    split: str
+    source: str  # the run's name, or the model as given
+    n_split: int  # questions in the whole split (texts may be a subset)
+    run_dir: str | None = None  # the cache folder of the run, when the target is a run
+    run_name: str | None = None
+
+
+def open_target(
+    source: str,
+    cache_dir: str = "cache",
+    task: str = "addition",
+    max_operand: int = 260,
+    dataset_seed: int = 0,
+    split: str | None = None,
+    limit: int | None = None,
+    shots: int = 0,
+    threads=None,
+    trust_remote_code: bool = False,
+    log=print,
+) -> Target:
+    """Load the model of a run (or a model) and build its questions (module docstring)."""
+    manifest = _run_manifest(cache_dir, source)
+    basis_name, positions, run_dir, run_name = "paper", "last", None, None
+    if manifest is not None:
+        folder, why = live_model_folder(manifest)
+        if folder is None:
+            raise CoreError(f"run {source} cannot be recomputed here: {why}")
+        t = manifest.get("task") or {}
+        task, max_operand = t.get("task", task), int(t.get("max_operand", max_operand))
+        dataset_seed, shots = int(t.get("dataset_seed", dataset_seed)), int(t.get("shots", shots))
+        split = split or t.get("split", "test")
+        basis_name = manifest.get("basis", "paper")
+        positions = (manifest.get("options") or {}).get("positions", "last")
+        model_source, run_dir, run_name = str(folder), str(cache_dir), source
+    else:
+        model_source = source
+    split = split or "test"
+    p = number_space(task, max_operand)
+    everything = build_examples(task, max_operand, dataset_seed)
+    questions = select_split(everything, split)
+    running = running_example_id(task, max_operand)
+    chosen = subsample(questions, limit, dataset_seed, [running] if running else [])
+    used = use_threads(threads)
+    t0 = time.perf_counter()
+    loaded = load_model(model_source, device="cpu", dtype="float32", trust_remote_code=trust_remote_code)
+    loaded.select_numbers(p, f"the {task} task with operands 0..{max_operand}")
+    log(f"loaded {model_source} in {time.perf_counter() - t0:.1f} s ({used} thread{'s' * (used != 1)}); "
+        f"{len(chosen)} of the {len(questions)} {task} {split} questions")
+    texts = model_prompts(loaded, chosen, select_split(everything, "train"), shots, dataset_seed)
+    return Target(loaded, texts, np.array([e.answer for e in chosen]), p, basis_name, positions, split, source,
+                  len(questions), run_dir, run_name)
+
+
+def _run_manifest(cache_dir: str, source: str) -> dict | None:
+    """The manifest of run `source` in the cache, or None when `source` names no run there (then it is a model)."""
+    if not NAME_OK.match(source) or "/" in source:
+        return None
+    try:
+        return read_manifest(cache_dir, source)
+    except CoreError:
+        return None
+
+
+def parse_removed(text: str) -> tuple[str, int | None]:
+    """--remove: "low", "high" or "keep-K" -> (removed, keep_k)."""
+    if text in ("low", "high"):
+        return text, None
+    if text.startswith("keep-") and text[5:].isdigit():
+        return "keep", int(text[5:])
+    raise CoreError(f"--remove {text!r}: choose low, high, or keep-K (keep one frequency K, e.g. keep-52)")
+
+
+@dataclass
+class Report:
+    """What one edit did, and how to say it in a few lines."""
+
+    what: str
+    split: str
+    n: int
+    n_split: int
+    accuracy: float
+    base_accuracy: float
+    lines: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        sample = f"{self.n} of {self.n_split}" if self.n < self.n_split else f"all {self.n}"
+        return "\n".join([f"{self.what}, {sample} {self.split} questions:", *[f"  {line}" for line in self.lines]])
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.2f}%"
+
+
+def interval(share: float, n: int) -> str:
+    low, high = wilson_interval(share, n)
+    return f"{pct(share)} (95% interval {pct(low)} to {pct(high)})"
+
+
+def ablate(target: Target, modules: str, removed: str, tau: int | None = None, keep_k: int | None = None,
+           progress=None) -> Report:
+    """Accuracy with one filter on every layer's `modules`, beside the unedited model (module docstring)."""
+    ablation = Ablation(modules, removed, tau, keep_k)
+    flt = ablation.build(target.loaded.unembedding(target.p), fourier_basis(target.p, target.basis_name))
+    t0 = time.perf_counter()
+    base, edited = evaluate_conditions(
+        target.loaded, target.texts, target.answers, target.p, [Condition(None), Condition(flt, modules)],
+        target.positions, progress=progress, desc=ablation.label(),
+    )
+    seconds = time.perf_counter() - t0
+    summary = error_summary(edited.answers, edited.predictions)
+    n = len(target.answers)
+    lines = [
+        f"accuracy {interval(edited.accuracy, n)}",
+        f"unfiltered {pct(base.accuracy)}: change {100 * (edited.accuracy - base.accuracy):+.2f} points",
+        (f"{pct(summary.share_multiple_of_10)} of the {summary.n_wrong} wrong answers are off by a multiple of 10"
+         if summary.n_wrong else "no wrong answers"),
+        f"filter rank {flt.rank} of width {flt.width}" + (" (it erases the module outputs)" if flt.erased else ""),
+    ]
+    cached = cached_accuracy(target, ablation)
+    if cached is not None:
+        agree = abs(cached - edited.accuracy) * 100 <= AGREE_POINTS
+        lines.append(f"cached grid of run {target.run_name}: {pct(cached)} "
+                     + ("(agrees)" if agree else f"(DIFFERS by {100 * (edited.accuracy - cached):+.2f} points)"))
+    lines.append(f"{seconds:.1f} s for both passes")
+    return Report(ablation.label(), target.split, n, target.n_split, edited.accuracy, base.accuracy, lines)
+
+
+def cached_accuracy(target: Target, ablation: Ablation) -> float | None:
+    """The run's cached accuracy for this very filter, when the cache holds it over the same questions."""
+    if target.run_name is None or len(target.answers) != target.n_split:
+        return None
+    grid = read_table(target.run_dir, target.run_name, "ablations")
+    hit = grid[(grid["modules"] == ablation.modules) & (grid["removed"] == ablation.removed)]
+    hit = hit[hit["tau"] == ablation.tau] if ablation.tau is not None else hit[hit["tau"].isna()]
+    hit = hit[hit["keep_k"] == ablation.keep_k] if ablation.keep_k is not None else hit
+    return float(hit["accuracy"].iloc[0]) if len(hit) == 1 else None
+
+
+def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progress=None) -> Report:
+    """The share of answers that move by d when one module's waves (`period_set` of `PERIOD_SETS`) shift by d,
+    beside `CONTROL_DRAWS` random edits of the same norm (module docstring)."""
+    if kind not in (ATTN, MLP, RESID):
+        raise CoreError(f"--module {kind!r}: choose attn, mlp or resid (the residual stream after the layer)")
+    if period_set not in PERIOD_SETS:
+        raise CoreError(f"--periods {period_set!r}: choose one of {', '.join(PERIOD_SETS)}")
+    L = target.loaded.n_layers
+    if not 1 <= int(layer) <= L:
+        raise CoreError(f"--layer {layer}: this model has layers 1..{L}")
+    W_U = target.loaded.unembedding(target.p).double().cpu().numpy()
+    periods = PERIOD_SETS[period_set]
+    edit = phase_shift(W_U, fourier_basis(target.p, "paper"), periods, int(d))
+    controls = [edit.control(random_direction(W_U, CONTROL_SEED + draw)) for draw in range(CONTROL_DRAWS)]
+    conditions = [Condition(None)] + [Condition(e, kind, int(layer)) for e in (edit, *controls)]
+    what = f"{kind} {layer}: waves of period {', '.join(f'{t:g}' for t in periods)} shifted by d = {d}"
+    t0 = time.perf_counter()
+    evaluations = evaluate_conditions(target.loaded, target.texts, target.answers, target.p, conditions, "last",
+                                      progress=progress, desc=what)
+    seconds = time.perf_counter() - t0
+    before, n = evaluations[0].predictions, len(target.answers)
+    modulus = residue_modulus(periods)
+    out = shift_outcomes(before, evaluations[1].predictions, int(d), target.p, modulus)
+    ctrl = [shift_outcomes(before, ev.predictions, int(d), target.p, modulus) for ev in evaluations[2:]]
+    ctrl_moved = np.array([c["residue_moved"] for c in ctrl])
+    lines = [
+        f"answers moved from y to y + {d}: {interval(out['moved'], out['n'])} (of the {out['n']} whose y + {d} "
+        f"is on the number line)",
+        f"last digit (mod {modulus}) moved by {d}: {interval(out['residue_moved'], out['n'])}",
+        f"stayed {pct(out['stayed'])}, went elsewhere {pct(out['elsewhere'])}",
+        f"random edits of the same norm ({CONTROL_DRAWS} draws): last digit moved for {pct(ctrl_moved.mean())} "
+        f"(sd {100 * ctrl_moved.std(ddof=1):.2f} points)",
+        f"edit misfit {edit.misfit:.2g} (0: every constraint met)",
+    ]
+    cached = cached_shift(target, kind, int(layer), period_set, int(d))
+    if cached is not None:
+        agree = abs(cached - out["residue_moved"]) * 100 <= AGREE_POINTS
+        lines.append(f"cached phase_shift of run {target.run_name}: last digit moved {pct(cached)} "
+                     + ("(agrees)" if agree else f"(DIFFERS by {100 * (out['residue_moved'] - cached):+.2f} points)"))
+    lines.append(f"{seconds:.1f} s for the {len(conditions)} passes")
+    return Report(what, target.split, n, target.n_split, evaluations[1].accuracy, evaluations[0].accuracy, lines)
+
+
+def cached_shift(target: Target, kind: str, layer: int, period_set: str, d: int) -> float | None:
+    """The run's cached share of last digits moved for this shift, when the cache holds it over the same questions."""
+    if target.run_name is None or len(target.answers) != target.n_split:
+        return None
+    manifest = read_manifest(target.run_dir, target.run_name)
+    if "phase_shift" not in manifest.get("tables", {}):
+        return None
+    t = read_table(target.run_dir, target.run_name, "phase_shift")
+    hit = t[(t["kind"] == kind) & (t["layer"] == layer) & (t["period_set"] == period_set) & (t["d"] == d)
+            & ~t["control"].astype(bool)]
+    return float(hit["residue_moved"].iloc[0]) if len(hit) == 1 else None
+

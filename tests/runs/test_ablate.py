@@ -1,0 +1,66 @@
+"""`python -m core ablate` and `python -m core shift` (core.runs.ablate): the numbers they print against an
+independent computation and against the shipped run's cached grid, and their one-line errors."""
+
+import re
+
+import numpy as np
+import pytest
+
+from core.analysis.ablations import Ablation
+from core.analysis.evaluation import evaluate_by_full_recompute
+from core.analysis.fourier import fourier_basis
+from core.cli import main
+from core.errors import CoreError
+from core.files import PROJECT_ROOT
+from core.runs.ablate import ablate, open_target, parse_removed
+
+FOURIER_FROZEN = "fourier-frozen-tied-demo-trained-here-addition-test-05d0125721"
+NO_WEIGHTS = "smollm2-135m-fine-tuned-number-tokens-real-llm-stage-1-on-a--5d14c9c500"
+CACHE = str(PROJECT_ROOT / "cache")
+needs_shipped = pytest.mark.skipif(
+    not (PROJECT_ROOT / "models" / "fourier-frozen" / "config.json").exists(), reason="the shipped demo model"
+)
+
+
+@needs_shipped
+def test_a_filter_on_a_sample_equals_its_definition_recomputed_in_full():
+    """The answer-position pass (prefix once, the filter on the last token) against every position recomputed
+    with the filter on: the same predictions, so the same accuracy."""
+    target = open_target(FOURIER_FROZEN, CACHE, limit=150, threads=1, log=lambda *_: None)
+    report = ablate(target, "mlp", "low", 50, progress=False)
+    flt = Ablation("mlp", "low", 50).build(target.loaded.unembedding(target.p), fourier_basis(target.p))
+    preds, _ = evaluate_by_full_recompute(target.loaded, target.texts, target.answers, target.p, flt, "mlp")
+    assert report.accuracy == pytest.approx(float(np.mean(preds == target.answers)), abs=1e-12)
+    assert 0.3 < report.accuracy < 0.9 and report.base_accuracy == 1.0  # the filter bites, the model is exact
+    assert report.n == 150 and "150 of 3419 test questions" in report.text()
+    assert "cached grid" not in report.text()  # a sample is not the cached grid's questions
+
+
+@pytest.mark.slow
+@needs_shipped
+def test_the_command_agrees_with_the_shipped_grid_and_phase_shift(capsys):
+    """Over every test question the command reproduces the cached cell of the shipped run."""
+    assert main(["ablate", FOURIER_FROZEN, "--modules", "attn", "--remove", "high", "--tau", "50", "--threads", "1",
+                 "--no-progress", "--cache-dir", CACHE]) == 0
+    out = capsys.readouterr().out
+    assert "all 3419 test questions" in out and "(agrees)" in out and "DIFFERS" not in out
+    assert re.search(r"accuracy \d+\.\d\d% \(95% interval", out)
+    assert main(["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1", "--d", "1", "--threads", "1",
+                 "--no-progress", "--cache-dir", CACHE]) == 0
+    out = capsys.readouterr().out
+    assert "(agrees)" in out and "random edits of the same norm" in out
+
+
+def test_a_run_without_weights_is_one_line_that_says_how_to_get_them(capsys):
+    assert main(["ablate", NO_WEIGHTS, "--modules", "mlp", "--remove", "low", "--tau", "50",
+                 "--cache-dir", CACHE]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cannot be recomputed here" in err and "python -m core train --recipe" in err
+
+
+def test_bad_choices_are_named(capsys):
+    assert main(["ablate", FOURIER_FROZEN, "--modules", "mlp", "--remove", "low", "--cache-dir", CACHE]) == 2
+    assert "needs --tau" in capsys.readouterr().err
+    with pytest.raises(CoreError, match="keep-K"):
+        parse_removed("middle")
+    assert parse_removed("keep-52") == ("keep", 52) and parse_removed("high") == ("high", None)
