@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Recompute every shipped run from the shipped weights (after a change to the analysis code).
-#   bash scripts/recompute_shipped.sh [THREADS]
+#   bash scripts/recompute_shipped.sh [THREADS] [DEMO_PATTERN]   (with a pattern: only those demo models, then verify)
 # The untied control ships no weights: rebuild them first with
 #   .venv/bin/python -m core train --recipe fourier-frozen-untied --threads 1
 # Runs keep their folder names (the name hashes what determines the numbers, not the code).
@@ -8,16 +8,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS="${1:-auto}"
 TAUS=10,20,30,40,50,75,100,150,200,250
-# model:display order (the dashboard lists runs by it; equal orders go by label)
-for entry in fourier-frozen:1 smollm2-frozen:2 scratch:2 fourier-frozen-untied:3 pretrained-mini:4; do
-  model="${entry%%:*}"; order="${entry##*:}"
+# the demo models trained here, model:display order:task (the dashboard lists runs by order; equal orders go by label)
+DEMOS="fourier-frozen:1:addition smollm2-frozen:2:addition scratch:2:addition fourier-frozen-untied:3:addition
+  pretrained-mini:4:addition multiplication-fourier-frozen:6:multiplication multiplication-scratch:7:multiplication
+  reverse-polish-fourier-frozen:6:reverse-polish reverse-polish-scratch:7:reverse-polish"
+ONLY="${2:-}"  # a second argument: only the demo models whose names match this pattern (e.g. 'multiplication-*')
+for entry in $DEMOS; do
+  model="${entry%%:*}"; rest="${entry#*:}"; order="${rest%%:*}"; task="${rest#*:}"
+  # shellcheck disable=SC2053
+  if [ -n "$ONLY" ] && [[ "$model" != $ONLY ]]; then continue; fi
   if ls "models/$model"/model*.safetensors >/dev/null 2>&1; then
-    .venv/bin/python -m core precompute --model "models/$model" --taus "$TAUS" --display-order "$order" \
-      --threads "$THREADS" --recompute --no-progress
+    .venv/bin/python -m core precompute --model "models/$model" --task "$task" --taus "$TAUS" \
+      --display-order "$order" --threads "$THREADS" --recompute --no-progress
   else
     echo "skipping $model: no weights in models/$model (see the comment at the top of this script)" >&2
   fi
 done
+if [ -n "$ONLY" ]; then .venv/bin/python -m core verify; exit 0; fi
 # the real pre-trained model (import it first: python -m core import-model smollm2-135m)
 if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1; then
   .venv/bin/python -m core precompute --model models/smollm2-135m --limit 1000 --display-order 5 \

@@ -17,7 +17,9 @@ from core.runs.summaries import BASELINE_RATIO, error_distribution, nearest_tau,
 
 
 def _validation_accuracy(run) -> tuple[float | None, str]:
-    """(accuracy, where) on the validation split from the run's training log: the last epoch of the shipped seed."""
+    """(accuracy, where) on the validation split from the run's training log: the shipped epoch of the shipped seed,
+    which is the last one, or for a recipe with `select: "val"` the one with the best validation accuracy (ties:
+    the lower validation loss; core.training.train.is_better)."""
     if Table.TRAINING_LOG not in (run.manifest.get("tables") or {}):
         return None, ""
     log = run.table(Table.TRAINING_LOG)
@@ -29,6 +31,10 @@ def _validation_accuracy(run) -> tuple[float | None, str]:
     recipe = run_origin(run.manifest)["recipe"] or {}
     seed = recipe.get("seed", int(val["seed"].min()))
     mine = val[val["seed"] == seed] if (val["seed"] == seed).any() else val[val["seed"] == val["seed"].min()]
+    if recipe.get("select") == "val":
+        best = mine.sort_values(["accuracy", "loss", "epoch"], ascending=[False, True, True]).iloc[0]
+        return float(best["accuracy"]), (f"epoch {int(best['epoch'])} of seed {int(best['seed'])}'s training log, "
+                                         "the one chosen on validation")
     last = mine[mine["epoch"] == mine["epoch"].max()]
     return float(
         last["accuracy"].mean()
@@ -50,7 +56,8 @@ def selection_note_of(manifest: dict, log: pd.DataFrame | None) -> str:
             "this stage was started after the earlier stage's test score was known, so its test score is not a clean "
             "held-out figure"
         )
-    if log is not None and (log["split"] == "test").any():
+    test = log[log["split"] == "test"] if log is not None else None
+    if test is not None and test.groupby("seed" if "seed" in test.columns else lambda _: 0).size().max() > 1:
         notes.append("the training log scored the test split at every epoch")
     return "; ".join(notes)
 

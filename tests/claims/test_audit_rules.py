@@ -29,8 +29,9 @@ def test_a_model_off_by_one_at_every_layer_does_not_pass_the_logit_lens():
     """Old rule: a gap of >= 25 points at an early layer was enough, so a model off by one everywhere (the last layer
     too) 'agreed'. Now exactness must arrive late."""
     layers = range(0, 9)
-    rows = [{"layer": l, "final_norm": False, "exact": 0.05, "within_2": 0.95, "within_10": 0.95, "n": 100}
-            for l in layers]
+    rows = [
+        {"layer": l, "final_norm": False, "exact": 0.05, "within_2": 0.95, "within_10": 0.95, "n": 100} for l in layers
+    ]
     claim = claim_logit_lens(TableRun({"layer_accuracy": pd.DataFrame(rows)}))
     assert claim.verdict == "does not"
     rows[-1]["exact"] = 0.95  # now exactness arrives at the last layer: the approximation came first
@@ -47,11 +48,22 @@ def test_a_top_period_that_is_only_w_u_s_shape_is_not_attention_s_choice():
             for k in ks:
                 low = k < 50
                 mag = (3.0 if (module == "mlp" and low) else 1.0) + (5.0 if (module == "attn" and k == 52) else 0)
-                spec.append({"basis": "paper", "module": module, "layer": layer, "k": k, "period": 520 / k,
-                             "magnitude": mag})
-                base.append({"basis": "paper", "module": module, "layer": layer, "k": k, "period": 520 / k,
-                             "magnitude": 5.0 if k == 52 else 1.0, "magnitude_p95": 1.0, "rms_norm": 1.0,
-                             "match": "energy"})
+                spec.append(
+                    {"basis": "paper", "module": module, "layer": layer, "k": k, "period": 520 / k, "magnitude": mag}
+                )
+                base.append(
+                    {
+                        "basis": "paper",
+                        "module": module,
+                        "layer": layer,
+                        "k": k,
+                        "period": 520 / k,
+                        "magnitude": 5.0 if k == 52 else 1.0,
+                        "magnitude_p95": 1.0,
+                        "rms_norm": 1.0,
+                        "match": "energy",
+                    }
+                )
     run = TableRun({"module_spectra": pd.DataFrame(spec), "module_spectra_baseline": pd.DataFrame(base)})
     claim = claim_spectra(run)
     assert 10.0 in claim.numbers["top_periods"]["attn"]  # the old rule's evidence is there ...
@@ -65,12 +77,23 @@ def test_a_sample_of_16_cannot_agree_on_its_point_estimate():
     sample fails, as a sample must be able to."""
     ids = [f"{i}+1" for i in range(16)]
     peaks = pd.DataFrame(
-        [{"example_id": e, "top": 5, "answer": 1, "peak": 1 if i < 13 else 2, "at_answer": i < 13} for i, e in
-         enumerate(ids)]
+        [
+            {"example_id": e, "top": 5, "answer": 1, "peak": 1 if i < 13 else 2, "at_answer": i < 13}
+            for i, e in enumerate(ids)
+        ]
         + [{"example_id": e, "top": 10, "answer": 1, "peak": 1, "at_answer": True} for e in ids]
     )
-    examples = pd.DataFrame({"id": [f"x{i}" for i in range(3419)], "correct": True, "answer": 1, "prediction": 1,
-                             "a": 0, "b": 1, "in_sample": [True] + [False] * 3418})
+    examples = pd.DataFrame(
+        {
+            "id": [f"x{i}" for i in range(3419)],
+            "correct": True,
+            "answer": 1,
+            "prediction": 1,
+            "a": 0,
+            "b": 1,
+            "in_sample": [True] + [False] * 3418,
+        }
+    )
     examples = examples.set_index("id", drop=False)
     waves = pd.DataFrame(columns=["example_id", "basis", "rank", "k", "period", "magnitude", "number", "value"])
     run = TableRun({"wave_peaks": peaks, "examples": examples, "final_waves": waves})
@@ -81,12 +104,38 @@ def test_a_sample_of_16_cannot_agree_on_its_point_estimate():
 
 
 def ablation_rows(cells: dict, base: float = 1.0) -> pd.DataFrame:
-    rows = [{"modules": "none", "removed": "none", "tau": pd.NA, "keep_k": pd.NA, "draw": 0, "accuracy": base,
-             "loss": 0.0, "n": 1000, "erased": False, "rank": 0, "within_10": 1.0}]
+    rows = [
+        {
+            "modules": "none",
+            "removed": "none",
+            "tau": pd.NA,
+            "keep_k": pd.NA,
+            "draw": 0,
+            "accuracy": base,
+            "loss": 0.0,
+            "n": 1000,
+            "erased": False,
+            "rank": 0,
+            "within_10": 1.0,
+        }
+    ]
     for (modules, removed), accs in cells.items():
         for draw, acc in enumerate(np.atleast_1d(accs)):
-            rows.append({"modules": modules, "removed": removed, "tau": 50, "keep_k": pd.NA, "draw": draw,
-                         "accuracy": acc, "loss": 1.0, "n": 1000, "erased": False, "rank": 10, "within_10": acc})
+            rows.append(
+                {
+                    "modules": modules,
+                    "removed": removed,
+                    "tau": 50,
+                    "keep_k": pd.NA,
+                    "draw": draw,
+                    "accuracy": acc,
+                    "loss": 1.0,
+                    "n": 1000,
+                    "erased": False,
+                    "rank": 10,
+                    "within_10": acc,
+                }
+            )
     t = pd.DataFrame(rows)
     t["delta_accuracy"] = t["accuracy"] - base
     t["tau"] = t["tau"].astype("Int64")
@@ -97,9 +146,16 @@ def ablation_rows(cells: dict, base: float = 1.0) -> pd.DataFrame:
 def test_one_lucky_control_draw_no_longer_makes_a_band_special():
     """Three draws of one control gave 45, 31 and 60% in the audit. The old rule read one draw (45%): attention's
     high band at 30% was 'special'. Against the draws' mean and spread (45 ± 14.5 points) it is not."""
-    cells = {("attn", "high"): 0.30, ("attn", "low"): 0.99, ("attn", "random-high"): [0.45, 0.31, 0.60],
-             ("attn", "random-low"): 0.98, ("mlp", "low"): 0.99, ("mlp", "high"): 0.99,
-             ("mlp", "random-low"): 0.99, ("mlp", "random-high"): 0.99}
+    cells = {
+        ("attn", "high"): 0.30,
+        ("attn", "low"): 0.99,
+        ("attn", "random-high"): [0.45, 0.31, 0.60],
+        ("attn", "random-low"): 0.98,
+        ("mlp", "low"): 0.99,
+        ("mlp", "high"): 0.99,
+        ("mlp", "random-low"): 0.99,
+        ("mlp", "random-high"): 0.99,
+    }
     old = ablation_pattern({("attn", "high"): (0.30, 0.45, np.nan), ("attn", "low"): (0.99, 0.98, np.nan)}, 1.0)
     assert old["attn"] is True  # one draw
     errors = pd.DataFrame(columns=["modules", "removed", "tau", "keep_k", "draw", "error", "count"])
@@ -111,8 +167,12 @@ def test_a_test_whose_control_already_breaks_the_model_has_no_power():
     """Width 576, high band rank 421: a random subspace that large leaves 1-7%. The MLPs' high band leaving 5% is then
     no evidence against the paper (old rule: 'not harmless', does not agree)."""
     pattern = ablation_pattern(
-        {("mlp", "low"): (0.10, 0.90, np.nan), ("mlp", "high"): (0.05, 0.04, np.nan),
-         ("attn", "high"): (0.02, 0.03, np.nan), ("attn", "low"): (0.95, 0.96, np.nan)},
+        {
+            ("mlp", "low"): (0.10, 0.90, np.nan),
+            ("mlp", "high"): (0.05, 0.04, np.nan),
+            ("attn", "high"): (0.02, 0.03, np.nan),
+            ("attn", "low"): (0.95, 0.96, np.nan),
+        },
         1.0,
     )
     assert pattern["mlp"] is None and pattern["attn"] is None
@@ -124,8 +184,16 @@ def test_a_test_whose_control_already_breaks_the_model_has_no_power():
 
 def test_a_wave_whose_trough_sits_on_the_answer_does_not_lock():
     """SmolLM2-frozen's MLP 2 locked to mod 10 at R = 0.87 with offset -4.9: it pushes the answer's residue down."""
-    t = pd.DataFrame({"locking": [0.87, 0.87], "null_95": [0.05, 0.05], "constant_phase": [0.1, 0.1],
-                      "offset": [-4.9, 0.3], "period": [10.0, 10.0], "energy_share": [0.2, 0.2]})
+    t = pd.DataFrame(
+        {
+            "locking": [0.87, 0.87],
+            "null_95": [0.05, 0.05],
+            "constant_phase": [0.1, 0.1],
+            "offset": [-4.9, 0.3],
+            "period": [10.0, 10.0],
+            "energy_share": [0.2, 0.2],
+        }
+    )
     assert list(locked(t)) == [False, True]
 
 
@@ -134,16 +202,65 @@ def test_a_band_that_removes_more_energy_is_judged_against_a_control_that_remove
     same rank 17-18%. Against the rank-only control (90%) the MLPs' low band at 10% looks special (the old rule);
     a control tilted to remove the same energy leaves 12%: the band hurts because of how much it removes, not which
     directions, and the MLPs no longer show the pattern."""
-    cells = {("mlp", "low"): 0.10, ("mlp", "high"): 0.99, ("mlp", "random-low"): [0.90, 0.91, 0.89],
-             ("mlp", "random-high"): 0.99, ("attn", "high"): 0.99, ("attn", "low"): 0.99,
-             ("attn", "random-high"): 0.99, ("attn", "random-low"): 0.99}
+    cells = {
+        ("mlp", "low"): 0.10,
+        ("mlp", "high"): 0.99,
+        ("mlp", "random-low"): [0.90, 0.91, 0.89],
+        ("mlp", "random-high"): 0.99,
+        ("attn", "high"): 0.99,
+        ("attn", "low"): 0.99,
+        ("attn", "random-high"): 0.99,
+        ("attn", "random-low"): 0.99,
+    }
     errors = pd.DataFrame(columns=["modules", "removed", "tau", "keep_k", "draw", "error", "count"])
     rank_only = claim_ablations(TableRun({"ablations": ablation_rows(cells), "ablation_errors": errors}))
     assert rank_only.numbers["pattern"]["mlp"] is True and rank_only.numbers["matched_on"] == "rank"
     assert "rank only" in rank_only.measured
-    matched = {**cells, ("mlp", "matched-low"): [0.12, 0.11, 0.14], ("mlp", "matched-high"): 0.99,
-               ("attn", "matched-high"): 0.99, ("attn", "matched-low"): 0.99}
+    matched = {
+        **cells,
+        ("mlp", "matched-low"): [0.12, 0.11, 0.14],
+        ("mlp", "matched-high"): 0.99,
+        ("attn", "matched-high"): 0.99,
+        ("attn", "matched-low"): 0.99,
+    }
     claim = claim_ablations(TableRun({"ablations": ablation_rows(matched), "ablation_errors": errors}))
     assert claim.numbers["matched_on"] == "rank and energy"
     assert claim.numbers["control"]["mlp-low"] == pytest.approx(0.1233, abs=1e-3)
     assert claim.numbers["pattern"]["mlp"] is False
+
+
+def test_a_run_chosen_on_validation_is_judged_at_its_chosen_epoch(tmp_path):
+    """`select: "val"` ships the best validation epoch, not the last, and scores the test split once: step 1 reads
+    that epoch, and the note about a test split scored at every epoch is not given to it."""
+    import json
+
+    from core.claims.mechanism import claim_accuracy, selection_note_of
+
+    (tmp_path / "recipe.json").write_text(json.dumps({"name": "m", "seed": 0, "select": "val"}))
+    log = pd.DataFrame(
+        [
+            {"seed": 0, "width": 64, "epoch": e, "split": "val", "accuracy": a, "loss": l}
+            for e, a, l in ((1, 0.50, 2.0), (2, 0.76, 1.5), (3, 0.76, 1.4), (4, 0.70, 1.6))
+        ]
+        + [{"seed": 0, "width": 64, "epoch": 3, "split": "test", "accuracy": 0.68, "loss": 1.6}]
+    )
+    examples = pd.DataFrame(
+        {
+            "id": ["15*3", "2*2"],
+            "correct": [True, False],
+            "answer": [45, 4],
+            "prediction": [45, 5],
+            "a": [15, 2],
+            "b": [3, 2],
+            "in_sample": [True, False],
+        }
+    ).set_index("id", drop=False)
+    run = TableRun({"training_log": log, "examples": examples}, n_layers=2)
+    run.manifest.update(width=64, model={"source": str(tmp_path)})
+    claim = claim_accuracy(run)
+    assert (
+        claim.numbers["validation_accuracy"] == 0.76 and "epoch 3" in claim.measured
+    )  # the tie goes to the lower loss
+    assert selection_note_of(run.manifest, log) == ""
+    every_epoch = pd.concat([log, log.assign(split="test")])  # test scored at every epoch: the note returns
+    assert "every epoch" in selection_note_of(run.manifest, every_epoch)
