@@ -86,7 +86,7 @@ def claim_box(c, who: str = "This run", line: str | None = None, details=None) -
     the reason for the verdict, every number of the measurement and `details` (a callable that draws more).
     The badge and the reason are the same rule's output (the claim's verdict and reason). On a projector
     (presentation mode) the paper's finding is its short form."""
-    paper = PAPER_SHORT.get(c.step, c.paper) if large() else c.paper
+    paper = (c.paper_short or PAPER_SHORT.get(c.step, c.paper)) if large() else c.paper
     st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {paper}")
     st.markdown(f"**{who}:** {line or c.short}")
     with st.expander("All the numbers, and why"):
