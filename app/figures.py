@@ -14,6 +14,7 @@ from app.chart_style import ANSWER_COLOUR, MODULE_COLOURS, PCT_AXIS, PCT_SCALE, 
 from app.shared import share_figures
 from core.runs import summaries
 from core.runs.reader import RunReader, Table
+from core.tasks import expression
 
 
 def accuracy_by_layer(run: RunReader, final_norm: bool):
@@ -89,7 +90,8 @@ def logit_heatmap(run: RunReader, example: pd.Series, window: int = 12):
         f"Each row is one module's push on the numbers near the answer (red = up, blue = down; {shown}; colour clipped "
         "at the 98th percentile). Rows that favour every 2nd, 5th or 10th number classify the parity or last digit."
     )
-    title = f"Module logits around {example['a']} + {example['b']} = {example['answer']} — {run.label}"
+    question = expression(run.task, example["a"], example["b"])
+    title = f"Module logits around {question} = {example['answer']} — {run.label}"
     return styled(chart + answer, title, row_step=24), data, caption
 
 
@@ -150,7 +152,8 @@ def final_logits(run: RunReader, example: pd.Series):
     return (
         styled(
             line + rule,
-            f"What the model says after '{example['a']} + {example['b']}': logits over all numbers — {run.label}",
+            f"What the model says after '{expression(run.task, example['a'], example['b'])}': logits over all numbers "
+            f"— {run.label}",
         ),
         data,
         caption,
@@ -324,7 +327,8 @@ def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int 
             f"Zoomed to {lo}–{hi}. The top {top} components have periods {periods}; their sum (black) {where_peak} "
             f"(red line).{model}"
         )
-    title = f"Top-{top} Fourier components of the final logits for {example['a']} + {example['b']}{where} — {run.label}"
+    question = expression(run.task, example["a"], example["b"])
+    title = f"Top-{top} Fourier components of the final logits for {question}{where} — {run.label}"
     return styled(comp_chart + sum_chart + rule, title), data, caption, logits
 
 

@@ -16,7 +16,7 @@ A `run` here is anything with `.manifest` (dict) and `.table(name)` (a DataFrame
 """
 
 from core.claims.accuracy import claim_accuracy
-from core.claims.base import STEP_MEASURES, Claim, task_of
+from core.claims.base import STEP_MEASURES, Claim, task_of, unreported
 from core.claims.features import claim_behaviour, claim_embeddings, claim_numbers
 from core.claims.last_digit import claim_module_waves
 from core.claims.mechanism import claim_ablations, claim_logit_lens, claim_spectra, claim_waves
@@ -38,6 +38,10 @@ RUN_CLAIMS = {
     "numbers": claim_numbers,
     "behaviour": claim_behaviour,
 }
+
+
+#: The claims about what a model does with a task (the number representations are the same whatever the task).
+TASK_STEPS = ("accuracy", "logit_lens", "module_waves", "spectra", "waves", "ablations", "behaviour")
 
 
 def run_claims(run) -> dict[str, Claim]:
@@ -63,6 +67,8 @@ def run_claims(run) -> dict[str, Claim]:
                 numbers={"not_applicable": bool(why)},
                 headline="Does not apply to this model." if why else "This run's tables cannot answer it.",
             )
+            if name in TASK_STEPS and not paper_findings(task).reports(name):
+                out[name] = unreported(out[name], run)
         out[name].paper_short = paper_short(name, task)
     return out
 

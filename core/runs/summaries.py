@@ -35,20 +35,23 @@ def accuracy_by_layer(layer_accuracy: pd.DataFrame, final_norm: bool) -> pd.Data
 
 
 def sampled_examples(examples: pd.DataFrame) -> pd.DataFrame:
-    """The examples whose full logits are cached, the running example first."""
+    """The examples whose full logits are cached: the running example 15 + 93 first (its addition or reverse-Polish
+    form), then those whose smaller operand is 2 or more (a product with 0 or 1 shows little), by operands."""
     sub = examples[examples["in_sample"]].copy()
-    sub["running"] = sub["id"] == "15+93"
+    sub["running"] = (sub["a"] == 15) & (sub["b"] == 93)
+    sub["trivial"] = sub[["a", "b"]].min(axis=1) < 2
     # by operands as numbers (as text "100+2" would come before "15+93")
     return (
-        sub.sort_values(["running", "a", "b"], ascending=[False, True, True])
-        .drop(columns="running")
+        sub.sort_values(["running", "trivial", "a", "b"], ascending=[False, True, True, True])
+        .drop(columns=["running", "trivial"])
         .reset_index(drop=True)
     )
 
 
 def running_example(examples: pd.DataFrame) -> pd.Series:
-    """The example the story follows (indexed by its id): 15 + 93, else the first sampled example.
-    The Tour's charts and the claims' sentences both use it, so they speak of the same prompt."""
+    """The example the story follows (indexed by its id): 15 + 93, else the first sampled example (a multiplication
+    run's first with both operands 2 or more). The Tour's charts and the claims' sentences both use it, so they speak
+    of the same prompt."""
     sub = sampled_examples(examples)
     if sub.empty:
         raise CoreError("this run has no sampled example (no per-example logits are cached)")
