@@ -12,7 +12,7 @@ from app.chart_style import PCT_AXIS, PCT_SCALE
 from app.shared import share_figures
 from core.claims.base import task_of
 from core.claims.operations import COMPARED_PERIODS, module_carriers, operation_accuracy, period_ratios, short_name
-from core.runs.reader import RunReader
+from core.runs.reader import RunReader, Table
 from core.runs.summaries import BASELINE_RATIO
 from core.tasks import task_name
 
@@ -24,37 +24,39 @@ OPERATION_COLOURS = alt.Scale(
 
 
 def _legend(title: str | None = None) -> alt.Legend:
-    return alt.Legend(orient="top", title=title, labelLimit=0, symbolType="square")
+    """A legend on one line above the chart, its title (if any) to the left of its entries."""
+    return alt.Legend(orient="top", direction="horizontal", title=title, titleOrient="left", labelLimit=0,
+                      symbolType="square")
 
 
 def operation_accuracy_bars(runs: tuple[RunReader, ...]):
     """Each run's accuracy on validation (where it was chosen) and on its own split, with the commonest answer's
     share (a model that always says it) as a grey tick and the paper's accuracy for the task as a black one."""
     data = operation_accuracy({task_of(r): r for r in runs})
-    base = alt.Chart(data).encode(
-        y=alt.Y("operation:N", title=None, sort=list(OPERATION_COLOURS.domain), axis=alt.Axis(labelLimit=0)),
-        yOffset=alt.YOffset("split:N", sort=["validation", "test"]),
-    )
-    bars = base.mark_bar(height={"band": 0.9}).encode(
-        x=alt.X("accuracy:Q", title="share of questions answered right", axis=PCT_AXIS, scale=PCT_SCALE),
+    order = [o for o in OPERATION_COLOURS.domain if o in set(data["operation"])]
+    x = alt.X("operation:N", title=None, sort=order, axis=alt.Axis(labelAngle=0, labelLimit=0))
+    offset = alt.XOffset("split:N", sort=["validation", "test"])
+    bars = alt.Chart(data).mark_bar().encode(
+        x=x, xOffset=offset,
+        y=alt.Y("accuracy:Q", title="answered right", axis=PCT_AXIS, scale=PCT_SCALE),
         color=alt.Color("operation:N", scale=OPERATION_COLOURS, legend=None),
-        opacity=alt.Opacity("split:N", scale=alt.Scale(domain=["validation", "test"], range=[1.0, 0.55]),
-                            legend=_legend("split (pale: test)")),
+        opacity=alt.Opacity("split:N", scale=alt.Scale(domain=["validation", "test"], range=[1.0, 0.5]),
+                            legend=_legend("split")),
         tooltip=["operation", "run", "split", alt.Tooltip("accuracy:Q", format=".1%"), "commonest answer",
                  alt.Tooltip("commonest share:Q", format=".1%", title="always the commonest answer")],
     )
-    common = base.mark_tick(color="#555", thickness=3, size=14).encode(x="commonest share:Q")
-    paper = alt.Chart(data.drop_duplicates("operation")).mark_tick(color="black", thickness=3, size=30).encode(
-        y=alt.Y("operation:N", sort=list(OPERATION_COLOURS.domain)), x="paper accuracy:Q",
+    common = alt.Chart(data).mark_tick(color="#666", thickness=3).encode(x=x, xOffset=offset, y="commonest share:Q")
+    paper = alt.Chart(data.drop_duplicates("operation")).mark_tick(color="black", thickness=3, size=60).encode(
+        x=x, y="paper accuracy:Q",
         tooltip=["operation", alt.Tooltip("paper accuracy:Q", format=".2%", title="the paper's GPT-2-XL"),
                  "paper split"],
     )
     caption = (
-        "Bars: each run's accuracy on validation (where its epoch was chosen) and on its test split (pale). Grey tick: "
-        "a model that always gives the commonest answer (multiplication's 0); black tick: the paper's GPT-2-XL on "
+        "Bars: each run's accuracy on validation (where its epoch was chosen) and on its test split (pale). Grey "
+        "ticks: a model that always gives the commonest answer (multiplication's 0); black: the paper's GPT-2-XL on "
         "that operation (multiplication: validation; addition: test)."
     )
-    return styled(bars + common + paper, "Accuracy, one run per operation", height=170), data, caption
+    return styled(bars + common + paper, "Accuracy, one run per operation", height=210), data, caption
 
 
 def period_ratio_bars(runs: tuple[RunReader, ...]):
@@ -71,7 +73,7 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
     bars = alt.Chart(data).mark_bar().encode(
         x=alt.X("period T:N", title="period T (numbers per repetition)", sort=order, axis=alt.Axis(labelAngle=0)),
         xOffset=alt.XOffset("operation:N", sort=list(OPERATION_COLOURS.domain)),
-        y=alt.Y("ratio:Q", title="× what W_U gives random vectors"),
+        y=alt.Y("ratio:Q", title="× what W_U gives random vectors", scale=alt.Scale(type="log")),
         color=alt.Color("operation:N", scale=OPERATION_COLOURS, legend=_legend()),
         tooltip=["operation", "run", "module", alt.Tooltip("period:Q", format=".3g", title="period T"),
                  alt.Tooltip("ratio:Q", format=".2f", title="× the W_U baseline"),
@@ -79,26 +81,26 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
     )
     line = alt.Chart(pd.DataFrame({"y": [BASELINE_RATIO]})).mark_rule(color="black", strokeDash=[5, 3]).encode(
         y="y:Q")
+    one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="#999").encode(y="y:Q")
     caption = (
         f"For each run, the module (attention or MLP) that writes each period most, mean over its last layers, "
-        f"against what W_U alone gives random vectors of the same energy. Above the dashed line ({BASELINE_RATIO:g}x) "
-        "the module carries the period beyond W_U's own shape. Period 3.33 is the one the paper adds for "
-        "multiplication."
+        f"against what W_U alone gives random vectors of the same energy (grey line: as much; log scale). Above the "
+        f"dashed line ({BASELINE_RATIO:g}x) the module carries the period beyond W_U's own shape. Period 3.33 is the "
+        "one the paper adds for multiplication; a Fourier-frozen model's logits hold only its planted periods."
     )
-    return styled(bars + line, "The same waves? Short periods in each operation's module logits", height=220), \
-        data, caption
+    return styled(bars + one + line, "The same waves? Short periods in each operation's module logits",
+                  height=190), data, caption
 
 
 def carrier_bars(runs: tuple[RunReader, ...]):
     """Which modules carry the short waves in each run: the phase shift's share of questions whose last digit
     moves (every run with its weights), else the strongest locking R at a short period."""
-    frames, measures = [], set()
+    shift = all(r.has(Table.PHASE_SHIFT) for r in runs)  # one measure for every run
+    frames = []
     for r in runs:
-        frame, measure = module_carriers(r)
-        measures.add(measure)
+        frame, measure = module_carriers(r, causal=shift)
         frames.append(frame.assign(operation=task_name(task_of(r)), run=short_name(r), measure=measure))
     data = pd.concat(frames, ignore_index=True)
-    shift = measures == {"phase shift"}
     title = ("share of questions whose last digit moves" if shift else "strongest locking R at a short period")
     bars = alt.Chart(data).mark_bar().encode(
         y=alt.Y("module:N", title=None, sort=alt.EncodingSortField("value", op="max", order="descending")),
@@ -116,7 +118,7 @@ def carrier_bars(runs: tuple[RunReader, ...]):
         "Phase locking: 1 when a module's short wave always peaks at the answer mod T, about 0 by chance (not every "
         "run here has its weights, so the causal phase shift is not shown)."
     )
-    return styled(bars, "Which module carries the short waves, in each operation", height=220), data, caption
+    return styled(bars, "Which module carries the short waves?", height=60 * data["module"].nunique()), data, caption
 
 
 # Built once per process for the runs' versions and shared by all sessions (app/shared.py).

@@ -127,13 +127,14 @@ def picker_label(manifest: dict, label: str) -> str:
 
 
 def _default_comparison(runs, chosen: str) -> str:
-    """Compare a demo run with its natural partner (scratch <-> Fourier), else nothing."""
-    label = next(r["label"] for r in runs if r["name"] == chosen).lower()
-    want = "scratch" if "fourier" in label or "pre-trained" in label else "fourier-frozen, tied"
-    for r in runs:
-        if r["name"] != chosen and want in r["label"].lower():
-            return r["name"]
-    return "none"
+    """Compare a demo run with its natural partner (scratch <-> Fourier) of the same task if there is one, else
+    nothing."""
+    mine = next(r for r in runs if r["name"] == chosen)
+    label, task = mine["label"].lower(), task_of_manifest(mine["manifest"])
+    want = "scratch" if "fourier" in label or "pre-trained" in label else "fourier-frozen"
+    partners = [r for r in runs if r["name"] != chosen and want in r["label"].lower()]
+    partners.sort(key=lambda r: task_of_manifest(r["manifest"]) != task)  # the same task first, in display order
+    return partners[0]["name"] if partners else "none"
 
 
 def page_view() -> View:

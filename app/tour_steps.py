@@ -16,7 +16,7 @@ import pandas as pd
 from app import figures, number_figures, operation_figures, training_figures
 from app.phase_figure import locking_heatmap, shift_bars
 from core.claims.base import Claim, pct
-from core.claims.operations import claim_operations, operation_runs
+from core.claims.operations import claim_operations, operation_runs, short_name
 from core.claims.registry import best_run
 from core.paper import ACCURACY, TABLE1_TAU
 from core.runs import summaries, training_summaries
@@ -269,7 +269,7 @@ def operation_evidence(shown: dict) -> Evidence:
     """Step 9's figures: one run per operation, each over its own split's questions."""
     counts = ", ".join(f"{task_name(t)} {len(r.table(Table.EXAMPLES)):,}" for t, r in shown.items())
     split = next(iter(shown.values())).split if shown else ""
-    return Evidence(len(shown), "runs", "", "; ".join(r.label for r in shown.values()),
+    return Evidence(len(shown), "runs", "", "; ".join(f"{short_name(r)} ({task_name(t)})" for t, r in shown.items()),
                     sample=f"{split} questions: {counts}")
 
 
@@ -279,10 +279,10 @@ def operation_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
         return []
     runs, evidence = tuple(shown.values()), operation_evidence(shown)
     return [
-        _panel(operation_figures.period_ratio_bars(runs), "tour-ops-periods", evidence),
+        _panel(operation_figures.carrier_bars(runs), "tour-ops-modules", evidence),
         _panel(operation_figures.operation_accuracy_bars(runs), "tour-ops-accuracy", evidence),
-        _panel(operation_figures.carrier_bars(runs), "tour-ops-modules", evidence,
-               "Which module carries the short waves"),
+        _panel(operation_figures.period_ratio_bars(runs), "tour-ops-periods", evidence,
+               "The periods against what W_U alone gives"),
     ]
 
 
@@ -477,9 +477,9 @@ def settings_note(step: Step, run: RunReader, tau: int, basis: str, runs_of_step
         return "This step compares the small models trained here; the run chosen in the sidebar is not used."
     if step.key == "operations":
         shown = operation_runs(runs_of_step, run) if runs_of_step else {}
-        mine = " (the sidebar's among them)" if run in shown.values() else ""
-        return (f"This step compares one run of each operation, the same kind of model{mine}: "
-                + "; ".join(f"{task_name(t)}: {r.label}" for t, r in shown.items()) + ".")
+        mine = ", the sidebar's among them" if run in shown.values() else ""
+        return (f"One run of each operation, the same kind of model{mine}: "
+                + "; ".join(f"{task_name(t)}: {short_name(r)}" for t, r in shown.items()) + ".")
     fixed = FIXED_SETTINGS.get(step.key, ())
     mine = {"tau": step_tau(step, run), "basis": TOUR_BASIS}
     theirs = {"tau": int(tau), "basis": basis}

@@ -70,6 +70,10 @@ class TaskFindings:
     def reports(self, step: str) -> bool:
         return step in self.steps
 
+    def found_among(self, periods) -> list[float]:
+        """Which of this task's `module_periods` are among `periods` (520/k values, read to 0.1%)."""
+        return [t for t in self.module_periods if any(abs(t - float(x)) <= 1e-3 * t for x in periods)]
+
     @property
     def new_periods(self) -> tuple[float, ...]:
         """Periods this task's module logits add to addition's 2, 2.5, 5, 10 (multiplication: 3.33)."""

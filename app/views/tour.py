@@ -68,7 +68,7 @@ left.button("◀ Back", on_click=move, args=(-1,), disabled=st.session_state["st
 right.button("Next ▶", on_click=move, args=(1,), disabled=st.session_state["step"] == len(STEPS), width="stretch")
 mid.progress(
     st.session_state["step"] / len(STEPS),
-    text=f"Step {st.session_state['step']} of {len(STEPS)} · a {task_name(chosen.task)} run",
+    text=f"Step {st.session_state['step']} of {len(STEPS)} · {task_name(chosen.task)} run",
 )
 switches, files = st.columns([4, 1.3], vertical_alignment="center")
 with switches:

@@ -20,11 +20,15 @@ ACCURACY_LEVELS = {"addition": (0.99, 0.90), "multiplication": (0.70, 0.50)}
 
 def shipped_epoch(log: pd.DataFrame, recipe: dict) -> int:
     """The epoch whose weights ship, in one seed's training log: the epoch chosen on validation (recipe
-    `select: "val"`; the log's one test row is that epoch's), else the last."""
+    `select: "val"`: the log's one test row is that epoch's; without one, the best validation accuracy, ties to the
+    lower loss, as core.training.train.is_better), else the last."""
+    if recipe.get("select") != "val":
+        return int(log["epoch"].max())
     test = log[log["split"] == "test"]
-    if recipe.get("select") == "val" and len(test):
-        return int(test["epoch"].iloc[-1])
-    return int(log["epoch"].max())
+    if len(test) == 1:
+        return int(test["epoch"].iloc[0])
+    val = log[log["split"] == "val"]
+    return int(val.sort_values(["accuracy", "loss", "epoch"], ascending=[False, True, True])["epoch"].iloc[0])
 
 
 def validation_accuracy(run) -> tuple[float | None, str]:

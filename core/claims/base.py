@@ -84,6 +84,11 @@ def running_example_of(run) -> pd.Series:
     return running_example(run.table(Table.EXAMPLES))
 
 
+def same_period(a: float, b: float) -> bool:
+    """Whether two periods are one (the tables store 520/k as floats; 520/259 = 2.008 is not period 2)."""
+    return abs(float(a) - float(b)) <= 1e-3 * max(abs(float(a)), abs(float(b)))
+
+
 def is_short(period: float) -> bool:
     return any(abs(period - t) < 1e-6 for t in SHORT_PERIODS)
 

@@ -18,6 +18,7 @@ from core.claims.base import (
     pct,
     periods,
     running_example_of,
+    same_period,
     structural_reason,
 )
 from core.paper import TABLE1_GPT2_XL, TABLE1_TAU
@@ -200,11 +201,9 @@ def carried_periods(read: dict, wanted) -> list[float]:
     """Which of the periods `wanted` either module carries (above the W_U baseline; its raw top 5 without one)."""
     pool = (read["above"]["mlp"] + read["above"]["attn"]) if read["above"] else read["tops"]["mlp"] + read["tops"][
         "attn"]
-    return [t for t in wanted if any(abs(t - x) < PERIOD_TOLERANCE for x in pool)]
+    return [t for t in wanted if any(same_period(t, x) for x in pool)]
 
 
-#: Two periods are the same when they differ by less than this (the tables store 520/k as floats).
-PERIOD_TOLERANCE = 0.01
 #: Multiplication agrees with at least this many of the paper's five periods, 3.33 among them.
 MULTIPLICATION_PERIODS_AGREE = 4
 
@@ -249,7 +248,8 @@ def claim_multiplication_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 
         reason,
         {"low_share": read["shares"], "top_periods": read["tops"], "above_baseline": read["above"],
          "layers": read["layers"], "paper_periods": list(wanted), "found": found},
-        headline=f"Of the paper's multiplication periods {periods(wanted)}, the modules carry {said}.",
+        headline=f"Of the paper's multiplication periods {periods(wanted)}, the modules carry {said} above the W_U "
+        "baseline.",
     ), run)
 
 
@@ -260,7 +260,7 @@ def unwritable_periods(run, wanted) -> list[float]:
     if origin["kind"] != "planted" or not (run.manifest.get("model") or {}).get("tied_embeddings"):
         return []
     planted = [float(t) for t in ((origin["recipe"] or {}).get("freeze") or {}).get("periods", [])]
-    return [t for t in wanted if not any(abs(t - x) < PERIOD_TOLERANCE for x in planted)]
+    return [t for t in wanted if not any(same_period(t, x) for x in planted)]
 
 
 #: Share of examples whose top-5 sum must peak at the answer for "agrees"; for "partly", the top-10 sum's

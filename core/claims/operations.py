@@ -13,9 +13,8 @@ import pandas as pd
 
 from core.analysis.phase import SHORT_PERIODS, locked
 from core.claims.accuracy import commonest_answer_of, validation_accuracy
-from core.claims.base import Claim, pct, periods, task_of
+from core.claims.base import Claim, pct, periods, same_period, task_of
 from core.claims.last_digit import shift_summary
-from core.claims.mechanism import PERIOD_TOLERANCE
 from core.paper import ACCURACY, MULTIPLICATION_ACCURACY_VAL, MULTIPLICATION_OUTLIER_PERIODS, OUTLIER_PERIODS
 from core.runs.origin import run_origin
 from core.runs.reader import Table
@@ -96,8 +95,8 @@ def period_ratios(run, wanted=COMPARED_PERIODS, last_layers: int = 15) -> pd.Dat
     spec = spec[(spec["basis"] == "paper") & spec["module"].isin(["attn", "mlp"])]
     keep = list(range(max(1, run.n_layers - last_layers + 1), run.n_layers + 1))
     spec = spec[spec["layer"].isin(keep)]
-    near = {t: spec.loc[(spec["period"] - t).abs() < PERIOD_TOLERANCE, "k"] for t in wanted}
-    ks = {t: int(k.iloc[0]) for t, k in near.items() if len(k)}
+    line = spec.drop_duplicates("k")[["k", "period"]]
+    ks = {t: int(k) for t in wanted for k, x in zip(line["k"], line["period"]) if same_period(x, t)}
     mean = spec[spec["k"].isin(ks.values())].groupby(["module", "k"])["magnitude"].mean()
     base = None
     if run.has(Table.MODULE_SPECTRA_BASELINE):
@@ -116,13 +115,13 @@ def period_ratios(run, wanted=COMPARED_PERIODS, last_layers: int = 15) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def module_carriers(run, top: int = 4) -> tuple[pd.DataFrame, str]:
+def module_carriers(run, top: int = 4, causal: bool = True) -> tuple[pd.DataFrame, str]:
     """Which modules carry the short waves (periods 2, 2.5, 5, 10), strongest first (at most `top`): with the
-    model's weights, the share of questions whose last digit moves when a module's short waves are shifted (the
-    phase shift, core.claims.last_digit.shift_summary) beside random edits of the same size; without, the
+    model's weights (and `causal`), the share of questions whose last digit moves when a module's short waves are
+    shifted (the phase shift, core.claims.last_digit.shift_summary) beside random edits of the same size; else the
     module's strongest locking R at a short period (phase_locking). Returns (frame, measure) where measure is
     "phase shift" or "locking"; frame columns: module, kind, layer, value, control, carries."""
-    if run.has(Table.PHASE_SHIFT):
+    if causal and run.has(Table.PHASE_SHIFT):
         s = shift_summary(run.table(Table.PHASE_SHIFT))
         s = s[s["kind"].isin(["attn", "mlp"])].sort_values("share", ascending=False).head(top)
         frame = pd.DataFrame({"kind": s["kind"], "layer": s["layer"], "value": s["share"], "control": s["control"],
@@ -160,16 +159,16 @@ def claim_operations(shown: dict, claims_of: Callable) -> Claim:
         f"periods {periods(MULTIPLICATION_OUTLIER_PERIODS)} (addition's: {periods(OUTLIER_PERIODS)}). The appendix "
         "repeats the analysis for addition written \u201c15,93+\u201d."
     )
-    sentences, found, carriers = [], {}, {}
+    sentences, found, carriers, moved = [], {}, {}, []
+    shifted = all(r.has(Table.PHASE_SHIFT) for r in shown.values())  # one measure for every run
     for task, run in shown.items():
-        claims = claims_of(run)
-        acc = claims["accuracy"].numbers
+        acc = claims_of(run)["accuracy"].numbers
         wanted = MULTIPLICATION_OUTLIER_PERIODS if task == "multiplication" else OUTLIER_PERIODS
         ratios = period_ratios(run, wanted)
         have_baseline = bool(ratios["ratio"].notna().any())
         carried = sorted({float(t) for t in ratios.loc[ratios["above"], "period"]}, reverse=True)
         found[task] = carried if have_baseline else None
-        frame, measure = module_carriers(run)
+        frame, measure = module_carriers(run, causal=shifted)
         carrier = frame.iloc[0] if len(frame) else None
         carriers[task] = None if carrier is None else str(carrier["module"])
         val = acc.get("validation_accuracy")
@@ -181,8 +180,10 @@ def claim_operations(shown: dict, claims_of: Callable) -> Claim:
         elif measure == "phase shift":
             who = (f"shifting {carrier['module']}'s short waves moves the last digit for {pct(carrier['value'])} of "
                    f"the {run.split} questions (random edits: {pct(carrier['control'])})")
+            moved.append(f"{task_name(task)} {pct(carrier['value'])} ({carrier['module']})")
         else:
             who = f"{carrier['module']} locks to a short period most (R = {carrier['value']:.2f})"
+            moved.append(f"{task_name(task)} R = {carrier['value']:.2f} ({carrier['module']})")
         sentences.append(
             f"{task_name(task).capitalize()} ({short_name(run)}): {scores} (always answering "
             f"{acc['commonest_answer']}: {pct(acc['commonest_share'])}); {waves}; {who}."
@@ -195,12 +196,14 @@ def claim_operations(shown: dict, claims_of: Callable) -> Claim:
         verdict = judged.verdict
         reason = "the verdict is the multiplication run's against the paper's multiplication periods" + (
             f": {judged.reason}" if judged.reason else "")
-    headline = "Periods the modules carry above the W_U baseline: " + "; ".join(
-        f"{task_name(t)} {periods(f) if f else 'none'}" if f is not None else f"{task_name(t)} (no baseline)"
-        for t, f in found.items()) + "."
+    headline = (
+        ("Last digit moved by shifting one module's short waves: " if shifted else "Strongest lock to a short period: ")
+        + ", ".join(moved) + "."
+    )
     return Claim(
         "operations", paper, " ".join(sentences), verdict, reason,
-        {"runs": {t: r.name for t, r in shown.items()}, "periods": found, "carriers": carriers},
+        {"runs": {t: r.name for t, r in shown.items()}, "periods": found, "carriers": carriers,
+         "carrier_measure": "phase shift" if shifted else "locking"},
         headline=headline,
         paper_short=(f"GPT-2-XL on multiplication: {MULTIPLICATION_ACCURACY_VAL}% (validation), outliers at periods "
                      f"{periods(MULTIPLICATION_OUTLIER_PERIODS)}."),
