@@ -277,8 +277,7 @@ def layer_spectrum(run: RunReader, basis: str, module: str, layer: int, tau: int
     )
     name = summaries.MODULE_NAMES[module]
     marks = period_marks(task_periods(run.task), run.basis(basis).span, float(data["magnitude"].max()) * 1.25)
-    caption += (f" Dotted: the periods the paper finds for {task_name(run.task)} "
-                f"({', '.join(f'{t:.3g}' for t in task_periods(run.task))}).")
+    caption += f" Dotted: the paper's periods for {task_name(run.task)}."
     return (
         styled(
             bars + null + labels + cut + marks,
@@ -421,8 +420,8 @@ def top_periods_bars(
     )
     shown = ", ".join(f"{t:.3g}" for t in task_periods(run.task))
     caption = (
-        f"Each module's top {top} periods, mean over the last {n} layer{'s' if n > 1 else ''}, and the periods the "
-        f"paper finds for {task_name(run.task)} ({shown}): short periods tell the last digit, long ones the size."
+        f"Each module's top {top} periods (mean of the last {n} layer{'s' if n > 1 else ''}) and the paper's for "
+        f"{task_name(run.task)} ({shown}): short ones tell the last digit, long ones the size."
     )
     if low_share:
         caption += f" Legend: each module's share of energy below tau = {tau}."

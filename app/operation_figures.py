@@ -52,9 +52,9 @@ def operation_accuracy_bars(runs: tuple[RunReader, ...]):
                  "paper split"],
     )
     caption = (
-        "Bars: each run's accuracy on validation (where its epoch was chosen) and on its test split (pale). Grey "
-        "ticks: a model that always gives the commonest answer (multiplication's 0); black: the paper's GPT-2-XL on "
-        "that operation (multiplication: validation; addition: test)."
+        "Each run's accuracy on validation (where its epoch was chosen) and on test (pale). Grey ticks: always the "
+        "commonest answer (multiplication's 0); black: the paper's GPT-2-XL (multiplication: validation; addition: "
+        "test)."
     )
     return styled(bars + common + paper, "Accuracy, one run per operation", height=210), data, caption
 
@@ -83,10 +83,9 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
         y="y:Q")
     one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="#999").encode(y="y:Q")
     caption = (
-        f"For each run, the module (attention or MLP) that writes each period most, mean over its last layers, "
-        f"against what W_U alone gives random vectors of the same energy (grey line: as much; log scale). Above the "
-        f"dashed line ({BASELINE_RATIO:g}x) the module carries the period beyond W_U's own shape. Period 3.33 is the "
-        "one the paper adds for multiplication; a Fourier-frozen model's logits hold only its planted periods."
+        f"Each run's strongest module at each period, in multiples of what W_U alone gives random vectors (log "
+        f"scale); above the dashed {BASELINE_RATIO:g}x line it carries the period. 3.33 is multiplication's new one; "
+        "Fourier-frozen logits hold only planted periods."
     )
     return styled(bars + one + line, "The same waves? Short periods in each operation's module logits",
                   height=190), data, caption
@@ -113,12 +112,16 @@ def carrier_bars(runs: tuple[RunReader, ...]):
     )
     caption = (
         "Shift one module's waves of periods 2, 2.5, 5 and 10 by a few numbers: the bar is the share of questions "
-        "whose last digit follows (random edits of the same size move almost none)."
+        "whose last digit follows; the black tick, random edits of the same size."
         if shift else
-        "Phase locking: 1 when a module's short wave always peaks at the answer mod T, about 0 by chance (not every "
-        "run here has its weights, so the causal phase shift is not shown)."
+        "Phase locking: 1 when a module's short wave always peaks at the answer mod T, about 0 by chance (black "
+        "tick: the chance threshold; not every run here has its weights, so the phase shift is not shown)."
     )
-    return styled(bars, "Which module carries the short waves?", height=60 * data["module"].nunique()), data, caption
+    control = alt.Chart(data).mark_tick(color="black", thickness=2).encode(
+        y=alt.Y("module:N", sort=alt.EncodingSortField("value", op="max", order="descending")),
+        yOffset=alt.YOffset("operation:N", sort=list(OPERATION_COLOURS.domain)), x="control:Q")
+    return (styled(bars + control, "Which module carries the short waves?", height=60 * data["module"].nunique()),
+            data, caption)
 
 
 # Built once per process for the runs' versions and shared by all sessions (app/shared.py).

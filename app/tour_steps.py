@@ -267,7 +267,7 @@ def number_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
 
 def operation_evidence(shown: dict) -> Evidence:
     """Step 9's figures: one run per operation, each over its own split's questions."""
-    counts = ", ".join(f"{task_name(t)} {len(r.table(Table.EXAMPLES)):,}" for t, r in shown.items())
+    counts = ", ".join(f"{len(r.table(Table.EXAMPLES)):,}" for r in shown.values())
     split = next(iter(shown.values())).split if shown else ""
     return Evidence(len(shown), "runs", "", "; ".join(f"{short_name(r)} ({task_name(t)})" for t, r in shown.items()),
                     sample=f"{split} questions: {counts}")

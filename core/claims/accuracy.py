@@ -108,7 +108,8 @@ def claim_accuracy(run) -> Claim:
     origin = run_origin(run.manifest)
     reason = ""
     if verdict != "agrees" and origin["kind"] == "scratch":
-        reason = "trained from scratch without Fourier features for a few CPU epochs" + (
+        epochs = (origin["recipe"] or {}).get("epochs")
+        reason = "trained from scratch without Fourier features" + (f", {epochs} epochs on a CPU" if epochs else "") + (
             f"; the paper's from-scratch GPT-2-small also stays low ({ACCURACY['GPT-2-small from scratch']}%)"
             if findings.task == "addition" else ""
         )

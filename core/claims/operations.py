@@ -180,7 +180,8 @@ def claim_operations(shown: dict, claims_of: Callable) -> Claim:
         elif measure == "phase shift":
             who = (f"shifting {carrier['module']}'s short waves moves the last digit for {pct(carrier['value'])} of "
                    f"the {run.split} questions (random edits: {pct(carrier['control'])})")
-            moved.append(f"{task_name(task)} {pct(carrier['value'])} ({carrier['module']})")
+            beyond = "" if carrier["carries"] else f"; random edits {pct(carrier['control'])}"
+            moved.append(f"{task_name(task)} {pct(carrier['value'])} ({carrier['module']}{beyond})")
         else:
             who = f"{carrier['module']} locks to a short period most (R = {carrier['value']:.2f})"
             moved.append(f"{task_name(task)} R = {carrier['value']:.2f} ({carrier['module']})")
