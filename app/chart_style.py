@@ -28,12 +28,14 @@ def task_periods(task: str) -> tuple[float, ...]:
     return paper_findings(task).module_periods
 
 
-def period_marks(periods, span: int, top: float) -> alt.LayerChart:
+def period_marks(periods, span: int, top: float, labelled=()) -> alt.LayerChart:
     """A dotted line at each of `periods` on a frequency-k axis (k = span / T), named "T = 3.33" at the height `top`
-    (the top of the plot), so the periods a task's paper finding names are marked whatever the bars do."""
+    (the top of the plot), so the periods a task's paper finding names are marked whatever the bars do; a period
+    whose bar already carries its label (k in `labelled`) is not named twice."""
     data = pd.DataFrame({"k": [round(span / t) for t in periods], "label": [f"T = {t:.3g}" for t in periods],
                          "y": float(top)})
     rules = alt.Chart(data).mark_rule(color="#777", strokeDash=[2, 3]).encode(x="k:Q")
-    text = alt.Chart(data).mark_text(color="#444", angle=270, align="right", baseline="middle", dx=0, dy=-7).encode(
+    named = data[~data["k"].isin([int(k) for k in labelled])]
+    text = alt.Chart(named).mark_text(color="#444", angle=270, align="right", baseline="middle", dx=0, dy=-7).encode(
         x="k:Q", y="y:Q", text="label:N")
     return rules + text

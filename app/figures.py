@@ -36,7 +36,7 @@ def accuracy_by_layer(run: RunReader, final_norm: bool):
     )
     caption = (
         f"Logit lens, {how}: each layer's residual stream read through W_U. Where the ±10 line rises layers before the "
-        "exact line, the model approximates the answer first (as GPT-2-XL does in its layers 20-30)."
+        "exact line, the model approximates the answer first (as GPT-2-XL does on addition in its layers 20-30)."
     )
     return styled(chart, f"Logit-lens accuracy by layer — {run.label}"), data, caption
 
@@ -276,7 +276,8 @@ def layer_spectrum(run: RunReader, basis: str, module: str, layer: int, tau: int
         f"W_U's. Dashed line: tau = {tau}."
     )
     name = summaries.MODULE_NAMES[module]
-    marks = period_marks(task_periods(run.task), run.basis(basis).span, float(data["magnitude"].max()) * 1.25)
+    marks = period_marks(task_periods(run.task), run.basis(basis).span, float(data["magnitude"].max()) * 1.25,
+                         labelled=data.loc[data["label"] != "", "k"])
     caption += f" Dotted: the paper's periods for {task_name(run.task)}."
     return (
         styled(

@@ -52,8 +52,10 @@ def number_spectrum(run: RunReader, basis: str, layer: int):
     """Spectrum of the numbers' representations at one layer, against the shuffled-numbers threshold."""
     data = summaries.number_spectrum_at(run.table(Table.NUMBER_SPECTRUM), layer, basis)
     k_max = int(data["k"].max())
-    chart = _spectrum_with_null(data, k_max) + period_marks(task_periods(run.task), run.basis(basis).span,
-                                                            float(data["magnitude"].max()) * 1.15)
+    chart = _spectrum_with_null(data, k_max) + period_marks(
+        task_periods(run.task), run.basis(basis).span, float(data["magnitude"].max()) * 1.15,
+        labelled=data.loc[data["label"] != "", "k"],
+    )
     where = "the embedding of the last token" if layer == 0 else f"the residual stream after block {layer}"
     n = run.number_representations.get("n_numbers", run.p)
     caption = (
