@@ -10,10 +10,11 @@ import altair as alt
 import pandas as pd
 
 from app.chart_export import styled
-from app.chart_style import ANSWER_COLOUR, MODULE_COLOURS, PCT_AXIS, PCT_SCALE, k_axis
+from app.chart_style import ANSWER_COLOUR, MODULE_COLOURS, PCT_AXIS, PCT_SCALE, k_axis, period_marks, task_periods
 from app.shared import share_figures
 from core.runs import summaries
 from core.runs.reader import RunReader, Table
+from core.tasks import expression, task_name
 
 
 def accuracy_by_layer(run: RunReader, final_norm: bool):
@@ -35,7 +36,7 @@ def accuracy_by_layer(run: RunReader, final_norm: bool):
     )
     caption = (
         f"Logit lens, {how}: each layer's residual stream read through W_U. Where the ±10 line rises layers before the "
-        "exact line, the model approximates the answer first (as GPT-2-XL does in its layers 20-30)."
+        "exact line, the model approximates the answer first (as GPT-2-XL does on addition in its layers 20-30)."
     )
     return styled(chart, f"Logit-lens accuracy by layer — {run.label}"), data, caption
 
@@ -89,7 +90,8 @@ def logit_heatmap(run: RunReader, example: pd.Series, window: int = 12):
         f"Each row is one module's push on the numbers near the answer (red = up, blue = down; {shown}; colour clipped "
         "at the 98th percentile). Rows that favour every 2nd, 5th or 10th number classify the parity or last digit."
     )
-    title = f"Module logits around {example['a']} + {example['b']} = {example['answer']} — {run.label}"
+    question = expression(run.task, example["a"], example["b"])
+    title = f"Module logits around {question} = {example['answer']} — {run.label}"
     return styled(chart + answer, title, row_step=24), data, caption
 
 
@@ -150,7 +152,8 @@ def final_logits(run: RunReader, example: pd.Series):
     return (
         styled(
             line + rule,
-            f"What the model says after '{example['a']} + {example['b']}': logits over all numbers — {run.label}",
+            f"What the model says after '{expression(run.task, example['a'], example['b'])}': logits over all numbers "
+            f"— {run.label}",
         ),
         data,
         caption,
@@ -194,7 +197,7 @@ def spectrum_heatmap(run: RunReader, basis: str, module: str, tau: int):
             x=alt.X(
                 "k:O",
                 title=f"frequency k (period T = {span}/k)",
-                axis=alt.Axis(values=_k_ticks(fourier.k_max), labelAngle=0),
+                axis=alt.Axis(values=_k_ticks(fourier.k_max, run.task), labelAngle=0),
             ),
             y=alt.Y("layer:O", title="layer", sort="descending"),
             color=alt.Color(
@@ -214,11 +217,12 @@ def spectrum_heatmap(run: RunReader, basis: str, module: str, tau: int):
     cut = (
         alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(color="white", strokeDash=[6, 3], strokeWidth=2).encode(x="k:O")
     )
+    marked = sorted(task_periods(run.task), reverse=True)
     caption = (
-        f"Each row is a layer, each column a frequency k (brighter: larger, on a log scale); k = {span // 10}, "
-        f"{span // 5}, "
-        f"{round(span / 2.5)}, {span // 2} are periods 10, 5, 2.5, 2. The dashed line is the cutoff tau = {tau}. "
-        "The bars above show the same spectra's strongest periods at a readable size."
+        f"Each row is a layer, each column a frequency k (brighter: larger, on a log scale); k = "
+        f"{', '.join(str(round(span / t)) for t in marked)} are periods {', '.join(f'{t:.3g}' for t in marked)}. "
+        f"The dashed line is the cutoff tau = {tau}. The bars above show the same spectra's strongest periods at a "
+        "readable size."
     )
     name = summaries.MODULE_NAMES[module]
     return (
@@ -232,9 +236,11 @@ def spectrum_heatmap(run: RunReader, basis: str, module: str, tau: int):
     )
 
 
-def _k_ticks(K: int) -> list[int]:
-    """Frequency ticks of the heatmap (on the paper's 521 numbers: periods 520, 20, 10, 5, 4, 3, 2.5, 2)."""
-    ticks = [1, 26, 52, 104, 130, 173, 208, 260] if K == 260 else list(range(1, K + 1, max(1, K // 8)))
+def _k_ticks(K: int, task: str = "addition") -> list[int]:
+    """Frequency ticks of the heatmap (on the paper's 521 numbers: periods 520, 20, 10, 5, 4, 3, 2.5, 2; for
+    multiplication 3.33 instead of 3)."""
+    three = 156 if any(abs(t - 10 / 3) < 1e-3 for t in task_periods(task)) else 173
+    ticks = [1, 26, 52, 104, 130, three, 208, 260] if K == 260 else list(range(1, K + 1, max(1, K // 8)))
     return [t for t in ticks if t <= K]
 
 
@@ -270,9 +276,13 @@ def layer_spectrum(run: RunReader, basis: str, module: str, layer: int, tau: int
         f"W_U's. Dashed line: tau = {tau}."
     )
     name = summaries.MODULE_NAMES[module]
+    marks = period_marks(task_periods(run.task), run.basis(basis).span, float(data["magnitude"].max()) * 1.25,
+                         labelled=data.loc[data["label"] != "", "k"])
+    caption += f" Dotted: the paper's periods for {task_name(run.task)}."
     return (
         styled(
-            bars + null + labels + cut, f"{name}, layer {layer}: Fourier spectrum of the module logits — {run.label}"
+            bars + null + labels + cut + marks,
+            f"{name}, layer {layer}: Fourier spectrum of the module logits — {run.label}",
         ),
         data,
         caption,
@@ -324,7 +334,8 @@ def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int 
             f"Zoomed to {lo}–{hi}. The top {top} components have periods {periods}; their sum (black) {where_peak} "
             f"(red line).{model}"
         )
-    title = f"Top-{top} Fourier components of the final logits for {example['a']} + {example['b']}{where} — {run.label}"
+    question = expression(run.task, example["a"], example["b"])
+    title = f"Top-{top} Fourier components of the final logits for {question}{where} — {run.label}"
     return styled(comp_chart + sum_chart + rule, title), data, caption, logits
 
 
@@ -379,7 +390,9 @@ def top_periods_bars(
     layers), as grouped bars: readable on a projector, unlike a heatmap of 260 thin columns. `low_share`
     (module -> share of the mean spectrum's energy below `tau`, the step 4 claim's numbers) goes into the legend."""
     n = min(last_layers, run.n_layers)
-    data, order = summaries.strongest_periods(run.table(Table.MODULE_SPECTRA), basis, n, run.basis(basis).k_max, top)
+    data, order = summaries.strongest_periods(
+        run.table(Table.MODULE_SPECTRA), basis, n, run.basis(basis).k_max, top, also=task_periods(run.task)
+    )
     legend = alt.Legend(orient="top")
     if low_share:
         names = summaries.MODULE_NAMES
@@ -406,9 +419,10 @@ def top_periods_bars(
             ],
         )
     )
+    shown = ", ".join(f"{t:.3g}" for t in task_periods(run.task))
     caption = (
-        f"Each module's top {top} periods, mean over the last {n} layer{'s' if n > 1 else ''}: short periods (2, 2.5, "
-        "5, 10) tell the last digit, long ones the size."
+        f"Each module's top {top} periods (mean of the last {n} layer{'s' if n > 1 else ''}) and the paper's for "
+        f"{task_name(run.task)} ({shown}): short ones tell the last digit, long ones the size."
     )
     if low_share:
         caption += f" Legend: each module's share of energy below tau = {tau}."

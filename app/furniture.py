@@ -18,6 +18,7 @@ from core.claims.registry import PAPER_SHORT
 from core.runs.origin import fine_tuning_text
 from core.runs.reader import RunReader, Table
 from core.runs.summaries import sampled_examples
+from core.tasks import expression, task_name
 
 LARGE_CSS = """
 <style>
@@ -58,14 +59,18 @@ BADGE = {v: f":{BADGE_COLOURS[v]}-badge[{VERDICT_LABELS[v]}]" for v in VERDICTS}
 
 def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
     """The page's title, what to look for, and (with `claim`, a key of core.claims.registry.RUN_CLAIMS) the
-    paper's finding beside what the chosen run measures, with the verdict."""
+    paper's finding beside what the chosen run measures, with the verdict. A page about the chosen run (one with
+    `claim`) names its task in the title: "Spectra (multiplication): ..."."""
+    v = current_view()
+    if claim and v is not None:
+        name, colon, rest = title.partition(":")
+        title = f"{name} ({task_name(v.run.task)}){colon}{rest}"
     st.title(title)
     if large():  # on a projector the figure comes first: the reading guide folds away
         with st.expander("What to look for"):
             st.markdown(what_to_look_for)
     else:
         st.markdown(what_to_look_for)
-    v = current_view()
     if claim and v is not None:
         c = run_claims(v.run)[claim]
         if c.verdict == "does not apply":  # the page's own box below says why
@@ -86,7 +91,7 @@ def claim_box(c, who: str = "This run", line: str | None = None, details=None) -
     the reason for the verdict, every number of the measurement and `details` (a callable that draws more).
     The badge and the reason are the same rule's output (the claim's verdict and reason). On a projector
     (presentation mode) the paper's finding is its short form."""
-    paper = PAPER_SHORT.get(c.step, c.paper) if large() else c.paper
+    paper = (c.paper_short or PAPER_SHORT.get(c.step, c.paper)) if large() else c.paper
     st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {paper}")
     st.markdown(f"**{who}:** {line or c.short}")
     with st.expander("All the numbers, and why"):
@@ -185,7 +190,7 @@ def example_picker(run: RunReader, key: str = "example") -> pd.Series:
     def fmt(i):
         r = by_id.loc[i]
         mark = "✓" if r["correct"] else "✗"
-        return f"{r['a']} + {r['b']} = {r['answer']}  (model: {r['prediction']} {mark})"
+        return f"{expression(run.task, r['a'], r['b'])} = {r['answer']}  (model: {r['prediction']} {mark})"
 
     st.selectbox(
         "Example",

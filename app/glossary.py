@@ -85,6 +85,8 @@ TERMS = {
     "quantization": "Storing a model's weights with fewer bits to make it smaller (Q4_1: about 4 bits per weight).",
     "SVD": "Singular value decomposition: a matrix written as a sum of rank-one pieces, strongest first. Keeping "
     "the strongest k pieces gives the closest matrix of rank k.",
+    "reverse-Polish": "Writing an operation after the numbers it applies to: “15,93+” is 15 + 93. The paper's "
+    "appendix repeats its analysis on addition written so, and on multiplication.",
     "p-value": "How often chance alone would give a result at least this strong. Below 0.01: chance is an unlikely "
     "explanation.",
 }
@@ -139,6 +141,7 @@ JARGON = {
     r"\bquantiz|\bQ4_1\b": "quantization",
     r"\bp = \d|\bp-value": "p-value",
     r"\bSVD\b": "SVD",
+    r"\breverse-Polish\b": "reverse-Polish",
 }
 
 #: The terms each Tour step uses, shown beside it.
@@ -151,6 +154,7 @@ STEP_TERMS = {
     "ablations": ["ablation", "cutoff tau", "random control"],
     "numbers": ["embedding", "period", "Cohen's kappa"],
     "training": ["embedding", "validation split"],
+    "operations": ["period", "reverse-Polish", "W_U"],
 }
 
 

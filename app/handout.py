@@ -20,7 +20,7 @@ from app.furniture import why_sentence
 from app.glossary import STEP_TERMS, TERMS
 from app.handout_style import HANDOUT_CSS, HANDOUT_SCRIPT
 from app.sidebar import short_label
-from app.tour_steps import STEPS, Step, StepInputs, choose_run, run_line, who_line
+from app.tour_steps import NOTHING_TO_COMPARE, OVER_RUNS, STEPS, Step, StepInputs, choose_run, run_line, who_line
 from core import SCHEMA_VERSION
 from core.claims.base import VERDICT_LABELS, VERDICTS, Claim
 from core.runs.origin import describe_run
@@ -152,8 +152,8 @@ def build_handout(
             missing = f"{shown.label} cannot show this step" + (f": {why}." if why else f" (no {step.table} table).")
         else:
             figures = step_figures(step, shown, StepInputs(basis, claims_of(shown), runs))
-            if step.key == "training" and not figures:
-                missing = "No run here carries a training log."
+            if step.key in OVER_RUNS and not figures:
+                missing = NOTHING_TO_COMPARE[step.key]
         steps.append(
             HandoutStep(
                 number,
@@ -164,9 +164,9 @@ def build_handout(
                 step.choices,
                 choice.claim,
                 who_line(step, choice, short_label(shown.label)),
-                choice.claim.short if step.key == "training" else run_line(step, choice.claim, shown),
+                choice.claim.short if step.key in OVER_RUNS else run_line(step, choice.claim, shown),
                 why_sentence(choice.claim),
-                "These runs" if step.key == "training" else shown.label,
+                "These runs" if step.key in OVER_RUNS else shown.label,
                 note,
                 missing,
                 figures,

@@ -16,6 +16,7 @@ from core.claims import registry
 from core.claims.features import claim_training
 from core.errors import CoreError
 from core.runs.cache import list_runs
+from core.runs.origin import display_label
 from core.runs.reader import RunReader
 
 FORMATS = ("html", "pdf")
@@ -37,7 +38,7 @@ def listed_runs(cache_dir: str | Path) -> tuple[list[RunReader], list[str]]:
     good, broken = [], []
     for info in list_runs(cache_dir, deep=True):
         if info.ok and isinstance(info.manifest, dict):
-            label = str(info.manifest.get("run_label") or info.label)
+            label = display_label(info.manifest, info.label)
             good.append(RunReader(cache_dir, info.name, info.manifest, label=label))
         else:
             broken.append(info.name)

@@ -9,10 +9,11 @@ import altair as alt
 import pandas as pd
 
 from app.chart_export import styled
-from app.chart_style import k_axis
+from app.chart_style import k_axis, period_marks, task_periods
 from app.shared import share_figures
 from core.runs import summaries
 from core.runs.reader import RunReader, Table
+from core.tasks import task_name
 
 
 def _spectrum_with_null(data, k_max: int) -> alt.LayerChart:
@@ -51,12 +52,15 @@ def number_spectrum(run: RunReader, basis: str, layer: int):
     """Spectrum of the numbers' representations at one layer, against the shuffled-numbers threshold."""
     data = summaries.number_spectrum_at(run.table(Table.NUMBER_SPECTRUM), layer, basis)
     k_max = int(data["k"].max())
-    chart = _spectrum_with_null(data, k_max)
+    chart = _spectrum_with_null(data, k_max) + period_marks(
+        task_periods(run.task), run.basis(basis).span, float(data["magnitude"].max()) * 1.15,
+        labelled=data.loc[data["label"] != "", "k"],
+    )
     where = "the embedding of the last token" if layer == 0 else f"the residual stream after block {layer}"
     n = run.number_representations.get("n_numbers", run.p)
     caption = (
         f"Numbers 0..{n - 1} at layer {layer} ({where}): bars above the dashed line beat the numbers in shuffled "
-        "order (5% of 1,000 shuffles pass it); labels give the period T."
+        f"order (5% of 1,000 shuffles pass it); labels: period T; dotted: the paper's for {task_name(run.task)}."
     )
     if layer == 0 and run.number_representations.get("single_token") is False:
         caption += (

@@ -18,7 +18,7 @@ from app.state import cache_dir
 from core.claims import registry
 from core.claims.features import claim_training
 from core.runs import cache as run_cache
-from core.runs.origin import run_origin
+from core.runs.origin import display_label, run_origin
 from core.runs.reader import RunReader, Table, read_run_table
 
 
@@ -74,7 +74,7 @@ def _listing(cache_dir: str, signature: tuple) -> tuple[list[dict], list[dict]]:
         # list_runs checks the manifest's shape too (keys the pages read, their types): a run lacking
         # `p` or with a wrongly shaped manifest is listed as broken, never handed to the sidebar
         if r.ok and isinstance(r.manifest, dict):
-            good.append({"name": r.name, "label": str(r.manifest.get("run_label") or r.label), "manifest": r.manifest})
+            good.append({"name": r.name, "label": display_label(r.manifest, r.label), "manifest": r.manifest})
         else:
             broken.append({"name": r.name, "problems": r.problems or ["unreadable manifest"]})
     good.sort(key=lambda r: (r["manifest"].get("display_order", 100), r["label"]))

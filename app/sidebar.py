@@ -16,6 +16,8 @@ from app.glossary import term
 from app.run_loading import open_run, valid_runs
 from app.state import View, cache_dir, current_view
 from app.url_state import to_url, url_flag, url_state
+from core.runs.origin import task_of_manifest
+from core.tasks import task_name
 
 #: Pages that draw a second run beside the first (the sidebar offers "Compare with" only there).
 COMPARING_PAGES = ("embeddings",)
@@ -88,15 +90,23 @@ def sidebar(page: str = "") -> View | None:
     return view
 
 
+#: The tail of a run's label that names its task and split ("addition test", "test 4-shot"), as `display_label`
+#: writes it.
+_TASK_AND_SPLIT = re.compile(
+    r" ((?:addition|multiplication|reverse-Polish addition) )?(train|val|test|all)((?: k-shot| \d+-shot)?)$"
+)
+
+
 def short_label(label: str) -> str:
-    """A run's label as the narrow sidebar shows it: 'Fourier-frozen, tied · demo · test'."""
-    return label.replace(" (demo, trained here)", " · demo").replace(" addition ", " · ").replace(" addition", "")
+    """A run's label as the narrow sidebar shows it: 'Fourier-frozen, tied · demo · addition test'."""
+    return _TASK_AND_SPLIT.sub(r" · \1\2\3", label.replace(" (demo, trained here)", " · demo"))
 
 
 def picker_label(manifest: dict, label: str) -> str:
     """A run as the run picker lists it: what tells it from the other runs first (the stage of a fine-tuned
-    model, "demo", the shots of a prompted model), then its accuracy on its split, so that labels differ within
-    their first 32 characters; the full label is the caption under the picker."""
+    model, "demo", the shots of a prompted model), then its task (unless the name says it), then its accuracy on
+    its split, so that labels differ within their first 32 characters; the full label is the caption under the
+    picker."""
     base, _, detail = label.partition(" (")
     shots = int((manifest.get("task") or {}).get("shots") or 0)
     stage = re.search(r"stage (\d+)", detail)
@@ -108,19 +118,23 @@ def picker_label(manifest: dict, label: str) -> str:
         name = f"{base}{' pre-trained' if 'pre-trained' in detail else ''}, {shots}-shot"
     else:
         name = base
+    task = task_name(task_of_manifest(manifest))
+    if task.lower() not in name.lower():
+        name = f"{name} · {task}"
     accuracy = manifest.get("accuracy")
     split = (manifest.get("task") or {}).get("split", "")
     return f"{name} · {accuracy:.1%} {split}" if isinstance(accuracy, (int, float)) else name
 
 
 def _default_comparison(runs, chosen: str) -> str:
-    """Compare a demo run with its natural partner (scratch <-> Fourier), else nothing."""
-    label = next(r["label"] for r in runs if r["name"] == chosen).lower()
-    want = "scratch" if "fourier" in label or "pre-trained" in label else "fourier-frozen, tied"
-    for r in runs:
-        if r["name"] != chosen and want in r["label"].lower():
-            return r["name"]
-    return "none"
+    """Compare a demo run with its natural partner (scratch <-> Fourier) of the same task if there is one, else
+    nothing."""
+    mine = next(r for r in runs if r["name"] == chosen)
+    label, task = mine["label"].lower(), task_of_manifest(mine["manifest"])
+    want = "scratch" if "fourier" in label or "pre-trained" in label else "fourier-frozen"
+    partners = [r for r in runs if r["name"] != chosen and want in r["label"].lower()]
+    partners.sort(key=lambda r: task_of_manifest(r["manifest"]) != task)  # the same task first, in display order
+    return partners[0]["name"] if partners else "none"
 
 
 def page_view() -> View:

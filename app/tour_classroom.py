@@ -83,7 +83,7 @@ def waiting(step: Step, shown: RunReader, best: bool) -> bool:
 
 def ask_first(step: Step, shown: RunReader, claim: Claim, best: bool) -> None:
     """The paper's finding, the class's choices and the Reveal button, in place of the measurement."""
-    st.markdown(f"**The paper:** {PAPER_SHORT.get(claim.step, claim.paper)}")
+    st.markdown(f"**The paper:** {claim.paper_short or PAPER_SHORT.get(claim.step, claim.paper)}")
     st.radio(
         f"**Predict first:** {step.predict}",
         step.choices,

@@ -13,14 +13,16 @@ from dataclasses import dataclass, field
 import altair as alt
 import pandas as pd
 
-from app import figures, number_figures, training_figures
+from app import figures, number_figures, operation_figures, training_figures
 from app.phase_figure import locking_heatmap, shift_bars
 from core.claims.base import Claim, pct
+from core.claims.operations import claim_operations, operation_runs, short_name
 from core.claims.registry import best_run
 from core.paper import ACCURACY, TABLE1_TAU
 from core.runs import summaries, training_summaries
 from core.runs.origin import run_origin
 from core.runs.reader import RunReader, Table
+from core.tasks import expression, expression_of_id, task_name
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def questions(run: RunReader, count: int, sample: str = "") -> Evidence:
 
 def one_question(run: RunReader, example: pd.Series) -> Evidence:
     """A figure of one question (the running example 15 + 93)."""
-    return questions(run, 1, f"{example['a']} + {example['b']} = {example['answer']}")
+    return questions(run, 1, f"{expression(run.task, example['a'], example['b'])} = {example['answer']}")
 
 
 def phase_questions(run: RunReader) -> Evidence:
@@ -185,6 +187,14 @@ def locking_question(run: RunReader) -> str:
 def said(text: str) -> Callable[[RunReader], str]:
     """A question that is the same for every run."""
     return lambda _run: text
+
+
+def first_question(run: RunReader) -> str:
+    """Step 1's question, from the run's running example: its prompt and its answer."""
+    if not run.has(Table.EXAMPLES):
+        return "A model reads a question and must emit the answer as one token."
+    example = example_of(run)
+    return f"A model reads “{example['prompt']}” and must emit {int(example['answer'])} as one token."
 
 
 def question_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
@@ -255,6 +265,32 @@ def number_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     ]
 
 
+def operation_evidence(shown: dict) -> Evidence:
+    """Step 9's figures: one run per operation, each over its own split's questions."""
+    counts = ", ".join(f"{len(r.table(Table.EXAMPLES)):,}" for r in shown.values())
+    split = next(iter(shown.values())).split if shown else ""
+    return Evidence(len(shown), "runs", "", "; ".join(f"{short_name(r)} ({task_name(t)})" for t, r in shown.items()),
+                    sample=f"{split} questions: {counts}")
+
+
+def operation_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
+    shown = operation_runs(inputs.runs, run)
+    if not shown:
+        return []
+    runs, evidence = tuple(shown.values()), operation_evidence(shown)
+    return [
+        _panel(operation_figures.carrier_bars(runs), "tour-ops-modules", evidence),
+        _panel(operation_figures.operation_accuracy_bars(runs), "tour-ops-accuracy", evidence),
+        _panel(operation_figures.period_ratio_bars(runs), "tour-ops-periods", evidence,
+               "The periods against what W_U alone gives"),
+    ]
+
+
+def operation_question(run: RunReader) -> str:
+    """Step 9's question, naming the runs it compares."""
+    return "The same kind of model, trained on another operation: do its module logits carry the same waves?"
+
+
 def training_panels(_run: RunReader, inputs: StepInputs) -> list[Panel]:
     logs = training_logs_of(inputs.runs)
     if not logs:
@@ -267,7 +303,7 @@ STEPS = [
     Step(
         "accuracy",
         "1. The question",
-        said("A model reads “Put together 15 and 93. Answer:” and must emit 108 as one token."),
+        first_question,
         Table.EXAMPLES,
         question_panels,
         "How often will this model answer right?",
@@ -343,7 +379,23 @@ STEPS = [
         "Which network learns addition better: from scratch, or with pre-trained number features frozen in?",
         ("with the features, by far", "about the same", "from scratch"),
     ),
+    Step(
+        "operations",
+        "9. The same waves, another operation?",
+        operation_question,
+        None,
+        operation_panels,
+        "A model trained to multiply instead of add: will its module logits carry the same short periods?",
+        ("yes, the same periods", "the same and a new one (3.33)", "no short periods at all"),
+    ),
 ]
+#: The steps whose claim is over several runs, not the one shown (the sidebar's run is not what they judge), and
+#: what they say when no run can be compared.
+OVER_RUNS = ("training", "operations")
+NOTHING_TO_COMPARE = {
+    "training": "No run here carries a training log.",
+    "operations": "No run here has single-token numbers (module spectra) to compare across operations.",
+}
 STEP_KEYS = [s.key for s in STEPS]
 
 
@@ -361,16 +413,17 @@ class StepChoice:
 
 
 def trained_here(runs: list[RunReader]) -> list[RunReader]:
-    """The runs with a training log (step 8's claim is over all of them)."""
+    """The runs with a training log (step 8's claim is over those of the paper's task, addition)."""
     return [r for r in runs if r.has(Table.TRAINING_LOG)]
 
 
 def training_logs_of(runs: list[RunReader]) -> dict[str, pd.DataFrame]:
-    """Training logs of the small models trained here (not of a fine-tuned real LLM), by short model name."""
+    """Training logs of the small models trained here on addition (not of a fine-tuned real LLM), by short model
+    name: step 8 is the paper's addition experiment; the other tasks' runs are compared in step 9."""
     return {
         r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table(Table.TRAINING_LOG)
         for r in trained_here(runs)
-        if run_origin(r.manifest)["kind"] != "fine-tuned"
+        if run_origin(r.manifest)["kind"] != "fine-tuned" and r.task == "addition"
     }
 
 
@@ -386,6 +439,8 @@ def choose_run(
     step best (among those that can draw it); with its claim. Step 8's claim is over every run with a training log."""
     if step.key == "training":
         return StepChoice(chosen, training_claim(trained_here(runs)))
+    if step.key == "operations":
+        return StepChoice(chosen, claim_operations(operation_runs(runs, chosen), claims_of))
     by_name = {r.name: r for r in runs}
     per_run = {r.name: claims_of(r)[step.key] for r in runs}
     drawable = {n: c for n, c in per_run.items() if step.table is None or by_name[n].has(step.table)} or per_run
@@ -415,11 +470,16 @@ def step_tau(step: Step, run: RunReader) -> int:
     return TABLE1_TAU
 
 
-def settings_note(step: Step, run: RunReader, tau: int, basis: str) -> str:
+def settings_note(step: Step, run: RunReader, tau: int, basis: str, runs_of_step: list | None = None) -> str:
     """One sentence when the step does not follow a sidebar control set otherwise (tau, basis), or the sidebar's
     run at all (step 8): which setting the step shows and where the sidebar's is used. Empty when they agree."""
     if step.key == "training":
         return "This step compares the small models trained here; the run chosen in the sidebar is not used."
+    if step.key == "operations":
+        shown = operation_runs(runs_of_step, run) if runs_of_step else {}
+        mine = ", the sidebar's among them" if run in shown.values() else ""
+        return (f"One run of each operation, the same kind of model{mine}: "
+                + "; ".join(f"{task_name(t)}: {short_name(r)}" for t, r in shown.items()) + ".")
     fixed = FIXED_SETTINGS.get(step.key, ())
     mine = {"tau": step_tau(step, run), "basis": TOUR_BASIS}
     theirs = {"tau": int(tau), "basis": basis}
@@ -445,12 +505,13 @@ def run_line(step: Step, claim: Claim, run: RunReader) -> str:
     validation figure, on which the verdict is judged, is with the other numbers under the line)."""
     n = claim.numbers
     if step.key == "accuracy" and "accuracy" in n:
+        paper_split = "validation" if n.get("paper_split") == "validation" else "test"
         return (
             f"{pct(n['accuracy'])} of its {n['n']} {run.split} prompts right (the paper's GPT-2-XL: "
-            f"{ACCURACY['GPT-2-XL fine-tuned']}% of its test prompts)."
+            f"{n.get('paper_accuracy', ACCURACY['GPT-2-XL fine-tuned'])}% of its {paper_split} prompts)."
         )
     if step.key == "waves" and claim.verdict != "does not apply":
-        example = example_of(run).name.replace("+", " + ")
+        example = expression_of_id(example_of(run).name)
         return f"{claim.short.rstrip('.')}. {ONE_OF_THEM}, {example}."
     return claim.short
 
@@ -459,6 +520,8 @@ def who_line(step: Step, choice: StepChoice, short_label: str) -> str:
     """Whom the line beside the badge speaks of: "This run" only for the sidebar's run itself."""
     if step.key == "training":
         return "The small models trained here"
+    if step.key == "operations":
+        return "These runs"
     if choice.switched_from is not None:
         return f"Shown run ({short_label})"
     return "This run"

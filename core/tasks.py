@@ -83,6 +83,48 @@ def check_task(task: str, max_operand: int) -> None:
         )
 
 
+#: How the pages name each task.
+TASK_NAMES = {"addition": "addition", "reverse-polish": "reverse-Polish addition", "multiplication": "multiplication"}
+#: The operation's sign, as the pages write a question ("15 + 93", "4 × 7"); reverse-Polish is written as read.
+OPERATION_SIGNS = {"addition": "+", "multiplication": "×"}
+
+
+def task_name(task: str) -> str:
+    """The task as the pages name it ("reverse-Polish addition"); an unknown task's own name."""
+    return TASK_NAMES.get(task, str(task))
+
+
+def expression(task: str, a: int, b: int) -> str:
+    """A question as the pages write it: "15 + 93", "4 × 7", or in the reverse-Polish format "15,93+"."""
+    if task == "reverse-polish":
+        return f"{a},{b}+"
+    return f"{a} {OPERATION_SIGNS.get(task, '+')} {b}"
+
+
+def expression_of_id(example_id_: str) -> str:
+    """A question's id ("15+93", "4*7", "15,93+") as the pages write it ("15 + 93", "4 × 7", "15,93+")."""
+    text = str(example_id_)
+    if text.endswith("+") and "," in text:
+        return text
+    for sign, shown in (("*", "×"), ("+", "+")):
+        a, found, b = text.partition(sign)
+        if found and a.strip().isdigit() and b.strip().isdigit():
+            return f"{a.strip()} {shown} {b.strip()}"
+    return text
+
+
+def commonest_answer(answers: Iterable[int]) -> tuple[int, float]:
+    """(answer, share): the answer that occurs most often and the share of questions it answers, the accuracy of a
+    model that always says it (multiplication's 0, the answer of every question with an operand 0)."""
+    counts: dict[int, int] = {}
+    for a in answers:
+        counts[int(a)] = counts.get(int(a), 0) + 1
+    if not counts:
+        raise CoreError("no answers to count")
+    answer = max(counts, key=lambda x: (counts[x], -x))
+    return answer, counts[answer] / sum(counts.values())
+
+
 def example_id(task: str, a: int, b: int) -> str:
     if task == "addition":
         return f"{a}+{b}"

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from app.browser import PAGES, browser, serve, visit
+from app.tour_steps import STEPS
 from core.files import PROJECT_ROOT
 
 
@@ -37,7 +38,7 @@ def main(argv=None) -> int:
     query = "&".join(q for q in (args.query, "large=1" if args.large else "") if q)
     suffix = ("-large" if args.large else "") + ("" if args.size == "1400x2600" else f"-{width}x{height}")
     targets = (
-        {f"tour-step-{i}": ("", f"step={i}") for i in range(1, 9)}
+        {f"tour-step-{i}": ("", f"step={i}") for i in range(1, len(STEPS) + 1)}
         if args.tour
         else {n: (p, "") for n, p in PAGES.items()}
     )

@@ -22,13 +22,15 @@ from core.analysis.embeddings import top_periods
 from core.analysis.kshot import generation_error_table
 from core.claims import registry
 from core.claims.features import claim_training
+from core.claims.operations import claim_operations, operation_runs
 from core.files import PROJECT_ROOT
 from core.models.source import project_path
 from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2, TABLE1_GPT2_XL, TABLE1_TAU
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs
-from core.runs.origin import run_origin
+from core.runs.origin import run_origin, task_of_manifest
 from core.runs.reader import RunReader, Table
+from core.tasks import task_name
 
 RESULTS = PROJECT_ROOT / "docs" / "results.md"
 HEADER = """# Results, printed from the cache
@@ -81,10 +83,10 @@ def document(cache_dir: str, tau: int) -> int:
     digit_runs = [r for r in every if run_of(cache_dir, r.name).has(Table.GENERATIONS)]
     print("## Every run\n")
     print(
-        "| model | test accuracy | wrong answers off by a multiple of 10 | off by 1 or 2 | top embedding periods "
-        "(input rows, paper basis) | outliers above the shuffled-numbers threshold (family-wise 5%) |"
+        "| model | task | test accuracy | wrong answers off by a multiple of 10 | off by 1 or 2 | top embedding "
+        "periods (input rows, paper basis) | outliers above the shuffled-numbers threshold (family-wise 5%) |"
     )
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in runs:
         ea = run_of(cache_dir, r.name).table(Table.ERROR_ANALYSIS).iloc[0]
         spec = run_of(cache_dir, r.name).table(Table.EMBEDDING_SPECTRUM)
@@ -93,7 +95,8 @@ def document(cache_dir: str, tau: int) -> int:
         share = "no errors" if ea["n_wrong"] == 0 else f"{ea['share_multiple_of_10']:.0%} of {int(ea['n_wrong'])}"
         near = "–" if ea["n_wrong"] == 0 else f"{ea['share_within_2']:.0%}"
         print(
-            f"| {r.label} | {ea['accuracy']:.2%} | {share} | {near} | {tops} | {int(spec['outlier'].sum())} of "
+            f"| {r.label} | {task_name(task_of_manifest(r.manifest))} | {ea['accuracy']:.2%} | {share} | {near} | "
+            f"{tops} | {int(spec['outlier'].sum())} of "
             f"{len(spec)} |"
         )
     print()
@@ -124,9 +127,10 @@ def document(cache_dir: str, tau: int) -> int:
         print("| " + " | ".join(cells) + " |")
     print(
         "\n('control': the same number of random directions that W_U reads removed instead; the paper has no "
-        "control.)\n"
+        "control. The paper's column is addition's: it reports no Table 1 for multiplication.)\n"
     )
-    training_section(cache_dir, runs)
+    for task in dict.fromkeys(task_of_manifest(r.manifest) for r in runs):
+        training_section(cache_dir, [r for r in runs if task_of_manifest(r.manifest) == task], task)
     finetuned_section(cache_dir, runs, digit_runs, tau)
     numbers_section(cache_dir, every, digit_runs)
     claims_table(cache_dir, every)
@@ -146,9 +150,13 @@ def document(cache_dir: str, tau: int) -> int:
     return 0
 
 
-def training_section(cache_dir: str, runs) -> None:
-    """Validation accuracy by epoch of every run with a training log: mean over seeds, and the
-    lowest and highest seed, per width."""
+#: A training table shows at most about this many epochs (every n-th, the last and each run's shipped epoch).
+MAX_EPOCH_COLUMNS = 12
+
+
+def training_section(cache_dir: str, runs, task: str = "addition") -> None:
+    """Validation accuracy by epoch of every run of one task with a training log: mean over seeds, and the
+    lowest and highest seed, per width; a long log at every n-th epoch, its last and its shipped one."""
 
     logs = {
         r.label: run_of(cache_dir, r.name).table(Table.TRAINING_LOG)
@@ -159,8 +167,20 @@ def training_section(cache_dir: str, runs) -> None:
         return
     curves = training_summaries.training_curves(logs, "val")
     epochs = sorted(int(e) for e in curves["epoch"].unique())
-    print("## Training\n")
-    print("Validation accuracy by epoch (`training_log`): mean over seeds, lowest to highest seed in brackets.\n")
+    chosen = {  # a recipe with `select: "val"`: the epoch chosen on validation (its log's test row)
+        r.label: int(log.loc[log["split"] == "test", "epoch"].iloc[-1])
+        for r in runs
+        if (run_origin(r.manifest)["recipe"] or {}).get("select") == "val"
+        and ((log := run_of(cache_dir, r.name).table(Table.TRAINING_LOG))["split"] == "test").any()
+    }
+    if len(epochs) > MAX_EPOCH_COLUMNS:
+        step = -(-len(epochs) // MAX_EPOCH_COLUMNS)
+        epochs = sorted({*epochs[step - 1::step], epochs[-1], *chosen.values()})
+    print("## Training\n" if task == "addition" else f"## Training: {task_name(task)}\n")
+    print("Validation accuracy by epoch (`training_log`): mean over seeds, lowest to highest seed in brackets"
+          + (f"; every {step}th epoch, the last and the one chosen on validation" if len(epochs) <
+             curves["epoch"].nunique() else "") + (" (*: the epoch chosen on validation, whose weights ship)"
+                                                   if chosen else "") + ".\n")
     print("| run | " + " | ".join(f"epoch {e}" for e in epochs) + " |")
     print("| --- | " + " | ".join("---" for _ in epochs) + " |")
     for run, g in curves.groupby("run", sort=False):
@@ -172,7 +192,8 @@ def training_section(cache_dir: str, runs) -> None:
                 continue
             row = by.loc[e]
             spread = f" ({row['low']:.1%}–{row['high']:.1%})" if row["seeds"] > 1 else ""
-            cells.append(f"{row['mean']:.1%}{spread}")
+            mark = "*" if any(run.startswith(label) and e == c for label, c in chosen.items()) else ""
+            cells.append(f"{row['mean']:.1%}{spread}{mark}")
         print(f"| {run} | " + " | ".join(cells) + " |")
     print()
 
@@ -355,16 +376,26 @@ def claims_table(cache_dir: str, runs) -> None:
         "the raw tables), the same sentences the Tour shows.\n"
     )
     for step in steps:
-        first = per_run[table_runs[0].name][step]
-        print(f"**{step.replace('_', ' ')}.** Paper: {first.paper}\n")
-        for r in table_runs:
-            c = per_run[r.name][step]
-            why = f" *Why: {c.reason}.*" if c.reason else ""
-            print(f"- {r.label}: **{c.verdict}**. {c.measured}{why}")
-        print()
+        # each run is judged by its task's paper numbers: one paragraph per finding the paper states
+        for paper in dict.fromkeys(per_run[r.name][step].paper for r in table_runs):
+            print(f"**{step.replace('_', ' ')}.** Paper: {paper}\n")
+            for r in table_runs:
+                c = per_run[r.name][step]
+                if c.paper != paper:
+                    continue
+                why = f" *Why: {c.reason}.*" if c.reason else ""
+                print(f"- {r.label}: **{c.verdict}**. {c.measured}{why}")
+            print()
     t = claim_training(table_runs)
     why = f" *Why: {t.reason}.*" if t.reason else ""
     print(f"**training.** Paper: {t.paper}\n\n- **{t.verdict}**. {t.measured}{why}")
+    test_runs = [r for r in table_runs if r.split == "test"]
+    if test_runs:
+        first = next((r for r in test_runs if r.has(Table.MODULE_SPECTRA)), test_runs[0])
+        o = claim_operations(operation_runs(test_runs, first), registry.run_claims)
+        why = f" *Why: {o.reason}.*" if o.reason else ""
+        print(f"\n**operations** (one run of each task, the same kind of model). Paper: {o.paper}\n\n"
+              f"- **{o.verdict}**. {o.measured}{why}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@ import streamlit as st
 
 from app import number_figures
 from app.chart_export import show_chart
+from app.chart_style import task_periods
 from app.furniture import intro, origin_note
 from app.glossary import term
 from app.sidebar import page_view
@@ -46,7 +47,9 @@ for col, r in zip(cols, runs):
         st.markdown(f"**{r.label}**" + (f" (layer {layer}: its last)" if layer != chosen else ""))
         origin_note(r)
         show_chart(*number_figures.number_spectrum(r, basis, layer), key=f"num-spec-{r.name}")
-        s = summaries.number_summary(r.table(Table.NUMBER_SPECTRUM), r.table(Table.NUMBER_PROBES), layer, basis)
+        marked = task_periods(r.task)
+        s = summaries.number_summary(r.table(Table.NUMBER_SPECTRUM), r.table(Table.NUMBER_PROBES), layer, basis,
+                                     marked)
         periods = ", ".join(f"{t:.3g}" for t in s["outlier_periods"][:8])
         kap = s["kappa"]
         reads = ", ".join(f"mod {t}: {kap[t]:.2f}" for t in sorted(kap) if t not in s["controls"])
@@ -54,7 +57,8 @@ for col, r in zip(cols, runs):
         st.caption(
             f"Layer {layer}: {s['n_outliers']} of {s['n_frequencies']} frequencies above the threshold"
             + (f" (periods {periods}{' …' if s['n_outliers'] > 8 else ''})" if s["n_outliers"] else "")
-            + f"; of 2, 2.5, 5, 10: {', '.join(f'{t:g}' for t in s['short_periods']) or 'none'}. "
+            + f"; of {', '.join(f'{t:.3g}' for t in marked)}: "
+            + f"{', '.join(f'{t:.3g}' for t in s['short_periods']) or 'none'}. "
             + f"Probe kappa {reads}; controls {ctl}."
         )
         show_chart(*number_figures.probe_kappa(r, layer), key=f"probes-{r.name}")

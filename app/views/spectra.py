@@ -2,14 +2,25 @@ import streamlit as st
 
 from app import figures
 from app.chart_export import show_chart
+from app.chart_style import task_periods
 from app.furniture import intro, needs, rank_sentence
 from app.glossary import term
 from app.run_loading import run_claims
 from app.sidebar import page_view
 from app.url_state import to_url, url_state
-from core.paper import TABLE1_TAU
+from core.paper import TABLE1_TAU, paper_findings
 from core.runs import summaries
 from core.runs.reader import Table
+from core.tasks import task_name
+
+
+def paper_periods_sentence(task: str, above) -> str:
+    """Which of the periods the paper finds for the run's task this layer carries above the baseline."""
+    found = paper_findings(task).found_among(above)
+    return (f"Of the periods the paper finds for {task_name(task)} "
+            f"({', '.join(f'{t:.3g}' for t in task_periods(task))}): {', '.join(f'{t:.3g}' for t in found) or 'none'}"
+            " here. ")
+
 
 view = page_view()
 run, basis, tau = view.run, view.basis, view.tau
@@ -53,6 +64,7 @@ st.caption(
         else ""
     )
     + ". "
+    + paper_periods_sentence(run.task, above["period"])
     + rank_sentence(run)
 )
 

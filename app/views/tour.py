@@ -15,6 +15,8 @@ from app.sidebar import page_view, short_label
 from app.state import large
 from app.tour_classroom import ask_first, handout_button, prediction_note, reveal_switch, waiting
 from app.tour_steps import (
+    NOTHING_TO_COMPARE,
+    OVER_RUNS,
     STEPS,
     TOUR_BASIS,
     Panel,
@@ -28,6 +30,10 @@ from app.url_state import to_url, url_flag, url_state
 from core.claims.base import VERDICT_LABELS, pct
 from core.paper import ACCURACY
 from core.runs.origin import describe_run
+from core.tasks import task_name
+
+#: The Tour's title for a run of each task ("How a language model multiplies").
+TOUR_VERBS = {"addition": "adds", "reverse-polish": "adds", "multiplication": "multiplies"}
 
 view = page_view()
 chosen = view.run
@@ -55,12 +61,15 @@ def draw(panel: Panel) -> None:
 
 
 if not large():
-    st.title("How a language model adds: a guided tour")
+    st.title(f"How a language model {TOUR_VERBS.get(chosen.task, 'adds')}: a guided tour")
 step = STEPS[st.session_state["step"] - 1]
 left, mid, right = st.columns([1.2, 4, 1.2], vertical_alignment="center")
 left.button("◀ Back", on_click=move, args=(-1,), disabled=st.session_state["step"] == 1, width="stretch")
 right.button("Next ▶", on_click=move, args=(1,), disabled=st.session_state["step"] == len(STEPS), width="stretch")
-mid.progress(st.session_state["step"] / len(STEPS), text=f"Step {st.session_state['step']} of {len(STEPS)}")
+mid.progress(
+    st.session_state["step"] / len(STEPS),
+    text=f"Step {st.session_state['step']} of {len(STEPS)} · {task_name(chosen.task)} run",
+)
 switches, files = st.columns([4, 1.3], vertical_alignment="center")
 with switches:
     st.toggle(
@@ -101,13 +110,13 @@ with text:
     if hidden:
         ask_first(step, shown, claim, st.session_state["best"])
     else:
-        claim_box(claim, who, run_line(step, claim, shown) if step.key != "training" else None, details)
+        claim_box(claim, who, run_line(step, claim, shown) if step.key not in OVER_RUNS else None, details)
         prediction_note(step)
     for line in step_terms(step.key):
         st.caption(line)
 with figure:
     st.caption(step.question(shown))
-    note = settings_note(step, shown, view.tau, view.basis)
+    note = settings_note(step, shown, view.tau, view.basis, runs)
     if note:
         st.caption(f":material/tune: {note}")
     if hidden:
@@ -122,11 +131,13 @@ with figure:
     else:
         if step.key == "accuracy" and "accuracy" in claim.numbers:  # the paper's test figure beside this run's
             paper, mine_now = st.columns(2)
-            paper.metric("Paper: GPT-2-XL, test split", f"{ACCURACY['GPT-2-XL fine-tuned']}%")
+            said_split = "validation" if claim.numbers.get("paper_split") == "validation" else "test"
+            paper.metric(f"Paper: GPT-2-XL, {said_split} split",
+                         f"{claim.numbers.get('paper_accuracy', ACCURACY['GPT-2-XL fine-tuned'])}%")
             mine_now.metric(f"This run: {claim.numbers['n']} {shown.split} prompts", pct(claim.numbers["accuracy"]))
         panels = step.panels(shown, StepInputs(TOUR_BASIS, run_claims(shown), runs))
-        if step.key == "training" and not panels:
-            st.info("No run here carries a training log.")
+        if step.key in OVER_RUNS and not panels:
+            st.info(NOTHING_TO_COMPARE[step.key])
         for panel in panels:
             if panel.folded:
                 with st.expander(panel.folded):

@@ -7,7 +7,7 @@ from app.run_loading import fine_tuned_training, training_logs
 from app.sidebar import page_view
 from app.training_figures import SPLIT_NAMES
 from app.url_state import to_url, url_state
-from core.claims.mechanism import selection_note_of
+from core.claims.accuracy import selection_note_of
 from core.paper import ACCURACY
 from core.runs import training_summaries
 

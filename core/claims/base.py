@@ -9,8 +9,10 @@ import pandas as pd
 
 from core.analysis.phase import SHORT_PERIODS
 from core.errors import CoreError
+from core.paper import TaskFindings, paper_findings
 from core.runs.reader import Table
 from core.runs.summaries import running_example
+from core.tasks import task_name
 
 VERDICTS = ("agrees", "partly", "does not", "not tested", "does not apply")
 #: How well a verdict shows a step (to pick the shipped run that shows it best).
@@ -44,6 +46,8 @@ class Claim:
     numbers: dict = field(default_factory=dict)
     #: One short sentence for a projector (the measured text's gist); `measured` keeps every number.
     headline: str = ""
+    #: The paper's finding in a few words, for a projector (core.claims.registry.paper_short sets it).
+    paper_short: str = ""
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -80,6 +84,11 @@ def running_example_of(run) -> pd.Series:
     return running_example(run.table(Table.EXAMPLES))
 
 
+def same_period(a: float, b: float) -> bool:
+    """Whether two periods are one (the tables store 520/k as floats; 520/259 = 2.008 is not period 2)."""
+    return abs(float(a) - float(b)) <= 1e-3 * max(abs(float(a)), abs(float(b)))
+
+
 def is_short(period: float) -> bool:
     return any(abs(period - t) < 1e-6 for t in SHORT_PERIODS)
 
@@ -98,3 +107,56 @@ def structural_reason(run, spectra: bool = False) -> str:
     if spectra and isinstance(rank, int) and rank <= LOW_RANK:
         bits.append(f"W_U's number rows have rank {rank}, so every spectrum read through it is sparse by construction")
     return "; ".join(bits)
+
+
+# ----------------------------------------------------------------------------- the run's task
+
+
+def task_of(run) -> str:
+    """The run's task, from its manifest ("addition" for a run that does not say)."""
+    return str(((run.manifest or {}).get("task") or {}).get("task", "addition"))
+
+
+def findings_of(run) -> TaskFindings:
+    """The paper's numbers a run is judged by: its task's (core.paper.paper_findings)."""
+    return paper_findings(task_of(run))
+
+
+def judged(claim: Claim, run) -> Claim:
+    """`claim` as the run's task makes it: for a step the paper measured on that task, its finding with the note that
+    says when the numbers are another phrasing's (reverse-Polish); for one it did not, `unreported`."""
+    findings = findings_of(run)
+    if not findings.reports(claim.step):
+        return unreported(claim, run)
+    if findings.note:
+        claim.paper = f"{claim.paper} {findings.note}"
+    return claim
+
+
+#: What the paper measured at each step, as "the paper reports no ... for multiplication" names it.
+STEP_MEASURES = {
+    "accuracy": "accuracy",
+    "logit_lens": "logit lens (how exact each layer's answer is)",
+    "module_waves": "test of which module computes the last digit",
+    "spectra": "module spectra",
+    "waves": "strongest waves of the final logits",
+    "ablations": "Table 1 (frequency bands filtered out)",
+    "behaviour": "count of errors that are multiples of 10",
+    "training": "training with frozen number embeddings",
+}
+
+
+def unreported(claim: Claim, run) -> Claim:
+    """`claim` for a run whose task the paper did not measure this step on: the run's measurement stays, the paper's
+    side says there is nothing to compare with, and the verdict is "not tested" (a model that cannot show the step at
+    all stays "does not apply"). Another task's numbers are never borrowed."""
+    task = task_name(task_of(run))
+    what = STEP_MEASURES.get(claim.step, "figure")
+    paper = f"The paper reports no {what} for {task}: its figures for this step are for addition."
+    nothing = f"the paper reports no {what} for {task}, so there is nothing to compare this run with"
+    if claim.verdict == "does not apply":
+        verdict, reason = claim.verdict, (f"{claim.reason}; {nothing}" if claim.reason else nothing)
+    else:
+        verdict, reason = "not tested", nothing
+    return Claim(claim.step, paper, claim.measured, verdict, reason, {**claim.numbers, "paper_task": None},
+                 headline=claim.headline)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
-from core.claims.base import Claim, pct, periods, seeds
+from core.claims.base import Claim, judged, pct, periods, seeds, task_of
 from core.paper import ACCURACY, OUTLIER_PERIODS
 from core.runs.origin import run_origin
 from core.runs.reader import Table
@@ -151,10 +151,11 @@ def claim_training(runs) -> Claim:
     transplanted frozen rows against runs from scratch. Verdict: agrees when a frozen-feature run
     reaches >= 95% and beats the scratch run of the same width by >= 20 points, with features
     transplanted from a pre-trained model; partly when the same holds with planted sinusoids (the
-    rescue, but not by pre-trained features); does not when no frozen run beats scratch so."""
+    rescue, but not by pre-trained features); does not when no frozen run beats scratch so. Only runs of the
+    paper's task (addition in words) count: runs of the other tasks are compared on the Tour's last step."""
     rows = []
     for r in runs:
-        if Table.TRAINING_LOG not in (r.manifest.get("tables") or {}):
+        if Table.TRAINING_LOG not in (r.manifest.get("tables") or {}) or task_of(r) != "addition":
             continue
         origin = run_origin(r.manifest)
         log = r.table(Table.TRAINING_LOG)
@@ -251,14 +252,14 @@ def claim_behaviour(run) -> Claim:
         "100%. The last digit is right and the size is off."
     )
     if wrong < MIN_ERRORS:
-        return Claim(
+        return judged(Claim(
             "behaviour",
             paper,
             f"The model ({what}) makes {wrong} wrong numeric answers of {int(row['n'])}: too few to judge.",
             "not tested",
             f"fewer than {MIN_ERRORS} errors",
             {"n_wrong": wrong},
-        )
+        ), run)
     hits = int(round(share * wrong))
     p_value = float(binomtest(hits, wrong, BASE_RATE, alternative="greater").pvalue)
     significant = p_value < BEHAVIOUR_ALPHA
@@ -273,7 +274,7 @@ def claim_behaviour(run) -> Claim:
         reason = (
             "its errors are off-by-one or two: the size is right and the last digit is off, the opposite of the paper's"
         )
-    return Claim(
+    return judged(Claim(
         "behaviour",
         paper,
         measured,
@@ -281,4 +282,4 @@ def claim_behaviour(run) -> Claim:
         reason,
         {"n_wrong": wrong, "share_multiple_of_10": share, "p_value": p_value, "source": what},
         headline=f"{pct(share)} of {wrong} wrong answers are off by a multiple of 10 (chance: 10%).",
-    )
+    ), run)

@@ -10,7 +10,7 @@ import pandas as pd
 
 from core.analysis.phase import locked
 from core.analysis.phase_shift import wilson_interval
-from core.claims.base import Claim, is_short, pct
+from core.claims.base import Claim, is_short, judged, pct
 from core.runs.reader import Table
 
 #: A module computes the last digit when shifting its short waves moves the last digit of at least this
@@ -94,13 +94,13 @@ def claim_module_waves(run) -> Claim:
     whole = bool((run.manifest.get("phase_locking") or {}).get("whole_split", True))
     split = (run.manifest.get("task") or {}).get("split", "test")
     if table["locking"].isna().all():
-        return Claim("module_waves", PAPER, f"Only {n} example: no locking can be measured.", "not tested",
-                     "phase locking needs at least 2 examples", {"n": n})
+        return judged(Claim("module_waves", PAPER, f"Only {n} example: no locking can be measured.", "not tested",
+                            "phase locking needs at least 2 examples", {"n": n}), run)
     said = _lock_sentences(locks, table)
     lock_text = (f"all {n} {split} questions" if whole else f"only the {n} cached questions")
     lock_sentence = f"Phase locking over {lock_text}: " + "; ".join(said) + "."
     if run.has(Table.PHASE_SHIFT):
-        return _causal_claim(run, locks, lock_sentence, split, n, whole)
+        return judged(_causal_claim(run, locks, lock_sentence, split, n, whole), run)
     mlp2 = locks[(locks["kind"] == "mlp") & np.isclose(locks["period"], 2.0)]
     attn510 = locks[(locks["kind"] == "attn") & locks["period"].isin([5.0, 10.0])]
     if len(mlp2) and len(attn510):
@@ -118,11 +118,11 @@ def claim_module_waves(run) -> Claim:
         )
     reason = (reason + "; " if reason else "") + "the causal phase-shift test needs the model's weights"
     first = said[0] if said else "no module's short wave follows the answer"
-    return Claim(
+    return judged(Claim(
         "module_waves", PAPER, lock_sentence + _final_logits_sentence(table), verdict, reason,
         {"locks": locks.to_dict("records"), "n": n, "whole_split": whole, "causal": None},
         headline=f"Locking over {lock_text}: {first}.",
-    )
+    ), run)
 
 
 def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: bool) -> Claim:

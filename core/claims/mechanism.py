@@ -1,5 +1,6 @@
-"""The claims about the mechanism (Tour steps 1-6): accuracy, logit lens, which module tracks the
-answer mod T, spectra, waves, ablations. Each rule is written in its function's docstring and
+"""The claims about the mechanism (Tour steps 2, 4-6): logit lens, spectra, waves, ablations (step 1 is
+core.claims.accuracy's, step 3 core.claims.last_digit's). A step the paper did not measure on the run's task is
+"not tested" (core.claims.base.unreported). Each rule is written in its function's docstring and
 re-derived from the raw tables by tests/claims/test_tour.py."""
 
 from __future__ import annotations
@@ -9,123 +10,22 @@ import pandas as pd
 
 from core.analysis.fourier import band_energy_share
 from core.analysis.phase_shift import wilson_interval
-from core.claims.base import Claim, is_short, pct, periods, running_example_of, structural_reason
-from core.paper import ACCURACY, TABLE1_GPT2_XL, TABLE1_TAU
+from core.claims.base import (
+    Claim,
+    findings_of,
+    is_short,
+    judged,
+    pct,
+    periods,
+    running_example_of,
+    same_period,
+    structural_reason,
+)
+from core.paper import TABLE1_GPT2_XL, TABLE1_TAU
 from core.runs.origin import run_origin
 from core.runs.reader import Table
 from core.runs.summaries import BASELINE_RATIO, error_distribution, nearest_tau, table1, top_periods_by_module
-
-
-def _validation_accuracy(run) -> tuple[float | None, str]:
-    """(accuracy, where) on the validation split from the run's training log: the shipped epoch of the shipped seed,
-    which is the last one, or for a recipe with `select: "val"` the one with the best validation accuracy (ties:
-    the lower validation loss; core.training.train.is_better)."""
-    if Table.TRAINING_LOG not in (run.manifest.get("tables") or {}):
-        return None, ""
-    log = run.table(Table.TRAINING_LOG)
-    val = log[log["split"] == "val"]
-    if val.empty:
-        return None, ""
-    if "width" in val.columns and (val["width"] == run.manifest.get("width")).any():
-        val = val[val["width"] == run.manifest.get("width")]  # a seed study at other widths shares the log
-    recipe = run_origin(run.manifest)["recipe"] or {}
-    seed = recipe.get("seed", int(val["seed"].min()))
-    mine = val[val["seed"] == seed] if (val["seed"] == seed).any() else val[val["seed"] == val["seed"].min()]
-    if recipe.get("select") == "val":
-        best = mine.sort_values(["accuracy", "loss", "epoch"], ascending=[False, True, True]).iloc[0]
-        return float(best["accuracy"]), (f"epoch {int(best['epoch'])} of seed {int(best['seed'])}'s training log, "
-                                         "the one chosen on validation")
-    last = mine[mine["epoch"] == mine["epoch"].max()]
-    return float(
-        last["accuracy"].mean()
-    ), f"epoch {int(last['epoch'].iloc[0])} of seed {int(last['seed'].iloc[0])}'s training log"
-
-
-def selection_note(run) -> str:
-    """What the reader must know about how the model was chosen: which split saw it during training."""
-    log = run.table(Table.TRAINING_LOG) if Table.TRAINING_LOG in (run.manifest.get("tables") or {}) else None
-    return selection_note_of(run.manifest, log)
-
-
-def selection_note_of(manifest: dict, log: pd.DataFrame | None) -> str:
-    """`selection_note` from a run's manifest and training log (None: the run has none)."""
-    recipe = run_origin(manifest)["recipe"] or {}
-    notes = []
-    if (recipe.get("lora") or {}).get("init_delta"):
-        notes.append(
-            "this stage was started after the earlier stage's test score was known, so its test score is not a clean "
-            "held-out figure"
-        )
-    test = log[log["split"] == "test"] if log is not None else None
-    if test is not None and test.groupby("seed" if "seed" in test.columns else lambda _: 0).size().max() > 1:
-        notes.append("the training log scored the test split at every epoch")
-    return "; ".join(notes)
-
-
-def claim_accuracy(run) -> Claim:
-    """Step 1. Paper: fine-tuned GPT-2-XL answers 99.74% of test prompts.
-    Judged on the validation split (models are chosen on it): the last epoch of the shipped seed in the
-    run's training log. A model not trained here (no training log) was not selected on any split of
-    ours, so its own split's accuracy is used, and the sentence says which split.
-    Verdict: agrees at >= 99%, partly at >= 90%, else does not."""
-    ex = run.table(Table.EXAMPLES)
-    test_acc = float(ex["correct"].mean())
-    split = (run.manifest.get("task") or {}).get("split", "test")
-    val, where = _validation_accuracy(run)
-    judged = val if val is not None else test_acc
-    r = running_example_of(run)
-    verdict = "agrees" if judged >= 0.99 else "partly" if judged >= 0.90 else "does not"
-    origin = run_origin(run.manifest)
-    reason = ""
-    if verdict != "agrees" and origin["kind"] == "scratch":
-        reason = (
-            "trained from scratch without Fourier features for a few CPU epochs; the paper's from-scratch "
-            f"GPT-2-small also stays low ({ACCURACY['GPT-2-small from scratch']}%)"
-        )
-    elif verdict != "agrees" and origin["kind"] == "self-pretrained":
-        reason = (
-            "pre-trained here on a small synthetic corpus, then fine-tuned for a few CPU epochs: no Fourier features "
-            "appeared in its embeddings (step 7)"
-        )
-    elif (
-        verdict != "agrees"
-        and origin["kind"] == "planted"
-        and not run.manifest.get("model", {}).get("tied_embeddings", True)
-    ):
-        reason = "the sinusoids are on the input side only; the output rows were learned from scratch"
-    note = selection_note(run)
-    if note:
-        reason = f"{reason}; {note}" if reason else note
-    said = f"{int(r['prediction'])}" + (
-        " (right)" if bool(r["correct"]) else f" (wrong; the answer is {int(r['answer'])})"
-    )
-    judged_text = (
-        f"On the validation split it answers {pct(val)} right ({where}); "
-        if val is not None
-        else "No model was selected on our splits; "
-    )
-    measured = (
-        f"{judged_text}this run scores the {split} split at {pct(test_acc)} of {len(ex)} prompts. "
-        f"To {r.name.replace('+', ' + ')} it says {said}."
-    )
-    return Claim(
-        "accuracy",
-        f"Fine-tuned GPT-2-XL answers {ACCURACY['GPT-2-XL fine-tuned']}% of the test prompts right.",
-        measured,
-        verdict,
-        reason,
-        {
-            "accuracy": test_acc,
-            "validation_accuracy": val,
-            "judged_on": "val" if val is not None else split,
-            "n": len(ex),
-            "prediction": int(r["prediction"]),
-            "answer": int(r["answer"]),
-        },
-        headline=f"{pct(judged)} right on {'validation' if val is not None else split} (the paper: "
-        f"{ACCURACY['GPT-2-XL fine-tuned']}%).",
-    )
-
+from core.tasks import expression_of_id
 
 #: The approximate-before-exact gap must open by this fraction of the depth (GPT-2-XL: layers 20-30 of 48).
 LENS_DEPTH = 0.75
@@ -195,7 +95,7 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
         )
     elif verdict == "partly":
         reason = "the answer is approximated before it is exact, but not for most prompts"
-    return Claim(
+    return judged(Claim(
         "logit_lens",
         "In fine-tuned GPT-2-XL (48 layers), layers 20 to 30 are rarely exactly right but usually within ±10: the "
         "answer is approximated first and made exact only in the last layers.",
@@ -212,29 +112,20 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
         headline=measured if verdict == "does not apply" else (
             f"At layer {int(best['layer'])} of {L}: {pct(best['within_10'])} within ±10, {pct(best['exact'])} exact."
         ),
-    )
+    ), run)
 
 
-def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
-    """Step 4. Paper: the module logits of GPT-2-XL's last 15 layers have outliers at T = 2, 2.5, 5, 10;
-    MLPs carry strong low frequencies, attention does not.
-    Measured (paper basis, last min(15, L) layers): the share of energy below tau for MLP and attention,
-    and the frequencies at which a module's mean magnitude is at least BASELINE_RATIO (2) times what W_U
-    alone gives random vectors of the same energy (`module_spectra_baseline`): a raw top period may be W_U's
-    own shape, not the module's choice. Verdict: agrees when the MLP's low share exceeds attention's by 10
-    points or more and attention carries 2, 2.5, 5 or 10 above the baseline; partly when one of the two
-    holds; else does not. A run without the baseline table reads attention's raw top-5 periods instead,
-    and says so."""
-
+def spectra_reading(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> dict:
+    """What step 4 reads of a run's module spectra (paper basis, mean over its last min(15, L) layers): `shares`
+    (each module's energy share below tau), `tops` (each module's raw top-5 periods), `above` (per module, the
+    periods at which its mean magnitude is at least BASELINE_RATIO times what W_U alone gives random vectors of the
+    same energy; {} without the `module_spectra_baseline` table), `layers` and `k_max`."""
     spec = run.table(Table.MODULE_SPECTRA)
     spec = spec[spec["basis"] == "paper"]
     L = int(run.manifest["n_layers"])
     keep = list(range(max(1, L - last_layers + 1), L + 1))
     shares, tops = {}, {}
-    for m in (
-        "mlp",
-        "attn",
-    ):  # the same mean spectra as the Tour's bar chart (core.runs.summaries.top_periods_by_module)
+    for m in ("mlp", "attn"):  # the same mean spectra as the Tour's bar chart (summaries.top_periods_by_module)
         mean = top_periods_by_module(spec, "paper", m, last_layers=len(keep), top=int(spec["k"].max()))
         shares[m] = band_energy_share(mean.sort_values("k")["magnitude"].to_numpy(), tau)[0]
         tops[m] = [float(t) for t in mean["period"].head(5)]
@@ -246,37 +137,34 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
             base[["module", "layer", "k", "magnitude"]].rename(columns={"magnitude": "baseline"}),
             on=["module", "layer", "k"],
         )
+        period_of = spec.drop_duplicates("k").set_index("k")["period"]
         for m in ("mlp", "attn"):
-            mm = merged[merged["module"] == m]
-            mean = mm.groupby("k")[["magnitude", "baseline"]].mean()
-            above[m] = [
-                float(t)
-                for t in spec.drop_duplicates("k")
-                .set_index("k")
-                .loc[mean.index[mean["magnitude"] >= BASELINE_RATIO * mean["baseline"]], "period"]
-            ]
+            mean = merged[merged["module"] == m].groupby("k")[["magnitude", "baseline"]].mean()
+            above[m] = [float(t) for t in period_of.loc[mean.index[mean["magnitude"] >= BASELINE_RATIO *
+                                                                    mean["baseline"]]]]
+    return {"shares": shares, "tops": tops, "above": above, "layers": keep, "k_max": int(spec["k"].max())}
+
+
+def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
+    """Step 4. Paper (addition; reverse-Polish runs read the same): the module logits of GPT-2-XL's last 15 layers
+    have outliers at T = 2, 2.5, 5, 10; MLPs carry strong low frequencies, attention does not.
+    Measured (paper basis, last min(15, L) layers, `spectra_reading`): the share of energy below tau for MLP and
+    attention, and the frequencies at which a module's mean magnitude is at least BASELINE_RATIO (2) times what W_U
+    alone gives random vectors of the same energy (`module_spectra_baseline`): a raw top period may be W_U's
+    own shape, not the module's choice. Verdict: agrees when the MLP's low share exceeds attention's by 10
+    points or more and attention carries 2, 2.5, 5 or 10 above the baseline; partly when one of the two
+    holds; else does not. A run without the baseline table reads attention's raw top-5 periods instead,
+    and says so. A multiplication run is judged by the paper's multiplication spectra instead
+    (`claim_multiplication_spectra`)."""
+    if findings_of(run).task == "multiplication":
+        return claim_multiplication_spectra(run, tau, last_layers)
+    read = spectra_reading(run, tau, last_layers)
+    shares, tops, above, keep = read["shares"], read["tops"], read["above"], read["layers"]
     mlp_low = shares["mlp"] >= shares["attn"] + 0.10
     attn_short = any(is_short(t) for t in (above["attn"] if above else tops["attn"]))
     verdict = "agrees" if (mlp_low and attn_short) else "partly" if (mlp_low or attn_short) else "does not"
-    layers = f"layer {keep[0]}" if len(keep) == 1 else f"layers {keep[0]}-{keep[-1]}"
-    measured = (
-        f"Over {layers}: {pct(shares['mlp'])} of the MLP's energy and {pct(shares['attn'])} of attention's lies below "
-        f"tau = {tau}; top periods MLP {periods(tops['mlp'])}, attention {periods(tops['attn'])}."
-    )
-    if above:
-
-        def listed(ts):
-            return f"{len(ts)}" + (
-                f" (periods {periods(sorted(ts, reverse=True)[:6])}{' …' if len(ts) > 6 else ''})" if ts else ""
-            )
-
-        measured += (
-            f" Frequencies with at least twice what W_U alone gives random vectors of the same energy: MLP "
-            f"{listed(above['mlp'])}, attention {listed(above['attn'])}, of {spec['k'].max()}."
-        )
-    else:
-        measured += " (No W_U baseline is cached for this run: attention's raw top periods are read instead.)"
-    return Claim(
+    measured = _spectra_sentences(read, tau)
+    return judged(Claim(
         "spectra",
         "In GPT-2-XL's last 15 layers the module logits have outliers at periods 2, 2.5, 5 and 10; MLPs also carry "
         "strong low frequencies (size), attention does not (last digit).",
@@ -285,7 +173,94 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
         structural_reason(run, spectra=True) if verdict != "agrees" else "",
         {"low_share": shares, "top_periods": tops, "above_baseline": above, "layers": keep},
         headline=f"Below tau = {tau}: {pct(shares['mlp'])} of the MLPs' energy, {pct(shares['attn'])} of attention's.",
+    ), run)
+
+
+def _spectra_sentences(read: dict, tau: int) -> str:
+    shares, tops, above, keep = read["shares"], read["tops"], read["above"], read["layers"]
+    layers = f"layer {keep[0]}" if len(keep) == 1 else f"layers {keep[0]}-{keep[-1]}"
+    measured = (
+        f"Over {layers}: {pct(shares['mlp'])} of the MLP's energy and {pct(shares['attn'])} of attention's lies below "
+        f"tau = {tau}; top periods MLP {periods(tops['mlp'])}, attention {periods(tops['attn'])}."
     )
+    if not above:
+        return measured + " (No W_U baseline is cached for this run: the raw top periods are read instead.)"
+
+    def listed(ts):
+        return f"{len(ts)}" + (
+            f" (periods {periods(sorted(ts, reverse=True)[:6])}{' …' if len(ts) > 6 else ''})" if ts else ""
+        )
+
+    return measured + (
+        f" Frequencies with at least twice what W_U alone gives random vectors of the same energy: MLP "
+        f"{listed(above['mlp'])}, attention {listed(above['attn'])}, of {read['k_max']}."
+    )
+
+
+def carried_periods(read: dict, wanted) -> list[float]:
+    """Which of the periods `wanted` either module carries (above the W_U baseline; its raw top 5 without one)."""
+    pool = (read["above"]["mlp"] + read["above"]["attn"]) if read["above"] else read["tops"]["mlp"] + read["tops"][
+        "attn"]
+    return [t for t in wanted if any(same_period(t, x) for x in pool)]
+
+
+#: Multiplication agrees with at least this many of the paper's five periods, 3.33 among them.
+MULTIPLICATION_PERIODS_AGREE = 4
+
+
+def claim_multiplication_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
+    """Step 4 for multiplication. Paper (appendix): fine-tuned GPT-2-XL's module logits on multiplication have
+    outliers at T = 2, 2.5, 3.33, 5 and 10 (3.33 is new: addition's have none there); which module carries which is
+    not reported. Measured as for addition (`spectra_reading`): which of the five periods the MLPs or attention carry
+    at >= 2x the W_U baseline (their raw top-5 periods without one). Verdict: agrees with at least 4 of the five,
+    3.33 among them; partly with at least one; does not with none; not tested when the run's unembedding cannot
+    write 3.33 (number rows tied and frozen to sinusoids without that period: every logit is a sum of those
+    sinusoids, so 3.33 can be neither found nor missed)."""
+    findings = findings_of(run)
+    read = spectra_reading(run, tau, last_layers)
+    wanted = findings.module_periods
+    found = carried_periods(read, wanted)
+    new = findings.new_periods
+    blind = unwritable_periods(run, new)
+    if blind:
+        verdict = "not tested"
+    elif len(found) >= MULTIPLICATION_PERIODS_AGREE and all(t in found for t in new):
+        verdict = "agrees"
+    else:
+        verdict = "partly" if found else "does not"
+    said = ", ".join(f"{t:.3g}" for t in found) or "none"
+    measured = _spectra_sentences(read, tau) + f" Of the paper's periods {periods(wanted)}: {said}."
+    reason = ""
+    if blind:
+        reason = (f"its number rows are tied and frozen to sinusoids of other periods, so every logit is a sum of "
+                  f"those and period {periods(blind)} cannot appear in its logits")
+    elif verdict != "agrees":
+        missing = [t for t in wanted if t not in found]
+        reason = f"periods {periods(missing)} are not carried above the W_U baseline"
+        if structural_reason(run, spectra=True):
+            reason += f"; {structural_reason(run, spectra=True)}"
+    return judged(Claim(
+        "spectra",
+        f"Fine-tuned GPT-2-XL's module logits on multiplication have outliers at periods {periods(wanted)} (3.33 is "
+        "new: addition's have none there); the paper does not say which module carries which.",
+        measured,
+        verdict,
+        reason,
+        {"low_share": read["shares"], "top_periods": read["tops"], "above_baseline": read["above"],
+         "layers": read["layers"], "paper_periods": list(wanted), "found": found},
+        headline=f"Of the paper's multiplication periods {periods(wanted)}, the modules carry {said} above the W_U "
+        "baseline.",
+    ), run)
+
+
+def unwritable_periods(run, wanted) -> list[float]:
+    """The periods of `wanted` that no logit of the run can contain: its number rows are tied (W_U = W_E) and frozen
+    to sinusoids of other periods (core.runs.origin "planted"), so W_U's columns, and every logit, are sums of those."""
+    origin = run_origin(run.manifest)
+    if origin["kind"] != "planted" or not (run.manifest.get("model") or {}).get("tied_embeddings"):
+        return []
+    planted = [float(t) for t in ((origin["recipe"] or {}).get("freeze") or {}).get("periods", [])]
+    return [t for t in wanted if not any(same_period(t, x) for x in planted)]
 
 
 #: Share of examples whose top-5 sum must peak at the answer for "agrees"; for "partly", the top-10 sum's
@@ -337,7 +312,7 @@ def claim_waves(run, top: int = 5) -> Claim:
         f"{pct(s5)} and of the top 10 for {pct(s10)} (the model itself is right on {pct(acc)})."
     )
     if top_periods:
-        measured += f" For {r.name.replace('+', ' + ')} the top {top} periods are {periods(top_periods)}."
+        measured += f" For {expression_of_id(r.name)} the top {top} periods are {periods(top_periods)}."
     reason = ""
     if verdict != "agrees":
         reason = (
@@ -350,7 +325,7 @@ def claim_waves(run, top: int = 5) -> Claim:
             f"; only {n} examples could be read (the model's weights are not here): the shares could be as high as "
             f"{pct(hi5)} and {pct(hi10)} (95% interval)"
         )
-    return Claim(
+    return judged(Claim(
         "waves",
         "For 15 + 93, the top 5 Fourier components of GPT-2-XL's final logits: long waves put a bump near 108, short "
         "waves (periods 2, 5, 10) pick 108 out of it; their sum peaks at 108.",
@@ -359,7 +334,7 @@ def claim_waves(run, top: int = 5) -> Claim:
         reason,
         {"share_top5": s5, "share_top10": s10, "n": n, "periods": top_periods, "accuracy": acc},
         headline=f"The top 5 waves peak at the answer for {pct(s5)} of {n} questions, the top 10 for {pct(s10)}.",
-    )
+    ), run)
 
 
 #: Opposite-band cells must keep this share of the unfiltered accuracy; the paper's cells must fall
@@ -496,7 +471,7 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     reason = "; ".join(bits) if bits else ""
     if verdict != "agrees" and structural_reason(run):
         reason = f"{reason}; {structural_reason(run)}" if reason else structural_reason(run)
-    return Claim(
+    return judged(Claim(
         "ablations",
         f"In GPT-2-XL (tau = 50) removing the MLPs' low frequencies leaves {paper[('mlp', 'low')][1]}% and attention's "
         f"high ones {paper[('attn', 'high')][1]}%, while the opposite bands cost almost nothing "
@@ -522,4 +497,4 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
             "error_shape": shape,
         },
         headline=f"MLP low removed: {cell('mlp', 'low')}; attention high removed: {cell('attn', 'high')}.",
-    )
+    ), run)

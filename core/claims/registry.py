@@ -15,20 +15,16 @@ A `run` here is anything with `.manifest` (dict) and `.table(name)` (a DataFrame
 `core.runs.reader.RunReader` (the dashboard's shares its tables across sessions). No Streamlit here.
 """
 
-from core.claims.base import Claim
+from core.claims.accuracy import claim_accuracy
+from core.claims.base import STEP_MEASURES, Claim, task_of, unreported
 from core.claims.features import claim_behaviour, claim_embeddings, claim_numbers
 from core.claims.last_digit import claim_module_waves
-from core.claims.mechanism import (
-    claim_ablations,
-    claim_accuracy,
-    claim_logit_lens,
-    claim_spectra,
-    claim_waves,
-)
+from core.claims.mechanism import claim_ablations, claim_logit_lens, claim_spectra, claim_waves
 from core.errors import CoreError
-from core.paper import ACCURACY
+from core.paper import ACCURACY, MULTIPLICATION_ACCURACY_VAL, MULTIPLICATION_OUTLIER_PERIODS, paper_findings
+from core.tasks import task_name
 
-__all__ = ["PAPER_SHORT", "RUN_CLAIMS", "run_claims", "best_run"]
+__all__ = ["PAPER_SHORT", "RUN_CLAIMS", "run_claims", "best_run", "paper_short"]
 
 #: Tour steps that are claims about one run, in order (step 8 is over all runs).
 RUN_CLAIMS = {
@@ -44,11 +40,16 @@ RUN_CLAIMS = {
 }
 
 
+#: The claims about what a model does with a task (the number representations are the same whatever the task).
+TASK_STEPS = ("accuracy", "logit_lens", "module_waves", "spectra", "waves", "ablations", "behaviour")
+
+
 def run_claims(run) -> dict[str, Claim]:
     """Every per-run claim of the story for one run. A claim the model cannot show (its manifest's
     `not_applicable` says why: a digit-splitting tokenizer) "does not apply"; one the run's tables cannot
     answer otherwise (no sampled example, no band ablations, ...) is "not tested", saying what is missing."""
     out = {}
+    task = task_of(run)
     for name, f in RUN_CLAIMS.items():
         try:
             out[name] = f(run)
@@ -60,12 +61,15 @@ def run_claims(run) -> dict[str, Claim]:
             )
             out[name] = Claim(
                 name,
-                PAPER_SHORT[name],
+                paper_short(name, task),
                 measured,
                 "does not apply" if why else "not tested",
                 numbers={"not_applicable": bool(why)},
                 headline="Does not apply to this model." if why else "This run's tables cannot answer it.",
             )
+            if name in TASK_STEPS and not paper_findings(task).reports(name):
+                out[name] = unreported(out[name], run)
+        out[name].paper_short = paper_short(name, task)
     return out
 
 
@@ -84,6 +88,28 @@ PAPER_SHORT = {
     "numbers": "Pre-trained models represent numbers with outliers at periods 2, 2.5, 5, 10; from scratch none.",
     "behaviour": "Prompted LLMs' errors are mostly multiples of 10 (GPT-J 4-shot 93%).",
 }
+
+
+#: The paper's multiplication findings in a few words (core.paper.PAPER_BY_TASK); the steps it did not measure on
+#: multiplication say so (`paper_short`).
+MULTIPLICATION_SHORT = {
+    "accuracy": f"Fine-tuned GPT-2-XL answers {MULTIPLICATION_ACCURACY_VAL}% of the multiplication validation "
+    "prompts right.",
+    "spectra": "GPT-2-XL's module logits on multiplication have outliers at periods "
+    f"{', '.join(f'{t:.3g}' for t in MULTIPLICATION_OUTLIER_PERIODS)}.",
+}
+
+
+def paper_short(step: str, task: str) -> str:
+    """The paper's finding for `step` in a few words, for a run of `task`: addition's (PAPER_SHORT; reverse-Polish
+    runs read it too), multiplication's where the paper measured it, and "reports no ..." where it did not. The
+    number representations are the pre-trained model's whatever its task: the same line for every task."""
+    findings = paper_findings(task)
+    if findings.task == "addition" or step in ("embeddings", "numbers"):
+        return PAPER_SHORT[step]
+    if findings.reports(step):
+        return MULTIPLICATION_SHORT[step]
+    return f"The paper reports no {STEP_MEASURES.get(step, 'figure')} for {task_name(task)}."
 
 
 def best_run(claims_by_run: dict[str, Claim], preferred: str | None = None, order: list[str] | None = None) -> str:

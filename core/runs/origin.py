@@ -9,6 +9,25 @@ from __future__ import annotations
 import json
 
 from core.models.source import project_path
+from core.tasks import task_name
+
+
+def task_of_manifest(manifest: dict) -> str:
+    """The run's task ("addition" when the manifest does not say)."""
+    return str((manifest.get("task") or {}).get("task", "addition"))
+
+
+def display_label(manifest: dict, fallback: str = "") -> str:
+    """The run's name as the pages show it: its label, its task and its split ("scratch (demo, trained here)
+    addition test"), the task named once and as the pages name it ("Fourier-frozen, multiplication (demo, trained
+    here) test", "... reverse-Polish addition test")."""
+    run_label = str(manifest.get("run_label") or fallback or manifest.get("label", ""))
+    label, task = str(manifest.get("label", "")), task_of_manifest(manifest)
+    if not label or not run_label.startswith(label):
+        return run_label
+    rest = run_label[len(label):]
+    named = task.replace("-", " ") in label.lower().replace("-", " ")
+    return label + rest.replace(f" {task}", "" if named else f" {task_name(task)}", 1)
 
 
 def run_origin(manifest: dict) -> dict:
@@ -155,8 +174,8 @@ def describe_run(manifest: dict) -> str:
             + fine_tuning_text(manifest)
         )
     how = (
-        f"trained here on a CPU on the paper's addition data ({recipe.get('epochs')} epochs, answer-token loss); "
-        "a toy, not a pre-trained language model"
+        f"trained here on a CPU on the paper's {task_name(task_of_manifest(manifest))} data ({recipe.get('epochs')} "
+        "epochs, answer-token loss); a toy, not a pre-trained language model"
     )
     freeze = recipe.get("freeze") or {}
     if origin["kind"] == "planted":

@@ -176,6 +176,11 @@ class RunReader:
         return (self.manifest.get("task") or {}).get("split", "test")
 
     @property
+    def task(self) -> str:
+        """The run's task ("addition", "reverse-polish", "multiplication"; core.tasks.TASKS)."""
+        return str((self.manifest.get("task") or {}).get("task", "addition"))
+
+    @property
     def n_examples(self):
         return (self.manifest.get("task") or {}).get("n_examples")
 

@@ -35,20 +35,23 @@ def accuracy_by_layer(layer_accuracy: pd.DataFrame, final_norm: bool) -> pd.Data
 
 
 def sampled_examples(examples: pd.DataFrame) -> pd.DataFrame:
-    """The examples whose full logits are cached, the running example first."""
+    """The examples whose full logits are cached: the running example 15 + 93 first (its addition or reverse-Polish
+    form), then those whose smaller operand is 2 or more (a product with 0 or 1 shows little), by operands."""
     sub = examples[examples["in_sample"]].copy()
-    sub["running"] = sub["id"] == "15+93"
+    sub["running"] = (sub["a"] == 15) & (sub["b"] == 93)
+    sub["trivial"] = sub[["a", "b"]].min(axis=1) < 2
     # by operands as numbers (as text "100+2" would come before "15+93")
     return (
-        sub.sort_values(["running", "a", "b"], ascending=[False, True, True])
-        .drop(columns="running")
+        sub.sort_values(["running", "trivial", "a", "b"], ascending=[False, True, True, True])
+        .drop(columns=["running", "trivial"])
         .reset_index(drop=True)
     )
 
 
 def running_example(examples: pd.DataFrame) -> pd.Series:
-    """The example the story follows (indexed by its id): 15 + 93, else the first sampled example.
-    The Tour's charts and the claims' sentences both use it, so they speak of the same prompt."""
+    """The example the story follows (indexed by its id): 15 + 93, else the first sampled example (a multiplication
+    run's first with both operands 2 or more). The Tour's charts and the claims' sentences both use it, so they speak
+    of the same prompt."""
     sub = sampled_examples(examples)
     if sub.empty:
         raise CoreError("this run has no sampled example (no per-example logits are cached)")
@@ -188,14 +191,17 @@ def top_periods_by_module(
 
 
 def strongest_periods(
-    module_spectra: pd.DataFrame, basis: str, last_layers: int, k_max: int, top: int = 6
+    module_spectra: pd.DataFrame, basis: str, last_layers: int, k_max: int, top: int = 6, also=()
 ) -> tuple[pd.DataFrame, list[str]]:
-    """MLP and attention at the periods either carries most (its `top`, mean over the last layers), side by
-    side: (frame k, period, magnitude, module, "period T" label; period labels long to short)."""
+    """MLP and attention at the periods either carries most (its `top`, mean over the last layers) and at the periods
+    `also` (the paper's for the run's task), side by side: (frame k, period, magnitude, module, "period T" label;
+    period labels long to short)."""
     tops = {
         m: top_periods_by_module(module_spectra, basis, m, last_layers=last_layers, top=k_max) for m in ("mlp", "attn")
     }
-    ks = list(dict.fromkeys([*tops["mlp"]["k"].head(top), *tops["attn"]["k"].head(top)]))
+    line = tops["mlp"].set_index("k")["period"]
+    wanted = [int((line - t).abs().idxmin()) for t in also]
+    ks = list(dict.fromkeys([*tops["mlp"]["k"].head(top), *tops["attn"]["k"].head(top), *wanted]))
     frames = []
     for m, t in tops.items():
         sub = t.set_index("k").loc[ks].reset_index()
@@ -459,11 +465,13 @@ def best_probe_layer(number_probes: pd.DataFrame) -> int:
     return int(mean.idxmax())
 
 
-def number_summary(number_spectrum: pd.DataFrame, number_probes: pd.DataFrame, layer: int, basis: str) -> dict:
-    """What one layer shows: outlier periods (largest first), which of 2, 2.5, 5, 10 are among them, kappas."""
+def number_summary(number_spectrum: pd.DataFrame, number_probes: pd.DataFrame, layer: int, basis: str,
+                   periods=(2.0, 2.5, 5.0, 10.0)) -> dict:
+    """What one layer shows: outlier periods (largest first), which of `periods` (2, 2.5, 5, 10; the paper's for a
+    task) are among them, kappas."""
     spec = number_spectrum_at(number_spectrum, layer, basis)
     outl = spec[spec["outlier"]].sort_values("magnitude", ascending=False)
-    short = [t for t in (2.0, 2.5, 5.0, 10.0) if np.isclose(outl["period"], t, atol=0.05).any()]
+    short = [t for t in periods if np.isclose(outl["period"], t, atol=0.05).any()]
     probes = number_probes[number_probes["layer"] == layer].set_index("modulus")
     return {
         "layer": layer,

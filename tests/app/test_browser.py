@@ -6,6 +6,7 @@ import importlib.util
 import pytest
 
 from app import browser
+from app.tour_steps import STEPS
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
 
@@ -58,6 +59,10 @@ def projector_problems(page, large: bool) -> list[str]:
     return browser.layout_problems(page, large) + tall
 
 
+#: The Tour's last step.
+LAST = len(STEPS)
+
+
 @functools.cache
 def projector_walk() -> tuple[str, ...]:
     """Chromium at 1024 x 768 on the default shipped run (30 layers), in normal and presentation mode: every Tour
@@ -83,20 +88,20 @@ def projector_walk() -> tuple[str, ...]:
             mode = "presentation" if large else "normal"
             query = f"run={default.name}" + ("&large=1" if large else "")
             look(f"{base}/?{query}&step=1", f"{mode}, step 1", large)
-            for step in range(2, 9):  # by Next: the charts are redrawn in place, not opened afresh
+            for step in range(2, LAST + 1):  # by Next: the charts are redrawn in place, not opened afresh
                 page.get_by_role("button", name="Next ▶").click()
                 page.wait_for_timeout(300)
                 look("", f"{mode}, step {step} by Next", large)
-            for step in range(2, 9):
+            for step in range(2, LAST + 1):
                 look(f"{base}/?{query}&step={step}", f"{mode}, step {step} by link", large)
             for name, path in browser.PAGES.items():
                 if path:
                     look(f"{base}/{path}?{query}", f"{mode}, page {name}", large)
         if small is not None:
-            for step in range(1, 9):
+            for step in range(1, LAST + 1):
                 look(f"{base}/?run={small.name}&step={step}", f"2 layers, normal, step {step}", False)
             query = f"run={small.name}&large=1"
-            for step in range(1, 9):
+            for step in range(1, LAST + 1):
                 look(f"{base}/?{query}&step={step}", f"2 layers, step {step}", True)
             for name, path in browser.PAGES.items():
                 if path:

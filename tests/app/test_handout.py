@@ -21,7 +21,7 @@ from app.handout import build_handout, handout_html
 from app.handout_export import listed_runs, pick_run, write_handouts
 from app.handout_pdf import VERDICT_RGB, handout_pdf
 from app.handout_style import HANDOUT_CSS
-from app.tour_steps import STEPS, StepInputs, choose_run, training_logs_of
+from app.tour_steps import OVER_RUNS, STEPS, StepInputs, choose_run, training_logs_of
 from core.claims import registry
 from core.claims.base import VERDICTS
 from core.claims.features import claim_training
@@ -34,8 +34,10 @@ from core.runs.reader import Table
 CACHE = PROJECT_ROOT / "cache"
 RUNS, _ = listed_runs(CACHE) if CACHE.is_dir() else ([], [])
 TWO_LAYER = "fourier-frozen-tied"
-#: "From 16 of the 3,419 test questions (...)"; "From 521 numbers"; "From 11 training runs"
-EVIDENCE = re.compile(r"From ([\d,]+)(?: of the ([\d,]+))? (?:(\w+) )?(questions?|numbers|training runs)\b")
+#: "From 16 of the 3,419 test questions (...)"; "From 521 numbers"; "From 11 training runs"; "From 3 runs (...)"
+EVIDENCE = re.compile(
+    r"From ([\d,]+)(?: of the ([\d,]+))? (?:(?!training )(\w+) )?(questions?|numbers|training runs|runs)\b"
+)
 #: a count of questions anywhere in a step's words: "16 examples", "all 3419 test examples", "3,419 questions"
 #: (not the split's size after "of the": "16 of the 3,419 test questions")
 QUESTION_COUNT = re.compile(r"(?<!of the )(?<![\d,])(\d[\d,]*) (?:\w+ ){0,2}(?:questions|examples|prompts)\b")
@@ -64,10 +66,15 @@ def table_count(run, step_key: str, panel_key: str) -> tuple[int, str]:
         return int(read_table(CACHE, name, "ablations")["n"].max()), "questions"
     if step_key == "numbers":
         return int(manifest["number_representations"]["n_numbers"]), "numbers"
-    if step_key == "training":
+    if step_key == "operations":  # one run of each operation that has single-token numbers (module spectra)
+        tasks = {r.manifest["task"].get("task", "addition") for r in RUNS
+                 if r.split == run.split and "module_spectra" in r.manifest["tables"]}
+        return len(tasks), "runs"
+    if step_key == "training":  # the paper's experiment: the small models trained here on addition
         seeds = 0
         for r in RUNS:
-            if "training_log" in r.manifest["tables"] and run_origin(r.manifest)["kind"] != "fine-tuned":
+            if ("training_log" in r.manifest["tables"] and run_origin(r.manifest)["kind"] != "fine-tuned"
+                    and r.manifest["task"].get("task", "addition") == "addition"):
                 seeds += read_table(CACHE, r.name, "training_log")["seed"].nunique()
         return seeds, "training runs"
     raise AssertionError(f"no count rule for {step_key} {panel_key}")
@@ -98,7 +105,7 @@ def test_every_caption_counts_what_its_table_holds(run):
             checked += 1
         # the step's question and claim never count more questions than the table the step reads
         words = [step.question(run), choice.claim.measured, choice.claim.short]
-        if step.key != "training" and step.table is not None and run.has(step.table) and n_split is not None:
+        if step.key not in OVER_RUNS and step.table is not None and run.has(step.table) and n_split is not None:
             holds = table_count(run, step.key, "")[0] if step.key in ("module_waves", "logit_lens") else n_split
             if step.key == "module_waves" and run.has(Table.PHASE_SHIFT):
                 holds = max(holds, table_count(run, step.key, "tour-shift")[0])

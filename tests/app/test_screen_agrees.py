@@ -16,7 +16,7 @@ from screen_text import spec_strings
 from streamlit.testing.v1 import AppTest
 
 from app.sidebar import picker_label
-from app.tour_steps import ONE_OF_THEM, STEPS, settings_note
+from app.tour_steps import ONE_OF_THEM, OVER_RUNS, STEPS, settings_note
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
 from core.runs.reader import RunReader
@@ -106,7 +106,7 @@ def test_a_this_run_line_speaks_of_this_run_only(run, shipped_cache):
     others = {RunReader(CACHE, r.name).label.split(" (")[0] for r in SHIPPED if r.name != run.name}
     mine = RunReader(CACHE, run.name).label.split(" (")[0]
     for shown in tour_walk(run.name):
-        if shown["key"] == "training":
+        if shown["key"] in OVER_RUNS:  # over several runs: the models trained here, one run per operation
             assert not shown["line"].startswith("**This run"), shown["line"]
             continue
         assert shown["line"].startswith("**This run:**"), (shown["key"], shown["line"])
@@ -129,7 +129,7 @@ def test_a_step_that_does_not_follow_the_sidebars_tau_or_basis_says_so(run):
             assert note == "", (step.key, note)
         if step.key == "training":
             assert "not used" in note
-        if step.key not in ("training", "ablations"):
+        if step.key not in ("training", "ablations", "operations"):
             assert settings_note(step, reader, 50, "paper") == "", step.key
 
 

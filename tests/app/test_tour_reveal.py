@@ -12,9 +12,10 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from app.handout_export import listed_runs, pick_run
-from app.tour_steps import STEPS, run_line, trained_here
+from app.tour_steps import OVER_RUNS, STEPS, run_line, trained_here
 from core.claims.base import VERDICT_LABELS
 from core.claims.features import claim_training
+from core.claims.operations import claim_operations, operation_runs
 from core.claims.registry import run_claims
 from core.files import PROJECT_ROOT
 
@@ -41,9 +42,11 @@ def test_each_step_hides_its_measurement_until_reveal(asked, monkeypatch):
     assert not at.exception, [e.message for e in at.exception]
     assert next(t for t in at.toggle if t.key == "reveal").value is True
     for number, step in enumerate(STEPS, start=1):
-        claim = claim_training(trained_here(runs)) if step.key == "training" else claims[step.key]
-        line = claim.short if step.key == "training" else run_line(step, claim, run)
-        who = "The small models trained here" if step.key == "training" else "This run"
+        claim = (claim_training(trained_here(runs)) if step.key == "training"
+                 else claim_operations(operation_runs(runs, run), run_claims) if step.key == "operations"
+                 else claims[step.key])
+        line = claim.short if step.key in OVER_RUNS else run_line(step, claim, run)
+        who = {"training": "The small models trained here", "operations": "These runs"}.get(step.key, "This run")
         assert at.subheader[0].value == step.title
         # before: the question, the paper and the choices; no measurement, no verdict, no figure
         radio = next(r for r in at.radio if r.key == f"predict-{step.key}")

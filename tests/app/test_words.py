@@ -19,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.furniture import code_spans
 from app.glossary import JARGON, TERMS
+from app.tour_steps import STEPS
 from core.claims.base import VERDICT_LABELS, VERDICT_MEANINGS
 from core.claims.features import claim_training
 from core.claims.registry import run_claims
@@ -110,7 +111,7 @@ def walk(name: str) -> tuple[list[str], list[tuple]]:
     at.query_params.update({"run": name})
     at.run()
     texts, long_captions = [], []
-    views = [(page, None) for page in PAGES] + [("views/tour.py", step) for step in range(1, 9)]
+    views = [(page, None) for page in PAGES] + [("views/tour.py", step) for step in range(1, len(STEPS) + 1)]
     for page, step in views:
         at.switch_page(page)
         if step is not None:

@@ -234,7 +234,7 @@ def test_a_run_chosen_on_validation_is_judged_at_its_chosen_epoch(tmp_path):
     that epoch, and the note about a test split scored at every epoch is not given to it."""
     import json
 
-    from core.claims.mechanism import claim_accuracy, selection_note_of
+    from core.claims.accuracy import claim_accuracy, selection_note_of
 
     (tmp_path / "recipe.json").write_text(json.dumps({"name": "m", "seed": 0, "select": "val"}))
     log = pd.DataFrame(

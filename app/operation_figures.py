@@ -1,0 +1,128 @@
+"""Altair figures of the Tour's last step, one run of each operation side by side: their accuracy, the periods their
+modules carry against the W_U baseline, and which module carries the short waves. Each takes the runs (one per
+task, core.claims.operations.operation_runs) and returns (chart, data, caption); the frames are core's."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from app.chart_export import styled
+from app.chart_style import PCT_AXIS, PCT_SCALE
+from app.shared import share_figures
+from core.claims.base import task_of
+from core.claims.operations import COMPARED_PERIODS, module_carriers, operation_accuracy, period_ratios, short_name
+from core.runs.reader import RunReader, Table
+from core.runs.summaries import BASELINE_RATIO
+from core.tasks import task_name
+
+#: One colour per operation, the same in every figure of the step.
+OPERATION_COLOURS = alt.Scale(
+    domain=[task_name(t) for t in ("addition", "multiplication", "reverse-polish")],
+    range=["#1f77b4", "#d62728", "#2ca02c"],
+)
+
+
+def _legend(title: str | None = None) -> alt.Legend:
+    """A legend on one line above the chart, its title (if any) to the left of its entries."""
+    return alt.Legend(orient="top", direction="horizontal", title=title, titleOrient="left", labelLimit=0,
+                      symbolType="square")
+
+
+def operation_accuracy_bars(runs: tuple[RunReader, ...]):
+    """Each run's accuracy on validation (where it was chosen) and on its own split, with the commonest answer's
+    share (a model that always says it) as a grey tick and the paper's accuracy for the task as a black one."""
+    data = operation_accuracy({task_of(r): r for r in runs})
+    order = [o for o in OPERATION_COLOURS.domain if o in set(data["operation"])]
+    x = alt.X("operation:N", title=None, sort=order, axis=alt.Axis(labelAngle=0, labelLimit=0))
+    offset = alt.XOffset("split:N", sort=["validation", "test"])
+    bars = alt.Chart(data).mark_bar().encode(
+        x=x, xOffset=offset,
+        y=alt.Y("accuracy:Q", title="answered right", axis=PCT_AXIS, scale=PCT_SCALE),
+        color=alt.Color("operation:N", scale=OPERATION_COLOURS, legend=None),
+        opacity=alt.Opacity("split:N", scale=alt.Scale(domain=["validation", "test"], range=[1.0, 0.5]),
+                            legend=_legend("split")),
+        tooltip=["operation", "run", "split", alt.Tooltip("accuracy:Q", format=".1%"), "commonest answer",
+                 alt.Tooltip("commonest share:Q", format=".1%", title="always the commonest answer")],
+    )
+    common = alt.Chart(data).mark_tick(color="#666", thickness=3).encode(x=x, xOffset=offset, y="commonest share:Q")
+    paper = alt.Chart(data.drop_duplicates("operation")).mark_tick(color="black", thickness=3, size=60).encode(
+        x=x, y="paper accuracy:Q",
+        tooltip=["operation", alt.Tooltip("paper accuracy:Q", format=".2%", title="the paper's GPT-2-XL"),
+                 "paper split"],
+    )
+    caption = (
+        "Each run's accuracy on validation (where its epoch was chosen) and on test (pale). Grey ticks: always the "
+        "commonest answer (multiplication's 0); black: the paper's GPT-2-XL (multiplication: validation; addition: "
+        "test)."
+    )
+    return styled(bars + common + paper, "Accuracy, one run per operation", height=210), data, caption
+
+
+def period_ratio_bars(runs: tuple[RunReader, ...]):
+    """At periods 10, 5, 3.33, 2.5 and 2: how far above what W_U alone gives random vectors each run's modules go
+    (the larger of attention's and the MLPs' ratio, mean over the last layers), with the 2x line the claims read."""
+    frames = []
+    for r in runs:
+        ratios = period_ratios(r)
+        best = ratios.sort_values("ratio", ascending=False).drop_duplicates("period")
+        best = best.assign(operation=task_name(task_of(r)), run=short_name(r))
+        frames.append(best)
+    data = pd.concat(frames, ignore_index=True).sort_values("period", ascending=False)
+    order = [f"{t:.3g}" for t in COMPARED_PERIODS]
+    bars = alt.Chart(data).mark_bar().encode(
+        x=alt.X("period T:N", title="period T (numbers per repetition)", sort=order, axis=alt.Axis(labelAngle=0)),
+        xOffset=alt.XOffset("operation:N", sort=list(OPERATION_COLOURS.domain)),
+        y=alt.Y("ratio:Q", title="× what W_U gives random vectors", scale=alt.Scale(type="log")),
+        color=alt.Color("operation:N", scale=OPERATION_COLOURS, legend=_legend()),
+        tooltip=["operation", "run", "module", alt.Tooltip("period:Q", format=".3g", title="period T"),
+                 alt.Tooltip("ratio:Q", format=".2f", title="× the W_U baseline"),
+                 alt.Tooltip("magnitude:Q", format=".3f"), alt.Tooltip("baseline:Q", format=".3f")],
+    )
+    line = alt.Chart(pd.DataFrame({"y": [BASELINE_RATIO]})).mark_rule(color="black", strokeDash=[5, 3]).encode(
+        y="y:Q")
+    one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="#999").encode(y="y:Q")
+    caption = (
+        f"Each run's strongest module at each period, in multiples of what W_U alone gives random vectors (log "
+        f"scale); above the dashed {BASELINE_RATIO:g}x line it carries the period. 3.33 is multiplication's new one; "
+        "Fourier-frozen logits hold only planted periods."
+    )
+    return styled(bars + one + line, "The same waves? Short periods in each operation's module logits",
+                  height=190), data, caption
+
+
+def carrier_bars(runs: tuple[RunReader, ...]):
+    """Which modules carry the short waves in each run: the phase shift's share of questions whose last digit
+    moves (every run with its weights), else the strongest locking R at a short period."""
+    shift = all(r.has(Table.PHASE_SHIFT) for r in runs)  # one measure for every run
+    frames = []
+    for r in runs:
+        frame, measure = module_carriers(r, causal=shift)
+        frames.append(frame.assign(operation=task_name(task_of(r)), run=short_name(r), measure=measure))
+    data = pd.concat(frames, ignore_index=True)
+    title = ("share of questions whose last digit moves" if shift else "strongest locking R at a short period")
+    bars = alt.Chart(data).mark_bar().encode(
+        y=alt.Y("module:N", title=None, sort=alt.EncodingSortField("value", op="max", order="descending")),
+        yOffset=alt.YOffset("operation:N", sort=list(OPERATION_COLOURS.domain)),
+        x=alt.X("value:Q", title=title, axis=PCT_AXIS if shift else alt.Axis(), scale=PCT_SCALE if shift else
+                alt.Scale(domain=[0, 1])),
+        color=alt.Color("operation:N", scale=OPERATION_COLOURS, legend=_legend()),
+        tooltip=["operation", "run", "module", "measure", alt.Tooltip("value:Q", format=".2f"),
+                 alt.Tooltip("control:Q", format=".2f", title="random edits" if shift else "chance threshold")],
+    )
+    caption = (
+        "Shift one module's waves of periods 2, 2.5, 5 and 10 by a few numbers: the bar is the share of questions "
+        "whose last digit follows; the black tick, random edits of the same size."
+        if shift else
+        "Phase locking: 1 when a module's short wave always peaks at the answer mod T, about 0 by chance (black "
+        "tick: the chance threshold; not every run here has its weights, so the phase shift is not shown)."
+    )
+    control = alt.Chart(data).mark_tick(color="black", thickness=2).encode(
+        y=alt.Y("module:N", sort=alt.EncodingSortField("value", op="max", order="descending")),
+        yOffset=alt.YOffset("operation:N", sort=list(OPERATION_COLOURS.domain)), x="control:Q")
+    return (styled(bars + control, "Which module carries the short waves?", height=60 * data["module"].nunique()),
+            data, caption)
+
+
+# Built once per process for the runs' versions and shared by all sessions (app/shared.py).
+share_figures(globals())
