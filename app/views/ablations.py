@@ -112,13 +112,12 @@ st.dataframe(
 )
 matched_on = "rank and energy" if (t1["control matched on"] == "rank and energy").any() else "rank"
 st.caption(
-    "'low removed' keeps only k ≥ tau (high-pass); 'high removed' keeps only k < tau (low-pass). The random control "
-    "removes as many random directions that W_U reads"
-    + (", tilted to take away as much of the module outputs' energy as the band does"
-       if matched_on == "rank and energy" else " (matched on rank only: this run was cached before energy-matched "
-       "controls existed)")
-    + ": a band matters for its frequencies only where its accuracy is well below the control's. "
-    f"The paper's numbers are GPT-2-XL's validation results at tau = {TABLE1_TAU} (the paper has no control)."
+    "'low removed' keeps only k ≥ tau; 'high removed' keeps only k < tau. The random control removes as many "
+    "random directions W_U reads"
+    + (", carrying as much of the modules' energy as the band" if matched_on == "rank and energy"
+       else " (matched on rank only, not energy)")
+    + ": a band matters only where it is well below its control. "
+    f"Paper: GPT-2-XL validation, tau = {TABLE1_TAU}, no control."
 )
 ctrl, specific = summaries.costly_filters(t1)
 if not ctrl.empty:
