@@ -148,7 +148,9 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
     shows = []
     for m, band, other in (("mlp", "low", "high"), ("attn", "high", "low")):
         acc, opp = float(acc_of(m, band).iloc[0]), float(acc_of(m, other).iloc[0])
-        ctrl, opp_ctrl = acc_of(m, f"random-{band}"), acc_of(m, f"random-{other}")
+        # the controls matched to the band's rank and removed energy where the run has them, else rank only
+        ctrl, opp_ctrl = (acc_of(m, f"matched-{b}") if len(acc_of(m, f"matched-{b}")) else acc_of(m, f"random-{b}")
+                          for b in (band, other))
         margin = max(0.10, 2 * ctrl.std(ddof=1)) if len(ctrl) > 1 else 0.10
         opposite_ok = opp >= 0.9 * base
         opposite_no_power = not opposite_ok and opp_ctrl.mean() < 0.9 * base
