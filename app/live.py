@@ -14,6 +14,7 @@ import streamlit as st
 
 from app.live_queue import LiveQueue, LiveRefused, LiveStatus, live_root, request_key
 from core.analysis.ablations import Ablation
+from core.analysis.phase_shift import wilson_interval
 from core.errors import CoreError
 from core.runs import summaries
 from core.runs.reader import RunReader, Table, read_run_table
@@ -80,8 +81,10 @@ def compute_live(request: dict, on_progress) -> dict:
             int(request["p"]),
             request["basis"],
             ablation,
-            on_batch=on_progress,
             threads=threads_for(request.get("threads")),
+            whole=bool(request.get("whole", False)),
+            cache_dir=request["cache_dir"],
+            on_estimate=lambda e: on_progress(e["done"], e["total"], e),
         )
     except CoreError as exc:
         raise LiveRefused(str(exc)) from None
@@ -99,6 +102,11 @@ def compute_live(request: dict, on_progress) -> dict:
         "compute_s": ev.extra.get("compute_s"),
         "threads": ev.extra.get("threads"),
         "prefix_reused": bool(ev.extra.get("prefix_reused", False)),
+        "prefix_sources": ev.extra.get("prefix_sources"),
+        "sample": bool(ev.extra.get("sample", False)),
+        "split_n": int(ev.extra.get("split_n", ev.n)),
+        "interval": list(wilson_interval(float(ev.accuracy), int(ev.n))),
+        "unfiltered_accuracy": ev.extra.get("unfiltered_accuracy"),
         "pid": os.getpid(),
     }
 
@@ -121,8 +129,11 @@ def live_queue() -> LiveQueue:
 # ----------------------------------------------------------------------------- the page's side
 
 
-def live_request(run: RunReader, folder, modules: str, removed: str, tau: int, basis: str, threads=None) -> dict:
-    """What the queue computes (and what identifies its answer: `key`)."""
+def live_request(
+    run: RunReader, folder, modules: str, removed: str, tau: int, basis: str, threads=None, whole: bool = False
+) -> dict:
+    """What the queue computes (and what identifies its answer: `key`); `whole`: every question of the split rather
+    than the fixed sample (core.runs.live_ablation.live_sample) a large split is read on."""
     request = {
         "cache_dir": str(run.cache_dir),
         "run": run.name,
@@ -134,6 +145,7 @@ def live_request(run: RunReader, folder, modules: str, removed: str, tau: int, b
         "tau": int(tau),
         "basis": basis,
         "threads": threads,
+        "whole": bool(whole),
     }
     return {**request, "key": request_key(request)}
 
@@ -147,8 +159,16 @@ def status_line(status: LiveStatus, label: str, waited_s: float) -> tuple[str, f
     line, so the page visibly moves every second while it waits."""
     waited = f"{waited_s:.0f} s so far"
     if status.state == "running" and status.total:
+        so_far = ""
+        e = status.estimate
+        if e and e.get("done"):
+            so_far = (
+                f"; so far {e['accuracy']:.1%} correct (95% interval {e['low']:.1%} to {e['high']:.1%}, narrowing as "
+                "questions come in)"
+            )
         return (
-            f"{label}: {status.done:,} of {status.total:,} prompts, computed live for everyone who asks ({waited})",
+            f"{label}: {status.done:,} of {status.total:,} questions{so_far}, computed live for everyone who asks "
+            f"({waited})",
             status.done / status.total,
         )
     if status.state == "running" or status.position <= 1:

@@ -49,7 +49,7 @@ LOG_BYTES = 2**20
 #: Seconds an error answer is kept (a later request tries again).
 ERROR_KEPT_S = 60.0
 
-#: compute(request, on_progress(done, total)) -> a JSON-able result
+#: compute(request, on_progress(done, total, estimate=None)) -> a JSON-able result
 Compute = Callable[[dict, Callable[[int, int], None]], dict]
 
 
@@ -77,6 +77,8 @@ class LiveStatus:
     #: running: prompts done and in all
     done: int = 0
     total: int = 0
+    #: running: the accuracy so far with its interval (core.runs.live_ablation.running_estimate), when reported
+    estimate: dict | None = None
     #: seconds the last computations took, on average (None before the first)
     typical_s: float | None = None
 
@@ -211,6 +213,7 @@ class LiveQueue:
         progress = _read_json(self.root / f"running-{key}.json")
         if progress and _alive(progress.get("pid", -1)):
             status.state, status.done, status.total = "running", progress["done"], progress["total"]
+            status.estimate = progress.get("estimate")
         return status
 
     # ------------------------------------------------------------------------- computing
@@ -270,8 +273,8 @@ class LiveQueue:
         key = path.stem.split("-", 1)[1]
         progress = self.root / f"running-{key}.json"
 
-        def on_progress(done: int, total: int) -> None:
-            _write_json(progress, {"pid": os.getpid(), "done": int(done), "total": int(total)})
+        def on_progress(done: int, total: int, estimate: dict | None = None) -> None:
+            _write_json(progress, {"pid": os.getpid(), "done": int(done), "total": int(total), "estimate": estimate})
 
         on_progress(0, 0)
         t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""`python -m core ...`: precompute, list, verify, upgrade, train, import-model, rebuild.
+"""`python -m core ...`: precompute, list, verify, upgrade, train, import-model, rebuild, standin, ablate, shift.
 
 Errors the user can fix are printed as one line starting with "error:" and exit with status 2;
 nothing already cached is touched by a failed command.
@@ -162,7 +162,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the rebuilt weights even if their digest differs from the recorded one",
     )
+
+    sti = sub.add_parser(
+        "standin", help="the default run's model before training (SmolLM2-135M + number tokens), for speed measurements"
+    )
+    sti.add_argument("--recipe", default="smollm2-addition-full", help="the number-token recipe whose start it is")
+    sti.add_argument("--base", default=None, help="the imported base model (default: the recipe's)")
+    sti.add_argument("--out", default="models/smollm2-standin")
+    sti.add_argument("--force", action="store_true", help="make it again over an existing folder")
     return parser
+
+
+def cmd_standin(args) -> int:
+    from core.training.standin import make_standin
+
+    make_standin(args.recipe, args.base, args.out, force=args.force)
+    return 0
 
 
 def cmd_rebuild(args) -> int:
@@ -333,6 +348,7 @@ def main(argv=None) -> int:
         "train": cmd_train,
         "import-model": cmd_import_model,
         "rebuild": cmd_rebuild,
+        "standin": cmd_standin,
         "upgrade": cmd_upgrade,
         "ablate": cmd_edit,
         "shift": cmd_edit,

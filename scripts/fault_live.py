@@ -74,9 +74,9 @@ class PressingStudent(Session):
                 self.places.append(int(m.group(1)))
 
     def press(self):
-        el = next((e for t, e in self.elements if t == "button" and e.label.startswith("Run the")), None)
+        el = next((e for t, e in self.elements if t == "button" and e.label.endswith("with this filter")), None)
         if el is None:
-            self.errors.append("no 'Run the ... prompts' button on the Ablations page")
+            self.errors.append("no 'Run ... with this filter' button on the Ablations page")
             return None
         s = self.widget_state(el)
         s.trigger_value = True

@@ -13,6 +13,7 @@ from app.url_state import to_url, url_state
 from core.analysis.ablations import Ablation
 from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
 from core.runs import summaries
+from core.runs.live_sample import LIVE_SAMPLE
 from core.runs.reader import Table
 
 view = page_view()
@@ -219,10 +220,21 @@ else:
         )
         st.selectbox("CPU threads", ["auto", 1, 2, 4], key="live_threads")
     to_url("live_modules", "live_removed")
-    settings = (run.name, st.session_state["live_modules"], st.session_state["live_removed"], int(tau), run_basis)
-    request = live_request(run, folder, *settings[1:], threads=st.session_state["live_threads"])
+    whole = True
+    if run.n_examples > LIVE_SAMPLE:  # a large split: a fixed sample answers in seconds, every question on request
+        whole = st.toggle(
+            f"Every question ({run.n_examples:,}) instead of a fixed sample of {LIVE_SAMPLE}",
+            key="live_whole",
+            help="The sample is the same every time, drawn evenly across the answers' range; its estimate comes with "
+            "a 95% interval. Every question takes about "
+            f"{run.n_examples / LIVE_SAMPLE:.0f} times as long.",
+        )
+    settings = (run.name, st.session_state["live_modules"], st.session_state["live_removed"], int(tau), run_basis,
+                whole)
+    request = live_request(run, folder, *settings[1:5], threads=st.session_state["live_threads"], whole=whole)
     label = Ablation(*settings[1:4]).label()
-    if st.button(f"Run the {run.n_examples} prompts with this filter", type="primary"):
+    asked = f"all {run.n_examples:,} questions" if whole else f"the {LIVE_SAMPLE}-question sample"
+    if st.button(f"Run {asked} with this filter", type="primary"):
         # one queue for the whole server: the same request from many students is computed once (app/live_queue.py)
         submit_live(request)
         st.session_state["live_waiting"] = request["key"]
@@ -252,16 +264,25 @@ else:
         if result.get("compute_s"):
             took = f" in {result['compute_s']:.2f} s with {result['threads']} CPU thread(s)"
             took += "; the prompts' prefixes were kept from the previous filter" if result.get("prefix_reused") else ""
-        st.markdown(f"**{result['label']}** on {result['n']} prompts (computed live{took}):")
+        which = (
+            f"a fixed sample of {result['n']:,} of the {result['split_n']:,} {run.split} questions"
+            if result.get("sample") else f"all {result['n']:,} {run.split} questions"
+        )
+        st.markdown(f"**{result['label']}** on {which} (computed live{took}):")
         if st.session_state.pop("live_just_computed", False):  # the button was just pressed: show its answer
             scroll_into_view("live-result")
         c1, c2, c3 = st.columns(3)
-        base = summaries.unfiltered(ablations)
+        base = result.get("unfiltered_accuracy")
+        if base is None:
+            base = summaries.unfiltered(ablations)["accuracy"]
         c1.metric(
             "accuracy",
             f"{result['accuracy']:.2%}",
-            f"{100 * (result['accuracy'] - base['accuracy']):+.2f} points vs no filter",
+            f"{100 * (result['accuracy'] - base):+.2f} points vs no filter on the same questions",
         )
+        if result.get("interval"):
+            low, high = result["interval"]
+            c1.caption(f"95% interval {low:.1%} to {high:.1%} (Wilson, {result['n']:,} questions)")
         c2.metric("loss", f"{result['loss']:.4f}")
         c3.metric(
             "errors that are multiples of 10",

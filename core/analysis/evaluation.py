@@ -147,6 +147,11 @@ class PrefixCache:
         self.entries: dict[int, list] = {}
         self.bytes = 0
         self.batches = None  # the tokenized, batched prompts (core.models.capture.PreparedBatch)
+        #: where prefixes are also kept on disk (core.runs.prefix_store.PrefixStore, set by the caller for the prompts
+        #: it evaluates next): a batch missing in memory is read from it, and a computed one written to it
+        self.store = None
+        #: how many batches' prefixes came from memory, came from disk, or were computed (since made)
+        self.counts = {"memory": 0, "disk": 0, "computed": 0}
 
     def use_for(self, key) -> None:
         """Start over when the prompts (or their batching) change."""
@@ -154,9 +159,23 @@ class PrefixCache:
             self.key, self.entries, self.bytes, self.batches = key, {}, 0, None
 
     def get(self, batch_no: int):
-        return self.entries.get(batch_no)
+        found = self.entries.get(batch_no)
+        if found is not None:
+            self.counts["memory"] += 1
+        elif self.store is not None:
+            found = self.store.load(batch_no)
+            if found is not None:
+                self.counts["disk"] += 1
+                self._keep(batch_no, found)
+        return found
 
     def put(self, batch_no: int, prefix: list) -> None:
+        self.counts["computed"] += 1
+        self._keep(batch_no, prefix)
+        if self.store is not None:
+            self.store.save(batch_no, prefix)
+
+    def _keep(self, batch_no: int, prefix: list) -> None:
         size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in prefix)
         if self.bytes + size <= self.max_bytes:
             self.entries[batch_no] = prefix
@@ -183,6 +202,7 @@ def evaluate_conditions(
     on_checkpoint=None,
     checkpoint_every_s: float = 30.0,
     prefix_cache: PrefixCache | None = None,
+    in_order: bool = False,
 ) -> list[Evaluation]:
     """Evaluate every condition on the same prompts; one `Evaluation` per condition, in order.
 
@@ -196,14 +216,15 @@ def evaluate_conditions(
     `resume`/`on_checkpoint(progress)` make a long grid resumable: batches already done in
     `resume` are skipped, and `on_checkpoint` receives the partial results every
     `checkpoint_every_s` seconds. `prefix_cache` keeps the prefixes' key/value caches for the
-    next evaluation of the same prompts.
+    next evaluation of the same prompts. `in_order` batches the prompts in the order given instead
+    of by length (a running estimate over a sample whose every prefix is representative).
     """
     conditions = list(conditions)
     answers = _checked_inputs(loaded, texts, answers, p, conditions, positions)
     number_ids = torch.as_tensor(loaded.numbers.ids_for(p))
     n, C = len(texts), len(conditions)
     state = resume if resume is not None and resume.fits(C, n) else GridProgress.empty(C, n)
-    prepared = _batches(loaded, texts, batch_size, prefix_cache)
+    prepared = _batches(loaded, texts, batch_size, prefix_cache, by_length=not in_order)
     batches = [(i, b) for i, b in enumerate(prepared) if not state.done[b.indices].all()]
     total_done = int(state.done.sum())
     bar = progress_bar(n * C, desc, progress)
@@ -279,13 +300,13 @@ def _checked_inputs(loaded, texts, answers, p: int, conditions: list, positions:
     return answers
 
 
-def _batches(loaded, texts, batch_size: int, prefix_cache: PrefixCache | None) -> list:
+def _batches(loaded, texts, batch_size: int, prefix_cache: PrefixCache | None, by_length: bool = True) -> list:
     """The prompts' left-padded batches, kept with the prefix cache (made once per set of prompts)."""
     if prefix_cache is None:
-        return prepare_batches(loaded.tokenizer, texts, batch_size)
-    prefix_cache.use_for((id(loaded.model), tuple(texts), batch_size))
+        return prepare_batches(loaded.tokenizer, texts, batch_size, by_length)
+    prefix_cache.use_for((id(loaded.model), tuple(texts), batch_size, by_length))
     if prefix_cache.batches is None:
-        prefix_cache.batches = prepare_batches(loaded.tokenizer, texts, batch_size)
+        prefix_cache.batches = prepare_batches(loaded.tokenizer, texts, batch_size, by_length)
     return prefix_cache.batches
 
 

@@ -36,8 +36,11 @@ class PreparedBatch:
     position_ids: object
 
 
-def prepare_batches(tokenizer, texts: Sequence[str], batch_size: int) -> list[PreparedBatch]:
-    """Tokenize, sort by length, batch, left-pad; position ids start at 0 on the first real token."""
+def prepare_batches(tokenizer, texts: Sequence[str], batch_size: int, by_length: bool = True) -> list[PreparedBatch]:
+    """Tokenize, sort by length, batch, left-pad; position ids start at 0 on the first real token.
+
+    With `by_length=False` the batches follow the prompts' own order (a sample whose every prefix is
+    representative stays so batch by batch), at the cost of some padding."""
     if batch_size < 1:
         raise CoreError(f"batch size must be at least 1, got {batch_size}")
     if len(texts) == 0:
@@ -46,7 +49,7 @@ def prepare_batches(tokenizer, texts: Sequence[str], batch_size: int) -> list[Pr
     lengths = np.array([len(e) for e in encoded])
     if lengths.min() == 0:
         raise CoreError("a prompt tokenized to nothing")
-    order = np.argsort(lengths, kind="stable")
+    order = np.argsort(lengths, kind="stable") if by_length else np.arange(len(lengths))
     batches = []
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]

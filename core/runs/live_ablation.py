@@ -4,6 +4,12 @@ The dashboard may compute any tau and module choice on the spot, but only for a 
 lives in the project's models folder (or FOURIER_MODELS_DIR), has the weights fingerprint the run
 was computed from, and is small enough for a CPU (MAX_LIVE_PARAMS). Anything else uses the cached
 grid, and `live_model_folder` says why.
+
+On a split larger than LIVE_SAMPLE questions a live filter reads, by default, a fixed stratified
+sample of them (`live_sample`), in batches of LIVE_SAMPLE_BATCH whose running estimate (with its
+Wilson interval) reaches the page after every batch; the whole split is one choice away. The
+prompts' prefix key/value caches are kept in memory with the model and, with a cache folder, on
+disk (core.runs.prefix_store), so a filter after a restart skips the prefix too.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from core.files import PROJECT_ROOT
 from core.models.loading import load_model
 from core.models.source import fingerprint_folder
 from core.runs.ablation_grid import filter_key
+from core.runs.live_sample import LIVE_SAMPLE, LIVE_SAMPLE_BATCH, live_sample, running_estimate
+from core.runs.prefix_store import PrefixStore, prefix_key
 from core.threads import use_threads
 from core.training.delta import rebuild_hint
 from core.training.stages import DELTA_FILE, retrain_commands
@@ -135,48 +143,84 @@ def live_filter(loaded, p: int, basis_name: str, ablation):
 
 
 def live_ablation(
-    loaded, examples, p: int, basis_name: str, ablation, positions: str = "last", on_batch=None, threads=None
+    loaded,
+    examples,
+    p: int,
+    basis_name: str,
+    ablation,
+    positions: str = "last",
+    on_batch=None,
+    threads=None,
+    whole: bool = False,
+    cache_dir: str | Path | None = None,
+    on_estimate=None,
 ):
     """Evaluate the run's prompts (examples table: prompt, answer) under one ablation.
 
-    Filters at the answer position take the fast path (prefix once, the answer position against
-    its key/value cache). The result carries `compute_s` (seconds, model already loaded) and
-    `threads` in `extra`.
+    Unless `whole`, a split larger than LIVE_SAMPLE questions is read on `live_sample`, in batches of
+    LIVE_SAMPLE_BATCH taken in the sample's order, and `on_estimate(running_estimate(...))` follows
+    every batch. Filters at the answer position take the fast path (prefix once, the answer position
+    against its key/value cache), keeping the prefixes with the model and, given `cache_dir`, on disk.
+    The result carries in `extra`: `compute_s` (seconds, model already loaded), `threads`,
+    `prefix_reused` (every prefix came from memory or disk), `prefix_sources` (batches whose prefix came
+    from memory, from disk, or was computed), `sample` (a sample was read), `split_n` (questions in the
+    split) and, when `examples` has the run's `correct` column, `unfiltered_accuracy`: the unfiltered
+    model's accuracy on the same questions, from the run's table (a paired comparison).
     """
 
     used = use_threads(threads)
     t0 = time.perf_counter()
     flt = live_filter(loaded, p, basis_name, ablation)
     modules = ablation.modules if ablation.modules != "none" else "both"
+    split_n = len(examples)
+    sample = not whole and split_n > LIVE_SAMPLE
+    if sample:
+        examples = live_sample(examples, LIVE_SAMPLE)
+    prompts = list(examples["prompt"])
+    answers = examples["answer"].to_numpy()
+    batch_size = LIVE_SAMPLE_BATCH if sample else LIVE_BATCH
     if positions == "last":
         cache = loaded.extra.setdefault("prefix_cache", PrefixCache(LIVE_PREFIX_BYTES))
-        prompts = list(examples["prompt"])
-        reused = cache.key is not None and cache.key[:2] == (id(loaded.model), tuple(prompts)) and bool(cache.entries)
+        cache.store = None
+        if cache_dir is not None:
+            dtype = str(next(loaded.model.parameters()).dtype)
+            key = prefix_key(loaded.fingerprint, prompts, batch_size, not sample, dtype)
+            cache.store = PrefixStore(cache_dir, key)
+
+        def estimate(state):  # after every batch (checkpoint_every_s=0): the accuracy so far
+            done = state.done
+            if on_estimate is not None:
+                correct = int((state.predictions[0, done] == answers[done]).sum())
+                on_estimate(running_estimate(correct, int(done.sum()), len(answers)))
+
+        before = dict(cache.counts)
         (ev,) = evaluate_conditions(
             loaded,
             prompts,
-            examples["answer"].to_numpy(),
+            answers,
             p,
             [Condition(flt, modules)],
             "last",
-            batch_size=LIVE_BATCH,
+            batch_size=batch_size,
             progress=False,
             on_batch=on_batch,
+            on_checkpoint=estimate,
+            checkpoint_every_s=0.0,
             prefix_cache=cache,
+            in_order=sample,
         )
+        sources = {k: cache.counts[k] - before.get(k, 0) for k in cache.counts}
     else:
-        reused = False
-        ev = evaluate(
-            loaded,
-            list(examples["prompt"]),
-            examples["answer"].to_numpy(),
-            p,
-            flt,
-            modules,
-            positions,
-            batch_size=LIVE_BATCH,
-            progress=False,
-            on_batch=on_batch,
-        )
-    ev.extra = {"compute_s": time.perf_counter() - t0, "threads": used, "prefix_reused": reused}
+        sources = {"memory": 0, "disk": 0, "computed": 0}
+        ev = evaluate(loaded, prompts, answers, p, flt, modules, positions, batch_size=LIVE_BATCH, progress=False,
+                      on_batch=on_batch)
+    ev.extra = {
+        "compute_s": time.perf_counter() - t0,
+        "threads": used,
+        "prefix_reused": sources["computed"] == 0 and positions == "last",
+        "prefix_sources": sources,
+        "sample": sample,
+        "split_n": split_n,
+        "unfiltered_accuracy": float(examples["correct"].mean()) if "correct" in examples else None,
+    }
     return ev

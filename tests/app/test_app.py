@@ -178,7 +178,7 @@ def test_ablations_table_cell_and_live_run(app, app_env):
     # live: the same filter computed on the spot must agree with the cached grid
     widget(app, "selectbox", "live_modules").set_value("mlp").run()
     widget(app, "selectbox", "live_removed").set_value("low").run()
-    next(b for b in app.button if b.label.startswith("Run the")).click().run()
+    next(b for b in app.button if b.label.endswith("with this filter")).click().run()
     assert not app.exception, [e.message for e in app.exception]
     acc = next(m for m in app.metric if m.label == "accuracy")
     assert acc.value == f"{mlp_low['accuracy']:.2%}"

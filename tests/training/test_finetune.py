@@ -43,6 +43,7 @@ from core.training.finetune import answer_balanced_draw, finetune, initial_numbe
 from core.training.frozen_blocks import FrozenBottom, length_batches
 from core.training.lora import FineTuneModel, load_start_delta
 from core.training.recipe import Recipe
+from core.training.standin import make_standin
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +233,29 @@ def test_initial_rows_are_the_scaled_representations(tiny_base):
     assert not np.allclose(
         scaled_rows(reps.vectors[2], base_rows, False), scaled_rows(reps.vectors[2], base_rows, True)
     )
+
+
+def test_the_stand_in_is_the_recipe_s_start_untrained(tiny_base, tmp_path):
+    recipe = tiny_recipe(tiny_base, tmp_path / "ft")
+    out = make_standin(recipe, out=tmp_path / "standin", log=lambda *_: None)
+    lm, base = load_model(str(out)), load_model(str(tiny_base))
+    p = 25  # the tiny recipe's answers 0..24
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert [len(tokenizer(f" {n}", add_special_tokens=False)["input_ids"]) for n in (0, 7, 24)] == [1, 1, 1]
+    rows = lm.model.get_input_embeddings().weight.detach().numpy()
+    base_rows = base.model.get_input_embeddings().weight.detach().numpy()
+    want = initial_number_rows(base, p, 2, "The number {n}", base_rows, log=lambda *_: None)
+    assert np.allclose(rows[len(base_rows):], want, atol=1e-6)  # the new rows, as the recipe starts them
+    assert np.array_equal(rows[: len(base_rows)], base_rows)  # nothing else changed: nothing trained
+    for (name, a), b in zip(lm.model.named_parameters(), base.model.parameters()):
+        if "embed" not in name and "lm_head" not in name:
+            assert torch.equal(a, b), name
+    assert json.loads((out / "provenance.json").read_text())["kind"] == "stand-in"
+    said = []
+    make_standin(recipe, out=out, log=said.append)  # kept, not made again
+    assert "already holds" in said[0]
+    with pytest.raises(CoreError, match="not here"):
+        make_standin(tiny_recipe(tmp_path / "nowhere", tmp_path / "ft2"), out=tmp_path / "s2", log=lambda *_: None)
 
 
 def test_merge_is_elementwise_and_exact():
