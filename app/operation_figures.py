@@ -24,9 +24,11 @@ OPERATION_COLOURS = alt.Scale(
 
 
 def _legend(title: str | None = None) -> alt.Legend:
-    """A legend on one line above the chart, its title (if any) to the left of its entries."""
+    """A legend on one line above the chart, its title (if any) to the left of its entries; "reverse-Polish
+    addition" reads "reverse-Polish" there, so the line fits a half-width chart at 1024x768."""
     return alt.Legend(orient="top", direction="horizontal", title=title, titleOrient="left", labelLimit=0,
-                      symbolType="square")
+                      symbolType="square",
+                      labelExpr="replace(datum.label, 'reverse-Polish addition', 'reverse-Polish')")
 
 
 def operation_accuracy_bars(runs: tuple[RunReader, ...]):
