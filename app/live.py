@@ -81,6 +81,7 @@ def compute_live(request: dict, on_progress) -> dict:
             int(request["p"]),
             request["basis"],
             ablation,
+            on_batch=on_progress,
             threads=threads_for(request.get("threads")),
             whole=bool(request.get("whole", False)),
             cache_dir=request["cache_dir"],
@@ -105,7 +106,8 @@ def compute_live(request: dict, on_progress) -> dict:
         "prefix_sources": ev.extra.get("prefix_sources"),
         "sample": bool(ev.extra.get("sample", False)),
         "split_n": int(ev.extra.get("split_n", ev.n)),
-        "interval": list(wilson_interval(float(ev.accuracy), int(ev.n))),
+        # a sample's accuracy estimates the split's: its 95% interval (the whole split is the split's accuracy)
+        "interval": list(wilson_interval(float(ev.accuracy), int(ev.n))) if ev.extra.get("sample") else None,
         "unfiltered_accuracy": ev.extra.get("unfiltered_accuracy"),
         "pid": os.getpid(),
     }
@@ -133,7 +135,7 @@ def live_request(
     run: RunReader, folder, modules: str, removed: str, tau: int, basis: str, threads=None, whole: bool = False
 ) -> dict:
     """What the queue computes (and what identifies its answer: `key`); `whole`: every question of the split rather
-    than the fixed sample (core.runs.live_ablation.live_sample) a large split is read on."""
+    than the fixed sample (core.runs.live_sample.live_sample) a large split on a deep model is read on."""
     request = {
         "cache_dir": str(run.cache_dir),
         "run": run.name,

@@ -50,7 +50,7 @@ LOG_BYTES = 2**20
 ERROR_KEPT_S = 60.0
 
 #: compute(request, on_progress(done, total, estimate=None)) -> a JSON-able result
-Compute = Callable[[dict, Callable[[int, int], None]], dict]
+Compute = Callable[[dict, Callable[..., None]], dict]
 
 
 class LiveRefused(Exception):
@@ -77,7 +77,7 @@ class LiveStatus:
     #: running: prompts done and in all
     done: int = 0
     total: int = 0
-    #: running: the accuracy so far with its interval (core.runs.live_ablation.running_estimate), when reported
+    #: running: the accuracy so far with its interval (core.runs.live_sample.running_estimate), when reported
     estimate: dict | None = None
     #: seconds the last computations took, on average (None before the first)
     typical_s: float | None = None

@@ -13,7 +13,7 @@ from app.url_state import to_url, url_state
 from core.analysis.ablations import Ablation
 from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
 from core.runs import summaries
-from core.runs.live_sample import LIVE_SAMPLE
+from core.runs.live_sample import LIVE_SAMPLE, reads_sample
 from core.runs.reader import Table
 
 view = page_view()
@@ -221,13 +221,13 @@ else:
         st.selectbox("CPU threads", ["auto", 1, 2, 4], key="live_threads")
     to_url("live_modules", "live_removed")
     whole = True
-    if run.n_examples > LIVE_SAMPLE:  # a large split: a fixed sample answers in seconds, every question on request
+    if reads_sample(run.n_examples, run.n_layers, run.width or 0):  # a deep model: a fixed sample answers in seconds
         whole = st.toggle(
             f"Every question ({run.n_examples:,}) instead of a fixed sample of {LIVE_SAMPLE}",
             key="live_whole",
-            help="The sample is the same every time, drawn evenly across the answers' range; its estimate comes with "
-            "a 95% interval. Every question takes about "
-            f"{run.n_examples / LIVE_SAMPLE:.0f} times as long.",
+            help="The sample is the same every time: each tenth of the answers' range gives its share of the "
+            "questions. Its accuracy comes with a 95% interval, shown as it narrows while the questions come in. "
+            f"Every question takes about {run.n_examples / LIVE_SAMPLE:.0f} times as long.",
         )
     settings = (run.name, st.session_state["live_modules"], st.session_state["live_removed"], int(tau), run_basis,
                 whole)
@@ -263,7 +263,11 @@ else:
         took = ""
         if result.get("compute_s"):
             took = f" in {result['compute_s']:.2f} s with {result['threads']} CPU thread(s)"
-            took += "; the prompts' prefixes were kept from the previous filter" if result.get("prefix_reused") else ""
+            kept = result.get("prefix_sources") or {}
+            if result.get("prefix_reused"):
+                took += "; the prompts' prefixes were kept " + (
+                    "on disk from an earlier computation" if kept.get("disk") else "from the previous filter"
+                )
         which = (
             f"a fixed sample of {result['n']:,} of the {result['split_n']:,} {run.split} questions"
             if result.get("sample") else f"all {result['n']:,} {run.split} questions"

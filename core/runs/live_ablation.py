@@ -1,15 +1,16 @@
 """Live ablations for runs whose model is small and on this machine.
 
-The dashboard may compute any tau and module choice on the spot, but only for a model that:
-lives in the project's models folder (or FOURIER_MODELS_DIR), has the weights fingerprint the run
-was computed from, and is small enough for a CPU (MAX_LIVE_PARAMS). Anything else uses the cached
-grid, and `live_model_folder` says why.
+The dashboard may compute any tau and module choice on the spot, but only for a model that: lives in
+the project's models folder (or FOURIER_MODELS_DIR), has the weights fingerprint the run was
+computed from, and is small enough for a CPU (MAX_LIVE_PARAMS). Anything else uses the cached grid,
+and `live_model_folder` says why.
 
-On a split larger than LIVE_SAMPLE questions a live filter reads, by default, a fixed stratified
-sample of them (`live_sample`), in batches of LIVE_SAMPLE_BATCH whose running estimate (with its
-Wilson interval) reaches the page after every batch; the whole split is one choice away. The
-prompts' prefix key/value caches are kept in memory with the model and, with a cache folder, on
-disk (core.runs.prefix_store), so a filter after a restart skips the prefix too.
+On a split larger than LIVE_SAMPLE questions and a model deep enough that every question takes
+seconds (`reads_sample`), a live filter reads, by default, a fixed stratified sample
+(`live_sample`), in batches of LIVE_SAMPLE_BATCH whose running estimate (with its Wilson interval)
+reaches the page after every batch; the whole split is one choice away. The prompts' prefix
+key/value caches are kept in memory with the model and, with a cache folder, on disk
+(core.runs.prefix_store), so a filter after a restart skips the prefix too.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from core.files import PROJECT_ROOT
 from core.models.loading import load_model
 from core.models.source import fingerprint_folder
 from core.runs.ablation_grid import filter_key
-from core.runs.live_sample import LIVE_SAMPLE, LIVE_SAMPLE_BATCH, live_sample, running_estimate
-from core.runs.prefix_store import PrefixStore, prefix_key
+from core.runs.live_sample import LIVE_SAMPLE, LIVE_SAMPLE_BATCH, live_sample, reads_sample, running_estimate
+from core.runs.prefix_store import PrefixStore, model_stamp, prefix_key
 from core.threads import use_threads
 from core.training.delta import rebuild_hint
 from core.training.stages import DELTA_FILE, retrain_commands
@@ -157,10 +158,12 @@ def live_ablation(
 ):
     """Evaluate the run's prompts (examples table: prompt, answer) under one ablation.
 
-    Unless `whole`, a split larger than LIVE_SAMPLE questions is read on `live_sample`, in batches of
-    LIVE_SAMPLE_BATCH taken in the sample's order, and `on_estimate(running_estimate(...))` follows
-    every batch. Filters at the answer position take the fast path (prefix once, the answer position
-    against its key/value cache), keeping the prefixes with the model and, given `cache_dir`, on disk.
+    Unless `whole`, a split that `reads_sample` (a large split on a deep model) is read on `live_sample`,
+    in batches of LIVE_SAMPLE_BATCH taken in the sample's order, and `on_estimate(running_estimate(...))`
+    follows every batch (only then: batches of the whole split go by prompt length, and their running
+    share would not estimate anything). `on_batch(done, total)` follows every batch either way. Filters
+    at the answer position take the fast path (prefix once, the answer position against its key/value
+    cache), keeping the prefixes with the model and, given `cache_dir`, on disk (core.runs.prefix_store).
     The result carries in `extra`: `compute_s` (seconds, model already loaded), `threads`,
     `prefix_reused` (every prefix came from memory or disk), `prefix_sources` (batches whose prefix came
     from memory, from disk, or was computed), `sample` (a sample was read), `split_n` (questions in the
@@ -173,7 +176,7 @@ def live_ablation(
     flt = live_filter(loaded, p, basis_name, ablation)
     modules = ablation.modules if ablation.modules != "none" else "both"
     split_n = len(examples)
-    sample = not whole and split_n > LIVE_SAMPLE
+    sample = not whole and reads_sample(split_n, loaded.n_layers, loaded.width, LIVE_SAMPLE)
     if sample:
         examples = live_sample(examples, LIVE_SAMPLE)
     prompts = list(examples["prompt"])
@@ -181,34 +184,41 @@ def live_ablation(
     batch_size = LIVE_SAMPLE_BATCH if sample else LIVE_BATCH
     if positions == "last":
         cache = loaded.extra.setdefault("prefix_cache", PrefixCache(LIVE_PREFIX_BYTES))
-        cache.store = None
+        store = None
         if cache_dir is not None:
             dtype = str(next(loaded.model.parameters()).dtype)
-            key = prefix_key(loaded.fingerprint, prompts, batch_size, not sample, dtype)
-            cache.store = PrefixStore(cache_dir, key)
+            ids = loaded.tokenizer(prompts)["input_ids"]
+            key = prefix_key(model_stamp(loaded.fingerprint, loaded.source), ids, batch_size, not sample, dtype)
+            store = PrefixStore(cache_dir, key, n_layers=loaded.n_layers)
 
-        def estimate(state):  # after every batch (checkpoint_every_s=0): the accuracy so far
+        def estimate(state):  # after every batch (checkpoint_every_s=0): the accuracy so far, on the sample
             done = state.done
-            if on_estimate is not None:
+            if sample and on_estimate is not None:
                 correct = int((state.predictions[0, done] == answers[done]).sum())
                 on_estimate(running_estimate(correct, int(done.sum()), len(answers)))
 
         before = dict(cache.counts)
-        (ev,) = evaluate_conditions(
-            loaded,
-            prompts,
-            answers,
-            p,
-            [Condition(flt, modules)],
-            "last",
-            batch_size=batch_size,
-            progress=False,
-            on_batch=on_batch,
-            on_checkpoint=estimate,
-            checkpoint_every_s=0.0,
-            prefix_cache=cache,
-            in_order=sample,
-        )
+        cache.store = store  # for this call only: the cache outlives it, the store belongs to these prompts
+        try:
+            (ev,) = evaluate_conditions(
+                loaded,
+                prompts,
+                answers,
+                p,
+                [Condition(flt, modules)],
+                "last",
+                batch_size=batch_size,
+                progress=False,
+                on_batch=on_batch,
+                on_checkpoint=estimate,
+                checkpoint_every_s=0.0,
+                prefix_cache=cache,
+                in_order=sample,
+            )
+        finally:
+            cache.store = None
+        if store is not None:
+            store.touch()
         sources = {k: cache.counts[k] - before.get(k, 0) for k in cache.counts}
     else:
         sources = {"memory": 0, "disk": 0, "computed": 0}

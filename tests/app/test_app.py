@@ -13,11 +13,16 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from app.chart_export import title_text
+from app.live import status_line
+from app.live_queue import LiveStatus
 from core.analysis.behaviour import error_summary
+from core.analysis.phase_shift import wilson_interval
 from core.files import PROJECT_ROOT
-from core.runs import summaries
+from core.runs import live_ablation, summaries
+from core.runs import live_sample as live_sampling
 from core.runs.cache import read_table
 from core.runs.live_ablation import live_model_folder
+from core.runs.live_sample import running_estimate
 from core.training.stages import retrain_commands
 
 PAGES = {
@@ -187,6 +192,39 @@ def test_ablations_table_cell_and_live_run(app, app_env):
     widget(app, "slider", "tau").set_value(20).run()
     assert any("Stale" in w.value for w in app.warning)
     assert not any(m.label == "accuracy" for m in app.metric)
+
+
+def test_live_on_a_deep_model_reads_the_fixed_sample_with_its_interval(app, app_env, monkeypatch):
+    monkeypatch.setattr(live_sampling, "LIVE_SAMPLE", 48)  # the page's sample and the computation's
+    monkeypatch.setattr(live_ablation, "LIVE_SAMPLE", 48)
+    monkeypatch.setattr(live_sampling, "SAMPLE_FROM_PARAMS", 0)  # the tiny model counts as deep
+    goto(app, "ablations")
+    run = app_env["runs"]["tiny trained"]
+    widget(app, "selectbox", "run").set_value(run.name).run()
+    assert any(t.label.startswith("Every question (120)") for t in app.toggle)
+    next(b for b in app.button if b.label == "Run the 48-question sample with this filter").click().run()
+    assert not app.exception, [e.message for e in app.exception]
+    assert any("a fixed sample of 48 of the 120 test questions" in m.value for m in app.markdown)
+    acc = next(m for m in app.metric if m.label == "accuracy")
+    examples = read_table(app_env["cache"], run.name, "examples")
+    base = live_sampling.live_sample(examples, 48)["correct"].mean()  # the unfiltered model on the same 48
+    shown_change = float(acc.delta.split(" points")[0])
+    assert "on the same questions" in acc.delta and abs(shown_change - (float(acc.value[:-1]) - 100 * base)) < 0.01
+    assert any("95% interval" in c.value and "48 questions" in c.value for c in app.caption)
+    # every question instead: the same filter over the whole split, as the cached grid has it, with no interval
+    widget(app, "toggle", "live_whole").set_value(True).run()
+    next(b for b in app.button if b.label == "Run all 120 questions with this filter").click().run()
+    assert any("all 120 test questions" in m.value for m in app.markdown)
+    assert not any("95% interval" in c.value and "Wilson" in c.value for c in app.caption)
+
+
+def test_the_waiting_line_shows_the_running_estimate():
+    status = LiveStatus("running", done=64, total=512, estimate=running_estimate(20, 64, 512))
+    line, fraction = status_line(status, "MLP: low removed", 3.2)
+    low, high = wilson_interval(20 / 64, 64)
+    assert fraction == 64 / 512 and "64 of 512 questions" in line
+    assert f"so far {20 / 64:.1%} correct (95% interval {low:.1%} to {high:.1%}" in line
+    assert "correct (95% interval" not in status_line(LiveStatus("running", done=0, total=512), "x", 1.0)[0]
 
 
 def test_ablations_says_when_live_is_unavailable(app, app_env):
