@@ -31,6 +31,9 @@ test split, each from the click: the first running estimate and the whole sample
 (model loaded from the page cache, no prefix anywhere), the whole sample with the prefixes on disk
 (model loaded again), and further filters with the prefixes in memory; the disk's prefixes give the
 same predictions as computed ones (checked).
+--standin-stages projects a full precompute of the stand-in stage by stage from each stage's unit,
+measured: one layer's number spectra and probes, the prefix and one pass over the 512-question sample,
+one more filter condition (the grid and the phase shift whole would take hours).
 """
 
 from __future__ import annotations
@@ -47,17 +50,20 @@ import pandas as pd
 import torch
 
 from core.analysis.ablations import Ablation, Condition
-from core.analysis.evaluation import evaluate, evaluate_by_full_recompute, evaluate_conditions
+from core.analysis.evaluation import PrefixCache, evaluate, evaluate_by_full_recompute, evaluate_conditions
 from core.analysis.filter_hooks import filtered
 from core.analysis.filters import high_pass
 from core.analysis.fourier import fourier_basis
+from core.analysis.numbers import number_probes_table, number_representations, number_spectrum_table
 from core.files import PROJECT_ROOT
 from core.models.capture import forward_batch, iter_capture, prepare_batches
 from core.models.loading import load_model, prompt_texts
 from core.models.random_models import save_random_model
 from core.runs.ablate import open_target
 from core.runs.ablation_grid import ablation_specs, build_filters, filter_key, module_second_moments
-from core.runs.live_ablation import LIVE_SAMPLE, live_ablation
+from core.runs.live_ablation import LIVE_SAMPLE, live_ablation, live_filter
+from core.runs.live_sample import live_sample
+from core.runs.shift_run import shift_specs
 from core.tasks import build_examples, select_split
 from core.threads import use_threads
 
@@ -255,6 +261,55 @@ def bench_standin(folder: Path, rounds: int, threads) -> None:
     )
 
 
+def bench_standin_stages(folder: Path, threads) -> None:
+    """What a full precompute of the stand-in would cost, stage by stage, from each stage's unit measured here:
+    one layer's number spectra (both bases, 1,000 shuffles) and probes, the prefix of 512 test prompts and
+    one filter condition's answer-position pass over them, scaled to every layer, every test question and
+    every condition of today's stages (not run whole: the grid and the phase shift alone would take hours)."""
+    target = open_target(str(folder), threads=threads, log=lambda _: None)
+    lm, p, n_split = target.loaded, target.p, len(target.texts)
+    layers = lm.n_layers + 1  # the embedding and every block
+    t = time.perf_counter()
+    reps = number_representations(lm, p, None, 64, False)
+    rep_s = time.perf_counter() - t
+    t = time.perf_counter()
+    number_spectrum_table(reps.vectors[lm.n_layers // 3 : lm.n_layers // 3 + 1])
+    spectrum_s = time.perf_counter() - t
+    t = time.perf_counter()
+    number_probes_table(reps.vectors[lm.n_layers // 3 : lm.n_layers // 3 + 1])
+    probes_s = time.perf_counter() - t
+    frame = live_sample(pd.DataFrame({"prompt": target.texts, "answer": target.answers}))
+    texts, answers = list(frame["prompt"]), frame["answer"].to_numpy()
+    cache = PrefixCache(2**31)
+    t = time.perf_counter()
+    evaluate_conditions(lm, texts, answers, p, [Condition(None)], "last", 32, progress=False, prefix_cache=cache)
+    first_s = time.perf_counter() - t
+    basis = fourier_basis(p, "paper")
+    filters = [Ablation("attn", "low", 50), Ablation("mlp", "low", 50), Ablation("both", "high", 50),
+               Ablation("both", "low", 20)]
+    conds = [Condition(live_filter(lm, p, "paper", a), a.modules) for a in filters]
+    t = time.perf_counter()
+    evaluate_conditions(lm, texts, answers, p, conds, "last", 32, progress=False, prefix_cache=cache)
+    condition_s = (time.perf_counter() - t) / len(conds)
+    scale = n_split / len(texts)
+    grid_n = len(ablation_specs(basis, TAUS))
+    shift_n = len(shift_specs(p, lm.n_layers)) + 1
+    stages = {
+        "number representations": rep_s,
+        f"number spectra ({layers} layers x 2 bases x 1,000 shuffles)": spectrum_s * layers,
+        f"number probes ({layers} layers x 6 moduli x 5 splits)": probes_s * layers,
+        f"measurements (one capture pass, {n_split:,} questions)": first_s * scale,
+        f"ablation grid ({grid_n} conditions)": (first_s + grid_n * condition_s) * scale,
+        f"phase shift ({shift_n} conditions)": (first_s + shift_n * condition_s) * scale,
+    }
+    print(f"\nfull precompute of the stand-in ({lm.n_layers} layers), {n_split:,} test questions, "
+          f"{use_threads(threads)} thread(s), projected from each stage's unit: prefix + one pass over "
+          f"{len(texts)} prompts {first_s:.1f} s, one more condition {condition_s:.2f} s")
+    for name, seconds in stages.items():
+        print(f"  {name}: {seconds:,.0f} s")
+    print(f"  total (without embeddings and phase locking): {sum(stages.values()):,.0f} s   target <= 600 s")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer prompts and rounds (a smoke run)")
@@ -265,6 +320,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only-large", action="store_true", help="only the 12-layer model")
     ap.add_argument("--live", action="store_true", help="only the live filter on the demo model")
     ap.add_argument("--standin", action="store_true", help="only the live filter on the 30-layer stand-in")
+    ap.add_argument("--standin-stages", action="store_true",
+                    help="a full precompute of the stand-in, projected stage by stage from measured units")
     ap.add_argument(
         "--prompts", type=int, default=None, help="prompts for the demo model (default 1,024; large: a quarter)"
     )
@@ -275,6 +332,10 @@ def main(argv=None) -> int:
     print(f"torch threads: {n}")
     demo = PROJECT_ROOT / "models" / "fourier-frozen"
     prompts = args.prompts or (256 if args.quick else 1024)
+    if args.standin_stages:
+        with torch.no_grad():
+            bench_standin_stages(PROJECT_ROOT / "models" / "smollm2-standin", n)
+        return 0
     if args.standin:
         with torch.no_grad():
             bench_standin(PROJECT_ROOT / "models" / "smollm2-standin", args.rounds or 5, n)
