@@ -9,6 +9,7 @@ from app.sidebar import page_view
 from app.uploads import MAX_UPLOAD_MB, read_upload
 from app.url_state import to_url, url_state
 from core.analysis.behaviour import MAX_UPLOAD_ROWS
+from core.claims.accuracy import selection_note
 from core.errors import CoreError
 from core.paper import MULTIPLE_OF_10
 from core.runs import summaries
@@ -110,6 +111,8 @@ else:
     needs(run, Table.EXAMPLES)
     ex = run.table(Table.EXAMPLES)
     error_report(ex["answer"], ex["prediction"], f"{run.split} prompts of {run.label}", "errors")
+    if run.split == "test" and (note := selection_note(run)):  # a test score that is not a clean held-out figure
+        st.warning(f"**Not a clean test score:** {note}.", icon=":material/info:")
     show_chart(*figures.accuracy_by_answer(run), key="by-answer")
 st.caption(
     "Paper (share of errors that are multiples of 10): "
