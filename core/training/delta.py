@@ -181,11 +181,7 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
                     "it anyway")
         raise CoreError(f"the rebuilt weights differ from the ones trained (digest {digest[:12]} != {recorded[:12]}): "
                         f"{what}")
-    for f in folder.glob("model*.safetensors"):
-        f.unlink()
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
-    provenance = {
+    write_model_folder(folder, model, tokenizer, {
         "kind": "fine-tuned",
         "fine_tuned": meta.get("recipe", "") or folder.name,
         "folder": str(folder),
@@ -194,8 +190,7 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
         "delta": DELTA_FILE,
         "rebuilt_sha256": digest,
         "label": meta.get("label", ""),
-    }
-    (folder / "provenance.json").write_text(json.dumps(provenance, indent=1))
+    })
     if not recorded:
         checked = "NOT checked: no digest recorded"
     else:
@@ -203,6 +198,16 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
     log(f"rebuilt {folder} from {base} + {DELTA_FILE} in {time.time() - t0:.0f}s "
         f"(weights sha256 {digest[:12]}, {checked})")
     return folder
+
+
+def write_model_folder(folder: Path, model, tokenizer, provenance: dict) -> None:
+    """A model folder: the weights (safetensors; older shards removed first), the tokenizer, provenance.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in folder.glob("model*.safetensors"):
+        f.unlink()
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    (folder / "provenance.json").write_text(json.dumps(provenance, indent=1))
 
 
 def load_base(base_folder: str):

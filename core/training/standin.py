@@ -12,7 +12,6 @@ trained. Its answers are mostly wrong; its shapes, tokens and costs are the defa
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from core.models.importer import import_hint
 from core.models.loading import load_model
 from core.models.source import read_provenance
 from core.tasks import number_space
-from core.training.delta import merged_model
+from core.training.delta import merged_model, write_model_folder
 from core.training.finetune import initial_number_rows
 from core.training.recipe import Recipe
 
@@ -54,19 +53,13 @@ def make_standin(recipe: str | Recipe = DEFAULT_RECIPE, base: str | None = None,
     del loaded
     # no LoRA factors: the merge only adds the tokens and sets their rows
     model, tokenizer = merged_model(base, {"number_rows": torch.from_numpy(rows)}, {"p": p, "alpha": 1, "rank": 1})
-    out.mkdir(parents=True, exist_ok=True)
-    for f in out.glob("model*.safetensors"):
-        f.unlink()
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    provenance = {
+    write_model_folder(out, model, tokenizer, {
         "kind": "stand-in",
         "label": f"{recipe.name} before training (stand-in for speed measurements)",
         "recipe": recipe.name,
         "base": str(base),
         "base_provenance": read_provenance(Path(base)) or {},
         "number_rows": f"block {spec.layer} representation of {spec.context!r}, scaled; nothing trained",
-    }
-    (out / "provenance.json").write_text(json.dumps(provenance, indent=1))
+    })
     log(f"stand-in written to {out} in {time.time() - t0:.0f}s ({p} number tokens added, nothing trained)")
     return out
