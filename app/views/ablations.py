@@ -225,8 +225,9 @@ else:
         whole = st.toggle(
             f"Every question ({run.n_examples:,}) instead of a fixed sample of {LIVE_SAMPLE}",
             key="live_whole",
-            help="The sample is the same every time: each tenth of the answers' range gives its share of the "
-            "questions. Its accuracy comes with a 95% interval, shown as it narrows while the questions come in. "
+            help="The sample is the same every time, and small, middle and large answers appear in it in the same "
+            "proportions as in the whole split. Its accuracy comes with a 95% interval, shown as it narrows while "
+            "the questions come in. "
             f"Every question takes about {run.n_examples / LIVE_SAMPLE:.0f} times as long.",
         )
     settings = (run.name, st.session_state["live_modules"], st.session_state["live_removed"], int(tau), run_basis,

@@ -68,7 +68,8 @@ def selection_note_of(manifest: dict, log: pd.DataFrame | None) -> str:
             "held-out figure"
         )
     if log is not None and (log[log["split"] == "test"].groupby("seed")["epoch"].nunique() > 1).any():
-        notes.append("the training log scored the test split at every epoch")
+        notes.append("the training log scored the test split at every epoch, so when to stop training could have been "
+                     "chosen by looking at it: read it like a validation score")
     return "; ".join(notes)
 
 

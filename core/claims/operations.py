@@ -186,7 +186,7 @@ def claim_operations(shown: dict, claims_of: Callable) -> Claim:
             who = f"{carrier['module']} locks to a short period most (R = {carrier['value']:.2f})"
             moved.append(f"{task_name(task)} R = {carrier['value']:.2f} ({carrier['module']})")
         sentences.append(
-            f"{task_name(task).capitalize()} ({short_name(run)}): {scores} (always answering "
+            f"{task_name(task)[:1].upper()}{task_name(task)[1:]} ({short_name(run)}): {scores} (always answering "
             f"{acc['commonest_answer']}: {pct(acc['commonest_share'])}); {waves}; {who}."
         )
     mult = shown.get("multiplication")
