@@ -341,27 +341,37 @@ def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int 
 
 def table1_chart(run: RunReader, tau: int):
     data = summaries.accuracy_by_tau(run.table(Table.ABLATIONS))
-    chart = (
-        alt.Chart(data)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("tau:Q", title="cutoff tau (frequency k)"),
-            y=alt.Y("accuracy:Q", title="accuracy under the filter", axis=PCT_AXIS, scale=PCT_SCALE),
-            color=alt.Color("filter:N", title="filter", legend=alt.Legend(labelLimit=0)),
-            tooltip=[
-                "filter",
-                "tau",
-                alt.Tooltip("accuracy:Q", format=".1%"),
-                alt.Tooltip("loss:Q", format=".3f"),
-                "erased",
-            ],
-        )
+    base = alt.Chart(data).encode(
+        x=alt.X("tau:Q", title="cutoff tau (frequency k)"),
+        color=alt.Color("filter:N", title="filter", legend=alt.Legend(labelLimit=0)),
+    )
+    chart = base.mark_line(point=True).encode(
+        y=alt.Y("accuracy:Q", title="accuracy under the filter", axis=PCT_AXIS, scale=PCT_SCALE),
+        tooltip=[
+            "filter",
+            "tau",
+            alt.Tooltip("accuracy:Q", format=".1%"),
+            alt.Tooltip("low:Q", format=".1%", title="95% interval from"),
+            alt.Tooltip("high:Q", format=".1%", title="95% interval to"),
+            alt.Tooltip("n:Q", title="questions read"),
+            alt.Tooltip("loss:Q", format=".3f"),
+            "erased",
+        ],
     )
     rule = alt.Chart(pd.DataFrame({"tau": [tau]})).mark_rule(strokeDash=[6, 3], color="gray").encode(x="tau:Q")
     caption = (
         "Accuracy when every layer's outputs lose one band, for each cached cutoff. A line that collapses marks the "
         "band those modules need."
     )
+    sampled = data["n"] < data["n"].max()
+    if sampled.any():  # a deep model's sweep read on its fixed sample (core.runs.sampled_design)
+        chart = chart + base.transform_filter(alt.datum.n < int(data["n"].max())).mark_rule(strokeWidth=2).encode(
+            y=alt.Y("low:Q"), y2="high:Q"
+        )
+        caption += (
+            f" Cutoffs other than Table 1's were read on a sample of {int(data.loc[sampled, 'n'].max())} questions: "
+            "the bars are their 95% intervals."
+        )
     return styled(chart + rule, f"Accuracy under Fourier filters, by cutoff tau — {run.label}"), data, caption
 
 

@@ -82,10 +82,19 @@ def locking_heatmap(run: RunReader):
     return chart, data, caption
 
 
+#: The causal figure shows at most this many modules (a deep model: the strongest attention and MLP layers and the
+#: whole stream), two bars each, so it fits a projector's screen.
+SHIFT_BARS_MAX = 9
+
+
 def shift_bars(run: RunReader):
     """The causal figure of step 3: per module, the share of questions whose last digit moved when its short waves
     were shifted, beside the random edits of the same size (core.claims.last_digit.shift_summary)."""
-    summary = shift_summary(run.table(Table.PHASE_SHIFT))
+    full = shift_summary(run.table(Table.PHASE_SHIFT))
+    summary = full
+    if len(full) > SHIFT_BARS_MAX:
+        modules = full[full["kind"] != "resid"].sort_values("share", ascending=False).head(SHIFT_BARS_MAX - 1)
+        summary = full[full.index.isin(modules.index) | (full["kind"] == "resid")]
     names = {"attn": "attention", "mlp": "MLP", "resid": "whole stream"}
     rows = []
     for r in summary.itertuples():
@@ -159,12 +168,16 @@ def shift_bars(run: RunReader):
         .configure_axis(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
         .configure_legend(labelFontSize=16 if big else 11)
     )
-    questions = len(run.table(Table.EXAMPLES))
+    design = run.manifest.get("design")
+    read = (f"on a fixed sample of {design['sample']} questions" if design
+            else f"over all {len(run.table(Table.EXAMPLES))} questions")
     caption = (
-        f"Each module's waves of periods 2, 2.5, 5 and 10 moved by d = 1, 2 or 5 numbers over all {questions} "
-        "questions; blue: share whose last digit moved by d, grey: a random edit of the same size (mean of "
-        "draws); dashed: one half."
+        f"Each module's waves of periods 2, 2.5, 5 and 10 moved by d = 1, 2 or 5 numbers {read}; blue: share whose "
+        "last digit moved by d, grey: a random edit of the same size (mean of draws); dashed: one half."
     )
+    if len(summary) < len(full):
+        caption += (f" Shown: the {SHIFT_BARS_MAX - 1} of {len(full) - 1} layers whose last digit moved most, and the "
+                    "stream.")
     return chart, data, caption
 
 

@@ -85,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="rebuild even if the run exists (partial work of an earlier ordinary run is discarded; "
         "an interrupted --recompute resumes)",
     )
+    pre.add_argument(
+        "--every-question",
+        action="store_true",
+        help="a deep model (30 layers) reads every question for every condition, not a fixed sample for the tau "
+        "sweep and the phase-shift screen (docs/method.md, 'Deep models'); hours instead of minutes on a CPU",
+    )
     pre.add_argument("--no-progress", action="store_true")
 
     for name, what in (("ablate", "one Fourier filter"), ("shift", "one phase shift")):
@@ -240,6 +246,7 @@ def cmd_precompute(args) -> int:
         cache_dir=args.cache_dir,
         recompute=args.recompute,
         progress=False if args.no_progress else None,
+        every_question=args.every_question,
     )
     precompute(opts)
     return 0

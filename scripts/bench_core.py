@@ -34,11 +34,15 @@ same predictions as computed ones (checked).
 --standin-stages projects a full precompute of the stand-in stage by stage from each stage's unit,
 measured: one layer's number spectra and probes, the prefix and one pass over the 512-question sample,
 one more filter condition (the grid and the phase shift whole would take hours).
+--standin-precompute runs the stand-in's full precompute (the sampled design of docs/method.md, 'Deep
+models') into a temporary cache, after one plain pass over its test split, and prints each stage's
+seconds and its ratio to that plain pass, with every log line of the precompute timed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -63,6 +67,7 @@ from core.runs.ablate import open_target
 from core.runs.ablation_grid import ablation_specs, build_filters, filter_key, module_second_moments
 from core.runs.live_ablation import LIVE_SAMPLE, live_ablation, live_filter
 from core.runs.live_sample import live_sample
+from core.runs.precompute import PrecomputeOptions, precompute
 from core.runs.shift_run import shift_specs
 from core.tasks import build_examples, select_split
 from core.threads import use_threads
@@ -313,6 +318,37 @@ def bench_standin_stages(folder: Path, threads) -> None:
           "capture of the module outputs' energy)   target <= 600 s")
 
 
+def bench_standin_precompute(folder: Path, threads) -> None:
+    """The stand-in's full precompute, timed stage by stage (the module doc), against one plain pass."""
+    target = open_target(str(folder), threads=threads, log=lambda _: None)
+    lm, texts = target.loaded, list(target.texts)
+    t = time.perf_counter()
+    with torch.no_grad():
+        for b in prepare_batches(lm.tokenizer, texts, 32):
+            forward_batch(lm, b)
+    plain_s = time.perf_counter() - t
+    del target, lm
+    print(f"plain pass over the {len(texts):,} test prompts: {plain_s:.1f} s")
+    start = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"  [{time.perf_counter() - start:7.1f} s] {msg}", flush=True)
+
+    with tempfile.TemporaryDirectory() as cache:
+        run = precompute(PrecomputeOptions(model=str(folder), cache_dir=cache, threads=threads, progress=False), log)
+        total = time.perf_counter() - start
+        manifest = json.loads((Path(run) / "manifest.json").read_text())
+    timings, design = manifest["timings"], manifest.get("design")
+    print(f"\nfull precompute of the stand-in ({manifest['n_layers']} layers), {len(texts):,} test questions, "
+          f"{timings['threads']} thread(s)"
+          + (f", sampled design: {design['sample']}-question sample, {design['screen']}-question screen, "
+             f"{len(design['every_question'])} grid conditions on every question" if design else ""))
+    for key, seconds in timings.items():
+        if key.endswith("_s"):
+            print(f"  {key[:-2]}: {seconds:,.0f} s = {seconds / plain_s:.1f} plain passes")
+    print(f"  total: {total:,.0f} s = {total / plain_s:.1f} plain passes   target <= 600 s")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer prompts and rounds (a smoke run)")
@@ -325,6 +361,8 @@ def main(argv=None) -> int:
     ap.add_argument("--standin", action="store_true", help="only the live filter on the 30-layer stand-in")
     ap.add_argument("--standin-stages", action="store_true",
                     help="a full precompute of the stand-in, projected stage by stage from measured units")
+    ap.add_argument("--standin-precompute", action="store_true",
+                    help="the stand-in's full precompute, timed stage by stage against a plain pass")
     ap.add_argument(
         "--prompts", type=int, default=None, help="prompts for the demo model (default 1,024; large: a quarter)"
     )
@@ -335,6 +373,9 @@ def main(argv=None) -> int:
     print(f"torch threads: {n}")
     demo = PROJECT_ROOT / "models" / "fourier-frozen"
     prompts = args.prompts or (256 if args.quick else 1024)
+    if args.standin_precompute:
+        bench_standin_precompute(PROJECT_ROOT / "models" / "smollm2-standin", n)
+        return 0
     if args.standin_stages:
         with torch.no_grad():
             bench_standin_stages(PROJECT_ROOT / "models" / "smollm2-standin", n)

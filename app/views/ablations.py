@@ -143,6 +143,9 @@ if t1["erased"].any():
         f"Some filters erase the module output entirely: this model is {run.width} wide, and the removed "
         "Fourier rows span all of it. Those rows measure a model with the modules switched off, not a frequency filter."
     )
+sampled_note = summaries.sampled_cells_note(ablations, run.manifest)
+if sampled_note:
+    st.info(sampled_note)
 show_chart(*figures.table1_chart(run, shown_tau), key="acc-by-tau")
 
 st.subheader("Errors under one filter")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
+from joblib import Parallel, delayed
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import cohen_kappa_score
 
@@ -171,9 +172,11 @@ def probe_kappas(
 
 def number_probes_table(
     reps: NumberRepresentations | np.ndarray, moduli=TARGET_MODULI, controls=CONTROL_MODULI, n_splits: int = N_SPLITS,
-    seed: int = 0, progress=None,
+    seed: int = 0, progress=None, workers: int = 1,
 ) -> pd.DataFrame:
-    """Per layer and modulus: kappa_mean, kappa_sd over the splits, and whether the modulus is a control."""
+    """Per layer and modulus: kappa_mean, kappa_sd over the splits, and whether the modulus is a control.
+    `workers` > 1 fits that many probes side by side (joblib's worker processes; each probe is seeded on its
+    own, so the table is the same whatever the number of workers)."""
     vectors = reps.vectors if isinstance(reps, NumberRepresentations) else np.asarray(reps)
     rows = []
     n = vectors.shape[1]
@@ -181,8 +184,13 @@ def number_probes_table(
     pairs = [(T, role) for T, role in pairs if 2 <= T <= n // 2]  # a modulus needs two numbers per class at least
     jobs = [(layer, T, role) for layer in range(vectors.shape[0]) for T, role in pairs]
     bar = progress_bar(len(jobs), "probes", progress)
-    for layer, T, role in jobs:
-        k = probe_kappas(vectors[layer], T, n_splits, seed)
+    if workers > 1:
+        fitted = Parallel(n_jobs=workers, return_as="generator")(
+            delayed(probe_kappas)(vectors[layer], T, n_splits, seed) for layer, T, _ in jobs
+        )
+    else:
+        fitted = (probe_kappas(vectors[layer], T, n_splits, seed) for layer, T, _ in jobs)
+    for (layer, T, role), k in zip(jobs, fitted):
         rows.append({"layer": layer, "modulus": T, "role": role, "kappa_mean": float(k.mean()),
                      "kappa_sd": float(k.std(ddof=1)) if len(k) > 1 else 0.0, "n_splits": n_splits})
         bar.update(1)
@@ -191,14 +199,16 @@ def number_probes_table(
 
 
 def representation_tables(loaded, n_numbers: int = DEFAULT_N, context: str | None = None, seed: int = 0,
-                          batch_size: int = 64, log=print, progress=None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """`number_spectrum`, `number_probes` and a summary dict (context, tokens per number) for a model."""
+                          batch_size: int = 64, log=print, progress=None,
+                          workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """`number_spectrum`, `number_probes` (fitted by `workers` processes) and a summary dict (context, tokens per
+    number) for a model."""
     t0 = time.time()
     reps = number_representations(loaded, n_numbers, context, batch_size, progress)
     log(f"number representations: {reps.describe()} ({time.time() - t0:.0f}s)")
     spectrum = number_spectrum_table(reps, seed)
     log(f"number spectra with null model: {reps.n_layers + 1} layers x 2 bases ({time.time() - t0:.0f}s)")
-    probes = number_probes_table(reps, seed=seed, progress=progress)
+    probes = number_probes_table(reps, seed=seed, progress=progress, workers=workers)
     log(f"number probes: {len(probes)} (layer, modulus) pairs ({time.time() - t0:.0f}s)")
     info = {
         "context": reps.context,

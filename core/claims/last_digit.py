@@ -21,6 +21,8 @@ CAUSAL_SHARE = 0.5
 CONTROL_MAX = 0.15
 #: The period set the verdict reads: all four short periods moved together.
 CAUSAL_SET = "all"
+#: The sentence names this many modules, strongest first, and gives the largest share of the rest.
+SAID_MODULES = 6
 
 PAPER = (
     "For 15 + 93, GPT-2-XL's MLP 33 favours every even number (period 2) and its attention 40 the numbers that end "
@@ -74,7 +76,10 @@ def claim_module_waves(run) -> Claim:
     congruent to 108 mod 5 and 10; Table 1 says attention's high frequencies carry the last digit.
 
     With the model's weights (the `phase_shift` table): shifting a module's waves of periods 2, 2.5, 5 and
-    10 by d = 1, 2, 5 numbers (the least-norm edit, core.analysis.phase_shift) over every question. A module
+    10 by d = 1, 2, 5 numbers (the least-norm edit, core.analysis.phase_shift) over every question (a deep
+    model: every module on a screen of the fixed sample's first questions, and every condition, controls
+    included, for the modules the screen keeps and the stream on the whole sample, core.runs.sampled_design;
+    a module read only on the screen has no controls and cannot pass). A module
     *computes the last digit* when the last digit of the answer moves by d for at least half the questions
     (the lower end of the 95% Wilson interval, pooled over d, >= CAUSAL_SHARE) while random edits of the
     same norm move it for at most CONTROL_MAX (mean over draws); it *does not* when the interval's upper
@@ -141,12 +146,23 @@ def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: boo
     else:
         verdict = "does not"
     questions = int(run.table(Table.EXAMPLES).shape[0])
-    parts = [f"{_who(r.kind, r.layer)} {pct(r.share)}" for r in modules.sort_values("share", ascending=False)
-             .itertuples()]
+    design = run.manifest.get("design")
+    ranked = modules.sort_values("share", ascending=False)
+    parts = [f"{_who(r.kind, r.layer)} {pct(r.share)}" for r in ranked.head(SAID_MODULES).itertuples()]
+    if len(ranked) > SAID_MODULES:
+        parts.append(f"and at most {pct(ranked['share'].iloc[SAID_MODULES])} for each of the other "
+                     f"{len(ranked) - SAID_MODULES}")
     ctrl = modules["control"]
+    if design:
+        questions = int(design["sample"])
+        read = (f"on a fixed sample of {questions} of the {design['n_split']:,} {split} questions (a screen of every "
+                f"module on {design['screen']} of them kept the {design['screen_keep']} whose last digit moved most; "
+                "the others were read only there, without controls)")
+    else:
+        read = f"over all {questions} {split} questions"
     measured = (
-        f"Shifting each module's waves of periods 2, 2.5, 5 and 10 by d = 1, 2 or 5 numbers, over all {questions} "
-        f"{split} questions: the last digit of the answer moves by d for {', '.join(parts)}"
+        f"Shifting each module's waves of periods 2, 2.5, 5 and 10 by d = 1, 2 or 5 numbers, {read}: the last digit "
+        f"of the answer moves by d for {', '.join(parts)}"
         f" (random edits of the same size: {pct(ctrl.min())} to {pct(ctrl.max())})."
     )
     if len(stream):
@@ -165,7 +181,8 @@ def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: boo
     top = modules.sort_values("share", ascending=False).iloc[0]
     headline = (
         f"Shifting {_who(top['kind'], top['layer'])}'s short waves moves the last digit of {pct(top['share'])} of "
-        f"{questions} questions (random edits: {pct(top['control'])})."
+        f"{f'a {questions}-question sample' if design else f'{questions} questions'} (random edits: "
+        f"{pct(top['control'])})."
     )
     return Claim(
         "module_waves", PAPER, measured, verdict, reason,

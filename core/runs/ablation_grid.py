@@ -3,7 +3,10 @@ frequency, random-subspace controls matched to each band's rank, and at Table 1'
 rank and removed energy), evaluated at the answer position with the prefix shared across conditions
 (core.analysis.evaluation.evaluate_conditions), saved condition by condition so an interrupted grid resumes; and
 the error-analysis table built from it. Each filter's row says what share of the modules' output energy it
-removes (`core.analysis.filters.removed_energy_share`, from one capture pass: `module_second_moments`).
+removes (`core.analysis.filters.removed_energy_share`, from the outputs' second moments: `ModuleEnergy`, fed by
+the measurement pass or by a capture pass of its own). Under a sampled design (core.runs.sampled_design) the
+conditions Table 1's verdict reads run on every question and the others on the fixed sample, each row's `n`
+saying which, and a sampled row's change in accuracy is against the unfiltered model on the same sample.
 Part of `core.runs.precompute`'s stages.
 """
 
@@ -24,10 +27,18 @@ from core.models.capture import iter_capture
 from core.models.names import ATTN, BOTH, MLP, MODULE_OUTPUTS
 from core.paper import TABLE1_TAU
 from core.runs.cache import RunWriter
+from core.runs.sampled_design import reads_every_question
 
 #: Draws of each random-subspace control at the cutoff Table 1 reads (the tau nearest TABLE1_TAU); other cutoffs
 #: get one draw. The verdict reads their mean and spread (core.claims.mechanism.claim_ablations).
 CONTROL_DRAWS = 5
+#: The key, in a grid's partial results, of the unfiltered model on a sampled design's sample.
+SAMPLE_BASE = "sample-base"
+
+
+def table1_cutoff(taus) -> int | None:
+    """The grid's tau that Table 1 reads: the one nearest the paper's (TABLE1_TAU), the lower on a tie."""
+    return min((int(t) for t in taus), key=lambda t: (abs(t - TABLE1_TAU), t)) if len(taus) else None
 
 
 def ablation_specs(basis, taus, controls: bool = True):
@@ -51,7 +62,7 @@ def ablation_specs(basis, taus, controls: bool = True):
     for k in sorted({basis.frequency_of_period(2.0), 1}, reverse=True):
         specs.append(Ablation("both", "keep", keep_k=int(k)))
     if controls and taus:
-        table1_tau = min(taus, key=lambda t: (abs(int(t) - TABLE1_TAU), int(t)))
+        table1_tau = table1_cutoff(taus)
         for draw in range(1, CONTROL_DRAWS):
             for modules in (BOTH, *MODULE_OUTPUTS):
                 for removed in ("random-low", "random-high"):
@@ -63,16 +74,61 @@ def ablation_specs(basis, taus, controls: bool = True):
     return specs
 
 
-def module_second_moments(loaded, texts, batch_size: int, progress=None) -> dict:
-    """C = sum of x x^T (float64, D x D) over the answer-position outputs of every layer's attention, of every
-    layer's MLP, and of both ("both"), over `texts`: what a filter acting on those outputs removes energy from."""
-    sums = {ATTN: 0.0, MLP: 0.0}
-    for cb in iter_capture(loaded, texts, batch_size, MODULE_OUTPUTS, progress, desc="module output energy"):
+class ModuleEnergy:
+    """C = sum of x x^T (float64, D x D) over the answer-position outputs of every layer's attention and of every
+    layer's MLP, added up batch by batch from captured batches (core.models.capture.iter_capture)."""
+
+    def __init__(self):
+        self.sums = {ATTN: 0.0, MLP: 0.0}
+
+    def add(self, cb) -> None:
         for kind in MODULE_OUTPUTS:
             x = getattr(cb, kind).double().cpu().numpy()
             x = x.reshape(-1, x.shape[-1])
-            sums[kind] = sums[kind] + x.T @ x
-    return {ATTN: sums[ATTN], MLP: sums[MLP], BOTH: sums[ATTN] + sums[MLP]}
+            self.sums[kind] = self.sums[kind] + x.T @ x
+
+    def second_moments(self) -> dict:
+        """Per modules a filter acts on ("attn", "mlp", "both"): the D x D second moment of their outputs."""
+        return {ATTN: self.sums[ATTN], MLP: self.sums[MLP], BOTH: self.sums[ATTN] + self.sums[MLP]}
+
+
+def module_second_moments(loaded, texts, batch_size: int, progress=None) -> dict:
+    """`ModuleEnergy.second_moments` of the outputs over `texts`, from a capture pass of its own: what a filter
+    acting on those outputs removes energy from."""
+    energy = ModuleEnergy()
+    for cb in iter_capture(loaded, texts, batch_size, MODULE_OUTPUTS, progress, desc="module output energy"):
+        energy.add(cb)
+    return energy.second_moments()
+
+
+def every_question_labels(basis, taus) -> list[str]:
+    """The labels of the grid's conditions that read every question under a sampled design."""
+    t1 = table1_cutoff(taus)
+    return [s.label() for s in ablation_specs(basis, taus) if reads_every_question(s, t1)]
+
+
+#: The module outputs' second moments, kept in the staging folder from the measurement pass until the grid has
+#: used them (a working file: never published).
+ENERGY_FILE = "module_energy.npz"
+
+
+def write_energy(writer: RunWriter, second_moments: dict) -> None:
+    tmp = writer.staging / f".{ENERGY_FILE}.tmp"
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **second_moments)
+    tmp.replace(writer.staging / ENERGY_FILE)
+
+
+def read_energy(writer: RunWriter) -> dict | None:
+    """The second moments the measurement pass saved, or None (the grid then measures them itself)."""
+    path = writer.staging / ENERGY_FILE
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError):
+        return None
 
 
 def _spec_key(spec) -> str:
@@ -99,53 +155,84 @@ def build_filters(specs, W_U, basis, second_moments: dict) -> dict:
     return built
 
 
-def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts, writer: RunWriter, log=print):
-    """Evaluate every ablation of the grid in one pass over the prompts.
+def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts, writer: RunWriter, log=print, design=None,
+                  second_moments: dict | None = None):
+    """Evaluate every ablation of the grid in one pass over the prompts (two under a sampled `design`: the
+    conditions that read every question, then the others on the sample).
 
     With filters at the answer position the prefix of each batch runs once and every condition
     runs on the last token only (core.analysis.evaluation.evaluate_conditions). Partial results are
     checkpointed in the staging folder, so an interrupted grid resumes where it stopped. `opts`: the
     run's core.runs.precompute.PrecomputeOptions (positions, batch_size, progress are read).
+    `second_moments`: the module outputs' (ModuleEnergy.second_moments); None: measured here.
     """
 
     W_U = loaded.unembedding(p)
     done = writer.read_json("ablations.partial.json") or {}
     specs = ablation_specs(basis, taus)
-    pending = [s for s in specs if _spec_key(s) not in done]
-    second_moments = module_second_moments(loaded, texts, opts.batch_size, opts.progress)
-    if pending:
-        filters = build_filters(pending, W_U, basis, second_moments)
-        conditions = [Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in pending]
-        keys = [_spec_key(s) for s in pending]
-        progress_file = writer.staging / "ablations.progress.npz"
-        resume = _read_progress(progress_file, writer.read_json("ablations.progress.json"), keys)
-        if resume is not None:
-            log(f"resuming the ablation grid: {int(resume.done.sum())} of {len(texts)} prompts already done")
+    if second_moments is None:
+        second_moments = module_second_moments(loaded, texts, opts.batch_size, opts.progress)
+    answers = np.asarray(answers)
+    if design is None:
+        groups = [("ablations", specs, np.arange(len(texts)), [])]
+    else:
+        t1 = table1_cutoff(taus)
+        groups = [
+            ("ablations", [s for s in specs if reads_every_question(s, t1)], np.arange(len(texts)), []),
+            ("ablations.sample", [s for s in specs if not reads_every_question(s, t1)], design.sample, [SAMPLE_BASE]),
+        ]
+    for stem, group, rows, extra in groups:
+        pending = [s for s in group if _spec_key(s) not in done]
+        extra = [k for k in extra if k not in done]
+        if pending or extra:
+            _evaluate_group(loaded, [texts[i] for i in rows], answers[rows], p, basis, W_U, pending, extra,
+                            second_moments, opts, writer, done, stem, log)
+    return _grid_tables(specs, done, design, table1_cutoff(taus))
 
-        def checkpoint(state: GridProgress) -> None:
-            _write_progress(progress_file, state)
-            writer.write_json("ablations.progress.json", {"keys": keys})
 
-        log(f"ablation grid: {len(pending)} conditions, {len(filters)} distinct filters, {len(texts)} prompts")
-        evaluations = evaluate_conditions(
-            loaded,
-            texts,
-            answers,
-            p,
-            conditions,
-            opts.positions,
-            opts.batch_size,
-            progress=opts.progress,
-            desc=f"ablations ({len(pending)} conditions)",
-            resume=resume,
-            on_checkpoint=checkpoint,
-        )
-        for spec, ev, cond in zip(pending, evaluations, conditions):
-            energy = removed_energy_share(cond.flt, second_moments[cond.modules]) if cond.flt is not None else 0.0
-            done[_spec_key(spec)] = _ablation_entry(spec, basis, ev, energy)
-        writer.write_json("ablations.partial.json", done)
-        progress_file.unlink(missing_ok=True)
-        (writer.staging / "ablations.progress.json").unlink(missing_ok=True)
+def _evaluate_group(loaded, texts, answers, p, basis, W_U, pending, extra, second_moments, opts, writer, done, stem,
+                    log) -> None:
+    """Evaluate `pending` specs (and the unfiltered model under each key of `extra`) on these prompts, resuming
+    from and checkpointing to `stem`.progress.*, and add their entries to `done` (saved to ablations.partial.json)."""
+    filters = build_filters(pending, W_U, basis, second_moments)
+    conditions = [Condition(filters[filter_key(s)], s.modules if s.modules != "none" else "both") for s in pending]
+    conditions += [Condition(None)] * len(extra)
+    keys = [_spec_key(s) for s in pending] + extra
+    progress_file = writer.staging / f"{stem}.progress.npz"
+    progress_meta = f"{stem}.progress.json"
+    resume = _read_progress(progress_file, writer.read_json(progress_meta), keys)
+    if resume is not None:
+        log(f"resuming the ablation grid: {int(resume.done.sum())} of {len(texts)} prompts already done")
+
+    def checkpoint(state: GridProgress) -> None:
+        _write_progress(progress_file, state)
+        writer.write_json(progress_meta, {"keys": keys})
+
+    log(f"ablation grid: {len(conditions)} conditions, {len(filters)} distinct filters, {len(texts)} prompts")
+    evaluations = evaluate_conditions(
+        loaded,
+        texts,
+        answers,
+        p,
+        conditions,
+        opts.positions,
+        opts.batch_size,
+        progress=opts.progress,
+        desc=f"ablations ({len(conditions)} conditions)",
+        resume=resume,
+        on_checkpoint=checkpoint,
+    )
+    for key, spec, ev, cond in zip(keys, pending + [Ablation()] * len(extra), evaluations, conditions):
+        energy = removed_energy_share(cond.flt, second_moments[cond.modules]) if cond.flt is not None else 0.0
+        done[key] = _ablation_entry(spec, basis, ev, energy)
+    writer.write_json("ablations.partial.json", done)
+    progress_file.unlink(missing_ok=True)
+    (writer.staging / progress_meta).unlink(missing_ok=True)
+
+
+def _grid_tables(specs, done: dict, design, table1_tau):
+    """The `ablations` and `ablation_errors` tables from the entries of every spec. A row read on the sample
+    gets its change in accuracy and loss against the unfiltered model on the same sample."""
     rows, err_frames = [], []
     for spec in specs:
         entry = done[_spec_key(spec)]
@@ -158,6 +245,11 @@ def ablation_grid(loaded, texts, answers, p: int, basis, taus, opts, writer: Run
     base = table[table["removed"] == "none"].iloc[0]
     table["delta_accuracy"] = table["accuracy"] - base["accuracy"]
     table["delta_loss"] = table["loss"] - base["loss"]
+    if design is not None:
+        on_sample = np.array([not reads_every_question(s, table1_tau) for s in specs])
+        sample_base = done[SAMPLE_BASE]["row"]
+        table.loc[on_sample, "delta_accuracy"] = table.loc[on_sample, "accuracy"] - sample_base["accuracy"]
+        table.loc[on_sample, "delta_loss"] = table.loc[on_sample, "loss"] - sample_base["loss"]
     for col in ("tau", "keep_k"):
         table[col] = table[col].astype("Int64")
     errors = pd.concat(err_frames, ignore_index=True)

@@ -19,13 +19,17 @@ from core.tasks import subsample
 WAVES_KEPT = 10  # top-k waves stored per sampled example (the dashboard picks k <= this)
 
 
-def measure(loaded, examples, texts, p: int, opts, running: str | None, log=print) -> dict:
+def measure(loaded, examples, texts, p: int, opts, running: str | None, log=print, energy=None) -> dict:
     """The capture pass: per-example results, logit-lens accuracy, module spectra, sampled logits.
-    `opts`: the run's core.runs.precompute.PrecomputeOptions (n_sample, dataset_seed, batch_size, progress)."""
+    `opts`: the run's core.runs.precompute.PrecomputeOptions (n_sample, dataset_seed, batch_size, progress).
+    `energy`: an accumulator with `add(batch)` (core.runs.ablation_grid.ModuleEnergy) fed every captured batch, so
+    the grid's energy shares need no capture pass of their own."""
     sample_ids = _sample_ids(examples, opts.n_sample, running, opts.dataset_seed)
     sums = MeasureSums(loaded, examples, p, sample_ids)
     for cb in iter_capture(loaded, texts, opts.batch_size, progress=opts.progress, desc="measure"):
         sums.add(cb)
+        if energy is not None:
+            energy.add(cb)
     return sums.tables(texts, opts.dataset_seed)
 
 

@@ -7,12 +7,16 @@
 2. embeddings: embedding_spectrum (input and output number rows, both bases, with a
    permutation baseline) and embedding_clusters (t-SNE + k-means).
 3. ablations (core.runs.ablation_grid): the filter grid (modules x band removed x tau, no filter, keep-one-frequency for
-   periods 2 and p-1), one evaluation each, saved one by one so an interrupted grid resumes.
+   periods 2 and p-1), one evaluation each, saved one by one so an interrupted grid resumes. The module outputs'
+   energy it needs is added up during stage 1's pass.
 4. phase: phase_locking and wave_peaks (core.analysis.phase) from the same capture pass; a run cached
    before they existed gets them from one more capture pass (`_upgrade_run`).
 5. phase shift (core.runs.shift_run): each module's short waves moved by d, the answers that follow, with
    random-direction controls of the same norm.
 Then error_analysis, the manifest, and an atomic publish (core.runs.cache).
+
+A deep model (core.runs.sampled_design) reads every question in stages 1, 2 and 4 and for the conditions Table 1's
+verdict reads; the rest of stages 3 and 5 read a fixed stratified sample, and the manifest's `design` says so.
 """
 
 from __future__ import annotations
@@ -39,10 +43,18 @@ from core.files import read_json_file
 from core.models.loading import describe_model, load_model, prompt_texts
 from core.models.names import ModuleNames
 from core.models.source import project_relative, read_recipe_label
-from core.runs.ablation_grid import ablation_grid, error_analysis_table
+from core.runs.ablation_grid import (
+    ModuleEnergy,
+    ablation_grid,
+    error_analysis_table,
+    every_question_labels,
+    read_energy,
+    write_energy,
+)
 from core.runs.cache import RunWriter, check_table, ensure_cache_dir, run_lock, run_name
 from core.runs.measure import measure
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
+from core.runs.sampled_design import design_for
 from core.runs.shift_run import phase_shift_table, shift_specs
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample, with_shots
 from core.threads import use_threads
@@ -86,6 +98,7 @@ class PrecomputeOptions:
     cache_dir: str = "cache"
     recompute: bool = False
     progress: bool | None = None
+    every_question: bool = False  # a deep model reads a fixed sample for most conditions unless this is True
     extra_notes: list[str] = field(default_factory=list)
 
 
@@ -164,12 +177,16 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
     identity = run_identity(opts, loaded, taus)
     run_label = f"{label} {opts.task} {opts.split}" + (f" {opts.shots}-shot" if opts.shots else "")
     name = run_name(run_label, identity)
+    design = design_for([e.answer for e in examples], loaded.n_layers, loaded.width, opts.every_question)
     options = {"taus": list(taus), "n_sample": opts.n_sample}
+    if design is not None:
+        options["design"] = "sampled"  # only then: every-question runs keep the options they always had
     with run_lock(opts.cache_dir, name, log):
         writer = RunWriter(opts.cache_dir, name, identity, options, recompute=opts.recompute)
         try:
             return _precompute_run(
-                opts, loaded, writer, examples, texts, p, basis, taus, running, label, run_label, options, t0, log
+                opts, loaded, writer, examples, texts, p, basis, taus, running, label, run_label, options, t0, log,
+                design,
             )
         finally:
             writer.discard_if_empty()  # a staging folder with no finished table is not worth keeping
@@ -203,7 +220,7 @@ def _check_context(loaded, texts, shots: int) -> None:
 
 
 def _precompute_run(
-    opts, loaded, writer, examples, texts, p, basis, taus, running, label, run_label, options, t0, log
+    opts, loaded, writer, examples, texts, p, basis, taus, running, label, run_label, options, t0, log, design=None
 ) -> Path:
     """The stages of `precompute`, run under the run's lock: a cached run is upgraded or left alone;
     otherwise each stage's tables are written unless a resumed staging folder has them already."""
@@ -213,7 +230,9 @@ def _precompute_run(
         log(f"resuming {writer.name} from its unfinished tables")
     timings = {"load_s": round(time.time() - t0, 2), "threads": torch.get_num_threads()}
     with torch.no_grad():
-        timings.update(_write_stage_tables(writer, loaded, examples, texts, p, basis, taus, running, opts, log))
+        timings.update(
+            _write_stage_tables(writer, loaded, examples, texts, p, basis, taus, running, opts, log, design)
+        )
 
     examples_frame = writer.read("examples")
     ablations = writer.read("ablations")
@@ -225,6 +244,8 @@ def _precompute_run(
     manifest = _run_manifest(
         opts, loaded, writer, examples, p, taus, running, label, run_label, timings, ablations, accuracy
     )
+    if design is not None:
+        manifest["design"] = design.manifest(every_question_labels(basis, taus))
     path = writer.publish(manifest)
     log(
         f"wrote run {writer.name} to {path} (accuracy {manifest['accuracy']:.2%} on {len(examples)} {opts.split} "
@@ -252,15 +273,20 @@ def _keep_cached_run(
 
 
 def _write_stage_tables(
-    writer: RunWriter, loaded, examples, texts, p: int, basis, taus, running, opts: PrecomputeOptions, log
+    writer: RunWriter, loaded, examples, texts, p: int, basis, taus, running, opts: PrecomputeOptions, log,
+    design=None,
 ) -> dict:
-    """Stages 1-4 (the module docstring), each skipped when the staging folder has its tables; returns
+    """Stages 1-5 (the module docstring), each skipped when the staging folder has its tables; returns
     the seconds each took."""
     timings = {}
     t1 = time.time()
+    grid_pending = not (writer.has("ablations") and writer.has("ablation_errors"))
     if not all(writer.has(t) for t in MEASURE_TABLES):
-        for t, frame in measure(loaded, examples, texts, p, opts, running, log).items():
+        energy = ModuleEnergy() if grid_pending else None
+        for t, frame in measure(loaded, examples, texts, p, opts, running, log, energy).items():
             writer.write(t, frame)
+        if energy is not None:
+            write_energy(writer, energy.second_moments())
     timings["measurements_s"] = round(time.time() - t1, 2)
     if not all(writer.has(t) for t in PHASE_TABLES):  # a staging folder from before the phase stage existed
         timings["phase_s"] = _write_phase_tables(writer, loaded, examples, texts, p, opts)
@@ -279,9 +305,11 @@ def _write_stage_tables(
     timings["numbers_s"] = round(time.time() - t_numbers, 2)
 
     t3 = time.time()
-    if not (writer.has("ablations") and writer.has("ablation_errors")):
+    if grid_pending:
         answers = np.array([e.answer for e in examples])
-        ablations, ablation_errors = ablation_grid(loaded, texts, answers, p, basis, taus, opts, writer, log)
+        ablations, ablation_errors = ablation_grid(
+            loaded, texts, answers, p, basis, taus, opts, writer, log, design, read_energy(writer)
+        )
         writer.write("ablations", ablations)
         writer.write("ablation_errors", ablation_errors)
     timings["ablations_s"] = round(time.time() - t3, 2)
@@ -289,7 +317,7 @@ def _write_stage_tables(
     t4 = time.time()
     if not writer.has("phase_shift") and shift_specs(p, loaded.n_layers):
         answers = np.array([e.answer for e in examples])
-        writer.write("phase_shift", phase_shift_table(loaded, texts, answers, p, opts, log))
+        writer.write("phase_shift", phase_shift_table(loaded, texts, answers, p, opts, log, design))
     timings["phase_shift_s"] = round(time.time() - t4, 2)
     return timings
 
@@ -378,7 +406,8 @@ NUMBERS_JSON = "numbers.json"
 def _write_number_tables(writer: RunWriter, loaded, n_numbers: int, opts: PrecomputeOptions, log) -> dict:
     """The number-representation tables (`core.analysis.numbers`) of every layer, into the staging folder."""
     spectrum, probes, info = representation_tables(
-        loaded, n_numbers, seed=opts.dataset_seed, batch_size=opts.batch_size, log=log, progress=opts.progress
+        loaded, n_numbers, seed=opts.dataset_seed, batch_size=opts.batch_size, log=log, progress=opts.progress,
+        workers=torch.get_num_threads(),  # the probes are fitted one per thread the run may use
     )
     writer.write("number_spectrum", spectrum)
     writer.write("number_probes", probes)

@@ -1,4 +1,6 @@
-"""The phase-shift stage of a run: the `phase_shift` table (core.analysis.phase_shift), over every example.
+"""The phase-shift stage of a run: the `phase_shift` table (core.analysis.phase_shift), over every example (for
+a deep model, a screen of every module and every condition of the modules it keeps on a fixed sample:
+core.runs.sampled_design).
 
 For every attention and MLP layer and the residual stream after the last layer, every period set of
 `PERIOD_SETS` and every shift d of `SHIFTS`, the model's answers with that module's waves moved by d,
@@ -30,6 +32,7 @@ from core.analysis.phase_shift import (
     wilson_interval,
 )
 from core.models.names import ATTN, MLP, RESID
+from core.runs.sampled_design import screened_modules
 
 #: Period set whose shifts get random-direction controls.
 CONTROLLED_SET = "all"
@@ -62,12 +65,37 @@ def shift_specs(p: int, n_layers: int, shifts=SHIFTS, draws: int = CONTROL_DRAWS
     return specs
 
 
-def phase_shift_table(loaded, texts, answers, p: int, opts, log=print) -> pd.DataFrame:
+def phase_shift_table(loaded, texts, answers, p: int, opts, log=print, design=None) -> pd.DataFrame:
     """The `phase_shift` table of a run (module docstring). `opts`: the run's PrecomputeOptions (batch_size,
-    progress are read)."""
+    progress are read). Under a sampled `design` (core.runs.sampled_design): a screen of every attention and MLP
+    layer on the sample's first questions, then every condition for the modules it keeps and the residual stream
+    on the whole sample; the modules it drops keep their screen rows."""
     W_U = loaded.unembedding(p).double().cpu().numpy()
-    basis = fourier_basis(p, "paper")
     specs = shift_specs(p, loaded.n_layers)
+    answers = np.asarray(answers)
+    if design is None:
+        return _table(_shift_rows(loaded, W_U, texts, answers, p, specs, opts, log))
+    order = {(s["kind"], s["layer"], s["period_set"], s["d"], s["control"], s["draw"]): i for i, s in enumerate(specs)}
+    screen_specs = [s for s in specs if s["period_set"] == CONTROLLED_SET and not s["control"] and s["kind"] != RESID]
+    if not screen_specs:  # no shift of all four short periods on this number line: the sample reads every module
+        return _table(_shift_rows(loaded, W_U, [texts[i] for i in design.sample], answers[design.sample], p, specs,
+                                  opts, log))
+    screen = design.sample[: design.screen]
+    screen_rows = _shift_rows(loaded, W_U, [texts[i] for i in screen], answers[screen], p, screen_specs, opts, log,
+                              "phase-shift screen")
+    kept = {*screened_modules(pd.DataFrame(screen_rows)), (RESID, int(loaded.n_layers))}
+    log(f"phase shift: the screen keeps {', '.join(f'{k} {l}' for k, l in sorted(kept))}")
+    full_specs = [s for s in specs if (s["kind"], s["layer"]) in kept]
+    rows = [r for r in screen_rows if (r["kind"], r["layer"]) not in kept]
+    rows += _shift_rows(loaded, W_U, [texts[i] for i in design.sample], answers[design.sample], p, full_specs, opts,
+                        log)
+    rows.sort(key=lambda r: order[(r["kind"], r["layer"], r["period_set"], r["d"], r["control"], r["draw"])])
+    return _table(rows)
+
+
+def _shift_rows(loaded, W_U, texts, answers, p: int, specs, opts, log, what: str = "phase shift") -> list[dict]:
+    """One row per spec: the answers on `texts` with that shift, against the unedited answers (one pass)."""
+    basis = fourier_basis(p, "paper")
     built = {key: phase_shift(W_U, basis, PERIOD_SETS[key[0]], key[1])
              for key in dict.fromkeys((s["period_set"], s["d"]) for s in specs)}
     directions = [random_direction(W_U, CONTROL_SEED + draw) for draw in range(CONTROL_DRAWS)]
@@ -77,10 +105,10 @@ def phase_shift_table(loaded, texts, answers, p: int, opts, log=print) -> pd.Dat
         if s["control"]:
             edit = edit.control(directions[s["draw"]])
         conditions.append(Condition(edit, s["kind"], s["layer"]))
-    log(f"phase shift: {len(specs)} conditions ({len(built)} distinct shifts), {len(texts)} prompts")
+    log(f"{what}: {len(specs)} conditions ({len(built)} distinct shifts), {len(texts)} prompts")
     evaluations = evaluate_conditions(
         loaded, texts, answers, p, conditions, "last", opts.batch_size, progress=opts.progress,
-        desc=f"phase shift ({len(specs)} conditions)",
+        desc=f"{what} ({len(specs)} conditions)",
     )
     before = evaluations[0].predictions
     rows = []
@@ -97,6 +125,10 @@ def phase_shift_table(loaded, texts, answers, p: int, opts, log=print) -> pd.Dat
             "accuracy": ev.accuracy,
             "misfit": built[(s["period_set"], s["d"])].misfit,
         })
+    return rows
+
+
+def _table(rows: list[dict]) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     table["layer"] = table["layer"].astype(np.int64)
     return table

@@ -1,0 +1,143 @@
+"""A deep model's precompute (core.runs.sampled_design): which conditions read every question, which read the
+fixed sample, the phase-shift screen, and a sampled precompute end to end on a tiny model."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import core.runs.live_sample as live_sample_mod
+import core.runs.sampled_design as design_mod
+from core.analysis.ablations import Ablation, Condition
+from core.analysis.evaluation import evaluate_conditions
+from core.analysis.fourier import fourier_basis
+from core.analysis.phase_shift import wilson_interval
+from core.claims.last_digit import claim_module_waves
+from core.cli import main
+from core.models.loading import load_model
+from core.runs.ablation_grid import (
+    CONTROL_DRAWS,
+    ablation_specs,
+    build_filters,
+    filter_key,
+    module_second_moments,
+    table1_cutoff,
+)
+from core.runs.cache import list_runs, read_table, verify_run
+from core.runs.live_sample import live_sample
+from core.runs.precompute import DEFAULT_TAUS
+from core.runs.reader import RunReader
+from core.runs.sampled_design import design_for, reads_every_question, screened_modules
+from core.runs.shift_run import shift_specs
+from core.runs.summaries import accuracy_by_tau, sampled_cells_note
+from core.tasks import build_examples, select_split
+
+
+def _answers(max_operand=260):
+    return np.array([e.answer for e in select_split(build_examples("addition", max_operand), "test")])
+
+
+def test_only_a_deep_model_on_a_large_split_reads_a_sample():
+    answers = _answers()  # the paper's test split: 3,419 questions
+    design = design_for(answers, 30, 576)
+    assert design is not None and (len(design.sample), design.screen, design.n_split) == (512, 128, len(answers))
+    frame = pd.DataFrame({"answer": answers})
+    assert np.array_equal(design.sample, live_sample(frame).index.to_numpy())  # the live filter's very sample
+    assert design_for(answers, 2, 640) is None  # a demo model reads every question
+    assert design_for(answers, 30, 576, every_question=True) is None
+    assert design_for(answers[:400], 30, 576) is None  # a split no larger than the sample
+
+
+def test_every_question_holds_table_1s_cells_and_each_controls_first_draw():
+    basis = fourier_basis(521, "paper")
+    specs = ablation_specs(basis, DEFAULT_TAUS)
+    t1 = table1_cutoff(DEFAULT_TAUS)
+    assert t1 == 50
+    full = [s for s in specs if reads_every_question(s, t1)]
+    # no filter; 3 module sets x (low, high) as bands, rank-matched and energy-matched controls (draw 0)
+    assert len(full) == 1 + 3 * 2 * 3
+    assert {(s.removed, s.draw) for s in full if s.removed != "none"} == {
+        (r, 0) for r in ("low", "high", "random-low", "random-high", "matched-low", "matched-high")}
+    assert all(s.tau == 50 for s in full if s.removed != "none")
+    sampled = [s for s in specs if not reads_every_question(s, t1)]
+    assert any(s.removed == "keep" for s in sampled) and any(s.tau == 10 and s.removed == "low" for s in sampled)
+    assert sum(s.tau == 50 and s.draw > 0 for s in sampled) == 3 * 4 * (CONTROL_DRAWS - 1)
+    assert len(full) + len(sampled) == len(specs)
+
+
+def test_the_screen_keeps_the_modules_whose_last_digit_moves_most():
+    rows = pd.DataFrame([
+        {"kind": k, "layer": l, "d": d, "residue_moved": share, "n": n}
+        for k, l, share in (("attn", 1, 0.1), ("attn", 2, 0.9), ("mlp", 1, 0.5), ("mlp", 2, 0.5), ("resid", 2, 1.0))
+        for d, n in ((1, 100), (2, 50))
+    ])
+    assert screened_modules(rows, keep=2) == [("attn", 2), ("mlp", 1)]  # the stream is kept apart; ties: first row
+    rows.loc[(rows["kind"] == "attn") & (rows["layer"] == 1) & (rows["d"] == 1), "residue_moved"] = 1.0
+    # pooled over d by n: (100 x 1.0 + 50 x 0.1) / 150 = 0.7 > 0.5
+    assert screened_modules(rows, keep=2) == [("attn", 2), ("attn", 1)]
+
+
+@pytest.mark.slow
+def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch):
+    """A tiny model made to count as deep: the grid's rows say on how many questions they were read, a sampled
+    row is the filter on the sample (re-evaluated here), the phase shift's dropped modules keep only their screen
+    rows, and the claim says what was read."""
+    monkeypatch.setattr(live_sample_mod, "SAMPLE_FROM_PARAMS", 0)
+    monkeypatch.setattr(design_mod, "LIVE_SAMPLE", 40)
+    monkeypatch.setattr(design_mod, "SCREEN", 16)
+    monkeypatch.setattr(design_mod, "SCREEN_KEEP", 1)
+    folder = model_dir("gpt2", width=192, heads=4)
+    cache = tmp_path / "cache"
+    assert main(["precompute", "--model", str(folder), "--cache-dir", str(cache), "--max-operand", "95",
+                 "--taus", "5,10,40", "--n-sample", "4", "--no-progress", "--limit", "120"]) == 0
+    run = list_runs(cache)[0]
+    assert run.ok and verify_run(run.path) == []
+    m = run.manifest
+    assert m["options"]["design"] == "sampled"
+    design = m["design"]
+    assert (design["sample"], design["screen"], design["n_split"]) == (40, 16, 120)
+    ab = read_table(cache, run.name, "ablations")
+    examples = read_table(cache, run.name, "examples")
+    full = ab["label"].isin(design["every_question"])
+    assert full.sum() == 19 and (ab.loc[full, "n"] == 120).all() and (ab.loc[~full, "n"] == 40).all()
+    assert set(ab.loc[full & (ab["removed"] != "none"), "tau"]) == {40}  # the grid's tau nearest the paper's 50
+
+    # a sampled row is the filter evaluated on the sample; its change is against the unfiltered model there
+    loaded = load_model(str(folder))
+    loaded.select_numbers(m["p"], "test")
+    sample = live_sample(examples, 40)
+    keep = ab[ab["removed"] == "keep"].iloc[0]
+    spec = Ablation("both", "keep", keep_k=int(keep["keep_k"]))
+    texts = list(sample["prompt"])
+    flt = build_filters([spec], loaded.unembedding(m["p"]), fourier_basis(m["p"], "paper"),
+                        module_second_moments(loaded, list(examples["prompt"]), 32))[filter_key(spec)]
+    ev_keep, ev_none = evaluate_conditions(loaded, texts, sample["answer"].to_numpy(), m["p"],
+                                           [Condition(flt, "both"), Condition(None)], "last", 32, progress=False)
+    assert keep["accuracy"] == pytest.approx(ev_keep.accuracy)
+    assert keep["delta_accuracy"] == pytest.approx(ev_keep.accuracy - ev_none.accuracy)
+    none = ab[ab["removed"] == "none"].iloc[0]
+    assert none["accuracy"] == pytest.approx(examples["correct"].mean())  # the unfiltered row reads every question
+
+    shift = read_table(cache, run.name, "phase_shift")
+    per_module = shift.groupby(["kind", "layer"]).size()
+    full_count = len(shift_specs(m["p"], m["n_layers"])) // (2 * m["n_layers"] + 1)
+    kept = per_module[per_module == full_count].index.tolist()
+    assert ("resid", m["n_layers"]) in kept and len(kept) == 2  # the stream and SCREEN_KEEP = 1 module
+    dropped = shift[~shift.set_index(["kind", "layer"]).index.isin(kept)]
+    assert len(dropped) and (dropped["period_set"] == "all").all() and not dropped["control"].any()
+    assert (dropped["n"] <= 16).all() and (shift.loc[~shift.index.isin(dropped.index), "n"] <= 40).all()
+    assert (shift.loc[~shift.index.isin(dropped.index), "n"] > 16).any()
+
+    # the step-3 claim says what it read, and the Ablations page's note what read the sample
+
+    reader = RunReader(cache, run.name)
+    claim = claim_module_waves(reader)
+    assert "on a fixed sample of 40 of the 120 test questions" in claim.measured
+    assert "a 40-question sample" in claim.headline
+    note = sampled_cells_note(ab, m)
+    assert "tau = 40" in note and "all 120 questions" in note and "sample of 40 questions" in note
+    by_tau = accuracy_by_tau(ab)
+    sampled_rows = by_tau[by_tau["tau"] != 40]
+    assert (sampled_rows["n"] == 40).all()
+    for r in by_tau.itertuples():
+        assert (r.low, r.high) == wilson_interval(r.accuracy, r.n)
+    assert (sampled_rows["high"] - sampled_rows["low"]).min() > 0.08  # 40 questions: a wide interval
