@@ -15,6 +15,7 @@ from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
 from core.runs import summaries
 from core.runs.live_sample import LIVE_SAMPLE, reads_sample
 from core.runs.reader import Table
+from core.runs.sampled_design import sampled_cells_note
 
 view = page_view()
 run, tau, basis = view.run, view.tau, view.basis
@@ -143,7 +144,7 @@ if t1["erased"].any():
         f"Some filters erase the module output entirely: this model is {run.width} wide, and the removed "
         "Fourier rows span all of it. Those rows measure a model with the modules switched off, not a frequency filter."
     )
-sampled_note = summaries.sampled_cells_note(ablations, run.manifest)
+sampled_note = sampled_cells_note(ablations, run.manifest)
 if sampled_note:
     st.info(sampled_note)
 show_chart(*figures.table1_chart(run, shown_tau), key="acc-by-tau")

@@ -31,12 +31,9 @@ import pandas as pd
 import torch
 
 from core import SCHEMA_VERSION
-from core.analysis.clusters import embedding_clusters
-from core.analysis.embeddings import spectrum_table
 from core.analysis.filters import unembedding_rank
-from core.analysis.fourier import BASES, check_basis_name, check_tau, fourier_basis
+from core.analysis.fourier import check_basis_name, check_tau, fourier_basis
 from core.analysis.kshot import SHOTS, accuracy_by_shots, generation_error_table, generations_table
-from core.analysis.numbers import representation_tables
 from core.analysis.phase import PHASE_VERSION
 from core.errors import CoreError
 from core.files import read_json_file
@@ -53,6 +50,7 @@ from core.runs.ablation_grid import (
 )
 from core.runs.cache import RunWriter, check_table, ensure_cache_dir, run_lock, run_name
 from core.runs.measure import measure
+from core.runs.number_tables import NUMBERS_JSON, embedding_tables, write_number_tables
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
 from core.runs.sampled_design import design_for
 from core.runs.shift_run import phase_shift_table, shift_specs
@@ -301,7 +299,7 @@ def _write_stage_tables(
 
     t_numbers = time.time()
     if not (writer.has("number_spectrum") and writer.has("number_probes")):
-        _write_number_tables(writer, loaded, p, opts, log)
+        write_number_tables(writer, loaded, p, opts, log)
     timings["numbers_s"] = round(time.time() - t_numbers, 2)
 
     t3 = time.time()
@@ -380,41 +378,6 @@ def _run_manifest(
     }
 
 
-def embedding_tables(loaded, p: int, seed: int):
-    """Spectra of the number rows of the input and output embeddings, and their t-SNE picture."""
-    W_E = loaded.number_embedding(p).cpu().numpy()
-    W_U = loaded.unembedding(p).cpu().numpy()
-    in_w = loaded.model.get_input_embeddings().weight
-    out_w = loaded.model.get_output_embeddings().weight
-    tied = bool(in_w.data_ptr() == out_w.data_ptr())
-    frames, clusters = [], []
-    for matrix, W in (("input", W_E), ("output", W_U)):
-        for b in BASES:
-            t = spectrum_table(W, fourier_basis(p, b), seed=seed)
-            t.insert(0, "matrix", matrix)
-            t.insert(0, "basis", b)
-            frames.append(t)
-        c = embedding_clusters(W, seed=seed)
-        c.insert(0, "matrix", matrix)
-        clusters.append(c)
-    return pd.concat(frames, ignore_index=True), pd.concat(clusters, ignore_index=True), tied
-
-
-NUMBERS_JSON = "numbers.json"
-
-
-def _write_number_tables(writer: RunWriter, loaded, n_numbers: int, opts: PrecomputeOptions, log) -> dict:
-    """The number-representation tables (`core.analysis.numbers`) of every layer, into the staging folder."""
-    spectrum, probes, info = representation_tables(
-        loaded, n_numbers, seed=opts.dataset_seed, batch_size=opts.batch_size, log=log, progress=opts.progress,
-        workers=torch.get_num_threads(),  # the probes are fitted one per thread the run may use
-    )
-    writer.write("number_spectrum", spectrum)
-    writer.write("number_probes", probes)
-    writer.write_json(NUMBERS_JSON, info)
-    return info
-
-
 def _write_phase_tables(writer: RunWriter, loaded, examples, texts, p: int, opts: PrecomputeOptions) -> float:
     """The phase tables (`core.runs.phase_run`, one capture pass) into the staging folder; the seconds taken."""
     t0 = time.time()
@@ -441,7 +404,7 @@ def _upgrade_run(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, exa
     with torch.no_grad():
         if not (writer.has("number_spectrum") and writer.has("number_probes")):
             t0 = time.time()
-            keep["number_representations"] = _write_number_tables(writer, loaded, p, opts, log)
+            keep["number_representations"] = write_number_tables(writer, loaded, p, opts, log)
             timings["numbers_s"] = round(time.time() - t0, 2)
         timings["phase_s"] = _write_phase_tables(writer, loaded, examples, texts, p, opts)
     keep["phase_locking"] = phase_note(len(examples), len(examples), opts.split)
@@ -502,7 +465,7 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
             with torch.no_grad():
                 t1 = time.time()
                 if not (writer.has("number_spectrum") and writer.has("number_probes")):
-                    _write_number_tables(writer, loaded, p, opts, log)
+                    write_number_tables(writer, loaded, p, opts, log)
                 timings["numbers_s"] = round(time.time() - t1, 2)
                 t2 = time.time()
                 if not writer.has("generations"):

@@ -94,3 +94,21 @@ def screened_modules(screen_rows: pd.DataFrame, keep: int | None = None) -> list
     top = share.sort_values(["share", "order"], ascending=[False, True], kind="stable")
     top = top.head(SCREEN_KEEP if keep is None else keep)
     return [(str(k), int(l)) for k, l in zip(top["kind"], top["layer"])]
+
+
+def sampled_cells_note(ablations: pd.DataFrame, manifest: dict) -> str | None:
+    """What a run of a deep model read on its fixed sample (its manifest's `design`), in words for the page;
+    None when every condition read every question."""
+    design = manifest.get("design")
+    if not design:
+        return None
+    full = ablations["label"].isin(design["every_question"])
+    taus = sorted({int(t) for t in ablations.loc[full & ablations["removed"].isin(["low", "high"]), "tau"]})
+    at = f"tau = {taus[0]}" if len(taus) == 1 else "Table 1's tau"
+    return (
+        f"This model is deep, so not every filter was run on every question. Table 1's cells at {at}, the unfiltered "
+        f"model and one draw of each control read all {design['n_split']:,} questions; the other cutoffs, "
+        f"keep-one-frequency and the further control draws read a fixed sample of {design['sample']} questions "
+        "(stratified by the answer's size), so their accuracy is shown with its 95% interval and its change is "
+        "measured against the unfiltered model on the same sample."
+    )

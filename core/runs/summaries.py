@@ -404,32 +404,10 @@ def accuracy_by_tau(ablations: pd.DataFrame) -> pd.DataFrame:
     accuracy's 95% Wilson interval `low`, `high` (what a row read on a sample is shown with)."""
     sub = ablations[ablations["removed"].isin(["low", "high"])].copy()
     sub["filter"] = sub["modules"].map(ABLATION_MODULES) + ": " + sub["removed"] + " removed"
-    intervals = [wilson_interval(float(a), int(n)) for a, n in zip(sub["accuracy"], sub["n"])]
-    sub["low"] = [lo for lo, _ in intervals]
-    sub["high"] = [hi for _, hi in intervals]
-    return (
-        sub[["tau", "filter", "modules", "removed", "accuracy", "loss", "erased", "n", "low", "high"]]
-        .sort_values(["filter", "tau"])
-        .reset_index(drop=True)
-    )
-
-
-def sampled_cells_note(ablations: pd.DataFrame, manifest: dict) -> str | None:
-    """What a run of a deep model read on its fixed sample (its manifest's `design`), in words for the page;
-    None when every condition read every question."""
-    design = manifest.get("design")
-    if not design:
-        return None
-    full = ablations["label"].isin(design["every_question"])
-    taus = sorted({int(t) for t in ablations.loc[full & ablations["removed"].isin(["low", "high"]), "tau"]})
-    at = f"tau = {taus[0]}" if len(taus) == 1 else "Table 1's tau"
-    return (
-        f"This model is deep, so not every filter was run on every question. Table 1's cells at {at}, the unfiltered "
-        f"model and one draw of each control read all {design['n_split']:,} questions; the other cutoffs, "
-        f"keep-one-frequency and the further control draws read a fixed sample of {design['sample']} questions "
-        "(stratified by the answer's size), so their accuracy is shown with its 95% interval and its change is "
-        "measured against the unfiltered model on the same sample."
-    )
+    sub[["low", "high"]] = pd.DataFrame([wilson_interval(float(a), int(n)) for a, n in zip(sub["accuracy"], sub["n"])],
+                                        index=sub.index, columns=["low", "high"])
+    columns = ["tau", "filter", "modules", "removed", "accuracy", "loss", "erased", "n", "low", "high"]
+    return sub[columns].sort_values(["filter", "tau"]).reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------- embeddings

@@ -26,9 +26,9 @@ from core.runs.cache import list_runs, read_table, verify_run
 from core.runs.live_sample import live_sample
 from core.runs.precompute import DEFAULT_TAUS
 from core.runs.reader import RunReader
-from core.runs.sampled_design import design_for, reads_every_question, screened_modules
+from core.runs.sampled_design import design_for, reads_every_question, sampled_cells_note, screened_modules
 from core.runs.shift_run import shift_specs
-from core.runs.summaries import accuracy_by_tau, sampled_cells_note
+from core.runs.summaries import accuracy_by_tau
 from core.tasks import build_examples, select_split
 
 
