@@ -125,20 +125,29 @@ def _shared_prefix(a, b) -> int:
 
 
 def number_spectrum_table(
-    reps: NumberRepresentations | np.ndarray, seed: int = 0, n_permutations: int | None = None
+    reps: NumberRepresentations | np.ndarray, seed: int = 0, n_permutations: int | None = None, workers: int = 1
 ) -> pd.DataFrame:
-    """Per layer and basis: k, period, magnitude, null_mean, null_threshold, outlier."""
+    """Per layer and basis: k, period, magnitude, null_mean, null_threshold, outlier. `workers` > 1 computes that
+    many (layer, basis) spectra side by side (joblib's worker processes, one BLAS thread each)."""
     vectors = reps.vectors if isinstance(reps, NumberRepresentations) else np.asarray(reps)
-    n = vectors.shape[1]
-    frames = []
-    for layer, matrix in enumerate(vectors):
-        centred = matrix - matrix.mean(axis=0, keepdims=True)
-        for b in BASES:
-            t = spectrum_table(centred, fourier_basis(n, b), n_permutations or N_PERMUTATIONS, seed)
-            t.insert(0, "basis", b)
-            t.insert(0, "layer", layer)
-            frames.append(t)
-    return pd.concat(frames, ignore_index=True)
+    jobs = [(layer, b) for layer in range(len(vectors)) for b in BASES]
+    shuffles = n_permutations or N_PERMUTATIONS
+    if workers > 1:
+        tables = Parallel(n_jobs=workers)(
+            delayed(layer_spectrum)(vectors[layer], b, shuffles, seed) for layer, b in jobs
+        )
+    else:
+        tables = [layer_spectrum(vectors[layer], b, shuffles, seed) for layer, b in jobs]
+    for (layer, b), t in zip(jobs, tables):
+        t.insert(0, "basis", b)
+        t.insert(0, "layer", layer)
+    return pd.concat(tables, ignore_index=True)
+
+
+def layer_spectrum(matrix: np.ndarray, basis: str, n_permutations: int, seed: int) -> pd.DataFrame:
+    """`spectrum_table` of one layer's (N x D) representations, centred over the numbers, in one basis."""
+    centred = matrix - matrix.mean(axis=0, keepdims=True)
+    return spectrum_table(centred, fourier_basis(matrix.shape[0], basis), n_permutations, seed)
 
 
 def probe_kappas(
@@ -201,12 +210,12 @@ def number_probes_table(
 def representation_tables(loaded, n_numbers: int = DEFAULT_N, context: str | None = None, seed: int = 0,
                           batch_size: int = 64, log=print, progress=None,
                           workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """`number_spectrum`, `number_probes` (fitted by `workers` processes) and a summary dict (context, tokens per
+    """`number_spectrum`, `number_probes` (each computed by `workers` processes) and a summary dict (context, tokens per
     number) for a model."""
     t0 = time.time()
     reps = number_representations(loaded, n_numbers, context, batch_size, progress)
     log(f"number representations: {reps.describe()} ({time.time() - t0:.0f}s)")
-    spectrum = number_spectrum_table(reps, seed)
+    spectrum = number_spectrum_table(reps, seed, workers=workers)
     log(f"number spectra with null model: {reps.n_layers + 1} layers x 2 bases ({time.time() - t0:.0f}s)")
     probes = number_probes_table(reps, seed=seed, progress=progress, workers=workers)
     log(f"number probes: {len(probes)} (layer, modulus) pairs ({time.time() - t0:.0f}s)")

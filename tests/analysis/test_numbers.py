@@ -4,6 +4,7 @@ representations themselves against the model's own hidden states."""
 from __future__ import annotations
 
 import numpy as np
+import pandas.testing as pd_testing
 import pytest
 import torch
 
@@ -67,6 +68,15 @@ def test_number_spectrum_flags_the_planted_period_in_its_layer_only():
     top = paper1.sort_values("magnitude", ascending=False).iloc[0]
     assert top["period"] == pytest.approx(10) and top["outlier"]
     assert not table[(table["layer"] == 0)]["outlier"].any()
+
+
+def test_spectra_and_probes_computed_side_by_side_give_the_same_tables():
+    """The number stage's worker processes (one per thread a run may use) change nothing but the time."""
+    layers = np.stack([planted(10, n=120, noise=0.3, seed=s) for s in range(3)]).astype(np.float32)
+    kw = dict(moduli=(2, 10), controls=(3,), n_splits=3, progress=False)
+    pd_testing.assert_frame_equal(number_probes_table(layers, **kw), number_probes_table(layers, workers=2, **kw))
+    pd_testing.assert_frame_equal(number_spectrum_table(layers, n_permutations=60),
+                                  number_spectrum_table(layers, n_permutations=60, workers=2))
 
 
 def test_transplant_matrix_is_an_isometry_of_the_centred_unit_rows():
