@@ -1,6 +1,6 @@
 """Benchmark: a full precompute of a GPT-2-XL-shaped random-init model on a GPU, stage by stage, vs a plain pass.
 
-    python3 scripts/bench_gpu.py --out bench-gpu [--dtype float32] [--batch-size 128] [--probe-layers 3]
+    python3 scripts/bench_gpu.py --out bench-gpu [--dtype float32] [--batch-size 128]
 
 The model has GPT-2-XL's shape (GPT-2 architecture, 48 layers, width 1,600, 25 heads, 1.5 billion parameters
 with the project's word-level number tokenizer), random init: what a user who brings the paper's own model
@@ -16,8 +16,6 @@ pays per run. Everything is measured in one run, on the GPU, over every test que
 5. `core.runs.precompute.precompute` whole, into a temporary cache; each stage's seconds from the run's
    manifest, and each as a multiple of the plain pass.
 
---probe-layers N fits the number stage's probes (6 moduli x 5 splits per layer, scikit-learn on the CPU) on N
-evenly spaced layers only, timed, and projects them to every layer; the rest of the run is measured whole.
 The grid's and the phase shift's progress is logged every minute, so a run cut off by a time limit still
 says its rate. All figures go to OUT/bench_gpu.json (written again after each step).
 """
@@ -36,7 +34,6 @@ import numpy as np
 import torch
 import transformers
 
-import core.analysis.numbers as numbers
 from core.models.capture import forward_batch, prepare_batches
 from core.models.loading import load_model, prompt_texts
 from core.models.random_models import save_random_model
@@ -92,23 +89,6 @@ def plain_pass(folder: Path, args, rounds: int = 3) -> dict:
     return figures
 
 
-def sample_probe_layers(n_layers: int, probes: dict) -> None:
-    """The number stage fits its probes on `n_layers` evenly spaced layers only; `probes` gets their seconds."""
-    every_layer = numbers.number_probes_table
-
-    def sampled(reps, **kwargs):
-        vectors = reps.vectors
-        layers = np.unique(np.linspace(0, len(vectors) - 1, n_layers).round().astype(int))
-        t = time.perf_counter()
-        table = every_layer(vectors[layers], **kwargs)
-        probes.update(layers=layers.tolist(), all_layers=len(vectors), seconds=round(time.perf_counter() - t, 2))
-        log(f"probes on layers {layers.tolist()} of {len(vectors)}: {probes['seconds']:.1f} s")
-        table["layer"] = layers[table["layer"].to_numpy()]
-        return table
-
-    numbers.number_probes_table = sampled  # representation_tables looks it up when it runs
-
-
 def log_progress(every_s: float = 60.0) -> None:
     """The ablation grid and the phase shift say how many prompts they have done, every `every_s` seconds."""
     for module in (ablation_grid, shift_run):
@@ -138,8 +118,6 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=48)
     ap.add_argument("--width", type=int, default=1600)
     ap.add_argument("--heads", type=int, default=25)
-    ap.add_argument("--probe-layers", type=int, default=None,
-                    help="fit the number probes on this many layers and project them to every layer (default: all)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -177,9 +155,6 @@ def main(argv=None) -> int:
         f"{figures['mean_tokens']:.1f} tokens: {plain:.2f} s (rounds {figures['plain_rounds_s']})")
     save()
 
-    probes: dict = {}
-    if args.probe_layers:
-        sample_probe_layers(args.probe_layers, probes)
     log_progress()
     t = time.perf_counter()
     run = precompute(options(big, work / "cache", args), log=log)
@@ -190,13 +165,6 @@ def main(argv=None) -> int:
     figures["accuracy"] = manifest["accuracy"]
     rows = [(k.removesuffix("_s"), v, "measured") for k, v in stages.items()]
     rows.append(("whole precompute (with error analysis and publish)", figures["precompute_s"], "measured"))
-    if probes:
-        projected = probes["seconds"] * probes["all_layers"] / len(probes["layers"])
-        figures["probes"] = {**probes, "projected_s": round(projected, 1)}
-        figures["numbers_projected_s"] = round(stages["numbers_s"] - probes["seconds"] + projected, 1)
-        figures["precompute_projected_s"] = round(figures["precompute_s"] - probes["seconds"] + projected, 1)
-        rows.insert(len(rows) - 1, ("numbers, probes on every layer", figures["numbers_projected_s"], "projected"))
-        rows.append(("whole precompute, probes on every layer", figures["precompute_projected_s"], "projected"))
     save()
 
     print(f"\n{figures['device']}, {args.dtype}, batch {args.batch_size}; {figures['parameters']:,} parameters; "

@@ -258,16 +258,29 @@ def _keep_cached_run(
     """A run already in the cache: refused when asked with other options, upgraded when its schema or
     phase version is older, its training log refreshed, else left as it is."""
     existing = (read_json_file(writer.final / "manifest.json") or {}).get("options")
-    if existing is not None and existing != json.loads(json.dumps(options)):
-        raise CoreError(
-            f"run {writer.name} is already cached with other options ({_options_text(existing)}); you asked for "
-            f"{_options_text(options)}. Pass --recompute to rebuild it with yours (the old run stays until the new "
-            "one is complete)."
-        )
+    refusal = options_refusal(writer.name, existing, options)
+    if refusal:
+        raise CoreError(refusal)
     if not _upgrade_run(writer, loaded, p, opts, examples, texts, log):
         if not _refresh_training_log(writer, loaded, log):
             log(f"run {writer.name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
     return writer.final
+
+
+def options_refusal(name: str, existing: dict | None, options: dict) -> str | None:
+    """Why a run cached with `existing` options is not reused for these `options` (None: they are the same). A deep
+    model's run cached before the sampled design existed is kept as it is with --every-question."""
+    asked = json.loads(json.dumps(options))
+    if existing is None or existing == asked:
+        return None
+    hint = ""
+    if "design" not in existing and {k: v for k, v in asked.items() if k != "design"} == existing:
+        hint = " It read every question for every condition: pass --every-question to keep it as it is."
+    return (
+        f"run {name} is already cached with other options ({_options_text(existing)}); you asked for "
+        f"{_options_text(options)}. Pass --recompute to rebuild it with yours (the old run stays until the new one "
+        f"is complete).{hint}"
+    )
 
 
 def _write_stage_tables(

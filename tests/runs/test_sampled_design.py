@@ -24,7 +24,7 @@ from core.runs.ablation_grid import (
 )
 from core.runs.cache import list_runs, read_table, verify_run
 from core.runs.live_sample import live_sample
-from core.runs.precompute import DEFAULT_TAUS
+from core.runs.precompute import DEFAULT_TAUS, options_refusal
 from core.runs.reader import RunReader
 from core.runs.sampled_design import design_for, reads_every_question, sampled_cells_note, screened_modules
 from core.runs.shift_run import shift_specs
@@ -141,3 +141,13 @@ def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch):
     for r in by_tau.itertuples():
         assert (r.low, r.high) == wilson_interval(r.accuracy, r.n)
     assert (sampled_rows["high"] - sampled_rows["low"]).min() > 0.08  # 40 questions: a wide interval
+
+
+def test_a_deep_run_cached_before_the_design_is_kept_with_every_question():
+    before = {"taus": [10, 50], "n_sample": 16}
+    assert options_refusal("r", before, dict(before)) is None
+    refusal = options_refusal("r", before, {**before, "design": "sampled"})
+    assert "already cached with other options" in refusal and "pass --every-question to keep it" in refusal
+    other = options_refusal("r", before, {"taus": [7], "n_sample": 16, "design": "sampled"})
+    assert "--recompute" in other and "--every-question" not in other  # other taus: only a rebuild helps
+    assert options_refusal("r", None, before) is None
