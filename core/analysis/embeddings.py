@@ -38,18 +38,43 @@ N_PERMUTATIONS = 1000
 FAMILY_WISE_ALPHA = 0.05
 
 
-def _compact(W: np.ndarray) -> np.ndarray:
-    """A (p, r) matrix with the same row-space geometry as W (W W^T equal), r = rank of W.
+def shuffled_spectra(embedding, basis: FourierBasis, permutations) -> np.ndarray:
+    """`embedding_spectrum` of the embedding with its rows relabelled by each permutation (row x of the shuffled
+    matrix is row perm[x]): an (n_permutations, K) array, computed from the Gram matrix alone.
 
-    The spectrum only needs the norms of the rows of F P W for permutations P, and
-    ||F P W||_rows = ||F P U S||_rows when W = U S V^T: one SVD makes every permutation cheaper
-    (a tied demo model's W_U has rank 11 in 640 columns).
+    A frequency's magnitude squared is a^2 |sum_x e^{-i w x} W_perm[x]|^2 (a: the amplitude of its rows, sqrt(2 /
+    span), or 1/sqrt(p) for an even DFT's last row), and |...|^2 = sum_{x,y} e^{-i w (x - y)} G[perm[x], perm[y]]
+    with G = W W^T. Every basis frequency is periodic on n points (n = p for the DFT, p - 1 for the paper's basis,
+    whose last point x = p - 1 coincides with x = 0 on every wave), so that is the real DFT of the circular
+    autocorrelation c(d) = sum of G[u, v] over the pairs whose positions differ by d mod n: O(p^2) work a
+    permutation instead of the O(p^2 rank) of transforming the shuffled matrix (the same numbers to about 1e-14;
+    tests/analysis/test_embeddings.py checks it against the definition).
     """
-    if W.shape[1] <= 8:
-        return W
-    U, S, _ = np.linalg.svd(W, full_matrices=False)
-    keep = S > S.max() * max(W.shape) * np.finfo(float).eps if S.size and S.max() > 0 else np.zeros_like(S, bool)
-    return U[:, keep] * S[keep] if keep.any() else W[:, :1] * 0
+    W = _matrix(embedding, basis.p)
+    p = basis.p
+    n = p - 1 if basis.name == "paper" else p
+    G = W @ W.T
+    cos_rows = np.flatnonzero(basis.kind == "cos")
+    amplitude_sq = np.zeros(basis.n_freq)
+    amplitude_sq[basis.freq[cos_rows] - 1] = basis.matrix[cos_rows, 0] ** 2
+    first, second = (i.astype(np.int32) for i in np.triu_indices(p, 1))
+    pair_weights = G[first, second]
+    trace = float(np.trace(G))
+    reflect = (-np.arange(n)) % n
+    spectra = []
+    for perm in permutations:
+        position = np.empty(p, np.int32)
+        position[np.asarray(perm)] = np.arange(p, dtype=np.int32)
+        if n != p:
+            position[position == n] = 0  # the paper's last point is its first
+        lag = position[second] - position[first]
+        lag += np.where(lag < 0, n, 0).astype(np.int32)
+        half = np.bincount(lag, weights=pair_weights, minlength=n)  # pairs u < v; G is symmetric
+        autocorrelation = half + half[reflect]
+        autocorrelation[0] += trace
+        power = np.fft.rfft(autocorrelation).real[1 : basis.n_freq + 1]
+        spectra.append(np.sqrt(np.maximum(amplitude_sq * power, 0.0)))
+    return np.array(spectra).reshape(-1, basis.n_freq)
 
 
 def permutation_null(
@@ -59,7 +84,7 @@ def permutation_null(
     seed: int = 0,
     alpha: float = FAMILY_WISE_ALPHA,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, family-wise threshold) per frequency k = 1..K, from row-shuffled embeddings.
+    """(mean, family-wise threshold) per frequency k = 1..K, from row-shuffled embeddings (`shuffled_spectra`).
 
     The threshold controls the chance that a shuffled embedding has *any* frequency above it at
     `alpha`: it is the (1 - alpha) quantile of max_k (spectrum_k / mean_k) over the permutations,
@@ -67,11 +92,8 @@ def permutation_null(
     """
     if n_permutations < 1:
         raise CoreError(f"the null model needs at least one permutation, got {n_permutations}")
-    W = _compact(_matrix(embedding, basis.p))
     rng = np.random.default_rng(seed)
-    spectra = np.empty((n_permutations, basis.n_freq))
-    for i in range(n_permutations):
-        spectra[i] = embedding_spectrum(W[rng.permutation(basis.p)], basis)
+    spectra = shuffled_spectra(embedding, basis, (rng.permutation(basis.p) for _ in range(n_permutations)))
     mean = spectra.mean(axis=0)
     safe = np.where(mean > 0, mean, 1.0)
     max_ratio = (spectra / safe).max(axis=1)

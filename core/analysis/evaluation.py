@@ -324,14 +324,15 @@ def answer_position_passes(
     conditions: Sequence[Condition],
     hooks: ConditionHooks,
     rows_per_call: int,
-    share_first: bool = True,
+    share_unedited: bool = True,
     stored: _StoredPrefix | None = None,
 ):
     """Yield (condition index, answer-position logits (B, vocab)) for every condition on one batch.
 
-    With `share_first`, the first layer's attention (whose input at the answer position is the
-    same in every condition: no filter has acted yet) runs on one copy of the batch and its output
-    is copied to every condition before the filters act. The seam an interrupted grid is tested at
+    With `share_unedited`, what every condition of a call computes alike runs on one copy of the batch and
+    its output is copied to every condition before the first edit acts: the first layer's attention for filters
+    of every layer, and for edits of one layer (a phase shift) every block before the lowest layer the call edits,
+    and that layer's attention (`first_edited_layer`). The seam an interrupted grid is tested at
     (tests/runs/test_precompute.py replaces it to stop a grid part way).
     """
     model = loaded.model
@@ -374,7 +375,8 @@ def answer_position_passes(
         if copies is not None:
             kwargs["past_key_values"] = copies.cache(G)
         hooks.plan = plan
-        hooks.shared = (G, B) if G > 1 and copies is not None and share_first else None
+        share = G > 1 and copies is not None and share_unedited
+        hooks.shared = (G, B, first_edited_layer(group, loaded.n_layers)) if share else None
         try:
             with torch.no_grad():
                 logits = model(**kwargs).logits[:, -1, :]
@@ -383,6 +385,13 @@ def answer_position_passes(
             hooks.shared = None
         for g in range(G):
             yield first + g, logits[g * B : (g + 1) * B]
+
+
+def first_edited_layer(conditions: Sequence[Condition], n_layers: int) -> int:
+    """The lowest layer (1-based) whose output any of `conditions` edits: 1 for a filter of every layer, the
+    condition's own layer for an edit of one layer; n_layers + 1 when none edits anything."""
+    layers = [1 if c.layer is None else int(c.layer) for c in conditions if c.flt is not None]
+    return min(layers, default=int(n_layers) + 1)
 
 
 def _cache_tensors(cache) -> list[tuple]:
@@ -440,7 +449,7 @@ class _PrefixLayer(DynamicLayer):
         rows = key_states.shape[0]
         if key_states.shape[-2] != 1 or rows > self.keys.shape[0]:
             raise CoreError("internal: the answer-position pass must run one token per row against the prefix cache")
-        # fewer rows than the buffer: the first layer's attention runs on one copy (ConditionHooks.shared)
+        # fewer rows than the buffer: the blocks before the first edit run on one copy (ConditionHooks.shared)
         keys, values = self.keys[:rows], self.values[:rows]
         keys[:, :, self.prefix_len :] = key_states
         values[:, :, self.prefix_len :] = value_states

@@ -131,15 +131,19 @@ class ConditionHooks:
         return hook
 
     def __enter__(self):
+        # registered first and prepended, so they run before any edit: the blocks (and the attention) whose inputs
+        # are the same in every condition run on one copy (`shared`)
+        for layer, block in enumerate(self.parts.blocks, start=1):
+            self.handles.append(block.register_forward_pre_hook(self._one_copy(layer, True), with_kwargs=True))
+            self.handles.append(block.register_forward_hook(self._every_copy(layer, True), prepend=True))
+        for layer, attn in enumerate(self.parts.outputs(ATTN), start=1):
+            self.handles.append(attn.register_forward_pre_hook(self._one_copy(layer, False), with_kwargs=True))
+            self.handles.append(attn.register_forward_hook(self._every_copy(layer, False), prepend=True))
         for kind in MODULE_OUTPUTS:
             for layer, mod in enumerate(self.parts.outputs(kind), start=1):
                 self.handles.append(mod.register_forward_hook(self._hook(kind, layer)))
         for layer, block in enumerate(self.parts.blocks, start=1):
             self.handles.append(block.register_forward_hook(self._hook(RESID, layer)))
-        # registered after, run before the filter hooks (prepend): the first attention runs on one copy
-        first = self.parts.outputs(ATTN)[0]
-        self.handles.append(first.register_forward_pre_hook(self._share_input, with_kwargs=True, prepend=True))
-        self.handles.append(first.register_forward_hook(self._share_output, prepend=True))
         return self
 
     def __exit__(self, *exc):
@@ -149,24 +153,35 @@ class ConditionHooks:
         self.plan = {}
         self.shared = None
 
-    #: (copies, rows per copy) while a call runs conditions whose first-attention inputs are identical
-    shared: tuple[int, int] | None = None
+    #: (copies, rows per copy, first edited layer) while a call runs `copies` conditions whose answer positions are
+    #: the same up to the output of that layer's attention (no edit acts before it): every block before it, and its
+    #: attention, run on the first copy alone and their output is repeated for every copy
+    shared: tuple[int, int, int] | None = None
 
-    def _share_input(self, module, args, kwargs):
-        """Every condition's answer position reaches layer 1's attention unchanged: keep one copy."""
-        if not self.shared:
-            return None
-        copies, rows = self.shared
-        total = copies * rows
-        return _first_rows(args, total, rows), _first_rows(kwargs, total, rows)
+    def _one_copy(self, layer: int, whole_block: bool):
+        def pre_hook(module, args, kwargs):
+            if not self.shared:
+                return None
+            copies, rows, first = self.shared
+            if layer > first or (whole_block and layer == first):
+                return None
+            total = copies * rows
+            return _first_rows(args, total, rows), _first_rows(kwargs, total, rows)
 
-    def _share_output(self, module, args, out):
-        if not self.shared:
-            return None
-        copies = self.shared[0]
-        t = out[0] if isinstance(out, tuple) else out
-        t = t.repeat(copies, *([1] * (t.dim() - 1)))
-        return (t, *out[1:]) if isinstance(out, tuple) else t
+        return pre_hook
+
+    def _every_copy(self, layer: int, whole_block: bool):
+        def hook(module, args, out):
+            if not self.shared:
+                return None
+            copies, _, first = self.shared
+            if layer != (first - 1 if whole_block else first):
+                return None
+            t = out[0] if isinstance(out, tuple) else out
+            t = t.repeat(copies, *([1] * (t.dim() - 1)))
+            return (t, *out[1:]) if isinstance(out, tuple) else t
+
+        return hook
 
 
 def _first_rows(value, total: int, rows: int):

@@ -99,20 +99,26 @@ def _shift_rows(loaded, W_U, texts, answers, p: int, specs, opts, log, what: str
     built = {key: phase_shift(W_U, basis, PERIOD_SETS[key[0]], key[1])
              for key in dict.fromkeys((s["period_set"], s["d"]) for s in specs)}
     directions = [random_direction(W_U, CONTROL_SEED + draw) for draw in range(CONTROL_DRAWS)]
+    # lowest layer first, so each call's conditions edit nearby layers and share the blocks below them
+    by_layer = sorted(range(len(specs)), key=lambda i: (specs[i]["layer"], i))
     conditions = [Condition(None)]
-    for s in specs:
+    for i in by_layer:
+        s = specs[i]
         edit = built[(s["period_set"], s["d"])]
         if s["control"]:
             edit = edit.control(directions[s["draw"]])
         conditions.append(Condition(edit, s["kind"], s["layer"]))
     log(f"{what}: {len(specs)} conditions ({len(built)} distinct shifts), {len(texts)} prompts")
-    evaluations = evaluate_conditions(
+    evaluated = evaluate_conditions(
         loaded, texts, answers, p, conditions, "last", opts.batch_size, progress=opts.progress,
         desc=f"{what} ({len(specs)} conditions)",
     )
-    before = evaluations[0].predictions
+    before = evaluated[0].predictions
+    evaluations = [None] * len(specs)
+    for i, ev in zip(by_layer, evaluated[1:]):
+        evaluations[i] = ev
     rows = []
-    for s, ev in zip(specs, evaluations[1:]):
+    for s, ev in zip(specs, evaluations):
         periods = PERIOD_SETS[s["period_set"]]
         out = shift_outcomes(before, ev.predictions, s["d"], p, residue_modulus(periods))
         low, high = wilson_interval(out["moved"], out["n"])

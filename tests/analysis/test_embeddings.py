@@ -3,7 +3,13 @@ import pytest
 
 from core.analysis.behaviour import error_histogram, error_summary, read_answers_csv
 from core.analysis.clusters import embedding_clusters
-from core.analysis.embeddings import embedding_spectrum, permutation_null, spectrum_table, top_periods
+from core.analysis.embeddings import (
+    embedding_spectrum,
+    permutation_null,
+    shuffled_spectra,
+    spectrum_table,
+    top_periods,
+)
 from core.analysis.fourier import fourier_basis
 from core.errors import CoreError
 
@@ -56,6 +62,25 @@ def test_null_model_ignores_columns_outside_the_row_space():
     b = permutation_null(low @ q, basis, n_permutations=50, seed=1)
     assert np.allclose(a[0], b[0]) and np.allclose(a[1], b[1])
     assert np.allclose(embedding_spectrum(low, basis), embedding_spectrum(low @ q, basis))
+
+
+@pytest.mark.parametrize("basis_name", ["paper", "dft"])
+@pytest.mark.parametrize("p, D", [(61, 12), (60, 90), (521, 8), (114, 3)])
+def test_shuffled_spectra_are_the_spectra_of_the_shuffled_rows(basis_name, p, D):
+    """The Gram-matrix route gives, for every permutation, the definition: the spectrum of W with its rows relabelled
+    (odd and even p, fewer and more columns than rows, a rank-deficient W, the identity permutation)."""
+    basis = fourier_basis(p, basis_name)
+    rng = np.random.default_rng(p + D)
+    W = rng.normal(size=(p, D)) * np.linspace(0.2, 2.0, D)
+    if D > 3:
+        W[:, -1] = W[:, 0] - W[:, 1]  # rank-deficient
+    perms = [np.arange(p)] + [rng.permutation(p) for _ in range(6)]
+    fast = shuffled_spectra(W, basis, perms)
+    slow = np.array([embedding_spectrum(W[perm], basis) for perm in perms])
+    assert fast.shape == (len(perms), basis.n_freq)
+    np.testing.assert_allclose(fast, slow, rtol=1e-9, atol=1e-9 * slow.max())
+    # a shuffle that is not a relabelling of the original rows gives another spectrum: the check can fail
+    assert not np.allclose(shuffled_spectra(W, basis, perms[1:2]), slow[2:3])
 
 
 def test_spectrum_is_norm_of_transformed_rows():

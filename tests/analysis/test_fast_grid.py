@@ -20,9 +20,12 @@ from core.analysis.evaluation import (
     evaluate,
     evaluate_by_full_recompute,
     evaluate_conditions,
+    first_edited_layer,
 )
+from core.analysis.filter_hooks import edit_rows
 from core.analysis.filters import high_pass, keep_frequency, low_pass
 from core.analysis.fourier import fourier_basis
+from core.analysis.phase_shift import PERIOD_SETS, phase_shift, random_direction
 from core.cli import main
 from core.errors import CoreError
 from core.models.loading import prompt_texts
@@ -125,6 +128,54 @@ def test_resume_skips_done_batches_and_gives_same_results(loaded_model):
     for a, b in zip(whole, resumed):
         assert np.array_equal(a.predictions, b.predictions)
         assert np.allclose(a.losses, b.losses)
+
+
+def _one_layer_reference(loaded, texts, answers, cond, batch_size):
+    """Every position recomputed, the one layer's output edited at the answer position (the definition of an
+    edit of one layer), with plain forward hooks of this test's own."""
+    module = loaded.parts.blocks[cond.layer - 1] if cond.modules == "resid" else loaded.parts.outputs(cond.modules)[
+        cond.layer - 1]
+
+    def hook(mod, args, out):
+        t = out[0] if isinstance(out, tuple) else out
+        edit_rows(t[:, -1, :], cond.flt)
+        return out
+
+    handle = module.register_forward_hook(hook)
+    try:
+        return evaluate_by_full_recompute(loaded, texts, answers, P, None, "both", batch_size)
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_edits_of_one_layer_share_the_blocks_below_them(loaded_model, arch):
+    """A call of one-layer edits runs the blocks below its lowest edited layer on one copy (ConditionHooks.shared):
+    every condition's answers are those of the condition run alone and of the definition (a full recompute)."""
+    loaded = loaded_model(arch, n_layers=4)
+    texts, answers = _prompts(loaded, n=24, shots=1)
+    W_U = loaded.unembedding(P).double().numpy()
+    basis = fourier_basis(P, "paper")
+    shift = phase_shift(W_U, basis, PERIOD_SETS["all"], 2)
+    control = shift.control(random_direction(W_U, 5))
+    conds = [Condition(None)] + [Condition(e, kind, layer) for kind, layer in
+                                 [("mlp", 3), ("attn", 3), ("resid", 4), ("attn", 2), ("mlp", 4), ("attn", 4)]
+                                 for e in (shift, control)]
+    assert first_edited_layer(conds[:5], 4) == 3 and first_edited_layer(conds[:1], 4) == 5
+    shared = evaluate_conditions(loaded, texts, answers, P, conds, "last", batch_size=8, rows_per_call=48,
+                                 progress=False)
+    alone = evaluate_conditions(loaded, texts, answers, P, conds, "last", batch_size=8, rows_per_call=8,
+                                progress=False)
+    moved = 0
+    for cond, a, b in zip(conds, shared, alone):
+        np.testing.assert_allclose(a.losses, b.losses, rtol=1e-4, atol=1e-4)
+        assert (a.predictions == b.predictions).all(), (cond.modules, cond.layer)
+        if cond.flt is not None:
+            ref_pred, ref_loss = _one_layer_reference(loaded, texts, answers, cond, 8)
+            np.testing.assert_allclose(a.losses, ref_loss, rtol=1e-4, atol=1e-4)
+            assert (a.predictions == ref_pred).all(), (cond.modules, cond.layer)
+            moved += int((a.predictions != shared[0].predictions).sum())
+    assert moved > 0, "no edit moved any answer: the comparison would not see an edit lost or misplaced"
 
 
 def test_bad_conditions_are_refused(loaded_model):
