@@ -343,18 +343,19 @@ def answer_position_passes(
     B, S = ids.shape
     hooks.plan = {}
     prefix = None
+    extra = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
     if S > 1:
         prefix = stored.cache.get(stored.batch_no) if stored is not None else None
         if prefix is None:
-            with torch.no_grad():
+            with torch.no_grad():  # the prefix's keys and values are what is kept: its logits are not needed
                 out = model(
-                    input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], use_cache=True
+                    input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], use_cache=True,
+                    **extra,
                 )
             prefix = _cache_tensors(out.past_key_values)
             if stored is not None:
                 stored.cache.put(stored.batch_no, prefix)
     per_call = max(1, rows_per_call // B)
-    extra = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
     copies = _PrefixCopies(prefix, min(per_call, len(conditions)), B) if prefix is not None else None
     for first in range(0, len(conditions), per_call):
         group = conditions[first : first + per_call]

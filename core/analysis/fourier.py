@@ -117,7 +117,12 @@ def inverse(basis: FourierBasis, coefficients: np.ndarray) -> np.ndarray:
 def magnitudes_from_coefficients(basis: FourierBasis, coefficients: np.ndarray) -> np.ndarray:
     """Per-frequency magnitude sqrt(sin_k^2 + cos_k^2) for k = 1..K (last axis becomes K)."""
     sq = np.asarray(coefficients, dtype=float) ** 2
-    out = np.zeros(sq.shape[:-1] + (basis.n_freq,))
+    K = basis.n_freq
+    if len(basis.freq) == 2 * K + 1 and (basis.freq[1::2] == basis.frequencies).all():
+        # rows [const, sin 1, cos 1, ..., sin K, cos K]: each pair added where it lies
+        pairs = sq[..., 1:].reshape(sq.shape[:-1] + (K, 2))
+        return np.sqrt(pairs[..., 0] + pairs[..., 1])
+    out = np.zeros(sq.shape[:-1] + (K,))
     # np.add.at over the last axis: sum the squared rows of each frequency.
     for kind in ("sin", "cos"):
         rows = np.flatnonzero(basis.kind == kind)

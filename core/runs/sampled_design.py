@@ -8,16 +8,24 @@ every question of a 3,419-question split would take well over an hour. The preco
 * **every question** for what the verdicts read: the unfiltered model, and at Table 1's tau (the
   grid's tau nearest the paper's) the six band filters (attention, MLP, both x low, high) with the
   first draw of their rank-matched and of their energy-matched control (`every_question`);
-* the **fixed sample** (`core.runs.live_sample.live_sample`: LIVE_SAMPLE questions, stratified by
-  the answer's size, the same sample the live filter reads) for everything else: the tau sweep,
-  keep-one-frequency, and the further control draws. Each such row's `n` is the sample's size and
-  its change in accuracy is measured against the unfiltered model on the same sample;
+* a **fixed sample** of SAMPLE questions for everything else: the tau sweep, keep-one-frequency, and the
+  further control draws. It is the first SAMPLE questions of the live filter's sample
+  (`core.runs.live_sample.live_sample`: LIVE_SAMPLE questions stratified by the answer's size, in an order
+  whose every prefix is itself close to stratified), so a live filter's first SAMPLE questions are these.
+  Each such row's `n` is the sample's size and its change in accuracy is measured against the unfiltered
+  model on the same sample;
 * for the phase shift, a **screen**: every module's shift of all four short periods (no controls)
   on the first SCREEN questions of the sample (themselves close to stratified); the SCREEN_KEEP
   modules whose last digit moves most there, and the residual stream, then get every condition
   (all period sets, their controls) on the whole sample (`screened_modules`). Modules that were not
   kept keep their screen rows (n = SCREEN x shifts), which cannot pass the causal rule (it needs
   controls): the screen can drop a module, never make one pass.
+
+Why these sizes: on the 30-layer stand-in the conditions that read every question, the measurement
+pass and the number stage already take about 430 s on 2 CPU threads, near the machine's compute
+floor (docs/speed.md), so the 600 s a precompute may take leave about 170 s for what reads the
+sample; at 2.5 ms a condition and question that is SAMPLE = 256 (a 95% interval of at most +-6
+points), not the live filter's 512 (+-4.3 points).
 
 A 2-layer demo model, or a model with a split no larger than the sample, reads every question for
 everything (no `Design`), and so does any run asked for with `every_question=True`.
@@ -32,8 +40,10 @@ import pandas as pd
 
 from core.runs.live_sample import LIVE_SAMPLE, live_sample, reads_sample
 
+#: Questions the sampled conditions read: the first ones of the live filter's sample (module docstring).
+SAMPLE = 256
 #: Questions of the sample the phase-shift screen reads (the sample's first ones, close to stratified).
-SCREEN = 128
+SCREEN = 64
 #: Modules (attention or MLP layers) that pass the screen and get every phase-shift condition on the sample.
 SCREEN_KEEP = 8
 
@@ -66,7 +76,7 @@ def design_for(answers, n_layers: int, width: int, every_question: bool = False)
     if every_question or not reads_sample(len(answers), n_layers, width, LIVE_SAMPLE):
         return None
     frame = pd.DataFrame({"answer": answers}, index=np.arange(len(answers)))
-    sample = live_sample(frame, LIVE_SAMPLE).index.to_numpy()
+    sample = live_sample(frame, LIVE_SAMPLE).index.to_numpy()[:SAMPLE]
     return Design(sample=sample, screen=min(SCREEN, len(sample)), n_split=len(answers))
 
 
@@ -109,6 +119,6 @@ def sampled_cells_note(ablations: pd.DataFrame, manifest: dict) -> str | None:
         f"This model is deep, so not every filter was run on every question. Table 1's cells at {at}, the unfiltered "
         f"model and one draw of each control read all {design['n_split']:,} questions; the other cutoffs, "
         f"keep-one-frequency and the further control draws read a fixed sample of {design['sample']} questions "
-        "(stratified by the answer's size), so their accuracy is shown with its 95% interval and its change is "
+        "(stratified by the answer's size; the first ones the live filter below reads), so their accuracy is shown with its 95% interval and its change is "
         "measured against the unfiltered model on the same sample."
     )

@@ -7,6 +7,7 @@ from core.analysis.fourier import (
     fourier_basis,
     frequency_magnitudes,
     inverse,
+    magnitudes_from_coefficients,
     sparsity,
     top_components,
     transform,
@@ -108,3 +109,17 @@ def test_bad_basis_and_shapes():
         fourier_basis(11, "wavelet")
     with pytest.raises(CoreError, match="numbers"):
         transform(fourier_basis(11), np.zeros(12))
+
+
+@pytest.mark.parametrize("name", ["paper", "dft"])
+@pytest.mark.parametrize("p", [521, 520, 8, 7])
+def test_magnitudes_add_each_frequencys_sin_and_cos_rows(name, p):
+    """Per frequency, sqrt(sin^2 + cos^2) of its own rows, bit for bit (and the lone last row of an even DFT)."""
+    basis = fourier_basis(p, name)
+    c = np.random.default_rng(p).normal(size=(4, 3, len(basis.freq))) * 1e3
+    got = magnitudes_from_coefficients(basis, c)
+    assert got.shape == (4, 3, basis.n_freq)
+    for k in basis.frequencies:
+        rows = basis.rows_of([k])
+        want = np.sqrt(sum(c[..., r] ** 2 for r in rows)) if len(rows) == 2 else np.sqrt(c[..., rows[0]] ** 2)
+        assert np.array_equal(got[..., k - 1], want), k

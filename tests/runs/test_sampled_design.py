@@ -39,12 +39,18 @@ def _answers(max_operand=260):
 def test_only_a_deep_model_on_a_large_split_reads_a_sample():
     answers = _answers()  # the paper's test split: 3,419 questions
     design = design_for(answers, 30, 576)
-    assert design is not None and (len(design.sample), design.screen, design.n_split) == (512, 128, len(answers))
+    assert design is not None and (len(design.sample), design.screen, design.n_split) == (256, 64, len(answers))
     frame = pd.DataFrame({"answer": answers})
-    assert np.array_equal(design.sample, live_sample(frame).index.to_numpy())  # the live filter's very sample
+    live = live_sample(frame).index.to_numpy()
+    assert np.array_equal(design.sample, live[:256])  # the first questions the live filter reads
+    # stratified: each tenth of the answers' range gives its share of the split to the sample, within a row
+    span = answers.max() - answers.min() + 1
+    bins = lambda a: np.minimum((a - answers.min()) * 10 // span, 9)  # noqa: E731
+    share = np.bincount(bins(answers), minlength=10) / len(answers) * 256
+    assert np.abs(np.bincount(bins(answers[design.sample]), minlength=10) - share).max() <= 1
     assert design_for(answers, 2, 640) is None  # a demo model reads every question
     assert design_for(answers, 30, 576, every_question=True) is None
-    assert design_for(answers[:400], 30, 576) is None  # a split no larger than the sample
+    assert design_for(answers[:400], 30, 576) is None  # a split no larger than the live filter's sample
 
 
 def test_every_question_holds_table_1s_cells_and_each_controls_first_draw():
@@ -83,7 +89,8 @@ def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch):
     rows, and the claim says what was read."""
     monkeypatch.setattr(live_sample_mod, "SAMPLE_FROM_PARAMS", 0)
     monkeypatch.setattr(design_mod, "LIVE_SAMPLE", 40)
-    monkeypatch.setattr(design_mod, "SCREEN", 16)
+    monkeypatch.setattr(design_mod, "SAMPLE", 24)
+    monkeypatch.setattr(design_mod, "SCREEN", 12)
     monkeypatch.setattr(design_mod, "SCREEN_KEEP", 1)
     folder = model_dir("gpt2", width=192, heads=4)
     cache = tmp_path / "cache"
@@ -94,17 +101,17 @@ def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch):
     m = run.manifest
     assert m["options"]["design"] == "sampled"
     design = m["design"]
-    assert (design["sample"], design["screen"], design["n_split"]) == (40, 16, 120)
+    assert (design["sample"], design["screen"], design["n_split"]) == (24, 12, 120)
     ab = read_table(cache, run.name, "ablations")
     examples = read_table(cache, run.name, "examples")
     full = ab["label"].isin(design["every_question"])
-    assert full.sum() == 19 and (ab.loc[full, "n"] == 120).all() and (ab.loc[~full, "n"] == 40).all()
+    assert full.sum() == 19 and (ab.loc[full, "n"] == 120).all() and (ab.loc[~full, "n"] == 24).all()
     assert set(ab.loc[full & (ab["removed"] != "none"), "tau"]) == {40}  # the grid's tau nearest the paper's 50
 
     # a sampled row is the filter evaluated on the sample; its change is against the unfiltered model there
     loaded = load_model(str(folder))
     loaded.select_numbers(m["p"], "test")
-    sample = live_sample(examples, 40)
+    sample = live_sample(examples, 40).iloc[:24]  # the first questions of the live filter's sample
     keep = ab[ab["removed"] == "keep"].iloc[0]
     spec = Ablation("both", "keep", keep_k=int(keep["keep_k"]))
     texts = list(sample["prompt"])
@@ -124,23 +131,23 @@ def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch):
     assert ("resid", m["n_layers"]) in kept and len(kept) == 2  # the stream and SCREEN_KEEP = 1 module
     dropped = shift[~shift.set_index(["kind", "layer"]).index.isin(kept)]
     assert len(dropped) and (dropped["period_set"] == "all").all() and not dropped["control"].any()
-    assert (dropped["n"] <= 16).all() and (shift.loc[~shift.index.isin(dropped.index), "n"] <= 40).all()
-    assert (shift.loc[~shift.index.isin(dropped.index), "n"] > 16).any()
+    assert (dropped["n"] <= 12).all() and (shift.loc[~shift.index.isin(dropped.index), "n"] <= 24).all()
+    assert (shift.loc[~shift.index.isin(dropped.index), "n"] > 12).any()
 
     # the step-3 claim says what it read, and the Ablations page's note what read the sample
 
     reader = RunReader(cache, run.name)
     claim = claim_module_waves(reader)
-    assert "on a fixed sample of 40 of the 120 test questions" in claim.measured
-    assert "a 40-question sample" in claim.headline
+    assert "on a fixed sample of 24 of the 120 test questions" in claim.measured
+    assert "a 24-question sample" in claim.headline
     note = sampled_cells_note(ab, m)
-    assert "tau = 40" in note and "all 120 questions" in note and "sample of 40 questions" in note
+    assert "tau = 40" in note and "all 120 questions" in note and "sample of 24 questions" in note
     by_tau = accuracy_by_tau(ab)
     sampled_rows = by_tau[by_tau["tau"] != 40]
-    assert (sampled_rows["n"] == 40).all()
+    assert (sampled_rows["n"] == 24).all()
     for r in by_tau.itertuples():
         assert (r.low, r.high) == wilson_interval(r.accuracy, r.n)
-    assert (sampled_rows["high"] - sampled_rows["low"]).min() > 0.08  # 40 questions: a wide interval
+    assert (sampled_rows["high"] - sampled_rows["low"]).min() > 0.08  # 24 questions: a wide interval
 
 
 def test_a_deep_run_cached_before_the_design_is_kept_with_every_question():
