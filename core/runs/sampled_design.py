@@ -119,6 +119,6 @@ def sampled_cells_note(ablations: pd.DataFrame, manifest: dict) -> str | None:
         f"This model is deep, so not every filter was run on every question. Table 1's cells at {at}, the unfiltered "
         f"model and one draw of each control read all {design['n_split']:,} questions; the other cutoffs, "
         f"keep-one-frequency and the further control draws read a fixed sample of {design['sample']} questions "
-        "(stratified by the answer's size; the first ones the live filter below reads), so their accuracy is shown with its 95% interval and its change is "
-        "measured against the unfiltered model on the same sample."
+        "(stratified by the answer's size; the first ones a live filter reads), so their accuracy is shown "
+        "with its 95% interval and its change is measured against the unfiltered model on the same sample."
     )
