@@ -22,10 +22,10 @@ every question of a 3,419-question split would take well over an hour. The preco
   controls): the screen can drop a module, never make one pass.
 
 Why these sizes: on the 30-layer stand-in the conditions that read every question, the measurement
-pass and the number stage already take about 430 s on 2 CPU threads, near the machine's compute
-floor (docs/speed.md), so the 600 s a precompute may take leave about 170 s for what reads the
-sample; at 2.5 ms a condition and question that is SAMPLE = 256 (a 95% interval of at most +-6
-points), not the live filter's 512 (+-4.3 points).
+pass, the number stage and building the grid's filters already take about 410 s on 2 CPU threads,
+near the machine's compute floor (docs/speed.md), so the 600 s a precompute may take leave about 190 s
+for what reads the sample; at 2.5 ms a condition and question that is SAMPLE = 256 (a 95% interval
+of at most about +-6 points), not the live filter's 512 (+-4.3 points).
 
 A 2-layer demo model, or a model with a split no larger than the sample, reads every question for
 everything (no `Design`), and so does any run asked for with `every_question=True`.

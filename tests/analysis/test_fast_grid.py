@@ -158,12 +158,21 @@ def test_edits_of_one_layer_share_the_blocks_below_them(loaded_model, arch):
     basis = fourier_basis(P, "paper")
     shift = phase_shift(W_U, basis, PERIOD_SETS["all"], 2)
     control = shift.control(random_direction(W_U, 5))
-    conds = [Condition(None)] + [Condition(e, kind, layer) for kind, layer in
-                                 [("mlp", 3), ("attn", 3), ("resid", 4), ("attn", 2), ("mlp", 4), ("attn", 4)]
-                                 for e in (shift, control)]
-    assert first_edited_layer(conds[:5], 4) == 3 and first_edited_layer(conds[:1], 4) == 5
-    shared = evaluate_conditions(loaded, texts, answers, P, conds, "last", batch_size=8, rows_per_call=48,
-                                 progress=False)
+    edited = [("mlp", 3), ("attn", 3), ("resid", 4), ("attn", 2), ("mlp", 4), ("attn", 4), ("mlp", 1)]
+    conds = [Condition(None)] + [Condition(e, kind, layer) for kind, layer in edited for e in (shift, control)]
+    conds += [Condition(None)] * 6
+    # calls of 6 conditions: lowest edited layers 3, 2, 1 and none (5)
+    assert [first_edited_layer(conds[i:i + 6], 4) for i in range(0, 21, 6)] == [3, 2, 1, 5]
+    rows_at_block_1 = []  # the rows layer 1's MLP runs on in each call: one copy when block 1 is shared
+    spy = loaded.parts.outputs("mlp")[0].register_forward_hook(
+        lambda mod, args, out: rows_at_block_1.append((out[0] if isinstance(out, tuple) else out).shape[:2]))
+    try:
+        shared = evaluate_conditions(loaded, texts, answers, P, conds, "last", batch_size=8, rows_per_call=48,
+                                     progress=False)
+    finally:
+        spy.remove()
+    answer_calls = [rows for rows, length in rows_at_block_1 if length == 1]
+    assert answer_calls == [8, 8, 48, 8] * 3, answer_calls  # only the call that edits layer 1 runs it on every copy
     alone = evaluate_conditions(loaded, texts, answers, P, conds, "last", batch_size=8, rows_per_call=8,
                                 progress=False)
     moved = 0
