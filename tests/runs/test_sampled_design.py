@@ -1,6 +1,8 @@
 """A deep model's precompute (core.runs.sampled_design): which conditions read every question, which read the
 fixed sample, the phase-shift screen, and a sampled precompute end to end on a tiny model."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,7 +12,7 @@ import core.runs.sampled_design as design_mod
 from core.analysis.ablations import Ablation, Condition
 from core.analysis.evaluation import evaluate_conditions
 from core.analysis.fourier import fourier_basis
-from core.analysis.phase_shift import wilson_interval
+from core.analysis.phase_shift import PERIOD_SETS, phase_shift, residue_modulus, shift_outcomes, wilson_interval
 from core.claims.last_digit import claim_module_waves
 from core.cli import main
 from core.models.loading import load_model
@@ -27,7 +29,7 @@ from core.runs.live_sample import live_sample
 from core.runs.precompute import DEFAULT_TAUS, options_refusal
 from core.runs.reader import RunReader
 from core.runs.sampled_design import design_for, reads_every_question, sampled_cells_note, screened_modules
-from core.runs.shift_run import shift_specs
+from core.runs.shift_run import phase_shift_table, shift_specs
 from core.runs.summaries import accuracy_by_tau
 from core.tasks import build_examples, select_split
 
@@ -133,6 +135,21 @@ def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch):
     assert len(dropped) and (dropped["period_set"] == "all").all() and not dropped["control"].any()
     assert (dropped["n"] <= 12).all() and (shift.loc[~shift.index.isin(dropped.index), "n"] <= 24).all()
     assert (shift.loc[~shift.index.isin(dropped.index), "n"] > 12).any()
+    # each row is its own condition (the stage runs them sorted by layer and puts them back): re-evaluated alone
+    W_U = loaded.unembedding(m["p"]).double().cpu().numpy()
+    L = m["n_layers"]
+    for kind, layer, d in [(k, l, d) for k, l in kept for d in (1, 5)]:
+        row = shift[(shift["kind"] == kind) & (shift["layer"] == layer) & (shift["period_set"] == "all")
+                    & (shift["d"] == d) & ~shift["control"]].iloc[0]
+        edit = phase_shift(W_U, fourier_basis(m["p"], "paper"), PERIOD_SETS["all"], d)
+        before, alone = evaluate_conditions(loaded, texts, sample["answer"].to_numpy(), m["p"],
+                                            [Condition(None), Condition(edit, kind, layer)], "last", 32,
+                                            progress=False)
+        out = shift_outcomes(before.predictions, alone.predictions, d, m["p"], residue_modulus(PERIOD_SETS["all"]))
+        assert (row["n"], row["moved"], row["stayed"], row["residue_moved"]) == pytest.approx(
+            (out["n"], out["moved"], out["stayed"], out["residue_moved"])), (kind, layer, d)
+        assert row["accuracy"] == pytest.approx(alone.accuracy), (kind, layer, d)
+    assert ("resid", L) in kept
 
     # the step-3 claim says what it read, and the Ablations page's note what read the sample
 
@@ -158,3 +175,31 @@ def test_a_deep_run_cached_before_the_design_is_kept_with_every_question():
     other = options_refusal("r", before, {"taus": [7], "n_sample": 16, "design": "sampled"})
     assert "--recompute" in other and "--every-question" not in other  # other taus: only a rebuild helps
     assert options_refusal("r", None, before) is None
+
+
+def test_the_phase_shift_stage_puts_each_row_back_with_its_condition(loaded_model):
+    """The stage runs its conditions sorted by layer (each call shares the blocks below it) and puts every result
+    back in its spec's row: rows of modules whose order the sort changes equal their condition run alone."""
+    loaded = loaded_model("gpt2", n_layers=3)
+    p = 101
+    examples = select_split(build_examples("addition", 50), "test")[:24]
+    texts = [f"{e.a}+{e.b}=" for e in examples]
+    answers = np.array([e.answer for e in examples])
+    table = phase_shift_table(loaded, texts, answers, p, SimpleNamespace(batch_size=8, progress=False), log=lambda _: 0)
+    specs = shift_specs(p, 3)
+    assert len(table) == len(specs)
+    assert list(zip(table["kind"], table["layer"], table["d"], table["draw"])) == [
+        (s["kind"], s["layer"], s["d"], s["draw"]) for s in specs]
+    W_U = loaded.unembedding(p).double().cpu().numpy()
+    outcomes = set()
+    for kind, layer, d in [("attn", 3, 1), ("mlp", 1, 1), ("mlp", 2, 5), ("resid", 3, 2)]:
+        row = table[(table["kind"] == kind) & (table["layer"] == layer) & (table["period_set"] == "all")
+                    & (table["d"] == d) & ~table["control"]].iloc[0]
+        edit = phase_shift(W_U, fourier_basis(p, "paper"), PERIOD_SETS["all"], d)
+        before, alone = evaluate_conditions(loaded, texts, answers, p, [Condition(None), Condition(edit, kind, layer)],
+                                            "last", 8, progress=False)
+        out = shift_outcomes(before.predictions, alone.predictions, d, p, residue_modulus(PERIOD_SETS["all"]))
+        assert (row["moved"], row["stayed"], row["residue_moved"]) == pytest.approx(
+            (out["moved"], out["stayed"], out["residue_moved"])), (kind, layer, d)
+        outcomes.add((out["moved"], out["stayed"]))
+    assert len(outcomes) > 1, "every condition gave the same outcome: a misplaced row could not be seen"
