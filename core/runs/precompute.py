@@ -178,7 +178,7 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
     design = design_for([e.answer for e in examples], loaded.n_layers, loaded.width, opts.every_question)
     options = {"taus": list(taus), "n_sample": opts.n_sample}
     if design is not None:
-        options["design"] = "sampled"  # only then: every-question runs keep the options they always had
+        options["design"] = design.option()  # only then: every-question runs keep the options they always had
     with run_lock(opts.cache_dir, name, log):
         writer = RunWriter(opts.cache_dir, name, identity, options, recompute=opts.recompute)
         try:

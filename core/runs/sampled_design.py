@@ -57,6 +57,11 @@ class Design:
     screen: int
     n_split: int
 
+    def option(self) -> str:
+        """The design as the run's options record it: what sets its numbers, so that a run cached, or a staging
+        folder left, by a design of other sizes is not taken for this one (core.runs.cache.RunWriter)."""
+        return f"sampled ({len(self.sample)}-question sample, {self.screen}-question screen, keep {SCREEN_KEEP})"
+
     def manifest(self, every_question_labels: list[str]) -> dict:
         """What the manifest says about the design (docs/cache-format.md)."""
         return {

@@ -101,7 +101,7 @@ def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch):
     run = list_runs(cache)[0]
     assert run.ok and verify_run(run.path) == []
     m = run.manifest
-    assert m["options"]["design"] == "sampled"
+    assert m["options"]["design"] == "sampled (24-question sample, 12-question screen, keep 1)"
     design = m["design"]
     assert (design["sample"], design["screen"], design["n_split"]) == (24, 12, 120)
     ab = read_table(cache, run.name, "ablations")
@@ -173,6 +173,11 @@ def test_a_deep_run_cached_before_the_design_is_kept_with_every_question():
     refusal = options_refusal("r", before, {**before, "design": "sampled"})
     assert "already cached with other options" in refusal and "pass --every-question to keep it" in refusal
     other = options_refusal("r", before, {"taus": [7], "n_sample": 16, "design": "sampled"})
+    # a run of the design at other sizes (an earlier 512-question sample) is not taken for this one
+    earlier = {**before, "design": "sampled (512-question sample, 128-question screen, keep 8)"}
+    now = {**before, "design": "sampled (256-question sample, 64-question screen, keep 8)"}
+    resized = options_refusal("r", earlier, now)
+    assert "--recompute" in resized and "--every-question" not in resized
     assert "--recompute" in other and "--every-question" not in other  # other taus: only a rebuild helps
     assert options_refusal("r", None, before) is None
 
