@@ -15,7 +15,7 @@ from app.state import cache_dir, current_view, large
 from app.url_state import to_url, url_state
 from core.claims.base import LOW_RANK, VERDICT_LABELS, VERDICT_MEANINGS, VERDICTS
 from core.claims.registry import PAPER_SHORT
-from core.runs.origin import fine_tuning_text
+from core.runs.origin import fine_tuning_text, frozen_stack_sentence
 from core.runs.reader import RunReader, Table
 from core.runs.summaries import sampled_examples
 from core.tasks import expression, task_name
@@ -135,6 +135,8 @@ def origin_note(run: RunReader) -> None:
             f"{base.get('version', '')}, "
             f"{base.get('licence', '?')}), recipe `{prov['fine_tuned']}`."
         )
+        if frozen := frozen_stack_sentence(run.manifest):
+            st.caption(frozen)
         with st.expander("How it was fine-tuned"):
             st.markdown(fine_tuning_text(run.manifest))
     elif prov:

@@ -52,11 +52,13 @@ TERMS = {
     "on: 1 = perfectly, 0 = no better than guessing.",
     "validation split": "Questions kept out of training and used to choose a model (when to stop, which stage).",
     "test split": "Questions kept out of training and of every choice, to be scored once at the end: the honest score. "
-    "A model stopped while its test score was in view (the SmolLM2 stages) has no clean test score; its pages say so.",
+    "A model stopped while its test score was in view (the earlier SmolLM2 stages, now history on the Training page) "
+    "has no clean test score; its pages say so.",
     "split": "One of the three parts the questions are divided into: training (the model learns from it), validation "
     "(used to choose) and test (scored once at the end).",
     "token": "A piece of text the model reads or writes as one unit. GPT-2 has one token for each number 0..520; "
-    "SmolLM2 writes numbers digit by digit, as several tokens.",
+    "SmolLM2 as pre-trained writes numbers digit by digit, as several tokens; fine-tuned here, it gets one new token "
+    "for each number 0..520 too (' 108'), so the default run reads and writes each number as one token.",
     "layer": "One block of the model: an attention part and an MLP part, each adding its output to the residual "
     "stream. Layer 0 is the embeddings; a 30-layer model has blocks 1 to 30.",
     "attention": "The part of each layer that lets the vector at one position read from the other positions (here: "
@@ -73,6 +75,12 @@ TERMS = {
     "distances between far-apart groups mean little.",
     "pre-training": "A language model's first, long training on a large amount of text, before any task.",
     "fine-tuning": "Training an already pre-trained model some more on one task (here: the addition questions).",
+    "frozen": "Kept fixed while the rest of a model trains. The Fourier-frozen demo models have their number "
+    "embeddings frozen to waves chosen by hand; the default run froze its number rows and its lower 18 blocks "
+    "(blocks 0..17) as pre-training made them and trained only blocks 18..29, the top 12 of 30.",
+    "delta": "What fine-tuning changed, stored apart from the pre-trained model: the new number rows and each "
+    "trained weight matrix's change, cut to its strongest directions (SVD). `python -m core rebuild` adds it back "
+    "onto the pre-trained model, which gives the fine-tuned model bit for bit.",
     "LoRA": "Low-rank adaptation: fine-tuning that learns a small change (two thin matrices) to each weight matrix "
     "instead of changing every weight.",
     "epoch": "One pass of training over every training question.",
@@ -133,6 +141,8 @@ JARGON = {
     r"\bpre-train": "pre-training",
     r"\bfine-tun": "fine-tuning",
     r"\bLoRA\b": "LoRA",
+    r"\bfrozen\b": "frozen",
+    r"\bdeltas?\b": "delta",
     r"\bepochs?\b": "epoch",
     r"\bseeds?\b": "seed",
     r"\b(k|\d+)-shot\b": "k-shot",

@@ -17,7 +17,9 @@ import streamlit as st
 from app.state import cache_dir
 from core.claims import registry
 from core.claims.features import claim_training
+from core.files import models_root
 from core.runs import cache as run_cache
+from core.runs import training_summaries
 from core.runs.origin import display_label, run_origin
 from core.runs.reader import RunReader, Table, read_run_table
 
@@ -148,6 +150,12 @@ def training_logs(split: str) -> dict[str, pd.DataFrame]:
     return {
         r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table(Table.TRAINING_LOG) for r in runs
     }
+
+
+def fine_tuning_history(tuned: list[tuple[str, dict, pd.DataFrame]]) -> list:
+    """Model folders of earlier fine-tunings (their recipe and training log, no cached run) beside the runs
+    `tuned` (`fine_tuned_training`), shown on the Training page as history."""
+    return training_summaries.earlier_fine_tunings(models_root(), tuned)
 
 
 def fine_tuned_training(split: str) -> list[tuple[str, dict, pd.DataFrame]]:

@@ -88,13 +88,11 @@ def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
         .encode(y="accuracy:Q", x=alt.value(0), text="what:N")
     )
     caption = (
-        "Each stage starts from the delta the stage before it wrote (a full fine-tuning's change is cut to low rank "
-        "there, "
-        "which can cost accuracy, so a stage may start below where the one before ended); see how much each stage "
-        "adds and "
-        "how far the last one is from the paper's dashed line."
+        "The current model and the earlier attempts it replaced (their training logs). A later stage starts from the "
+        "delta the stage before it wrote (cut to low rank there, so it may start below where that one ended); the "
+        "dashed line is the paper's fine-tuned GPT-2-XL."
     )
-    title = f"Fine-tuning stage by stage: {SPLIT_NAMES.get(split, split)} accuracy"
+    title = f"Fine-tuning the real LLM: {SPLIT_NAMES.get(split, split)} accuracy by epoch"
     return styled(line + rule + text, title, height=380), stages, caption
 
 

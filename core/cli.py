@@ -161,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     reb = sub.add_parser(
         "rebuild", help="rebuild a fine-tuned model from its shipped delta and the base model, checked bit for bit"
     )
-    reb.add_argument("recipe", help="recipe name (smollm2-addition) or the model folder that holds delta.safetensors")
+    reb.add_argument("recipe", help="recipe name (smollm2-addition-cpu) or the model folder that holds "
+                     "delta.safetensors; a missing packaged base model is imported first")
     reb.add_argument("--base", default=None, help="the base model folder (default: the one the delta names)")
     reb.add_argument(
         "--no-check",
@@ -172,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     sti = sub.add_parser(
         "standin", help="the default run's model before training (SmolLM2-135M + number tokens), for speed measurements"
     )
-    sti.add_argument("--recipe", default="smollm2-addition-full", help="the number-token recipe whose start it is")
+    sti.add_argument("--recipe", default="smollm2-addition-cpu", help="the number-token recipe whose start it is")
     sti.add_argument("--base", default=None, help="the imported base model (default: the recipe's)")
     sti.add_argument("--out", default="models/smollm2-standin")
     sti.add_argument("--force", action="store_true", help="make it again over an existing folder")

@@ -1,13 +1,20 @@
-"""Small file helpers every layer shares: the sha256 of a file, and a JSON file read without raising."""
+"""Small file helpers every layer shares: the project's folders, the sha256 of a file, and a JSON file read without
+raising."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 #: The project folder (the one holding core/, models/, recipes/ and cache/).
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def models_root() -> Path:
+    """The folder models are loaded from: `models/`, or the folder FOURIER_MODELS_DIR names (tests, servers)."""
+    return Path(os.environ.get("FOURIER_MODELS_DIR", PROJECT_ROOT / "models")).resolve()
 
 
 def sha256_file(path: Path) -> str:

@@ -32,18 +32,10 @@ if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1; then
 else
   echo "skipping smollm2-135m: import it with python -m core import-model smollm2-135m" >&2
 fi
-# SmolLM2 fine-tuned with number tokens, stage by stage (needs the imported base model and each stage's delta,
-# which is not shipped: the recipes retrain them, see docs/fine-tuning.md); stage 3 is the default run
-for entry in smollm2-addition-stage3:0 smollm2-addition-full:1 smollm2-addition:2; do
-  model="${entry%%:*}"; order="${entry##*:}"
-  if ! ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1; then
-    echo "skipping $model: import the base model first (python -m core import-model smollm2-135m)" >&2
-  elif [ -f "models/$model/delta.safetensors" ]; then
-    [ -f "models/$model/model.safetensors" ] || .venv/bin/python -m core rebuild "models/$model"
-    .venv/bin/python -m core precompute --model "models/$model" --taus "$TAUS" --display-order "$order" \
-      --threads "$THREADS" --recompute --no-progress
-  else
-    echo "skipping $model: no delta in models/$model; retrain it with: $(.venv/bin/python -c "from core.training.stages import retrain_commands; print(' then '.join(c for c, _ in retrain_commands('models/$model')))")" >&2
-  fi
-done
+# the default run: SmolLM2 fine-tuned with number tokens on a CPU; its delta is shipped, and rebuild imports the base
+# model first when it is not here (the earlier stages ship only their logs: docs/fine-tuning.md)
+model=smollm2-addition-cpu
+[ -f "models/$model/model.safetensors" ] || .venv/bin/python -m core rebuild "$model"
+.venv/bin/python -m core precompute --model "models/$model" --taus "$TAUS" --display-order 0 \
+  --threads "$THREADS" --recompute --no-progress
 .venv/bin/python -m core verify

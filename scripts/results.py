@@ -128,7 +128,7 @@ def document(cache_dir: str, tau: int) -> int:
     print(
         "\n('control': as many random directions that W_U reads, removed instead, tilted to remove as much of the "
         "modules' output energy as the band does, mean of 5 draws; matched on rank only, one draw, for the runs "
-        "cached without their weights: the untied control and the SmolLM2 stages. The paper has no control. The "
+        "cached without their weights: the untied control. The paper has no control. The "
         "paper's column is addition's: it reports no Table 1 for multiplication.)\n"
     )
     for task in dict.fromkeys(task_of_manifest(r.manifest) for r in runs):

@@ -3,7 +3,7 @@ import streamlit as st
 from app import training_figures
 from app.chart_export import show_chart
 from app.furniture import intro
-from app.run_loading import fine_tuned_training, training_logs
+from app.run_loading import fine_tuned_training, fine_tuning_history, training_logs
 from app.sidebar import page_view
 from app.training_figures import SPLIT_NAMES
 from app.url_state import to_url, url_state
@@ -18,7 +18,8 @@ intro(
     "frozen to Fourier features, or after pre-training on text about numbers: compare how fast and how high each goes "
     f"(the paper's figure 7b: GPT-2-small reaches {ACCURACY['GPT-2-small from scratch']:g}% from scratch and "
     f"{ACCURACY['GPT-2-small, frozen pre-trained embeddings']:g}% with GPT-2's pre-trained number embeddings "
-    "frozen in). Below them, the real pre-trained LLM fine-tuned here on addition, stage by stage.",
+    "frozen in). Below them, the real pre-trained LLM fine-tuned here on addition, and the earlier attempts it "
+    "replaced.",
 )
 url_state("curve_split", "val", str, ["train", "val", "test"])
 st.radio(
@@ -64,15 +65,17 @@ tuned = fine_tuned_training(view.split)
 if not tuned:
     st.info(
         "No fine-tuned run of a real pre-trained model is in the cache (`python -m core train --recipe "
-        "smollm2-addition-full` makes one)."
+        "smollm2-addition-cpu` makes one)."
     )
 else:
-    stages = training_summaries.fine_tuning_stages(tuned, split)
+    stages = training_summaries.fine_tuning_stages(tuned, split, earlier=fine_tuning_history(tuned))
     show_chart(
         *training_figures.fine_tuning_stages(stages, split, ACCURACY["GPT-2-XL fine-tuned"] / 100),
         key="training-stages",
     )
     st.markdown("From the stages' training logs: " + training_summaries.stages_sentence(stages, split))
+    if once := training_summaries.scored_once(tuned):
+        st.markdown(once)
     notes = [f"**{label}**: {note}." for label, manifest, log in tuned if (note := selection_note_of(manifest, log))]
     if notes:
         st.markdown(

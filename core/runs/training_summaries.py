@@ -5,11 +5,12 @@ core.runs.summaries, which re-exports these names."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 
 from core.models.source import project_path
-from core.runs.origin import run_origin
+from core.runs.origin import run_origin, summary_of
 from core.training.stages import earlier_stage
 
 
@@ -42,7 +43,27 @@ def final_accuracies(curves: pd.DataFrame) -> pd.DataFrame:
     return curves.sort_values("epoch").groupby("run").tail(1)[["run", "epoch", "mean", "low", "high", "seeds"]]
 
 
-def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = "val") -> pd.DataFrame:
+def earlier_fine_tunings(models_dir: Path, runs: list[tuple[str, dict, pd.DataFrame]]) -> list[Path]:
+    """Model folders under `models_dir` of number-token fine-tunings (a recipe.json with `number_tokens`
+    and a training_log.parquet) that no run of `runs` was computed from: earlier attempts whose logs are
+    kept as history (the SmolLM2 stages the current default model replaced), sorted by name."""
+    cached = {project_path((manifest.get("model") or {}).get("source", "")) for _, manifest, _ in runs}
+    found = []
+    for recipe_file in sorted(Path(models_dir).glob("*/recipe.json")):
+        folder = recipe_file.parent.resolve()
+        if folder in cached or not (folder / "training_log.parquet").is_file():
+            continue
+        try:
+            recipe = json.loads(recipe_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(recipe, dict) and recipe.get("number_tokens") is not None:
+            found.append(folder)
+    return found
+
+
+def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = "val",
+                       earlier: list[Path] = ()) -> pd.DataFrame:
     """The training logs of fine-tuned runs laid end to end, stage after stage.
 
     `runs`: (label, manifest, training log) of each fine-tuned run. A run whose recipe starts from
@@ -52,7 +73,8 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
     (its recipe.json and training_log.parquet, shipped with it) and labelled so. Columns: run, stage
     (1, 2, ...), epoch (counted over all stages), stage_epoch (the epoch within its own stage),
     accuracy, loss, device, starts_from (the earlier stage's label, or None), cached (whether the
-    stage has a cached run).
+    stage has a cached run). `earlier`: model folders of earlier attempts with no cached run (see
+    `earlier_fine_tunings`), read the same way and labelled as history.
     """
     cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from", "cached"]
 
@@ -70,6 +92,12 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
         info[project_path((manifest.get("model") or {}).get("source", ""))] = entry(
             label, run_origin(manifest)["recipe"] or {}, log, True
         )
+    for folder in earlier:
+        folder = Path(folder).resolve()
+        if folder not in info and (folder / "recipe.json").is_file() and (folder / "training_log.parquet").is_file():
+            recipe = json.loads((folder / "recipe.json").read_text())
+            label = f"{recipe.get('label', folder.name)} (earlier attempt: its training log; no cached run)"
+            info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
     todo = list(info)
     while todo:  # earlier stages that have no cached run: from their folders
         folder = info[todo.pop()]["start"]
@@ -112,6 +140,20 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
     if not frames:
         return pd.DataFrame(columns=cols)
     return pd.concat(frames, ignore_index=True)[cols].sort_values(["stage", "epoch"]).reset_index(drop=True)
+
+
+def scored_once(runs: list[tuple[str, dict, pd.DataFrame]]) -> str:
+    """A sentence on the fine-tunings whose logs never read the test split: the one test score of the model
+    rebuilt from each delta, from its training summary ("" when there is none)."""
+    parts = []
+    for label, manifest, log in runs:
+        score = summary_of(manifest.get("model") or {}).get("rebuilt_test_accuracy_float32")
+        if score is not None and not (log["split"] == "test").any():
+            parts.append(f"{label}: {score:.2%}")
+    if not parts:
+        return ""
+    return ("Scored once on the test split, after training, on the model rebuilt from its delta (the log never read "
+            "it): " + "; ".join(parts) + ".")
 
 
 def stages_sentence(stages: pd.DataFrame, split: str) -> str:

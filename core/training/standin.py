@@ -1,13 +1,15 @@
 """A 30-layer stand-in for the default run, which any clone can make without training.
 
-The default run (SmolLM2-135M fine-tuned with number tokens) ships no weights. To measure speed on a
-model of its size, `make_standin` builds what its recipe starts from: the imported SmolLM2-135M with
-one token per number 0..p-1 added (" 108"), each new row set as the recipe sets it before training
-(`core.training.finetune.initial_number_rows`: the base model's own representation of n after the
-recipe's block, scaled to the mean norm of its other rows), tied to the unembedding, and nothing
-trained. Its answers are mostly wrong; its shapes, tokens and costs are the default run's.
+The default run's model (SmolLM2-135M fine-tuned with number tokens) is rebuilt from its shipped delta
+(`python -m core rebuild smollm2-addition-cpu`); the speed figures of docs/speed.md were measured on this
+untrained stand-in of the same size, made before that delta shipped. `make_standin` builds what its
+recipe starts from: the imported SmolLM2-135M with one token per number 0..p-1 added (" 108"), each
+new row set as the recipe sets it before training (`core.training.finetune.initial_number_rows`: the
+base model's own representation of n after the recipe's block, centred if the recipe says so, scaled to
+the mean norm of its other rows), tied to the unembedding, and nothing trained. Its answers are mostly
+wrong; its shapes, tokens and costs are the default run's.
 
-    python -m core standin [--recipe smollm2-addition-full] [--base models/smollm2-135m] [--out models/smollm2-standin]
+    python -m core standin [--recipe smollm2-addition-cpu] [--base models/smollm2-135m] [--out models/smollm2-standin]
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from core.training.delta import merged_model, write_model_folder
 from core.training.finetune import initial_number_rows
 from core.training.recipe import Recipe
 
-DEFAULT_RECIPE = "smollm2-addition-full"
+DEFAULT_RECIPE = "smollm2-addition-cpu"
 DEFAULT_OUT = "models/smollm2-standin"
 
 

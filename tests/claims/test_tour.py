@@ -28,7 +28,7 @@ from core.files import PROJECT_ROOT
 from core.models.source import project_path
 from core.runs import summaries
 from core.runs.cache import list_runs, read_table
-from core.runs.origin import describe_run, run_origin
+from core.runs.origin import describe_run, frozen_stack_sentence, run_origin, summary_of
 from core.runs.reader import RunReader
 from core.tasks import build_examples
 
@@ -55,6 +55,8 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
         # selected on validation: the one test row is the chosen epoch's; else the last epoch ships
         epoch = test["epoch"].iloc[-1] if recipe.get("select") == "val" and len(test) else val["epoch"].max()
         acc = val[val["epoch"] == epoch]["accuracy"].mean()
+        rebuilt = summary_of(manifest["model"]).get("rebuilt_val_accuracy_float32")
+        acc = acc if rebuilt is None else rebuilt  # a fine-tuning scored the model rebuilt from its delta
         answers = [e.answer for e in build_examples(task, manifest["task"]["max_operand"],
                                                     manifest["task"]["dataset_seed"]) if e.split == "val"]
     commonest = Counter(answers).most_common(1)[0][1] / len(answers)  # always answering the commonest answer
@@ -439,6 +441,9 @@ def test_every_fine_tuned_run_describes_itself_from_its_recipe_and_summary():
         assert f"for {epochs} epoch" in text and summary["device"] in text, r.name
         if spec.get("frozen_blocks"):
             assert f"blocks {spec['frozen_blocks']}..{r.manifest['n_layers'] - 1}" in text
+        first_stage = spec.get("frozen_blocks") and not lora.get("init_delta")
+        top = r.manifest["n_layers"] - int(spec.get("frozen_blocks") or 0)
+        assert (f"Only the top {top} of its" in frozen_stack_sentence(r.manifest)) == bool(first_stage), r.name
         assert f"{summary['delta_bytes'] / 1e6:.1f} MB" in text
         assert ("not shipped" in text) == (summary.get("delta_shipped") is False)
         assert "a few MB" not in text

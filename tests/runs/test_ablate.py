@@ -15,7 +15,7 @@ from core.files import PROJECT_ROOT
 from core.runs.ablate import ablate, open_target, parse_removed
 
 FOURIER_FROZEN = "fourier-frozen-tied-demo-trained-here-addition-test-05d0125721"
-NO_WEIGHTS = "smollm2-135m-fine-tuned-number-tokens-real-llm-stage-1-on-a--5d14c9c500"
+NO_WEIGHTS = "fourier-frozen-untied-control-demo-trained-here-addition-tes-805c3b536c"  # ships its log, not weights
 CACHE = str(PROJECT_ROOT / "cache")
 needs_shipped = pytest.mark.skipif(
     not (PROJECT_ROOT / "models" / "fourier-frozen" / "config.json").exists(), reason="the shipped demo model"

@@ -337,3 +337,44 @@ def test_recipe_parts_are_typed_with_their_defaults_and_refuse_unknown_keys(tmp_
         Recipe(**base, number_tokens={}, lora={"alpha": "16"}).check()
     with pytest.raises(CoreError, match=r"pretrain: unknown keys \['epoch'\]"):
         tiny(tmp_path, pretrain={"epoch": 1})
+
+
+def test_earlier_fine_tunings_are_found_and_shown_as_history(tmp_path):
+    """Model folders of number-token fine-tunings that no cached run was computed from (a recipe with
+    number_tokens and a training log) are history: found, chained stage after stage, labelled so; a
+    folder of a cached run, one without a log and a demo recipe are not."""
+
+    def folder(name, epochs, start=None, number_tokens=True, with_log=True):
+        where = tmp_path / name
+        where.mkdir()
+        recipe = {"name": name, "label": f"{name} label", "lora": {"rank": 4}}
+        if number_tokens:
+            recipe["number_tokens"] = {"layer": 5}
+        if start:
+            recipe["lora"]["init_delta"] = str(tmp_path / start / "delta.safetensors")
+        (where / "recipe.json").write_text(json.dumps(recipe))
+        log = pd.DataFrame([{"epoch": e, "split": "val", "accuracy": e / 10, "loss": 1.0, "seed": 0}
+                            for e in range(1, epochs + 1)])
+        if with_log:
+            log.to_parquet(where / "training_log.parquet")
+        return name, {"model": {"source": str(where)}}, log
+
+    current = folder("current", 4)
+    folder("old1", 2)
+    folder("old2", 3, start="old1")
+    folder("nolog", 2, with_log=False)
+    folder("demo", 2, number_tokens=False)
+    earlier = training_summaries.earlier_fine_tunings(tmp_path, [current])
+    assert [f.name for f in earlier] == ["old1", "old2"]
+    stages = training_summaries.fine_tuning_stages([current], "val", earlier=earlier)
+    last = stages.groupby("run")["epoch"].max().to_dict()
+    history = " (earlier attempt: its training log; no cached run)"
+    assert last == {"current": 4, "old1 label" + history: 2, "old2 label" + history: 5}
+    assert stages[stages["run"] == "current"]["cached"].all() and not stages[stages["run"] != "current"]["cached"].any()
+    assert set(stages[stages["run"] == "old2 label" + history]["stage"]) == {2}
+    # a log that never read the test split: its one test score comes from the training summary
+    assert training_summaries.scored_once([current]) == ""
+    (tmp_path / "current" / "train_summary.json").write_text(json.dumps({"rebuilt_test_accuracy_float32": 0.98765}))
+    assert "current: 98.77%" in training_summaries.scored_once([current])
+    with_test = (current[0], current[1], pd.concat([current[2], current[2].assign(split="test")]))
+    assert training_summaries.scored_once([with_test]) == ""  # scored at every epoch: not a one-time score
