@@ -90,6 +90,8 @@ SHIFT_BARS_MAX = 9
 def shift_bars(run: RunReader):
     """The causal figure of step 3: per module, the share of questions whose last digit moved when its short waves
     were shifted, beside the random edits of the same size (core.claims.last_digit.shift_summary)."""
+    design = run.manifest.get("design")
+    sample_note = f" · {design['sample']}-question sample" if design else ""
     full = shift_summary(run.table(Table.PHASE_SHIFT))
     summary = full
     if len(full) > SHIFT_BARS_MAX:
@@ -159,7 +161,7 @@ def shift_bars(run: RunReader):
             width=260 if big else 320,
             title=alt.TitleParams(
                 "Does the answer follow a shifted wave?",
-                subtitle=textwrap.wrap(short_label(run.label), 46),
+                subtitle=textwrap.wrap(short_label(run.label) + sample_note, 46),
                 fontSize=18 if big else 14,
                 subtitleFontSize=14 if big else 12,
                 anchor="start",
@@ -168,16 +170,15 @@ def shift_bars(run: RunReader):
         .configure_axis(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
         .configure_legend(labelFontSize=16 if big else 11)
     )
-    design = run.manifest.get("design")
     read = (f"on a fixed sample of {design['sample']} questions" if design
             else f"over all {len(run.table(Table.EXAMPLES))} questions")
     caption = (
         f"Each module's waves of periods 2, 2.5, 5 and 10 moved by d = 1, 2 or 5 numbers {read}; blue: share whose "
         "last digit moved by d, grey: a random edit of the same size (mean of draws); dashed: one half."
     )
-    if len(summary) < len(full):
-        caption += (f" Shown: the {SHIFT_BARS_MAX - 1} of {len(full) - 1} layers whose last digit moved most, and the "
-                    "stream.")
+    if len(summary) < len(full):  # a deep run: the bars are the stream and the layers that moved it most
+        caption = ("Short waves shifted by d: blue, share whose last digit moved; grey, a random edit of the same "
+                   "size; the layers that moved it most.")
     return chart, data, caption
 
 

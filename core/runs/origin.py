@@ -118,7 +118,8 @@ def fine_tuning_text(manifest: dict) -> str:
     if lora.get("train") == "full" and frozen:
         what = (
             f"blocks 0..{frozen - 1} and the new rows stayed frozen (the lower blocks as pre-training left them), "
-            f"and every linear map of blocks {frozen}..{L - 1} ({targets}) was trained (full fine-tuning, as the paper "
+            f"and every linear map of blocks {frozen}..{L - 1} (attention's and the MLP's) was trained (full "
+            "fine-tuning, as the paper "
             f"does, of the top {L - frozen} of {L} blocks); each map's change is kept as its best "
             f"rank-{lora.get('rank', '?')} approximation (SVD). So the lower blocks and the number rows (built "
             "from the pre-trained model's own representation, then frozen) never saw the addition data; the top "

@@ -599,7 +599,7 @@ def test_a_device_or_stage_mix_that_cannot_work_is_refused_before_any_loading(ti
 def test_a_balanced_recipe_trains_and_a_bad_balance_is_refused(tiny_base, tmp_path):
     spec = {"layer": 2, "context": "The number {n}", "checkpoint_steps": 2, "balance_answers": 0.5}
     run = finetune(tiny_recipe(tiny_base, tmp_path / "b", number_tokens=spec, epochs=1), log=lambda *_: None)
-    assert set(run.log["split"]) == {"train", "val", "test"}
+    assert set(run.log["split"]) == {"train", "val"}  # the test split is scored once, after training
     with pytest.raises(CoreError, match="balance_answers"):
         tiny_recipe(tiny_base, tmp_path / "c", number_tokens={**spec, "balance_answers": 2})
 
