@@ -10,7 +10,6 @@ import json
 
 from core.models.source import project_path
 from core.tasks import task_name
-from core.training.stages import DELTA_FILE
 
 
 def task_of_manifest(manifest: dict) -> str:
@@ -121,9 +120,7 @@ def fine_tuning_text(manifest: dict) -> str:
             f"and every linear map of blocks {frozen}..{L - 1} (attention's and the MLP's) was trained (full "
             "fine-tuning, as the paper "
             f"does, of the top {L - frozen} of {L} blocks); each map's change is kept as its best "
-            f"rank-{lora.get('rank', '?')} approximation (SVD). So the lower blocks and the number rows (built "
-            "from the pre-trained model's own representation, then frozen) never saw the addition data; the top "
-            "blocks learned to add with them"
+            f"rank-{lora.get('rank', '?')} approximation (SVD)"
         )
     elif lora.get("train") == "full":
         what = (
@@ -151,12 +148,10 @@ def fine_tuning_text(manifest: dict) -> str:
         )
     delta = summary.get("delta_bytes")
     shipped = summary.get("delta_shipped")
-    here = bool(delta) and (project_path((manifest.get("model") or {}).get("source", "")) / DELTA_FILE).is_file()
     weights = (
         (
             f"Its weights are rebuilt from a delta of {delta / 1e6:.1f} MB"
-            + (" (shipped)" if shipped else " that is not shipped (the recipe retrains it)" if shipped is False
-               else " (in its model folder)" if here else "")
+            + (" (shipped)" if shipped else " that is not shipped (the recipe retrains it)" if shipped is False else "")
             + " and the imported base model."
         )
         if delta
@@ -167,7 +162,7 @@ def fine_tuning_text(manifest: dict) -> str:
         f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}"
         f"{', centred over the numbers' if spec.get('centre') else ''}); then {what}, for {epochs} "
         f"epoch{'' if epochs == 1 else 's'} on "
-        f"{_device_text(recipe, summary)}. {weights}"
+        f"{_device_text(recipe, summary)}. {weights} {frozen_stack_sentence(manifest)}"
     ).strip()
 
 
