@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 import vl_convert as vlc
 
-from app.csv_safety import csv_text
+from app.guards.csv_safety import csv_text
 from app.shared import vega_spec
 from app.state import large
 from core.runs import cache as run_cache

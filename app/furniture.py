@@ -10,9 +10,9 @@ import re
 import pandas as pd
 import streamlit as st
 
+from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims, valid_runs
 from app.state import cache_dir, current_view, large
-from app.url_state import to_url, url_state
 from core.claims.base import LOW_RANK, VERDICT_LABELS, VERDICT_MEANINGS, VERDICTS
 from core.claims.registry import PAPER_SHORT
 from core.runs.origin import fine_tuning_text, frozen_stack_sentence

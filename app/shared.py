@@ -3,7 +3,7 @@
 A class that opens the same link asks for the same figures. Building an Altair chart (every
 channel is validated against the Vega-Lite schema) and converting it to the spec Streamlit sends
 cost most of a rerun, and they are the same for every session. So each figure function of
-`app.figures` (and `app.number_figures`, `app.training_figures`, `app.phase_figure`) is wrapped by
+`app.figures.logits` (and `app.figures.numbers`, `app.figures.training`, `app.figures.phase`) is wrapped by
 `shared_figure`: its result is kept in one `st.cache_resource` per
 server process, keyed by the function, its arguments (a run by its cache folder, name and
 creation time, so a rebuilt run is drawn afresh) and presentation mode (which changes font

@@ -2,7 +2,7 @@
 
 It is drawn once by main.py for all pages and returns the typed selection (`app.state.View`), which
 main.py hands to the page; a page reads it with `page_view()`. Every control's value is mirrored into
-the URL (app.url_state).
+the URL (app.guards.url_state).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import streamlit as st
 
 from app.furniture import LARGE_CSS, no_runs_message
 from app.glossary import term
+from app.guards.url_state import to_url, url_flag, url_state
 from app.run_loading import open_run, valid_runs
 from app.state import View, cache_dir, current_view
-from app.url_state import to_url, url_flag, url_state
 from core.runs.origin import task_of_manifest
 from core.tasks import task_name
 

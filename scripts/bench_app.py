@@ -21,7 +21,7 @@ import time
 
 from streamlit.testing.v1 import AppTest
 
-from app import browser
+from app.launch import browser
 from core.files import PROJECT_ROOT
 
 # page, widget kind, key, two values to alternate between (None: taken from the widget's options)

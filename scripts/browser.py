@@ -8,10 +8,10 @@ what a projector shows without scrolling. --tour screenshots each Tour step inst
 
 Starts `streamlit run app/main.py` on a free local port, visits each page, waits until Streamlit
 has finished running, checks that the page shows its title, at least one chart, no error and nothing a
-projector audience could not read (app.browser.layout_problems: cut titles, overlapping tick labels,
+projector audience could not read (app.launch.browser.layout_problems: cut titles, overlapping tick labels,
 small axis text in presentation mode), and saves a PNG per page. From a git worktree, run it with
 PYTHONPATH=. so that it imports the worktree's code. The browser test (tests/app/test_browser.py) uses
-the same functions (app/browser.py).
+the same functions (app/launch/browser.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.browser import PAGES, browser, serve, visit
-from app.tour_steps import STEPS
+from app.launch.browser import PAGES, browser, serve, visit
+from app.tour.steps import STEPS
 from core.files import PROJECT_ROOT
 
 

@@ -93,10 +93,10 @@ class Served:
         return rss_bytes([self.pid]) if self.pid else 0
 
     def live_runner_pid(self) -> int | None:
-        """The live-computation process of this serve (app/live_runner.py)."""
+        """The live-computation process of this serve (app/live/runner.py)."""
         for pid in process_tree([self.pid]) if self.pid else []:
             try:
-                if b"app.live_runner" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                if b"app.live.runner" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     return pid
             except OSError:
                 continue

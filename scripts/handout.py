@@ -19,7 +19,7 @@ import streamlit.logger
 # the dashboard's caches (imported with its figures) warn that no Streamlit server runs: none is needed here
 streamlit.logger.set_log_level("ERROR")
 
-from app.handout_export import write_handouts  # noqa: E402
+from app.tour.handout_export import write_handouts  # noqa: E402
 from core.errors import CoreError  # noqa: E402
 from core.files import PROJECT_ROOT  # noqa: E402
 

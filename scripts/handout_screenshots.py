@@ -21,9 +21,9 @@ from pathlib import Path
 
 from pypdf import PdfReader
 
-from app.browser import browser, serve, wait_until_idle
-from app.handout_export import listed_runs, pick_run, write_handouts
-from app.tour_steps import STEPS
+from app.launch.browser import browser, serve, wait_until_idle
+from app.tour.handout_export import listed_runs, pick_run, write_handouts
+from app.tour.steps import STEPS
 from core.files import PROJECT_ROOT
 
 SIZE = {"width": 1024, "height": 768}

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from session_client import Session
 
-from app.local_server import free_port, port_free, streamlit_command, wait_healthy
+from app.launch.server import free_port, port_free, streamlit_command, wait_healthy
 from core.files import PROJECT_ROOT
 
 MAX_SESSIONS = 200

@@ -20,7 +20,7 @@
   A request that meets a dead worker is sent to another at once; one client address may hold at
   most --per-address sessions (and open as many per 10 s, a quarter as many per second), past which
   it gets a one-line page.
-* Live computations: one process of their own (app/live_runner.py, nice 10, --live-threads CPU
+* Live computations: one process of their own (app/live/runner.py, nice 10, --live-threads CPU
   threads) computes every worker's requests from one queue (serve/live/): identical requests once.
 * Config: generated into serve/ (haproxy.cfg, its error pages and runtime socket, worker logs; the
   folder ignores itself in git). The workers share one cookie secret (generated per start, or
@@ -49,7 +49,7 @@ import threading
 import time
 from pathlib import Path
 
-from app.local_server import healthy, port_free, streamlit_command, wait_healthy
+from app.launch.server import healthy, port_free, streamlit_command, wait_healthy
 from core.files import PROJECT_ROOT
 
 OUT = PROJECT_ROOT / "serve"
@@ -302,11 +302,11 @@ class Workers:
         self.start_live_runner()
 
     def start_live_runner(self) -> None:
-        """The process that computes the live requests of every worker (app/live_runner.py), at a lower CPU
+        """The process that computes the live requests of every worker (app/live/runner.py), at a lower CPU
         priority: the class's clicks go first, a live computation takes what is left."""
         log = open(self.log_dir / "live-runner.log", "ab")
         self.live = subprocess.Popen(
-            ["nice", "-n", str(LIVE_NICE), sys.executable, "-m", "app.live_runner"],
+            ["nice", "-n", str(LIVE_NICE), sys.executable, "-m", "app.live.runner"],
             cwd=PROJECT_ROOT,
             env=self.env,
             stdout=log,
@@ -429,10 +429,10 @@ def main(argv=None) -> int:
     env.setdefault("STREAMLIT_SERVER_COOKIE_SECRET", secrets.token_hex(32))
     if args.cache_dir:
         env["FOURIER_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
-    # live computations: one queue and one result store for every worker (app/live_queue.py), one thread each
+    # live computations: one queue and one result store for every worker (app/live/queue.py), one thread each
     env["FOURIER_LIVE_DIR"] = str(out / "live")
     env["FOURIER_LIVE_MAX_THREADS"] = str(args.live_threads)
-    env["FOURIER_LIVE_RUNNER"] = "external"  # the workers ask; app/live_runner.py computes
+    env["FOURIER_LIVE_RUNNER"] = "external"  # the workers ask; app/live/runner.py computes
     # each worker opens the default page once, so the first students find its tables and figures ready
     from session_client import warm  # the load test's websocket client (scripts/session_client.py)
 

@@ -1,15 +1,15 @@
 import pandas as pd
 import streamlit as st
 
-from app import figures
 from app.chart_export import show_chart
+from app.figures import logits
 from app.furniture import intro, needs, scroll_into_view
 from app.glossary import term
-from app.live import follow_live, live_folder, live_request, result_frame, submit_live
+from app.guards.url_state import to_url, url_state
+from app.live.ablation import follow_live, live_folder, live_request, result_frame, submit_live
 from app.shared import shared_view
 from app.sidebar import page_view
 from app.state import large
-from app.url_state import to_url, url_state
 from core.analysis.ablations import Ablation
 from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
 from core.runs import summaries
@@ -147,7 +147,7 @@ if t1["erased"].any():
 sampled_note = sampled_cells_note(ablations, run.manifest)
 if sampled_note:
     st.info(sampled_note)
-show_chart(*figures.table1_chart(run, shown_tau), key="acc-by-tau")
+show_chart(*logits.table1_chart(run, shown_tau), key="acc-by-tau")
 
 st.subheader("Errors under one filter")
 cells = {
@@ -176,7 +176,7 @@ else:
         help=f"Paper: with attention's high frequencies removed, all errors are below {summaries.CLOSE_ERROR}.",
     )
     show_chart(
-        *figures.error_histogram(
+        *logits.error_histogram(
             dist,
             f"Error distribution, {cell} (tau = {shown_tau}) — {run.label}",
             "Red bars are errors that are multiples of 10: the last digit is right, the size is off.",
@@ -204,7 +204,7 @@ st.caption(
     f"{PARITY_KEEP_PERIOD_2}% of the time; keeping period 520 gives answers spread around the right one."
 )
 
-st.subheader("Compute a filter live", anchor="live-result")  # app.live imports torch only when a computation starts
+st.subheader("Compute a filter live", anchor="live-result")  # app.live.ablation imports torch only when one starts
 folder, why = live_folder(run)
 if folder is None:
     st.info(f"Live computation is not available for this run: {why}. The cached grid above is what there is.")
@@ -240,7 +240,7 @@ else:
     label = Ablation(*settings[1:4]).label()
     asked = f"all {run.n_examples:,} questions" if whole else f"the {LIVE_SAMPLE}-question sample"
     if st.button(f"Run {asked} with this filter", type="primary"):
-        # one queue for the whole server: the same request from many students is computed once (app/live_queue.py)
+        # one queue for the whole server: the same request from many students is computed once (app/live/queue.py)
         submit_live(request)
         st.session_state["live_waiting"] = request["key"]
     if st.session_state.get("live_waiting") == request["key"]:
@@ -301,7 +301,7 @@ else:
             st.warning("This filter erases the module outputs entirely (the removed rows span the model's width).")
         if len(result_frame(result)):
             show_chart(
-                *figures.error_histogram(
+                *logits.error_histogram(
                     result_frame(result),
                     f"Error distribution, {result['label']} — {run.label}",
                     "Errors of the live run; red bars are multiples of 10.",

@@ -1,13 +1,13 @@
 import streamlit as st
 
-from app import figures
 from app.chart_export import show_chart
-from app.csv_safety import spreadsheet_safe
+from app.figures import logits
 from app.furniture import intro, needs, origin_note
-from app.literal_text import literal
+from app.guards.csv_safety import spreadsheet_safe
+from app.guards.literal_text import literal
+from app.guards.uploads import MAX_UPLOAD_MB, read_upload
+from app.guards.url_state import to_url, url_state
 from app.sidebar import page_view
-from app.uploads import MAX_UPLOAD_MB, read_upload
-from app.url_state import to_url, url_state
 from core.analysis.behaviour import MAX_UPLOAD_ROWS
 from core.claims.accuracy import selection_note
 from core.errors import CoreError
@@ -57,7 +57,7 @@ def error_report(answers, given, what: str, key: str) -> None:
         )
     else:
         show_chart(
-            *figures.error_histogram(
+            *logits.error_histogram(
                 hist, f"Errors: {what}", "Red bars are errors that are multiples of 10 (last digit right, size wrong)."
             ),
             key=key,
@@ -93,7 +93,7 @@ if run.has(Table.GENERATIONS):  # a model that writes numbers digit by digit: it
     error_metrics(summary, none, f"{summary['n']} prompts, {k}-shot", "the wrong answers that are numbers")
     if not none:
         show_chart(
-            *figures.error_histogram(
+            *logits.error_histogram(
                 hist,
                 f"Errors of {run.label}, {k}-shot",
                 "Red bars are errors that are multiples of 10 (last digit right, size wrong).",
@@ -113,7 +113,7 @@ else:
     error_report(ex["answer"], ex["prediction"], f"{run.split} prompts of {run.label}", "errors")
     if run.split == "test" and (note := selection_note(run)):  # a test score that is not a clean held-out figure
         st.warning(f"**Not a clean test score:** {note}.", icon=":material/info:")
-    show_chart(*figures.accuracy_by_answer(run), key="by-answer")
+    show_chart(*logits.accuracy_by_answer(run), key="by-answer")
 st.caption(
     "Paper (share of errors that are multiples of 10): "
     + "; ".join(f"{k} {v}%" for k, v in MULTIPLE_OF_10.items())

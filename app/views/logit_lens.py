@@ -1,11 +1,11 @@
 import streamlit as st
 
-from app import figures
 from app.chart_export import show_chart
+from app.figures import logits
 from app.furniture import example_picker, intro, needs
 from app.glossary import term
+from app.guards.url_state import to_url, url_flag, url_state
 from app.sidebar import page_view
-from app.url_state import to_url, url_flag, url_state
 from core.runs.reader import Table
 
 view = page_view()
@@ -25,11 +25,11 @@ st.toggle(
     help=term("logit lens"),
 )
 to_url("norm")
-show_chart(*figures.accuracy_by_layer(run, st.session_state["norm"]), key="acc-by-layer")
+show_chart(*logits.accuracy_by_layer(run, st.session_state["norm"]), key="acc-by-layer")
 
 st.subheader("What each module writes", help=term("module logits"))
 example = example_picker(run)
-show_chart(*figures.logit_heatmap(run, example), key="heatmap")
+show_chart(*logits.logit_heatmap(run, example), key="heatmap")
 
 layers = list(range(1, run.n_layers + 1))
 url_state("layer", layers[-1], int, layers)
@@ -41,4 +41,4 @@ if len(layers) > 1:
         help="Which layer's attention and MLP output to draw over the whole number line.",
     )
 to_url("layer")
-show_chart(*figures.module_wave(run, example, st.session_state["layer"]), key="wave")
+show_chart(*logits.module_wave(run, example, st.session_state["layer"]), key="wave")

@@ -1,12 +1,12 @@
 import streamlit as st
 
-from app import number_figures
 from app.chart_export import show_chart
-from app.chart_style import task_periods
+from app.figures import numbers
+from app.figures.style import task_periods
 from app.furniture import intro, origin_note
 from app.glossary import term
+from app.guards.url_state import to_url, url_state
 from app.sidebar import page_view
-from app.url_state import to_url, url_state
 from core.analysis.embeddings import top_periods
 from core.runs import summaries
 from core.runs.reader import Table
@@ -46,7 +46,7 @@ for col, r in zip(cols, runs):
         layer = min(chosen, r.n_layers)
         st.markdown(f"**{r.label}**" + (f" (layer {layer}: its last)" if layer != chosen else ""))
         origin_note(r)
-        show_chart(*number_figures.number_spectrum(r, basis, layer), key=f"num-spec-{r.name}")
+        show_chart(*numbers.number_spectrum(r, basis, layer), key=f"num-spec-{r.name}")
         marked = task_periods(r.task)
         s = summaries.number_summary(r.table(Table.NUMBER_SPECTRUM), r.table(Table.NUMBER_PROBES), layer, basis,
                                      marked)
@@ -61,7 +61,7 @@ for col, r in zip(cols, runs):
             + f"{', '.join(f'{t:.3g}' for t in s['short_periods']) or 'none'}. "
             + f"Probe kappa {reads}; controls {ctl}."
         )
-        show_chart(*number_figures.probe_kappa(r, layer), key=f"probes-{r.name}")
+        show_chart(*numbers.probe_kappa(r, layer), key=f"probes-{r.name}")
 
 single = [r for r in runs if r.has(Table.EMBEDDING_SPECTRUM)]
 if single:
@@ -80,7 +80,7 @@ if single:
         cols = st.columns(len(single))
         for col, r in zip(cols, single):
             with col:
-                show_chart(*number_figures.embedding_spectrum(r, basis, matrix), key=f"emb-spec-{r.name}")
+                show_chart(*numbers.embedding_spectrum(r, basis, matrix), key=f"emb-spec-{r.name}")
                 spec = summaries.embedding_rows(r.table(Table.EMBEDDING_SPECTRUM), basis, matrix)
                 st.markdown(
                     f"**Top periods:** {', '.join(f'{t:.3g}' for t in top_periods(spec, 5))}", help=term("period")
@@ -91,4 +91,4 @@ if single:
         cols = st.columns(len(single))
         for col, r in zip(cols, single):
             with col:
-                show_chart(*number_figures.embedding_map(r, matrix, st.session_state["colour"]), key=f"tsne-{r.name}")
+                show_chart(*numbers.embedding_map(r, matrix, st.session_state["colour"]), key=f"tsne-{r.name}")

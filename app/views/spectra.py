@@ -1,13 +1,13 @@
 import streamlit as st
 
-from app import figures
 from app.chart_export import show_chart
-from app.chart_style import task_periods
+from app.figures import logits
+from app.figures.style import task_periods
 from app.furniture import intro, needs, rank_sentence
 from app.glossary import term
+from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
 from app.sidebar import page_view
-from app.url_state import to_url, url_state
 from core.paper import TABLE1_TAU, paper_findings
 from core.runs import summaries
 from core.runs.reader import Table
@@ -41,10 +41,10 @@ to_url("module")
 module = st.session_state["module"]
 spectra_claim = run_claims(run)["spectra"]  # the box above quotes its shares: the legend shows them too
 show_chart(
-    *figures.top_periods_bars(run, basis, low_share=spectra_claim.numbers.get("low_share"), tau=TABLE1_TAU),
+    *logits.top_periods_bars(run, basis, low_share=spectra_claim.numbers.get("low_share"), tau=TABLE1_TAU),
     key="spec-top",
 )
-show_chart(*figures.spectrum_heatmap(run, basis, module, tau), key="spec-heat")
+show_chart(*logits.spectrum_heatmap(run, basis, module, tau), key="spec-heat")
 
 layers = summaries.module_layers(run.table(Table.MODULE_SPECTRA), module)
 url_state("layer", layers[-1], int, layers)
@@ -52,7 +52,7 @@ if len(layers) > 1:
     st.select_slider("Layer", options=layers, key="layer")
 to_url("layer")
 layer = st.session_state["layer"]
-chart, data, caption = figures.layer_spectrum(run, basis, module, layer, tau)
+chart, data, caption = logits.layer_spectrum(run, basis, module, layer, tau)
 show_chart(chart, data, caption, key="spec-layer")
 above = summaries.periods_above_baseline(data)
 st.caption(

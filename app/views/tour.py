@@ -3,18 +3,19 @@ its number), what the run on screen measures (computed from its tables by core.c
 Every step shows the sidebar's run; the toggle at the top lets a step switch to the shipped run that
 shows it best, and a banner then says which and why.
 
-The steps themselves (title, question, table, figures) are app/tour_steps.py's, shared with the handout."""
+The steps themselves (title, question, table, figures) are app/tour/steps.py's, shared with the handout."""
 
 import streamlit as st
 
 from app.chart_export import show_chart
 from app.furniture import BADGE, claim_box, code_spans
 from app.glossary import step_terms
+from app.guards.url_state import to_url, url_flag, url_state
 from app.run_loading import run_claims, runs_of_split, training_claim
 from app.sidebar import page_view, short_label
 from app.state import large
-from app.tour_classroom import ask_first, handout_button, prediction_note, reveal_switch, waiting
-from app.tour_steps import (
+from app.tour.classroom import ask_first, handout_button, prediction_note, reveal_switch, waiting
+from app.tour.steps import (
     NOTHING_TO_COMPARE,
     OVER_RUNS,
     STEPS,
@@ -26,7 +27,6 @@ from app.tour_steps import (
     settings_note,
     who_line,
 )
-from app.url_state import to_url, url_flag, url_state
 from core.claims.base import VERDICT_LABELS, pct
 from core.paper import ACCURACY
 from core.runs.origin import describe_run

@@ -1,12 +1,12 @@
 import streamlit as st
 
-from app import training_figures
 from app.chart_export import show_chart
+from app.figures import training
+from app.figures.training import SPLIT_NAMES
 from app.furniture import intro
+from app.guards.url_state import to_url, url_state
 from app.run_loading import fine_tuned_training, fine_tuning_history, training_logs
 from app.sidebar import page_view
-from app.training_figures import SPLIT_NAMES
-from app.url_state import to_url, url_state
 from core.claims.accuracy import selection_note_of
 from core.paper import ACCURACY
 from core.runs import training_summaries
@@ -42,7 +42,7 @@ if not logs:
     )
 else:
     curves = training_summaries.training_curves(logs, split)
-    show_chart(*training_figures.training_curves(curves, split), key="training")
+    show_chart(*training.training_curves(curves, split), key="training")
     final = training_summaries.final_accuracies(curves)
     st.dataframe(
         final.rename(columns={"mean": "final accuracy (mean)", "low": "lowest seed", "high": "highest seed"}),
@@ -70,7 +70,7 @@ if not tuned:
 else:
     stages = training_summaries.fine_tuning_stages(tuned, split, earlier=fine_tuning_history(tuned))
     show_chart(
-        *training_figures.fine_tuning_stages(stages, split, ACCURACY["GPT-2-XL fine-tuned"] / 100),
+        *training.fine_tuning_stages(stages, split, ACCURACY["GPT-2-XL fine-tuned"] / 100),
         key="training-stages",
     )
     st.markdown("From the stages' training logs: " + training_summaries.stages_sentence(stages, split))

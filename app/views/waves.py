@@ -1,12 +1,12 @@
 import streamlit as st
 
-from app import figures
 from app.chart_export import show_chart
+from app.figures import logits
+from app.figures.phase import locking_heatmap
 from app.furniture import example_picker, intro, needs
-from app.phase_figure import locking_heatmap
+from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
 from app.sidebar import page_view
-from app.url_state import to_url, url_state
 from core.runs.reader import Table
 
 view = page_view()
@@ -23,15 +23,15 @@ example = example_picker(run)
 url_state("k", 5, int, list(range(1, 11)))
 st.slider("Number of components k", 1, 10, key="k", help="How many of the strongest Fourier components to add up.")
 to_url("k")
-chart, data, caption, logits = figures.waves(run, example, basis, st.session_state["k"])
+chart, data, caption, final = logits.waves(run, example, basis, st.session_state["k"])
 show_chart(chart, data, caption, key="waves")
 url_state("window", 25, int, [10, 25, 50, 100])
 st.select_slider("Zoom: numbers either side of the answer", [10, 25, 50, 100], key="window")
 to_url("window")
-chart, data, caption, _ = figures.waves(run, example, basis, st.session_state["k"], window=st.session_state["window"])
+chart, data, caption, _ = logits.waves(run, example, basis, st.session_state["k"], window=st.session_state["window"])
 show_chart(chart, data, caption, key="waves-zoom")
 st.caption(
-    f"Basis: {basis}. The final logits themselves peak at {int(logits.loc[logits['logit'].idxmax(), 'number'])}."
+    f"Basis: {basis}. The final logits themselves peak at {int(final.loc[final['logit'].idxmax(), 'number'])}."
 )
 
 st.subheader("Over every example: which module's wave follows the answer?")

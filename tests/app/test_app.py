@@ -13,8 +13,8 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from app.chart_export import title_text
-from app.live import status_line
-from app.live_queue import LiveStatus
+from app.live.ablation import status_line
+from app.live.queue import LiveStatus
 from core.analysis.behaviour import error_summary
 from core.analysis.phase_shift import wilson_interval
 from core.files import PROJECT_ROOT

@@ -5,8 +5,8 @@ import importlib.util
 
 import pytest
 
-from app import browser
-from app.tour_steps import STEPS
+from app.launch import browser
+from app.tour.steps import STEPS
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
 
@@ -52,7 +52,7 @@ PROJECTOR, MAX_CHART_HEIGHT = {"width": 1024, "height": 768}, 700
 
 
 def projector_problems(page, large: bool) -> list[str]:
-    """What a class could not read on the page as drawn: app.browser.layout_problems, and a chart taller than the
+    """What a class could not read on the page as drawn: app.launch.browser.layout_problems, and a chart taller than the
     screen."""
     heights = [round(box["height"]) for e in page.locator(".vega-embed").all() if (box := e.bounding_box())]
     tall = [f"a chart {h} px tall (the screen is 768)" for h in heights if h > MAX_CHART_HEIGHT]

@@ -1,7 +1,7 @@
 """The Tour's handout and its captions, on the shipped runs.
 
 Every caption's count is checked against the raw table the figure reads (read here with core.runs.cache, not
-through app/tour_steps.py), so a caption that claims more questions than its table holds fails; the HTML handout
+through app/tour/steps.py), so a caption that claims more questions than its table holds fails; the HTML handout
 is opened in headless Chromium with every network request refused; the PDF is read back with pypdf; and the
 command line writes both files for the default run and a 2-layer run.
 """
@@ -17,11 +17,11 @@ import sys
 import pytest
 from pypdf import PdfReader
 
-from app.handout import build_handout, handout_html
-from app.handout_export import listed_runs, pick_run, write_handouts
-from app.handout_pdf import VERDICT_RGB, handout_pdf
-from app.handout_style import HANDOUT_CSS
-from app.tour_steps import OVER_RUNS, STEPS, StepInputs, choose_run, training_logs_of
+from app.tour.handout import build_handout, handout_html
+from app.tour.handout_export import listed_runs, pick_run, write_handouts
+from app.tour.handout_pdf import VERDICT_RGB, handout_pdf
+from app.tour.handout_style import HANDOUT_CSS
+from app.tour.steps import OVER_RUNS, STEPS, StepInputs, choose_run, training_logs_of
 from core.claims import registry
 from core.claims.base import VERDICTS
 from core.claims.features import claim_training
@@ -217,7 +217,7 @@ def test_the_command_writes_both_files_for_the_default_run(tmp_path):
 def test_the_html_opens_offline_as_handout_slides_and_reveal(handouts, tmp_path):
     """Headless Chromium with every request but the file itself refused: the steps draw, the Slides button shows
     one step a screen, and predict-then-reveal hides each measurement until Reveal."""
-    browser_mod = pytest.importorskip("app.browser")
+    browser_mod = pytest.importorskip("app.launch.browser")
     if not browser_mod.chromium_path():
         pytest.skip("chromium is not installed")
     from playwright.sync_api import sync_playwright

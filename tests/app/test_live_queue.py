@@ -1,4 +1,4 @@
-"""The live computations' queue (app/live_queue.py): one computation per distinct request for the whole machine,
+"""The live computations' queue (app/live/queue.py): one computation per distinct request for the whole machine,
 one at a time, in order, with places that count down; bounded; a failure or a lost process answered, never hung."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from app.live_queue import MAX_ATTEMPTS, LiveQueue, request_key
+from app.live.queue import MAX_ATTEMPTS, LiveQueue, request_key
 
 
 def wait_for(queue, key, timeout=20.0):

@@ -16,7 +16,7 @@ from screen_text import spec_strings
 from streamlit.testing.v1 import AppTest
 
 from app.sidebar import picker_label
-from app.tour_steps import ONE_OF_THEM, OVER_RUNS, STEPS, settings_note
+from app.tour.steps import ONE_OF_THEM, OVER_RUNS, STEPS, settings_note
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
 from core.runs.reader import RunReader

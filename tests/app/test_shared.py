@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import figures
+from app.figures import logits
 from app.run_loading import open_run, valid_runs
 from core.files import PROJECT_ROOT
 
@@ -56,12 +56,12 @@ def test_a_shared_figure_is_built_once_and_its_data_cannot_be_changed_through_it
     monkeypatch.setenv("FOURIER_SHARED_FIGURES", "1")
     good, _ = valid_runs(str(app_env["cache"]))
     run = open_run(next(r for r in good if r["manifest"].get("tables", {}).get("layer_accuracy")))
-    chart1, data1, _ = figures.accuracy_by_layer(run, False)
-    chart2, data2, _ = figures.accuracy_by_layer(run, False)
+    chart1, data1, _ = logits.accuracy_by_layer(run, False)
+    chart2, data2, _ = logits.accuracy_by_layer(run, False)
     assert chart1 is chart2  # one chart for every session
     data1["accuracy"] = -1.0  # a page that scribbles on its data changes its own copy only
     assert (data2["accuracy"] >= 0).all()
-    assert isinstance(figures.accuracy_by_layer.unshared(run, False)[1], pd.DataFrame)
+    assert isinstance(logits.accuracy_by_layer.unshared(run, False)[1], pd.DataFrame)
 
 
 def test_the_run_list_is_checked_again_when_a_table_changes(app_env, tmp_path):

@@ -1,5 +1,5 @@
-"""Uploads refused in one line a student understands (app/uploads.py), and CSV downloads a spreadsheet opens
-without running anything (app/csv_safety.py)."""
+"""Uploads refused in one line a student understands (app/guards/uploads.py), and CSV downloads a spreadsheet opens
+without running anything (app/guards/csv_safety.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.csv_safety import csv_text, safe_cell, spreadsheet_safe
-from app.literal_text import WORD_JOINER, literal
-from app.uploads import MAX_UPLOAD_BYTES, MAX_UPLOAD_MB, read_upload
+from app.guards.csv_safety import csv_text, safe_cell, spreadsheet_safe
+from app.guards.literal_text import WORD_JOINER, literal
+from app.guards.uploads import MAX_UPLOAD_BYTES, MAX_UPLOAD_MB, read_upload
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
 

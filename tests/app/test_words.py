@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.furniture import code_spans
 from app.glossary import JARGON, TERMS
-from app.tour_steps import STEPS
+from app.tour.steps import STEPS
 from core.claims.base import VERDICT_LABELS, VERDICT_MEANINGS
 from core.claims.features import claim_training
 from core.claims.registry import run_claims

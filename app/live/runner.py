@@ -1,8 +1,8 @@
 """The process that computes every live request of a `serve` (scripts/serve.py starts it and restarts it):
 
-    FOURIER_LIVE_DIR=serve/live .venv/bin/python -m app.live_runner
+    FOURIER_LIVE_DIR=serve/live .venv/bin/python -m app.live.runner
 
-It takes the queue's requests one at a time (app/live_queue.py) with the models it loads (app/live.py's
+It takes the queue's requests one at a time (app/live/queue.py) with the models it loads (app/live/ablation.py's
 `compute_live`), so the dashboard workers never load torch or a model: their memory stays what the pages need, and
 a computation that crashes or runs out of memory stops this process only (`serve` starts it again; a request that
 stopped it twice is answered with an error instead of being tried a third time).
@@ -15,8 +15,8 @@ import signal
 import sys
 import threading
 
-from app.live import compute_live
-from app.live_queue import LiveQueue, live_root
+from app.live.ablation import compute_live
+from app.live.queue import LiveQueue, live_root
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""The Tour's classroom controls: the handout download (the Tour as HTML and PDF files, app/handout.py) and
+"""The Tour's classroom controls: the handout download (the Tour as HTML and PDF files, app/tour/handout.py) and
 predict-then-reveal (in presentation mode, a step first asks the class, and shows this run's measurement,
 verdict and figure only when the lecturer presses Reveal)."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.handout import build_handout, handout_html
-from app.handout_pdf import handout_pdf
 from app.run_loading import run_claims, training_claim
 from app.state import large
-from app.tour_steps import Step
+from app.tour.handout import build_handout, handout_html
+from app.tour.handout_pdf import handout_pdf
+from app.tour.steps import Step
 from core.claims.base import Claim
 from core.claims.registry import PAPER_SHORT
 from core.runs.reader import RunReader

@@ -1,4 +1,4 @@
-"""Live computation for the Ablations page: a request queued once for the machine (app/live_queue.py), computed by one
+"""Live computation for the Ablations page: a request queued once for the machine (app/live/queue.py), computed by one
 process at a time with a small local model it loads once, and followed on the page until its answer comes.
 
 torch is imported only when a computation starts (the pages load without it)."""
@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app.live_queue import LiveQueue, LiveRefused, LiveStatus, live_root, request_key
+from app.live.queue import LiveQueue, LiveRefused, LiveStatus, live_root, request_key
 from core.analysis.ablations import Ablation
 from core.analysis.phase_shift import wilson_interval
 from core.errors import CoreError
@@ -122,7 +122,7 @@ def live_queue() -> LiveQueue:
     root = live_root()
     with _QUEUES_LOCK:
         if str(root) not in _QUEUES:
-            # FOURIER_LIVE_RUNNER=external (serve): app/live_runner.py computes, this process only asks and waits
+            # FOURIER_LIVE_RUNNER=external (serve): app/live/runner.py computes, this process only asks and waits
             external = os.environ.get("FOURIER_LIVE_RUNNER") == "external"
             _QUEUES[str(root)] = LiveQueue(root, compute_live, external=external)
         return _QUEUES[str(root)]

@@ -182,6 +182,6 @@ def shift_bars(run: RunReader):
     return chart, data, caption
 
 
-# Built once per process for a run version and shared by all sessions, like app.figures (app/shared.py).
+# Built once per process for a run version and shared by all sessions, like app.figures.logits (app/shared.py).
 
 share_figures(globals())

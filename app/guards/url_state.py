@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.literal_text import literal
+from app.guards.literal_text import literal
 
 
 def _from_url(key: str, default, cast) -> tuple[object, bool]:

@@ -1,6 +1,6 @@
 """Starting the dashboard as a local process: a free port, the `streamlit run` command, health checks.
 
-One place for what the browser test (app/browser.py), `serve` (scripts/serve.py) and the load test
+One place for what the browser test (app/launch/browser.py), `serve` (scripts/serve.py) and the load test
 (scripts/loadtest.py) each need to start and wait for a dashboard on localhost.
 """
 

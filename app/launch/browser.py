@@ -16,7 +16,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from app.local_server import free_port, streamlit_command, wait_healthy
+from app.launch.server import free_port, streamlit_command, wait_healthy
 from core.files import PROJECT_ROOT
 
 #: page name -> URL path (the Tour is the default page, served at the root)

@@ -8,7 +8,7 @@ import altair as alt
 import pandas as pd
 
 from app.chart_export import styled
-from app.chart_style import PCT_AXIS, PCT_SCALE
+from app.figures.style import PCT_AXIS, PCT_SCALE
 from app.shared import share_figures
 from core.paper import ACCURACY
 

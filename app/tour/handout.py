@@ -1,8 +1,8 @@
 """The Tour as a handout: every step's words and figures for one run, gathered once (`build_handout`), then
 written as one self-contained HTML file (`handout_html`: figures as inline SVG, no server, no network; it is
-also a slide show with predict-then-reveal) or as a PDF (app/handout_pdf.py).
+also a slide show with predict-then-reveal) or as a PDF (app/tour/handout_pdf.py).
 
-The steps are app/tour_steps.py's, the sentences core.claims.registry's: the handout says what the Tour says.
+The steps are app/tour/steps.py's, the sentences core.claims.registry's: the handout says what the Tour says.
 Nothing here calls Streamlit, so the Tour's button and scripts/handout.py make the same files.
 """
 
@@ -18,9 +18,9 @@ import vl_convert as vlc
 
 from app.furniture import why_sentence
 from app.glossary import STEP_TERMS, TERMS
-from app.handout_style import HANDOUT_CSS, HANDOUT_SCRIPT
 from app.sidebar import short_label
-from app.tour_steps import NOTHING_TO_COMPARE, OVER_RUNS, STEPS, Step, StepInputs, choose_run, run_line, who_line
+from app.tour.handout_style import HANDOUT_CSS, HANDOUT_SCRIPT
+from app.tour.steps import NOTHING_TO_COMPARE, OVER_RUNS, STEPS, Step, StepInputs, choose_run, run_line, who_line
 from core import SCHEMA_VERSION
 from core.claims.base import VERDICT_LABELS, VERDICTS, Claim
 from core.runs.origin import describe_run

@@ -1,7 +1,7 @@
 """Make the handout files before class, without the dashboard: the runs of a cache folder read as the sidebar
 lists them, a run picked by name, and the HTML and PDF written (scripts/handout.py is the command line).
 
-Lives in app/ because the handout's figures are the dashboard's (app/figures.py and the Tour's steps); core
+Lives in app/ because the handout's figures are the dashboard's (app/figures/logits.py and the Tour's steps); core
 never imports app, so this is not a `python -m core` subcommand.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.handout import build_handout, handout_html
-from app.handout_pdf import handout_pdf
+from app.tour.handout import build_handout, handout_html
+from app.tour.handout_pdf import handout_pdf
 from core.claims import registry
 from core.claims.features import claim_training
 from core.errors import CoreError

@@ -18,7 +18,7 @@ A process that dies while it computes releases its lock with it, and another pro
 at most MAX_ATTEMPTS times; after that the request is answered with an error instead of stopping a third process.
 Bounded: at most `max_queued` requests wait (more are refused with a sentence that says so) and at most
 `max_results` answers are kept (the oldest go first). No Streamlit and no torch here: the computation is a function
-handed in (app/live.py's). Under `serve`, one process of its own computes (app/live_runner.py: a crash or a
+handed in (app/live/ablation.py's). Under `serve`, one process of its own computes (app/live/runner.py: a crash or a
 large model there never takes a student's session with it), and the dashboard processes only ask and wait.
 """
 

@@ -1,4 +1,4 @@
-"""The handout (app/handout.py) as a PDF, with no browser: fpdf2 lays out the words (A4, a title page, then each
+"""The handout (app/tour/handout.py) as a PDF, with no browser: fpdf2 lays out the words (A4, a title page, then each
 step from a new page), vl-convert renders each figure as a one-page vector PDF, and pypdf stamps those pages
 into the boxes left for them.
 
@@ -18,7 +18,7 @@ import vl_convert as vlc
 from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter, Transformation
 
-from app.handout import VERDICTS_SAID, Figure, Handout, HandoutStep, plain
+from app.tour.handout import VERDICTS_SAID, Figure, Handout, HandoutStep, plain
 from core.claims.base import VERDICT_LABELS
 
 #: (regular, bold, italic) font files, the first set found is used

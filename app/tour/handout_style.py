@@ -1,4 +1,4 @@
-"""How the HTML handout (app/handout.py) looks and moves: its style sheet and its small script, inlined into
+"""How the HTML handout (app/tour/handout.py) looks and moves: its style sheet and its small script, inlined into
 the file so that it needs no server and no network.
 
 Three ways to read one file: as a handout (every step below the other; printing puts one step on a page), as

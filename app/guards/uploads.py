@@ -5,7 +5,7 @@ the columns and the numbers): the size, what kind of file it is (an Excel workbo
 data), its text encoding (UTF-8 with or without the byte-order mark Excel writes, UTF-16, or Windows' own), the
 separator (commas; semicolons and tabs, as some spreadsheets save, are read too) and that every line has as many
 values as the header. Every refusal is a `CoreError` of one sentence; the page shows it through
-`app.literal_text.literal`, so text from the file stays text.
+`app.guards.literal_text.literal`, so text from the file stays text.
 """
 
 from __future__ import annotations

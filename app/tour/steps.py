@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import altair as alt
 import pandas as pd
 
-from app import figures, number_figures, operation_figures, training_figures
-from app.phase_figure import locking_heatmap, shift_bars
+from app.figures import logits, numbers, operations, training
+from app.figures.phase import locking_heatmap, shift_bars
 from core.claims.base import Claim, pct
 from core.claims.operations import claim_operations, operation_runs, short_name
 from core.claims.registry import best_run
@@ -199,12 +199,12 @@ def first_question(run: RunReader) -> str:
 
 def question_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
     example = example_of(run)
-    return [_panel(figures.final_logits(run, example), "tour-final", one_question(run, example))]
+    return [_panel(logits.final_logits(run, example), "tour-final", one_question(run, example))]
 
 
 def logit_lens_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
     evidence = table_questions(run, run.table(Table.LAYER_ACCURACY))
-    return [_panel(figures.accuracy_by_layer(run, False), "tour-lens", evidence)]
+    return [_panel(logits.accuracy_by_layer(run, False), "tour-lens", evidence)]
 
 
 def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
@@ -217,20 +217,20 @@ def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
     if run.has(Table.PHASE_LOCKING):
         return [_panel(locking_heatmap(run), "tour-locking", phase_questions(run))]
     example = example_of(run)
-    return [_panel(figures.logit_heatmap(run, example), "tour-heat", one_question(run, example))]
+    return [_panel(logits.logit_heatmap(run, example), "tour-heat", one_question(run, example))]
 
 
 def spectrum_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     # module_spectra holds the mean over every question of the split (core.runs.measure): the examples table's rows
     evidence = questions(run, len(run.table(Table.EXAMPLES)))
     shares = inputs.claims["spectra"].numbers.get("low_share")  # the numbers the step's line quotes, in the legend
-    chart = figures.top_periods_bars(run, inputs.basis, low_share=shares, tau=TABLE1_TAU)
+    chart = logits.top_periods_bars(run, inputs.basis, low_share=shares, tau=TABLE1_TAU)
     return [_panel(chart, "tour-spec", evidence)]
 
 
 def waves_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     example = example_of(run)
-    chart = figures.waves(run, example, inputs.basis, 5, window=25)
+    chart = logits.waves(run, example, inputs.basis, 5, window=25)
     return [_panel(chart, "tour-waves", one_question(run, example))]
 
 
@@ -253,15 +253,15 @@ def ablation_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
         folded="The numbers",
         formats={c: "%.1f" for c in ABLATION_COLUMNS[1:] if c in table.columns},
     )
-    return [_panel(figures.table1_bars(run, tau), "tour-ablate", evidence), numbers]
+    return [_panel(logits.table1_bars(run, tau), "tour-ablate", evidence), numbers]
 
 
 def number_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     layer = int(inputs.claims["numbers"].numbers.get("layer", 0))  # the layer the step's claim reads
     evidence = numbers_read(run)
     return [
-        _panel(number_figures.number_spectrum(run, "paper", layer), f"tour-num-{run.name}", evidence),
-        _panel(number_figures.probe_kappa(run, layer), f"tour-probes-{run.name}", evidence, "Linear probes by layer"),
+        _panel(numbers.number_spectrum(run, "paper", layer), f"tour-num-{run.name}", evidence),
+        _panel(numbers.probe_kappa(run, layer), f"tour-probes-{run.name}", evidence, "Linear probes by layer"),
     ]
 
 
@@ -279,9 +279,9 @@ def operation_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
         return []
     runs, evidence = tuple(shown.values()), operation_evidence(shown)
     return [
-        _panel(operation_figures.carrier_bars(runs), "tour-ops-modules", evidence),
-        _panel(operation_figures.operation_accuracy_bars(runs), "tour-ops-accuracy", evidence),
-        _panel(operation_figures.period_ratio_bars(runs), "tour-ops-periods", evidence,
+        _panel(operations.carrier_bars(runs), "tour-ops-modules", evidence),
+        _panel(operations.operation_accuracy_bars(runs), "tour-ops-accuracy", evidence),
+        _panel(operations.period_ratio_bars(runs), "tour-ops-periods", evidence,
                "The periods against what W_U alone gives"),
     ]
 
@@ -296,7 +296,7 @@ def training_panels(_run: RunReader, inputs: StepInputs) -> list[Panel]:
     if not logs:
         return []
     curves = training_summaries.training_curves(logs, "val")
-    return [_panel(training_figures.training_curves(curves, "val"), "tour-train", training_runs(logs))]
+    return [_panel(training.training_curves(curves, "val"), "tour-train", training_runs(logs))]
 
 
 STEPS = [

@@ -1,0 +1,13 @@
+"""The dashboard's figures: Altair charts drawn from a run's tables, each a function that returns
+(chart, data, caption). Pages and the Tour's steps share them, so a figure looks the same wherever it appears.
+
+  style        the look every figure shares (colours, the percentage axis, frequency ticks)
+  logits       logit lens, module logits, spectra, waves, Table 1 and error histograms
+  numbers      how a run represents numbers: number spectra, probes, embedding spectra, t-SNE
+  phase        phase locking and the phase shift
+  operations   the Tour's last step: one run of each operation side by side
+  training     training curves and the fine-tuning stages
+
+No module here imports Streamlit itself: a figure is built once per process for all sessions (`app.shared`) and
+drawn by the page (`app.chart_export.show_chart`).
+"""
