@@ -1,6 +1,6 @@
-"""The shape of the code, checked: core's packages import only downwards, no module imports
-itself back in a circle (function-local imports included), no module in core/ is over 600 lines,
-no private name crosses a module, and nothing edits sys.path.
+"""The shape of the code, checked: core's packages and app's folders import only downwards, no module
+imports itself back in a circle (function-local imports included), no module in core/ or app/ is over 600
+lines, app/ keeps few modules at its top level, no private name crosses a module, and nothing edits sys.path.
 
 The layers, lowest first (a module may import its own layer and the ones below it):
   foundation  core.errors, core.files, core.paper, core.threads, core.tasks, core (SCHEMA_VERSION)
@@ -11,6 +11,16 @@ The layers, lowest first (a module may import its own layer and the ones below i
   claims      core.claims.*    the paper's findings as rules on a run's tables
   interface   core.cli, core.__main__
 and app/ sits on top of core; core never imports app.
+
+Inside app/ (app/__init__.py draws them), lowest first; the folders of one row do not import each other:
+  app.guards                a link's values, uploads, literal text, CSV cells
+  app                       its own modules: the furniture every page shares
+  app.figures, app.live     the figures; live computations
+  app.tour                  the Tour's steps, its classroom controls, the handout
+  app.views                 the pages
+  app.main, app.launch      the entry point; starting the dashboard from outside
+No page is imported by a figure or the Tour, and no module of app.figures or app.tour (but the Tour's
+classroom controls) imports Streamlit.
 """
 
 from __future__ import annotations
@@ -26,6 +36,19 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["foundation", "models", "analysis", "training", "runs", "claims", "interface", "app"]
 FOUNDATION = {"core", "core.errors", "core.files", "core.paper", "core.threads", "core.tasks"}
 MAX_LINES = 600
+#: app's layers, lowest first; the folders of one row are siblings and do not import each other.
+APP_LAYERS = [
+    ("app.guards",),
+    ("app",),  # app's own modules: the furniture every page shares
+    ("app.figures", "app.live"),
+    ("app.tour",),
+    ("app.views",),
+    ("app.main", "app.launch"),
+]
+#: At most this many modules at app's top level (its __init__.py not counted); the rest live in its folders.
+MAX_APP_TOP_LEVEL = 8
+#: The one module of app.tour that draws on the page (the Tour's classroom controls) and so imports Streamlit.
+STREAMLIT_IN_THE_TOUR = {"app.tour.classroom"}
 
 
 def module_name(path: Path) -> str:
@@ -46,6 +69,21 @@ def layer_of(module: str) -> str:
     if len(parts) >= 2 and parts[1] in LAYERS:
         return parts[1]
     raise AssertionError(f"{module} is in no layer: add it to the docstring's table and to LAYERS")
+
+
+def app_layer_of(module: str) -> str:
+    """`module`'s row in APP_LAYERS: its folder (app.figures, app.views, ...), app.main, or app for app's own
+    modules."""
+    folder = ".".join(module.split(".")[:2])
+    if any(folder in row for row in APP_LAYERS) and folder != "app":
+        return folder
+    if module == "app" or (module.count(".") == 1 and (ROOT / "app" / f"{module.split('.')[1]}.py").exists()):
+        return "app"
+    raise AssertionError(f"{module} is in no layer of app: add its folder to app/__init__.py's list and to APP_LAYERS")
+
+
+def app_rank(module: str) -> int:
+    return next(i for i, row in enumerate(APP_LAYERS) if app_layer_of(module) in row)
 
 
 def project_modules() -> dict[str, Path]:
@@ -106,6 +144,67 @@ def test_no_import_circle():
 def test_core_modules_stay_small(module):
     n = len(MODULES[module].read_text().splitlines())
     assert n <= MAX_LINES, f"{module} has {n} lines; split it along its seams (at most {MAX_LINES})"
+
+
+def test_app_imports_run_down_its_layers():
+    wrong = [
+        f"{m} ({app_layer_of(m)}) imports {d} ({app_layer_of(d)})"
+        for m, deps in GRAPH.items()
+        if m.startswith("app")
+        for d in deps
+        if d.startswith("app")
+        and (app_rank(d) > app_rank(m) or (app_rank(d) == app_rank(m) and app_layer_of(d) != app_layer_of(m)))
+    ]
+    assert not wrong, "app imports that run back up (or across a row):\n" + "\n".join(sorted(wrong))
+
+
+def test_no_figure_and_no_tour_module_imports_a_page():
+    wrong = [
+        f"{m} imports {d}"
+        for m, deps in GRAPH.items()
+        if m.startswith(("app.figures", "app.tour"))
+        for d in deps
+        if d.startswith("app.views")
+    ]
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def imports_streamlit(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(n == "streamlit" or n.startswith("streamlit.") for n in names):
+            return True
+    return False
+
+
+def test_the_figures_and_the_tour_steps_do_not_import_streamlit():
+    """A figure or a Tour step is the same on screen, in the handout and from the command line: only the page
+    draws it (app.chart_export.show_chart, app/views), and only the Tour's classroom controls call Streamlit."""
+    wrong = [
+        m
+        for m, p in MODULES.items()
+        if m.startswith(("app.figures", "app.tour")) and m not in STREAMLIT_IN_THE_TOUR and imports_streamlit(p)
+    ]
+    assert not wrong, f"these import streamlit: {sorted(wrong)}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("app")))
+def test_app_modules_stay_small(module):
+    n = len(MODULES[module].read_text().splitlines())
+    assert n <= MAX_LINES, f"{module} has {n} lines; split it along its seams (at most {MAX_LINES})"
+
+
+def test_app_keeps_few_modules_at_its_top_level():
+    top = sorted(p.name for p in (ROOT / "app").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= MAX_APP_TOP_LEVEL, (
+        f"app/ has {len(top)} modules at its top level ({', '.join(top)}); at most {MAX_APP_TOP_LEVEL}: "
+        "put a module in the folder of its concern (app/__init__.py)"
+    )
 
 
 def test_no_private_name_crosses_a_module():
