@@ -62,7 +62,7 @@ case "${1:-}" in
   serve)
     setup_python; setup_proxy || exit 1
     shift
-    exec "$PY" scripts/serve.py "$@" ;;
+    exec "$PY" -m scripts.hall serve "$@" ;;
   *)
     echo "usage: bash run.sh app|serve|handout|test|setup" >&2; exit 2 ;;
 esac

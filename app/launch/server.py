@@ -1,7 +1,7 @@
 """Starting the dashboard as a local process: a free port, the `streamlit run` command, health checks.
 
-One place for what the browser test (app/launch/browser.py), `serve` (scripts/serve.py) and the load test
-(scripts/loadtest.py) each need to start and wait for a dashboard on localhost.
+One place for what the browser test (app/launch/browser.py), `serve` (scripts/hall/serve.py) and the load test
+(scripts/hall/loadtest.py) each need to start and wait for a dashboard on localhost.
 """
 
 from __future__ import annotations

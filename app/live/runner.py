@@ -1,4 +1,4 @@
-"""The process that computes every live request of a `serve` (scripts/serve.py starts it and restarts it):
+"""The process that computes every live request of a `serve` (scripts/hall/serve.py starts it and restarts it):
 
     FOURIER_LIVE_DIR=serve/live .venv/bin/python -m app.live.runner
 
@@ -21,7 +21,7 @@ from app.live.queue import LiveQueue, live_root
 
 def main() -> int:
     if not os.environ.get("FOURIER_LIVE_DIR"):
-        print("live_runner: set FOURIER_LIVE_DIR to the queue's folder (scripts/serve.py does)", file=sys.stderr)
+        print("live_runner: set FOURIER_LIVE_DIR to the queue's folder (scripts/hall/serve.py does)", file=sys.stderr)
         return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

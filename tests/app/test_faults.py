@@ -1,6 +1,6 @@
-"""The lecture hall's faults in small (scripts/faults.py): a worker killed while students click, and hostile links on
-every page. The full runs (50 students, every parameter alone, the live stampede, the connection flood, hostile
-uploads) are docs/serving.md's table: `.venv/bin/python scripts/faults.py`."""
+"""The lecture hall's faults in small (scripts/hall/faults.py): a worker killed while students click, and hostile
+links on every page. The full runs (50 students, every parameter alone, the live stampede, the connection flood,
+hostile uploads) are docs/serving.md's table: `.venv/bin/python -m scripts.hall faults`."""
 
 from __future__ import annotations
 
@@ -16,14 +16,13 @@ import pytest
 from core.files import PROJECT_ROOT
 
 SHIPPED = any((PROJECT_ROOT / "cache").glob("*/manifest.json"))
-SCRIPTS = PROJECT_ROOT / "scripts"
 
 
 def faults(tmp_path, *args, timeout=150):
     out = tmp_path / "faults.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT), str(SCRIPTS)]), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "faults.py"), *args, "--json", str(out)],
+        [sys.executable, "-m", "scripts.hall", "faults", *args, "--json", str(out)],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -48,9 +47,14 @@ def url_parameters_of_the_app() -> set[str]:
 
 
 def test_the_hostile_links_cover_every_url_parameter():
-    code = "import json, fault_inputs as f; print(json.dumps([sorted(f.LINK_PARAMS), f.PAGES]))"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT), str(SCRIPTS)]))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    code = (
+        "import json\nfrom scripts.hall import fault_inputs as f\n"
+        "print(json.dumps([sorted(f.LINK_PARAMS), f.PAGES]))"
+    )
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     params, pages = json.loads(done.stdout)
     assert url_parameters_of_the_app() == set(params)

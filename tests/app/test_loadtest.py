@@ -1,4 +1,4 @@
-"""The load test in small: a few sessions at once must never make a page fail (scripts/loadtest.py).
+"""The load test in small: a few sessions at once must never make a page fail (scripts/hall/loadtest.py).
 
 The full matrix (1, 10, 25, 50 sessions, one process and `serve`) is a benchmark: docs/serving.md."""
 
@@ -19,7 +19,7 @@ SHIPPED = any((PROJECT_ROOT / "cache").glob("*/manifest.json"))
 def loadtest(tmp_path, *args):
     out = tmp_path / "rounds.json"
     proc = subprocess.run(
-        [sys.executable, str(PROJECT_ROOT / "scripts" / "loadtest.py"), *args, "--json", str(out)],
+        [sys.executable, "-m", "scripts.hall", "loadtest", *args, "--json", str(out)],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -43,7 +43,7 @@ def test_three_sessions_at_once_on_one_process_see_no_error(tmp_path):
 
 def test_loadtest_refuses_a_server_on_another_machine(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(PROJECT_ROOT / "scripts" / "loadtest.py"), "--url", "http://example.org:8501"],
+        [sys.executable, "-m", "scripts.hall", "loadtest", "--url", "http://example.org:8501"],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -53,7 +53,7 @@ def test_loadtest_refuses_a_server_on_another_machine(tmp_path):
 
 
 def serve_module():
-    spec = importlib.util.spec_from_file_location("serve", PROJECT_ROOT / "scripts" / "serve.py")
+    spec = importlib.util.spec_from_file_location("serve", PROJECT_ROOT / "scripts" / "hall" / "serve.py")
     serve = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(serve)
     return serve

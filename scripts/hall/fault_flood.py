@@ -1,4 +1,4 @@
-"""One machine opens 500 connections at once (scripts/faults.py's flood): a script, or a browser tab stuck reloading.
+"""One machine opens 500 connections at once (faults.py's flood): a script, or a browser tab stuck reloading.
 
 From 127.0.0.2, a second loopback address standing for another machine (the server listens on 127.0.0.1 only),
 all at once: 40% dashboard sessions (a websocket and a script run each, held open), 40% page requests, 20%
@@ -16,8 +16,17 @@ import random
 import time
 
 import websockets
-from fault_class import CLICK_P95_BOUND, ClickingStudent, FaultRow, Served, attend_all, click_stats, student_address
-from session_client import Session
+
+from scripts.hall.fault_class import (
+    CLICK_P95_BOUND,
+    ClickingStudent,
+    FaultRow,
+    Served,
+    attend_all,
+    click_stats,
+    student_address,
+)
+from scripts.hall.session_client import Session
 
 FLOOD_SOURCE = "127.0.0.2"
 

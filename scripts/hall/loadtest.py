@@ -1,6 +1,6 @@
 """Load test: a class opening one shared link at once, over Streamlit's own websocket protocol.
 
-    .venv/bin/python scripts/loadtest.py [--start single|serve] [--workers N] [--sessions 1,10,25,50]
+    .venv/bin/python -m scripts.hall loadtest [--start single|serve] [--workers N] [--sessions 1,10,25,50]
         [--url http://127.0.0.1:PORT] [--cache-dir cache] [--think 1-3] [--seed 0] [--json FILE]
 
 Each simulated session does what a browser does when a student opens the link: fetches the page
@@ -19,7 +19,7 @@ the last session closed.
 
 Bounded: at most 200 sessions, every round ends within --round-timeout, and only servers on this
 machine (localhost, 127.0.0.0/8, ::1) are accepted. --start starts the server itself (a free
-port; `single` = one `streamlit run`, `serve` = scripts/serve.py with --workers) and stops it at
+port; `single` = one `streamlit run`, `serve` = scripts/hall/serve.py with --workers) and stops it at
 the end; --url uses a running one (memory then from --pid, if given).
 
 Prints one row per round:  sessions | open p50 / p95 | change p50 / p95 / max | errors | server RSS peak
@@ -44,10 +44,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from session_client import Session
-
 from app.launch.server import free_port, port_free, streamlit_command, wait_healthy
 from core.files import PROJECT_ROOT
+from scripts.hall.session_client import Session
 
 MAX_SESSIONS = 200
 LOCAL_HOSTS = ("localhost", "::1")
@@ -196,7 +195,9 @@ def start_server(kind: str, workers: int, cache_dir: str | None, per_address: in
             wport = free_port()
         cmd = [
             sys.executable,
-            str(PROJECT_ROOT / "scripts" / "serve.py"),
+            "-m",
+            "scripts.hall",
+            "serve",
             "--workers",
             str(workers),
             "--bind",

@@ -1,4 +1,4 @@
-"""Hostile links and hostile uploads (scripts/faults.py), through the server as a browser sends them.
+"""Hostile links and hostile uploads (scripts/hall/faults.py), through the server as a browser sends them.
 
 Links: every URL parameter of every page (LINK_PARAMS, which tests/app/test_faults.py checks against every
 `url_state` call of the app) gets a value out of range, of the wrong type, 5,000 characters long, or with markup.
@@ -23,14 +23,14 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 
-from fault_class import FaultRow, Served, student_address
-from fault_live import live_run
-from session_client import Session
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.Common_pb2 import UploadedFileInfo
 
 from core.files import PROJECT_ROOT
 from core.runs import cache as run_cache
+from scripts.hall.fault_class import FaultRow, Served, student_address
+from scripts.hall.fault_live import live_run
+from scripts.hall.session_client import Session
 
 #: Every URL parameter: (the pages that read it, its kind). "" is the Tour (the default page); "all" is every page.
 LINK_PARAMS = {

@@ -27,7 +27,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 #: The shared link every session opens: the Tour (the default page) at step 2, the demo's default cutoff.
 LINK = "/?step=2&tau=50"
 TAUS = [20, 30, 40, 60, 80, 100]
-#: The proxy's sticky cookie (scripts/serve.py's COOKIE)
+#: The proxy's sticky cookie (scripts/hall/serve.py's COOKIE)
 COOKIE = "fourier_worker"
 
 

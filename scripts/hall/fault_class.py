@@ -1,7 +1,7 @@
-"""What every fault run shares (scripts/faults.py): the `serve` it runs against, a class of students clicking, and
+"""What every fault run shares (scripts/hall/faults.py): the `serve` it runs against, a class of students clicking, and
 one row of the report.
 
-`Served` knows a running `serve` from its folder (scripts/serve.py's --out): the workers' ports and processes, the
+`Served` knows a running `serve` from its folder (scripts/hall/serve.py's --out): the workers' ports and processes, the
 proxy's view of them (its runtime socket), the live queue's folder. `ClickingStudent` is a student who opens the
 shared link, goes to the Spectra page and changes the cutoff, the layer or the module every 1-3 s; when the
 websocket drops (its worker died) it does what Streamlit's page does, reconnects, and checks that the view it had
@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import websockets
-from loadtest import pct, process_tree, rss_bytes
-from serve import Proxy
-from session_client import Session
+
+from scripts.hall.loadtest import pct, process_tree, rss_bytes
+from scripts.hall.serve import Proxy
+from scripts.hall.session_client import Session
 
 _OPENED = itertools.count()
 
@@ -55,7 +56,7 @@ class FaultRow:
 
 
 class Served:
-    """A running `serve` (scripts/serve.py), known from its process and its --out folder."""
+    """A running `serve` (scripts/hall/serve.py), known from its process and its --out folder."""
 
     def __init__(self, base: str, out: Path, pid: int | None):
         self.base, self.out, self.pid = base, Path(out), pid

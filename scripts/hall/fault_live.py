@@ -1,4 +1,4 @@
-"""The live stampede (scripts/faults.py): a lecturer says "now everyone press Run live".
+"""The live stampede (scripts/hall/faults.py): a lecturer says "now everyone press Run live".
 
 `presses` students open the Ablations page of a run whose model can be computed live, most with the lecturer's
 settings (the MLP's low frequencies removed, tau 50) and some with their own, and press "Run the ... prompts" within
@@ -16,12 +16,19 @@ import re
 import time
 import urllib.parse
 
-from fault_class import CLICK_P95_BOUND, ClickingStudent, FaultRow, Served, attend_all, click_stats, student_address
-from session_client import Session
-
 from core.files import PROJECT_ROOT
 from core.runs import cache as run_cache
 from core.runs.live_ablation import live_model_folder
+from scripts.hall.fault_class import (
+    CLICK_P95_BOUND,
+    ClickingStudent,
+    FaultRow,
+    Served,
+    attend_all,
+    click_stats,
+    student_address,
+)
+from scripts.hall.session_client import Session
 
 #: The lecturer's settings, and what some students pick instead (modules, band removed, tau).
 LECTURER = ("mlp", "low", 50)

@@ -1,20 +1,20 @@
 """Faults a lecture hall meets, tried against `serve` on this machine, each bounded in time and count and checked.
 
-    .venv/bin/python scripts/faults.py [--faults links,uploads,live,kill,flood] [--sessions 50] [--workers N]
+    .venv/bin/python -m scripts.hall faults [--faults links,uploads,live,kill,flood] [--sessions 50] [--workers N]
         [--quick] [--json FILE] [--url http://127.0.0.1:PORT --serve-out DIR --serve-pid PID]
 
-By default it starts `serve` itself (scripts/serve.py, proxy and workers on 127.0.0.1, free ports), runs the faults
+By default it starts `serve` itself (scripts/hall/serve.py, proxy and workers on 127.0.0.1, free ports), runs the faults
 one after the other against it and stops it. Only servers on this machine are accepted.
 
   links    every URL parameter of every page given a value out of range, of the wrong type, 5,000 characters
            long, or with markup: the page opens with a one-line note naming the parameter and shows its default;
-           never an exception or an error box (scripts/fault_inputs.py)
+           never an exception or an error box (scripts/hall/fault_inputs.py)
   uploads  the Behaviour page's upload given an oversize, binary, Excel, malformed or wrong-column file: one line
-           each in plain words, no exception (scripts/fault_inputs.py)
+           each in plain words, no exception (scripts/hall/fault_inputs.py)
   live     50 students press "Run live" on the Ablations page within 5 s (most with the lecturer's settings), while
            20 others click other pages: each gets an answer or a place in the queue that counts down within 2 s
            and sees the page move at least every 3 s, identical requests are computed once, the others' clicks
-           keep p95 <= 2 s, memory stays bounded (scripts/fault_live.py)
+           keep p95 <= 2 s, memory stays bounded (scripts/hall/fault_live.py)
   kill     50 students click for 55 s; at 25 s the worker with most of them is killed (SIGKILL, by its process
            id): its students are back on their view (page and URL) within 10 s, the others' click p95 after the
            kill stays within 0.5 s of before (and <= 2 s), the worker is back in rotation within 60 s
@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from fault_class import (
+from scripts.hall.fault_class import (
     CLICK_P95_BOUND,
     ClickingStudent,
     FaultRow,
@@ -50,11 +50,11 @@ from fault_class import (
     load_now,
     student_address,
 )
-from fault_flood import connection_flood
-from fault_inputs import hostile_links, hostile_uploads
-from fault_live import live_stampede
-from loadtest import check_local, start_server, stop_server
-from session_client import Session
+from scripts.hall.fault_flood import connection_flood
+from scripts.hall.fault_inputs import hostile_links, hostile_uploads
+from scripts.hall.fault_live import live_stampede
+from scripts.hall.loadtest import check_local, start_server, stop_server
+from scripts.hall.session_client import Session
 
 FAULTS = ["links", "uploads", "live", "kill", "flood"]
 #: Seconds a killed worker's students may take to be back on their view.
