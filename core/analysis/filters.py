@@ -166,6 +166,12 @@ def removed_energy_share(flt: ProjectionFilter, second_moment: np.ndarray) -> fl
 #: The tilt exponent of an energy-matched control is searched in [-MATCH_TILT, MATCH_TILT] (eigenvalues
 #: scaled to the largest), by this many bisection steps.
 MATCH_TILT, MATCH_STEPS = 24.0, 60
+#: A matched control counts as matched within this share of the energy (half a percentage point).
+MATCH_TOLERANCE = 0.005
+#: The version of the matched draw: 2 computes the tilted subspace in the eigenbasis with its rows sorted, so that
+#: weak directions are not lost to rounding (a run's manifest records the version its controls were drawn with;
+#: `core.runs.ablation_grid.redraw_unmatched_controls` draws again the controls an older version left unmatched).
+MATCH_DRAW_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -180,7 +186,7 @@ class MatchedDraw:
     @property
     def matched(self) -> bool:
         """Within half a percentage point of the target (False: the target lies beyond the reachable range)."""
-        return abs(self.share - self.target) <= 0.005
+        return abs(self.share - self.target) <= MATCH_TOLERANCE
 
 
 def energy_matched_filter(
@@ -204,6 +210,11 @@ def energy_matched_filter(
     ends; otherwise the nearer end is kept and `MatchedDraw.matched` is False. The directions stay random
     (a Gaussian draw) but carry as much of the outputs' energy as the band does, so a band that hurts more
     than its matched control hurts because of *which* directions it removes, not how much it removes.
+
+    Q(a) is computed as V U orth(diag(...) U^T Z) (the same subspace), with the rows of diag(...) U^T Z taken
+    largest weight first: outputs of lower rank than the width leave eigenvalues at the 1e-12 floor, weighted
+    far below the rest at large |a|, and only this order keeps them from being lost to rounding, which made
+    share(a) fall again towards a = -MATCH_TILT (tests/analysis/test_matched_controls.py).
     """
     W_U, weight_dtype = _unembedding_matrix(unembedding, weight_dtype)
     D = W_U.shape[1]
@@ -222,8 +233,13 @@ def energy_matched_filter(
     uz = U.T @ z
 
     def draw(tilt: float) -> tuple[ProjectionFilter, float]:
-        q, r = np.linalg.qr(U @ (lam[:, None] ** (tilt / 2) * uz))
-        flt = ProjectionFilter((), "random", V @ (q * np.sign(np.diag(r))), D)
+        # orth(D U^T Z) in the eigenbasis, its rows taken largest weight first: Householder QR with rows sorted
+        # is row-wise backward stable, so directions weighted 1e-100 below the others still count (multiplied
+        # back by U first, they are lost to rounding and share(tilt) stops being monotone)
+        weight = lam ** (tilt / 2)
+        order = np.argsort(-weight, kind="stable")
+        q, r = np.linalg.qr(weight[order, None] * uz[order])
+        flt = ProjectionFilter((), "random", V @ (U[:, order] @ (q * np.sign(np.diag(r)))), D)
         return flt, removed_energy_share(flt, C)
 
     lo, hi = -MATCH_TILT, MATCH_TILT

@@ -375,7 +375,8 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     Measured at the cached tau nearest 50, each cell next to its random-subspace control: random directions
     W_U reads, removed from the same modules, as many as the band's rank and (where the run was computed with
     its weights at hand) tilted to remove the same share of the modules' output energy as the band does
-    (`core.analysis.filters.energy_matched_filter`); older runs have rank-matched controls only, and say so.
+    (`core.analysis.filters.energy_matched_filter`); older runs have rank-matched controls only, and say so,
+    and a control whose draws remove more than half a point more or less energy than its band is named.
     A module shows the paper's pattern when its opposite-band cell keeps at least 90% of the
     unfiltered accuracy and its paper cell (MLP: low removed; attention: high removed) falls at least
     10 points below that opposite cell (unless that cell has no power, below) and at least max(10, 2 sd)
@@ -437,6 +438,12 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         spread = f" ± {100 * sd:.1f}" if np.isfinite(sd) else ""
         return f"{pct(acc)} (random control {pct(ctrl)}{spread})"
 
+    energy = {(m, r): (float(t1.loc[(m, r), "energy removed %"]) / 100,
+                       float(t1.loc[(m, r), "control energy removed %"]) / 100)
+              for m in ("attn", "mlp") for r in ("low", "high")
+              if (m, r) in t1.index and {"energy removed %", "control energy removed %"} <= set(t1.columns)}
+    # a matched control whose draws could not reach the band's share (matched within half a point or not at all)
+    unmatched = [(m, r, band, ctrl) for (m, r), (band, ctrl) in energy.items() if abs(band - ctrl) > 0.005]
     measured = (
         f"At tau = {t}, unfiltered {pct(base)}: MLP low removed {cell('mlp', 'low')}, MLP high removed "
         f"{cell('mlp', 'high')}; "
@@ -445,6 +452,10 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         + (", each matched to its band's rank and removed energy)." if matched_on == "rank and energy"
            else ", matched to its band's rank only: this run was cached without its weights' energy measure).")
     )
+    if matched_on == "rank and energy" and unmatched:
+        measured += " Not every control reached its band's energy: " + "; ".join(
+            f"{'MLP' if m == 'mlp' else 'attention'} {r} band {pct(band)} of the energy, its control {pct(ctrl)}"
+            for m, r, band, ctrl in unmatched) + "."
     if "mlp_low_mult10" in shape:
         measured += f" Without the MLPs' low band, {pct(shape['mlp_low_mult10'])} of the errors are multiples of 10"
         measured += (
@@ -487,12 +498,9 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
             "control_sd": {f"{m}-{r}": v[2] for (m, r), v in cells.items()},
             "draws": draws,
             "matched_on": matched_on,
-            "energy": {f"{m}-{r}": float(t1.loc[(m, r), "energy removed %"]) / 100
-                       for m in ("attn", "mlp") for r in ("low", "high")
-                       if (m, r) in t1.index and "energy removed %" in t1.columns},
-            "control_energy": {f"{m}-{r}": float(t1.loc[(m, r), "control energy removed %"]) / 100
-                               for m in ("attn", "mlp") for r in ("low", "high")
-                               if (m, r) in t1.index and "control energy removed %" in t1.columns},
+            "energy": {f"{m}-{r}": band for (m, r), (band, _) in energy.items()},
+            "control_energy": {f"{m}-{r}": ctrl for (m, r), (_, ctrl) in energy.items()},
+            "unmatched_controls": [f"{m}-{r}" for m, r, _, _ in unmatched],
             "pattern": pattern,
             "error_shape": shape,
         },

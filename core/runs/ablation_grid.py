@@ -13,16 +13,19 @@ Part of `core.runs.precompute`'s stages.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from core.analysis.ablations import MATCHED_CONTROLS, Ablation, Condition
 from core.analysis.behaviour import error_histogram, error_summary
 from core.analysis.evaluation import GridProgress, evaluate_conditions
-from core.analysis.filters import removed_energy_share
+from core.analysis.filters import MATCH_DRAW_VERSION, MATCH_TOLERANCE, removed_energy_share
+from core.files import read_json_file
 from core.models.capture import iter_capture
 from core.models.names import ATTN, BOTH, MLP, MODULE_OUTPUTS
 from core.paper import TABLE1_TAU
@@ -228,6 +231,96 @@ def _evaluate_group(loaded, texts, answers, p, basis, W_U, pending, extra, secon
     writer.write_json("ablations.partial.json", done)
     progress_file.unlink(missing_ok=True)
     (writer.staging / progress_meta).unlink(missing_ok=True)
+
+
+def unmatched_controls(table: pd.DataFrame) -> pd.Series:
+    """Which rows of an `ablations` table are energy-matched controls that remove more than MATCH_TOLERANCE more
+    or less of their modules' output energy than their band does (a boolean mask; False where energy was not
+    measured)."""
+    if "energy_removed" not in table:
+        return pd.Series(False, index=table.index)
+    bands = table[table["removed"].isin(["low", "high"])].drop_duplicates(["modules", "removed", "tau"])
+    target = bands.set_index(["modules", "removed", "tau"])["energy_removed"]
+    matched = table["removed"].isin(list(MATCHED_CONTROLS))
+    keys = list(zip(table["modules"], table["removed"].map(MATCHED_CONTROLS), table["tau"]))
+    band = pd.Series([target.get(k, np.nan) if m else np.nan for k, m in zip(keys, matched)], index=table.index)
+    return matched & ((table["energy_removed"] - band).abs() > MATCH_TOLERANCE)
+
+
+def redraw_unmatched_controls(loaded, texts, answers, p: int, basis, taus, opts, writer: RunWriter,
+                              table: pd.DataFrame, errors: pd.DataFrame, log=print, design=None):
+    """(ablations, ablation_errors) of a cached run with its unmatched energy-matched controls (`unmatched_controls`)
+    drawn again by the current `energy_matched_filter` and evaluated on the questions they read; every other row
+    stays as it was. A control that still cannot reach its band's share keeps the nearest draw, as a new run would.
+    The module outputs' second moments are measured again over `texts` (as the grid measures them)."""
+    redo = unmatched_controls(table)
+    if not redo.any():
+        return table, errors
+    specs = [s for s in ablation_specs(basis, taus) if s.removed in MATCHED_CONTROLS]
+    chosen = {(r.modules, r.removed, int(r.tau), int(r.draw)) for r in table[redo].itertuples()}
+    pending = [s for s in specs if (s.modules, s.removed, s.tau, s.draw) in chosen]
+    second_moments = module_second_moments(loaded, texts, opts.batch_size, opts.progress)
+    W_U = loaded.unembedding(p)
+    t1 = table1_cutoff(taus)
+    answers, done = np.asarray(answers), {}
+    every = [s for s in pending if design is None or reads_every_question(s, t1)]
+    sampled = [s for s in pending if s not in every]
+    for group, rows in ((every, np.arange(len(texts))), (sampled, design.sample if design is not None else [])):
+        if group:
+            _evaluate_group(loaded, [texts[i] for i in rows], answers[rows], p, basis, W_U, group, [], second_moments,
+                            opts, writer, done, "ablations.redraw", log)
+    table, kept = table.copy(), []
+    base = table[table["removed"] == "none"].iloc[0]
+    for spec in pending:
+        at = (table["modules"] == spec.modules) & (table["removed"] == spec.removed) & (table["tau"] == spec.tau) & (
+            table["draw"] == spec.draw)
+        row = dict(done[_spec_key(spec)]["row"])
+        old = table[at].iloc[0]
+        # against the unfiltered model on the same questions: the whole split's, or the sample's (the old row's)
+        reference_acc, reference_loss = (
+            (base["accuracy"], base["loss"]) if spec in every
+            else (old["accuracy"] - old["delta_accuracy"], old["loss"] - old["delta_loss"]))
+        row["delta_accuracy"], row["delta_loss"] = row["accuracy"] - reference_acc, row["loss"] - reference_loss
+        for col, value in row.items():
+            if col in table.columns:
+                table.loc[at, col] = value
+        h = pd.DataFrame(done[_spec_key(spec)]["errors"], columns=["error", "count"])
+        for col in ("modules", "removed", "tau", "keep_k", "draw"):
+            h.insert(len(h.columns) - 2, col, getattr(spec, col))
+        kept.append(h)
+        errors = errors[~((errors["modules"] == spec.modules) & (errors["removed"] == spec.removed)
+                          & (errors["tau"] == spec.tau) & (errors["draw"] == spec.draw))]
+    errors = pd.concat([errors, *kept], ignore_index=True).astype(errors.dtypes.to_dict())
+    log(f"{len(pending)} energy-matched control(s) drawn again; {int(unmatched_controls(table).sum())} still short of "
+        "their band's energy (no draw of their rank reaches it)")
+    return table, errors
+
+
+def redraw_run_controls(writer: RunWriter, loaded, p: int, opts, examples, texts, basis, taus, design, log) -> bool:
+    """`core.runs.precompute`'s upgrade of a cached run whose energy-matched controls were drawn by an older
+    `energy_matched_filter` (its manifest's `matched_draw_version`): those that missed their band's energy are
+    drawn again (`redraw_unmatched_controls`) and the version recorded; nothing else is recomputed. Controls
+    that matched stay: they already meet the definition. False when there was nothing to do."""
+    manifest = read_json_file(writer.final / "manifest.json") or {}
+    if int(manifest.get("matched_draw_version", 1)) >= MATCH_DRAW_VERSION or "ablations" not in (
+            manifest.get("tables") or {}):
+        return False
+    keep = writer.stage_published()
+    t0 = time.time()
+    table, errors = writer.read("ablations"), writer.read("ablation_errors")
+    if unmatched_controls(table).any():
+        answers = np.array([e.answer for e in examples])
+        with torch.no_grad():
+            table, errors = redraw_unmatched_controls(loaded, texts, answers, p, basis, taus, opts, writer, table,
+                                                      errors, log, design)
+        writer.write("ablations", table)
+        writer.write("ablation_errors", errors)
+        writer.write("error_analysis", error_analysis_table(writer.read("examples"), table))
+    keep["matched_draw_version"] = MATCH_DRAW_VERSION
+    keep["timings"] = {**(keep.get("timings") or {}), "controls_redrawn_s": round(time.time() - t0, 2)}
+    writer.publish(keep)
+    log(f"run {writer.name}: energy-matched controls at draw version {MATCH_DRAW_VERSION}; nothing else recomputed")
+    return True
 
 
 def _grid_tables(specs, done: dict, design, table1_tau):

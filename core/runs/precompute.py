@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 
 from core import SCHEMA_VERSION
-from core.analysis.filters import unembedding_rank
+from core.analysis.filters import MATCH_DRAW_VERSION, unembedding_rank
 from core.analysis.fourier import check_basis_name, check_tau, fourier_basis
 from core.analysis.kshot import SHOTS, accuracy_by_shots, generation_error_table, generations_table
 from core.analysis.phase import PHASE_VERSION
@@ -46,6 +46,7 @@ from core.runs.ablation_grid import (
     error_analysis_table,
     every_question_labels,
     read_energy,
+    redraw_run_controls,
     write_energy,
 )
 from core.runs.cache import RunWriter, check_table, ensure_cache_dir, run_lock, run_name
@@ -223,7 +224,7 @@ def _precompute_run(
     """The stages of `precompute`, run under the run's lock: a cached run is upgraded or left alone;
     otherwise each stage's tables are written unless a resumed staging folder has them already."""
     if writer.exists and not opts.recompute:
-        return _keep_cached_run(writer, loaded, p, opts, examples, texts, options, log)
+        return _keep_cached_run(writer, loaded, p, opts, examples, texts, options, log, basis, taus, design)
     if writer.resumed:
         log(f"resuming {writer.name} from its unfinished tables")
     timings = {"load_s": round(time.time() - t0, 2), "threads": torch.get_num_threads()}
@@ -253,15 +254,19 @@ def _precompute_run(
 
 
 def _keep_cached_run(
-    writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, examples, texts, options: dict, log
+    writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, examples, texts, options: dict, log, basis, taus,
+    design=None,
 ) -> Path:
     """A run already in the cache: refused when asked with other options, upgraded when its schema or
-    phase version is older, its training log refreshed, else left as it is."""
+    phase version is older, its unmatched controls drawn again when an older draw left them so, its training
+    log refreshed, else left as it is."""
     existing = (read_json_file(writer.final / "manifest.json") or {}).get("options")
     refusal = options_refusal(writer.name, existing, options)
     if refusal:
         raise CoreError(refusal)
-    if not _upgrade_run(writer, loaded, p, opts, examples, texts, log):
+    upgraded = _upgrade_run(writer, loaded, p, opts, examples, texts, log)
+    upgraded = redraw_run_controls(writer, loaded, p, opts, examples, texts, basis, taus, design, log) or upgraded
+    if not upgraded:
         if not _refresh_training_log(writer, loaded, log):
             log(f"run {writer.name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
     return writer.final
@@ -388,6 +393,7 @@ def _run_manifest(
         "display_order": opts.display_order,
         "timings": timings,
         "notes": notes,
+        "matched_draw_version": MATCH_DRAW_VERSION,
     }
 
 

@@ -227,6 +227,15 @@ def test_a_band_that_removes_more_energy_is_judged_against_a_control_that_remove
     assert claim.numbers["matched_on"] == "rank and energy"
     assert claim.numbers["control"]["mlp-low"] == pytest.approx(0.1233, abs=1e-3)
     assert claim.numbers["pattern"]["mlp"] is False
+    assert claim.numbers["unmatched_controls"] == [] and "Not every control" not in claim.measured  # no energies here
+
+    # with energies: the MLP low control's draws remove 50% where the band removes 58%: said, not passed over
+    table = ablation_rows(matched)
+    energy = {("mlp", "low"): 0.58, ("mlp", "matched-low"): 0.50}
+    table["energy_removed"] = [energy.get((m, r), 0.2) for m, r in zip(table["modules"], table["removed"])]
+    claim = claim_ablations(TableRun({"ablations": table, "ablation_errors": errors}))
+    assert claim.numbers["unmatched_controls"] == ["mlp-low"]
+    assert "MLP low band 58" in claim.measured and "its control 50" in claim.measured
 
 
 def test_a_run_chosen_on_validation_is_judged_at_its_chosen_epoch(tmp_path):

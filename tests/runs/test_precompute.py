@@ -12,6 +12,7 @@ import core.runs.precompute as pre
 from core import SCHEMA_VERSION
 from core.cli import main
 from core.errors import CoreError
+from core.files import sha256_file
 from core.models.random_models import save_random_model
 from core.models.vocab import digit_tokenizer
 from core.runs.ablation_grid import CONTROL_DRAWS
@@ -352,3 +353,43 @@ def test_a_run_upgraded_without_its_model_gets_every_example_once_the_model_is_h
     assert verify_run(again.path) == [] and again.manifest["phase_locking"]["whole_split"] is True
     pd.testing.assert_frame_equal(read_table(cache, run.name, "phase_locking"), full)
     assert {t: again.manifest["tables"][t]["sha256"] for t in kept} == kept
+
+
+@pytest.mark.slow
+def test_a_control_an_older_draw_left_unmatched_is_drawn_again_and_nothing_else_changes(model_dir, tmp_path):
+    """A run cached at draw version 1 with a matched control that missed its band's energy (made so here, as
+    the old draw left a 2-layer Llama's high-band controls) gets that control drawn again by the current
+    `energy_matched_filter`, evaluated on its questions and recorded; the other ablation rows and tables stay."""
+    folder = model_dir("llama", **WIDE)
+    cache = tmp_path / "c"
+    assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
+    (run,) = list_runs(cache)
+    assert run.manifest["matched_draw_version"] == 2
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    ab = read_table(cache, run.name, "ablations")
+    target = (ab["removed"] == "matched-high") & (ab["modules"] == "mlp") & (ab["draw"] == 1)
+    assert target.sum() == 1
+    fresh = ab[target].iloc[0]
+    spoiled = ab.copy()
+    spoiled.loc[target, ["energy_removed", "accuracy"]] = [fresh["energy_removed"] + 0.2, -1.0]
+    spoiled.to_parquet(run.path / manifest["tables"]["ablations"]["file"], index=False)
+    manifest["tables"]["ablations"]["sha256"] = sha256_file(run.path / manifest["tables"]["ablations"]["file"])
+    manifest["matched_draw_version"] = 1
+    (run.path / "manifest.json").write_text(json.dumps(manifest))
+    kept = {t: e["sha256"] for t, e in manifest["tables"].items()
+            if t not in ("ablations", "ablation_errors", "error_analysis")}
+    assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
+    (again,) = list_runs(cache)
+    assert verify_run(again.path) == [] and again.manifest["matched_draw_version"] == 2
+    after = read_table(cache, run.name, "ablations")
+    redrawn = after[target].iloc[0]
+    assert redrawn["energy_removed"] == pytest.approx(fresh["energy_removed"], abs=1e-6)  # the same draw as a new run
+    assert redrawn["accuracy"] == pytest.approx(fresh["accuracy"])
+    pd.testing.assert_frame_equal(after[~target].reset_index(drop=True), ab[~target].reset_index(drop=True))
+    assert {t: again.manifest["tables"][t]["sha256"] for t in kept} == kept
+    errors = read_table(cache, run.name, "ablation_errors")
+    one = errors[(errors["removed"] == "matched-high") & (errors["modules"] == "mlp") & (errors["draw"] == 1)]
+    assert one["count"].sum() == round((1 - fresh["accuracy"]) * fresh["n"])
+    # at the current version nothing is drawn again
+    assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
+    assert list_runs(cache)[0].manifest["tables"] == again.manifest["tables"]
