@@ -18,8 +18,8 @@ intro(
     "frozen to Fourier features, or after pre-training on text about numbers: compare how fast and how high each goes "
     f"(the paper's figure 7b: GPT-2-small reaches {ACCURACY['GPT-2-small from scratch']:g}% from scratch and "
     f"{ACCURACY['GPT-2-small, frozen pre-trained embeddings']:g}% with GPT-2's pre-trained number embeddings "
-    "frozen in). Below them, the real pre-trained LLM fine-tuned here on addition, and the earlier attempts it "
-    "replaced.",
+    "frozen in). Below them, the real pre-trained LLM fine-tuned here on addition, and the attempts that were not "
+    "adopted.",
 )
 url_state("curve_split", "val", str, ["train", "val", "test"])
 st.radio(
@@ -65,7 +65,7 @@ tuned = fine_tuned_training(view.split)
 if not tuned:
     st.info(
         "No fine-tuned run of a real pre-trained model is in the cache (`python -m core train --recipe "
-        "smollm2-addition-cpu` makes one)."
+        "smollm2-addition-cpu` makes one, and `--recipe smollm2-addition-cpu-continued` trains it further)."
     )
 else:
     stages = training_summaries.fine_tuning_stages(tuned, split, earlier=fine_tuning_history(tuned))

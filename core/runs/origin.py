@@ -86,13 +86,31 @@ def _device_text(recipe: dict, summary: dict) -> str:
     return "a GPU" if recipe.get("device") == "cuda" else "a CPU"
 
 
+def stage_recipes(recipe: dict) -> list[dict]:
+    """The recipe and those of the stages it continues (`lora.init_delta`, read from the earlier stage's
+    model folder), latest first; a stage whose folder holds no recipe ends the list."""
+    chain, seen = [recipe], set()
+    while (start := (chain[-1].get("lora") or {}).get("init_delta")) and start not in seen:
+        seen.add(start)
+        earlier = recipe_of({"source": str(project_path(start).parent)})
+        if earlier is None:
+            break
+        chain.append(earlier)
+    return chain
+
+
 def frozen_stack_sentence(manifest: dict) -> str:
     """One sentence a lecturer can say about a fine-tuning that kept its lower blocks frozen ("" otherwise):
-    which part of the model is pre-training's and which was trained to add."""
+    which part of the model is pre-training's and which was trained to add. A later stage counts only the
+    blocks that no stage of its chain trained, and needs every stage to have kept the number rows frozen."""
     recipe = run_origin(manifest)["recipe"] or {}
-    frozen = int((recipe.get("number_tokens") or {}).get("frozen_blocks") or 0)
     L = manifest.get("n_layers") or recipe.get("n_layers")
-    if not frozen or not L or (recipe.get("lora") or {}).get("init_delta"):  # a later stage: its lower blocks trained
+    stages = stage_recipes(recipe)
+    if (recipe.get("lora") or {}).get("init_delta") and len(stages) == 1:  # the earlier stage cannot be read
+        return ""
+    specs = [r.get("number_tokens") or {} for r in stages]
+    frozen = min(int(spec.get("frozen_blocks") or 0) for spec in specs)
+    if not frozen or not L or any(float(spec.get("rows_lr_ratio", 1.0)) != 0.0 for spec in specs):
         return ""
     return (
         f"Only the top {L - frozen} of its {L} layers were trained to add: the lower {frozen} and the number tokens' "
@@ -122,6 +140,16 @@ def fine_tuning_text(manifest: dict) -> str:
             f"does, of the top {L - frozen} of {L} blocks); each map's change is kept as its best "
             f"rank-{lora.get('rank', '?')} approximation (SVD)"
         )
+        if start:
+            earlier_epochs = summary_of({"source": str(project_path(start).parent)}).get("epochs_run")
+            what = (
+                f"it continues {earlier.get('label', start) if earlier else start}"
+                + (f" ({earlier_epochs} epochs)" if earlier_epochs else "")
+                + f": blocks 0..{frozen - 1} and the new rows stayed frozen, and every linear map of blocks "
+                f"{frozen}..{L - 1} was trained further (full fine-tuning, as the paper does, of the top {L - frozen} "
+                f"of {L} blocks; each map's change from the pre-trained model, both stages together, is kept as its "
+                f"best rank-{lora.get('rank', '?')} approximation by SVD)"
+            )
     elif lora.get("train") == "full":
         what = (
             f"every linear map of the {L} blocks ({targets}) was trained (full fine-tuning, as the paper does) with "

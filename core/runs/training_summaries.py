@@ -45,8 +45,9 @@ def final_accuracies(curves: pd.DataFrame) -> pd.DataFrame:
 
 def earlier_fine_tunings(models_dir: Path, runs: list[tuple[str, dict, pd.DataFrame]]) -> list[Path]:
     """Model folders under `models_dir` of number-token fine-tunings (a recipe.json with `number_tokens`
-    and a training_log.parquet) that no run of `runs` was computed from: earlier attempts whose logs are
-    kept as history (the SmolLM2 stages the current default model replaced), sorted by name."""
+    and a training_log.parquet) that no run of `runs` was computed from: attempts not adopted, whose logs are
+    kept as history (the SmolLM2 stages the current default model replaced, a continuation that did not
+    beat it by more than noise), sorted by name."""
     cached = {project_path((manifest.get("model") or {}).get("source", "")) for _, manifest, _ in runs}
     found = []
     for recipe_file in sorted(Path(models_dir).glob("*/recipe.json")):
@@ -73,7 +74,7 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
     (its recipe.json and training_log.parquet, shipped with it) and labelled so. Columns: run, stage
     (1, 2, ...), epoch (counted over all stages), stage_epoch (the epoch within its own stage),
     accuracy, loss, device, starts_from (the earlier stage's label, or None), cached (whether the
-    stage has a cached run). `earlier`: model folders of earlier attempts with no cached run (see
+    stage has a cached run). `earlier`: model folders of attempts not adopted, with no cached run (see
     `earlier_fine_tunings`), read the same way and labelled as history.
     """
     cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from", "cached"]
@@ -96,7 +97,7 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
         folder = Path(folder).resolve()
         if folder not in info and (folder / "recipe.json").is_file() and (folder / "training_log.parquet").is_file():
             recipe = json.loads((folder / "recipe.json").read_text())
-            label = f"{recipe.get('label', folder.name)} (earlier attempt: its training log; no cached run)"
+            label = f"{recipe.get('label', folder.name)} (not adopted: its training log; no cached run)"
             info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
     todo = list(info)
     while todo:  # earlier stages that have no cached run: from their folders

@@ -12,7 +12,9 @@ training split with the answer-token loss (`core.training.answers.answer_loss`):
 * the new rows are trained; every original row stays exactly as it was;
 * every linear map inside the blocks gets a LoRA update W + (alpha / r) B A (B starts at zero, so
   training starts from the pre-trained model; `core.training.lora`); the base weights are frozen;
-* or, with `lora.train: "full"`, those maps are trained whole and their change ships as rank-r factors;
+* or, with `lora.train: "full"`, those maps are trained whole and their change ships as rank-r factors
+  (from an earlier stage's delta, `lora.init_delta`, they start as that stage left them, and the change
+  that ships is still measured from the base model, so the new delta rebuilds from the base alone);
 * with `frozen_blocks`, the lower blocks' output is computed once (`core.training.frozen_blocks`);
 * bfloat16 autocast on the CPU, float32 trainable weights, seeded, a checkpoint every
   `checkpoint_steps` steps (`core.training.checkpoint`), so an interrupted run resumes mid-epoch;
@@ -201,7 +203,8 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     if start_tensors is not None:
         rows = start_tensors.tensors["number_rows"].float().numpy()  # on a resume, replaced by the checkpoint's
         if not resume:
-            log(f"starting from {start}: its number rows and its factors cut to rank {lora.rank}")
+            how = "merged into the maps" if lora.full else f"cut to rank {lora.rank}"
+            log(f"starting from {start}: its number rows, and its factors {how}")
     elif resume:
         rows = np.zeros((p, base.config.hidden_size), dtype=np.float32)  # replaced by the checkpoint's
     else:
@@ -210,8 +213,10 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     number_ids = add_number_tokens(tokenizer, p)
     require_rows_follow(base, number_ids)
     tuned = FineTuneModel(base, rows, lora.rank, lora.alpha, lora.targets, recipe.seed, first_block=frozen,
-                          full=lora.full, keep_lower=start_tensors is not None)
-    if start_tensors is not None:
+                          full=lora.full, keep_lower=start_tensors is not None and not lora.full)
+    if start_tensors is not None and lora.full:
+        tuned.load_change(start_tensors)  # the maps start as the earlier stage left them
+    elif start_tensors is not None:
         tuned.load_factors(start_tensors)
     model = tuned.model.to(device)
 

@@ -21,7 +21,7 @@ import torch
 
 from core.errors import CoreError
 from core.models.parts import find_parts
-from core.training.delta import read_delta
+from core.training.delta import merge_lora, read_delta
 
 
 class NumberRowsEmbedding(torch.nn.Module):
@@ -180,6 +180,30 @@ class FineTuneModel:
             for name, m in factors.items():
                 m.A.copy_(tensors[f"lora.{name}.A"][: self.rank].float())
                 m.B.copy_(tensors[f"lora.{name}.B"][:, : self.rank].float() * ratio)
+
+    def load_change(self, start: StartDelta) -> None:
+        """Full training only: start each trained map from an earlier stage's weights, W0 + scale B A with
+        the starting delta's own factors and scale (all of them). The change that ships is still measured
+        from the base weights W0, so the new delta rebuilds from the base model alone. The starting delta
+        must not have changed a frozen lower block (those keep the base weights here)."""
+        tensors = start.tensors
+        changed = {k[len("lora."):-len(".A")] for k in tensors if k.startswith("lora.") and k.endswith(".A")}
+        untrained = sorted(changed - set(self.full), key=lambda n: int(n.split(".", 1)[0]))
+        if untrained:
+            raise CoreError(
+                f"the starting delta changed {untrained[0]}, which this recipe does not train: full training from "
+                "a delta needs the same targets and the same frozen blocks (number_tokens.frozen_blocks)"
+            )
+        missing = [n for n in self.full if n not in changed]
+        if missing:
+            raise CoreError(
+                f"the starting delta has no factors for {missing[0]} (and {len(missing) - 1} more maps): "
+                "its targets differ from the recipe's"
+            )
+        with torch.no_grad():  # merged as `rebuild` merges: the start is the earlier stage's rebuilt model, bit for bit
+            for name, (linear, _) in self.full.items():
+                merged = merge_lora(linear.weight, tensors[f"lora.{name}.A"], tensors[f"lora.{name}.B"], start.scale)
+                linear.weight.copy_(merged)
 
     def trainable(self) -> dict:
         out = {"number_rows": self.embedding.rows}

@@ -164,7 +164,8 @@ class LoRA:
     alpha: float = 16.0  # the update is (alpha / rank) B A
     targets: tuple[str, ...] = DEFAULT_TARGETS  # the maps' names inside a block
     train: str = "lora"  # "lora": train the factors; "full": train the maps, ship rank-r SVD factors of the change
-    init_delta: str | None = None  # an earlier stage's delta whose rows and factors are the start
+    # an earlier stage's delta whose rows and factors are the start; with "full", its change is merged into the maps
+    init_delta: str | None = None
 
     @classmethod
     def parse(cls, spec: dict, name: str) -> "LoRA":
@@ -174,9 +175,6 @@ class LoRA:
         if mode not in ("lora", "full"):
             raise CoreError(f"{where}.train must be 'lora' (train LoRA factors) or 'full' (train the maps, ship rank-r "
                             f"SVD factors of the change), got {mode!r}")
-        if mode == "full" and spec.get("init_delta"):
-            raise CoreError(f"{where}.init_delta starts LoRA factors from an earlier delta; it does not apply with "
-                            "lora.train 'full'")
         rank = spec.get("rank", cls.rank)
         if not isinstance(rank, int) or rank < 1:
             raise CoreError(f"{where}.rank must be a whole number >= 1, got {rank!r}")

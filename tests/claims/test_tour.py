@@ -28,7 +28,7 @@ from core.files import PROJECT_ROOT
 from core.models.source import project_path
 from core.runs import summaries
 from core.runs.cache import list_runs, read_table
-from core.runs.origin import describe_run, frozen_stack_sentence, run_origin, summary_of
+from core.runs.origin import describe_run, frozen_stack_sentence, run_origin, stage_recipes, summary_of
 from core.runs.reader import RunReader
 from core.tasks import build_examples
 
@@ -441,7 +441,10 @@ def test_every_fine_tuned_run_describes_itself_from_its_recipe_and_summary():
         assert f"for {epochs} epoch" in text and summary["device"] in text, r.name
         if spec.get("frozen_blocks"):
             assert f"blocks {spec['frozen_blocks']}..{r.manifest['n_layers'] - 1}" in text
-        first_stage = spec.get("frozen_blocks") and not lora.get("init_delta")
+        chain = stage_recipes(recipe)  # every stage kept the lower blocks and the rows frozen: they are pre-training's
+        first_stage = spec.get("frozen_blocks") and all(
+            (st.get("number_tokens") or {}).get("frozen_blocks", 0) >= spec["frozen_blocks"]
+            and (st.get("number_tokens") or {}).get("rows_lr_ratio", 1.0) == 0 for st in chain)
         top = r.manifest["n_layers"] - int(spec.get("frozen_blocks") or 0)
         assert (f"Only the top {top} of its" in frozen_stack_sentence(r.manifest)) == bool(first_stage), r.name
         assert f"{summary['delta_bytes'] / 1e6:.1f} MB" in text

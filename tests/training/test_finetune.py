@@ -587,9 +587,43 @@ def test_training_device_is_checked():
             training_device("cuda")
 
 
+def test_full_training_continues_from_an_earlier_full_stage_and_ships_a_delta_from_the_base(tiny_base, tmp_path):
+    """lora.train 'full' with lora.init_delta: the trained maps start as the earlier stage's rebuilt model
+    (its merged weights, bit for bit), the new delta is measured from the base model (it rebuilds alone,
+    without the earlier delta), and a starting delta that changed a map this recipe leaves frozen is refused."""
+    spec = {"layer": 2, "context": "The number {n}", "checkpoint_steps": 2, "rows_lr_ratio": 0.0, "frozen_blocks": 1}
+    full = {"rank": 6, "alpha": 6, "targets": ["q_proj", "down_proj"], "train": "full"}
+    stage1 = finetune(tiny_recipe(tiny_base, tmp_path / "s1", lora=full, number_tokens=spec, epochs=1),
+                      log=lambda *_: None)
+    delta = stage1.out / DELTA_FILE
+    tensors, meta = read_delta(delta)
+    base = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
+    start = load_start_delta(str(delta), state_digest(unique_state(base)), 6)
+    tuned = FineTuneModel(base, start.tensors["number_rows"].float().numpy(), 6, 6.0, ("q_proj", "down_proj"), seed=0,
+                          first_block=1, full=True)
+    tuned.load_change(start)
+    want, _ = merged_model(str(tiny_base), tensors, meta)
+    for name, (linear, original) in tuned.full.items():  # the start is the rebuilt model's maps exactly
+        block, rest = name.split(".", 1)
+        assert torch.equal(linear.weight, want.get_submodule(f"model.layers.{block}.{rest}").weight), name
+        assert not torch.equal(linear.weight, original), name  # ... and the change is measured from the base
+    stage2 = finetune(
+        tiny_recipe(tiny_base, tmp_path / "s2", lora={**full, "init_delta": str(delta)}, number_tokens=spec, epochs=1),
+        log=lambda *_: None,
+    )
+    later, later_meta = read_delta(stage2.out / DELTA_FILE)
+    assert set(later) == set(tensors) and not any(k.startswith("lora.0.") for k in later)
+    assert rebuild(stage2.out, str(tiny_base)).exists()  # from the base alone, its digest checked
+    # a stage that changed block 0 cannot be continued by one that keeps block 0 frozen
+    lora_all = {"rank": 6, "alpha": 6, "targets": ["q_proj", "down_proj"], "train": "full"}
+    stage0 = finetune(tiny_recipe(tiny_base, tmp_path / "s0", lora=lora_all, number_tokens={**spec, "frozen_blocks": 0},
+                                  epochs=1), log=lambda *_: None)
+    with pytest.raises(CoreError, match="which this recipe does not train"):
+        finetune(tiny_recipe(tiny_base, tmp_path / "s3", lora={**full, "init_delta": str(stage0.out / DELTA_FILE)},
+                             number_tokens=spec, epochs=1), log=lambda *_: None)
+
+
 def test_a_device_or_stage_mix_that_cannot_work_is_refused_before_any_loading(tiny_base, tmp_path, monkeypatch):
-    with pytest.raises(CoreError, match="does not apply with lora.train 'full'"):
-        tiny_recipe(tiny_base, tmp_path / "x", lora={"rank": 4, "train": "full", "init_delta": "somewhere.safetensors"})
     if not torch.cuda.is_available():
         # the device is checked first: no model is loaded (a missing base folder would say so otherwise)
         with pytest.raises(CoreError, match="no CUDA GPU"):

@@ -368,7 +368,7 @@ def test_earlier_fine_tunings_are_found_and_shown_as_history(tmp_path):
     assert [f.name for f in earlier] == ["old1", "old2"]
     stages = training_summaries.fine_tuning_stages([current], "val", earlier=earlier)
     last = stages.groupby("run")["epoch"].max().to_dict()
-    history = " (earlier attempt: its training log; no cached run)"
+    history = " (not adopted: its training log; no cached run)"
     assert last == {"current": 4, "old1 label" + history: 2, "old2 label" + history: 5}
     assert stages[stages["run"] == "current"]["cached"].all() and not stages[stages["run"] != "current"]["cached"].any()
     assert set(stages[stages["run"] == "old2 label" + history]["stage"]) == {2}
