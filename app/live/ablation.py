@@ -17,6 +17,7 @@ from core.analysis.ablations import Ablation
 from core.analysis.phase_shift import wilson_interval
 from core.errors import CoreError
 from core.runs import summaries
+from core.runs.live_model import live_model_folder
 from core.runs.reader import RunReader, Table, read_run_table
 
 #: Seconds a page follows one request before it says to come back (user clicks end the wait at once anyway).
@@ -27,13 +28,11 @@ POLL_S = 0.4
 
 @st.cache_resource(show_spinner=False, ttl=15, max_entries=64)
 def _live_folder(name: str, created: str, _manifest: dict):
-    from core.runs.live_ablation import live_model_folder
-
     return live_model_folder(_manifest)
 
 
 def live_folder(run: RunReader):
-    """`core.runs.live_ablation.live_model_folder` for a run, shared by all sessions for 15 s (it hashes the model's
+    """`core.runs.live_model.live_model_folder` for a run, shared by all sessions for 15 s (it hashes the model's
     weights: a model rebuilt on disk is noticed within 15 s)."""
     return _live_folder(run.name, run.created, run.manifest)
 

@@ -1,7 +1,7 @@
 """One filter or one phase shift, computed now: what `python -m core ablate` and `python -m core shift` print.
 
 RUN_OR_MODEL is either a run of the cache, whose model, task, split, basis and filter positions come from its
-manifest (its weights must be on this machine: `core.runs.live_ablation.live_model_folder` says how to get them
+manifest (its weights must be on this machine: `core.runs.live_model.live_model_folder` says how to get them
 when they are not), or a model (a local folder or hub id) with the task given on the command line. The
 questions are the split's, or a seeded subset of `limit` of them (15 + 93 always in, as in `precompute`).
 
@@ -39,7 +39,7 @@ from core.errors import CoreError
 from core.models.loading import load_model
 from core.models.names import ATTN, MLP, RESID
 from core.runs.cache import NAME_OK, read_manifest, read_table
-from core.runs.live_ablation import live_model_folder
+from core.runs.live_model import live_model_folder
 from core.runs.precompute import model_prompts
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample
 from core.threads import use_threads

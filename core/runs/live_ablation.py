@@ -15,7 +15,6 @@ key/value caches are kept in memory with the model and, with a cache folder, on 
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from contextlib import contextmanager
@@ -25,79 +24,17 @@ from core.analysis.ablations import Condition
 from core.analysis.evaluation import PrefixCache, evaluate, evaluate_conditions
 from core.analysis.fourier import fourier_basis
 from core.errors import CoreError
-from core.files import PROJECT_ROOT, models_root
+from core.files import models_root
 from core.models.loading import load_model
-from core.models.source import fingerprint_folder
 from core.runs.ablation_grid import filter_key
 from core.runs.live_sample import LIVE_SAMPLE, LIVE_SAMPLE_BATCH, live_sample, reads_sample, running_estimate
 from core.runs.prefix_store import PrefixStore, model_stamp, prefix_key
 from core.threads import use_threads
-from core.training.delta import rebuild_hint
-from core.training.stages import DELTA_FILE, retrain_commands
 
-MAX_LIVE_PARAMS = 150_000_000
 #: Memory kept for the prompts' prefix key/value caches of a live model (the next filter skips the prefix).
 LIVE_PREFIX_BYTES = 768 * 2**20
 #: One condition at a time: wide batches, so each answer-position call has many rows (few calls).
 LIVE_BATCH = 512
-
-
-def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
-    """(folder, "") when the run's model can be run here, else (None, the reason)."""
-    model = manifest.get("model") or {}
-    given = model.get("source_as_given") or ""
-    root = models_root()
-    candidates = []
-    for c in (given, model.get("source") or ""):
-        if not c:
-            continue
-        path = Path(c)
-        candidates.append(path if path.is_absolute() else PROJECT_ROOT / path)
-    folder = next((c.resolve() for c in candidates if c.exists()), None)
-    if folder is None:
-        return None, f"the model ({given or model.get('source')}) is not on this machine"
-    if root not in folder.parents:
-        return None, f"the model folder is outside {root}, the only place the dashboard loads models from"
-    if not any(f.name != DELTA_FILE for f in folder.glob("*.safetensors")):
-        recipe = folder / "recipe.json"
-        if (folder / DELTA_FILE).exists():
-            return (
-                None,
-                "the fine-tuned weights are not on this machine (this run ships only the fine-tuning delta): "
-                + rebuild_hint(folder),
-            )
-        how = ""
-        if recipe.exists():  # its recipe, after the earlier stages it starts from if their deltas are not here either
-            steps = retrain_commands(folder)
-            if len(steps) == 1:
-                command, gpu = steps[0]
-                how = f"; `{command}` rebuilds them" + (" on a GPU" if gpu else "")
-            else:
-                how = (
-                    "; "
-                    + ", then ".join(f"`{c}`" + (" on a GPU" if gpu else "") for c, gpu in steps)
-                    + " rebuild them (each stage starts from the one before)"
-                )
-        return None, f"the model's weights are not on this machine (this run ships without them{how})"
-
-    try:
-        fp = fingerprint_folder(folder)
-    except OSError:
-        return None, "the model folder cannot be read"
-    if fp != model.get("fingerprint"):
-        return None, "the model's weights differ from the ones this run was computed with"
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None, "the model folder has no readable config.json"
-    width = config.get("n_embd") or config.get("hidden_size") or 0
-    layers = config.get("n_layer") or config.get("num_hidden_layers") or 0
-    if 12 * layers * width * width > MAX_LIVE_PARAMS:
-        return (
-            None,
-            f"the model is too large to run live on a CPU (about {12 * layers * width * width / 1e6:.0f}M parameters)",
-        )
-    return folder, ""
 
 
 def load_live_model(folder: Path):

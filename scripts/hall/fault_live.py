@@ -18,7 +18,7 @@ import urllib.parse
 
 from core.files import PROJECT_ROOT
 from core.runs import cache as run_cache
-from core.runs.live_ablation import live_model_folder
+from core.runs.live_model import live_model_folder
 from scripts.hall.fault_class import (
     CLICK_P95_BOUND,
     ClickingStudent,

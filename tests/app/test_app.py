@@ -21,7 +21,7 @@ from core.files import PROJECT_ROOT
 from core.runs import live_ablation, summaries
 from core.runs import live_sample as live_sampling
 from core.runs.cache import read_table
-from core.runs.live_ablation import live_model_folder
+from core.runs.live_model import live_model_folder
 from core.runs.live_sample import running_estimate
 from core.training.stages import retrain_commands
 

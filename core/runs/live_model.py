@@ -1,0 +1,75 @@
+"""Whether a run's model can be computed live here, and if not, why and what to run (`live_model_folder`).
+
+No torch: the Ablations page asks this on every render; the live engine (`core.runs.live_ablation`, torch)
+loads only when a user asks for a live computation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core.files import PROJECT_ROOT, models_root
+from core.models.source import fingerprint_folder
+from core.training.stages import DELTA_FILE, rebuild_hint, retrain_commands
+
+#: The largest model (about 12 L D^2 parameters) a live computation runs on a CPU.
+MAX_LIVE_PARAMS = 150_000_000
+
+
+def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
+    """(folder, "") when the run's model can be run here, else (None, the reason)."""
+    model = manifest.get("model") or {}
+    given = model.get("source_as_given") or ""
+    root = models_root()
+    candidates = []
+    for c in (given, model.get("source") or ""):
+        if not c:
+            continue
+        path = Path(c)
+        candidates.append(path if path.is_absolute() else PROJECT_ROOT / path)
+    folder = next((c.resolve() for c in candidates if c.exists()), None)
+    if folder is None:
+        return None, f"the model ({given or model.get('source')}) is not on this machine"
+    if root not in folder.parents:
+        return None, f"the model folder is outside {root}, the only place the dashboard loads models from"
+    if not any(f.name != DELTA_FILE for f in folder.glob("*.safetensors")):
+        recipe = folder / "recipe.json"
+        if (folder / DELTA_FILE).exists():
+            return (
+                None,
+                "the fine-tuned weights are not on this machine (this run ships only the fine-tuning delta): "
+                + rebuild_hint(folder),
+            )
+        how = ""
+        if recipe.exists():  # its recipe, after the earlier stages it starts from if their deltas are not here either
+            steps = retrain_commands(folder)
+            if len(steps) == 1:
+                command, gpu = steps[0]
+                how = f"; `{command}` rebuilds them" + (" on a GPU" if gpu else "")
+            else:
+                how = (
+                    "; "
+                    + ", then ".join(f"`{c}`" + (" on a GPU" if gpu else "") for c, gpu in steps)
+                    + " rebuild them (each stage starts from the one before)"
+                )
+        return None, f"the model's weights are not on this machine (this run ships without them{how})"
+
+    try:
+        fp = fingerprint_folder(folder)
+    except OSError:
+        return None, "the model folder cannot be read"
+    if fp != model.get("fingerprint"):
+        return None, "the model's weights differ from the ones this run was computed with"
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None, "the model folder has no readable config.json"
+    width = config.get("n_embd") or config.get("hidden_size") or 0
+    layers = config.get("n_layer") or config.get("num_hidden_layers") or 0
+    if 12 * layers * width * width > MAX_LIVE_PARAMS:
+        return (
+            None,
+            f"the model is too large to run live on a CPU (about {12 * layers * width * width / 1e6:.0f}M parameters)",
+        )
+    return folder, ""
