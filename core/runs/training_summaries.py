@@ -93,22 +93,29 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
         info[project_path((manifest.get("model") or {}).get("source", ""))] = entry(
             label, run_origin(manifest)["recipe"] or {}, log, True
         )
+
+    def add_earlier_stages(todo):
+        """The stages the folders in `todo` start from that have no cached run: from their folders."""
+        while todo:
+            folder = info[todo.pop()]["start"]
+            if folder is None or folder in info:
+                continue
+            if (folder / "recipe.json").is_file() and (folder / "training_log.parquet").is_file():
+                recipe = json.loads((folder / "recipe.json").read_text())
+                label = f"{recipe.get('label', folder.name)} (its training log; no cached run)"
+                info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
+                todo.append(folder)
+
+    add_earlier_stages(list(info))  # first the stages the cached runs are made of: they were adopted
+    attempts = []
     for folder in earlier:
         folder = Path(folder).resolve()
         if folder not in info and (folder / "recipe.json").is_file() and (folder / "training_log.parquet").is_file():
             recipe = json.loads((folder / "recipe.json").read_text())
             label = f"{recipe.get('label', folder.name)} (not adopted: its training log; no cached run)"
             info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
-    todo = list(info)
-    while todo:  # earlier stages that have no cached run: from their folders
-        folder = info[todo.pop()]["start"]
-        if folder is None or folder in info:
-            continue
-        if (folder / "recipe.json").is_file() and (folder / "training_log.parquet").is_file():
-            recipe = json.loads((folder / "recipe.json").read_text())
-            label = f"{recipe.get('label', folder.name)} (its training log; no cached run)"
-            info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
-            todo.append(folder)
+            attempts.append(folder)
+    add_earlier_stages(attempts)
 
     def chain(folder, seen=()):
         """(stage number, epochs before this stage, earlier label) of the stage in `folder`."""

@@ -378,3 +378,11 @@ def test_earlier_fine_tunings_are_found_and_shown_as_history(tmp_path):
     assert "current: 98.77%" in training_summaries.scored_once([current])
     with_test = (current[0], current[1], pd.concat([current[2], current[2].assign(split="test")]))
     assert training_summaries.scored_once([with_test]) == ""  # scored at every epoch: not a one-time score
+    # a cached run's own earlier stage (no cached run of its own) is part of the current model, not history
+    folder("first", 3)
+    second = folder("second", 2, start="first")
+    earlier = training_summaries.earlier_fine_tunings(tmp_path, [second])
+    assert "first" in [f.name for f in earlier]  # found among the folders no run was computed from ...
+    stages = training_summaries.fine_tuning_stages([second], "val", earlier=earlier)
+    assert set(stages[stages["stage"] == 1]["run"]) >= {"first label (its training log; no cached run)"}
+    assert "first label" + history not in set(stages["run"])  # ... but labelled as the stage it is
