@@ -376,7 +376,8 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     W_U reads, removed from the same modules, as many as the band's rank and (where the run was computed with
     its weights at hand) tilted to remove the same share of the modules' output energy as the band does
     (`core.analysis.filters.energy_matched_filter`); older runs have rank-matched controls only, and say so,
-    and a control whose draws remove more than half a point more or less energy than its band is named.
+    and a control whose draws remove, on average, more than half a point more or less energy than its band is
+    named (`python -m core precompute` draws again any single draw that missed: core.runs.ablation_grid).
     A module shows the paper's pattern when its opposite-band cell keeps at least 90% of the
     unfiltered accuracy and its paper cell (MLP: low removed; attention: high removed) falls at least
     10 points below that opposite cell (unless that cell has no power, below) and at least max(10, 2 sd)
@@ -442,7 +443,7 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
                        float(t1.loc[(m, r), "control energy removed %"]) / 100)
               for m in ("attn", "mlp") for r in ("low", "high")
               if (m, r) in t1.index and {"energy removed %", "control energy removed %"} <= set(t1.columns)}
-    # a matched control whose draws could not reach the band's share (matched within half a point or not at all)
+    # a matched control whose draws, on average, did not reach the band's share within half a point
     unmatched = [(m, r, band, ctrl) for (m, r), (band, ctrl) in energy.items() if abs(band - ctrl) > 0.005]
     measured = (
         f"At tau = {t}, unfiltered {pct(base)}: MLP low removed {cell('mlp', 'low')}, MLP high removed "
@@ -453,7 +454,7 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
            else ", matched to its band's rank only: this run was cached without its weights' energy measure).")
     )
     if matched_on == "rank and energy" and unmatched:
-        measured += " Not every control reached its band's energy: " + "; ".join(
+        measured += " Not every control reached its band's energy (mean over its draws): " + "; ".join(
             f"{'MLP' if m == 'mlp' else 'attention'} {r} band {pct(band)} of the energy, its control {pct(ctrl)}"
             for m, r, band, ctrl in unmatched) + "."
     if "mlp_low_mult10" in shape:

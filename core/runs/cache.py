@@ -292,6 +292,7 @@ class RunWriter:
         """Copy the published run's tables into the staging folder to amend it; returns the manifest's
         own keys (those `publish` does not write itself), to publish again."""
         manifest = read_json_file(self.final / MANIFEST) or {}
+        self.staging.mkdir(parents=True, exist_ok=True)  # a second amendment after a publish moved the first away
         for f in self.final.glob("*.parquet"):
             shutil.copy2(f, self.staging / f.name)
         written_by_publish = ("tables", "created", "name", "schema_version", "identity", "run_id", "options")

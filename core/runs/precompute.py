@@ -266,9 +266,8 @@ def _keep_cached_run(
         raise CoreError(refusal)
     upgraded = _upgrade_run(writer, loaded, p, opts, examples, texts, log)
     upgraded = redraw_run_controls(writer, loaded, p, opts, examples, texts, basis, taus, design, log) or upgraded
-    if not upgraded:
-        if not _refresh_training_log(writer, loaded, log):
-            log(f"run {writer.name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
+    if not _refresh_training_log(writer, loaded, log) and not upgraded:
+        log(f"run {writer.name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
     return writer.final
 
 

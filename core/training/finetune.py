@@ -199,7 +199,9 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     base_rows = base.get_input_embeddings().weight.detach().numpy()
     start = lora.init_delta  # an earlier stage's delta: its rows and its factors (cut to rank) are the start
     # read on a resume too when lower blocks are frozen: they keep its factors, which the checkpoint does not hold
-    start_tensors = load_start_delta(start, base_digest, lora.rank) if start and (frozen or not resume) else None
+    # (full training merges every factor of the start at its own scale: the recipe's rank does not cut it)
+    start_tensors = (load_start_delta(start, base_digest, 0 if lora.full else lora.rank)
+                     if start and (frozen or not resume) else None)
     if start_tensors is not None:
         rows = start_tensors.tensors["number_rows"].float().numpy()  # on a resume, replaced by the checkpoint's
         if not resume:

@@ -29,7 +29,7 @@ def delta_metadata(path: Path) -> dict:
             if not 0 < size <= MAX_HEADER_BYTES:
                 return {}
             header = json.loads(fh.read(size))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     meta = header.get("__metadata__") if isinstance(header, dict) else None
     return meta if isinstance(meta, dict) else {}

@@ -359,7 +359,8 @@ def test_a_run_upgraded_without_its_model_gets_every_example_once_the_model_is_h
 def test_a_control_an_older_draw_left_unmatched_is_drawn_again_and_nothing_else_changes(model_dir, tmp_path):
     """A run cached at draw version 1 with a matched control that missed its band's energy (made so here, as
     the old draw left a 2-layer Llama's high-band controls) gets that control drawn again by the current
-    `energy_matched_filter`, evaluated on its questions and recorded; the other ablation rows and tables stay."""
+    `energy_matched_filter`, evaluated on its questions and recorded; the other ablation rows and tables stay.
+    Written by schema 2 as well, it gets its number tables in the same command (two amendments in a row)."""
     folder = model_dir("llama", **WIDE)
     cache = tmp_path / "c"
     assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
@@ -375,12 +376,16 @@ def test_a_control_an_older_draw_left_unmatched_is_drawn_again_and_nothing_else_
     spoiled.to_parquet(run.path / manifest["tables"]["ablations"]["file"], index=False)
     manifest["tables"]["ablations"]["sha256"] = sha256_file(run.path / manifest["tables"]["ablations"]["file"])
     manifest["matched_draw_version"] = 1
-    (run.path / "manifest.json").write_text(json.dumps(manifest))
     kept = {t: e["sha256"] for t, e in manifest["tables"].items()
-            if t not in ("ablations", "ablation_errors", "error_analysis")}
+            if t not in ("ablations", "ablation_errors", "error_analysis") and not t.startswith("number_")}
+    for t in ("number_spectrum", "number_probes"):  # and written by schema 2: both upgrades in one command
+        (run.path / manifest["tables"].pop(t)["file"]).unlink()
+    manifest["schema_version"] = 2
+    (run.path / "manifest.json").write_text(json.dumps(manifest))
     assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
     (again,) = list_runs(cache)
     assert verify_run(again.path) == [] and again.manifest["matched_draw_version"] == 2
+    assert again.manifest["schema_version"] == SCHEMA_VERSION and "number_probes" in again.manifest["tables"]
     after = read_table(cache, run.name, "ablations")
     redrawn = after[target].iloc[0]
     assert redrawn["energy_removed"] == pytest.approx(fresh["energy_removed"], abs=1e-6)  # the same draw as a new run
