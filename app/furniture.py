@@ -87,15 +87,16 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
 
 def claim_box(c, who: str = "This run", line: str | None = None, details=None) -> None:
     """A claim as the pages and the Tour show it: the verdict's badge beside the paper's finding, then one
-    line of what `who` measures (`line`, default the claim's headline), and under "All the numbers, and why"
-    the reason for the verdict, every number of the measurement and `details` (a callable that draws more).
+    line of what `who` measures (`line`, default the claim's headline) with the reason for the verdict right under
+    it (never folded), and under "All the numbers" every number of the measurement and `details` (a callable that
+    draws more).
     The badge and the reason are the same rule's output (the claim's verdict and reason). On a projector
     (presentation mode) the paper's finding is its short form."""
     paper = (c.paper_short or PAPER_SHORT.get(c.step, c.paper)) if large() else c.paper
     st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {paper}")
-    st.markdown(f"**{who}:** {line or c.short}")
-    with st.expander("All the numbers, and why"):
-        st.markdown(f"**Why “{VERDICT_LABELS[c.verdict]}”:** {why_sentence(c)}")
+    # the reason sits under the line, never folded: a line that reads like agreement is read with its reason
+    st.markdown(f"**{who}:** {line or c.short}  \n**Why “{VERDICT_LABELS[c.verdict]}”:** {why_sentence(c)}")
+    with st.expander("All the numbers"):
         st.markdown(c.measured)
         if details:
             details()
@@ -168,9 +169,13 @@ def rank_sentence(run: RunReader) -> str:
 
 def scroll_into_view(anchor: str) -> None:
     """Scroll the page so that the heading with `anchor` is at the top of the window (after a button press whose
-    answer is drawn further down the page than the window reaches)."""
+    answer is drawn further down the page than the window reaches). Each call's script carries a new count: the
+    page keeps an element whose HTML has not changed and would not run the same script a second time."""
+    count = st.session_state.get("scroll_count", 0) + 1
+    st.session_state["scroll_count"] = count
     st.html(
-        f"<script>const el = window.parent.document.getElementById({anchor!r}) || document.getElementById({anchor!r});"
+        f"<script>/* {count} */ const el = window.parent.document.getElementById({anchor!r})"
+        f" || document.getElementById({anchor!r});"
         " if (el) el.scrollIntoView({behavior: 'smooth', block: 'start'});</script>",
         unsafe_allow_javascript=True,
     )

@@ -16,6 +16,7 @@ import streamlit as st
 
 from app.state import cache_dir
 from core.claims import registry
+from core.claims.base import task_of
 from core.claims.features import claim_training
 from core.files import models_root
 from core.runs import cache as run_cache
@@ -143,13 +144,14 @@ def _trained_runs(split: str, fine_tuned: bool) -> list[RunReader]:
     return [r for r in runs if (run_origin(r.manifest)["kind"] == "fine-tuned") == fine_tuned]
 
 
-def training_logs(split: str) -> dict[str, pd.DataFrame]:
-    """Training logs of the small models trained here (valid runs of `split`), by short model name;
-    the fine-tuned real LLM's are `fine_tuned_training`'s."""
-    runs = _trained_runs(split, False)
-    return {
-        r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table(Table.TRAINING_LOG) for r in runs
-    }
+def training_logs(split: str) -> dict[str, dict[str, pd.DataFrame]]:
+    """Training logs of the small models trained here (valid runs of `split`), by task (addition first: each
+    task's epochs get their own axis) and short model name; the fine-tuned real LLM's are `fine_tuned_training`'s."""
+    by_task: dict[str, dict[str, pd.DataFrame]] = {}
+    for r in sorted(_trained_runs(split, False), key=lambda r: task_of(r) != "addition"):
+        label = r.manifest.get("label", r.label).replace(" (demo, trained here)", "")
+        by_task.setdefault(task_of(r), {})[label] = r.table(Table.TRAINING_LOG)
+    return by_task
 
 
 def fine_tuning_history(tuned: list[tuple[str, dict, pd.DataFrame]]) -> list:

@@ -266,7 +266,9 @@ def layer_spectrum(run: RunReader, basis: str, module: str, layer: int, tau: int
             "band",
         ],
     )
-    labels = base.mark_text(dy=-8, fontWeight="bold").encode(y="magnitude:Q", text="label:N")
+    # slanted up and right of their bar: "T=520" clears the y axis, neighbours (T=52, T=20) clear each other
+    labels = base.mark_text(dy=-6, dx=2, angle=315, align="left", fontWeight="bold").encode(
+        y="magnitude:Q", text="label:N")
     cut = alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(strokeDash=[6, 3], color="gray").encode(x="k:Q")
     null = base.mark_line(color="black", strokeWidth=1, opacity=0.7).encode(y="baseline:Q")
     caption = (
@@ -380,7 +382,8 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
         alt.Chart(data)
         .mark_bar()
         .encode(
-            x=alt.X("error:Q", title="error = prediction − answer (numbers)", bin=False),
+            x=alt.X("error:Q", title="error = prediction − answer (numbers)", bin=False,
+                    axis=alt.Axis(tickMinStep=1, format="d")),  # errors are whole numbers: no 0.4 ticks
             y=alt.Y("count:Q", title="wrong answers"),
             color=alt.Color(
                 "multiple of 10:N",

@@ -4,6 +4,8 @@ task, core.claims.operations.operation_runs) and returns (chart, data, caption);
 
 from __future__ import annotations
 
+import math
+
 import altair as alt
 import pandas as pd
 
@@ -72,10 +74,17 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
         frames.append(best)
     data = pd.concat(frames, ignore_index=True).sort_values("period", ascending=False)
     order = [f"{t:.3g}" for t in COMPARED_PERIODS]
+    # bars grow from the 1x line (a log scale has no zero to grow from: bars from zero draw nothing), with ticks at
+    # powers of two that cover the data, so that a range within one decade (0.4 to 1.7) still has labels
+    low, high = min(float(data["ratio"].min()), 1.0), max(float(data["ratio"].max()), BASELINE_RATIO)
+    ticks = [2.0**k for k in range(math.floor(math.log2(low)), math.ceil(math.log2(high)) + 1)]
     bars = alt.Chart(data).mark_bar().encode(
         x=alt.X("period T:N", title="period T (numbers per repetition)", sort=order, axis=alt.Axis(labelAngle=0)),
         xOffset=alt.XOffset("operation:N", sort=list(OPERATION_COLOURS.domain)),
-        y=alt.Y("ratio:Q", title="× what W_U gives random vectors", scale=alt.Scale(type="log")),
+        y=alt.Y("ratio:Q", title="× what W_U gives random vectors",
+                scale=alt.Scale(type="log", domain=[ticks[0], ticks[-1]], nice=False),
+                axis=alt.Axis(values=ticks, format="~g")),
+        y2=alt.datum(1.0),
         color=alt.Color("operation:N", scale=OPERATION_COLOURS, legend=_legend()),
         tooltip=["operation", "run", "module", alt.Tooltip("period:Q", format=".3g", title="period T"),
                  alt.Tooltip("ratio:Q", format=".2f", title="× the W_U baseline"),
@@ -86,7 +95,8 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
     one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="#999").encode(y="y:Q")
     caption = (
         f"Each run's strongest module at each period, in multiples of what W_U alone gives random vectors (log "
-        f"scale); above the dashed {BASELINE_RATIO:g}x line it carries the period. 3.33 is multiplication's new one; "
+        f"scale; bars up from 1x are above it, down below it); above the dashed {BASELINE_RATIO:g}x line it carries "
+        "the period. 3.33 is multiplication's new one; "
         "Fourier-frozen logits hold only planted periods."
     )
     return styled(bars + one + line, "The same waves? Short periods in each operation's module logits",

@@ -88,9 +88,9 @@ def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
         .encode(y="accuracy:Q", x=alt.value(0), text="what:N")
     )
     caption = (
-        "The current model and the attempts not adopted (their training logs). A later stage starts from the "
-        "delta the stage before it wrote (cut to low rank there, so it may start below where that one ended); the "
-        "dashed line is the paper's fine-tuned GPT-2-XL."
+        "The current model, and the earlier models and variants it replaced (their training logs). A later stage "
+        "starts from the delta the stage before it wrote (cut to low rank there, so it may start below where that "
+        "one ended); the dashed line is the paper's fine-tuned GPT-2-XL."
     )
     title = f"Fine-tuning the real LLM: {SPLIT_NAMES.get(split, split)} accuracy by epoch"
     return styled(line + rule + text, title, height=380), stages, caption

@@ -98,7 +98,13 @@ def wait_until_idle(page, timeout_ms: int = 60000) -> None:
         " && document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0",
         timeout=timeout_ms,
     )
-    page.wait_for_timeout(800)  # charts finish their own drawing
+    # every visible chart has drawn (vega-embed puts its svg or canvas in once its view has run), then two frames
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.vega-embed')].filter(e => e.checkVisibility()).every(e => {"
+        " const d = e.querySelector('svg, canvas'); return d && d.getBoundingClientRect().height > 0; })",
+        timeout=timeout_ms,
+    )
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
 
 
 def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: int = 2600) -> dict:

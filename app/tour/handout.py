@@ -257,8 +257,8 @@ def step_html(step: HandoutStep) -> str:
   <div class="revealed">
     <p class="verdict verdict-{c.verdict.replace(" ", "-")}">{verdict}</p>
     <p class="headline"><strong>{html.escape(step.who)}:</strong> {inline_markdown(step.line)}</p>
-    <details class="measured" open><summary>All the numbers, and why</summary>
-      <p><strong>Why “{verdict}”:</strong> {inline_markdown(step.why)}</p>
+    <p class="why"><strong>Why “{verdict}”:</strong> {inline_markdown(step.why)}</p>
+    <details class="measured" open><summary>All the numbers</summary>
       <p><strong>{html.escape(step.measured_by)}:</strong> {inline_markdown(c.measured)}</p></details>
     {note}{missing}
   </div>

@@ -32,7 +32,9 @@ run_basis = run.run_basis
 shown_tau = summaries.nearest_tau(ablations, tau)
 if shown_tau != tau:
     st.info(
-        f"The cached grid of this run has tau ∈ {summaries.cached_taus(ablations)}; showing the nearest, tau = "
+        f"This run's precomputed grid holds the cutoffs tau = {', '.join(map(str, summaries.cached_taus(ablations)))} "
+        "only; showing the "
+        "nearest, tau = "
         f"{shown_tau}. "
         "Live computation below can use any tau."
     )

@@ -38,9 +38,10 @@ from core.analysis.phase_shift import (
 from core.errors import CoreError
 from core.models.loading import load_model
 from core.models.names import ATTN, MLP, RESID
-from core.runs.cache import NAME_OK, read_manifest, read_table
+from core.runs.cache import read_manifest, read_table
 from core.runs.live_model import live_model_folder
 from core.runs.precompute import model_prompts
+from core.runs.run_names import find_run
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample
 from core.threads import use_threads
 
@@ -80,7 +81,8 @@ def open_target(
     log=print,
 ) -> Target:
     """Load the model of a run (or a model) and build its questions (module docstring)."""
-    manifest = _run_manifest(cache_dir, source)
+    found = find_run(cache_dir, source)  # a run's name, id, label or unique part; a near miss is an error here
+    manifest = read_manifest(cache_dir, found) if found else None  # a broken manifest says so, never tries the hub
     basis_name, positions, run_dir, run_name = "paper", "last", None, None
     if manifest is not None:
         folder, why = live_model_folder(manifest)
@@ -92,7 +94,7 @@ def open_target(
         split = split or t.get("split", "test")
         basis_name = manifest.get("basis", "paper")
         positions = (manifest.get("options") or {}).get("positions", "last")
-        model_source, run_dir, run_name = str(folder), str(cache_dir), source
+        model_source, run_dir, run_name = str(folder), str(cache_dir), found
     else:
         model_source = source
     split = split or "test"
@@ -110,16 +112,6 @@ def open_target(
     texts = model_prompts(loaded, chosen, select_split(everything, "train"), shots, dataset_seed)
     return Target(loaded, texts, np.array([e.answer for e in chosen]), p, basis_name, positions, split, source,
                   len(questions), run_dir, run_name)
-
-
-def _run_manifest(cache_dir: str, source: str) -> dict | None:
-    """The manifest of run `source` in the cache, or None when `source` names no run there (then it is a model)."""
-    if not NAME_OK.match(source) or "/" in source:
-        return None
-    try:
-        return read_manifest(cache_dir, source)
-    except CoreError:
-        return None
 
 
 def parse_removed(text: str) -> tuple[str, int | None]:

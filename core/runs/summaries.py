@@ -19,7 +19,8 @@ from core.paper import TABLE1_GPT2_XL, TABLE1_TAU
 
 MODULE_NAMES = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)", "final": "Final logits"}
 ABLATION_MODULES = {"both": "Attn + MLP", "attn": "Attn", "mlp": "MLP"}
-BAND_NAMES = {"low": "low band (high-pass)", "high": "high band (low-pass)"}
+#: The band a filter removes, as a picker names it (removing the low band keeps the high: a high-pass filter)
+BAND_NAMES = {"low": "the low frequencies (k < tau)", "high": "the high frequencies (k ≥ tau)"}
 
 
 # ----------------------------------------------------------------------------- logit lens

@@ -74,8 +74,8 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
     (its recipe.json and training_log.parquet, shipped with it) and labelled so. Columns: run, stage
     (1, 2, ...), epoch (counted over all stages), stage_epoch (the epoch within its own stage),
     accuracy, loss, device, starts_from (the earlier stage's label, or None), cached (whether the
-    stage has a cached run). `earlier`: model folders of attempts not adopted, with no cached run (see
-    `earlier_fine_tunings`), read the same way and labelled as history.
+    stage has a cached run). `earlier`: model folders of earlier models and variants not adopted, with no
+    cached run (see `earlier_fine_tunings`), read the same way and labelled as history.
     """
     cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from", "cached"]
 
@@ -112,7 +112,7 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
         folder = Path(folder).resolve()
         if folder not in info and (folder / "recipe.json").is_file() and (folder / "training_log.parquet").is_file():
             recipe = json.loads((folder / "recipe.json").read_text())
-            label = f"{recipe.get('label', folder.name)} (not adopted: its training log; no cached run)"
+            label = f"{recipe.get('label', folder.name)} (history: its training log; no cached run)"
             info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
             attempts.append(folder)
     add_earlier_stages(attempts)

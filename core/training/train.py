@@ -261,20 +261,23 @@ def seed_logs(main_out: Path) -> pd.DataFrame | None:
 
 def train_from_recipe(
     name: str, out=None, seed=None, epochs=None, restart=False, threads=None, width=None, progress=None, log=print,
-    device=None, run=None,
+    device=None, run=None, precision=None,
 ) -> TrainResult:
     """CLI entry. The recipe as written trains the shipped model. Another seed or width (a seed
     study) trains into OUT/seeds/[wWIDTH-]sSEED: its weights are not shipped, its log is, and
     precompute merges it into the run's training log. `run` trains one recipe into one folder:
     `train` (the default) for a model trained here from its recipe; the CLI passes
     `core.training.finetune.finetune` for a recipe that fine-tunes a pre-trained model (`number_tokens`),
-    so that this module, which fine-tuning builds on, never imports it."""
+    so that this module, which fine-tuning builds on, never imports it. `precision` replaces the
+    recipe's (float32 on a CPU without native bfloat16, where bfloat16 autocast is several times slower)."""
     shipped = Recipe.load(name)
     recipe = Recipe.load(name)
     if epochs is not None:
         recipe.epochs = epochs
     if threads is not None:
         recipe.threads = threads
+    if precision is not None:
+        recipe.precision = precision
     if device is not None:
         if recipe.number_tokens is None and device != "cpu":
             raise CoreError(f"recipe {name} trains on the CPU only: --device applies to number-token fine-tuning "

@@ -368,7 +368,7 @@ def test_earlier_fine_tunings_are_found_and_shown_as_history(tmp_path):
     assert [f.name for f in earlier] == ["old1", "old2"]
     stages = training_summaries.fine_tuning_stages([current], "val", earlier=earlier)
     last = stages.groupby("run")["epoch"].max().to_dict()
-    history = " (not adopted: its training log; no cached run)"
+    history = " (history: its training log; no cached run)"
     assert last == {"current": 4, "old1 label" + history: 2, "old2 label" + history: 5}
     assert stages[stages["run"] == "current"]["cached"].all() and not stages[stages["run"] != "current"]["cached"].any()
     assert set(stages[stages["run"] == "old2 label" + history]["stage"]) == {2}
@@ -386,3 +386,17 @@ def test_earlier_fine_tunings_are_found_and_shown_as_history(tmp_path):
     stages = training_summaries.fine_tuning_stages([second], "val", earlier=earlier)
     assert set(stages[stages["stage"] == 1]["run"]) >= {"first label (its training log; no cached run)"}
     assert "first label" + history not in set(stages["run"])  # ... but labelled as the stage it is
+
+
+def test_precision_override_reaches_the_trainer_and_leaves_the_recipe_file(tmp_path):
+    """`train --precision float32` trains the recipe at that precision (a CPU without native bfloat16)
+    while the recipe file keeps its own; anything else is refused by the command line."""
+    recipe_file = tmp_path / "tiny.json"
+    recipe_file.write_text(json.dumps({**tiny(tmp_path, epochs=1).as_dict(), "precision": "bfloat16"}))
+    seen = []
+    train_from_recipe(str(recipe_file), precision="float32", run=lambda r, *a: seen.append(r.precision))
+    train_from_recipe(str(recipe_file), run=lambda r, *a: seen.append(r.precision))
+    assert seen == ["float32", "bfloat16"]
+    assert json.loads(recipe_file.read_text())["precision"] == "bfloat16"
+    with pytest.raises(SystemExit):
+        main(["train", "--recipe", str(recipe_file), "--precision", "float16"])

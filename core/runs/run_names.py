@@ -1,0 +1,64 @@
+"""A run named on the command line: found in the cache by what a person types, before anything is loaded.
+
+`find_run(cache_dir, text)` matches, in this order: the run's folder name; its id (the 10 hex digits that end
+the folder name); its label; a part of its folder name that exactly one run has ("fourier-frozen-tied"). When
+nothing matches but something comes close (a typo, "fourier-frozn"), it says which run was probably meant
+instead of letting the text go on to be tried as a model folder or a hub id; when several runs match it names
+them. None: the text names no run and nothing close, so it is a model (a folder or a hub id).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+
+from core.errors import CoreError
+from core.files import read_json_file
+
+#: how close a typo must be to a run's name (difflib's ratio) to be offered as "did you mean"
+NEAR_MISS = 0.8
+RUN_ID = re.compile(r"-([0-9a-f]{10})$")
+
+
+def cached_runs(cache_dir: str | Path) -> dict[str, str]:
+    """{folder name: label} of the run folders in the cache (hidden and broken ones included, label '')."""
+    cache = Path(cache_dir)
+    if not cache.is_dir():
+        return {}
+    found = {}
+    for path in sorted(cache.iterdir()):
+        if path.name.startswith(".") or not path.is_dir():
+            continue
+        manifest = read_json_file(path / "manifest.json")
+        found[path.name] = str(manifest.get("label", "")) if isinstance(manifest, dict) else ""
+    return found
+
+
+def find_run(cache_dir: str | Path, text: str) -> str | None:
+    """The folder name of the run `text` names (module docstring), None when it names none."""
+    runs = cached_runs(cache_dir)
+    if not runs or "/" in text or Path(text).expanduser().exists():
+        return None  # a path is a model folder
+    if text in runs:
+        return text
+    lowered = text.lower()
+    for rule in (
+        lambda name, label: (m := RUN_ID.search(name)) is not None and m.group(1) == lowered,
+        lambda name, label: label.lower() == lowered,
+        lambda name, label: lowered in name,
+    ):
+        hits = [name for name, label in runs.items() if rule(name, label)]
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            shown = "; ".join(hits[:6]) + (f"; and {len(hits) - 6} more" if len(hits) > 6 else "")
+            raise CoreError(f"{text!r} matches {len(hits)} runs in {cache_dir}: {shown}. Give more of the name "
+                            f"(`python -m core list --cache-dir {cache_dir}` shows every run)")
+    # a near miss: compare with each name's start of the same length, so a short typo meets a long name
+    starts = {name[: len(text)]: name for name in runs}
+    close = difflib.get_close_matches(lowered, list(starts), n=1, cutoff=NEAR_MISS)
+    if close:
+        raise CoreError(f"no run named {text!r} in {cache_dir}; did you mean {starts[close[0]]}? "
+                        f"(`python -m core list --cache-dir {cache_dir}` shows every run)")
+    return None

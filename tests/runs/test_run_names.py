@@ -1,0 +1,47 @@
+"""A run named on the command line is found by folder, id, label or a unique part; a typo gets "did you mean"
+and several matches are named, before any model is loaded; anything else is left to be a model."""
+
+import json
+
+import pytest
+
+from core.errors import CoreError
+from core.runs.run_names import find_run
+
+RUNS = {
+    "fourier-frozen-tied-demo-trained-here-addition-test-05d0125721": "Fourier-frozen, tied (demo, trained here)",
+    "scratch-demo-trained-here-addition-test-1ec9ce694d": "scratch (demo, trained here)",
+    "scratch-multiplication-demo-trained-here-test-a1b2c3d4e5": "scratch, multiplication (demo, trained here)",
+}
+
+
+@pytest.fixture()
+def cache(tmp_path):
+    for name, label in RUNS.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"label": label}))
+    (tmp_path / "broken-run-ffffffffff").mkdir()  # no manifest: still a run folder, found by name
+    return tmp_path
+
+
+def test_a_run_is_found_by_its_name_id_label_or_a_unique_part(cache):
+    tied = "fourier-frozen-tied-demo-trained-here-addition-test-05d0125721"
+    assert find_run(cache, tied) == tied
+    assert find_run(cache, "05d0125721") == tied
+    assert find_run(cache, "Fourier-frozen, tied (demo, trained here)") == tied
+    assert find_run(cache, "fourier-frozen") == tied
+    assert find_run(cache, "broken-run-ffffffffff") == "broken-run-ffffffffff"
+
+
+def test_a_typo_is_answered_with_the_run_it_probably_meant(cache):
+    with pytest.raises(CoreError, match="did you mean fourier-frozen-tied-demo"):
+        find_run(cache, "fourier-frozn")
+
+
+def test_several_matches_are_named_and_nothing_close_is_a_model(cache, tmp_path):
+    with pytest.raises(CoreError, match="matches 2 runs"):
+        find_run(cache, "scratch")
+    assert find_run(cache, "gpt2") is None  # a hub id
+    assert find_run(cache, "openai-community/gpt2") is None
+    assert find_run(cache, str(tmp_path)) is None  # a folder
+    assert find_run(tmp_path / "no-cache-here", "scratch") is None
