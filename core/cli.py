@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--trust-remote-code", action="store_true")
         cmd.add_argument("--cache-dir", default="cache")
         cmd.add_argument("--no-progress", action="store_true")
+        cmd.add_argument("--json", action="store_true", help="print the report as JSON (every number, for a program)")
 
     ls = sub.add_parser("list", help="list the runs in a cache folder")
     ls.add_argument("--cache-dir", default="cache")
@@ -257,23 +258,32 @@ def cmd_precompute(args) -> int:
 
 def cmd_edit(args) -> int:
     """`ablate` and `shift`: one edit, computed now (core.runs.ablate)."""
-    from core.runs.ablate import ablate, open_target, parse_removed, shift
+    from core.runs.ablate import ablate, check_edit, open_target, parse_removed, shift
     from core.threads import parse_threads
 
     if args.command == "ablate":
         removed, keep_k = parse_removed(args.remove)
         if removed in ("low", "high") and args.tau is None:
             raise CoreError(f"--remove {removed} needs --tau (the cutoff: low removes k < tau, high k >= tau)")
+
+        def before_load(p):
+            check_edit(p, tau=args.tau if removed != "keep" else None, keep_k=keep_k)
+    else:
+
+        def before_load(p):
+            check_edit(p, periods=args.periods, d=args.d)
+
     target = open_target(
         args.target, args.cache_dir, task=args.task, max_operand=args.max_operand, split=args.split,
         limit=args.limit, threads=parse_threads(args.threads), trust_remote_code=args.trust_remote_code,
+        before_load=before_load,
     )
     progress = False if args.no_progress else None
     if args.command == "ablate":
         report = ablate(target, args.modules, removed, args.tau if removed != "keep" else None, keep_k, progress)
     else:
         report = shift(target, args.module, args.layer, args.periods, args.d, progress)
-    print(report.text())
+    print(report.as_json() if args.json else report.text())
     return 0
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
+from core.models.packages import import_hint, packaged_model_at
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
@@ -110,6 +111,8 @@ def resolve_source(source: str) -> tuple[bool, Path | None]:
     if "/" in source and str(parent) not in ("", ".") and parent.is_dir():
         near = difflib.get_close_matches(path.name, [c.name for c in parent.iterdir() if c.is_dir()], n=1)
         hint = f" Did you mean {parent / near[0]}?" if near else ""
+        if packaged_model_at(path) is not None:  # a packaged model not imported yet: say how to import it
+            hint = f" It is a packaged model that is not imported yet: {import_hint(path)}."
         raise CoreError(
             f"there is no folder {source} (but {parent} exists here, so this is not read as a hub id).{hint}"
         )

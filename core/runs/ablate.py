@@ -16,8 +16,10 @@ questions, the report puts the cached figure beside the new one and says whether
 
 from __future__ import annotations
 
+import json
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -65,6 +67,7 @@ class Target:
     n_split: int  # questions in the whole split (texts may be a subset)
     run_dir: str | None = None  # the cache folder of the run, when the target is a run
     run_name: str | None = None
+    ids: tuple[str, ...] = ()  # the questions read (their ids), to compare with a cached row only on the same ones
 
 
 def open_target(
@@ -79,8 +82,10 @@ def open_target(
     threads=None,
     trust_remote_code: bool = False,
     log=print,
+    before_load=None,
 ) -> Target:
-    """Load the model of a run (or a model) and build its questions (module docstring)."""
+    """Load the model of a run (or a model) and build its questions (module docstring). `before_load(p)` checks
+    the edit's own arguments against the number line 0..p-1 before the model is loaded (seconds saved on an error)."""
     found = find_run(cache_dir, source)  # a run's name, id, label or unique part; a near miss is an error here
     manifest = read_manifest(cache_dir, found) if found else None  # a broken manifest says so, never tries the hub
     basis_name, positions, run_dir, run_name = "paper", "last", None, None
@@ -99,6 +104,8 @@ def open_target(
         model_source = source
     split = split or "test"
     p = number_space(task, max_operand)
+    if before_load is not None:
+        before_load(p)
     everything = build_examples(task, max_operand, dataset_seed)
     questions = select_split(everything, split)
     running = running_example_id(task, max_operand)
@@ -111,7 +118,22 @@ def open_target(
         f"{len(chosen)} of the {len(questions)} {task} {split} questions")
     texts = model_prompts(loaded, chosen, select_split(everything, "train"), shots, dataset_seed)
     return Target(loaded, texts, np.array([e.answer for e in chosen]), p, basis_name, positions, split, source,
-                  len(questions), run_dir, run_name)
+                  len(questions), run_dir, run_name, tuple(e.id for e in chosen))
+
+
+def check_edit(p: int, tau: int | None = None, keep_k: int | None = None, periods: str | None = None,
+               d: int | None = None) -> None:
+    """An edit's arguments against the number line 0..p-1 (frequencies 1..p//2), before anything is loaded."""
+    top = p // 2
+    if tau is not None and not 1 <= tau <= top:
+        raise CoreError(f"--tau {tau}: the frequencies of {p} numbers are 1..{top}; choose a cutoff in 1..{top}")
+    if keep_k is not None and not 1 <= keep_k <= top:
+        raise CoreError(f"--remove keep-{keep_k}: the frequencies of {p} numbers are 1..{top}")
+    if periods is not None and periods not in PERIOD_SETS:
+        raise CoreError(f"--periods {periods!r}: choose one of {', '.join(PERIOD_SETS)}")
+    if d is not None and not 1 <= d < p:
+        raise CoreError(f"--d {d}: a shift moves an answer y to y + d on the number line 0..{p - 1}; choose d in "
+                        f"1..{p - 1} (the paper shifts by 1, 2 and 5)")
 
 
 def parse_removed(text: str) -> tuple[str, int | None]:
@@ -134,10 +156,25 @@ class Report:
     accuracy: float
     base_accuracy: float
     lines: list[str] = field(default_factory=list)
+    #: the numbers behind the lines, by name (for `--json`): intervals, error shares, controls, the cached figure
+    figures: dict = field(default_factory=dict)
 
     def text(self) -> str:
         sample = f"{self.n} of {self.n_split}" if self.n < self.n_split else f"all {self.n}"
         return "\n".join([f"{self.what}, {sample} {self.split} questions:", *[f"  {line}" for line in self.lines]])
+
+    def as_json(self) -> str:
+        """The report for a program: every field, numbers as numbers (NaN as null)."""
+        return json.dumps(nan_to_none(asdict(self)), indent=1, default=lambda o: o.item())
+
+
+def nan_to_none(value):
+    """`value` with every NaN (nested in dicts and lists too) as None, which JSON writes as null."""
+    if isinstance(value, dict):
+        return {k: nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [nan_to_none(v) for v in value]
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def pct(x: float) -> str:
@@ -169,24 +206,55 @@ def ablate(target: Target, modules: str, removed: str, tau: int | None = None, k
          if summary.n_wrong else "no wrong answers"),
         f"filter rank {flt.rank} of width {flt.width}" + (" (it erases the module outputs)" if flt.erased else ""),
     ]
+    low, high = wilson_interval(edited.accuracy, n)
+    figures = {"run": target.run_name, "model": target.source, "interval_95": [low, high],
+               "n_wrong": summary.n_wrong, "share_multiple_of_10": summary.share_multiple_of_10 if summary.n_wrong
+               else None, "filter_rank": flt.rank, "width": flt.width, "seconds": seconds}
     cached = cached_accuracy(target, ablation)
     if cached is not None:
-        agree = abs(cached - edited.accuracy) * 100 <= AGREE_POINTS
-        lines.append(f"cached grid of run {target.run_name}: {pct(cached)} "
-                     + ("(agrees)" if agree else f"(DIFFERS by {100 * (edited.accuracy - cached):+.2f} points)"))
+        line, figures["cached"] = compared("cached grid", target, cached, edited.accuracy)
+        lines.append(line)
     lines.append(f"{seconds:.1f} s for both passes")
-    return Report(ablation.label(), target.split, n, target.n_split, edited.accuracy, base.accuracy, lines)
+    return Report(ablation.label(), target.split, n, target.n_split, edited.accuracy, base.accuracy, lines, figures)
 
 
-def cached_accuracy(target: Target, ablation: Ablation) -> float | None:
-    """The run's cached accuracy for this very filter, when the cache holds it over the same questions."""
-    if target.run_name is None or len(target.answers) != target.n_split:
+def cached_questions(target: Target, n: int, exact: bool = True) -> set[str] | None:
+    """The ids of the questions a cached row of the target's run read, from its `n`: every question of its
+    examples table, or its fixed sample (`in_sample`), whichever holds n (`exact`), or else the smaller that holds
+    at least n (a phase shift counts only the questions whose y + d is on the number line); None when neither."""
+    examples = read_table(target.run_dir, target.run_name, "examples")
+    sets = [set(examples["id"])]
+    if "in_sample" in examples.columns:
+        sets.insert(0, set(examples.loc[examples["in_sample"].astype(bool), "id"]))
+    for ids in sets:
+        if len(ids) == n or (not exact and len(ids) >= n):
+            return ids
+    return None
+
+
+def compared(what: str, target: Target, cached: tuple[float, int], now: float, exact: bool = True) -> tuple[str, dict]:
+    """(line, figures): a cached figure beside the one just computed; agrees or differs only when both read the
+    very same questions, otherwise the line says that the sets differ and how many each read."""
+    value, n = cached
+    read = cached_questions(target, n, exact)
+    counted = len(read) if read else n
+    head = f"{what} of run {target.run_name}: {pct(value)} over its {counted:,} questions"
+    figures = {"value": value, "questions": counted, "same_questions": read == set(target.ids), "agrees": None}
+    if not figures["same_questions"]:
+        return f"{head} (not compared: this edit read {len(target.ids):,} questions, not the same set)", figures
+    figures["agrees"] = abs(value - now) * 100 <= AGREE_POINTS
+    return head + (" (agrees)" if figures["agrees"] else f" (DIFFERS by {100 * (now - value):+.2f} points)"), figures
+
+
+def cached_accuracy(target: Target, ablation: Ablation) -> tuple[float, int] | None:
+    """(accuracy, questions read) of the run's cached row for this very filter, when the cache holds it."""
+    if target.run_name is None:
         return None
     grid = read_table(target.run_dir, target.run_name, "ablations")
     hit = grid[(grid["modules"] == ablation.modules) & (grid["removed"] == ablation.removed)]
     hit = hit[hit["tau"] == ablation.tau] if ablation.tau is not None else hit[hit["tau"].isna()]
     hit = hit[hit["keep_k"] == ablation.keep_k] if ablation.keep_k is not None else hit
-    return float(hit["accuracy"].iloc[0]) if len(hit) == 1 else None
+    return (float(hit["accuracy"].iloc[0]), int(hit["n"].iloc[0])) if len(hit) == 1 else None
 
 
 def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progress=None) -> Report:
@@ -223,18 +291,22 @@ def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progre
         f"(sd {100 * ctrl_moved.std(ddof=1):.2f} points)",
         f"edit misfit {edit.misfit:.2g} (0: every constraint met)",
     ]
+    figures = {"run": target.run_name, "model": target.source, **out, "modulus": modulus,
+               "control_residue_moved": ctrl_moved.tolist(), "control_mean": float(ctrl_moved.mean()),
+               "control_sd": float(ctrl_moved.std(ddof=1)), "misfit": float(edit.misfit), "seconds": seconds}
     cached = cached_shift(target, kind, int(layer), period_set, int(d))
     if cached is not None:
-        agree = abs(cached - out["residue_moved"]) * 100 <= AGREE_POINTS
-        lines.append(f"cached phase_shift of run {target.run_name}: last digit moved {pct(cached)} "
-                     + ("(agrees)" if agree else f"(DIFFERS by {100 * (out['residue_moved'] - cached):+.2f} points)"))
+        line, figures["cached"] = compared("cached phase_shift (last digit moved)", target, cached,
+                                           out["residue_moved"], False)
+        lines.append(line)
     lines.append(f"{seconds:.1f} s for the {len(conditions)} passes")
-    return Report(what, target.split, n, target.n_split, evaluations[1].accuracy, evaluations[0].accuracy, lines)
+    return Report(what, target.split, n, target.n_split, evaluations[1].accuracy, evaluations[0].accuracy, lines,
+                  figures)
 
 
-def cached_shift(target: Target, kind: str, layer: int, period_set: str, d: int) -> float | None:
-    """The run's cached share of last digits moved for this shift, when the cache holds it over the same questions."""
-    if target.run_name is None or len(target.answers) != target.n_split:
+def cached_shift(target: Target, kind: str, layer: int, period_set: str, d: int) -> tuple[float, int] | None:
+    """(share of last digits moved, questions read) of the run's cached row for this shift, when the cache holds it."""
+    if target.run_name is None:
         return None
     manifest = read_manifest(target.run_dir, target.run_name)
     if "phase_shift" not in manifest.get("tables", {}):
@@ -242,5 +314,5 @@ def cached_shift(target: Target, kind: str, layer: int, period_set: str, d: int)
     t = read_table(target.run_dir, target.run_name, "phase_shift")
     hit = t[(t["kind"] == kind) & (t["layer"] == layer) & (t["period_set"] == period_set) & (t["d"] == d)
             & ~t["control"].astype(bool)]
-    return float(hit["residue_moved"].iloc[0]) if len(hit) == 1 else None
+    return (float(hit["residue_moved"].iloc[0]), int(hit["n"].iloc[0])) if len(hit) == 1 else None
 

@@ -56,9 +56,13 @@ def find_run(cache_dir: str | Path, text: str) -> str | None:
             raise CoreError(f"{text!r} matches {len(hits)} runs in {cache_dir}: {shown}. Give more of the name "
                             f"(`python -m core list --cache-dir {cache_dir}` shows every run)")
     # a near miss: compare with each name's start of the same length, so a short typo meets a long name
-    starts = {name[: len(text)]: name for name in runs}
+    starts: dict[str, list[str]] = {}
+    for name in runs:
+        starts.setdefault(name[: len(text)], []).append(name)
     close = difflib.get_close_matches(lowered, list(starts), n=1, cutoff=NEAR_MISS)
     if close:
-        raise CoreError(f"no run named {text!r} in {cache_dir}; did you mean {starts[close[0]]}? "
+        meant = starts[close[0]]
+        said = meant[0] if len(meant) == 1 else "one of " + "; ".join(meant[:6])
+        raise CoreError(f"no run named {text!r} in {cache_dir}; did you mean {said}? "
                         f"(`python -m core list --cache-dir {cache_dir}` shows every run)")
     return None

@@ -14,6 +14,7 @@ from core.models.names import ModuleNames
 from core.models.number_tokens import find_number_tokens, require_number_range
 from core.models.parts import find_parts
 from core.models.random_models import ARCHITECTURES
+from core.models.source import resolve_source
 from core.models.vocab import digit_tokenizer
 import transformers
 
@@ -173,3 +174,10 @@ def test_trust_remote_code_is_off_unless_asked(monkeypatch, model_dir):
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
     load_model(str(model_dir("gpt2")))
     assert seen == [False]
+
+
+def test_a_packaged_model_not_imported_yet_says_how_to_import_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()  # models/ is here, models/smollm2-135m (its import folder) is not
+    with pytest.raises(CoreError, match="packaged model that is not imported yet.*import-model smollm2-135m"):
+        resolve_source("models/smollm2-135m")

@@ -1,6 +1,7 @@
 """`python -m core ablate` and `python -m core shift` (core.runs.ablate): the numbers they print against an
 independent computation and against the shipped run's cached grid, and their one-line errors."""
 
+import json
 import re
 
 import numpy as np
@@ -33,7 +34,13 @@ def test_a_filter_on_a_sample_equals_its_definition_recomputed_in_full():
     assert report.accuracy == pytest.approx(float(np.mean(preds == target.answers)), abs=1e-12)
     assert 0.3 < report.accuracy < 0.9 and report.base_accuracy == 1.0  # the filter bites, the model is exact
     assert report.n == 150 and "150 of 3419 test questions" in report.text()
-    assert "cached grid" not in report.text()  # a sample is not the cached grid's questions
+    # a sample is not the cached grid's questions: the cached figure is named, not compared
+    assert "over its 3,419 questions (not compared: this edit read 150 questions" in report.text()
+    assert "agrees" not in report.text() and "DIFFERS" not in report.text()
+    data = json.loads(report.as_json())  # --json: the same numbers for a program
+    assert data["accuracy"] == report.accuracy and data["n"] == 150 and data["figures"]["filter_rank"] > 0
+    assert data["figures"]["cached"] == {"value": pytest.approx(data["figures"]["cached"]["value"]),
+                                         "questions": 3419, "same_questions": False, "agrees": None}
 
 
 @pytest.mark.slow
@@ -64,3 +71,22 @@ def test_bad_choices_are_named(capsys):
     with pytest.raises(CoreError, match="keep-K"):
         parse_removed("middle")
     assert parse_removed("keep-52") == ("keep", 52) and parse_removed("high") == ("high", None)
+
+
+def test_arguments_and_run_names_are_checked_before_any_model_is_loaded(capsys, monkeypatch):
+    """A shift off the number line, a cutoff above the top frequency, an unknown period set and a mistyped run
+    name each end in one line before the model is loaded (loading is made to fail the test)."""
+    import core.runs.ablate as ablate_module
+
+    monkeypatch.setattr(ablate_module, "load_model", lambda *a, **k: pytest.fail("loaded the model"))
+    edits = [
+        (["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1", "--d", "600"], "--d 600"),
+        (["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1", "--periods", "3"], "--periods '3'"),
+        (["ablate", FOURIER_FROZEN, "--modules", "mlp", "--remove", "low", "--tau", "1000"], "--tau 1000"),
+        (["ablate", FOURIER_FROZEN, "--modules", "mlp", "--remove", "keep-300"], "keep-300"),
+        (["ablate", "fourier-frozn", "--modules", "mlp", "--remove", "low", "--tau", "50"], "did you mean"),
+    ]
+    for argv, said in edits:
+        assert main([*argv, "--cache-dir", CACHE]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert said in err and err.count("\n") == 0, err

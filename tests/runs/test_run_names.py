@@ -36,6 +36,8 @@ def test_a_run_is_found_by_its_name_id_label_or_a_unique_part(cache):
 def test_a_typo_is_answered_with_the_run_it_probably_meant(cache):
     with pytest.raises(CoreError, match="did you mean fourier-frozen-tied-demo"):
         find_run(cache, "fourier-frozn")
+    with pytest.raises(CoreError, match="did you mean one of scratch-demo.*; scratch-multiplication"):
+        find_run(cache, "scrath")
 
 
 def test_several_matches_are_named_and_nothing_close_is_a_model(cache, tmp_path):
