@@ -75,9 +75,12 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
     data = pd.concat(frames, ignore_index=True).sort_values("period", ascending=False)
     order = [f"{t:.3g}" for t in COMPARED_PERIODS]
     # bars grow from the 1x line (a log scale has no zero to grow from: bars from zero draw nothing), with ticks at
-    # powers of two that cover the data, so that a range within one decade (0.4 to 1.7) still has labels
+    # powers of two that cover the data (sparser on a wide range), so that a range within one decade (0.4 to 1.7)
+    # still has labels
     low, high = min(float(data["ratio"].min()), 1.0), max(float(data["ratio"].max()), BASELINE_RATIO)
-    ticks = [2.0**k for k in range(math.floor(math.log2(low)), math.ceil(math.log2(high)) + 1)]
+    first, last = math.floor(math.log2(low)), math.ceil(math.log2(high))
+    stride = max(1, math.ceil((last - first + 1) / 5))  # at most about five labels on a short chart
+    ticks = [2.0**k for k in range(first, last + stride, stride)]
     bars = alt.Chart(data).mark_bar().encode(
         x=alt.X("period T:N", title="period T (numbers per repetition)", sort=order, axis=alt.Axis(labelAngle=0)),
         xOffset=alt.XOffset("operation:N", sort=list(OPERATION_COLOURS.domain)),
@@ -99,8 +102,10 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
         "the period. 3.33 is multiplication's new one; "
         "Fourier-frozen logits hold only planted periods."
     )
+    # Streamlit gives a stretched chart this height for title, legend, axes and bars together: at 190 the bars had
+    # no room left in presentation mode (an empty chart on a projector)
     return styled(bars + one + line, "The same waves? Short periods in each operation's module logits",
-                  height=190), data, caption
+                  height=320), data, caption
 
 
 def carrier_bars(runs: tuple[RunReader, ...]):
