@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import re
+
 from core.paper import TABLE1_TAU
 
 TERMS = {
@@ -97,6 +99,17 @@ TERMS = {
     "appendix repeats its analysis on addition written so, and on multiplication.",
     "p-value": "How often chance alone would give a result at least this strong. Below 0.01: chance is an unlikely "
     "explanation.",
+    "block": "One layer of the model as its code counts them, from 0, where the charts count layers from 1: block 17 "
+    "is layer 18, so the default run's trained blocks 18..29 are layers 19 to 30, the top 12 of 30.",
+    "loss": "The number training makes smaller: the cross-entropy of the right answer, low when the model gives the "
+    "right answer a high probability.",
+    "tied": "A tied model reads numbers in and writes answers out with the same number rows (its W_U is its input "
+    "embedding); an untied one learns the two separately.",
+    "Fourier-frozen": "A demo model trained here whose number embeddings are fixed to waves of periods 2, 2.5, 5 and "
+    "10 chosen by hand and never trained: whatever it computes, it computes from those waves.",
+    "phase shift": "A causal test: change one module's output so that its waves of periods 2, 2.5, 5 and 10 move by "
+    "d numbers (the smallest change that does so) and see whether the answer's last digit moves by d too. Random "
+    "edits of the same size are its control.",
 }
 
 #: Words a class may not know, as the pages write them (regular expressions, matched case-insensitively unless
@@ -111,7 +124,7 @@ JARGON = {
     r"\bfinal norm\b": "final norm",
     r"\bmodule logits\b": "module logits",
     r"\bmodules?\b": "module",
-    r"\bFourier\b": "Fourier component",
+    r"\bFourier\b(?!-frozen)": "Fourier component",
     r"\bfrequenc(y|ies)\b": "frequency k",
     r"\bperiods?\b": "period",
     r"\btau\b": "cutoff tau",
@@ -141,7 +154,7 @@ JARGON = {
     r"\bpre-train": "pre-training",
     r"\bfine-tun": "fine-tuning",
     r"\bLoRA\b": "LoRA",
-    r"\bfrozen\b": "frozen",
+    r"(?<!Fourier-)\bfrozen\b": "frozen",
     r"\bdeltas?\b": "delta",
     r"\bepochs?\b": "epoch",
     r"\bseeds?\b": "seed",
@@ -152,6 +165,12 @@ JARGON = {
     r"\bp = \d|\bp-value": "p-value",
     r"\bSVD\b": "SVD",
     r"\breverse-Polish\b": "reverse-Polish",
+    r"\bblocks?\b": "block",
+    r"\bloss\b": "loss",
+    r"\b(un)?tied\b": "tied",
+    r"\bFourier-frozen\b": "Fourier-frozen",
+    r"\bphase.shift|\bshift\w*\b[^.]{0,40}\bwaves\b": "phase shift",
+    r"\bcontrols?\b": "random control",
 }
 
 #: The terms each Tour step uses, shown beside it.
@@ -168,9 +187,26 @@ STEP_TERMS = {
 }
 
 
-def step_terms(step: str) -> list[str]:
-    """The terms of one Tour step, each as one short markdown line."""
-    return [f"**{name}**: {TERMS[name]}" for name in STEP_TERMS.get(step, [])]
+def jargon_in(text: str) -> list[str]:
+    """The TERMS entries that explain the listed words `text` uses, in the order of JARGON (a pattern with a
+    capital letter matches case-sensitively, the others in any case)."""
+    found = []
+    for pattern, name in JARGON.items():
+        flags = 0 if re.search(r"[A-Z]", pattern.replace("\\b", "")) else re.IGNORECASE
+        if name not in found and re.search(pattern, text, flags):
+            found.append(name)
+    return found
+
+
+def step_term_names(step: str, text: str = "") -> list[str]:
+    """The terms a Tour step shows: its own (STEP_TERMS) first, then every term the words of its screen use."""
+    names = list(STEP_TERMS.get(step, []))
+    return names + [name for name in jargon_in(text) if name not in names]
+
+
+def step_terms(step: str, text: str = "") -> list[str]:
+    """The terms of one Tour step (`step_term_names`), each as one short markdown line."""
+    return [f"**{name}**: {TERMS[name]}" for name in step_term_names(step, text)]
 
 
 def term(name: str) -> str:

@@ -98,9 +98,8 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
     one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="#999").encode(y="y:Q")
     caption = (
         f"Each run's strongest module at each period, in multiples of what W_U alone gives random vectors (log "
-        f"scale; bars up from 1x are above it, down below it); above the dashed {BASELINE_RATIO:g}x line it carries "
-        "the period. 3.33 is multiplication's new one; "
-        "Fourier-frozen logits hold only planted periods."
+        f"scale, bars from 1x); above the dashed {BASELINE_RATIO:g}x line it carries the period. 3.33 is "
+        "multiplication's new one."
     )
     # Streamlit gives a stretched chart this height for title, legend, axes and bars together: at 190 the bars had
     # no room left in presentation mode (an empty chart on a projector)

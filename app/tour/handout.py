@@ -17,7 +17,7 @@ import pandas as pd
 import vl_convert as vlc
 
 from app.furniture import why_sentence
-from app.glossary import STEP_TERMS, TERMS
+from app.glossary import TERMS, step_term_names
 from app.sidebar import short_label
 from app.tour.handout_style import HANDOUT_CSS, HANDOUT_SCRIPT
 from app.tour.steps import NOTHING_TO_COMPARE, OVER_RUNS, STEPS, Step, StepInputs, choose_run, run_line, who_line
@@ -116,6 +116,13 @@ def sized(chart) -> dict:
     return spec
 
 
+def step_words(step: Step, shown: RunReader, claim, figures: tuple, extra: str = "") -> str:
+    """Every word a handout step prints (question, claim, line, reason, captions), for the terms beside it."""
+    line = claim.short if step.key in OVER_RUNS else run_line(step, claim, shown)
+    return " ".join([step.title, step.question(shown), claim.paper, step.predict, *step.choices, line,
+                     why_sentence(claim), claim.measured, extra, *(f.caption for f in figures)])
+
+
 def step_figures(step: Step, shown: RunReader, inputs: StepInputs) -> tuple[Figure, ...]:
     out = []
     for panel in step.panels(shown, inputs):
@@ -170,7 +177,8 @@ def build_handout(
                 note,
                 missing,
                 figures,
-                tuple((t, TERMS[t]) for t in STEP_TERMS.get(step.key, [])),
+                tuple((t, TERMS[t]) for t in step_term_names(step.key, step_words(step, shown, choice.claim, figures,
+                                                                                   note + missing))),
             )
         )
     accuracy, n_questions, source = run_accuracy(chosen)

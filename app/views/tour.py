@@ -8,7 +8,7 @@ The steps themselves (title, question, table, figures) are app/tour/steps.py's, 
 import streamlit as st
 
 from app.chart_export import show_chart
-from app.furniture import BADGE, claim_box, code_spans
+from app.furniture import BADGE, claim_box, code_spans, why_sentence
 from app.glossary import step_terms
 from app.guards.url_state import to_url, url_flag, url_state
 from app.run_loading import run_claims, runs_of_split, training_claim
@@ -96,6 +96,12 @@ if choice.switched_from is not None and not hidden:
     )
     others = f"On your choice, {chosen.label}: {BADGE[mine.verdict]} {mine.measured}"
 
+drawable = not hidden and (step.table is None or shown.has(step.table))
+panels = step.panels(shown, StepInputs(TOUR_BASIS, run_claims(shown), runs)) if drawable else []
+line = run_line(step, claim, shown) if step.key not in OVER_RUNS else None
+# the words this screen shows, for the terms beside it: every listed word it uses gets its definition here
+words = " ".join([step.title, step.question(shown), claim.paper, step.predict, *step.choices] + (
+    [] if hidden else [line or claim.short, why_sentence(claim), others, *(p.full_caption for p in panels)]))
 text, figure = st.columns([2, 3], gap="medium")
 with text:
     st.subheader(step.title)
@@ -110,10 +116,10 @@ with text:
     if hidden:
         ask_first(step, shown, claim, st.session_state["best"])
     else:
-        claim_box(claim, who, run_line(step, claim, shown) if step.key not in OVER_RUNS else None, details)
+        claim_box(claim, who, line, details)
         prediction_note(step)
-    for line in step_terms(step.key):
-        st.caption(line)
+    for term_line in step_terms(step.key, words):
+        st.caption(term_line)
 with figure:
     st.caption(step.question(shown))
     note = settings_note(step, shown, view.tau, view.basis, runs)
@@ -135,7 +141,6 @@ with figure:
             paper.metric(f"Paper: GPT-2-XL, {said_split} split",
                          f"{claim.numbers.get('paper_accuracy', ACCURACY['GPT-2-XL fine-tuned'])}%")
             mine_now.metric(f"This run: {claim.numbers['n']} {shown.split} prompts", pct(claim.numbers["accuracy"]))
-        panels = step.panels(shown, StepInputs(TOUR_BASIS, run_claims(shown), runs))
         if step.key in OVER_RUNS and not panels:
             st.info(NOTHING_TO_COMPARE[step.key])
         for panel in panels:

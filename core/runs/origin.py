@@ -7,6 +7,7 @@ and the pages. No Streamlit here.
 from __future__ import annotations
 
 import json
+import re
 
 from core.models.source import project_path
 from core.tasks import task_name
@@ -81,8 +82,10 @@ def _model_file(model: dict, name: str) -> dict | None:
 
 
 def _device_text(recipe: dict, summary: dict) -> str:
+    """Where it trained, in words a page can show: "a GPU (NVIDIA H100)", without the card's memory and memory type
+    ("80GB HBM3") that the training summary also records."""
     if summary.get("device"):
-        return str(summary["device"])
+        return re.sub(r"\s+\d+\s*GB\b[^)]*", "", str(summary["device"]))
     return "a GPU" if recipe.get("device") == "cuda" else "a CPU"
 
 

@@ -17,6 +17,7 @@ import sys
 import pytest
 from pypdf import PdfReader
 
+from app.glossary import TERMS
 from app.tour.handout import build_handout, handout_html
 from app.tour.handout_export import listed_runs, pick_run, write_handouts
 from app.tour.handout_pdf import VERDICT_RGB, handout_pdf
@@ -275,3 +276,53 @@ def test_other_kinds_of_run_make_both_files_with_every_step(asked, best):
         assert any(s.note.startswith("This step shows ") for s in h.steps)
     else:
         assert any(s.missing for s in h.steps) and any(s.claim.verdict == "does not apply" for s in h.steps)
+
+
+#: This test's own list of words a student may not know (not the glossary's keys), each with the entry of the one
+#: word list (app/glossary.py TERMS) that must be printed on any step that uses it.
+STUDENT_JARGON = {
+    r"\bMLPs?\b": "MLP",
+    r"\battention\b": "attention",
+    r"\blayers?\b": "layer",
+    r"\bblocks?\b": "block",
+    r"\btokens?\b": "token",
+    r"\bprobes?\b": "probe",
+    r"\bepochs?\b": "epoch",
+    r"\bseeds?\b": "seed",
+    r"\bloss\b": "loss",
+    r"\btied\b": "tied",
+    r"\bdeltas?\b": "delta",
+    r"Fourier-frozen": "Fourier-frozen",
+    r"[Ff]ine-tun": "fine-tuning",
+    r"[Ll]ogit lens": "logit lens",
+    r"[Pp]hase.shift|[Ss]hift\w* [^.]{0,40}waves": "phase shift",
+    r"\bcontrols?\b": "random control",
+    r"\btau\b": "cutoff tau",
+    r"\bperiods?\b": "period",
+    r"\bfrequenc": "frequency k",
+}
+
+
+def test_every_word_a_step_uses_is_defined_on_that_step(handouts):
+    """On the default run's and a 2-layer run's handout: a step whose printed words use one of the words above
+    prints that word's definition among its terms."""
+    missing = []
+    for h in handouts.values():
+        for s in h.steps:
+            words = " ".join([s.title, s.question, s.claim.paper, s.line, s.why, s.claim.measured, s.note, s.missing,
+                              *(f.caption for f in s.figures)])
+            shown = {name for name, _ in s.terms}
+            missing += [f"{h.run_label[:30]}, step {s.number}: '{name}'" for pattern, name in STUDENT_JARGON.items()
+                        if re.search(pattern, words) and name not in shown]
+    assert not missing, missing
+
+
+def test_the_definitions_say_what_the_default_run_did():
+    """The glossary's words about the default model (its frozen blocks) agree with the default run's recipe."""
+    run = pick_run(RUNS, None)
+    recipe = run_origin(run.manifest)["recipe"] or {}
+    first = int((recipe.get("number_tokens") or {}).get("frozen_blocks", 0))
+    assert first, "the default run trains its top blocks only"
+    last = run.n_layers - 1
+    for name in ("block", "frozen"):
+        assert f"{first}..{last}" in TERMS[name], (name, TERMS[name])

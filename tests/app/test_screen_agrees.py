@@ -77,7 +77,7 @@ def tour_walk(name: str) -> list[dict]:
         assert not at.exception, (name, step, [e.message for e in at.exception])
         line = next(
             m.value for m in at.markdown if m.value.startswith("**") and ":**" in m.value and "Paper:" not in m.value
-        )
+        ).split("  \n**Why")[0]  # the line beside the badge; the verdict's reason under it is not the figure's
         shown = {"shares": [], "numbers": [], "texts": [f"{m.label} {m.value}" for m in at.metric]}
         for chart in at.get("vega_lite_chart"):
             for part, values in zip(("shares", "numbers", "texts"), chart_values(chart)):
