@@ -102,6 +102,7 @@ HANDOUT_SCRIPT = """
   document.getElementById("reveal-mode").addEventListener("change", function (e) {
     body.classList.toggle("reveal-mode", e.target.checked);
     steps.forEach(function (s) { s.classList.remove("is-revealed"); });
+    e.target.blur();  // the keys (arrows, R) go on working after the tick, without a click elsewhere
   });
   document.getElementById("prev").addEventListener("click", function () { show(current - 1); });
   document.getElementById("next").addEventListener("click", function () { show(current + 1); });
@@ -110,7 +111,7 @@ HANDOUT_SCRIPT = """
     if (b) { b.addEventListener("click", function () { reveal(s); }); }
   });
   document.addEventListener("keydown", function (e) {
-    if (e.target.tagName === "INPUT") { return; }
+    if (e.target.tagName === "INPUT" && e.target.type !== "checkbox") { return; }
     if (e.key === "s") { slides(!body.classList.contains("slides")); }
     if (!body.classList.contains("slides")) { return; }
     if (e.key === "ArrowRight" || e.key === "PageDown" || e.key === " ") { show(current + 1); e.preventDefault(); }

@@ -11,6 +11,7 @@ from app.sidebar import page_view
 from core.paper import TABLE1_TAU, paper_findings
 from core.runs import summaries
 from core.runs.reader import Table
+from core.runs.tau_choice import same_split_sentence
 from core.tasks import task_name
 
 
@@ -70,6 +71,8 @@ st.caption(
 
 energy = summaries.energy_by_band(run.table(Table.MODULE_SPECTRA), basis, tau)
 row = summaries.band_energy_at(energy, module, layer)
+if same := same_split_sentence(run.table(Table.MODULE_SPECTRA), basis, tau):
+    st.caption(f":material/straighten: {same}")
 who = f"{modules[module]} layer {layer} alone"
 st.caption(
     f"The three numbers below are for {who}, at the sidebar's tau = {tau}; the box at the top and the legend of the "

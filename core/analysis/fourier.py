@@ -164,6 +164,26 @@ def band_energy_share(magnitudes: np.ndarray, tau: int) -> tuple[float, float]:
     return float(low / total), float(1 - low / total)
 
 
+def same_split_taus(magnitudes: np.ndarray, tau: int, floor: float = 0.001) -> tuple[int, int, float]:
+    """The cutoffs that split spectra as `tau` does, to within `floor` of their energy: (lowest, highest, share of
+    the energy at the frequencies between them). `magnitudes`: k = 1..K along the last axis, any leading axes
+    (modules, layers) summed. Moving the cutoff from tau to t moves the energy of the frequencies between them from
+    one band to the other; the range grows around tau while that stays within `floor`."""
+    sq = np.asarray(magnitudes, dtype=float) ** 2
+    per_k = sq.reshape(-1, sq.shape[-1]).sum(axis=0)
+    total = per_k.sum()
+    if total == 0:
+        return tau, tau, 0.0
+    below = np.concatenate([[0.0], np.cumsum(per_k / total)])  # below[t - 1]: the share of k < t
+    top = len(per_k) + 1  # a cutoff above every frequency
+    low = high = int(tau)
+    while low > 1 and below[high - 1] - below[low - 2] <= floor:
+        low -= 1
+    while high < top and below[high] - below[low - 1] <= floor:
+        high += 1
+    return low, high, float(below[high - 1] - below[low - 1])
+
+
 @dataclass(frozen=True)
 class Wave:
     """One Fourier component of a vector, back on the number line."""

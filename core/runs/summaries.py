@@ -19,8 +19,7 @@ from core.paper import TABLE1_GPT2_XL, TABLE1_TAU
 
 MODULE_NAMES = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)", "final": "Final logits"}
 ABLATION_MODULES = {"both": "Attn + MLP", "attn": "Attn", "mlp": "MLP"}
-#: The band a filter removes, as a picker names it (removing the low band keeps the high: a high-pass filter)
-BAND_NAMES = {"low": "the low frequencies (k < tau)", "high": "the high frequencies (k ≥ tau)"}
+BAND_NAMES = {"low": "the low frequencies (k < tau)", "high": "the high frequencies (k ≥ tau)"}  # as a picker says
 
 
 # ----------------------------------------------------------------------------- logit lens

@@ -8,6 +8,7 @@ from core.analysis.fourier import (
     frequency_magnitudes,
     inverse,
     magnitudes_from_coefficients,
+    same_split_taus,
     sparsity,
     top_components,
     transform,
@@ -123,3 +124,18 @@ def test_magnitudes_add_each_frequencys_sin_and_cos_rows(name, p):
         rows = basis.rows_of([k])
         want = np.sqrt(sum(c[..., r] ** 2 for r in rows)) if len(rows) == 2 else np.sqrt(c[..., rows[0]] ** 2)
         assert np.array_equal(got[..., k - 1], want), k
+
+
+def test_the_cutoffs_that_split_a_spectrum_alike_are_the_quiet_stretch_around_tau():
+    """Energy at k = 1..5, 52 and 104 only: every cutoff from 6 to 52 puts k = 1..5 below and the rest above, so
+    they split alike; 5 does not (it moves k = 5 up); the share between is the quiet stretch's own, and a floor
+    that allows one loud frequency widens the range by it (checked against band_energy_share directly)."""
+    m = np.zeros((3, 260))
+    m[:, :5], m[:, 51], m[:, 103] = 1.0, 1.0, 1.0
+    assert same_split_taus(m, 30) == (6, 52, 0.0)
+    assert same_split_taus(m, 5)[:2] == (5, 5)
+    for tau in range(6, 53):
+        assert band_energy_share(m, tau) == band_energy_share(m, 30)
+    assert band_energy_share(m, 53) != band_energy_share(m, 30)
+    low, high, share = same_split_taus(m, 30, floor=0.2)  # one of seven equal frequencies is 1/7 of the energy
+    assert (low, high) == (5, 52) and share == pytest.approx(1 / 7)

@@ -240,6 +240,9 @@ def test_the_html_opens_offline_as_handout_slides_and_reveal(handouts, tmp_path)
         assert page.inner_text("#position") == f"Step 1 of {len(STEPS)}"
         assert page.locator("#step-1 h2").is_visible()
         page.check("#reveal-mode")
+        page.keyboard.press("ArrowRight")  # the keys work straight after the tick, with no click elsewhere
+        assert page.inner_text("#position") == f"Step 2 of {len(STEPS)}"
+        page.keyboard.press("ArrowLeft")
         assert not page.locator("#step-1 .headline").is_visible()
         assert not page.locator("#step-1 figure").first.is_visible()
         assert page.locator("#step-1 .predict").is_visible()
