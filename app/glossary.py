@@ -105,8 +105,8 @@ TERMS = {
     "right answer a high probability.",
     "tied": "A tied model reads numbers in and writes answers out with the same number rows (its W_U is its input "
     "embedding); an untied one learns the two separately.",
-    "Fourier-frozen": "A demo model trained here whose number embeddings are fixed to waves of periods 2, 2.5, 5 and "
-    "10 chosen by hand and never trained: whatever it computes, it computes from those waves.",
+    "Fourier-frozen": "A demo model trained here whose number embeddings are fixed to waves of periods 2, 2.5, 5, "
+    "10, 100 and 520 chosen by hand and never trained: whatever it computes, it computes from those waves.",
     "phase shift": "A causal test: change one module's output so that its waves of periods 2, 2.5, 5 and 10 move by "
     "d numbers (the smallest change that does so) and see whether the answer's last digit moves by d too. Random "
     "edits of the same size are its control.",
@@ -154,7 +154,7 @@ JARGON = {
     r"\bpre-train": "pre-training",
     r"\bfine-tun": "fine-tuning",
     r"\bLoRA\b": "LoRA",
-    r"(?<!Fourier-)\bfrozen\b": "frozen",
+    r"\bfrozen\b(?<!fourier-frozen)": "frozen",
     r"\bdeltas?\b": "delta",
     r"\bepochs?\b": "epoch",
     r"\bseeds?\b": "seed",

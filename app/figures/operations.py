@@ -77,7 +77,9 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
     # bars grow from the 1x line (a log scale has no zero to grow from: bars from zero draw nothing), with ticks at
     # powers of two that cover the data (sparser on a wide range), so that a range within one decade (0.4 to 1.7)
     # still has labels
-    low, high = min(float(data["ratio"].min()), 1.0), max(float(data["ratio"].max()), BASELINE_RATIO)
+    drawn = data["ratio"][(data["ratio"] > 0) & data["ratio"].map(math.isfinite)]  # a log scale shows these only
+    low = min(float(drawn.min()), 1.0) if len(drawn) else 1.0
+    high = max(float(drawn.max()), BASELINE_RATIO) if len(drawn) else BASELINE_RATIO
     first, last = math.floor(math.log2(low)), math.ceil(math.log2(high))
     stride = max(1, math.ceil((last - first + 1) / 5))  # at most about five labels on a short chart
     ticks = [2.0**k for k in range(first, last + stride, stride)]

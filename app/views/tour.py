@@ -100,8 +100,10 @@ drawable = not hidden and (step.table is None or shown.has(step.table))
 panels = step.panels(shown, StepInputs(TOUR_BASIS, run_claims(shown), runs)) if drawable else []
 line = run_line(step, claim, shown) if step.key not in OVER_RUNS else None
 # the words this screen shows, for the terms beside it: every listed word it uses gets its definition here
-words = " ".join([step.title, step.question(shown), claim.paper, step.predict, *step.choices] + (
-    [] if hidden else [line or claim.short, why_sentence(claim), others, *(p.full_caption for p in panels)]))
+note = settings_note(step, shown, view.tau, view.basis, runs)
+cannot = "" if drawable or hidden else (shown.not_applicable(step.table) or "")
+words = " ".join([step.title, step.question(shown), claim.paper, step.predict, *step.choices, note or ""] + (
+    [] if hidden else [line or claim.short, why_sentence(claim), others, cannot, *(p.full_caption for p in panels)]))
 text, figure = st.columns([2, 3], gap="medium")
 with text:
     st.subheader(step.title)
@@ -122,7 +124,6 @@ with text:
         st.caption(term_line)
 with figure:
     st.caption(step.question(shown))
-    note = settings_note(step, shown, view.tau, view.basis, runs)
     if note:
         st.caption(f":material/tune: {note}")
     if hidden:

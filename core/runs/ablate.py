@@ -86,7 +86,9 @@ def open_target(
 ) -> Target:
     """Load the model of a run (or a model) and build its questions (module docstring). `before_load(p)` checks
     the edit's own arguments against the number line 0..p-1 before the model is loaded (seconds saved on an error)."""
-    found = find_run(cache_dir, source)  # a run's name, id, label or unique part; a near miss is an error here
+    found = find_run(cache_dir, source)  # a run's name, id, label or unique words; a near miss is an error here
+    if found and found != source:
+        log(f"run {found} (named by {source!r})")
     manifest = read_manifest(cache_dir, found) if found else None  # a broken manifest says so, never tries the hub
     basis_name, positions, run_dir, run_name = "paper", "last", None, None
     if manifest is not None:
@@ -165,7 +167,7 @@ class Report:
 
     def as_json(self) -> str:
         """The report for a program: every field, numbers as numbers (NaN as null)."""
-        return json.dumps(nan_to_none(asdict(self)), indent=1, default=lambda o: o.item())
+        return json.dumps(nan_to_none(asdict(self)), indent=1, allow_nan=False)
 
 
 def nan_to_none(value):
@@ -174,7 +176,9 @@ def nan_to_none(value):
         return {k: nan_to_none(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [nan_to_none(v) for v in value]
-    return None if isinstance(value, float) and math.isnan(value) else value
+    if isinstance(value, float | np.floating):
+        return None if math.isnan(value) else float(value)
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def pct(x: float) -> str:
@@ -218,25 +222,28 @@ def ablate(target: Target, modules: str, removed: str, tau: int | None = None, k
     return Report(ablation.label(), target.split, n, target.n_split, edited.accuracy, base.accuracy, lines, figures)
 
 
-def cached_questions(target: Target, n: int, exact: bool = True) -> set[str] | None:
-    """The ids of the questions a cached row of the target's run read, from its `n`: every question of its
-    examples table, or its fixed sample (`in_sample`), whichever holds n (`exact`), or else the smaller that holds
-    at least n (a phase shift counts only the questions whose y + d is on the number line); None when neither."""
+def cached_questions(target: Target, n: int, d: int | None = None) -> set[str] | None:
+    """The ids of the questions a cached row of the target's run read, told by its `n`: every question of its
+    examples table, or its fixed sample (`in_sample`), whichever it counts n of. A phase shift by `d` counts only
+    the questions whose unedited answer y has y + d on the number line, so for it those are counted. None when
+    neither set gives n."""
     examples = read_table(target.run_dir, target.run_name, "examples")
-    sets = [set(examples["id"])]
+    sets = [examples]
     if "in_sample" in examples.columns:
-        sets.insert(0, set(examples.loc[examples["in_sample"].astype(bool), "id"]))
-    for ids in sets:
-        if len(ids) == n or (not exact and len(ids) >= n):
-            return ids
+        sets.insert(0, examples[examples["in_sample"].astype(bool)])
+    for rows in sets:
+        counted = len(rows) if d is None else int((rows["prediction"] + d <= target.p - 1).sum())
+        if counted == n:
+            return set(rows["id"])
     return None
 
 
-def compared(what: str, target: Target, cached: tuple[float, int], now: float, exact: bool = True) -> tuple[str, dict]:
+def compared(what: str, target: Target, cached: tuple[float, int], now: float, d: int | None = None
+             ) -> tuple[str, dict]:
     """(line, figures): a cached figure beside the one just computed; agrees or differs only when both read the
     very same questions, otherwise the line says that the sets differ and how many each read."""
     value, n = cached
-    read = cached_questions(target, n, exact)
+    read = cached_questions(target, n, d)
     counted = len(read) if read else n
     head = f"{what} of run {target.run_name}: {pct(value)} over its {counted:,} questions"
     figures = {"value": value, "questions": counted, "same_questions": read == set(target.ids), "agrees": None}
@@ -297,7 +304,7 @@ def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progre
     cached = cached_shift(target, kind, int(layer), period_set, int(d))
     if cached is not None:
         line, figures["cached"] = compared("cached phase_shift (last digit moved)", target, cached,
-                                           out["residue_moved"], False)
+                                           out["residue_moved"], int(d))
         lines.append(line)
     lines.append(f"{seconds:.1f} s for the {len(conditions)} passes")
     return Report(what, target.split, n, target.n_split, evaluations[1].accuracy, evaluations[0].accuracy, lines,

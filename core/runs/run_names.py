@@ -1,7 +1,8 @@
 """A run named on the command line: found in the cache by what a person types, before anything is loaded.
 
 `find_run(cache_dir, text)` matches, in this order: the run's folder name; its id (the 10 hex digits that end
-the folder name); its label; a part of its folder name that exactly one run has ("fourier-frozen-tied"). When
+the folder name); its label; whole words of its folder name (between hyphens) that exactly one run has
+("fourier-frozen-tied", not "fourier-froz"). When
 nothing matches but something comes close (a typo, "fourier-frozn"), it says which run was probably meant
 instead of letting the text go on to be tried as a model folder or a hub id; when several runs match it names
 them. None: the text names no run and nothing close, so it is a model (a folder or a hub id).
@@ -38,6 +39,8 @@ def cached_runs(cache_dir: str | Path) -> dict[str, str]:
 def find_run(cache_dir: str | Path, text: str) -> str | None:
     """The folder name of the run `text` names (module docstring), None when it names none."""
     runs = cached_runs(cache_dir)
+    if not text.strip():
+        raise CoreError("an empty run name: give a run of `python -m core list`, a model folder or a hub id")
     if not runs or "/" in text or Path(text).expanduser().exists():
         return None  # a path is a model folder
     if text in runs:
@@ -46,7 +49,7 @@ def find_run(cache_dir: str | Path, text: str) -> str | None:
     for rule in (
         lambda name, label: (m := RUN_ID.search(name)) is not None and m.group(1) == lowered,
         lambda name, label: label.lower() == lowered,
-        lambda name, label: lowered in name,
+        lambda name, label: f"-{lowered}-" in f"-{name}-",  # whole words of the name ("froz" is not one)
     ):
         hits = [name for name, label in runs.items() if rule(name, label)]
         if len(hits) == 1:

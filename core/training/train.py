@@ -269,7 +269,8 @@ def train_from_recipe(
     `train` (the default) for a model trained here from its recipe; the CLI passes
     `core.training.finetune.finetune` for a recipe that fine-tunes a pre-trained model (`number_tokens`),
     so that this module, which fine-tuning builds on, never imports it. `precision` replaces the
-    recipe's (float32 on a CPU without native bfloat16, where bfloat16 autocast is several times slower)."""
+    recipe's (float32 on a CPU without native bfloat16, where bfloat16 autocast is several times slower); the model
+    it trains is another than the shipped one, so it goes beside it (OUT-float32) unless `out` says where."""
     shipped = Recipe.load(name)
     recipe = Recipe.load(name)
     if epochs is not None:
@@ -296,6 +297,9 @@ def train_from_recipe(
     if recipe.number_tokens is not None and run is train:
         raise CoreError(f"recipe {name} fine-tunes a pre-trained model: run it with "
                         f"`python -m core train --recipe {name}`")
+    if recipe.precision != shipped.precision and out is None:  # another model than the shipped one: beside it
+        main_out = main_out.with_name(f"{main_out.name}-{recipe.precision}")
+        log(f"--precision {recipe.precision} (the recipe trains in {shipped.precision}): writing to {main_out}")
     if (recipe.width, recipe.seed) == (shipped.width, shipped.seed):
         return run(recipe, main_out, restart, progress, log)
     sub = (f"w{recipe.width}-" if recipe.width != shipped.width else "") + f"s{recipe.seed}"

@@ -14,6 +14,7 @@ from core.cli import main
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
 from core.runs.ablate import ablate, open_target, parse_removed
+from core.runs.cache import read_table
 
 FOURIER_FROZEN = "fourier-frozen-tied-demo-trained-here-addition-test-05d0125721"
 NO_WEIGHTS = "fourier-frozen-untied-control-demo-trained-here-addition-tes-805c3b536c"  # ships its log, not weights
@@ -39,7 +40,8 @@ def test_a_filter_on_a_sample_equals_its_definition_recomputed_in_full():
     assert "agrees" not in report.text() and "DIFFERS" not in report.text()
     data = json.loads(report.as_json())  # --json: the same numbers for a program
     assert data["accuracy"] == report.accuracy and data["n"] == 150 and data["figures"]["filter_rank"] > 0
-    assert data["figures"]["cached"] == {"value": pytest.approx(data["figures"]["cached"]["value"]),
+    cell = read_table(CACHE, FOURIER_FROZEN, "ablations").query("modules == 'mlp' and removed == 'low' and tau == 50")
+    assert data["figures"]["cached"] == {"value": pytest.approx(float(cell["accuracy"].iloc[0])),
                                          "questions": 3419, "same_questions": False, "agrees": None}
 
 
@@ -76,9 +78,7 @@ def test_bad_choices_are_named(capsys):
 def test_arguments_and_run_names_are_checked_before_any_model_is_loaded(capsys, monkeypatch):
     """A shift off the number line, a cutoff above the top frequency, an unknown period set and a mistyped run
     name each end in one line before the model is loaded (loading is made to fail the test)."""
-    import core.runs.ablate as ablate_module
-
-    monkeypatch.setattr(ablate_module, "load_model", lambda *a, **k: pytest.fail("loaded the model"))
+    monkeypatch.setattr("core.runs.ablate.load_model", lambda *a, **k: pytest.fail("loaded the model"))
     edits = [
         (["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1", "--d", "600"], "--d 600"),
         (["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1", "--periods", "3"], "--periods '3'"),

@@ -44,6 +44,11 @@ def test_several_matches_are_named_and_nothing_close_is_a_model(cache, tmp_path)
     with pytest.raises(CoreError, match="matches 2 runs"):
         find_run(cache, "scratch")
     assert find_run(cache, "gpt2") is None  # a hub id
+    assert find_run(cache, "frozen-ti") is None  # not whole words of a name: left to be a model
+    with pytest.raises(CoreError, match="matches 3 runs"):
+        find_run(cache, "demo-trained")
+    with pytest.raises(CoreError, match="empty run name"):
+        find_run(cache, " ")
     assert find_run(cache, "openai-community/gpt2") is None
     assert find_run(cache, str(tmp_path)) is None  # a folder
     assert find_run(tmp_path / "no-cache-here", "scratch") is None

@@ -394,9 +394,11 @@ def test_precision_override_reaches_the_trainer_and_leaves_the_recipe_file(tmp_p
     recipe_file = tmp_path / "tiny.json"
     recipe_file.write_text(json.dumps({**tiny(tmp_path, epochs=1).as_dict(), "precision": "bfloat16"}))
     seen = []
-    train_from_recipe(str(recipe_file), precision="float32", run=lambda r, *a: seen.append(r.precision))
-    train_from_recipe(str(recipe_file), run=lambda r, *a: seen.append(r.precision))
-    assert seen == ["float32", "bfloat16"]
+    train_from_recipe(str(recipe_file), precision="float32", run=lambda r, out, *a: seen.append((r.precision, out)),
+                      log=lambda *_: None)
+    train_from_recipe(str(recipe_file), run=lambda r, out, *a: seen.append((r.precision, out)))
+    out = tmp_path / "out"  # the recipe's own folder (tiny's): the float32 model goes beside it, never over it
+    assert seen == [("float32", out.with_name("out-float32")), ("bfloat16", out)]
     assert json.loads(recipe_file.read_text())["precision"] == "bfloat16"
     with pytest.raises(SystemExit):
         main(["train", "--recipe", str(recipe_file), "--precision", "float16"])
