@@ -8,6 +8,7 @@ command line writes both files for the default run and a 2-layer run.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
@@ -44,6 +45,17 @@ EVIDENCE = re.compile(
 QUESTION_COUNT = re.compile(r"(?<!of the )(?<![\d,])(\d[\d,]*) (?:\w+ ){0,2}(?:questions|examples|prompts)\b")
 
 pytestmark = pytest.mark.skipif(not RUNS, reason="no shipped cache")
+BY_NAME = {r.name: r for r in RUNS}
+
+
+@functools.cache
+def claims_named(name: str) -> dict:
+    return registry.run_claims(BY_NAME[name])
+
+
+def claims_of(run) -> dict:
+    """A shipped run's claims, computed once for this module's tests (the tables do not change under them)."""
+    return claims_named(run.name)
 
 
 def number(text: str) -> int:
@@ -84,7 +96,7 @@ def table_count(run, step_key: str, panel_key: str) -> tuple[int, str]:
 @pytest.mark.parametrize("run", RUNS, ids=[r.name[:40] for r in RUNS])
 def test_every_caption_counts_what_its_table_holds(run):
     runs = [r for r in RUNS if r.split == run.split]
-    claims = {r.name: registry.run_claims(r) for r in runs}
+    claims = {r.name: claims_of(r) for r in runs}
     n_split = len(read_table(CACHE, run.name, "examples")) if "examples" in run.manifest["tables"] else None
     checked = 0
     for step in STEPS:
@@ -134,7 +146,7 @@ def handouts():
     for asked in (None, TWO_LAYER):
         run = pick_run(RUNS, asked)
         runs = [r for r in RUNS if r.split == run.split]
-        out[run.n_layers] = build_handout(run, runs, registry.run_claims, claim_training)
+        out[run.n_layers] = build_handout(run, runs, claims_of, claim_training)
     assert 2 in out and max(out) >= 30, sorted(out)
     return out
 
@@ -269,7 +281,7 @@ def test_other_kinds_of_run_make_both_files_with_every_step(asked, best):
     and the Tour's toggle that shows each step on the shipped run that shows it best."""
     run = pick_run(RUNS, asked)
     runs = [r for r in RUNS if r.split == run.split]
-    h = build_handout(run, runs, registry.run_claims, claim_training, best=best)
+    h = build_handout(run, runs, claims_of, claim_training, best=best)
     page = handout_html(h)
     text = re.sub(r"\s+", " ", " ".join(p.extract_text() for p in PdfReader(io.BytesIO(handout_pdf(h))).pages))
     for step in STEPS:
