@@ -19,8 +19,8 @@ intro(
     "frozen to Fourier features, or after pre-training on text about numbers: compare how fast and how high each goes "
     f"(the paper's figure 7b: GPT-2-small reaches {ACCURACY['GPT-2-small from scratch']:g}% from scratch and "
     f"{ACCURACY['GPT-2-small, frozen pre-trained embeddings']:g}% with GPT-2's pre-trained number embeddings "
-    "frozen in). Below them, the real pre-trained LLM fine-tuned here on addition, and the attempts that were not "
-    "adopted.",
+    "frozen in). Below them, the real pre-trained LLM fine-tuned here on addition, and the earlier models and "
+    "variants it replaced.",
 )
 url_state("curve_split", "val", str, ["train", "val", "test"])
 st.radio(
