@@ -119,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--cache-dir", default="cache")
         cmd.add_argument("--no-progress", action="store_true")
         cmd.add_argument("--json", action="store_true", help="print the report as JSON (every number, for a program)")
+        cmd.add_argument("--model", default=None, metavar="FOLDER",
+                         help="where a run's model is now, if it moved (checked against the run's fingerprint)")
 
     ls = sub.add_parser("list", help="list the runs in a cache folder")
     ls.add_argument("--cache-dir", default="cache")
@@ -276,7 +278,7 @@ def cmd_edit(args) -> int:
     target = open_target(
         args.target, args.cache_dir, task=args.task, max_operand=args.max_operand, split=args.split,
         limit=args.limit, threads=parse_threads(args.threads), trust_remote_code=args.trust_remote_code,
-        before_load=before_load,
+        before_load=before_load, model=args.model,
     )
     progress = False if args.no_progress else None
     if args.command == "ablate":

@@ -83,16 +83,18 @@ def open_target(
     trust_remote_code: bool = False,
     log=print,
     before_load=None,
+    model: str | None = None,
 ) -> Target:
     """Load the model of a run (or a model) and build its questions (module docstring). `before_load(p)` checks
-    the edit's own arguments against the number line 0..p-1 before the model is loaded (seconds saved on an error)."""
+    the edit's own arguments against the number line 0..p-1 before the model is loaded (seconds saved on an error).
+    `model`: where a run's model is now, when it moved from where the run recorded it (checked by its fingerprint)."""
     found = find_run(cache_dir, source)  # a run's name, id, label or unique words; a near miss is an error here
     if found and found != source:
         log(f"run {found} (named by {source!r})")
     manifest = read_manifest(cache_dir, found) if found else None  # a broken manifest says so, never tries the hub
     basis_name, positions, run_dir, run_name = "paper", "last", None, None
     if manifest is not None:
-        folder, why = live_model_folder(manifest)
+        folder, why = live_model_folder(manifest, command_line=True, moved_to=model)
         if folder is None:
             raise CoreError(f"run {source} cannot be recomputed here: {why}")
         t = manifest.get("task") or {}
@@ -103,6 +105,9 @@ def open_target(
         positions = (manifest.get("options") or {}).get("positions", "last")
         model_source, run_dir, run_name = str(folder), str(cache_dir), found
     else:
+        if model:
+            raise CoreError(f"--model says where a run's model moved to; {source!r} is not a run of {cache_dir} "
+                            "(give the model itself instead)")
         model_source = source
     split = split or "test"
     p = number_space(task, max_operand)

@@ -17,22 +17,29 @@ from core.training.stages import DELTA_FILE, rebuild_hint, retrain_commands
 MAX_LIVE_PARAMS = 150_000_000
 
 
-def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
-    """(folder, "") when the run's model can be run here, else (None, the reason)."""
+def live_model_folder(manifest: dict, command_line: bool = False, moved_to: str | Path | None = None
+                      ) -> tuple[Path | None, str]:
+    """(folder, "") when the run's model can be run here, else (None, the reason). The dashboard loads models from
+    the project's models/ only, up to MAX_LIVE_PARAMS; the command line (`command_line`) loads the model wherever
+    the run recorded it, or from `moved_to` (`--model FOLDER`), of any size. Either way the weights must have the
+    fingerprint the run was computed with."""
     model = manifest.get("model") or {}
     given = model.get("source_as_given") or ""
     root = models_root()
-    candidates = []
-    for c in (given, model.get("source") or ""):
+    candidates = [Path(moved_to).expanduser()] if moved_to else []
+    for c in ([] if moved_to else (given, model.get("source") or "")):
         if not c:
             continue
         path = Path(c)
         candidates.append(path if path.is_absolute() else PROJECT_ROOT / path)
     folder = next((c.resolve() for c in candidates if c.exists()), None)
     if folder is None:
-        return None, f"the model ({given or model.get('source')}) is not on this machine"
-    if root not in folder.parents:
-        return None, f"the model folder is outside {root}, the only place the dashboard loads models from"
+        where = moved_to or given or model.get("source")
+        return None, (f"the model ({where}) is not on this machine"
+                      + ("" if moved_to or not command_line else "; if it moved, say where with --model FOLDER"))
+    if not command_line and root not in folder.parents:
+        return None, (f"the model folder is outside {root}, the only place the dashboard loads models from "
+                      "(`python -m core ablate|shift` load it where it is)")
     if not any(f.name != DELTA_FILE for f in folder.glob("*.safetensors")):
         recipe = folder / "recipe.json"
         if (folder / DELTA_FILE).exists():
@@ -60,14 +67,14 @@ def live_model_folder(manifest: dict) -> tuple[Path | None, str]:
     except OSError:
         return None, "the model folder cannot be read"
     if fp != model.get("fingerprint"):
-        return None, "the model's weights differ from the ones this run was computed with"
+        return None, f"the model's weights in {folder} differ from the ones this run was computed with"
     try:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None, "the model folder has no readable config.json"
     width = config.get("n_embd") or config.get("hidden_size") or 0
     layers = config.get("n_layer") or config.get("num_hidden_layers") or 0
-    if 12 * layers * width * width > MAX_LIVE_PARAMS:
+    if not command_line and 12 * layers * width * width > MAX_LIVE_PARAMS:
         return (
             None,
             f"the model is too large to run live on a CPU (about {12 * layers * width * width / 1e6:.0f}M parameters)",

@@ -3,6 +3,7 @@ independent computation and against the shipped run's cached grid, and their one
 
 import json
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -90,3 +91,24 @@ def test_arguments_and_run_names_are_checked_before_any_model_is_loaded(capsys, 
         assert main([*argv, "--cache-dir", CACHE]) == 2, argv
         err = capsys.readouterr().err.strip()
         assert said in err and err.count("\n") == 0, err
+
+
+@needs_shipped
+def test_a_run_whose_model_moved_is_found_where_it_is_and_checked(tmp_path):
+    """A run's model outside the project, at a place its manifest does not name: the command line says to name it
+    with --model, loads it from there (any folder) when its weights are the run's, and refuses other weights."""
+    cache = tmp_path / "cache"
+    shutil.copytree(PROJECT_ROOT / "cache" / FOURIER_FROZEN, cache / FOURIER_FROZEN)
+    moved = tmp_path / "elsewhere" / "fourier-frozen"
+    shutil.copytree(PROJECT_ROOT / "models" / "fourier-frozen", moved)
+    manifest_file = cache / FOURIER_FROZEN / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    manifest["model"]["source"] = manifest["model"]["source_as_given"] = str(tmp_path / "gone")
+    manifest_file.write_text(json.dumps(manifest))
+    with pytest.raises(CoreError, match="say where with --model"):
+        open_target(FOURIER_FROZEN, str(cache), limit=20, threads=1, log=lambda *_: None)
+    target = open_target(FOURIER_FROZEN, str(cache), limit=20, threads=1, log=lambda *_: None, model=str(moved))
+    assert len(target.answers) == 20 and target.run_name == FOURIER_FROZEN
+    with pytest.raises(CoreError, match="differ from the ones this run was computed with"):
+        open_target(FOURIER_FROZEN, str(cache), limit=20, threads=1, log=lambda *_: None,
+                    model=str(PROJECT_ROOT / "models" / "scratch"))
