@@ -37,7 +37,7 @@ def sidebar(page: str = "") -> View | None:
             st.selectbox("Split", splits, key="split", help="Which part of the dataset the runs were computed on.")
         runs = [r for r in good if r["manifest"]["task"]["split"] == st.session_state["split"]]
         names = [r["name"] for r in runs]
-        labels = {r["name"]: picker_label(r["manifest"], r["label"]) for r in runs}
+        labels = picker_labels(runs)
         url_state("run", names[0], str, names)
         st.selectbox(
             "Model run",
@@ -100,6 +100,14 @@ _TASK_AND_SPLIT = re.compile(
 def short_label(label: str) -> str:
     """A run's label as the narrow sidebar shows it: 'Fourier-frozen, tied · demo · addition test'."""
     return _TASK_AND_SPLIT.sub(r" · \1\2\3", label.replace(" (demo, trained here)", " · demo"))
+
+
+def picker_labels(runs: list[dict]) -> dict[str, str]:
+    """{run name: its picker label} for the runs listed (dicts with name, manifest, label); two runs whose labels
+    come out alike (one model precomputed twice) are told apart by their ids."""
+    labels = {r["name"]: picker_label(r["manifest"], r["label"]) for r in runs}
+    return {name: f"{label} · {name[-10:]}" if list(labels.values()).count(label) > 1 else label
+            for name, label in labels.items()}
 
 
 def picker_label(manifest: dict, label: str) -> str:

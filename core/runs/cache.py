@@ -511,12 +511,29 @@ def verify_run(path: str | Path, deep: bool = True) -> list[str]:
             missing = [c for c in TABLE_COLUMNS[t] if c not in frame.columns]
             if missing:
                 problems.append(f"table {t}: lacks columns {missing}")
+        if t == "examples":
+            problems += summary_problems(manifest, frame)
     extra = sorted(f.name for f in path.iterdir() if f.name not in listed)
     if extra:
         problems.append(
             f"files not in the manifest: {', '.join(extra[:5])}{', ...' if len(extra) > 5 else ''} "
             "(remove them, or recompute the run)"
         )
+    return problems
+
+
+def summary_problems(manifest: dict, examples: pd.DataFrame) -> list[str]:
+    """The manifest's summary (accuracy, number of examples) against its examples table: `list` and the dashboard
+    show the summary, so an edited one must not pass."""
+    problems = []
+    n = (manifest.get("task") or {}).get("n_examples")
+    if isinstance(n, int) and n != len(examples):
+        problems.append(f"the manifest says {n} examples, its examples table holds {len(examples)}")
+    accuracy = manifest.get("accuracy")
+    if isinstance(accuracy, float) and "correct" in examples.columns and len(examples):
+        actual = float(examples["correct"].mean())
+        if abs(actual - accuracy) > 1e-9:
+            problems.append(f"the manifest's accuracy {accuracy:.4%} is not its examples table's {actual:.4%}")
     return problems
 
 

@@ -15,7 +15,7 @@ import streamlit as st
 from screen_text import spec_strings
 from streamlit.testing.v1 import AppTest
 
-from app.sidebar import picker_label
+from app.sidebar import picker_label, picker_labels
 from app.tour.steps import ONE_OF_THEM, OVER_RUNS, STEPS, settings_note
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
@@ -169,3 +169,14 @@ def test_a_page_whose_verdict_reads_another_tau_than_the_sidebar_says_so(page, s
         assert not at.exception, [e.message for e in at.exception]
         notes[tau] = [c.value for c in at.caption if "judged at the paper's cutoff tau = 50" in c.value]
     assert len(notes[40]) == 1 and "sidebar's tau = 40" in notes[40][0] and notes[50] == []
+
+
+def test_two_runs_with_one_label_are_told_apart_by_their_ids():
+    run = SHIPPED[0]
+    twins = [{"name": f"{run.name[:-10]}{tail}", "manifest": run.manifest, "label": run.label}
+             for tail in ("aaaaaaaaaa", "bbbbbbbbbb")]
+    labels = picker_labels(twins + [{"name": SHIPPED[1].name, "manifest": SHIPPED[1].manifest,
+                                     "label": SHIPPED[1].label}])
+    assert len(set(labels.values())) == 3
+    assert labels[twins[0]["name"]].endswith("aaaaaaaaaa")
+    assert not labels[SHIPPED[1].name].endswith(SHIPPED[1].name[-10:])  # a label of its own keeps no id

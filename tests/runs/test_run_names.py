@@ -1,12 +1,18 @@
-"""A run named on the command line is found by folder, id, label or a unique part; a typo gets "did you mean"
-and several matches are named, before any model is loaded; anything else is left to be a model."""
+"""A run named on the command line is found by folder, id, label or whole words of its name; a typo gets "did you
+mean" and several matches are named, before any model is loaded; anything else is left to be a model. And a run's
+summary edited by hand does not pass `verify`."""
 
 import json
+import shutil
 
 import pytest
 
 from core.errors import CoreError
+from core.files import PROJECT_ROOT
+from core.runs.cache import verify_run
 from core.runs.run_names import find_run
+
+SHIPPED_RUN = "fourier-frozen-tied-demo-trained-here-addition-test-05d0125721"
 
 RUNS = {
     "fourier-frozen-tied-demo-trained-here-addition-test-05d0125721": "Fourier-frozen, tied (demo, trained here)",
@@ -52,3 +58,17 @@ def test_several_matches_are_named_and_nothing_close_is_a_model(cache, tmp_path)
     assert find_run(cache, "openai-community/gpt2") is None
     assert find_run(cache, str(tmp_path)) is None  # a folder
     assert find_run(tmp_path / "no-cache-here", "scratch") is None
+
+
+@pytest.mark.skipif(not (PROJECT_ROOT / "cache" / SHIPPED_RUN).is_dir(), reason="the shipped cache")
+def test_an_edited_summary_does_not_pass_verify(tmp_path):
+    """`list` and the dashboard show a manifest's accuracy and count: one edited by hand fails `verify`."""
+    run = tmp_path / SHIPPED_RUN
+    shutil.copytree(PROJECT_ROOT / "cache" / SHIPPED_RUN, run)
+    assert verify_run(run) == []
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["accuracy"], manifest["task"]["n_examples"] = 0.99, 300
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    problems = " ".join(verify_run(run))
+    assert "the manifest's accuracy 99.0000% is not its examples table's" in problems
+    assert "the manifest says 300 examples, its examples table holds 3419" in problems
