@@ -12,6 +12,7 @@ every answer, and the rows of the unembedding that the Fourier analysis reads.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -151,7 +152,14 @@ def _pairs(task: str, max_operand: int) -> list[tuple[int, int]]:
 
 
 def build_examples(task: str = "addition", max_operand: int = PAPER_MAX_OPERAND, seed: int = 0) -> list[Example]:
-    """All examples of a task, each with its split; deterministic in (task, max_operand, seed)."""
+    """All examples of a task, each with its split; deterministic in (task, max_operand, seed). Built once per
+    process for each (task, max_operand, seed) (a third of a second each; the claims of every run ask for it);
+    each call gets its own list of the same frozen examples."""
+    return list(_built_examples(task, int(max_operand), int(seed)))
+
+
+@functools.lru_cache(maxsize=8)
+def _built_examples(task: str, max_operand: int, seed: int) -> tuple[Example, ...]:
     check_task(task, max_operand)
     phrasings = {
         "addition": ADDITION_PHRASINGS,
@@ -196,7 +204,7 @@ def build_examples(task: str = "addition", max_operand: int = PAPER_MAX_OPERAND,
                 phrasing=chosen[idx],
             )
         )
-    return examples
+    return tuple(examples)
 
 
 def select_split(examples: Iterable[Example], split: str) -> list[Example]:

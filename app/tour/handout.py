@@ -144,9 +144,16 @@ def build_handout(
 ) -> Handout:
     """Every Tour step for `chosen` (each on the best shipped run instead, with `best`, as the Tour's toggle),
     with the claims `claims_of(run)` gives (core.claims.registry.run_claims, or the dashboard's shared copy)."""
+    computed: dict[str, dict] = {}
+
+    def claims_once(run):  # every step compares the runs' claims: compute each run's once for the whole handout
+        if run.name not in computed:
+            computed[run.name] = claims_of(run)
+        return computed[run.name]
+
     steps = []
     for number, step in enumerate(STEPS, start=1):
-        choice = choose_run(step, chosen, runs, claims_of, training_claim, best)
+        choice = choose_run(step, chosen, runs, claims_once, training_claim, best)
         shown, note, missing, figures = choice.shown, "", "", ()
         if choice.switched_from is not None:
             mine = choice.switched_from
@@ -158,7 +165,7 @@ def build_handout(
             why = shown.not_applicable(step.table)
             missing = f"{shown.label} cannot show this step" + (f": {why}." if why else f" (no {step.table} table).")
         else:
-            figures = step_figures(step, shown, StepInputs(basis, claims_of(shown), runs))
+            figures = step_figures(step, shown, StepInputs(basis, claims_once(shown), runs))
             if step.key in OVER_RUNS and not figures:
                 missing = NOTHING_TO_COMPARE[step.key]
         steps.append(
