@@ -526,7 +526,8 @@ def summary_problems(manifest: dict, examples: pd.DataFrame) -> list[str]:
     """The manifest's summary (accuracy, number of examples) against its examples table: `list` and the dashboard
     show the summary, so an edited one must not pass."""
     problems = []
-    n = (manifest.get("task") or {}).get("n_examples")
+    task = manifest.get("task")
+    n = task.get("n_examples") if isinstance(task, dict) else None  # a wrongly shaped task is reported elsewhere
     if isinstance(n, int) and n != len(examples):
         problems.append(f"the manifest says {n} examples, its examples table holds {len(examples)}")
     accuracy = manifest.get("accuracy")
