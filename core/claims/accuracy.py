@@ -88,6 +88,11 @@ def commonest_answer_of(run, split: str) -> tuple[int, float]:
     return commonest_answer(e.answer for e in select_split(examples, split))
 
 
+def agree_pct(level: float) -> str:
+    """A verdict level as a sentence says it: 0.99 -> "99%"."""
+    return f"{100 * level:g}%"
+
+
 def claim_accuracy(run) -> Claim:
     """Step 1. Paper: fine-tuned GPT-2-XL answers 99.74% of the addition test prompts (reverse-Polish runs read the
     same number) and 74.58% of the multiplication validation prompts.
@@ -129,6 +134,12 @@ def claim_accuracy(run) -> Claim:
         and not run.manifest.get("model", {}).get("tied_embeddings", True)
     ):
         reason = "the sinusoids are on the input side only; the output rows were learned from scratch"
+    level = "validation" if val is not None else split
+    if not reason and verdict == "partly":  # the rule's own reason: where the score sits between its levels
+        reason = (f"{pct(score)} on {level} is above the {agree_pct(partly)} that 'partly' needs but below the "
+                  f"{agree_pct(agree)} that 'agrees' needs")
+    elif not reason and verdict == "does not" and beats:
+        reason = f"{pct(score)} on {level} is below the {agree_pct(partly)} that 'partly' needs"
     if not beats:
         reason = (f"{reason}; " if reason else "") + (
             f"always answering {common} would score {pct(common_share)}, as much as this run"
