@@ -270,10 +270,14 @@ def claim_behaviour(run) -> Claim:
         f"binomial p = {p_value:.2g})" + (f"; {pct(within2)} are off by at most 2." if pd.notna(within2) else ".")
     )
     reason = ""
+    if verdict == "partly":  # the rule's own reason: beyond chance, short of half
+        reason = f"more than chance (p = {p_value:.2g}), but {pct(share)} is short of the half that 'agrees' needs"
     if verdict == "does not" and pd.notna(within2) and within2 >= 0.5:
         reason = (
             "its errors are off-by-one or two: the size is right and the last digit is off, the opposite of the paper's"
         )
+    if verdict == "does not" and not reason:
+        reason = f"no more multiples of 10 than chance would give (p = {p_value:.2g})"
     return judged(Claim(
         "behaviour",
         paper,

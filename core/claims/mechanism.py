@@ -170,10 +170,24 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
         "strong low frequencies (size), attention does not (last digit).",
         measured,
         verdict,
-        structural_reason(run, spectra=True) if verdict != "agrees" else "",
+        (structural_reason(run, spectra=True) if verdict != "agrees" else "")
+        or spectra_rule_reason(mlp_low, attn_short, shares, verdict),
         {"low_share": shares, "top_periods": tops, "above_baseline": above, "layers": keep},
         headline=f"Below tau = {tau}: {pct(shares['mlp'])} of the MLPs' energy, {pct(shares['attn'])} of attention's.",
     ), run)
+
+
+def spectra_rule_reason(mlp_low: bool, attn_short: bool, shares: dict, verdict: str) -> str:
+    """Which of the rule's two tests failed (`claim_spectra`), in words; "" when both pass."""
+    if verdict == "agrees":
+        return ""
+    said = []
+    if not mlp_low:
+        said.append(f"the MLPs' low-band share ({pct(shares['mlp'])}) is not 10 points above attention's "
+                    f"({pct(shares['attn'])})")
+    if not attn_short:
+        said.append("attention carries none of periods 2, 2.5, 5, 10 at twice what W_U alone gives")
+    return "; ".join(said)
 
 
 def _spectra_sentences(read: dict, tau: int) -> str:
