@@ -4,6 +4,7 @@ when that range is wide, so that a student who moves tau and sees nothing change
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from core.analysis.fourier import same_split_taus
@@ -17,8 +18,8 @@ WIDE = 8
 def same_split_range(module_spectra: pd.DataFrame, basis: str, tau: int) -> tuple[int, int, float]:
     """(lowest tau, highest tau, share of the energy between them) over every attention and MLP layer."""
     sub = module_spectra[(module_spectra["basis"] == basis) & module_spectra["module"].isin(["attn", "mlp"])]
-    magnitudes = sub.pivot_table(index=["module", "layer"], columns="k", values="magnitude").to_numpy()
-    return same_split_taus(magnitudes, tau, SAME_SPLIT_FLOOR)
+    energy = (sub["magnitude"] ** 2).groupby(sub["k"]).sum().sort_index()  # summed over modules and layers
+    return same_split_taus(np.sqrt(energy.to_numpy()), tau, SAME_SPLIT_FLOOR)  # it squares them back
 
 
 def same_split_sentence(module_spectra: pd.DataFrame, basis: str, tau: int) -> str:
