@@ -187,13 +187,17 @@ STEP_TERMS = {
 }
 
 
+def jargon_flags(pattern: str) -> int:
+    """How a JARGON pattern matches: in any case when it is written in lower case, else exactly as written."""
+    return re.IGNORECASE if pattern.islower() else 0
+
+
 def jargon_in(text: str) -> list[str]:
     """The TERMS entries that explain the listed words `text` uses, in the order of JARGON (a pattern with a
     capital letter matches case-sensitively, the others in any case)."""
     found = []
     for pattern, name in JARGON.items():
-        flags = 0 if re.search(r"[A-Z]", pattern.replace("\\b", "")) else re.IGNORECASE
-        if name not in found and re.search(pattern, text, flags):
+        if name not in found and re.search(pattern, text, jargon_flags(pattern)):
             found.append(name)
     return found
 

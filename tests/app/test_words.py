@@ -18,7 +18,7 @@ from screen_text import shown_text
 from streamlit.testing.v1 import AppTest
 
 from app.furniture import code_spans
-from app.glossary import JARGON, TERMS
+from app.glossary import JARGON, TERMS, jargon_flags
 from app.tour.steps import STEPS
 from core.claims.base import VERDICT_LABELS, VERDICT_MEANINGS
 from core.claims.features import claim_training
@@ -60,7 +60,7 @@ def unexplained(texts: list[str]) -> list[str]:
                 bad.append(f"badge {badge!r}")
         words = re.sub(r"`[^`]*`", " ", text)
         for word in TECHNICAL.findall(words):
-            listed = any(re.search(p, word, flags=re.I if p.islower() else 0) for p in JARGON)
+            listed = any(re.search(p, word, jargon_flags(p)) for p in JARGON)
             if listed or word.lstrip("0123456789.") in NAMES:  # "5.0MB": a unit after a number
                 continue
             bad.append(f"{word!r} in {text[:80]!r}")
@@ -88,7 +88,7 @@ def test_the_word_list_finds_the_words_it_lists():
                "t-SNE": "t-SNE", "LoRA": "LoRA", "fine-tuning": "fine-tuned", "epoch": "epochs", "seed": "3 seeds",
                "k-shot": "4-shot"}  # fmt: skip
     for entry, word in samples.items():
-        assert any(re.search(p, word, flags=re.I if p.islower() else 0) for p, e in JARGON.items() if e == entry), entry
+        assert any(re.search(p, word, jargon_flags(p)) for p, e in JARGON.items() if e == entry), entry
     assert unexplained(["the Q4_1 weights", "a GGUF file", "W_U and W_E", "`a,b,answer_given`"]) == []
     assert unexplained(["an FFN block", "the kv_cache", ":red-badge[Not tested here]"]) != []
 
