@@ -15,7 +15,8 @@ training split with the answer-token loss (`core.training.answers.answer_loss`):
 * or, with `lora.train: "full"`, those maps are trained whole and their change ships as rank-r factors
   (from an earlier stage's delta, `lora.init_delta`, they start as that stage left them, and the change
   that ships is still measured from the base model, so the new delta rebuilds from the base alone);
-* with `frozen_blocks`, the lower blocks' output is computed once (`core.training.frozen_blocks`);
+* with `frozen_blocks`, the lower blocks keep the base weights; while the rows stay frozen too their output
+  is computed once (`core.training.frozen_blocks`), with trained rows every step runs the whole stack;
 * bfloat16 autocast on the CPU, float32 trainable weights, seeded, a checkpoint every
   `checkpoint_steps` steps (`core.training.checkpoint`), so an interrupted run resumes mid-epoch;
 * per-epoch train and validation accuracy and loss in `training_log.parquet`; the test split is never
@@ -189,6 +190,9 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     out.mkdir(parents=True, exist_ok=True)
     p = number_space(recipe.task, recipe.max_operand)
     frozen = spec.frozen_blocks
+    # the frozen blocks' output is kept only while the rows that feed them stay frozen too; with trained rows
+    # every step runs the whole stack (the lower blocks' maps still frozen, their gradient reaching the rows)
+    keep_bottom = bool(frozen) and spec.rows_lr_ratio == 0
 
     # the base model, its tokenizer with the number tokens, and the model to train
     ckpt = out / CHECKPOINT
@@ -233,7 +237,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         drawn = None
         if spec.balance_answers:
             drawn = answer_balanced_draw(np.asarray(data["train"].targets), spec.balance_answers, rng)
-        if frozen:
+        if keep_bottom:
             return length_batches(train_lengths, recipe.batch_size, rng, drawn)
         order = rng.permutation(len(data["train"])) if drawn is None else drawn
         return [order[s : s + recipe.batch_size] for s in range(0, len(order), recipe.batch_size)]
@@ -261,7 +265,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
         log(f"resuming {recipe.name} (seed {recipe.seed}) at epoch {state['epoch'] + 1}, "
             f"step {state['step']}/{batches_per_epoch[state['epoch'] % recipe.epochs]}")
     bottom = None  # with frozen_blocks: the frozen blocks' kept output, made once the rows are final (after a resume)
-    if frozen:
+    if keep_bottom:
         t_bottom = time.time()
         bottom = FrozenBottom(model, data["train"].encoded, frozen, recipe.precision)
         log(f"blocks 0..{frozen - 1} frozen: their output for {len(data['train'])} training prompts kept "

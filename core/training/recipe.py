@@ -117,7 +117,7 @@ class NumberTokens:
     rows_lr_ratio: float = 1.0  # the new rows' learning rate over the recipe's lr (0: frozen)
     stop_at_val_accuracy: float | None = None  # stop after the epoch whose validation accuracy reaches this
     balance_answers: float = 0.0  # 0: plain epochs; 1: every answer drawn equally often
-    frozen_blocks: int = 0  # how many lower blocks stay frozen (their output is computed once)
+    frozen_blocks: int = 0  # how many lower blocks stay frozen (their output computed once if the rows are frozen)
 
     @classmethod
     def parse(cls, spec: dict, name: str, n_layers: int) -> "NumberTokens":
@@ -141,9 +141,6 @@ class NumberTokens:
         if not _is_whole(frozen) or not 0 <= frozen < n_layers:
             raise CoreError(f"{where}.frozen_blocks (how many lower blocks stay frozen) must be a whole number in "
                             f"0..{n_layers - 1}, got {frozen!r}")
-        if frozen and ratio != 0:
-            raise CoreError(f"{where}.frozen_blocks needs the new rows frozen too (rows_lr_ratio 0): the frozen "
-                            "blocks' output is computed once from them")
         layer = spec.get("layer", cls.layer)
         if not _is_whole(layer) or layer < 0:
             raise CoreError(f"{where}.layer (the block whose output starts the new rows) must be a whole number "

@@ -435,9 +435,16 @@ def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tm
     assert set(again) == set(tensors) and all(torch.equal(again[k], tensors[k]) for k in tensors)
 
 
+    # with the rows trained, the lower blocks' output cannot be kept: every step runs the whole stack, the lower
+    # block keeps the base weights (no factors in the delta) and the rows still learn through it
+    trained_rows = finetune(tiny_recipe(tiny_base, tmp_path / "rows", number_tokens={**spec, "rows_lr_ratio": 1.0}),
+                            log=quiet)
+    rows_tensors, rows_meta = read_delta(trained_rows.out / DELTA_FILE)
+    assert rows_meta["frozen_blocks"] == "1" and not any(k.startswith("lora.0.") for k in rows_tensors)
+    assert not torch.equal(rows_tensors["number_rows"], tensors["number_rows"])  # frozen above, trained here
+    assert set(rows_tensors) == set(tensors)
+
     base_fields = dict(name="x", label="x", out=str(tmp_path), init_from=str(tiny_base), n_layers=3)
-    with pytest.raises(CoreError, match="needs the new rows frozen"):
-        Recipe(**base_fields, number_tokens={"frozen_blocks": 1}).check()
     for bad in (-1, 3, 1.0, True):
         with pytest.raises(CoreError, match="frozen_blocks .* must be a whole number in 0..2"):
             Recipe(**base_fields, number_tokens={"frozen_blocks": bad, "rows_lr_ratio": 0.0}).check()
