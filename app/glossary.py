@@ -78,8 +78,8 @@ TERMS = {
     "pre-training": "A language model's first, long training on a large amount of text, before any task.",
     "fine-tuning": "Training an already pre-trained model some more on one task (here: the addition questions).",
     "frozen": "Kept fixed while the rest of a model trains. The Fourier-frozen demo models have their number "
-    "embeddings frozen to waves chosen by hand; the default run froze its number rows and its lower 18 blocks "
-    "(blocks 0..17) as pre-training made them and trained only blocks 18..29, the top 12 of 30.",
+    "embeddings frozen to waves chosen by hand; the default run froze its lower 18 blocks (blocks 0..17) as "
+    "pre-training made them and trained only its number rows and blocks 18..29, the top 12 of 30.",
     "delta": "What fine-tuning changed, stored apart from the pre-trained model: the new number rows and each "
     "trained weight matrix's change, cut to its strongest directions (SVD). `python -m core rebuild` adds it back "
     "onto the pre-trained model, which gives the fine-tuned model bit for bit.",

@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     reb = sub.add_parser(
         "rebuild", help="rebuild a fine-tuned model from its shipped delta and the base model, checked bit for bit"
     )
-    reb.add_argument("recipe", help="recipe name (smollm2-addition-blocks-18-29) or the model folder that holds "
+    reb.add_argument("recipe", help="recipe name (smollm2-addition-rows-blocks-18-29) or the model folder that holds "
                      "delta.safetensors; a missing packaged base model is imported first")
     reb.add_argument("--base", default=None, help="the base model folder (default: the one the delta names)")
     reb.add_argument(

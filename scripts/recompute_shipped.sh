@@ -34,7 +34,7 @@ else
 fi
 # the default run: SmolLM2 fine-tuned with number tokens (on a lent GPU); its delta is shipped, and rebuild imports the base
 # model first when it is not here (the earlier stages ship only their logs: docs/fine-tuning.md)
-model=smollm2-addition-blocks-18-29
+model=smollm2-addition-rows-blocks-18-29
 [ -f "models/$model/model.safetensors" ] || .venv/bin/python -m core rebuild "$model"
 .venv/bin/python -m core precompute --model "models/$model" --taus "$TAUS" --display-order 0 \
   --threads "$THREADS" --recompute --no-progress

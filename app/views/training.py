@@ -70,7 +70,7 @@ tuned = fine_tuned_training(view.split)
 if not tuned:
     st.info(
         "No fine-tuned run of a real pre-trained model is in the cache (`python -m core train --recipe "
-        "smollm2-addition-blocks-18-29` makes the default one: about 2.5 hours on two CPU cores with "
+        "smollm2-addition-rows-blocks-18-29` makes the default one: about 3 hours on two CPU cores with "
         "`--precision float32`, 5 minutes on a GPU with `--device cuda`)."
     )
 else:

@@ -36,10 +36,13 @@ def digit_derived(run) -> str:
     origin = run_origin(run.manifest)
     spec = (origin["recipe"] or {}).get("number_tokens")
     if origin["kind"] == "fine-tuned" and spec:
+        trained = float(spec.get("rows_lr_ratio", 1.0)) != 0.0
         return (
             "its number rows started as the base model's hidden state at the last digit token of "
-            f"{spec.get('context', '?')!r}; "
-            "that model reads numbers digit by digit, so period 10 (and 5, 2.5, 2) is partly built in by the tokenizer"
+            f"{spec.get('context', '?')!r}"
+            + (" and were then trained on addition" if trained else "")
+            + "; that model reads numbers digit by digit, so period 10 (and 5, 2.5, 2) is partly built in by the "
+            "tokenizer"
         )
     if (run.manifest.get("number_representations") or {}).get("single_token") is False:
         return (

@@ -361,15 +361,18 @@ def ablation_pattern(cells: dict, base: float) -> dict:
 
     cells: {(module, band): (accuracy, random-control accuracy (mean over draws), control sd (NaN: one draw))},
     band = the band removed. A failed test "has no power" where the random control of the same rank
-    already breaks the model as much (`claim_ablations` gives the rule).
+    already breaks the model as much, unless the cell falls well below that control (then the band matters
+    more than any: evidence against, not silence); `claim_ablations` gives the rule.
     """
     out = {}
     for module, paper_band, other_band in (("mlp", "low", "high"), ("attn", "high", "low")):
         acc, ctrl, sd = cells.get((module, paper_band), (np.nan, np.nan, np.nan))
-        other, other_ctrl, _ = cells.get((module, other_band), (np.nan, np.nan, np.nan))
+        other, other_ctrl, other_sd = cells.get((module, other_band), (np.nan, np.nan, np.nan))
         margin = max(DROP, 2 * sd) if np.isfinite(sd) else DROP
+        other_margin = max(DROP, 2 * other_sd) if np.isfinite(other_sd) else DROP
         opposite_ok = other >= KEEP_SHARE * base
-        opposite_powerless = not opposite_ok and other_ctrl < KEEP_SHARE * base
+        opposite_against = other <= other_ctrl - other_margin  # the band the paper calls harmless costs more than random
+        opposite_powerless = not opposite_ok and other_ctrl < KEEP_SHARE * base and not opposite_against
         # below the opposite cell too, unless that cell has no power (then it is no yardstick)
         paper_ok = acc <= ctrl - margin and (acc <= other - DROP or opposite_powerless)
         paper_powerless = not paper_ok and ctrl < margin  # the control is at the floor: no room to fall below it
@@ -398,7 +401,9 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     points below its random control (the
     mean over the control's draws, sd their spread). An opposite cell that is not harmless while its
     own random control keeps less than 90% of the unfiltered accuracy has no power (a random subspace
-    that large already breaks the model: the band is no worse than any), and neither has a paper cell
+    that large already breaks the model: the band is no worse than any), unless it falls max(10, 2 sd)
+    points below that control (the band the paper calls harmless matters more than as many random
+    directions: evidence against the paper, and the reason says so), and neither has a paper cell
     whose control is already within the margin of zero; a module whose only failures are such is "no
     power", not "does not".
     Verdict: agrees when both modules show it, partly when one does, not tested when neither module's
@@ -485,8 +490,16 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
             continue
         acc_other = cells[(m, other)][0]
         name = "the MLPs'" if m == "mlp" else "attention's"
+        other_ctrl, other_sd = cells[(m, other)][1], cells[(m, other)][2]
+        other_margin = max(DROP, 2 * other_sd) if np.isfinite(other_sd) else DROP
         if pattern[m] is None:
             bits.append(f"{name} test has no power here: as many random directions removed already break the model")
+        elif acc_other <= other_ctrl - other_margin:
+            bits.append(
+                f"removing {name} {other} band costs {100 * (other_ctrl - acc_other):.1f} points more than as many "
+                f"random directions ({pct(acc_other)} against {pct(other_ctrl)}): the band the paper finds harmless "
+                "matters here (evidence against)"
+            )
         elif not acc_other >= KEEP_SHARE * base:
             bits.append(f"removing {name} {other} band is not harmless ({pct(acc_other)})")
         else:

@@ -105,7 +105,8 @@ def stage_recipes(recipe: dict) -> list[dict]:
 def frozen_stack_sentence(manifest: dict) -> str:
     """One sentence a lecturer can say about a fine-tuning that kept its lower blocks frozen ("" otherwise):
     which part of the model is pre-training's and which was trained to add. A later stage counts only the
-    blocks that no stage of its chain trained, and needs every stage to have kept the number rows frozen."""
+    blocks that no stage of its chain trained; where any stage trained the number rows, the sentence says the
+    lower blocks' weights are pre-training's but what they compute is not pre-training's alone."""
     recipe = run_origin(manifest)["recipe"] or {}
     L = manifest.get("n_layers") or recipe.get("n_layers")
     stages = stage_recipes(recipe)
@@ -113,8 +114,15 @@ def frozen_stack_sentence(manifest: dict) -> str:
         return ""
     specs = [r.get("number_tokens") or {} for r in stages]
     frozen = min(int(spec.get("frozen_blocks") or 0) for spec in specs)
-    if not frozen or not L or any(float(spec.get("rows_lr_ratio", 1.0)) != 0.0 for spec in specs):
+    if not frozen or not L:
         return ""
+    if any(float(spec.get("rows_lr_ratio", 1.0)) != 0.0 for spec in specs):
+        return (
+            f"The top {L - frozen} of its {L} layers were trained to add, and so were the number tokens' rows (each "
+            f"started as the pre-trained model's own vector for the number): the lower {frozen} layers keep "
+            "pre-training's weights but read the trained rows, so Fourier features found there come from "
+            "pre-training's weights applied to rows that fine-tuning moved."
+        )
     return (
         f"Only the top {L - frozen} of its {L} layers were trained to add: the lower {frozen} and the number tokens' "
         "rows (each the pre-trained model's own vector for the number, frozen) never saw the addition data, so "
@@ -136,8 +144,12 @@ def fine_tuning_text(manifest: dict) -> str:
     earlier = recipe_of({"source": str(project_path(start).parent)}) if start else None
     frozen = int(spec.get("frozen_blocks") or 0)
     if lora.get("train") == "full" and frozen:
+        rows_trained = float(spec.get("rows_lr_ratio", 1.0)) != 0.0
+        kept = (f"blocks 0..{frozen - 1} stayed frozen (as pre-training left them) while the new rows were trained"
+                if rows_trained else
+                f"blocks 0..{frozen - 1} and the new rows stayed frozen (the lower blocks as pre-training left them)")
         what = (
-            f"blocks 0..{frozen - 1} and the new rows stayed frozen (the lower blocks as pre-training left them), "
+            f"{kept}, "
             f"and every linear map of blocks {frozen}..{L - 1} (attention's and the MLP's) was trained (full "
             "fine-tuning, as the paper "
             f"does, of the top {L - frozen} of {L} blocks); each map's change is kept as its best "

@@ -182,6 +182,18 @@ def test_a_test_whose_control_already_breaks_the_model_has_no_power():
     assert pattern["mlp"] is None  # its opposite band cannot be shown harmless: no power, not agreement
 
 
+def test_a_harmless_band_that_costs_more_than_its_broken_control_is_evidence_against():
+    """Stage 3's attention-low cell: 32.1% against a control at 50.5%, both below 90% of the unfiltered accuracy.
+    The control breaking the model does not silence a cell 18 points below it: the band the paper calls harmless
+    matters more than as many random directions, so attention does not show the pattern (False, not None), and
+    the reason says by how much; 5 points below (within the 10-point margin) stays no power."""
+    cells = {("attn", "high"): (0.02, 0.03, np.nan), ("attn", "low"): (0.321, 0.505, np.nan)}
+    assert ablation_pattern(cells, 0.95)["attn"] is False
+    assert ablation_pattern({**cells, ("attn", "low"): (0.455, 0.505, np.nan)}, 0.95)["attn"] is None
+    # a spread of draws widens the margin: 18 points below a control whose draws spread by sd 12 is within 2 sd
+    assert ablation_pattern({**cells, ("attn", "low"): (0.321, 0.505, 0.12)}, 0.95)["attn"] is None
+
+
 def test_a_wave_whose_trough_sits_on_the_answer_does_not_lock():
     """SmolLM2-frozen's MLP 2 locked to mod 10 at R = 0.87 with offset -4.9: it pushes the answer's residue down."""
     t = pd.DataFrame(

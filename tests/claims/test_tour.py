@@ -449,6 +449,10 @@ def test_every_fine_tuned_run_describes_itself_from_its_recipe_and_summary():
             and (st.get("number_tokens") or {}).get("rows_lr_ratio", 1.0) == 0 for st in chain)
         top = r.manifest["n_layers"] - int(spec.get("frozen_blocks") or 0)
         assert (f"Only the top {top} of its" in frozen_stack_sentence(r.manifest)) == bool(first_stage), r.name
+        rows_trained = spec.get("frozen_blocks") and any(
+            (st.get("number_tokens") or {}).get("rows_lr_ratio", 1.0) != 0 for st in chain)
+        assert (f"The top {top} of its" in frozen_stack_sentence(r.manifest)) == bool(rows_trained), r.name
+        assert ("while the new rows were trained" in text) == bool(rows_trained and not lora.get("init_delta")), r.name
         assert f"{summary['delta_bytes'] / 1e6:.1f} MB" in text
         assert ("not shipped" in text) == (summary.get("delta_shipped") is False)
         assert "a few MB" not in text
