@@ -371,7 +371,8 @@ def ablation_pattern(cells: dict, base: float) -> dict:
         margin = max(DROP, 2 * sd) if np.isfinite(sd) else DROP
         other_margin = max(DROP, 2 * other_sd) if np.isfinite(other_sd) else DROP
         opposite_ok = other >= KEEP_SHARE * base
-        opposite_against = other <= other_ctrl - other_margin  # the band the paper calls harmless costs more than random
+        # the band the paper calls harmless costs more than as many random directions
+        opposite_against = other <= other_ctrl - other_margin
         opposite_powerless = not opposite_ok and other_ctrl < KEEP_SHARE * base and not opposite_against
         # below the opposite cell too, unless that cell has no power (then it is no yardstick)
         paper_ok = acc <= ctrl - margin and (acc <= other - DROP or opposite_powerless)

@@ -2,7 +2,8 @@
 
 With `frozen_blocks` K > 0 blocks 0..K-1 get no trained LoRA (a later stage keeps the earlier stage's
 factors there, frozen: `keep_lower`). When the new rows stay frozen too (`rows_lr_ratio` 0; with trained
-rows the fine-tuning runs the whole stack each step), nothing below block K ever changes: the output of block K-1 for every training prompt is computed once, and each step runs
+rows the fine-tuning runs the whole stack each step), nothing below block K ever changes: the output of
+block K-1 for every training prompt is computed once, and each step runs
 (forward and backward) only blocks K.., the final norm and the head. Prompts of one length are
 batched together (`length_batches`), so no padding or mask is needed; the result is the same model
 the whole forward pass computes (a test checks the logits).

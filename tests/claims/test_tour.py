@@ -154,8 +154,10 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
         ctrl, opp_ctrl = (acc_of(m, f"matched-{b}") if len(acc_of(m, f"matched-{b}")) else acc_of(m, f"random-{b}")
                           for b in (band, other))
         margin = max(0.10, 2 * ctrl.std(ddof=1)) if len(ctrl) > 1 else 0.10
+        opp_margin = max(0.10, 2 * opp_ctrl.std(ddof=1)) if len(opp_ctrl) > 1 else 0.10
         opposite_ok = opp >= 0.9 * base
-        opposite_no_power = not opposite_ok and opp_ctrl.mean() < 0.9 * base
+        # a harmless-by-the-paper band that costs more than its own control is evidence against, never "no power"
+        opposite_no_power = not opposite_ok and opp_ctrl.mean() < 0.9 * base and opp > opp_ctrl.mean() - opp_margin
         paper_ok = acc <= ctrl.mean() - margin and (acc <= opp - 0.10 or opposite_no_power)
         no_power = (opposite_ok or opposite_no_power) and (paper_ok or ctrl.mean() < margin)
         shows.append(True if opposite_ok and paper_ok else None if no_power else False)
