@@ -79,7 +79,9 @@ else:
         *training.fine_tuning_stages(stages, split, ACCURACY["GPT-2-XL fine-tuned"] / 100),
         key="training-stages",
     )
-    st.markdown("From the stages' training logs: " + training_summaries.stages_sentence(stages, split))
+    st.caption("Each model and stage above, from its training log (a later stage counts its epochs on from the "
+               "stage it continues):")
+    st.dataframe(training_summaries.stages_table(stages, split), hide_index=True)
     if once := training_summaries.scored_once(tuned):
         st.markdown(once)
     notes = [f"**{label}**: {note}." for label, manifest, log in tuned if (note := selection_note_of(manifest, log))]

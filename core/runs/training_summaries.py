@@ -5,6 +5,7 @@ core.runs.summaries, which re-exports these names."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -164,16 +165,33 @@ def scored_once(runs: list[tuple[str, dict, pd.DataFrame]]) -> str:
             "it): " + "; ".join(parts) + ".")
 
 
-def stages_sentence(stages: pd.DataFrame, split: str) -> str:
-    """One sentence per stage, from the frame of `fine_tuning_stages`: its epochs and where it ended.
-    Runs of separate chains that share a stage number are named, not merged."""
-    parts = []
-    shared = stages.groupby("stage")["run"].nunique()
+#: The note `fine_tuning_stages` appends to the label of a stage that has no cached run.
+NO_RUN_NOTE = re.compile(r" \((history: )?its training log; no cached run\)$")
+#: What tells one fine-tuned model from the next in a label such as "SmolLM2-135M fine-tuned, number tokens (real
+#: LLM, blocks 18..29, 12 epochs)": its last parenthesis, without "real LLM, ".
+LABEL_DETAIL = re.compile(r"\((?:real LLM, )?([^()]*)\)$")
+
+
+def stages_table(stages: pd.DataFrame, split: str) -> pd.DataFrame:
+    """One row per stage of the frame of `fine_tuning_stages`, for the page beside its chart (a table, not a
+    paragraph): the model's label without the note, what it is now (the cached run; an earlier stage of it; history,
+    a model or variant it replaced), its stage, its epochs (counted over all stages), where it trained and its
+    accuracy on `split` at its last epoch. Runs of separate chains that share a stage number each get their row.
+    A label that ends in a parenthesis is shortened to it (the chart's legend beside it has the whole label)."""
+    accuracy = f"{split} accuracy, last epoch"
+    rows = []
     for (stage, run), g in stages.sort_values(["stage", "epoch"]).groupby(["stage", "run"], sort=False):
         first, last = int(g["epoch"].min()), int(g["epoch"].max())
-        span = f"epoch {first}" if first == last else f"epochs {first}-{last}"
-        name = f" of {run}" if shared[stage] > 1 else ""
-        parts.append(
-            f"stage {stage}{name} ({span}, {g['device'].iloc[0]}): {split} accuracy {g['accuracy'].iloc[-1]:.1%}"
-        )
-    return "; ".join(parts) + "." if parts else ""
+        note = NO_RUN_NOTE.search(run)
+        label = NO_RUN_NOTE.sub("", run)
+        detail = LABEL_DETAIL.search(label)
+        rows.append({
+            "model": detail.group(1) if detail else label,
+            "is": "the cached run" if bool(g["cached"].iloc[0]) else
+            "history (log only)" if note and note.group(1) else "an earlier stage (log only)",
+            "stage": int(stage),
+            "epochs": str(first) if first == last else f"{first}-{last}",
+            "trained on": g["device"].iloc[0],
+            accuracy: f"{g['accuracy'].iloc[-1]:.1%}",
+        })
+    return pd.DataFrame(rows, columns=["model", "is", "stage", "epochs", "trained on", accuracy])

@@ -290,15 +290,19 @@ def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
     chained = training_summaries.fine_tuning_stages([first], "val")
     assert chained.groupby("run")["epoch"].max().to_dict() == {"zero (its training log; no cached run)": 3, "first": 12}
     assert not chained[chained["stage"] == 1]["cached"].any() and chained[chained["stage"] == 2]["cached"].all()
-    both = training_summaries.stages_sentence(stages, "val")  # two separate first stages are named, not merged
-    assert (
-        "stage 1 of alone (epochs 1-2, CPU): val accuracy 2.1%" in both and "stage 1 of first (epochs 1-9, GPU)" in both
-    )
-    sentence = training_summaries.stages_sentence(stages[stages["run"] != "alone"], "val")
-    assert (
-        "stage 1 (epochs 1-9, GPU): val accuracy 9.1%" in sentence
-        and "stage 3 (epochs 11-14, CPU): val accuracy 4.1%" in sentence
-    )
+    table = training_summaries.stages_table(stages, "val").set_index("model")  # separate first stages: a row each
+    assert table.loc["alone", ["stage", "epochs", "trained on", "val accuracy, last epoch"]].tolist() == [
+        1, "1-2", "CPU", "2.1%"]
+    assert table.loc["first", ["stage", "epochs", "trained on"]].tolist() == [1, "1-9", "GPU"]
+    assert table.loc["third", ["stage", "epochs", "val accuracy, last epoch"]].tolist() == [3, "11-14", "4.1%"]
+    assert set(table["is"]) == {"the cached run"}
+    chained_table = training_summaries.stages_table(chained, "val").set_index("model")
+    assert chained_table.loc["zero", "is"] == "an earlier stage (log only)"  # the note moves into its own column
+    assert chained_table.loc["first", "is"] == "the cached run"
+    replaced = chained.assign(run="SmolLM2 tuned (real LLM, blocks 18..29) (history: its training log; no cached run)",
+                              cached=False)
+    short = training_summaries.stages_table(replaced, "val")
+    assert short["is"].unique().tolist() == ["history (log only)"] and set(short["model"]) == {"blocks 18..29"}
 
 
 def test_checkpoint_keeps_every_view_of_a_shared_storage_and_a_tied_weight_once(tmp_path):
