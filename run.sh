@@ -53,6 +53,12 @@ case "${1:-}" in
     setup_python; setup_browser
     exec "$PY" -m pytest tests ;;
   app)
+    shift
+    if [ "$1" = "--cache-dir" ]; then  # another cache folder (the default: the project's cache/)
+      [ -d "$2" ] || { echo "run.sh app: --cache-dir needs an existing folder, got '$2'" >&2; exit 2; }
+      export FOURIER_CACHE_DIR="$(cd "$2" && pwd)"; shift 2
+    fi
+    [ $# -eq 0 ] || { echo "run.sh app: unknown option '$1' (only --cache-dir DIR)" >&2; exit 2; }
     setup_python
     exec "$PY" -m streamlit run app/main.py ;;
   handout)

@@ -78,3 +78,12 @@ def test_results_document_is_what_the_script_writes():
     assert out.stdout == (DOCS / "results.md").read_text(encoding="utf-8"), (
         "docs/results.md is out of date: run .venv/bin/python scripts/results.py --write"
     )
+
+
+def test_run_sh_app_refuses_a_bad_cache_folder_or_option_in_one_line_before_setting_up():
+    """`bash run.sh app --cache-dir DIR` points the dashboard at another cache folder (docs/serving.md); a folder that
+    is not there or an unknown option is refused with exit code 2 and one line, before any set-up runs."""
+    for args, said in ((["--cache-dir", "/no/such/folder"], "needs an existing folder"),
+                       (["--colour", "red"], "unknown option '--colour'")):
+        done = subprocess.run(["bash", "run.sh", "app", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done
