@@ -51,7 +51,8 @@ TERMS = {
     "embedding": "The vector a model starts from for each token; for number tokens, the number rows of the input "
     "matrix W_E.",
     "Cohen's kappa": "How well a linear probe reads n mod T from the numbers' vectors, on numbers it did not train "
-    "on: 1 = perfectly, 0 = no better than guessing.",
+    "on: 1 = perfectly, 0 = no better than guessing; below 0 is no better either (a probe that fitted noise in the "
+    "numbers it trained on).",
     "validation split": "Questions kept out of training and used to choose a model (when to stop, which stage).",
     "test split": "Questions kept out of training and of every choice, to be scored once at the end: the honest score. "
     "A model stopped while its test score was in view (the earlier SmolLM2 stages, now history on the Training page) "
