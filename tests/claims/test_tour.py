@@ -221,7 +221,9 @@ def expected_causal_verdict(shift) -> str:
         x = (real["residue_moved"] * real["n"]).sum() / n
         z = 1.96
         low = (x + z * z / (2 * n) - z * np.sqrt(x * (1 - x) / n + z * z / (4 * n * n))) / (1 + z * z / n)
-        control = np.mean([(d["residue_moved"] * d["n"]).sum() / d["n"].sum() for _, d in ctrl.groupby("draw")])
+        # a module read only on the screen has no random edits: without a control it cannot be called causal
+        control = (np.mean([(d["residue_moved"] * d["n"]).sum() / d["n"].sum() for _, d in ctrl.groupby("draw")])
+                   if len(ctrl) else np.nan)
         causal[(kind, layer)] = low >= 0.5 and control <= 0.15
     if not any(v for (k, _), v in causal.items() if k == "resid"):
         return "not tested"
