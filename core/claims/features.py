@@ -121,7 +121,8 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
     measured = (
         f"At {where}{' (where the probes read best)' if origin != 'scratch' else ''}: {s['n_outliers']} of "
         f"{s['n_frequencies']} frequencies above the shuffled-numbers threshold; of 2, 2.5, 5 and 10: "
-        f"{', '.join(f'{t:g}' for t in s['short_periods']) or 'none'}. Probe kappa {reads} (controls, which should read nothing: {ctl})"
+        f"{', '.join(f'{t:g}' for t in s['short_periods']) or 'none'}. Probe kappa {reads} "
+        f"(controls, which should read nothing: {ctl})"
         + (f", numbers read in {info['context']!r}." if info.get("context") else ".")
     )
     return Claim(

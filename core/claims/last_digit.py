@@ -42,21 +42,24 @@ def shift_summary(shift: pd.DataFrame) -> pd.DataFrame:
     moved by d, pooled over every d and question), its 95% interval, `n` (question-shifts pooled),
     `control` (the same for the random edits of the same norm: mean over draws), `control_sd` (across
     draws), and `causal` / `not_causal` by the rule of `claim_module_waves`."""
-    t = shift[shift["period_set"] == CAUSAL_SET]
+    t = shift[shift["period_set"] == CAUSAL_SET].assign(hits=lambda f: f["residue_moved"] * f["n"])
+    keys = ["kind", "layer"]
+    real = t[~t["control"]].groupby(keys, sort=False)[["hits", "n"]].sum()
+    # each random draw's share pooled over its d and questions, then mean and spread over the draws
+    draws = t[t["control"]].groupby([*keys, "draw"], sort=False)[["hits", "n"]].sum()
+    per_draw = (draws["hits"] / draws["n"]).groupby(level=keys, sort=False).agg(["mean", "std", "size"])
     rows = []
-    for (kind, layer), g in t.groupby(["kind", "layer"], sort=False):
-        real, ctrl = g[~g["control"]], g[g["control"]]
-        hits = float((real["residue_moved"] * real["n"]).sum())
-        n = int(real["n"].sum())
-        share = hits / n if n else float("nan")
+    for (kind, layer), sums in real.iterrows():
+        n = int(sums["n"])
+        share = float(sums["hits"]) / n if n else float("nan")
         low, high = wilson_interval(share, n)
-        per_draw = ctrl.groupby("draw").apply(lambda d: (d["residue_moved"] * d["n"]).sum() / d["n"].sum(),
-                                              include_groups=False)
-        control = float(per_draw.mean()) if len(per_draw) else float("nan")
+        drawn = per_draw.loc[(kind, layer)] if (kind, layer) in per_draw.index else None
+        count = int(drawn["size"]) if drawn is not None else 0
+        control = float(drawn["mean"]) if count else float("nan")
         rows.append({
             "kind": kind, "layer": int(layer), "share": share, "low": low, "high": high, "n": n,
-            "control": control, "control_sd": float(per_draw.std(ddof=1)) if len(per_draw) > 1 else float("nan"),
-            "draws": int(len(per_draw)),
+            "control": control, "control_sd": float(drawn["std"]) if count > 1 else float("nan"),
+            "draws": count,
             "causal": bool(low >= CAUSAL_SHARE and control <= CONTROL_MAX),
             "not_causal": bool(high < CAUSAL_SHARE),
         })
