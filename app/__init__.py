@@ -5,7 +5,8 @@ its own layer and the layers below it in this list, never a layer above it nor t
 
   app.guards                a link's values, an upload, text and CSV cells from outside, checked before use
   app (its own modules)     the furniture every page shares: state (the view of one rerun), shared (figures
-                            built once for all sessions), run_loading, glossary, chart_export, furniture, sidebar
+                            built once for all sessions), run_loading, glossary, furniture (the
+                            page parts, `show_chart` with its downloads), sidebar
   app.figures, app.live     Altair figures of a run's tables; live computations and their queue
   app.tour                  the Tour's steps as data, its classroom controls, the handout (HTML and PDF)
   app.views                 the pages (Streamlit runs each file; main.py lists them)

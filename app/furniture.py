@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import re
 
+import altair as alt
 import pandas as pd
 import streamlit as st
+import vl_convert as vlc
 
+from app.guards.csv_safety import csv_text
 from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims, valid_runs
+from app.shared import vega_spec
 from app.state import cache_dir, current_view, large
 from core.claims.base import LOW_RANK, VERDICT_LABELS, VERDICT_MEANINGS, VERDICTS
 from core.claims.registry import PAPER_SHORT
+from core.runs import cache as run_cache
 from core.runs.origin import fine_tuning_text, frozen_stack_sentence
 from core.runs.reader import RunReader, Table
 from core.runs.summaries import sampled_examples
@@ -208,3 +213,59 @@ def example_picker(run: RunReader, key: str = "example") -> pd.Series:
     )
     to_url(key)
     return by_id.loc[st.session_state[key]]
+
+
+def _file_stem(chart, key: str) -> str:
+    """Download file names name the model: the chart's key plus the run in its subtitle, if any."""
+    title = getattr(chart, "title", None)
+    sub = getattr(title, "subtitle", None) if title is not None else None
+    sub = " ".join(sub) if isinstance(sub, list) else sub if isinstance(sub, str) else ""
+    return f"{key}-{run_cache.slugify(sub)}" if sub else key
+
+
+def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, name: str | None = None) -> None:
+    """The chart, its one-line caption, and downloads of the chart (PNG, SVG) and its data (CSV)."""
+    name = name or _file_stem(chart, key)
+    spec = vega_spec(chart)  # a figure shared by all sessions comes converted already (app/shared.py)
+    if spec is not None:
+        st.vega_lite_chart(spec=spec, width="stretch", theme=None)
+    else:
+        st.altair_chart(chart, width="stretch", theme=None)  # the chart's own colours: the same as the PNG/SVG download
+    st.caption(caption)
+    # one button that keeps its word on a narrow column; the files are made only when one is clicked
+    # (vl-convert renders the same Vega-Lite spec as the screen)
+    with st.popover("Download", icon=":material/download:"):
+        st.download_button(
+            "Chart as PNG",
+            lambda: _png(chart.to_json()),
+            f"{name}.png",
+            "image/png",
+            key=f"{key}-png",
+            on_click="ignore",
+        )
+        st.download_button(
+            "Chart as SVG",
+            lambda: _svg(chart.to_json()),
+            f"{name}.svg",
+            "image/svg+xml",
+            key=f"{key}-svg",
+            on_click="ignore",
+        )
+        st.download_button(
+            "Data as CSV",
+            lambda: csv_text(data),  # text cells a spreadsheet would run as formulas are escaped
+            f"{name}.csv",
+            "text/csv",
+            key=f"{key}-csv",
+            on_click="ignore",
+        )
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _png(spec: str) -> bytes:
+    return vlc.vegalite_to_png(spec, scale=2)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _svg(spec: str) -> str:
+    return vlc.vegalite_to_svg(spec)

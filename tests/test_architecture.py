@@ -184,7 +184,7 @@ def imports_streamlit(path: Path) -> bool:
 
 def test_the_figures_and_the_tour_steps_do_not_import_streamlit():
     """A figure or a Tour step is the same on screen, in the handout and from the command line: only the page
-    draws it (app.chart_export.show_chart, app/views), and only the Tour's classroom controls call Streamlit."""
+    draws it (app.furniture.show_chart, app/views), and only the Tour's classroom controls call Streamlit."""
     wrong = [
         m
         for m, p in MODULES.items()

@@ -9,5 +9,5 @@
   training     training curves and the fine-tuning stages
 
 No module here imports Streamlit itself: a figure is built once per process for all sessions (`app.shared`) and
-drawn by the page (`app.chart_export.show_chart`).
+drawn by the page (`app.furniture.show_chart`).
 """

@@ -9,8 +9,16 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from app.chart_export import styled
-from app.figures.style import ANSWER_COLOUR, MODULE_COLOURS, PCT_AXIS, PCT_SCALE, k_axis, period_marks, task_periods
+from app.figures.style import (
+    ANSWER_COLOUR,
+    MODULE_COLOURS,
+    PCT_AXIS,
+    PCT_SCALE,
+    k_axis,
+    period_marks,
+    styled,
+    task_periods,
+)
 from app.shared import share_figures
 from core.runs import summaries
 from core.runs.reader import RunReader, Table

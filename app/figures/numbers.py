@@ -8,8 +8,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from app.chart_export import styled
-from app.figures.style import k_axis, period_marks, task_periods
+from app.figures.style import k_axis, period_marks, styled, task_periods
 from app.shared import share_figures
 from core.runs import summaries
 from core.runs.reader import RunReader, Table

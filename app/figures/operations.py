@@ -9,8 +9,7 @@ import math
 import altair as alt
 import pandas as pd
 
-from app.chart_export import styled
-from app.figures.style import PCT_AXIS, PCT_SCALE
+from app.figures.style import PCT_AXIS, PCT_SCALE, styled
 from app.shared import share_figures
 from core.claims.base import task_of
 from core.claims.operations import COMPARED_PERIODS, module_carriers, operation_accuracy, period_ratios, short_name

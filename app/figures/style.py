@@ -1,11 +1,17 @@
-"""The look every figure shares: the answer's colour, the module colours, the percentage axis and
-readable frequency ticks."""
+"""The look every figure shares: the answer's colour, the module colours, the percentage axis, readable
+frequency ticks, and a chart's title (wrapped, never cut), size and fonts, bigger in presentation mode
+(`styled`). No Streamlit here: `app.furniture.show_chart` draws a styled chart with its downloads."""
 
 from __future__ import annotations
+
+import json
+import re
+import textwrap
 
 import altair as alt
 import pandas as pd
 
+from app.state import large
 from core.paper import paper_findings
 
 ANSWER_COLOUR = "#d62728"
@@ -39,3 +45,56 @@ def period_marks(periods, span: int, top: float, labelled=()) -> alt.LayerChart:
     text = alt.Chart(named).mark_text(color="#444", angle=270, align="right", baseline="middle", dx=0, dy=-7).encode(
         x="k:Q", y="y:Q", text="label:N")
     return rules + text
+
+
+#: The narrowest a chart is drawn at 1024 x 768 (a Tour or comparison column), in pixels: normal, presentation mode.
+NARROWEST = {False: 250, True: 450}
+#: Average width of a title character, as a share of its font size (bold sans-serif, generous).
+CHAR_WIDTH = 0.6
+
+
+def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int | None = None) -> alt.Chart:
+    """Title, size and font sizes (bigger in presentation mode). `row_step`: pixels per row of a
+    chart with a discrete y axis (a heatmap), instead of a fixed height. A title "what — run" is
+    split: the run's name goes to a subtitle. The title wraps to the chart's drawn width in the browser
+    (`wrapped_title`), so it is never cut, however narrow the column the chart is drawn in."""
+    big = large()
+    scale = 1.1 if big else 1
+    what, _, run = title.partition(" — ")
+    size_px, sub_px = (20, 16) if big else (15, 12)
+    params = dict(fontSize=size_px, anchor="start", limit=10_000)  # no cut: the text wraps instead
+    # the height Streamlit gives a stretched chart includes its title: add the title's lines (at the narrowest) to it
+    extra = (len(_lines(what, NARROWEST[big], size_px)) - 1) * int(size_px * 1.2)
+    if run:
+        sub = _lines(run, NARROWEST[big], sub_px)
+        params.update(subtitle=sub if len(sub) > 1 else sub[0], subtitleFontSize=sub_px, subtitleColor="#555")
+        extra += len(sub) * int(sub_px * 1.25)
+    size = alt.Step(int(row_step * scale)) if row_step else int(height * scale) + extra
+    return (
+        chart.properties(title=alt.TitleParams(wrapped_title(what, size_px), **params), height=size)
+        .configure_axis(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12)
+        .configure_legend(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
+        .configure_text(fontSize=16 if big else 11)
+    )
+
+
+def wrapped_title(text: str, font_px: int) -> alt.ExprRef:
+    """A title as a Vega expression that breaks it into lines fitting the chart's drawn width (the `width`
+    signal, which Streamlit sets to the column's width), so it wraps instead of being cut with an ellipsis."""
+    chars = f"max(8, floor((isFinite(width) ? width : 600) / {CHAR_WIDTH * font_px:g}))"
+    pattern = "regexp('(.{1,' + " + chars + " + '})( +|$)', 'g')"  # breaks at plain spaces only
+    kept = re.sub(r" ([+=−-]) ", "\u00a0\\1\u00a0", text)  # "15 + 93" stays on one line
+    return alt.ExprRef(f"split(trim(replace({json.dumps(kept, ensure_ascii=False)}, {pattern}, '$1\\n')), '\\n')")
+
+
+def title_text(title) -> str:
+    """The plain text of a chart title as a spec holds it: a string, lines, or `wrapped_title`'s expression."""
+    text = title.get("text", "") if isinstance(title, dict) else title
+    if isinstance(text, dict) and "expr" in text:
+        text = json.JSONDecoder().raw_decode(text["expr"], text["expr"].index('"'))[0]
+    return (" ".join(text) if isinstance(text, list) else str(text)).replace("\u00a0", " ")
+
+
+def _lines(text: str, width_px: int, font_px: int) -> list[str]:
+    """`text` wrapped to lines that fit `width_px` at `font_px` (the subtitle, which Vega-Lite cannot wrap)."""
+    return textwrap.wrap(text, max(8, int(width_px / (CHAR_WIDTH * font_px)))) or [""]

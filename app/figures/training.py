@@ -7,8 +7,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from app.chart_export import styled
-from app.figures.style import PCT_AXIS, PCT_SCALE
+from app.figures.style import PCT_AXIS, PCT_SCALE, styled
 from app.shared import share_figures
 from core.paper import ACCURACY
 

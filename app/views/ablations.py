@@ -1,9 +1,8 @@
 import pandas as pd
 import streamlit as st
 
-from app.chart_export import show_chart
 from app.figures import logits
-from app.furniture import intro, needs, scroll_into_view
+from app.furniture import intro, needs, scroll_into_view, show_chart
 from app.glossary import term
 from app.guards.url_state import to_url, url_state
 from app.live.ablation import follow_live, live_folder, live_request, result_frame, submit_live

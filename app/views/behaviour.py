@@ -1,8 +1,7 @@
 import streamlit as st
 
-from app.chart_export import show_chart
 from app.figures import logits
-from app.furniture import intro, needs, origin_note
+from app.furniture import intro, needs, origin_note, show_chart
 from app.guards.csv_safety import spreadsheet_safe
 from app.guards.literal_text import literal
 from app.guards.uploads import MAX_UPLOAD_MB, read_upload

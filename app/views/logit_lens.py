@@ -1,8 +1,7 @@
 import streamlit as st
 
-from app.chart_export import show_chart
 from app.figures import logits
-from app.furniture import example_picker, intro, needs
+from app.furniture import example_picker, intro, needs, show_chart
 from app.glossary import term
 from app.guards.url_state import to_url, url_flag, url_state
 from app.sidebar import page_view

@@ -1,9 +1,8 @@
 import streamlit as st
 
-from app.chart_export import show_chart
 from app.figures import numbers
 from app.figures.style import task_periods
-from app.furniture import intro, origin_note
+from app.furniture import intro, origin_note, show_chart
 from app.glossary import term
 from app.guards.url_state import to_url, url_state
 from app.sidebar import page_view

@@ -1,9 +1,8 @@
 import streamlit as st
 
-from app.chart_export import show_chart
 from app.figures import logits
 from app.figures.style import task_periods
-from app.furniture import intro, needs, rank_sentence
+from app.furniture import intro, needs, rank_sentence, show_chart
 from app.glossary import term
 from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims

@@ -7,8 +7,7 @@ The steps themselves (title, question, table, figures) are app/tour/steps.py's, 
 
 import streamlit as st
 
-from app.chart_export import show_chart
-from app.furniture import BADGE, claim_box, code_spans, why_sentence
+from app.furniture import BADGE, claim_box, code_spans, show_chart, why_sentence
 from app.glossary import step_terms
 from app.guards.url_state import to_url, url_flag, url_state
 from app.run_loading import run_claims, runs_of_split, training_claim

@@ -1,9 +1,8 @@
 import streamlit as st
 
-from app.chart_export import show_chart
 from app.figures import training
 from app.figures.training import SPLIT_NAMES
-from app.furniture import intro
+from app.furniture import intro, show_chart
 from app.guards.url_state import to_url, url_state
 from app.run_loading import fine_tuned_training, fine_tuning_history, training_logs
 from app.sidebar import page_view

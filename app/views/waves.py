@@ -1,9 +1,8 @@
 import streamlit as st
 
-from app.chart_export import show_chart
 from app.figures import logits
 from app.figures.phase import locking_heatmap
-from app.furniture import example_picker, intro, needs
+from app.furniture import example_picker, intro, needs, show_chart
 from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
 from app.sidebar import page_view

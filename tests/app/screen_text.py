@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from app.chart_export import title_text
+from app.figures.style import title_text
 
 
 def spec_strings(spec) -> list[str]:

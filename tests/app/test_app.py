@@ -12,7 +12,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from app.chart_export import title_text
+from app.figures.style import title_text
 from app.live.ablation import status_line
 from app.live.queue import LiveStatus
 from core.analysis.behaviour import error_summary
