@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine.
-#   bash run.sh app    set up, then start the dashboard on the shipped demo runs (http://localhost:8501)
+#   bash run.sh app [--cache-dir DIR]
+#                      set up, then start the dashboard on the shipped runs, or another cache folder's (http://localhost:8501)
 #   bash run.sh test   set up, then run the test suite
 #   bash run.sh serve [--workers N] [--bind ADDR] [--port PORT]
 #                      set up, then serve a class: N dashboard processes behind HAProxy (docs/serving.md)
@@ -54,8 +55,8 @@ case "${1:-}" in
     exec "$PY" -m pytest tests ;;
   app)
     shift
-    if [ "$1" = "--cache-dir" ]; then  # another cache folder (the default: the project's cache/)
-      [ -d "$2" ] || { echo "run.sh app: --cache-dir needs an existing folder, got '$2'" >&2; exit 2; }
+    if [ "${1:-}" = "--cache-dir" ]; then  # another cache folder (the default: the project's cache/)
+      [ -n "${2:-}" ] && [ -d "$2" ] || { echo "run.sh app: --cache-dir needs an existing folder, got '${2:-}'" >&2; exit 2; }
       export FOURIER_CACHE_DIR="$(cd "$2" && pwd)"; shift 2
     fi
     [ $# -eq 0 ] || { echo "run.sh app: unknown option '$1' (only --cache-dir DIR)" >&2; exit 2; }

@@ -84,6 +84,7 @@ def test_run_sh_app_refuses_a_bad_cache_folder_or_option_in_one_line_before_sett
     """`bash run.sh app --cache-dir DIR` points the dashboard at another cache folder (docs/serving.md); a folder that
     is not there or an unknown option is refused with exit code 2 and one line, before any set-up runs."""
     for args, said in ((["--cache-dir", "/no/such/folder"], "needs an existing folder"),
+                       (["--cache-dir"], "needs an existing folder"),
                        (["--colour", "red"], "unknown option '--colour'")):
         done = subprocess.run(["bash", "run.sh", "app", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
         assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done

@@ -372,7 +372,8 @@ def ablation_pattern(cells: dict, base: float) -> dict:
         other_margin = max(DROP, 2 * other_sd) if np.isfinite(other_sd) else DROP
         opposite_ok = other >= KEEP_SHARE * base
         # the band the paper calls harmless costs more than as many random directions
-        opposite_against = other <= other_ctrl - other_margin
+        # (only against a control of two draws or more: one draw has no spread to measure "well below" by)
+        opposite_against = np.isfinite(other_sd) and other <= other_ctrl - other_margin
         opposite_powerless = not opposite_ok and other_ctrl < KEEP_SHARE * base and not opposite_against
         # below the opposite cell too, unless that cell has no power (then it is no yardstick)
         paper_ok = acc <= ctrl - margin and (acc <= other - DROP or opposite_powerless)
@@ -403,8 +404,9 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     mean over the control's draws, sd their spread). An opposite cell that is not harmless while its
     own random control keeps less than 90% of the unfiltered accuracy has no power (a random subspace
     that large already breaks the model: the band is no worse than any), unless it falls max(10, 2 sd)
-    points below that control (the band the paper calls harmless matters more than as many random
-    directions: evidence against the paper, and the reason says so), and neither has a paper cell
+    points below that control, measured over two draws or more (the band the paper calls harmless
+    matters more than as many random directions: evidence against the paper, and the reason says so;
+    against one draw the reason says how far below it the cell is), and neither has a paper cell
     whose control is already within the margin of zero; a module whose only failures are such is "no
     power", not "does not".
     Verdict: agrees when both modules show it, partly when one does, not tested when neither module's
@@ -491,16 +493,26 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
             continue
         acc_other = cells[(m, other)][0]
         name = "the MLPs'" if m == "mlp" else "attention's"
+        acc_paper, ctrl_paper, sd_paper = cells[(m, paper_band := "low" if m == "mlp" else "high")]
         other_ctrl, other_sd = cells[(m, other)][1], cells[(m, other)][2]
         other_margin = max(DROP, 2 * other_sd) if np.isfinite(other_sd) else DROP
+        opposite_powerless = not acc_other >= KEEP_SHARE * base and other_ctrl < KEEP_SHARE * base
         if pattern[m] is None:
-            bits.append(f"{name} test has no power here: as many random directions removed already break the model")
-        elif acc_other <= other_ctrl - other_margin:
+            said = f"{name} test has no power here: as many random directions removed already break the model"
+            if not np.isfinite(other_sd) and acc_other <= other_ctrl - other_margin:
+                said += (f" (removing its {other} band leaves {pct(acc_other)}, {100 * (other_ctrl - acc_other):.1f} "
+                         f"points below its one random draw, {pct(other_ctrl)}: one draw has no spread to judge by)")
+            bits.append(said)
+        elif np.isfinite(other_sd) and acc_other <= other_ctrl - other_margin:
             bits.append(
                 f"removing {name} {other} band costs {100 * (other_ctrl - acc_other):.1f} points more than as many "
                 f"random directions ({pct(acc_other)} against {pct(other_ctrl)}): the band the paper finds harmless "
                 "matters here (evidence against)"
             )
+        elif opposite_powerless:  # the opposite cell is no yardstick: the paper cell itself fell short of its control
+            spread = f" ± {100 * sd_paper:.1f}" if np.isfinite(sd_paper) else ""
+            bits.append(f"removing {name} {paper_band} band leaves {pct(acc_paper)}, not clearly below as many random "
+                        f"directions ({pct(ctrl_paper)}{spread})")
         elif not acc_other >= KEEP_SHARE * base:
             bits.append(f"removing {name} {other} band is not harmless ({pct(acc_other)})")
         else:

@@ -144,7 +144,8 @@ def fine_tuning_text(manifest: dict) -> str:
     earlier = recipe_of({"source": str(project_path(start).parent)}) if start else None
     frozen = int(spec.get("frozen_blocks") or 0)
     if lora.get("train") == "full" and frozen:
-        rows_trained = float(spec.get("rows_lr_ratio", 1.0)) != 0.0
+        rows_trained = any(float((stage.get("number_tokens") or {}).get("rows_lr_ratio", 1.0)) != 0.0
+                           for stage in stage_recipes(recipe))
         kept = (f"blocks 0..{frozen - 1} stayed frozen (as pre-training left them) while the new rows were trained"
                 if rows_trained else
                 f"blocks 0..{frozen - 1} and the new rows stayed frozen (the lower blocks as pre-training left them)")
@@ -160,7 +161,10 @@ def fine_tuning_text(manifest: dict) -> str:
             what = (
                 f"it continues {earlier.get('label', start) if earlier else start}"
                 + (f" ({earlier_epochs} epochs)" if earlier_epochs else "")
-                + f": blocks 0..{frozen - 1} and the new rows stayed frozen, and every linear map of blocks "
+                + f": blocks 0..{frozen - 1} "
+                + ("stayed frozen while the new rows were trained" if rows_trained
+                   else "and the new rows stayed frozen")
+                + ", and every linear map of blocks "
                 f"{frozen}..{L - 1} was trained further (full fine-tuning, as the paper does, of the top {L - frozen} "
                 f"of {L} blocks; each map's change from the pre-trained model, both stages together, is kept as its "
                 f"best rank-{lora.get('rank', '?')} approximation by SVD)"

@@ -186,12 +186,14 @@ def test_a_harmless_band_that_costs_more_than_its_broken_control_is_evidence_aga
     """Stage 3's attention-low cell: 32.1% against a control at 50.5%, both below 90% of the unfiltered accuracy.
     The control breaking the model does not silence a cell 18 points below it: the band the paper calls harmless
     matters more than as many random directions, so attention does not show the pattern (False, not None), and
-    the reason says by how much; 5 points below (within the 10-point margin) stays no power."""
-    cells = {("attn", "high"): (0.02, 0.03, np.nan), ("attn", "low"): (0.321, 0.505, np.nan)}
+    the reason says by how much; 5 points below (within the 10-point margin) stays no power, and so does a cell
+    below a control of one draw (no spread to judge "well below" by)."""
+    cells = {("attn", "high"): (0.02, 0.03, np.nan), ("attn", "low"): (0.321, 0.505, 0.03)}
     assert ablation_pattern(cells, 0.95)["attn"] is False
-    assert ablation_pattern({**cells, ("attn", "low"): (0.455, 0.505, np.nan)}, 0.95)["attn"] is None
+    assert ablation_pattern({**cells, ("attn", "low"): (0.455, 0.505, 0.03)}, 0.95)["attn"] is None
     # a spread of draws widens the margin: 18 points below a control whose draws spread by sd 12 is within 2 sd
     assert ablation_pattern({**cells, ("attn", "low"): (0.321, 0.505, 0.12)}, 0.95)["attn"] is None
+    assert ablation_pattern({**cells, ("attn", "low"): (0.321, 0.505, np.nan)}, 0.95)["attn"] is None  # one draw
 
 
 def test_a_wave_whose_trough_sits_on_the_answer_does_not_lock():

@@ -157,7 +157,8 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
         opp_margin = max(0.10, 2 * opp_ctrl.std(ddof=1)) if len(opp_ctrl) > 1 else 0.10
         opposite_ok = opp >= 0.9 * base
         # a harmless-by-the-paper band that costs more than its own control is evidence against, never "no power"
-        opposite_no_power = not opposite_ok and opp_ctrl.mean() < 0.9 * base and opp > opp_ctrl.mean() - opp_margin
+        opposite_no_power = (not opposite_ok and opp_ctrl.mean() < 0.9 * base
+                             and (len(opp_ctrl) < 2 or opp > opp_ctrl.mean() - opp_margin))
         paper_ok = acc <= ctrl.mean() - margin and (acc <= opp - 0.10 or opposite_no_power)
         no_power = (opposite_ok or opposite_no_power) and (paper_ok or ctrl.mean() < margin)
         shows.append(True if opposite_ok and paper_ok else None if no_power else False)
@@ -456,7 +457,7 @@ def test_every_fine_tuned_run_describes_itself_from_its_recipe_and_summary():
         rows_trained = spec.get("frozen_blocks") and any(
             (st.get("number_tokens") or {}).get("rows_lr_ratio", 1.0) != 0 for st in chain)
         assert (f"The top {top} of its" in frozen_stack_sentence(r.manifest)) == bool(rows_trained), r.name
-        assert ("while the new rows were trained" in text) == bool(rows_trained and not lora.get("init_delta")), r.name
+        assert ("while the new rows were trained" in text) == bool(rows_trained), r.name
         assert f"{summary['delta_bytes'] / 1e6:.1f} MB" in text
         assert ("not shipped" in text) == (summary.get("delta_shipped") is False)
         assert "a few MB" not in text

@@ -434,7 +434,6 @@ def test_frozen_lower_blocks_train_only_the_top_and_resume_exactly(tiny_base, tm
     again = delta_after_a_resume(tiny_recipe(tiny_base, tmp_path / "part", number_tokens=spec))
     assert set(again) == set(tensors) and all(torch.equal(again[k], tensors[k]) for k in tensors)
 
-
     # with the rows trained, the lower blocks' output cannot be kept: every step runs the whole stack, the lower
     # block keeps the base weights (no factors in the delta) and the rows still learn through it
     trained_rows = finetune(tiny_recipe(tiny_base, tmp_path / "rows", number_tokens={**spec, "rows_lr_ratio": 1.0}),
