@@ -234,31 +234,14 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, 
     st.caption(caption)
     # one button that keeps its word on a narrow column; the files are made only when one is clicked
     # (vl-convert renders the same Vega-Lite spec as the screen)
+    files = (
+        ("Chart as PNG", lambda: _png(chart.to_json()), "png", "image/png"),
+        ("Chart as SVG", lambda: _svg(chart.to_json()), "svg", "image/svg+xml"),
+        ("Data as CSV", lambda: csv_text(data), "csv", "text/csv"),  # cells a spreadsheet would run are escaped
+    )
     with st.popover("Download", icon=":material/download:"):
-        st.download_button(
-            "Chart as PNG",
-            lambda: _png(chart.to_json()),
-            f"{name}.png",
-            "image/png",
-            key=f"{key}-png",
-            on_click="ignore",
-        )
-        st.download_button(
-            "Chart as SVG",
-            lambda: _svg(chart.to_json()),
-            f"{name}.svg",
-            "image/svg+xml",
-            key=f"{key}-svg",
-            on_click="ignore",
-        )
-        st.download_button(
-            "Data as CSV",
-            lambda: csv_text(data),  # text cells a spreadsheet would run as formulas are escaped
-            f"{name}.csv",
-            "text/csv",
-            key=f"{key}-csv",
-            on_click="ignore",
-        )
+        for label, make, ext, mime in files:
+            st.download_button(label, make, f"{name}.{ext}", mime, key=f"{key}-{ext}", on_click="ignore")
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

@@ -10,7 +10,7 @@ from scipy.stats import binomtest
 
 from core.claims.base import Claim, judged, pct, periods, seeds, task_of
 from core.paper import ACCURACY, OUTLIER_PERIODS
-from core.runs.origin import run_origin, stage_recipes
+from core.runs.origin import rows_trained, run_origin
 from core.runs.reader import Table
 from core.runs.summaries import best_probe_layer, number_summary
 
@@ -36,8 +36,7 @@ def digit_derived(run) -> str:
     origin = run_origin(run.manifest)
     spec = (origin["recipe"] or {}).get("number_tokens")
     if origin["kind"] == "fine-tuned" and spec:
-        trained = any(float((stage.get("number_tokens") or {}).get("rows_lr_ratio", 1.0)) != 0.0
-                      for stage in stage_recipes(origin["recipe"] or {}))
+        trained = rows_trained(origin["recipe"] or {})
         return (
             "its number rows started as the base model's hidden state at the last digit token of "
             f"{spec.get('context', '?')!r}"

@@ -356,6 +356,18 @@ def claim_waves(run, top: int = 5) -> Claim:
 KEEP_SHARE, DROP = 0.90, 0.10
 
 
+def opposite_cell(acc: float, ctrl: float, sd: float, base: float) -> str:
+    """How a module's opposite-band cell reads (`claim_ablations` gives the rule): "harmless" (keeps 90% of the
+    unfiltered accuracy), "against" (max(10, 2 sd) points below its random control of two draws or more: the band
+    the paper calls harmless matters more than as many random directions), "no power" (not harmless, but its
+    control breaks the model as much) or "harmful"."""
+    if acc >= KEEP_SHARE * base:
+        return "harmless"
+    if np.isfinite(sd) and acc <= ctrl - max(DROP, 2 * sd):  # one draw has no spread to measure "well below" by
+        return "against"
+    return "no power" if ctrl < KEEP_SHARE * base else "harmful"
+
+
 def ablation_pattern(cells: dict, base: float) -> dict:
     """Per module, whether it shows the paper's division of labour: True, False, or None (no power).
 
@@ -369,12 +381,8 @@ def ablation_pattern(cells: dict, base: float) -> dict:
         acc, ctrl, sd = cells.get((module, paper_band), (np.nan, np.nan, np.nan))
         other, other_ctrl, other_sd = cells.get((module, other_band), (np.nan, np.nan, np.nan))
         margin = max(DROP, 2 * sd) if np.isfinite(sd) else DROP
-        other_margin = max(DROP, 2 * other_sd) if np.isfinite(other_sd) else DROP
-        opposite_ok = other >= KEEP_SHARE * base
-        # the band the paper calls harmless costs more than as many random directions
-        # (only against a control of two draws or more: one draw has no spread to measure "well below" by)
-        opposite_against = np.isfinite(other_sd) and other <= other_ctrl - other_margin
-        opposite_powerless = not opposite_ok and other_ctrl < KEEP_SHARE * base and not opposite_against
+        opposite = opposite_cell(other, other_ctrl, other_sd, base)
+        opposite_ok, opposite_powerless = opposite == "harmless", opposite == "no power"
         # below the opposite cell too, unless that cell has no power (then it is no yardstick)
         paper_ok = acc <= ctrl - margin and (acc <= other - DROP or opposite_powerless)
         paper_powerless = not paper_ok and ctrl < margin  # the control is at the floor: no room to fall below it
@@ -495,25 +503,24 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         name = "the MLPs'" if m == "mlp" else "attention's"
         acc_paper, ctrl_paper, sd_paper = cells[(m, paper_band := "low" if m == "mlp" else "high")]
         other_ctrl, other_sd = cells[(m, other)][1], cells[(m, other)][2]
-        other_margin = max(DROP, 2 * other_sd) if np.isfinite(other_sd) else DROP
-        opposite_powerless = not acc_other >= KEEP_SHARE * base and other_ctrl < KEEP_SHARE * base
+        opposite = opposite_cell(acc_other, other_ctrl, other_sd, base)
         if pattern[m] is None:
             said = f"{name} test has no power here: as many random directions removed already break the model"
-            if not np.isfinite(other_sd) and acc_other <= other_ctrl - other_margin:
+            if not np.isfinite(other_sd) and acc_other <= other_ctrl - DROP:
                 said += (f" (removing its {other} band leaves {pct(acc_other)}, {100 * (other_ctrl - acc_other):.1f} "
                          f"points below its one random draw, {pct(other_ctrl)}: one draw has no spread to judge by)")
             bits.append(said)
-        elif np.isfinite(other_sd) and acc_other <= other_ctrl - other_margin:
+        elif opposite == "against":
             bits.append(
                 f"removing {name} {other} band costs {100 * (other_ctrl - acc_other):.1f} points more than as many "
                 f"random directions ({pct(acc_other)} against {pct(other_ctrl)}): the band the paper finds harmless "
                 "matters here (evidence against)"
             )
-        elif opposite_powerless:  # the opposite cell is no yardstick: the paper cell itself fell short of its control
+        elif opposite == "no power":  # no yardstick: the paper cell itself fell short of its control
             spread = f" ± {100 * sd_paper:.1f}" if np.isfinite(sd_paper) else ""
             bits.append(f"removing {name} {paper_band} band leaves {pct(acc_paper)}, not clearly below as many random "
                         f"directions ({pct(ctrl_paper)}{spread})")
-        elif not acc_other >= KEEP_SHARE * base:
+        elif opposite == "harmful":
             bits.append(f"removing {name} {other} band is not harmless ({pct(acc_other)})")
         else:
             bits.append(

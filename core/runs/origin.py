@@ -102,6 +102,12 @@ def stage_recipes(recipe: dict) -> list[dict]:
     return chain
 
 
+def rows_trained(recipe: dict) -> bool:
+    """Whether any stage of a number-token recipe's chain (`stage_recipes`) trained the new rows."""
+    return any(float((stage.get("number_tokens") or {}).get("rows_lr_ratio", 1.0)) != 0.0
+               for stage in stage_recipes(recipe))
+
+
 def frozen_stack_sentence(manifest: dict) -> str:
     """One sentence a lecturer can say about a fine-tuning that kept its lower blocks frozen ("" otherwise):
     which part of the model is pre-training's and which was trained to add. A later stage counts only the
@@ -116,7 +122,7 @@ def frozen_stack_sentence(manifest: dict) -> str:
     frozen = min(int(spec.get("frozen_blocks") or 0) for spec in specs)
     if not frozen or not L:
         return ""
-    if any(float(spec.get("rows_lr_ratio", 1.0)) != 0.0 for spec in specs):
+    if rows_trained(recipe):
         return (
             f"The top {L - frozen} of its {L} layers were trained to add, and so were the number tokens' rows (each "
             f"started as the pre-trained model's own vector for the number): the lower {frozen} layers keep "
@@ -144,10 +150,9 @@ def fine_tuning_text(manifest: dict) -> str:
     earlier = recipe_of({"source": str(project_path(start).parent)}) if start else None
     frozen = int(spec.get("frozen_blocks") or 0)
     if lora.get("train") == "full" and frozen:
-        rows_trained = any(float((stage.get("number_tokens") or {}).get("rows_lr_ratio", 1.0)) != 0.0
-                           for stage in stage_recipes(recipe))
+        rows_moved = rows_trained(recipe)
         kept = (f"blocks 0..{frozen - 1} stayed frozen (as pre-training left them) while the new rows were trained"
-                if rows_trained else
+                if rows_moved else
                 f"blocks 0..{frozen - 1} and the new rows stayed frozen (the lower blocks as pre-training left them)")
         what = (
             f"{kept}, "
@@ -162,7 +167,7 @@ def fine_tuning_text(manifest: dict) -> str:
                 f"it continues {earlier.get('label', start) if earlier else start}"
                 + (f" ({earlier_epochs} epochs)" if earlier_epochs else "")
                 + f": blocks 0..{frozen - 1} "
-                + ("stayed frozen while the new rows were trained" if rows_trained
+                + ("stayed frozen while the new rows were trained" if rows_moved
                    else "and the new rows stayed frozen")
                 + ", and every linear map of blocks "
                 f"{frozen}..{L - 1} was trained further (full fine-tuning, as the paper does, of the top {L - frozen} "

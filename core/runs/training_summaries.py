@@ -74,15 +74,19 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
     pre-trained model. An earlier stage with no cached run of its own is read from its model folder
     (its recipe.json and training_log.parquet, shipped with it) and labelled so. Columns: run, stage
     (1, 2, ...), epoch (counted over all stages), stage_epoch (the epoch within its own stage),
-    accuracy, loss, device, starts_from (the earlier stage's label, or None), cached (whether the
+    accuracy, loss, device, starts_from (the earlier stage's label, or None), model (its recipe's label, without
+    the note), history (a model or variant the cached ones replaced), cached (whether the
     stage has a cached run). `earlier`: model folders of earlier models and variants not adopted, with no
     cached run (see `earlier_fine_tunings`), read the same way and labelled as history.
     """
-    cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from", "cached"]
+    cols = ["run", "stage", "epoch", "stage_epoch", "accuracy", "loss", "device", "starts_from", "cached", "model",
+            "history"]
 
-    def entry(label, recipe, log, cached):
+    def entry(label, recipe, log, cached, model=None, history=False):
         return {
             "label": label,
+            "model": model or label,
+            "history": history,
             "log": log,
             "start": earlier_stage(recipe),
             "device": recipe.get("device") or "cpu",
@@ -104,7 +108,8 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
             if (folder / "recipe.json").is_file() and (folder / "training_log.parquet").is_file():
                 recipe = json.loads((folder / "recipe.json").read_text())
                 label = f"{recipe.get('label', folder.name)} (its training log; no cached run)"
-                info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
+                info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False,
+                                     recipe.get("label", folder.name))
                 todo.append(folder)
 
     add_earlier_stages(list(info))  # first the stages the cached runs are made of: they were adopted
@@ -114,7 +119,8 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
         if folder not in info and (folder / "recipe.json").is_file() and (folder / "training_log.parquet").is_file():
             recipe = json.loads((folder / "recipe.json").read_text())
             label = f"{recipe.get('label', folder.name)} (history: its training log; no cached run)"
-            info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False)
+            info[folder] = entry(label, recipe, pd.read_parquet(folder / "training_log.parquet"), False,
+                                 recipe.get("label", folder.name), history=True)
             attempts.append(folder)
     add_earlier_stages(attempts)
 
@@ -143,6 +149,8 @@ def fine_tuning_stages(runs: list[tuple[str, dict, pd.DataFrame]], split: str = 
                     "device": "GPU" if str(item["device"]).startswith("cuda") else "CPU",
                     "starts_from": earlier,
                     "cached": item["cached"],
+                    "model": item["model"],
+                    "history": item["history"],
                 }
             )
         )
@@ -165,8 +173,6 @@ def scored_once(runs: list[tuple[str, dict, pd.DataFrame]]) -> str:
             "it): " + "; ".join(parts) + ".")
 
 
-#: The note `fine_tuning_stages` appends to the label of a stage that has no cached run.
-NO_RUN_NOTE = re.compile(r" \((history: )?its training log; no cached run\)$")
 #: What tells one fine-tuned model from the next in a label such as "SmolLM2-135M fine-tuned, number tokens (real
 #: LLM, blocks 18..29, 12 epochs)": its last parenthesis, without "real LLM, ".
 LABEL_DETAIL = re.compile(r"\((?:real LLM, )?([^()]*)\)$")
@@ -174,7 +180,7 @@ LABEL_DETAIL = re.compile(r"\((?:real LLM, )?([^()]*)\)$")
 
 def stages_table(stages: pd.DataFrame, split: str) -> pd.DataFrame:
     """One row per stage of the frame of `fine_tuning_stages`, for the page beside its chart (a table, not a
-    paragraph): the model's label without the note, what it is now (the cached run; an earlier stage of it; history,
+    paragraph): the model's label (its recipe's), what it is now (the cached run; an earlier stage of it; history,
     a model or variant it replaced), its stage, its epochs (counted over all stages), where it trained and its
     accuracy on `split` at its last epoch. Runs of separate chains that share a stage number each get their row.
     A label that ends in a parenthesis is shortened to it (the chart's legend beside it has the whole label)."""
@@ -182,13 +188,12 @@ def stages_table(stages: pd.DataFrame, split: str) -> pd.DataFrame:
     rows = []
     for (stage, run), g in stages.sort_values(["stage", "epoch"]).groupby(["stage", "run"], sort=False):
         first, last = int(g["epoch"].min()), int(g["epoch"].max())
-        note = NO_RUN_NOTE.search(run)
-        label = NO_RUN_NOTE.sub("", run)
+        label = g["model"].iloc[0]
         detail = LABEL_DETAIL.search(label)
         rows.append({
             "model": detail.group(1) if detail else label,
             "is": "the cached run" if bool(g["cached"].iloc[0]) else
-            "history (log only)" if note and note.group(1) else "an earlier stage (log only)",
+            "history (log only)" if bool(g["history"].iloc[0]) else "an earlier stage (log only)",
             "stage": int(stage),
             "epochs": str(first) if first == last else f"{first}-{last}",
             "trained on": g["device"].iloc[0],

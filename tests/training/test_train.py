@@ -300,7 +300,7 @@ def test_fine_tuning_stages_are_laid_end_to_end(tmp_path):
     assert chained_table.loc["zero", "is"] == "an earlier stage (log only)"  # the note moves into its own column
     assert chained_table.loc["first", "is"] == "the cached run"
     replaced = chained.assign(run="SmolLM2 tuned (real LLM, blocks 18..29) (history: its training log; no cached run)",
-                              cached=False)
+                              model="SmolLM2 tuned (real LLM, blocks 18..29)", history=True, cached=False)
     short = training_summaries.stages_table(replaced, "val")
     assert short["is"].unique().tolist() == ["history (log only)"] and set(short["model"]) == {"blocks 18..29"}
 
