@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="train a narrower/wider variant (a seed study; weights not shipped)",
     )
-    tr.add_argument("--device", default=None, help="number-token fine-tuning only: cpu (default) or cuda")
+    tr.add_argument("--device", default=None, help="cpu (default) or cuda (a GPU; not bit for bit the CPU's numbers)")
     tr.add_argument("--precision", choices=["bfloat16", "float32"], default=None,
                     help="override the recipe's (float32 on a CPU without native bfloat16: several times faster there)")
     tr.add_argument("--no-progress", action="store_true")

@@ -11,7 +11,9 @@ import contextlib
 import numpy as np
 import torch
 
+from core.errors import CoreError
 from core.models.capture import left_pad
+from core.models.loading import check_device
 
 
 class AdditionBatches:
@@ -80,3 +82,11 @@ def model_device(model):
     for t in model.buffers():
         return t.device
     return torch.device("cpu")
+
+
+def training_device(name: str | None):
+    """The torch device a training runs on: `name` ("cpu", "cuda", "cuda:1", "auto"; None is the CPU)."""
+    device = torch.device(check_device(name or "cpu"))
+    if device.type not in ("cpu", "cuda"):
+        raise CoreError(f"--device {name}: training runs on cpu or cuda only")
+    return device

@@ -46,10 +46,10 @@ from transformers import AutoTokenizer
 from core.analysis.numbers import number_representations
 from core.errors import CoreError
 from core.models.importer import ensure_base_model
-from core.models.loading import check_device, load_model
+from core.models.loading import load_model
 from core.models.source import resolve_source
 from core.tasks import build_examples, number_space, select_split
-from core.training.answers import AdditionBatches, answer_loss, evaluate_split
+from core.training.answers import AdditionBatches, answer_loss, evaluate_split, training_device
 from core.training.checkpoint import CHECKPOINT, load_checkpoint, restore_optimizer, save_checkpoint
 from core.training.delta import (
     DELTA_FILE,
@@ -131,14 +131,6 @@ def shipped_by_git(path: Path) -> bool | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return {0: False, 1: True}.get(done.returncode)
-
-
-def training_device(name: str | None):
-    """The torch device a fine-tuning runs on: `name` ("cpu", "cuda", "cuda:1", "auto"; None is the CPU)."""
-    device = torch.device(check_device(name or "cpu"))
-    if device.type not in ("cpu", "cuda"):
-        raise CoreError(f"--device {name}: fine-tuning runs on cpu or cuda only")
-    return device
 
 
 def _resume_key(recipe) -> dict:

@@ -98,11 +98,11 @@ class FrozenRows:
 
     def __init__(self, model, row_ids: np.ndarray, values: np.ndarray):
         self.weight = model.get_input_embeddings().weight
-        self.ids = torch.as_tensor(row_ids, dtype=torch.long)
+        self.ids = torch.as_tensor(row_ids, dtype=torch.long, device=self.weight.device)
         with torch.no_grad():
-            self.weight[self.ids] = torch.as_tensor(values, dtype=self.weight.dtype)
+            self.weight[self.ids] = torch.as_tensor(values, dtype=self.weight.dtype, device=self.weight.device)
         self.values = self.weight.detach()[self.ids].clone()
-        mask = torch.zeros(self.weight.shape[0], 1)
+        mask = torch.zeros(self.weight.shape[0], 1, device=self.weight.device)
         mask[self.ids] = 1.0
         self.mask = mask
         self.handle = self.weight.register_hook(lambda g: g * (1 - self.mask).to(g.dtype))

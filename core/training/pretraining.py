@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from core.tasks import number_space
-from core.training.answers import autocast
+from core.training.answers import autocast, model_device
 from core.training.optimiser import lr_schedule, step_bar, whole_model_optimizer
 from core.training.recipe import Recipe
 
@@ -51,6 +51,7 @@ def pretrain(model, tokenizer, recipe: Recipe, log, progress):
     opt = whole_model_optimizer(model, cfg.lr or recipe.lr, recipe.weight_decay)
     sched = lr_schedule(opt, steps, recipe.warmup_steps, 0.0)
     pad = tokenizer.pad_token_id
+    device = model_device(model)
     bar = step_bar(steps, "pre-train", progress)
     t0 = time.time()
     for epoch in range(cfg.epochs):
@@ -65,7 +66,8 @@ def pretrain(model, tokenizer, recipe: Recipe, log, progress):
                 ids[r, : len(s)] = torch.tensor(s)
                 labels[r, : len(s)] = torch.tensor(s)
             mask = (labels != -100).long()
-            with autocast(recipe.precision):
+            ids, mask, labels = ids.to(device), mask.to(device), labels.to(device)
+            with autocast(recipe.precision, device.type):
                 loss = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()

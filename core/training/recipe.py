@@ -221,7 +221,7 @@ class Recipe:
     select: str = "last"  # which epoch ships: "last", or "val" (best validation accuracy; test scored once, on it)
     save_dtype: str = "float16"
     threads: int | None = None
-    device: str | None = None  # number-token fine-tuning only: "cuda" trains on a GPU (not in a checkpoint's identity)
+    device: str | None = None  # "cuda" trains on a GPU (not in a checkpoint's identity)
     extra: dict = field(default_factory=dict)
 
     @classmethod

@@ -12,8 +12,8 @@ trains it, top to bottom in `train`:
   every optimiser step. With tied embeddings (GPT-2's default) the output rows are the same rows and
   are frozen too; `tied: false` trains a separate output matrix;
 * loss on the answer token only (`core.training.answers`), AdamW with warm-up and linear decay
-  (`core.training.optimiser`), bfloat16 autocast on the CPU (about 5x faster matrix products),
-  float32 master weights;
+  (`core.training.optimiser`), bfloat16 autocast (about 5x faster matrix products on this CPU),
+  float32 master weights, on the CPU or with `--device cuda` on a GPU (not bit for bit the CPU's numbers);
 * per-epoch train/val/test accuracy and loss in `training_log.parquet`;
 * a checkpoint after every epoch (`core.training.checkpoint`), so an interrupted run resumes where
   it stopped; at the end, the weights, tokenizer, recipe and log in the output folder (`publish`).
@@ -39,7 +39,7 @@ from core.errors import CoreError
 from core.models.source import resolve_source
 from core.models.vocab import number_tokenizer
 from core.tasks import build_examples, number_space, select_split
-from core.training.answers import AdditionBatches, answer_loss, evaluate_split
+from core.training.answers import AdditionBatches, answer_loss, evaluate_split, training_device
 from core.training.checkpoint import CHECKPOINT, load_checkpoint, restore_optimizer, save_checkpoint, unique_tensors
 from core.training.number_rows import FrozenRows, frozen_values, number_token_ids
 from core.training.optimiser import lr_schedule, step_bar, whole_model_optimizer
@@ -97,7 +97,7 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
     p = number_space(recipe.task, recipe.max_operand)
     tokenizer = number_tokenizer(p - 1, extra_words=PRETRAIN_WORDS)
     number_ids = number_token_ids(tokenizer, p)
-    model = build_model(recipe, tokenizer)
+    model = build_model(recipe, tokenizer).to(training_device(recipe.device))
     examples = build_examples(recipe.task, recipe.max_operand, recipe.dataset_seed)
     data = {s: AdditionBatches(tokenizer, select_split(examples, s), number_ids) for s in ("train", "val", "test")}
     train_subset = np.random.default_rng(recipe.seed).permutation(len(data["train"]))[: recipe.eval_train_subset]
@@ -280,9 +280,6 @@ def train_from_recipe(
     if precision is not None:
         recipe.precision = precision
     if device is not None:
-        if recipe.number_tokens is None and device != "cpu":
-            raise CoreError(f"recipe {name} trains on the CPU only: --device applies to number-token fine-tuning "
-                            "recipes")
         recipe.device = device
     main_out = Path(out or recipe.out)
     if width is not None and width != shipped.width:
@@ -303,4 +300,5 @@ def train_from_recipe(
     if (recipe.width, recipe.seed) == (shipped.width, shipped.seed):
         return run(recipe, main_out, restart, progress, log)
     sub = (f"w{recipe.width}-" if recipe.width != shipped.width else "") + f"s{recipe.seed}"
+    recipe.label = f"{recipe.label}{f', {recipe.width} wide' if recipe.width != shipped.width else ''}, seed {recipe.seed}"
     return run(recipe, main_out / "seeds" / sub, restart, progress, log)

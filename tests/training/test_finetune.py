@@ -39,7 +39,8 @@ from core.training.delta import (
     state_digest,
     unique_state,
 )
-from core.training.finetune import answer_balanced_draw, finetune, initial_number_rows, scaled_rows, training_device
+from core.training.answers import training_device
+from core.training.finetune import answer_balanced_draw, finetune, initial_number_rows, scaled_rows
 from core.training.frozen_blocks import FrozenBottom, length_batches
 from core.training.lora import FineTuneModel, load_start_delta
 from core.training.recipe import Recipe
