@@ -14,7 +14,7 @@ import vl_convert as vlc
 
 from app.guards.csv_safety import csv_text
 from app.guards.url_state import to_url, url_state
-from app.run_loading import run_claims, valid_runs
+from app.run_loading import run_claims, seed_spread_line, valid_runs
 from app.shared import vega_spec
 from app.state import cache_dir, current_view, large
 from core.claims.base import LOW_RANK, VERDICT_LABELS, VERDICT_MEANINGS, VERDICTS
@@ -81,7 +81,7 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
         if c.verdict == "does not apply":  # the page's own box below says why
             st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {c.paper}")
             return
-        claim_box(c)
+        claim_box(c, seeds=seed_spread_line(v.run, claim))
         said = re.search(r"tau = (\d+)", c.measured)
         if said and int(said.group(1)) != v.tau:  # the verdict's cutoff is not the sidebar's: say which is which
             st.caption(
@@ -90,17 +90,18 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
             )
 
 
-def claim_box(c, who: str = "This run", line: str | None = None, details=None) -> None:
+def claim_box(c, who: str = "This run", line: str | None = None, details=None, seeds: str | None = None) -> None:
     """A claim as the pages and the Tour show it: the verdict's badge beside the paper's finding, then one
     line of what `who` measures (`line`, default the claim's headline) with the reason for the verdict right under
     it (never folded), and under "All the numbers" every number of the measurement and `details` (a callable that
-    draws more).
+    draws more). `seeds`: the verdict over the seeds of the run's recipe (core.claims.seeds), shown under the reason.
     The badge and the reason are the same rule's output (the claim's verdict and reason). On a projector
     (presentation mode) the paper's finding is its short form."""
     paper = (c.paper_short or PAPER_SHORT.get(c.step, c.paper)) if large() else c.paper
     st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {paper}")
     # the reason sits under the line, never folded: a line that reads like agreement is read with its reason
-    st.markdown(f"**{who}:** {line or c.short}  \n**Why “{VERDICT_LABELS[c.verdict]}”:** {why_sentence(c)}")
+    st.markdown(f"**{who}:** {line or c.short}  \n**Why “{VERDICT_LABELS[c.verdict]}”:** {why_sentence(c)}"
+                + (f"  \n**Seeds:** {seeds}" if seeds else ""))
     with st.expander("All the numbers"):
         st.markdown(c.measured)
         if details:

@@ -18,10 +18,11 @@ from app.state import cache_dir
 from core.claims import registry
 from core.claims.base import task_of
 from core.claims.features import claim_training
+from core.claims.seeds import seed_siblings, verdict_spread
 from core.files import models_root
 from core.runs import cache as run_cache
 from core.runs import training_summaries
-from core.runs.origin import display_label, run_origin
+from core.runs.origin import display_label, run_origin, seed_of_manifest
 from core.runs.reader import RunReader, Table, read_run_table
 
 
@@ -137,10 +138,18 @@ def runs_of_split(split: str) -> list[RunReader]:
     return [open_run(r) for r in good if r["manifest"]["task"]["split"] == split]
 
 
+def seed_spread_line(run: RunReader, step: str) -> str | None:
+    """`step`'s verdict over the seeds of `run`'s recipe (core.claims.seeds) in one sentence, or None when the
+    run's recipe has one seed here."""
+    spread = verdict_spread(step, seed_siblings(run, runs_of_split(run.split)), run_claims)
+    return spread.line if spread else None
+
+
 def _trained_runs(split: str, fine_tuned: bool) -> list[RunReader]:
     """Valid runs of `split` that carry a training log: of a real pre-trained model fine-tuned here
-    (`fine_tuned`), or of the small models trained here."""
-    runs = [r for r in runs_of_split(split) if r.has(Table.TRAINING_LOG)]
+    (`fine_tuned`), or of the small models trained here; not the seed runs, whose logs are in their shipped
+    model's run."""
+    runs = [r for r in runs_of_split(split) if r.has(Table.TRAINING_LOG) and seed_of_manifest(r.manifest) is None]
     return [r for r in runs if (run_origin(r.manifest)["kind"] == "fine-tuned") == fine_tuned]
 
 

@@ -23,12 +23,13 @@ from core.analysis.kshot import generation_error_table
 from core.claims import registry
 from core.claims.features import claim_training
 from core.claims.operations import claim_operations, operation_runs
+from core.claims.seeds import seed_of, seed_siblings, verdict_spread
 from core.files import PROJECT_ROOT
 from core.models.source import project_path
 from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2, TABLE1_GPT2_XL, TABLE1_TAU
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs
-from core.runs.origin import run_origin, task_of_manifest
+from core.runs.origin import run_origin, seed_of_manifest, task_of_manifest
 from core.runs.reader import RunReader, Table
 from core.tasks import task_name
 
@@ -136,9 +137,10 @@ def document(cache_dir: str, tau: int) -> int:
     finetuned_section(cache_dir, runs, digit_runs, tau)
     numbers_section(cache_dir, every, digit_runs)
     claims_table(cache_dir, every)
+    seeds_section(cache_dir, every)
     print()
     for r in runs:
-        if run_of(cache_dir, r.name).has(Table.TRAINING_LOG):
+        if run_of(cache_dir, r.name).has(Table.TRAINING_LOG) and seed_of_manifest(r.manifest) is None:
             log = run_of(cache_dir, r.name).table(Table.TRAINING_LOG)
             curves = training_summaries.training_curves({r.label: log}, "val")
             last = curves.sort_values("epoch").groupby("run").tail(1)
@@ -147,7 +149,9 @@ def document(cache_dir: str, tau: int) -> int:
                 print(
                     f"- {row['run']}: val accuracy after {int(row['epoch'])} epochs {row['mean']:.2%} "
                     f"(seeds from {row['low']:.2%} to {row['high']:.2%}); training time per seed "
-                    f"{secs.mean() / 60:.0f} min"
+                    + (f"{secs.mean() / 60:.0f} min" if secs.max() - secs.min() < 60 else
+                       f"{secs.min() / 60:.0f} to {secs.max() / 60:.0f} min (the seeds were trained on different "
+                       "machines: a CPU here, a lent GPU)")
                 )
     return 0
 
@@ -160,6 +164,7 @@ def training_section(cache_dir: str, runs, task: str = "addition") -> None:
     """Validation accuracy by epoch of every run of one task with a training log: mean over seeds, and the
     lowest and highest seed, per width; a long log at every n-th epoch, its last and its shipped one."""
 
+    runs = [r for r in runs if seed_of_manifest(r.manifest) is None]  # a seed's log is in its shipped model's run
     logs = {
         r.label: run_of(cache_dir, r.name).table(Table.TRAINING_LOG)
         for r in runs
@@ -398,6 +403,31 @@ def claims_table(cache_dir: str, runs) -> None:
         why = f" *Why: {o.reason}.*" if o.reason else ""
         print(f"\n**operations** (one run of each task, the same kind of model). Paper: {o.paper}\n\n"
               f"- **{o.verdict}**. {o.measured}{why}")
+
+
+def seeds_section(cache_dir: str, runs) -> None:
+    """Each claim's verdict over the seeds of one recipe (core.claims.seeds): one table per recipe with seeds."""
+    readers = [run_of(cache_dir, r.name) for r in runs]
+    shipped = [r for r in readers if seed_of(r) is None and seed_siblings(r, readers)]
+    if not shipped:
+        return
+    print("\n## Verdicts over seeds\n")
+    print(
+        "The same recipe trained again with other seeds (`python -m core train --recipe NAME --seed N`), each seed "
+        "precomputed as its own run and judged by the same rules, which were committed before these seeds' tables "
+        "were made. A verdict **holds** when every seed gives it, else it **flips** (`core.claims.seeds`).\n"
+    )
+    for r in shipped:
+        siblings = seed_siblings(r, readers)
+        spreads = {step: verdict_spread(step, siblings, registry.run_claims) for step in registry.RUN_CLAIMS}
+        names = list(next(iter(spreads.values())).verdicts)
+        print(f"**{r.label}** ({len(siblings)} seeds)\n")
+        print("| claim | " + " | ".join(names) + " | over seeds |")
+        print("| --- | " + " | ".join("---" for _ in names) + " | --- |")
+        for step, spread in spreads.items():
+            cells = [spread.verdicts[n] for n in names]
+            print(f"| {step.replace('_', ' ')} | " + " | ".join(cells) + f" | {'holds' if spread.holds else 'flips'} |")
+        print()
 
 
 if __name__ == "__main__":

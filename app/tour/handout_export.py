@@ -18,6 +18,7 @@ from core.errors import CoreError
 from core.runs.cache import list_runs
 from core.runs.origin import display_label
 from core.runs.reader import RunReader
+from core.runs.run_names import unseeded
 
 FORMATS = ("html", "pdf")
 
@@ -54,8 +55,9 @@ def default_run(runs: list[RunReader]) -> RunReader:
 
 
 def pick_run(runs: list[RunReader], asked: str | None) -> RunReader:
-    """The run named `asked` (its folder name, or a part of its name or label that only it has); None: the
-    default run. A name that matches no run, or several, is an error that lists the runs."""
+    """The run named `asked` (its folder name, or a part of its name or label that only it has, or that only it
+    and its seed runs have: core.runs.run_names.unseeded); None: the default run. A name that matches no run,
+    or several, is an error that lists the runs."""
     if not runs:
         raise CoreError("the cache holds no usable run: make one with python -m core precompute")
     if not asked:
@@ -65,6 +67,8 @@ def pick_run(runs: list[RunReader], asked: str | None) -> RunReader:
         return exact[0]
     word = asked.lower()
     found = [r for r in runs if word in r.name.lower() or word in r.label.lower()]
+    shipped = unseeded([r.name for r in found], {r.name: r.label for r in found})
+    found = [r for r in found if r.name in shipped]
     if len(found) == 1:
         return found[0]
     names = ", ".join(r.name for r in (found or runs))

@@ -20,7 +20,7 @@ from core.claims.operations import claim_operations, operation_runs, short_name
 from core.claims.registry import best_run
 from core.paper import ACCURACY, TABLE1_TAU
 from core.runs import summaries, training_summaries
-from core.runs.origin import run_origin
+from core.runs.origin import run_origin, seed_of_manifest
 from core.runs.reader import RunReader, Table
 from core.tasks import expression, expression_of_id, task_name
 
@@ -413,8 +413,9 @@ class StepChoice:
 
 
 def trained_here(runs: list[RunReader]) -> list[RunReader]:
-    """The runs with a training log (step 8's claim is over those of the paper's task, addition)."""
-    return [r for r in runs if r.has(Table.TRAINING_LOG)]
+    """The runs with a training log (step 8's claim is over those of the paper's task, addition), less the seed
+    runs, whose logs are in their shipped model's run."""
+    return [r for r in runs if r.has(Table.TRAINING_LOG) and seed_of_manifest(r.manifest) is None]
 
 
 def training_logs_of(runs: list[RunReader]) -> dict[str, pd.DataFrame]:

@@ -10,7 +10,7 @@ import streamlit as st
 from app.furniture import BADGE, claim_box, code_spans, show_chart, why_sentence
 from app.glossary import step_terms
 from app.guards.url_state import to_url, url_flag, url_state
-from app.run_loading import run_claims, runs_of_split, training_claim
+from app.run_loading import run_claims, runs_of_split, seed_spread_line, training_claim
 from app.sidebar import page_view, short_label
 from app.state import large
 from app.tour.classroom import ask_first, handout_button, prediction_note, reveal_switch, waiting
@@ -98,11 +98,13 @@ if choice.switched_from is not None and not hidden:
 drawable = not hidden and (step.table is None or shown.has(step.table))
 panels = step.panels(shown, StepInputs(TOUR_BASIS, run_claims(shown), runs)) if drawable else []
 line = run_line(step, claim, shown) if step.key not in OVER_RUNS else None
+seeds = seed_spread_line(shown, step.key) if step.key not in OVER_RUNS else None
 # the words this screen shows, for the terms beside it: every listed word it uses gets its definition here
 note = settings_note(step, shown, view.tau, view.basis, runs)
 cannot = "" if drawable or hidden else (shown.not_applicable(step.table) or "")
 words = " ".join([step.title, step.question(shown), claim.paper, step.predict, *step.choices, note or ""] + (
-    [] if hidden else [line or claim.short, why_sentence(claim), others, cannot, *(p.full_caption for p in panels)]))
+    [] if hidden else [line or claim.short, why_sentence(claim), seeds or "", others, cannot,
+                       *(p.full_caption for p in panels)]))
 text, figure = st.columns([2, 3], gap="medium")
 with text:
     st.subheader(step.title)
@@ -117,7 +119,7 @@ with text:
     if hidden:
         ask_first(step, shown, claim, st.session_state["best"])
     else:
-        claim_box(claim, who, line, details)
+        claim_box(claim, who, line, details, seeds)
         prediction_note(step)
     for term_line in step_terms(step.key, words):
         st.caption(term_line)

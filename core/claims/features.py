@@ -10,7 +10,7 @@ from scipy.stats import binomtest
 
 from core.claims.base import Claim, judged, pct, periods, seeds, task_of
 from core.paper import ACCURACY, OUTLIER_PERIODS
-from core.runs.origin import rows_trained, run_origin
+from core.runs.origin import rows_trained, run_origin, seed_of_manifest
 from core.runs.reader import Table
 from core.runs.summaries import best_probe_layer, number_summary
 
@@ -160,6 +160,8 @@ def claim_training(runs) -> Claim:
     rows = []
     for r in runs:
         if Table.TRAINING_LOG not in (r.manifest.get("tables") or {}) or task_of(r) != "addition":
+            continue
+        if seed_of_manifest(r.manifest) is not None:  # its log is in its shipped model's run
             continue
         origin = run_origin(r.manifest)
         log = r.table(Table.TRAINING_LOG)

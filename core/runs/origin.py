@@ -12,6 +12,18 @@ import re
 from core.models.source import project_path
 from core.tasks import task_name
 
+#: A seed run's model folder: RECIPE_FOLDER/seeds/[wWIDTH-]sSEED (core.training.train.train_from_recipe).
+SEED_FOLDER = re.compile(r"^(?P<base>.+?)/seeds/(?:w\d+-)?s(?P<seed>\d+)/?$")
+
+
+def seed_of_manifest(manifest: dict) -> int | None:
+    """The seed of a run whose model is a recipe trained again with another seed (its folder is under the
+    recipe's seeds/), None for a recipe's shipped model or any other run. A seed run's training log is also in
+    its shipped model's run (merged there), so summaries over training logs leave seed runs out."""
+    source = str(((manifest or {}).get("model") or {}).get("source") or "")
+    m = SEED_FOLDER.match(source)
+    return int(m.group("seed")) if m else None
+
 
 def task_of_manifest(manifest: dict) -> str:
     """The run's task ("addition" when the manifest does not say)."""

@@ -2,7 +2,8 @@
 
 `find_run(cache_dir, text)` matches, in this order: the run's folder name; its id (the 10 hex digits that end
 the folder name); its label; whole words of its folder name (between hyphens) that exactly one run has
-("fourier-frozen-tied", not "fourier-froz"). When
+("fourier-frozen-tied", not "fourier-froz"); where such a part matches a recipe's shipped model and its seeds
+(labels ending ", seed N", `SEED_LABEL`), the shipped model is meant and a seed is named by more. When
 nothing matches but something comes close (a typo, "fourier-frozn"), it says which run was probably meant
 instead of letting the text go on to be tried as a model folder or a hub id; when several runs match it names
 them. None: the text names no run and nothing close, so it is a model (a folder or a hub id).
@@ -20,6 +21,14 @@ from core.files import read_json_file
 #: how close a typo must be to a run's name (difflib's ratio) to be offered as "did you mean"
 NEAR_MISS = 0.8
 RUN_ID = re.compile(r"-([0-9a-f]{10})$")
+#: the label of a recipe trained again with another seed (core.training.train.train_from_recipe)
+SEED_LABEL = re.compile(r", seed \d+$")
+
+
+def unseeded(hits: list[str], labels: dict[str, str]) -> list[str]:
+    """`hits` less the seed runs, when exactly one of them is not a seed run (the shipped model is meant)."""
+    shipped = [h for h in hits if not SEED_LABEL.search(labels.get(h, ""))]
+    return shipped if len(shipped) == 1 else hits
 
 
 def cached_runs(cache_dir: str | Path) -> dict[str, str]:
@@ -51,7 +60,7 @@ def find_run(cache_dir: str | Path, text: str) -> str | None:
         lambda name, label: label.lower() == lowered,
         lambda name, label: f"-{lowered}-" in f"-{name}-",  # whole words of the name ("froz" is not one)
     ):
-        hits = [name for name, label in runs.items() if rule(name, label)]
+        hits = unseeded([name for name, label in runs.items() if rule(name, label)], runs)
         if len(hits) == 1:
             return hits[0]
         if len(hits) > 1:

@@ -300,5 +300,6 @@ def train_from_recipe(
     if (recipe.width, recipe.seed) == (shipped.width, shipped.seed):
         return run(recipe, main_out, restart, progress, log)
     sub = (f"w{recipe.width}-" if recipe.width != shipped.width else "") + f"s{recipe.seed}"
-    recipe.label = f"{recipe.label}{f', {recipe.width} wide' if recipe.width != shipped.width else ''}, seed {recipe.seed}"
+    wide = f", {recipe.width} wide" if recipe.width != shipped.width else ""
+    recipe.label = f"{recipe.label}{wide}, seed {recipe.seed}"
     return run(recipe, main_out / "seeds" / sub, restart, progress, log)

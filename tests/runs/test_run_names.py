@@ -37,6 +37,12 @@ def test_a_run_is_found_by_its_name_id_label_or_a_unique_part(cache):
     assert find_run(cache, "Fourier-frozen, tied (demo, trained here)") == tied
     assert find_run(cache, "fourier-frozen") == tied
     assert find_run(cache, "broken-run-ffffffffff") == "broken-run-ffffffffff"
+    # a part the shipped model shares only with its seed runs names the shipped model; a seed is named by more
+    seed = cache / "fourier-frozen-tied-demo-trained-here-seed-1-addition-test-abcdef0123"
+    seed.mkdir()
+    (seed / "manifest.json").write_text(json.dumps({"label": "Fourier-frozen, tied (demo, trained here), seed 1"}))
+    assert find_run(cache, "fourier-frozen-tied") == tied
+    assert find_run(cache, "seed-1") == "fourier-frozen-tied-demo-trained-here-seed-1-addition-test-abcdef0123"
 
 
 def test_a_typo_is_answered_with_the_run_it_probably_meant(cache):

@@ -25,7 +25,7 @@ from core.runs.live_model import live_model_folder
 from core.runs.origin import describe_run, run_origin
 from core.runs.precompute import PrecomputeOptions, precompute
 from core.tasks import build_examples, select_split
-from core.training.answers import AdditionBatches, answer_loss, evaluate_split
+from core.training.answers import AdditionBatches, answer_loss, evaluate_split, training_device
 from core.training.delta import (
     DELTA_FILE,
     DELTA_FORMAT,
@@ -39,7 +39,6 @@ from core.training.delta import (
     state_digest,
     unique_state,
 )
-from core.training.answers import training_device
 from core.training.finetune import answer_balanced_draw, finetune, initial_number_rows, scaled_rows
 from core.training.frozen_blocks import FrozenBottom, length_batches
 from core.training.lora import FineTuneModel, load_start_delta
