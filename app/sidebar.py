@@ -121,7 +121,8 @@ def picker_label(manifest: dict, label: str) -> str:
     if stage:
         name = f"{base.split('-')[0]} stage {stage.group(1)}, {base.split(',')[0].split()[-1]}"
     elif "demo" in detail:
-        name = f"{base} (demo)"
+        seed = re.search(r", seed (\d+)$", detail)  # a recipe trained again: the seed early, inside 32 characters
+        name = f"{base} seed {seed.group(1)} (demo)" if seed else f"{base} (demo)"
     elif shots:
         name = f"{base}{' pre-trained' if 'pre-trained' in detail else ''}, {shots}-shot"
     else:

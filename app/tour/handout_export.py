@@ -16,7 +16,7 @@ from core.claims import registry
 from core.claims.features import claim_training
 from core.errors import CoreError
 from core.runs.cache import list_runs
-from core.runs.origin import display_label
+from core.runs.origin import display_label, seed_of_manifest
 from core.runs.reader import RunReader
 from core.runs.run_names import unseeded
 
@@ -67,7 +67,7 @@ def pick_run(runs: list[RunReader], asked: str | None) -> RunReader:
         return exact[0]
     word = asked.lower()
     found = [r for r in runs if word in r.name.lower() or word in r.label.lower()]
-    shipped = unseeded([r.name for r in found], {r.name: r.label for r in found})
+    shipped = unseeded([r.name for r in found], {r.name for r in found if seed_of_manifest(r.manifest) is not None})
     found = [r for r in found if r.name in shipped]
     if len(found) == 1:
         return found[0]

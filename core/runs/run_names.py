@@ -25,9 +25,10 @@ RUN_ID = re.compile(r"-([0-9a-f]{10})$")
 SEED_LABEL = re.compile(r", seed \d+$")
 
 
-def unseeded(hits: list[str], labels: dict[str, str]) -> list[str]:
-    """`hits` less the seed runs, when exactly one of them is not a seed run (the shipped model is meant)."""
-    shipped = [h for h in hits if not SEED_LABEL.search(labels.get(h, ""))]
+def unseeded(hits: list[str], seed_runs: set[str]) -> list[str]:
+    """`hits` less the seed runs (names in `seed_runs`), when exactly one of them is not a seed run (the shipped
+    model is meant)."""
+    shipped = [h for h in hits if h not in seed_runs]
     return shipped if len(shipped) == 1 else hits
 
 
@@ -60,7 +61,8 @@ def find_run(cache_dir: str | Path, text: str) -> str | None:
         lambda name, label: label.lower() == lowered,
         lambda name, label: f"-{lowered}-" in f"-{name}-",  # whole words of the name ("froz" is not one)
     ):
-        hits = unseeded([name for name, label in runs.items() if rule(name, label)], runs)
+        seed_runs = {name for name, label in runs.items() if SEED_LABEL.search(label)}
+        hits = unseeded([name for name, label in runs.items() if rule(name, label)], seed_runs)
         if len(hits) == 1:
             return hits[0]
         if len(hits) > 1:

@@ -30,7 +30,7 @@ from core.claims.features import claim_training
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
 from core.runs.cache import read_table
-from core.runs.origin import run_origin
+from core.runs.origin import run_origin, seed_of_manifest
 from core.runs.reader import Table
 
 CACHE = PROJECT_ROOT / "cache"
@@ -87,7 +87,8 @@ def table_count(run, step_key: str, panel_key: str) -> tuple[int, str]:
         seeds = 0
         for r in RUNS:
             if ("training_log" in r.manifest["tables"] and run_origin(r.manifest)["kind"] != "fine-tuned"
-                    and r.manifest["task"].get("task", "addition") == "addition"):
+                    and r.manifest["task"].get("task", "addition") == "addition"
+                    and seed_of_manifest(r.manifest) is None):  # a seed's log is in its shipped model's run
                 seeds += read_table(CACHE, r.name, "training_log")["seed"].nunique()
         return seeds, "training runs"
     raise AssertionError(f"no count rule for {step_key} {panel_key}")
