@@ -24,6 +24,17 @@ for entry in $DEMOS; do
     echo "skipping $model: no weights in models/$model (see the comment at the top of this script)" >&2
   fi
 done
+# the seed runs: their weights are not shipped; retrain them first
+#   (.venv/bin/python -m core train --recipe fourier-frozen --seed 1 [--device cuda]; smollm2-frozen needs SmolLM2 imported)
+for seed in models/fourier-frozen/seeds/s[0-9]* models/smollm2-frozen/seeds/s[0-9]*; do
+  if [ -n "$ONLY" ] && [[ "$seed" != models/$ONLY/* ]]; then continue; fi
+  if ls "$seed"/model*.safetensors >/dev/null 2>&1; then
+    .venv/bin/python -m core precompute --model "$seed" --task addition --taus "$TAUS" --display-order 9 \
+      --threads "$THREADS" --recompute --no-progress
+  else
+    echo "skipping $seed: no weights (retrain it, see above)" >&2
+  fi
+done
 if [ -n "$ONLY" ]; then .venv/bin/python -m core verify; exit 0; fi
 # the real pre-trained model (import it first: python -m core import-model smollm2-135m)
 if ls models/smollm2-135m/model*.safetensors >/dev/null 2>&1; then
