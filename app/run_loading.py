@@ -138,10 +138,10 @@ def runs_of_split(split: str) -> list[RunReader]:
     return [open_run(r) for r in good if r["manifest"]["task"]["split"] == split]
 
 
-def seed_spread_line(run: RunReader, step: str) -> str | None:
+def seed_spread_line(run: RunReader, step: str, runs: list[RunReader] | None = None) -> str | None:
     """`step`'s verdict over the seeds of `run`'s recipe (core.claims.seeds) in one sentence, or None when the
-    run's recipe has one seed here."""
-    spread = verdict_spread(step, seed_siblings(run, runs_of_split(run.split)), run_claims)
+    run's recipe has one seed here. `runs`: the runs of `run`'s split where the caller has them already."""
+    spread = verdict_spread(step, seed_siblings(run, runs or runs_of_split(run.split)), run_claims)
     return spread.line if spread else None
 
 

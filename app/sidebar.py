@@ -16,7 +16,7 @@ from app.glossary import term
 from app.guards.url_state import to_url, url_flag, url_state
 from app.run_loading import open_run, valid_runs
 from app.state import View, cache_dir, current_view
-from core.runs.origin import task_of_manifest
+from core.runs.origin import seed_of_manifest, task_of_manifest
 from core.tasks import task_name
 
 #: Pages that draw a second run beside the first (the sidebar offers "Compare with" only there).
@@ -121,8 +121,8 @@ def picker_label(manifest: dict, label: str) -> str:
     if stage:
         name = f"{base.split('-')[0]} stage {stage.group(1)}, {base.split(',')[0].split()[-1]}"
     elif "demo" in detail:
-        seed = re.search(r", seed (\d+)$", detail)  # a recipe trained again: the seed early, inside 32 characters
-        name = f"{base} seed {seed.group(1)} (demo)" if seed else f"{base} (demo)"
+        seed = seed_of_manifest(manifest)  # a recipe trained again: the seed early, inside 32 characters
+        name = f"{base} (demo)" if seed is None else f"{base} seed {seed} (demo)"
     elif shots:
         name = f"{base}{' pre-trained' if 'pre-trained' in detail else ''}, {shots}-shot"
     else:

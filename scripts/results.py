@@ -23,7 +23,7 @@ from core.analysis.kshot import generation_error_table
 from core.claims import registry
 from core.claims.features import claim_training
 from core.claims.operations import claim_operations, operation_runs
-from core.claims.seeds import seed_of, seed_siblings, verdict_spread
+from core.claims.seeds import seed_siblings, verdict_spread
 from core.files import PROJECT_ROOT
 from core.models.source import project_path
 from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2, TABLE1_GPT2_XL, TABLE1_TAU
@@ -408,7 +408,7 @@ def claims_table(cache_dir: str, runs) -> None:
 def seeds_section(cache_dir: str, runs) -> None:
     """Each claim's verdict over the seeds of one recipe (core.claims.seeds): one table per recipe with seeds."""
     readers = [run_of(cache_dir, r.name) for r in runs]
-    shipped = [r for r in readers if seed_of(r) is None and seed_siblings(r, readers)]
+    shipped = [r for r in readers if seed_of_manifest(r.manifest) is None and seed_siblings(r, readers)]
     if not shipped:
         return
     print("\n## Verdicts over seeds\n")

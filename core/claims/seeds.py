@@ -18,34 +18,18 @@ from collections import Counter
 from dataclasses import dataclass
 
 from core.claims.base import VERDICT_LABELS, VERDICTS
-from core.runs.origin import SEED_FOLDER, seed_of_manifest
+from core.runs.origin import recipe_folder_of_manifest, seed_of_manifest
 
-__all__ = ["SeedSpread", "seed_of", "seed_siblings", "verdict_spread"]
-
-def _source(run) -> str:
-    return str(((run.manifest or {}).get("model") or {}).get("source") or "")
-
-
-def seed_of(run) -> int | None:
-    """The seed of a seed run (from its model folder), None for the recipe's shipped model or any other run."""
-    return seed_of_manifest(run.manifest)
-
+__all__ = ["SeedSpread", "seed_siblings", "verdict_spread"]
 
 def _recipe_key(run) -> tuple | None:
     """What seeds of one recipe share (see the module's docstring); None for a run with no model folder."""
-    source = _source(run)
-    if not source:
+    folder = recipe_folder_of_manifest(run.manifest)
+    if not folder:
         return None
-    m = SEED_FOLDER.match(source)
     task = (run.manifest or {}).get("task") or {}
-    return (
-        m.group("base") if m else source.rstrip("/"),
-        task.get("task", "addition"),
-        task.get("split"),
-        task.get("n_examples"),
-        task.get("shots", 0),
-        (run.manifest or {}).get("width"),
-    )
+    return (folder, task.get("task", "addition"), task.get("split"), task.get("n_examples"), task.get("shots", 0),
+            (run.manifest or {}).get("width"))
 
 
 def seed_siblings(run, runs) -> list:
@@ -59,7 +43,8 @@ def seed_siblings(run, runs) -> list:
         same.append(run)
     if len(same) < 2:
         return []
-    return sorted(same, key=lambda r: (seed_of(r) is not None, seed_of(r) or 0, r.name))
+    seed = {r.name: seed_of_manifest(r.manifest) for r in same}
+    return sorted(same, key=lambda r: (seed[r.name] is not None, seed[r.name] or 0, r.name))
 
 
 @dataclass
@@ -99,7 +84,7 @@ def verdict_spread(step: str, siblings: list, claims_of) -> SeedSpread | None:
         return None
     verdicts = {}
     for r in siblings:
-        seed = seed_of(r)
+        seed = seed_of_manifest(r.manifest)
         name = "shipped model" if seed is None else f"seed {seed}"
         verdicts[name if name not in verdicts else f"{name} ({r.name})"] = claims_of(r)[step].verdict
     return SeedSpread(step, verdicts)

@@ -20,9 +20,21 @@ def seed_of_manifest(manifest: dict) -> int | None:
     """The seed of a run whose model is a recipe trained again with another seed (its folder is under the
     recipe's seeds/), None for a recipe's shipped model or any other run. A seed run's training log is also in
     its shipped model's run (merged there), so summaries over training logs leave seed runs out."""
-    source = str(((manifest or {}).get("model") or {}).get("source") or "")
-    m = SEED_FOLDER.match(source)
+    m = SEED_FOLDER.match(model_source(manifest))
     return int(m.group("seed")) if m else None
+
+
+def recipe_folder_of_manifest(manifest: dict) -> str:
+    """The folder of the recipe a run's model was trained from: its model folder with a seed's seeds/... part
+    taken off ("" for a run that records no model folder)."""
+    source = model_source(manifest)
+    m = SEED_FOLDER.match(source)
+    return m.group("base") if m else source.rstrip("/")
+
+
+def model_source(manifest: dict) -> str:
+    """The model folder or hub id a run was computed from, as its manifest records it ("" if none)."""
+    return str(((manifest or {}).get("model") or {}).get("source") or "")
 
 
 def task_of_manifest(manifest: dict) -> str:

@@ -3,7 +3,8 @@
 `find_run(cache_dir, text)` matches, in this order: the run's folder name; its id (the 10 hex digits that end
 the folder name); its label; whole words of its folder name (between hyphens) that exactly one run has
 ("fourier-frozen-tied", not "fourier-froz"); where such a part matches a recipe's shipped model and its seeds
-(labels ending ", seed N", `SEED_LABEL`), the shipped model is meant and a seed is named by more. When
+(model folders under the recipe's seeds/, `core.runs.origin.seed_of_manifest`), the shipped model is meant and a
+seed is named by more. When
 nothing matches but something comes close (a typo, "fourier-frozn"), it says which run was probably meant
 instead of letting the text go on to be tried as a model folder or a hub id; when several runs match it names
 them. None: the text names no run and nothing close, so it is a model (a folder or a hub id).
@@ -17,12 +18,11 @@ from pathlib import Path
 
 from core.errors import CoreError
 from core.files import read_json_file
+from core.runs.origin import seed_of_manifest
 
 #: how close a typo must be to a run's name (difflib's ratio) to be offered as "did you mean"
 NEAR_MISS = 0.8
 RUN_ID = re.compile(r"-([0-9a-f]{10})$")
-#: the label of a recipe trained again with another seed (core.training.train.train_from_recipe)
-SEED_LABEL = re.compile(r", seed \d+$")
 
 
 def unseeded(hits: list[str], seed_runs: set[str]) -> list[str]:
@@ -32,8 +32,8 @@ def unseeded(hits: list[str], seed_runs: set[str]) -> list[str]:
     return shipped if len(shipped) == 1 else hits
 
 
-def cached_runs(cache_dir: str | Path) -> dict[str, str]:
-    """{folder name: label} of the run folders in the cache (hidden and broken ones included, label '')."""
+def cached_runs(cache_dir: str | Path) -> dict[str, dict]:
+    """{folder name: manifest} of the run folders in the cache (hidden and broken ones included, manifest {})."""
     cache = Path(cache_dir)
     if not cache.is_dir():
         return {}
@@ -42,13 +42,15 @@ def cached_runs(cache_dir: str | Path) -> dict[str, str]:
         if path.name.startswith(".") or not path.is_dir():
             continue
         manifest = read_json_file(path / "manifest.json")
-        found[path.name] = str(manifest.get("label", "")) if isinstance(manifest, dict) else ""
+        found[path.name] = manifest if isinstance(manifest, dict) else {}
     return found
 
 
 def find_run(cache_dir: str | Path, text: str) -> str | None:
     """The folder name of the run `text` names (module docstring), None when it names none."""
-    runs = cached_runs(cache_dir)
+    manifests = cached_runs(cache_dir)
+    runs = {name: str(m.get("label", "")) for name, m in manifests.items()}
+    seed_runs = {name for name, m in manifests.items() if seed_of_manifest(m) is not None}
     if not text.strip():
         raise CoreError("an empty run name: give a run of `python -m core list`, a model folder or a hub id")
     if not runs or "/" in text or Path(text).expanduser().exists():
@@ -61,7 +63,6 @@ def find_run(cache_dir: str | Path, text: str) -> str | None:
         lambda name, label: label.lower() == lowered,
         lambda name, label: f"-{lowered}-" in f"-{name}-",  # whole words of the name ("froz" is not one)
     ):
-        seed_runs = {name for name, label in runs.items() if SEED_LABEL.search(label)}
         hits = unseeded([name for name, label in runs.items() if rule(name, label)], seed_runs)
         if len(hits) == 1:
             return hits[0]

@@ -4,7 +4,8 @@
 from types import SimpleNamespace
 
 from core.claims.base import Claim
-from core.claims.seeds import seed_of, seed_siblings, verdict_spread
+from core.claims.seeds import seed_siblings, verdict_spread
+from core.runs.origin import seed_of_manifest
 
 
 def fake_run(name, source, width=640, split="test", n=3419):
@@ -31,6 +32,7 @@ def claims(verdicts):
 
 
 def test_seeds_of_one_recipe_are_found_by_their_model_folder():
+    seed_of = lambda run: seed_of_manifest(run.manifest)  # noqa: E731
     assert seed_of(RUNS[0]) == 2 and seed_of(RUNS[1]) is None and seed_of(RUNS[3]) == 1
     shipped = RUNS[1]
     assert [r.name for r in seed_siblings(shipped, RUNS)] == ["shipped", "s1", "s2"]

@@ -40,7 +40,8 @@ def test_a_run_is_found_by_its_name_id_label_or_a_unique_part(cache):
     # a part the shipped model shares only with its seed runs names the shipped model; a seed is named by more
     seed = cache / "fourier-frozen-tied-demo-trained-here-seed-1-addition-test-abcdef0123"
     seed.mkdir()
-    (seed / "manifest.json").write_text(json.dumps({"label": "Fourier-frozen, tied (demo, trained here), seed 1"}))
+    (seed / "manifest.json").write_text(json.dumps({"label": "Fourier-frozen, tied (demo, trained here), seed 1",
+                                                    "model": {"source": "models/fourier-frozen/seeds/s1"}}))
     assert find_run(cache, "fourier-frozen-tied") == tied
     assert find_run(cache, "seed-1") == "fourier-frozen-tied-demo-trained-here-seed-1-addition-test-abcdef0123"
 
