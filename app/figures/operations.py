@@ -12,8 +12,9 @@ import pandas as pd
 from app.figures.style import PCT_AXIS, PCT_SCALE, styled
 from app.shared import share_figures
 from core.claims.base import task_of
+from core.claims.last_digit import causal_test
 from core.claims.operations import COMPARED_PERIODS, module_carriers, operation_accuracy, period_ratios, short_name
-from core.runs.reader import RunReader, Table
+from core.runs.reader import RunReader
 from core.runs.summaries import BASELINE_RATIO
 from core.tasks import task_name
 
@@ -111,7 +112,7 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
 def carrier_bars(runs: tuple[RunReader, ...]):
     """Which modules carry the short waves in each run: the phase shift's share of questions whose last digit
     moves (every run with its weights), else the strongest locking R at a short period."""
-    shift = all(r.has(Table.PHASE_SHIFT) for r in runs)  # one measure for every run
+    shift = all(causal_test(r) for r in runs)  # one measure for every run
     frames = []
     for r in runs:
         frame, measure = module_carriers(r, causal=shift)

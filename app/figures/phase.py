@@ -92,10 +92,11 @@ def shift_bars(run: RunReader):
     were shifted, beside the random edits of the same size (core.claims.last_digit.shift_summary)."""
     design = run.manifest.get("design")
     sample_note = f" · {design['sample']}-question sample" if design else ""
-    full = shift_summary(run.table(Table.PHASE_SHIFT))
+    full = shift_summary(run)
+    relative = bool((full["rule"] == "relative").all())
     summary = full
     if len(full) > SHIFT_BARS_MAX:
-        modules = full[full["kind"] != "resid"].sort_values("share", ascending=False).head(SHIFT_BARS_MAX - 1)
+        modules = full[full["kind"] != "resid"].sort_values("read", ascending=False).head(SHIFT_BARS_MAX - 1)
         summary = full[full.index.isin(modules.index) | (full["kind"] == "resid")]
     names = {"attn": "attention", "mlp": "MLP", "resid": "whole stream"}
     rows = []
@@ -105,9 +106,9 @@ def shift_bars(run: RunReader):
             {
                 "module": module,
                 "edit": "shift its short waves",
-                "share": r.share,
-                "low": r.low,
-                "high": r.high,
+                "share": r.read,
+                "low": r.read_low,
+                "high": r.read_high,
                 "n": r.n,
             }
         )
@@ -115,7 +116,7 @@ def shift_bars(run: RunReader):
             {
                 "module": module,
                 "edit": "random edit, same size",
-                "share": r.control,
+                "share": r.read_control,
                 "low": None,
                 "high": None,
                 "n": r.n,
@@ -132,8 +133,9 @@ def shift_bars(run: RunReader):
             yOffset=alt.YOffset("edit:N", sort=["shift its short waves", "random edit, same size"]),
             x=alt.X(
                 "share:Q",
-                title="questions whose last digit moved (share)",
-                scale=alt.Scale(domain=[0, 1]),
+                title="last digit moved, share of the whole stream's" if relative
+                else "questions whose last digit moved (share)",
+                scale=alt.Scale(domain=[0, max(1.0, float(data["share"].max()))], clamp=True),
                 axis=alt.Axis(format="%"),
             ),
             color=alt.Color(
@@ -172,13 +174,21 @@ def shift_bars(run: RunReader):
     )
     read = (f"on a fixed sample of {design['sample']} questions" if design
             else f"over all {len(run.table(Table.EXAMPLES))} questions")
-    caption = (
-        f"Each module's waves of periods 2, 2.5, 5 and 10 moved by d = 1, 2 or 5 numbers {read}; blue: share whose "
-        "last digit moved by d, grey: a random edit of the same size (mean of draws); dashed: one half."
-    )
+    if relative:
+        caption = (
+            f"Each module's waves of periods 2, 2.5, 5 and 10 moved by d = 1, 2 or 5 numbers {read}; blue: how often "
+            "its last digit moved by d, as a share of how often it moves when the whole stream (the positive control, "
+            "100%) is shifted, with its 95% interval; grey: a random edit of the same size; dashed: one half."
+        )
+    else:
+        caption = (
+            f"Each module's waves of periods 2, 2.5, 5 and 10 moved by d = 1, 2 or 5 numbers {read}; blue: share "
+            "whose last digit moved by d, grey: a random edit of the same size (mean of draws); dashed: one half "
+            "(the earlier rule: this run's weights are not here to read it by the current one)."
+        )
     if len(summary) < len(full):  # a deep run: the bars are the stream and the layers that moved it most
-        caption = ("Short waves shifted by d: blue, share whose last digit moved; grey, a random edit of the same "
-                   "size; the layers that moved it most.")
+        caption = ("Short waves shifted by d: blue, last digit moved as a share of the whole stream's shift; grey, "
+                   "a random edit of the same size; the layers that moved it most.")
     return chart, data, caption
 
 

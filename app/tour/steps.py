@@ -16,6 +16,7 @@ import pandas as pd
 from app.figures import logits, numbers, operations, training
 from app.figures.phase import locking_heatmap, shift_bars
 from core.claims.base import Claim, pct
+from core.claims.last_digit import causal_test
 from core.claims.operations import claim_operations, operation_runs, short_name
 from core.claims.registry import best_run
 from core.paper import ACCURACY, TABLE1_TAU
@@ -173,7 +174,7 @@ def locking_question(run: RunReader) -> str:
     """Step 3's question, over the questions the run's tables read (all of the split's, or a sample): the causal
     test (phase_shift) where the run has it, the locking (phase_locking) otherwise."""
     locking = "does an attention or MLP layer's wave of period T peak at the answer mod T (locking R)?"
-    if run.has(Table.PHASE_SHIFT):
+    if causal_test(run):
         shift, locked = over(table_questions(run, run.table(Table.PHASE_SHIFT))), over(phase_questions(run))
         moved = "if one module's waves of periods 2, 2.5, 5 and 10 are shifted, does the answer's last digit follow"
         if shift == locked:
@@ -208,7 +209,7 @@ def logit_lens_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
 
 
 def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
-    if run.has(Table.PHASE_SHIFT):  # the causal test first, the correlation beside it
+    if causal_test(run):  # the causal test first, the correlation beside it
         shifted, locked = table_questions(run, run.table(Table.PHASE_SHIFT)), phase_questions(run)
         return [
             _panel(shift_bars(run), "tour-shift", shifted),

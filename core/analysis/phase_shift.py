@@ -28,9 +28,19 @@ When C's rows are dependent (W_U of low rank, or the paper's basis, which is not
 on p = 521 points) the constraints may not all be met; `PhaseShift.misfit` is the relative residual
 of the constraints over every x (0: met exactly).
 
+The capped edit. Where W_U is ill-conditioned the least-norm edit can be many times the output it edits
+(C's weak singular directions are divided by small singular values), and such an edit tests its own size,
+not the module's waves. With C = U S V^T, the edit that keeps C's k strongest directions is
+delta_k = V_k S_k^-1 U_k[S]^T (R_d - I) A_S x; its size ||delta_k(x)|| grows with k (each direction adds an
+orthogonal part). The capped edit keeps the most directions whose median size over the module's own
+answer-position outputs is at most EDIT_CAP times ||x|| (`ShiftDecomposition.capped_edit`); the constraints
+along the dropped directions are not met, and `misfit` says by how much. The cap was fixed before any model
+was read with it.
+
 The control moves the same module output by the same norm in a random direction u of W_U's row space:
-x + ||delta(x)|| u. Several draws of u give the control's spread. A module "computes the last digit"
-when shifting it moves most answers and its control moves almost none (core.claims.mechanism).
+x + ||delta(x)|| u. Several draws of u give the control's spread. How a module's shift is read against the
+whole stream's and against its controls is core.analysis.shift_reading's; the verdict is
+core.claims.last_digit's.
 """
 
 from __future__ import annotations
@@ -51,6 +61,9 @@ SHIFTS = (1, 2, 5)
 #: Random-direction control draws per condition (their mean and spread are reported).
 CONTROL_DRAWS = 3
 CONTROL_SEED = 31337
+#: The capped edit: the median edit is at most this many times the norm of the output it edits (the module's
+#: output at the answer position). Set before the capped edit was run on any model (docs/verdicts.md).
+EDIT_CAP = 1.0
 
 
 @dataclass(eq=False)
@@ -67,6 +80,11 @@ class PhaseShift:
     right: np.ndarray  # (r, D)
     misfit: float
     direction: np.ndarray | None = None
+    #: C's singular directions kept (the capped edit keeps fewer than `full_rank`; 0: not recorded).
+    kept: int = 0
+    full_rank: int = 0
+    #: The median of ||delta(x)|| / ||x|| over the outputs the cap was set on (NaN: not measured).
+    edit_size: float = float("nan")
     #: float32 copies per device, made by core.analysis.filter_hooks when a hook first needs them.
     device_copies: dict | None = None
 
@@ -108,7 +126,8 @@ class PhaseShift:
         u = np.asarray(direction, dtype=np.float64)
         if u.shape != (self.width,):
             raise CoreError(f"the control direction must have {self.width} entries, got shape {u.shape}")
-        return PhaseShift(self.periods, self.d, self.left, self.right, self.misfit, u / np.linalg.norm(u))
+        return PhaseShift(self.periods, self.d, self.left, self.right, self.misfit, u / np.linalg.norm(u), self.kept,
+                          self.full_rank, self.edit_size)
 
 
 def rotation(k: int, d: float, p: int) -> np.ndarray:
@@ -117,15 +136,61 @@ def rotation(k: int, d: float, p: int) -> np.ndarray:
     return np.array([[np.cos(a), np.sin(a)], [-np.sin(a), np.cos(a)]])
 
 
-def phase_shift(unembedding, basis: FourierBasis, periods, d: int) -> PhaseShift:
-    """The least-norm edit that translates the waves of `periods` by `d` numbers (module docstring).
+@dataclass(eq=False)
+class ShiftDecomposition:
+    """What every edit of one (periods, d) on one W_U shares: the constraint matrix C = [A_S; A_O]'s SVD
+    (U, s, Vt, its numerical rank `rank`), and `right` = (R_d - I) A_S, the change asked of the shifted rows."""
 
-    `unembedding`: W_U's p number rows (p, D), an array or tensor. `basis`: the paper's basis on p numbers
-    (its rows are the constraints). A period that is not a frequency of the basis is refused. The
-    pseudo-inverse drops singular values below the float32 rounding of the stored weights (numpy's
-    matrix_rank convention, as `core.analysis.filters.rank_tolerance`): a smaller cut would amplify
-    rounding noise of a low-rank W_U into an edit of enormous norm.
-    """
+    periods: tuple[float, ...]
+    d: int
+    U: np.ndarray  # (rows, r)
+    s: np.ndarray  # (r,)
+    Vt: np.ndarray  # (r, D)
+    right: np.ndarray  # (|S|, D)
+    rank: int
+
+    @property
+    def shifted_rows(self) -> int:
+        return int(self.right.shape[0])
+
+    def edit(self, kept: int | None = None) -> PhaseShift:
+        """The edit that keeps C's `kept` strongest singular directions (all `rank` when None): the least-norm
+        solution within them; the constraints along the dropped directions are not met (`misfit`)."""
+        k = self.rank if kept is None else int(min(max(kept, 1), self.rank))
+        S = self.shifted_rows
+        left = self.Vt[:k].T @ (self.U[:S, :k] / self.s[:k]).T  # (D, |S|) = C_k^+[:, S]
+        asked = np.linalg.norm(self.right)
+        # C left right = U_k U_k[:S]^T right: what the edit achieves of [right; 0] (over every x, Frobenius)
+        achieved = self.U[:, :k] @ (self.U[:S, :k].T @ self.right)
+        wanted = np.vstack([self.right, np.zeros((self.U.shape[0] - S, self.right.shape[1]))])
+        misfit = float(np.linalg.norm(achieved - wanted) / asked) if asked > 0 else 0.0
+        return PhaseShift(self.periods, self.d, left, self.right, misfit, kept=k, full_rank=self.rank)
+
+    def edit_sizes(self, outputs: np.ndarray) -> np.ndarray:
+        """(rank, n): ||delta_k(x)|| / ||x|| for every number k of kept directions (row k - 1) and every
+        output x (rows of `outputs`). The size grows with k: each kept direction adds an orthogonal part."""
+        x = np.asarray(outputs, dtype=np.float64)
+        coefficients = (self.U[: self.shifted_rows].T @ (self.right @ x.T)) / self.s[:, None]  # (r, n)
+        norms = np.sqrt(np.cumsum(coefficients**2, axis=0))
+        return norms / np.maximum(np.linalg.norm(x, axis=1), 1e-30)[None, :]
+
+    def capped_edit(self, outputs: np.ndarray, cap: float = EDIT_CAP) -> PhaseShift:
+        """The edit of the most directions whose median size over `outputs` (a module's answer-position outputs)
+        is at most `cap` times the output it edits (module docstring); `edit_size` records that median."""
+        medians = np.median(self.edit_sizes(outputs), axis=1)
+        fits = np.flatnonzero(medians <= cap)
+        kept = int(fits.max()) + 1 if fits.size else 1
+        edit = self.edit(kept)
+        edit.edit_size = float(medians[kept - 1])
+        return edit
+
+
+def shift_decomposition(unembedding, basis: FourierBasis, periods, d: int) -> ShiftDecomposition:
+    """The SVD behind every edit of `periods` by `d` (module docstring). `unembedding`: W_U's p number rows
+    (p, D), an array or tensor. `basis`: the paper's basis on p numbers (its rows are the constraints). A period
+    that is not a frequency of the basis is refused. Singular values below the float32 rounding of the stored
+    weights are dropped (numpy's matrix_rank convention, as `core.analysis.filters.rank_tolerance`): a smaller
+    cut would amplify rounding noise of a low-rank W_U into an edit of enormous norm."""
     W_U = as_array(getattr(unembedding, "weight", unembedding))
     if W_U.ndim != 2 or W_U.shape[0] != basis.p:
         raise CoreError(f"the unembedding must have {basis.p} number rows, got shape {W_U.shape}")
@@ -146,14 +211,19 @@ def phase_shift(unembedding, basis: FourierBasis, periods, d: int) -> PhaseShift
     R = np.zeros((len(shifted_rows), len(shifted_rows)))
     for j, block in enumerate(blocks):
         R[2 * j : 2 * j + 2, 2 * j : 2 * j + 2] = block
-    right = R @ A_S  # (|S|, D): the change asked of the shifted coefficients
     C = np.vstack([A_S, A_O])
-    G = np.linalg.pinv(C, rcond=rank_tolerance(1.0, C.shape))[:, : len(shifted_rows)]  # (D, |S|)
-    asked = np.vstack([right, np.zeros((len(other_rows), W_U.shape[1]))])
-    got = C @ G @ right
-    scale = np.linalg.norm(asked)
-    misfit = float(np.linalg.norm(got - asked) / scale) if scale > 0 else 0.0
-    return PhaseShift(tuple(float(t) for t in periods), int(d), G, right, misfit)
+    U, s, Vt = np.linalg.svd(C, full_matrices=False)
+    rank = int((s > rank_tolerance(float(s.max()) if s.size else 0.0, C.shape)).sum()) if s.size else 0
+    if rank == 0:
+        raise CoreError("W_U's number rows carry no wave: no phase shift can be made")
+    periods = tuple(float(t) for t in periods)
+    return ShiftDecomposition(periods, int(d), U[:, :rank], s[:rank], Vt[:rank], R @ A_S, rank)
+
+
+def phase_shift(unembedding, basis: FourierBasis, periods, d: int) -> PhaseShift:
+    """The least-norm edit that translates the waves of `periods` by `d` numbers, every direction of C kept
+    (module docstring; `shift_decomposition(...).capped_edit(outputs)` bounds its size)."""
+    return shift_decomposition(unembedding, basis, periods, d).edit()
 
 
 def random_direction(unembedding, seed: int) -> np.ndarray:

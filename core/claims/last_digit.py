@@ -9,16 +9,21 @@ import numpy as np
 import pandas as pd
 
 from core.analysis.phase import locked
-from core.analysis.phase_shift import wilson_interval
+from core.analysis.phase_shift import EDIT_CAP, wilson_interval
+from core.analysis.shift_reading import read_shifts, stream_shares
 from core.claims.base import Claim, is_short, judged, pct
 from core.runs.reader import Table
 
-#: A module computes the last digit when shifting its short waves moves the last digit of at least this
-#: share of the questions (the 95% interval's lower end) ...
+#: A module computes the last digit when shifting its short waves moves the last digit of at least this share of
+#: what shifting the whole stream moves at the same d (the lower end of the 95% interval over questions) ...
 CAUSAL_SHARE = 0.5
-#: ... while a random edit of the same norm moves it for at most this share (the mean over the control's
-#: draws; an answer moved at random lands on the shifted last digit about 1 time in 10).
+#: ... while random edits of the same size move it for at most this share of what the stream's shift moves (the
+#: mean over the control's draws; an answer moved at random lands on the shifted last digit about 1 time in 10),
+#: and leave at least as many answers in place as the shift does (else they break the model: no control).
 CONTROL_MAX = 0.15
+#: A shift d is read when shifting the whole stream (the positive control) moves the last digit for at least this
+#: share of the questions at that d: below it the edit has too little hold at that d to judge a module by.
+STREAM_FLOOR = 0.5
 #: The period set the verdict reads: all four short periods moved together.
 CAUSAL_SET = "all"
 #: The sentence names this many modules, strongest first, and gives the largest share of the rest.
@@ -37,11 +42,41 @@ def _who(kind: str, layer: int) -> str:
     return f"{_NAMES[kind]} {int(layer)}"
 
 
-def shift_summary(shift: pd.DataFrame) -> pd.DataFrame:
-    """Per edited module (kind, layer), for the shift of all four short periods: `share` (the last digit
-    moved by d, pooled over every d and question), its 95% interval, `n` (question-shifts pooled),
-    `control` (the same for the random edits of the same norm: mean over draws), `control_sd` (across
-    draws), and `causal` / `not_causal` by the rule of `claim_module_waves`."""
+def causal_test(run) -> bool:
+    """Whether the run holds the causal test the verdict reads: the shift of all four short periods (its weights were
+    here, and its number line has periods 2.5, 5 and 10)."""
+    return run.has(Table.PHASE_SHIFT) and bool((run.table(Table.PHASE_SHIFT)["period_set"] == CAUSAL_SET).any())
+
+
+def shift_summary(run) -> pd.DataFrame:
+    """Per edited module (kind, layer) of the shift of all four short periods, by the rule of `claim_module_waves`:
+    `read` (what the rule compares with CAUSAL_SHARE), `read_low`, `read_high` (its 95% interval), `read_control`
+    (the random edits' `read`, mean over draws), `causal`, `not_causal`, `rule` ("relative": the current rule;
+    "earlier": a run whose per-question outcomes were not kept), `share` and `control` (the last digit moved,
+    pooled over the shifts read), `n`, `draws`, `control_sd`; under the current rule also the per-d shares
+    (share_d{d}, stream_d{d}, relative_d{d}), `read_d`, `stayed`, `control_stayed`, `control_works`, and the edit's
+    `edit_size`, `kept`, `full_rank`, `misfit` (core.analysis.shift_reading)."""
+    shift = run.table(Table.PHASE_SHIFT)
+    if not run.has(Table.PHASE_SHIFT_ANSWERS):
+        return earlier_shift_summary(shift)
+    stream = stream_shares(shift, CAUSAL_SET)
+    read_d = [d for d, share in sorted(stream.items()) if share >= STREAM_FLOOR]
+    t = read_shifts(shift, run.table(Table.PHASE_SHIFT_ANSWERS), CAUSAL_SET, read_d)
+    t["read"], t["read_low"], t["read_high"] = t["relative"], t["relative_low"], t["relative_high"]
+    t["read_control"] = t["control_relative"]
+    t["causal"] = (t["read_low"] >= CAUSAL_SHARE) & (t["read_control"] <= CONTROL_MAX) & t["control_works"]
+    t["not_causal"] = t["read_high"] < CAUSAL_SHARE
+    if not read_d:  # the stream's shift holds at no d: nothing can be judged against it
+        t["causal"] = t["not_causal"] = False
+    t["read_d"] = ", ".join(str(d) for d in read_d)
+    t["rule"] = "relative"
+    return t
+
+
+def earlier_shift_summary(shift: pd.DataFrame) -> pd.DataFrame:
+    """The rule a run was read by before the capped edit (phase-shift version 1, no per-question outcomes): the last
+    digit moved, pooled over every d and question, its 95% Wilson interval against CAUSAL_SHARE, the random edits'
+    mean over draws against CONTROL_MAX (both absolute, not relative to the stream)."""
     t = shift[shift["period_set"] == CAUSAL_SET].assign(hits=lambda f: f["residue_moved"] * f["n"])
     keys = ["kind", "layer"]
     real = t[~t["control"]].groupby(keys, sort=False)[["hits", "n"]].sum()
@@ -57,11 +92,12 @@ def shift_summary(shift: pd.DataFrame) -> pd.DataFrame:
         count = int(drawn["size"]) if drawn is not None else 0
         control = float(drawn["mean"]) if count else float("nan")
         rows.append({
-            "kind": kind, "layer": int(layer), "share": share, "low": low, "high": high, "n": n,
-            "control": control, "control_sd": float(drawn["std"]) if count > 1 else float("nan"),
-            "draws": count,
+            "kind": kind, "layer": int(layer), "share": share, "n": n, "control": control,
+            "control_sd": float(drawn["std"]) if count > 1 else float("nan"), "draws": count,
+            "read": share, "read_low": low, "read_high": high, "read_control": control,
             "causal": bool(low >= CAUSAL_SHARE and control <= CONTROL_MAX),
             "not_causal": bool(high < CAUSAL_SHARE),
+            "rule": "earlier",
         })
     return pd.DataFrame(rows)
 
@@ -78,18 +114,23 @@ def claim_module_waves(run) -> Claim:
     """Step 3. Paper: for 15 + 93 in GPT-2-XL, MLP 33 favours even numbers and attention 40 the numbers
     congruent to 108 mod 5 and 10; Table 1 says attention's high frequencies carry the last digit.
 
-    With the model's weights (the `phase_shift` table): shifting a module's waves of periods 2, 2.5, 5 and
-    10 by d = 1, 2, 5 numbers (the least-norm edit, core.analysis.phase_shift) over every question (a deep
-    model: every module on a screen of the fixed sample's first questions, and every condition, controls
-    included, for the modules the screen keeps and the stream on the whole sample, core.runs.sampled_design;
-    a module read only on the screen has no controls and cannot pass). A module
-    *computes the last digit* when the last digit of the answer moves by d for at least half the questions
-    (the lower end of the 95% Wilson interval, pooled over d, >= CAUSAL_SHARE) while random edits of the
-    same norm move it for at most CONTROL_MAX (mean over draws); it *does not* when the interval's upper
-    end is below one half. The residual stream after the last layer is the positive control.
+    With the model's weights (the `phase_shift` and `phase_shift_answers` tables): each module's waves of periods
+    2, 2.5, 5 and 10 are shifted by d = 1, 2, 5 numbers (the capped least-norm edit, core.analysis.phase_shift: its
+    median size at most EDIT_CAP times the module's output) over every question (a deep model: every module on a
+    screen of the fixed sample's first questions, and every condition, controls included, for the modules the
+    screen keeps and the stream on the whole sample, core.runs.sampled_design; a module read only on the screen has
+    no controls and cannot pass). The positive control is the whole residual stream after the last layer: a d is
+    read when its shift moves the last digit for at least STREAM_FLOOR of the questions. A module's relative share
+    is the share of questions whose last digit moved by d as a fraction of the stream's at the same d, averaged over
+    the read d, with a 95% interval that resamples questions (core.analysis.shift_reading). A module *computes the
+    last digit* when that interval's lower end is >= CAUSAL_SHARE, its random edits of the same size reach at most
+    CONTROL_MAX of the stream's (mean over draws), and they leave at least as many answers in place as its shift
+    (else they are no control); it *does not* when the interval's upper end is below CAUSAL_SHARE.
     Verdict: agrees when some attention layer computes the last digit; partly when only MLPs do (the
     modules' roles reversed); does not when no attention or MLP layer does although the stream does; not
-    tested when shifting the stream itself does not move the answers (the edit has no hold on this model).
+    tested when shifting the stream itself moves the last digit for fewer than STREAM_FLOOR at every d (the edit
+    has no hold on this model). A run cached before the capped edit (no `phase_shift_answers`, its weights not
+    here to read it again) is read by the earlier rule (`earlier_shift_summary`), and its reason says so.
     Without weights (only `phase_locking`): a module *locks* to T (core.analysis.phase.locked) when R is
     above the family-wise shuffle threshold and >= 0.3, its phase is not constant, and its wave favours the
     answer (peak within a quarter period). Verdict: agrees when some MLP locks to T = 2 and some attention
@@ -107,7 +148,7 @@ def claim_module_waves(run) -> Claim:
     said = _lock_sentences(locks, table)
     lock_text = (f"all {n} {split} questions" if whole else f"only the {n} cached questions")
     lock_sentence = f"Phase locking over {lock_text}: " + "; ".join(said) + "."
-    if run.has(Table.PHASE_SHIFT):
+    if causal_test(run):
         return judged(_causal_claim(run, locks, lock_sentence, split, n, whole), run)
     mlp2 = locks[(locks["kind"] == "mlp") & np.isclose(locks["period"], 2.0)]
     attn510 = locks[(locks["kind"] == "attn") & locks["period"].isin([5.0, 10.0])]
@@ -124,7 +165,9 @@ def claim_module_waves(run) -> Claim:
             f"only {n} questions could be read (the model's weights are not here), so the chance threshold is high "
             f"(R above {bars.min():.2f} to {bars.max():.2f} by period)"
         )
-    reason = (reason + "; " if reason else "") + "the causal phase-shift test needs the model's weights"
+    reason = (reason + "; " if reason else "") + (
+        "this verdict rests on correlation (locking) only: the causal phase-shift test needs the model's weights "
+        "(python -m core precompute --model FOLDER)")
     first = said[0] if said else "no module's short wave follows the answer"
     return judged(Claim(
         "module_waves", PAPER, lock_sentence + _final_logits_sentence(table), verdict, reason,
@@ -134,12 +177,16 @@ def claim_module_waves(run) -> Claim:
 
 
 def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: bool) -> Claim:
-    summary = shift_summary(run.table(Table.PHASE_SHIFT))
+    summary = shift_summary(run)
+    relative = bool((summary["rule"] == "relative").all())
     modules = summary[summary["kind"].isin(["attn", "mlp"])]
     stream = summary[summary["kind"] == "resid"]
-    causal = modules[modules["causal"]].sort_values("share", ascending=False)
+    causal = modules[modules["causal"]].sort_values("read", ascending=False)
     attn, mlp = causal[causal["kind"] == "attn"], causal[causal["kind"] == "mlp"]
-    stream_moves = bool(len(stream) and stream["causal"].any())
+    if relative:
+        stream_moves = bool(len(stream) and stream["read_d"].iloc[0])
+    else:
+        stream_moves = bool(len(stream) and stream["causal"].any())
     if not stream_moves:
         verdict = "not tested"
     elif len(attn):
@@ -150,12 +197,6 @@ def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: boo
         verdict = "does not"
     questions = int(run.table(Table.EXAMPLES).shape[0])
     design = run.manifest.get("design")
-    ranked = modules.sort_values("share", ascending=False)
-    parts = [f"{_who(r.kind, r.layer)} {pct(r.share)}" for r in ranked.head(SAID_MODULES).itertuples()]
-    if len(ranked) > SAID_MODULES:
-        parts.append(f"and at most {pct(ranked['share'].iloc[SAID_MODULES])} for each of the other "
-                     f"{len(ranked) - SAID_MODULES}")
-    ctrl = modules["control"]
     if design:
         questions = int(design["sample"])
         read = (f"on a fixed sample of {questions} of the {design['n_split']:,} {split} questions (a screen of every "
@@ -163,36 +204,114 @@ def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: boo
                 "the others were read only there, without controls)")
     else:
         read = f"over all {questions} {split} questions"
-    measured = (
-        f"Shifting each module's waves of periods 2, 2.5, 5 and 10 by d = 1, 2 or 5 numbers, {read}: the last digit "
-        f"of the answer moves by d for {', '.join(parts)}"
-        f" (random edits of the same size: {pct(ctrl.min())} to {pct(ctrl.max())})."
+    ranked = modules.sort_values("read", ascending=False)
+    said = (_relative_sentence if relative else _earlier_sentence)(ranked, stream, read)
+    measured = said + " " + lock_sentence
+    reason = _causal_reason(verdict, mlp, modules, stream, relative)
+    top = ranked.iloc[0]
+    sample = f"a {questions}-question sample" if design else f"{questions} questions"
+    if relative:
+        headline = (f"Shifting {_who(top['kind'], top['layer'])}'s short waves moves the last digit {pct(top['read'])} "
+                    f"as often as shifting the whole stream does, over {sample} (random edits of the same size: "
+                    f"{pct(top['read_control'])}).")
+    else:
+        headline = (f"Shifting {_who(top['kind'], top['layer'])}'s short waves moves the last digit of "
+                    f"{pct(top['share'])} of {sample} (random edits: {pct(top['control'])}; the earlier rule).")
+    return Claim(
+        "module_waves", PAPER, measured, verdict, reason,
+        {"locks": locks.to_dict("records"), "n": n, "whole_split": whole, "causal": summary.to_dict("records"),
+         "questions": questions, "rule": "relative" if relative else "earlier"},
+        headline=headline,
     )
+
+
+def _by_d(row, prefix: str, ds) -> str:
+    return " / ".join(f"{100 * row[f'{prefix}_d{d}']:.0f}" for d in ds) + "%"
+
+
+def _relative_sentence(ranked: pd.DataFrame, stream: pd.DataFrame, read: str) -> str:
+    """The measurement read by the current rule: the positive control per d, then each module's share per d and
+    relative to the stream's, the controls, and the edits' size."""
+    all_d = [int(c[len("share_d"):]) for c in ranked.columns if c.startswith("share_d")]
+    s = stream.iloc[0]
+    read_d = [int(d) for d in str(s["read_d"]).split(", ") if d]
+    ds = " / ".join(str(d) for d in all_d)
+    text = (f"Positive control: shifting the waves of periods 2, 2.5, 5 and 10 of the whole residual stream after "
+            f"layer {int(s['layer'])} by d = {ds} numbers, {read}, moves the answer's last digit by d for "
+            f"{_by_d(s, 'stream', all_d)} of them")
+    unread = [d for d in all_d if d not in read_d]
+    if unread:
+        text += (f" (d = {', '.join(map(str, unread))} not read: under {pct(STREAM_FLOOR)}, too little hold to judge "
+                 "a module by)")
+    parts = [f"{_who(r.kind, r.layer)} {_by_d(r._asdict(), 'share', all_d)}, {pct(r.read)} of the stream's "
+             f"({pct(r.read_low)} to {pct(r.read_high)})" for r in ranked.head(SAID_MODULES).itertuples()]
+    text += ". Each module's own shift moves it for " + "; ".join(parts)
+    if len(ranked) > SAID_MODULES:
+        text += (f"; at most {pct(ranked['read'].iloc[SAID_MODULES])} of the stream's for each of the other "
+                 f"{len(ranked) - SAID_MODULES}")
+    ctrl = ranked["read_control"].dropna()
+    text += (" (a module's share as a fraction of the stream's at the same d, averaged over the d read; 95% interval "
+             "resampling questions)")
+    if len(ctrl):
+        text += f". Random edits of the same size: {pct(ctrl.min())} to {pct(ctrl.max())} of the stream's"
+    sizes = ranked["edit_size"].dropna()
+    if len(sizes):
+        capped = ranked[ranked["kept"] < ranked["full_rank"]]
+        text += (f". Each edit is capped at {EDIT_CAP:g} times the module's output (median size "
+                 f"{sizes.min():.2f} to {sizes.max():.2f} times)")
+        if len(capped):
+            text += (f"; {len(capped)} of {len(ranked)} modules' edits keep only {int(capped['kept'].min())} to "
+                     f"{int(capped['kept'].max())} of W_U's {int(capped['full_rank'].max())} directions, so the "
+                     f"other waves move by up to {pct(capped['misfit'].max())} of the asked change")
+    return text + "."
+
+
+def _earlier_sentence(ranked: pd.DataFrame, stream: pd.DataFrame, read: str) -> str:
+    """The measurement read by the earlier rule (pooled shares, uncapped edit)."""
+    parts = [f"{_who(r.kind, r.layer)} {pct(r.share)}" for r in ranked.head(SAID_MODULES).itertuples()]
+    if len(ranked) > SAID_MODULES:
+        parts.append(f"and at most {pct(ranked['share'].iloc[SAID_MODULES])} for each of the other "
+                     f"{len(ranked) - SAID_MODULES}")
+    ctrl = ranked["control"]
+    text = (f"Shifting each module's waves of periods 2, 2.5, 5 and 10 by d = 1, 2 or 5 numbers, {read}: the last "
+            f"digit of the answer moves by d for {', '.join(parts)} (random edits of the same size: {pct(ctrl.min())} "
+            f"to {pct(ctrl.max())}).")
     if len(stream):
         s = stream.iloc[0]
-        measured += f" Shifting the whole stream after layer {int(s['layer'])} moves it for {pct(s['share'])}."
-    measured += " " + lock_sentence
+        text += f" Shifting the whole stream after layer {int(s['layer'])} moves it for {pct(s['share'])}."
+    return text
+
+
+def _causal_reason(verdict: str, mlp: pd.DataFrame, modules: pd.DataFrame, stream: pd.DataFrame,
+                   relative: bool) -> str:
     if verdict == "agrees":
         reason = ""
     elif verdict == "partly":
         reason = (f"a module computes the last digit with its short waves, as in GPT-2-XL, but it is "
                   f"{_who(mlp.iloc[0]['kind'], mlp.iloc[0]['layer'])}, not an attention layer")
     elif verdict == "does not":
-        reason = "no single attention or MLP layer's short waves decide the last digit, though the stream's do"
+        best = modules.sort_values("read", ascending=False).iloc[0]
+        reason = ("no single attention or MLP layer's short waves decide the last digit, though the stream's do: "
+                  f"the strongest, {_who(best['kind'], best['layer'])}, reaches {pct(best['read'])}"
+                  + (" of the stream's" if relative else "")
+                  + f" (interval up to {pct(best['read_high'])}), under {pct(CAUSAL_SHARE)}")
+    elif relative:
+        reason = (f"shifting the whole residual stream moves the last digit for fewer than {pct(STREAM_FLOOR)} of the "
+                  "questions at every d, so the edit has no hold on this model")
     else:
         reason = "shifting the whole residual stream does not move the answers, so the edit has no hold on this model"
-    top = modules.sort_values("share", ascending=False).iloc[0]
-    headline = (
-        f"Shifting {_who(top['kind'], top['layer'])}'s short waves moves the last digit of {pct(top['share'])} of "
-        f"{f'a {questions}-question sample' if design else f'{questions} questions'} (random edits: "
-        f"{pct(top['control'])})."
-    )
-    return Claim(
-        "module_waves", PAPER, measured, verdict, reason,
-        {"locks": locks.to_dict("records"), "n": n, "whole_split": whole, "causal": summary.to_dict("records"),
-         "questions": questions},
-        headline=headline,
-    )
+    if relative:
+        broken = modules[(modules["read_low"] >= CAUSAL_SHARE) & ~modules["control_works"] & (modules["draws"] > 0)]
+        for r in broken.head(2).itertuples():
+            reason += ("; " if reason else "") + (
+                f"{_who(r.kind, r.layer)}'s random edits leave {pct(r.control_stayed)} of answers in place against "
+                f"{pct(r.stayed)} for its shift: they break the model more than the shift does, so they are no "
+                "control and it is not counted")
+    else:
+        reason += ("; " if reason else "") + (
+            "read by the earlier rule (the share pooled over d, not relative to the stream, and an uncapped edit): "
+            "the model's weights are not here to read it by the current one")
+    return reason
 
 
 def _lock_sentences(locks: pd.DataFrame, table: pd.DataFrame) -> list[str]:

@@ -14,7 +14,7 @@ import pandas as pd
 from core.analysis.phase import SHORT_PERIODS, locked
 from core.claims.accuracy import commonest_answer_of, validation_accuracy
 from core.claims.base import Claim, pct, periods, same_period, task_of
-from core.claims.last_digit import shift_summary
+from core.claims.last_digit import causal_test, shift_summary
 from core.paper import ACCURACY, MULTIPLICATION_ACCURACY_VAL, MULTIPLICATION_OUTLIER_PERIODS, OUTLIER_PERIODS
 from core.runs.origin import run_origin
 from core.runs.reader import Table
@@ -120,11 +120,13 @@ def module_carriers(run, top: int = 4, causal: bool = True) -> tuple[pd.DataFram
     model's weights (and `causal`), the share of questions whose last digit moves when a module's short waves are
     shifted (the phase shift, core.claims.last_digit.shift_summary) beside random edits of the same size; else the
     module's strongest locking R at a short period (phase_locking). Returns (frame, measure) where measure is
-    "phase shift" or "locking"; frame columns: module, kind, layer, value, control, carries."""
-    if causal and run.has(Table.PHASE_SHIFT):
-        s = shift_summary(run.table(Table.PHASE_SHIFT))
-        s = s[s["kind"].isin(["attn", "mlp"])].sort_values("share", ascending=False).head(top)
-        frame = pd.DataFrame({"kind": s["kind"], "layer": s["layer"], "value": s["share"], "control": s["control"],
+    "phase shift" or "locking"; frame columns: module, kind, layer, value, control, carries (and relative: the value
+    is a share of the whole stream's shift, the current rule)."""
+    if causal and causal_test(run):
+        s = shift_summary(run)
+        s = s[s["kind"].isin(["attn", "mlp"])].sort_values("read", ascending=False).head(top)
+        frame = pd.DataFrame({"kind": s["kind"], "layer": s["layer"], "value": s["read"], "control": s["read_control"],
+                              "relative": s["rule"] == "relative",
                               "carries": s["causal"]})
         measure = "phase shift"
     else:
@@ -160,7 +162,7 @@ def claim_operations(shown: dict, claims_of: Callable) -> Claim:
         "repeats the analysis for addition written \u201c15,93+\u201d."
     )
     sentences, found, carriers, moved = [], {}, {}, []
-    shifted = all(r.has(Table.PHASE_SHIFT) for r in shown.values())  # one measure for every run
+    shifted = all(causal_test(r) for r in shown.values())  # one measure for every run
     for task, run in shown.items():
         acc = claims_of(run)["accuracy"].numbers
         wanted = MULTIPLICATION_OUTLIER_PERIODS if task == "multiplication" else OUTLIER_PERIODS
@@ -178,8 +180,10 @@ def claim_operations(shown: dict, claims_of: Callable) -> Claim:
         if carrier is None:
             who = "no module's short waves were measured"
         elif measure == "phase shift":
-            who = (f"shifting {carrier['module']}'s short waves moves the last digit for {pct(carrier['value'])} of "
-                   f"the {run.split} questions (random edits: {pct(carrier['control'])})")
+            share = (f"{pct(carrier['value'])} as often as shifting the whole stream does, over" if carrier["relative"]
+                     else f"for {pct(carrier['value'])} of")
+            who = (f"shifting {carrier['module']}'s short waves moves the last digit {share} the {run.split} "
+                   f"questions (random edits: {pct(carrier['control'])})")
             beyond = "" if carrier["carries"] else f"; random edits {pct(carrier['control'])}"
             moved.append(f"{task_name(task)} {pct(carrier['value'])} ({carrier['module']}{beyond})")
         else:
@@ -198,7 +202,8 @@ def claim_operations(shown: dict, claims_of: Callable) -> Claim:
         reason = "the verdict is the multiplication run's against the paper's multiplication periods" + (
             f": {judged.reason}" if judged.reason else "")
     headline = (
-        ("Last digit moved by shifting one module's short waves: " if shifted else "Strongest lock to a short period: ")
+        ("Last digit moved by shifting one module's short waves (share of the whole stream's shift where the run was "
+         "read by the current rule): " if shifted else "Strongest lock to a short period: ")
         + ", ".join(moved) + "."
     )
     return Claim(

@@ -30,8 +30,8 @@ from core.analysis.fourier import fourier_basis
 from core.analysis.phase_shift import (
     CONTROL_DRAWS,
     CONTROL_SEED,
+    EDIT_CAP,
     PERIOD_SETS,
-    phase_shift,
     random_direction,
     residue_modulus,
     shift_outcomes,
@@ -44,6 +44,7 @@ from core.runs.cache import read_manifest, read_table
 from core.runs.live_model import live_model_folder
 from core.runs.precompute import model_prompts
 from core.runs.run_names import find_run
+from core.runs.shift_run import CALIBRATION, capped_edits
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample
 from core.threads import use_threads
 
@@ -281,7 +282,8 @@ def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progre
         raise CoreError(f"--layer {layer}: this model has layers 1..{L}")
     W_U = target.loaded.unembedding(target.p).double().cpu().numpy()
     periods = PERIOD_SETS[period_set]
-    edit = phase_shift(W_U, fourier_basis(target.p, "paper"), periods, int(d))
+    key = (kind, int(layer), period_set, int(d))
+    edit = capped_edits(target.loaded, W_U, target.texts[:CALIBRATION], target.p, [key], progress=progress)[key]
     controls = [edit.control(random_direction(W_U, CONTROL_SEED + draw)) for draw in range(CONTROL_DRAWS)]
     conditions = [Condition(None)] + [Condition(e, kind, int(layer)) for e in (edit, *controls)]
     what = f"{kind} {layer}: waves of period {', '.join(f'{t:g}' for t in periods)} shifted by d = {d}"
@@ -301,11 +303,13 @@ def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progre
         f"stayed {pct(out['stayed'])}, went elsewhere {pct(out['elsewhere'])}",
         f"random edits of the same norm ({CONTROL_DRAWS} draws): last digit moved for {pct(ctrl_moved.mean())} "
         f"(sd {100 * ctrl_moved.std(ddof=1):.2f} points)",
-        f"edit misfit {edit.misfit:.2g} (0: every constraint met)",
+        f"edit size {edit.edit_size:.2f} x the module's output (median; capped at {EDIT_CAP:g}), {edit.kept} of "
+        f"{edit.full_rank} directions kept, misfit {edit.misfit:.2g} (0: every constraint met)",
     ]
     figures = {"run": target.run_name, "model": target.source, **out, "modulus": modulus,
                "control_residue_moved": ctrl_moved.tolist(), "control_mean": float(ctrl_moved.mean()),
-               "control_sd": float(ctrl_moved.std(ddof=1)), "misfit": float(edit.misfit), "seconds": seconds}
+               "control_sd": float(ctrl_moved.std(ddof=1)), "misfit": float(edit.misfit),
+               "edit_size": float(edit.edit_size), "kept": edit.kept, "full_rank": edit.full_rank, "seconds": seconds}
     cached = cached_shift(target, kind, int(layer), period_set, int(d))
     if cached is not None:
         line, figures["cached"] = compared("cached phase_shift (last digit moved)", target, cached,

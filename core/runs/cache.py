@@ -73,11 +73,13 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "phase_shift": (
         "kind", "layer", "period_set", "d", "control", "draw", "n", "moved", "stayed", "elsewhere", "residue_moved",
     ),
+    "phase_shift_answers": ("condition", "example", "residue_moved", "stayed"),
 }
 #: Tables a run may lack: the training log (models trained here only), k-shot generations (models
-#: whose numbers are not single tokens), the phase shift (runs cached without the model's weights here).
+#: whose numbers are not single tokens), the phase shift (runs cached without the model's weights here; its
+#: per-question answers came with the capped edit, core.runs.shift_run.SHIFT_VERSION 2).
 #: A run also lacks the tables its manifest's `not_applicable` names, each with the reason (see `required_tables`).
-OPTIONAL_TABLES = ("training_log", "generations", "phase_shift")
+OPTIONAL_TABLES = ("training_log", "generations", "phase_shift", "phase_shift_answers")
 REQUIRED_TABLES = tuple(t for t in TABLE_COLUMNS if t not in OPTIONAL_TABLES)
 
 

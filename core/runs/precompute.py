@@ -10,9 +10,9 @@
    periods 2 and p-1), one evaluation each, saved one by one so an interrupted grid resumes. The module outputs'
    energy it needs is added up during stage 1's pass.
 4. phase: phase_locking and wave_peaks (core.analysis.phase) from the same capture pass; a run cached
-   before they existed gets them from one more capture pass (`_upgrade_run`).
-5. phase shift (core.runs.shift_run): each module's short waves moved by d, the answers that follow, with
-   random-direction controls of the same norm.
+   before they existed gets them from one more capture pass (core.runs.cached_run).
+5. phase shift (core.runs.shift_run): each module's short waves moved by d (a capped edit), the answers that
+   follow, per question for the verdict's set, with random-direction controls of the same norm.
 Then error_analysis, the manifest, and an atomic publish (core.runs.cache).
 
 A deep model (core.runs.sampled_design) reads every question in stages 1, 2 and 4 and for the conditions Table 1's
@@ -21,7 +21,6 @@ verdict reads; the rest of stages 3 and 5 read a fixed stratified sample, and th
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,13 +29,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from core import SCHEMA_VERSION
 from core.analysis.filters import MATCH_DRAW_VERSION, unembedding_rank
 from core.analysis.fourier import check_basis_name, check_tau, fourier_basis
 from core.analysis.kshot import SHOTS, accuracy_by_shots, generation_error_table, generations_table
-from core.analysis.phase import PHASE_VERSION
 from core.errors import CoreError
-from core.files import read_json_file
 from core.models.loading import describe_model, load_model, prompt_texts
 from core.models.names import ModuleNames
 from core.models.source import project_relative, read_recipe_label
@@ -46,18 +42,17 @@ from core.runs.ablation_grid import (
     error_analysis_table,
     every_question_labels,
     read_energy,
-    redraw_run_controls,
     write_energy,
 )
-from core.runs.cache import RunWriter, check_table, ensure_cache_dir, run_lock, run_name
+from core.runs.cache import RunWriter, ensure_cache_dir, run_lock, run_name
+from core.runs.cached_run import keep_cached_run, shift_note, training_log, write_phase_tables
 from core.runs.measure import measure
 from core.runs.number_tables import NUMBERS_JSON, embedding_tables, write_number_tables
-from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
+from core.runs.phase_run import PHASE_TABLES, phase_note
 from core.runs.sampled_design import design_for
 from core.runs.shift_run import phase_shift_table, shift_specs
 from core.tasks import build_examples, number_space, running_example_id, select_split, subsample, with_shots
 from core.threads import use_threads
-from core.training.train import seed_logs
 
 DEFAULT_TAUS = (5, 10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
 PROMPT_FORMAT = "paper phrasings + ' Answer:'"
@@ -113,10 +108,6 @@ def _model_label(opts: PrecomputeOptions, loaded) -> str:
     if loaded.local:
         return read_recipe_label(Path(loaded.source)) or Path(loaded.source).name
     return opts.model
-
-
-def _options_text(options: dict) -> str:
-    return ", ".join(f"{k} = {v}" for k, v in sorted(options.items()))
 
 
 def run_identity(opts: PrecomputeOptions, loaded, taus) -> dict:
@@ -224,7 +215,7 @@ def _precompute_run(
     """The stages of `precompute`, run under the run's lock: a cached run is upgraded or left alone;
     otherwise each stage's tables are written unless a resumed staging folder has them already."""
     if writer.exists and not opts.recompute:
-        return _keep_cached_run(writer, loaded, p, opts, examples, texts, options, log, basis, taus, design)
+        return keep_cached_run(writer, loaded, p, opts, examples, texts, options, log, basis, taus, design)
     if writer.resumed:
         log(f"resuming {writer.name} from its unfinished tables")
     timings = {"load_s": round(time.time() - t0, 2), "threads": torch.get_num_threads()}
@@ -236,9 +227,9 @@ def _precompute_run(
     examples_frame = writer.read("examples")
     ablations = writer.read("ablations")
     writer.write("error_analysis", error_analysis_table(examples_frame, ablations))
-    training_log = _training_log(loaded)
-    if training_log is not None:
-        writer.write("training_log", training_log)
+    log_frame = training_log(loaded)
+    if log_frame is not None:
+        writer.write("training_log", log_frame)
     accuracy = float(examples_frame["correct"].mean())
     manifest = _run_manifest(
         opts, loaded, writer, examples, p, taus, running, label, run_label, timings, ablations, accuracy
@@ -251,40 +242,6 @@ def _precompute_run(
         "examples)"
     )
     return path
-
-
-def _keep_cached_run(
-    writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, examples, texts, options: dict, log, basis, taus,
-    design=None,
-) -> Path:
-    """A run already in the cache: refused when asked with other options, upgraded when its schema or
-    phase version is older, its unmatched controls drawn again when an older draw left them so, its training
-    log refreshed, else left as it is."""
-    existing = (read_json_file(writer.final / "manifest.json") or {}).get("options")
-    refusal = options_refusal(writer.name, existing, options)
-    if refusal:
-        raise CoreError(refusal)
-    upgraded = _upgrade_run(writer, loaded, p, opts, examples, texts, log)
-    upgraded = redraw_run_controls(writer, loaded, p, opts, examples, texts, basis, taus, design, log) or upgraded
-    if not _refresh_training_log(writer, loaded, log) and not upgraded:
-        log(f"run {writer.name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
-    return writer.final
-
-
-def options_refusal(name: str, existing: dict | None, options: dict) -> str | None:
-    """Why a run cached with `existing` options is not reused for these `options` (None: they are the same). A deep
-    model's run cached before the sampled design existed is kept as it is with --every-question."""
-    asked = json.loads(json.dumps(options))
-    if existing is None or existing == asked:
-        return None
-    hint = ""
-    if "design" not in existing and {k: v for k, v in asked.items() if k != "design"} == existing:
-        hint = " It read every question for every condition: pass --every-question to keep it as it is."
-    return (
-        f"run {name} is already cached with other options ({_options_text(existing)}); you asked for "
-        f"{_options_text(options)}. Pass --recompute to rebuild it with yours (the old run stays until the new one "
-        f"is complete).{hint}"
-    )
 
 
 def _write_stage_tables(
@@ -304,7 +261,7 @@ def _write_stage_tables(
             write_energy(writer, energy.second_moments())
     timings["measurements_s"] = round(time.time() - t1, 2)
     if not all(writer.has(t) for t in PHASE_TABLES):  # a staging folder from before the phase stage existed
-        timings["phase_s"] = _write_phase_tables(writer, loaded, examples, texts, p, opts)
+        timings["phase_s"] = write_phase_tables(writer, loaded, examples, texts, p, opts)
 
     t2 = time.time()
     if not (writer.has("embedding_spectrum") and writer.has("embedding_clusters")):
@@ -330,9 +287,10 @@ def _write_stage_tables(
     timings["ablations_s"] = round(time.time() - t3, 2)
 
     t4 = time.time()
-    if not writer.has("phase_shift") and shift_specs(p, loaded.n_layers):
+    if not (writer.has("phase_shift") and writer.has("phase_shift_answers")) and shift_specs(p, loaded.n_layers):
         answers = np.array([e.answer for e in examples])
-        writer.write("phase_shift", phase_shift_table(loaded, texts, answers, p, opts, log, design))
+        for name, frame in phase_shift_table(loaded, texts, answers, p, opts, log, design).items():
+            writer.write(name, frame)
     timings["phase_shift_s"] = round(time.time() - t4, 2)
     return timings
 
@@ -389,53 +347,12 @@ def _run_manifest(
         "accuracy": accuracy,
         "number_representations": writer.read_json(NUMBERS_JSON),
         "phase_locking": phase_note(len(examples), len(examples), opts.split),
+        **({"phase_shift": shift_note()} if writer.has("phase_shift") else {}),
         "display_order": opts.display_order,
         "timings": timings,
         "notes": notes,
         "matched_draw_version": MATCH_DRAW_VERSION,
     }
-
-
-def _write_phase_tables(writer: RunWriter, loaded, examples, texts, p: int, opts: PrecomputeOptions) -> float:
-    """The phase tables (`core.runs.phase_run`, one capture pass) into the staging folder; the seconds taken."""
-    t0 = time.time()
-    tables = phase_tables_from_model(loaded, examples, texts, p, opts.batch_size, opts.dataset_seed, opts.progress)
-    for t, frame in tables.items():
-        writer.write(t, frame)
-    return round(time.time() - t0, 2)
-
-
-def _upgrade_run(writer: RunWriter, loaded, p: int, opts: PrecomputeOptions, examples, texts, log) -> bool:
-    """A run cached by an older schema (2 or 3) gets the tables it lacks: the number tables (schema 3)
-    and the phase tables (schema 4, one more capture pass). A run whose phase tables came from its
-    cached sample (`python -m core upgrade`, model not here) gets them over every example once the
-    model is here, and tables of another phase version (core.analysis.phase.PHASE_VERSION) are made anew.
-    Nothing else is recomputed."""
-    manifest = read_json_file(writer.final / "manifest.json") or {}
-    from_sample = (manifest.get("phase_locking") or {}).get("whole_split") is False
-    if manifest.get("schema_version") not in (2, 3) and not (
-        manifest.get("schema_version") == SCHEMA_VERSION and (from_sample or not phase_current(manifest))
-    ):
-        return False
-    keep = writer.stage_published()
-    timings = dict(keep.get("timings") or {})
-    with torch.no_grad():
-        if not (writer.has("number_spectrum") and writer.has("number_probes")):
-            t0 = time.time()
-            keep["number_representations"] = write_number_tables(writer, loaded, p, opts, log)
-            timings["numbers_s"] = round(time.time() - t0, 2)
-        timings["phase_s"] = _write_phase_tables(writer, loaded, examples, texts, p, opts)
-    keep["phase_locking"] = phase_note(len(examples), len(examples), opts.split)
-    keep["timings"] = timings
-    fresh = _training_log(loaded)
-    if fresh is not None:
-        writer.write("training_log", fresh)
-    writer.publish(keep)
-    log(
-        f"run {writer.name}: at schema {SCHEMA_VERSION}, phase version {PHASE_VERSION} (number and phase tables "
-        "made where missing or older); nothing else recomputed"
-    )
-    return True
 
 
 def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, p: int, taus, t0: float, log) -> Path:
@@ -565,30 +482,3 @@ def _digits_manifest(
     }
 
 
-def _refresh_training_log(writer: RunWriter, loaded, log) -> bool:
-    """A cached run of a project-trained model takes in seeds trained since (nothing else changes)."""
-    fresh = _training_log(loaded)
-    if fresh is None:
-        return False
-    old = writer.final / "training_log.parquet"
-    if old.exists() and pd.read_parquet(old).equals(fresh):
-        return False
-    keep = writer.stage_published()
-    writer.write("training_log", fresh)
-    writer.publish(keep)
-    log(f"run {writer.name}: training log refreshed ({fresh['seed'].nunique()} seed(s)); nothing else recomputed")
-    return True
-
-
-def _training_log(loaded):
-    """A project-trained model ships its training log (and its extra seeds') beside its weights."""
-    if not loaded.local:
-        return None
-    frame = seed_logs(Path(loaded.source))
-    if frame is None:
-        return None
-    try:
-        check_table("training_log", frame)
-    except CoreError as exc:
-        raise CoreError(f"training log of {loaded.source}: {exc}") from None
-    return frame

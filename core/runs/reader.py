@@ -47,6 +47,7 @@ class Table(StrEnum):
     PHASE_LOCKING = "phase_locking"
     WAVE_PEAKS = "wave_peaks"
     PHASE_SHIFT = "phase_shift"
+    PHASE_SHIFT_ANSWERS = "phase_shift_answers"
 
     @property
     def columns(self) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
-"""The phase-shift stage of a run: the `phase_shift` table (core.analysis.phase_shift), over every example (for
-a deep model, a screen of every module and every condition of the modules it keeps on a fixed sample:
-core.runs.sampled_design).
+"""The phase-shift stage of a run: the `phase_shift` and `phase_shift_answers` tables (core.analysis.phase_shift),
+over every example (for a deep model, a screen of every module and every condition of the modules it keeps on a
+fixed sample: core.runs.sampled_design).
 
 For every attention and MLP layer and the residual stream after the last layer, every period set of
 `PERIOD_SETS` and every shift d of `SHIFTS`, the model's answers with that module's waves moved by d,
@@ -9,6 +9,12 @@ last digit (residue) moved by d, with 95% Wilson intervals. Beside each shift of
 `CONTROL_DRAWS` controls that move the same module by the same norm in a random direction of W_U's row
 space. All conditions run in one answer-position pass per batch (the prefix runs once and its key/value
 cache serves every condition, as in the ablation grid).
+
+Every edit is capped (core.analysis.phase_shift, `capped_edit`): a capture pass over the first CALIBRATION
+questions reads each module's outputs at the answer position, and each module's edit keeps the most directions
+whose median size is within EDIT_CAP of those outputs' norms (the table's edit_size, kept, full_rank, misfit).
+For the shifts of all four short periods (the verdict's set, edits and controls), `phase_shift_answers` keeps
+each question's outcome, so that the verdict's interval can resample questions (core.analysis.shift_reading).
 """
 
 from __future__ import annotations
@@ -25,17 +31,22 @@ from core.analysis.phase_shift import (
     CONTROL_SEED,
     PERIOD_SETS,
     SHIFTS,
-    phase_shift,
     random_direction,
     residue_modulus,
+    shift_decomposition,
     shift_outcomes,
     wilson_interval,
 )
+from core.models.capture import iter_capture
 from core.models.names import ATTN, MLP, RESID
 from core.runs.sampled_design import screened_modules
 
-#: Period set whose shifts get random-direction controls.
+#: Period set whose shifts get random-direction controls and per-question outcomes (the verdict's set).
 CONTROLLED_SET = "all"
+#: Questions whose module outputs set each module's edit cap (the first ones the stage reads).
+CALIBRATION = 512
+#: Version of the stage's measurement: 2 = capped edits and per-question outcomes (1: uncapped, pooled only).
+SHIFT_VERSION = 2
 
 
 def shifted_modules(n_layers: int) -> list[tuple[str, int]]:
@@ -65,50 +76,76 @@ def shift_specs(p: int, n_layers: int, shifts=SHIFTS, draws: int = CONTROL_DRAWS
     return specs
 
 
-def phase_shift_table(loaded, texts, answers, p: int, opts, log=print, design=None) -> pd.DataFrame:
-    """The `phase_shift` table of a run (module docstring). `opts`: the run's PrecomputeOptions (batch_size,
-    progress are read). Under a sampled `design` (core.runs.sampled_design): a screen of every attention and MLP
-    layer on the sample's first questions, then every condition for the modules it keeps and the residual stream
-    on the whole sample; the modules it drops keep their screen rows."""
+def phase_shift_table(loaded, texts, answers, p: int, opts, log=print, design=None) -> dict[str, pd.DataFrame]:
+    """The `phase_shift` and `phase_shift_answers` tables of a run (module docstring). `opts`: the run's
+    PrecomputeOptions (batch_size, progress are read). Under a sampled `design` (core.runs.sampled_design): a screen
+    of every attention and MLP layer on the sample's first questions, then every condition for the modules it keeps
+    and the residual stream on the whole sample; the modules it drops keep their screen rows."""
     W_U = loaded.unembedding(p).double().cpu().numpy()
     specs = shift_specs(p, loaded.n_layers)
     answers = np.asarray(answers)
+    positions = np.arange(len(texts)) if design is None else np.asarray(design.sample)
+    keys = [(s["kind"], s["layer"], s["period_set"], s["d"]) for s in specs]
+    edits = capped_edits(loaded, W_U, [texts[i] for i in positions[:CALIBRATION]], p, keys, opts.batch_size,
+                         opts.progress)
     if design is None:
-        return _table(_shift_rows(loaded, W_U, texts, answers, p, specs, opts, log))
-    order = {(s["kind"], s["layer"], s["period_set"], s["d"], s["control"], s["draw"]): i for i, s in enumerate(specs)}
+        return _tables(_shift_rows(loaded, edits, texts, answers, p, specs, opts, log, positions))
+    order = {_key(s): i for i, s in enumerate(specs)}
     screen_specs = [s for s in specs if s["period_set"] == CONTROLLED_SET and not s["control"] and s["kind"] != RESID]
+    sample_texts = [texts[i] for i in design.sample]
     if not screen_specs:  # no shift of all four short periods on this number line: the sample reads every module
-        return _table(_shift_rows(loaded, W_U, [texts[i] for i in design.sample], answers[design.sample], p, specs,
-                                  opts, log))
+        return _tables(_shift_rows(loaded, edits, sample_texts, answers[design.sample], p, specs, opts, log,
+                                   positions))
     screen = design.sample[: design.screen]
-    screen_rows = _shift_rows(loaded, W_U, [texts[i] for i in screen], answers[screen], p, screen_specs, opts, log,
-                              "phase-shift screen")
+    screen_rows = _shift_rows(loaded, edits, [texts[i] for i in screen], answers[screen], p, screen_specs, opts, log,
+                              np.asarray(screen), "phase-shift screen")
     kept = {*screened_modules(pd.DataFrame(screen_rows)), (RESID, int(loaded.n_layers))}
     log(f"phase shift: the screen keeps {', '.join(f'{k} {l}' for k, l in sorted(kept))}")
     full_specs = [s for s in specs if (s["kind"], s["layer"]) in kept]
     rows = [r for r in screen_rows if (r["kind"], r["layer"]) not in kept]
-    rows += _shift_rows(loaded, W_U, [texts[i] for i in design.sample], answers[design.sample], p, full_specs, opts,
-                        log)
-    rows.sort(key=lambda r: order[(r["kind"], r["layer"], r["period_set"], r["d"], r["control"], r["draw"])])
-    return _table(rows)
+    rows += _shift_rows(loaded, edits, sample_texts, answers[design.sample], p, full_specs, opts, log, positions)
+    rows.sort(key=lambda r: order[_key(r)])
+    return _tables(rows)
 
 
-def _shift_rows(loaded, W_U, texts, answers, p: int, specs, opts, log, what: str = "phase shift") -> list[dict]:
-    """One row per spec: the answers on `texts` with that shift, against the unedited answers (one pass)."""
+def capped_edits(loaded, W_U, texts, p: int, keys, batch_size: int = 32, progress=None) -> dict:
+    """The capped edit (core.analysis.phase_shift) of every (kind, layer, period set, d) in `keys`, its cap set
+    on the modules' answer-position outputs over `texts` (one capture pass)."""
+    keys = list(dict.fromkeys(keys))
+    modules = list(dict.fromkeys((kind, layer) for kind, layer, _, _ in keys))
+    outputs = {}
+    for cb in iter_capture(loaded, texts, batch_size, progress=progress, desc="phase-shift cap"):
+        for kind, layer in modules:
+            stream = cb.resid[:, layer] if kind == RESID else getattr(cb, kind)[:, layer - 1]
+            outputs.setdefault((kind, layer), []).append(stream.double().cpu().numpy())
+    outputs = {key: np.concatenate(chunks) for key, chunks in outputs.items()}
     basis = fourier_basis(p, "paper")
-    built = {key: phase_shift(W_U, basis, PERIOD_SETS[key[0]], key[1])
-             for key in dict.fromkeys((s["period_set"], s["d"]) for s in specs)}
+    decompositions = {key: shift_decomposition(W_U, basis, PERIOD_SETS[key[0]], key[1])
+                      for key in dict.fromkeys((name, d) for _, _, name, d in keys)}
+    return {(kind, layer, name, d): decompositions[(name, d)].capped_edit(outputs[(kind, layer)])
+            for kind, layer, name, d in keys}
+
+
+def _key(s: dict) -> tuple:
+    return (s["kind"], s["layer"], s["period_set"], s["d"], s["control"], s["draw"])
+
+
+def _shift_rows(loaded, edits: dict, texts, answers, p: int, specs, opts, log, positions,
+                what: str = "phase shift") -> list[dict]:
+    """One row per spec: the answers on `texts` with that shift, against the unedited answers (one pass). Rows of
+    the controlled set carry their per-question outcomes (`_questions`: examples at `positions`)."""
+    W_U = loaded.unembedding(p).double().cpu().numpy()
     directions = [random_direction(W_U, CONTROL_SEED + draw) for draw in range(CONTROL_DRAWS)]
     # lowest layer first, so each call's conditions edit nearby layers and share the blocks below them
     by_layer = sorted(range(len(specs)), key=lambda i: (specs[i]["layer"], i))
     conditions = [Condition(None)]
     for i in by_layer:
         s = specs[i]
-        edit = built[(s["period_set"], s["d"])]
+        edit = edits[(s["kind"], s["layer"], s["period_set"], s["d"])]
         if s["control"]:
             edit = edit.control(directions[s["draw"]])
         conditions.append(Condition(edit, s["kind"], s["layer"]))
-    log(f"{what}: {len(specs)} conditions ({len(built)} distinct shifts), {len(texts)} prompts")
+    log(f"{what}: {len(specs)} conditions, {len(texts)} prompts")
     evaluated = evaluate_conditions(
         loaded, texts, answers, p, conditions, "last", opts.batch_size, progress=opts.progress,
         desc=f"{what} ({len(specs)} conditions)",
@@ -120,21 +157,48 @@ def _shift_rows(loaded, W_U, texts, answers, p: int, specs, opts, log, what: str
     rows = []
     for s, ev in zip(specs, evaluations):
         periods = PERIOD_SETS[s["period_set"]]
-        out = shift_outcomes(before, ev.predictions, s["d"], p, residue_modulus(periods))
+        modulus = residue_modulus(periods)
+        out = shift_outcomes(before, ev.predictions, s["d"], p, modulus)
         low, high = wilson_interval(out["moved"], out["n"])
-        rows.append({
+        edit = edits[(s["kind"], s["layer"], s["period_set"], s["d"])]
+        row = {
             **s,
             "periods": ", ".join(f"{t:g}" for t in periods),
             **out,
             "moved_low": low,
             "moved_high": high,
             "accuracy": ev.accuracy,
-            "misfit": built[(s["period_set"], s["d"])].misfit,
-        })
+            "misfit": edit.misfit,
+            "edit_size": edit.edit_size,
+            "kept": edit.kept,
+            "full_rank": edit.full_rank,
+        }
+        if s["period_set"] == CONTROLLED_SET:
+            row["_questions"] = question_outcomes(before, ev.predictions, s["d"], p, modulus, positions)
+        rows.append(row)
     return rows
 
 
-def _table(rows: list[dict]) -> pd.DataFrame:
+def question_outcomes(before, after, d: int, p: int, modulus: int, positions) -> pd.DataFrame:
+    """Per question read at d (y + d on the number line): its example position, whether its last digit moved by d,
+    whether its answer stayed (what `shift_outcomes` pools)."""
+    before, after = np.asarray(before, dtype=np.int64), np.asarray(after, dtype=np.int64)
+    keep = before + d <= p - 1
+    return pd.DataFrame({
+        "example": np.asarray(positions, dtype=np.int32)[keep],
+        "residue_moved": ((after - before - d) % modulus == 0)[keep],
+        "stayed": (after == before)[keep],
+    })
+
+
+def _tables(rows: list[dict]) -> dict[str, pd.DataFrame]:
+    """The two tables from the rows in their final order: a condition of `phase_shift_answers` is its row's
+    position in `phase_shift`."""
+    per_question = [r.pop("_questions").assign(condition=np.int32(i)) for i, r in enumerate(rows) if "_questions" in r]
     table = pd.DataFrame(rows)
     table["layer"] = table["layer"].astype(np.int64)
-    return table
+    answers = (pd.concat(per_question, ignore_index=True) if per_question
+               else pd.DataFrame({"condition": [], "example": [], "residue_moved": [], "stayed": []}))
+    answers = answers[["condition", "example", "residue_moved", "stayed"]].astype(
+        {"condition": np.int32, "example": np.int32, "residue_moved": bool, "stayed": bool})
+    return {"phase_shift": table, "phase_shift_answers": answers}

@@ -5,7 +5,14 @@ import pytest
 
 from core.analysis.fourier import fourier_basis
 from core.analysis.phase import wave_coefficients
-from core.analysis.phase_shift import PERIOD_SETS, phase_shift, random_direction, shift_outcomes
+from core.analysis.phase_shift import (
+    EDIT_CAP,
+    PERIOD_SETS,
+    phase_shift,
+    random_direction,
+    shift_decomposition,
+    shift_outcomes,
+)
 from core.errors import CoreError
 
 P = 521
@@ -75,3 +82,46 @@ def test_outcomes_and_bad_periods():
     assert out["residue_moved"] == pytest.approx(2 / 3)  # 30 -> 41: the last digit moved by 1, the size did not
     with pytest.raises(CoreError, match="not frequencies"):
         phase_shift(np.ones((P, 8)), fourier_basis(P, "paper"), (3.0,), 1)
+
+
+def ill_conditioned_unembedding(rng, width: int = 120) -> np.ndarray:
+    """W_U whose singular values fall over five decades: its weak directions make the least-norm edit large."""
+    u, _ = np.linalg.qr(rng.standard_normal((P, width)))
+    v, _ = np.linalg.qr(rng.standard_normal((width, width)))
+    return (u * np.logspace(0, -5, width)) @ v.T
+
+
+def test_the_capped_edit_keeps_the_most_directions_whose_median_size_is_within_the_cap():
+    """Each size is recomputed from the truncated edit itself (delta_k(x) = left_k right x): it grows with the
+    directions kept, the capped edit is the largest k within the cap, and one more direction would break it."""
+    rng = np.random.default_rng(3)
+    W_U = ill_conditioned_unembedding(rng)
+    basis = fourier_basis(P, "paper")
+    dec = shift_decomposition(W_U, basis, PERIOD_SETS["all"], 1)
+    outputs = rng.standard_normal((40, W_U.shape[1]))
+
+    def median_size(k):
+        edit = dec.edit(k)
+        return float(np.median(np.linalg.norm(edit.delta(outputs), axis=1) / np.linalg.norm(outputs, axis=1)))
+
+    sizes = [median_size(k) for k in range(1, dec.rank + 1)]
+    assert np.all(np.diff(sizes) >= -1e-9)  # more directions, a larger edit
+    assert sizes[-1] > 10 * EDIT_CAP  # uncapped, this W_U's edit dwarfs the output it edits
+    capped = dec.capped_edit(outputs)
+    assert capped.kept < capped.full_rank == dec.rank
+    assert capped.edit_size == pytest.approx(sizes[capped.kept - 1]) and capped.edit_size <= EDIT_CAP
+    assert sizes[capped.kept] > EDIT_CAP  # the next direction would pass the cap
+    assert 0 < capped.misfit < 1 and dec.edit().misfit < capped.misfit  # what the dropped directions leave unmet
+    control = capped.control(random_direction(W_U, seed=1))  # the control keeps the capped edit's size
+    x = outputs[0]
+    assert np.linalg.norm(control.apply(x) - x) == pytest.approx(np.linalg.norm(capped.delta(x)))
+
+
+def test_a_well_conditioned_unembedding_keeps_every_direction_and_the_uncapped_edit():
+    rng = np.random.default_rng(4)
+    W_U = rng.standard_normal((P, 560))
+    dec = shift_decomposition(W_U, fourier_basis(P, "paper"), PERIOD_SETS["all"], 2)
+    outputs = rng.standard_normal((30, 560))
+    capped = dec.capped_edit(outputs, cap=10.0)
+    full = phase_shift(W_U, fourier_basis(P, "paper"), PERIOD_SETS["all"], 2)
+    assert capped.kept == capped.full_rank and np.allclose(capped.delta(outputs), full.delta(outputs))

@@ -95,7 +95,9 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
         "agrees" if mlp2 and attn510 else "partly" if len(lock) else "does not" if whole else "not tested"
     )
     if "phase_shift" in manifest["tables"]:  # the causal test decides where the weights were here
-        out["module_waves"] = expected_causal_verdict(t("phase_shift"))
+        current = "phase_shift_answers" in manifest["tables"]
+        out["module_waves"] = (relative_causal_verdict(t("phase_shift"), t("phase_shift_answers")) if current
+                               else expected_causal_verdict(t("phase_shift")))
 
     p = manifest["p"]
     spec = t("module_spectra")
@@ -211,8 +213,57 @@ def expected_multiplication_spectra(manifest: dict, spec, t) -> str:
     return "partly" if found else "does not"
 
 
+def relative_causal_verdict(shift, answers) -> str:
+    """Step 3 by the current rule, from the raw phase_shift and phase_shift_answers tables: per d, the stream's share
+    (last digit moved, all four short periods) decides whether d is read (>= half); a module's share over the
+    stream's on the module's own questions, averaged over the read d, its 95% interval from a bootstrap of questions
+    written here afresh (another seed), the random draws' mean of the same ratio against 15%, and the draws' answers
+    left in place against the module's own."""
+    shift = shift.reset_index(drop=True)
+    t = shift[shift["period_set"] == "all"]
+    stream = t[(t["kind"] == "resid") & ~t["control"]].set_index("d")["residue_moved"]
+    read = [int(d) for d, share in stream.items() if share >= 0.5]
+    if not read:
+        return "not tested"
+    stream_rows = t[(t["kind"] == "resid") & ~t["control"]].reset_index().set_index("d")["index"]
+    by_condition = {c: g.set_index("example") for c, g in answers.groupby("condition")}
+    rng = np.random.default_rng(7)
+    causal = {}
+    for (kind, layer), g in t.groupby(["kind", "layer"]):
+        if kind == "resid":
+            continue
+        edits = g[~g["control"] & g["d"].isin(read)]
+        questions = np.unique(np.concatenate([by_condition[i].index.to_numpy() for i in edits.index]))
+        picks = rng.integers(0, len(questions), size=(1000, len(questions)))
+
+        def hits(row, what="residue_moved"):  # per question of `questions`, 0 where not read at that d
+            return by_condition[row][what].reindex(questions).fillna(False).to_numpy(float)
+
+        ratio = np.mean([hits(i).sum() / hits(stream_rows[d]).sum() for i, d in zip(edits.index, edits["d"])])
+        boot = np.mean([hits(i)[picks].sum(1) / hits(stream_rows[d])[picks].sum(1)
+                        for i, d in zip(edits.index, edits["d"])], axis=0)
+        low = np.percentile(boot, 2.5)
+        assert abs(low - 0.5) > 0.01 or ratio < 0.4, f"{kind} {layer}: too close to the bar to re-derive"
+        ctrl = g[g["control"] & g["d"].isin(read)]
+        if not len(ctrl):  # read only on the screen: no control, never causal
+            causal[(kind, layer)] = False
+            continue
+        n_read = sum(len(by_condition[i]) for i in edits.index)
+        stayed = sum(by_condition[i]["stayed"].sum() for i in edits.index) / n_read
+        control, control_stayed = [], []
+        for _, draw in ctrl.groupby("draw"):
+            control.append(np.mean([hits(i).sum() / hits(stream_rows[d]).sum() for i, d in zip(draw.index, draw["d"])]))
+            control_stayed.append(sum(by_condition[i]["stayed"].sum() for i in draw.index)
+                                  / sum(len(by_condition[i]) for i in draw.index))
+        causal[(kind, layer)] = low >= 0.5 and np.mean(control) <= 0.15 and np.mean(control_stayed) >= stayed
+    if any(v for (k, _), v in causal.items() if k == "attn"):
+        return "agrees"
+    return "partly" if any(v for (k, _), v in causal.items() if k == "mlp") else "does not"
+
+
 def expected_causal_verdict(shift) -> str:
-    """Step 3 from the raw phase_shift table: the last digit moved (all four short periods shifted, pooled over d),
+    """Step 3 by the earlier rule (a run cached without per-question outcomes, its weights not here), from the raw
+    phase_shift table: the last digit moved (all four short periods shifted, pooled over d),
     the 95% Wilson lower end against one half, the random edits' mean over draws against 15%."""
     t = shift[shift["period_set"] == "all"]
     causal = {}

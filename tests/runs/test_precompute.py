@@ -17,6 +17,7 @@ from core.models.random_models import save_random_model
 from core.models.vocab import digit_tokenizer
 from core.runs.ablation_grid import CONTROL_DRAWS
 from core.runs.cache import REQUIRED_TABLES, list_runs, read_manifest, read_table, resolve_run, verify_run
+from core.runs.shift_run import SHIFT_VERSION
 
 # operands 0..93 (15 + 93 in range, p = 187, K = 93); the e2e models are 192 wide, so no filter erases
 FAST = ["--max-operand", "93", "--taus", "5,10", "--n-sample", "4", "--no-progress"]
@@ -298,15 +299,20 @@ def test_list_and_verify_on_empty_cache(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_schema_2_run_gets_the_number_tables_and_keeps_the_rest(model_dir, tmp_path):
+def test_a_schema_2_run_gets_the_number_tables_and_the_capped_phase_shift_and_keeps_the_rest(model_dir, tmp_path):
+    """Written by schema 2 with a phase shift of version 1 (uncapped, no per-question outcomes): one precompute
+    brings both up to date and leaves every other table byte for byte."""
     folder = model_dir("gpt2", **WIDE)
     cache = tmp_path / "c"
     assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
     (run,) = list_runs(cache)
     manifest = json.loads((run.path / "manifest.json").read_text())
-    kept = {t: e["sha256"] for t, e in manifest["tables"].items() if not t.startswith("number_")}
-    for t in ("number_spectrum", "number_probes"):  # as a schema-2 run was written
+    assert manifest["phase_shift"] == {"version": SHIFT_VERSION} and "phase_shift_answers" in manifest["tables"]
+    redone = ("number_spectrum", "number_probes", "phase_shift", "phase_shift_answers")
+    kept = {t: e["sha256"] for t, e in manifest["tables"].items() if t not in redone}
+    for t in ("number_spectrum", "number_probes", "phase_shift_answers"):  # as a schema-2 run was written
         (run.path / manifest["tables"].pop(t)["file"]).unlink()
+    del manifest["phase_shift"]  # and its phase shift by version 1
     manifest["schema_version"] = 2
     (run.path / "manifest.json").write_text(json.dumps(manifest))
     assert any("run the same precompute again" in p for p in verify_run(run.path))
@@ -315,6 +321,8 @@ def test_a_schema_2_run_gets_the_number_tables_and_keeps_the_rest(model_dir, tmp
     assert again.name == run.name and verify_run(again.path) == []
     after = again.manifest
     assert after["schema_version"] == SCHEMA_VERSION and {"number_spectrum", "number_probes"} <= set(after["tables"])
+    assert after["phase_shift"] == {"version": SHIFT_VERSION} and "phase_shift_answers" in after["tables"]
+    assert after["timings"]["phase_shift_s"] >= 0
     assert {t: after["tables"][t]["sha256"] for t in kept} == kept  # nothing else recomputed
     assert after["timings"]["numbers_s"] >= 0 and after["accuracy"] == manifest["accuracy"]
 

@@ -12,9 +12,10 @@ import core.runs.sampled_design as design_mod
 from core.analysis.ablations import Ablation, Condition
 from core.analysis.evaluation import evaluate_conditions
 from core.analysis.fourier import fourier_basis
-from core.analysis.phase_shift import PERIOD_SETS, phase_shift, residue_modulus, shift_outcomes, wilson_interval
+from core.analysis.phase_shift import PERIOD_SETS, residue_modulus, shift_decomposition, shift_outcomes, wilson_interval
 from core.claims.last_digit import claim_module_waves
 from core.cli import main
+from core.models.capture import capture
 from core.models.loading import load_model
 from core.runs.ablation_grid import (
     CONTROL_DRAWS,
@@ -25,13 +26,22 @@ from core.runs.ablation_grid import (
     table1_cutoff,
 )
 from core.runs.cache import list_runs, read_table, verify_run
+from core.runs.cached_run import options_refusal
 from core.runs.live_sample import live_sample
-from core.runs.precompute import DEFAULT_TAUS, options_refusal
+from core.runs.precompute import DEFAULT_TAUS
 from core.runs.reader import RunReader
 from core.runs.sampled_design import design_for, reads_every_question, sampled_cells_note, screened_modules
 from core.runs.shift_run import phase_shift_table, shift_specs
 from core.runs.summaries import accuracy_by_tau
 from core.tasks import build_examples, select_split
+
+
+def capped_edit_of(loaded, texts, p: int, kind: str, layer: int, d: int):
+    """The stage's edit of one module, rebuilt: its cap set on the module's outputs over `texts` (capture)."""
+    captured = capture(loaded, texts, 8, progress=False)
+    outputs = captured["resid"][:, layer] if kind == "resid" else captured[kind][:, layer - 1]
+    W_U = loaded.unembedding(p).double().cpu().numpy()
+    return shift_decomposition(W_U, fourier_basis(p, "paper"), PERIOD_SETS["all"], d).capped_edit(outputs)
 
 
 def _answers(max_operand=260):
@@ -127,6 +137,11 @@ def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch):
     assert none["accuracy"] == pytest.approx(examples["correct"].mean())  # the unfiltered row reads every question
 
     shift = read_table(cache, run.name, "phase_shift")
+    per_question = read_table(cache, run.name, "phase_shift_answers")
+    for i, row in shift[shift["period_set"] == "all"].iterrows():  # each row pools its questions' outcomes
+        mine = per_question[per_question["condition"] == i]
+        assert len(mine) == row["n"] and mine["residue_moved"].mean() == pytest.approx(row["residue_moved"])
+        assert mine["stayed"].mean() == pytest.approx(row["stayed"])
     per_module = shift.groupby(["kind", "layer"]).size()
     full_count = len(shift_specs(m["p"], m["n_layers"])) // (2 * m["n_layers"] + 1)
     kept = per_module[per_module == full_count].index.tolist()
@@ -136,12 +151,12 @@ def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch):
     assert (dropped["n"] <= 12).all() and (shift.loc[~shift.index.isin(dropped.index), "n"] <= 24).all()
     assert (shift.loc[~shift.index.isin(dropped.index), "n"] > 12).any()
     # each row is its own condition (the stage runs them sorted by layer and puts them back): re-evaluated alone
-    W_U = loaded.unembedding(m["p"]).double().cpu().numpy()
     L = m["n_layers"]
     for kind, layer, d in [(k, l, d) for k, l in kept for d in (1, 5)]:
         row = shift[(shift["kind"] == kind) & (shift["layer"] == layer) & (shift["period_set"] == "all")
                     & (shift["d"] == d) & ~shift["control"]].iloc[0]
-        edit = phase_shift(W_U, fourier_basis(m["p"], "paper"), PERIOD_SETS["all"], d)
+        edit = capped_edit_of(loaded, texts, m["p"], kind, layer, d)
+        assert row["kept"] == edit.kept and row["edit_size"] == pytest.approx(edit.edit_size)
         before, alone = evaluate_conditions(loaded, texts, sample["answer"].to_numpy(), m["p"],
                                             [Condition(None), Condition(edit, kind, layer)], "last", 32,
                                             progress=False)
@@ -190,21 +205,28 @@ def test_the_phase_shift_stage_puts_each_row_back_with_its_condition(loaded_mode
     examples = select_split(build_examples("addition", 50), "test")[:24]
     texts = [f"{e.a}+{e.b}=" for e in examples]
     answers = np.array([e.answer for e in examples])
-    table = phase_shift_table(loaded, texts, answers, p, SimpleNamespace(batch_size=8, progress=False), log=lambda _: 0)
+    opts = SimpleNamespace(batch_size=8, progress=False)
+    tables = phase_shift_table(loaded, texts, answers, p, opts, log=lambda _: 0)
+    table, per_question = tables["phase_shift"], tables["phase_shift_answers"]
     specs = shift_specs(p, 3)
     assert len(table) == len(specs)
     assert list(zip(table["kind"], table["layer"], table["d"], table["draw"])) == [
         (s["kind"], s["layer"], s["d"], s["draw"]) for s in specs]
-    W_U = loaded.unembedding(p).double().cpu().numpy()
     outcomes = set()
     for kind, layer, d in [("attn", 3, 1), ("mlp", 1, 1), ("mlp", 2, 5), ("resid", 3, 2)]:
-        row = table[(table["kind"] == kind) & (table["layer"] == layer) & (table["period_set"] == "all")
-                    & (table["d"] == d) & ~table["control"]].iloc[0]
-        edit = phase_shift(W_U, fourier_basis(p, "paper"), PERIOD_SETS["all"], d)
+        at = table[(table["kind"] == kind) & (table["layer"] == layer) & (table["period_set"] == "all")
+                   & (table["d"] == d) & ~table["control"]]
+        row = at.iloc[0]
+        edit = capped_edit_of(loaded, texts, p, kind, layer, d)
         before, alone = evaluate_conditions(loaded, texts, answers, p, [Condition(None), Condition(edit, kind, layer)],
                                             "last", 8, progress=False)
         out = shift_outcomes(before.predictions, alone.predictions, d, p, residue_modulus(PERIOD_SETS["all"]))
         assert (row["moved"], row["stayed"], row["residue_moved"]) == pytest.approx(
             (out["moved"], out["stayed"], out["residue_moved"])), (kind, layer, d)
         outcomes.add((out["moved"], out["stayed"]))
+        mine = per_question[per_question["condition"] == at.index[0]]  # each question's outcome, in its row's place
+        keep = before.predictions + d <= p - 1
+        assert list(mine["example"]) == list(np.flatnonzero(keep))
+        moved = (alone.predictions - before.predictions - d) % residue_modulus(PERIOD_SETS["all"]) == 0
+        assert list(mine["residue_moved"]) == list(moved[keep]), (kind, layer, d)
     assert len(outcomes) > 1, "every condition gave the same outcome: a misplaced row could not be seen"

@@ -1,0 +1,168 @@
+"""What `precompute` does with a run already in the cache: refuse it when asked with other options, upgrade what an
+older version left (the number and phase tables, the phase shift's capped edits), draw again the controls an older
+draw left unmatched, take in a training log's new seeds; and the two table writers the fresh run shares with the
+upgrades (the phase tables, the training log)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from core import SCHEMA_VERSION
+from core.analysis.phase import PHASE_VERSION
+from core.errors import CoreError
+from core.files import read_json_file
+from core.runs.ablation_grid import redraw_run_controls
+from core.runs.cache import RunWriter, check_table
+from core.runs.number_tables import write_number_tables
+from core.runs.phase_run import phase_current, phase_note, phase_tables_from_model
+from core.runs.shift_run import SHIFT_VERSION, phase_shift_table, shift_specs
+from core.training.train import seed_logs
+
+
+def keep_cached_run(
+    writer: RunWriter, loaded, p: int, opts, examples, texts, options: dict, log, basis, taus,
+    design=None,
+) -> Path:
+    """A run already in the cache: refused when asked with other options, upgraded when its schema, phase or
+    phase-shift version is older, its unmatched controls drawn again when an older draw left them so, its training
+    log refreshed, else left as it is."""
+    existing = (read_json_file(writer.final / "manifest.json") or {}).get("options")
+    refusal = options_refusal(writer.name, existing, options)
+    if refusal:
+        raise CoreError(refusal)
+    upgraded = upgrade_phase(writer, loaded, p, opts, examples, texts, log)
+    upgraded = upgrade_shift(writer, loaded, p, opts, examples, texts, design, log) or upgraded
+    upgraded = redraw_run_controls(writer, loaded, p, opts, examples, texts, basis, taus, design, log) or upgraded
+    if not refresh_training_log(writer, loaded, log) and not upgraded:
+        log(f"run {writer.name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
+    return writer.final
+
+
+def options_refusal(name: str, existing: dict | None, options: dict) -> str | None:
+    """Why a run cached with `existing` options is not reused for these `options` (None: they are the same). A deep
+    model's run cached before the sampled design existed is kept as it is with --every-question."""
+    asked = json.loads(json.dumps(options))
+    if existing is None or existing == asked:
+        return None
+    hint = ""
+    if "design" not in existing and {k: v for k, v in asked.items() if k != "design"} == existing:
+        hint = " It read every question for every condition: pass --every-question to keep it as it is."
+    return (
+        f"run {name} is already cached with other options ({options_text(existing)}); you asked for "
+        f"{options_text(options)}. Pass --recompute to rebuild it with yours (the old run stays until the new one "
+        f"is complete).{hint}"
+    )
+
+
+def options_text(options: dict) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in sorted(options.items()))
+
+
+def write_phase_tables(writer: RunWriter, loaded, examples, texts, p: int, opts) -> float:
+    """The phase tables (`core.runs.phase_run`, one capture pass) into the staging folder; the seconds taken."""
+    t0 = time.time()
+    tables = phase_tables_from_model(loaded, examples, texts, p, opts.batch_size, opts.dataset_seed, opts.progress)
+    for t, frame in tables.items():
+        writer.write(t, frame)
+    return round(time.time() - t0, 2)
+
+
+def upgrade_phase(writer: RunWriter, loaded, p: int, opts, examples, texts, log) -> bool:
+    """A run cached by an older schema (2 or 3) gets the tables it lacks: the number tables (schema 3)
+    and the phase tables (schema 4, one more capture pass). A run whose phase tables came from its
+    cached sample (`python -m core upgrade`, model not here) gets them over every example once the
+    model is here, and tables of another phase version (core.analysis.phase.PHASE_VERSION) are made anew.
+    Nothing else is recomputed."""
+    manifest = read_json_file(writer.final / "manifest.json") or {}
+    from_sample = (manifest.get("phase_locking") or {}).get("whole_split") is False
+    if manifest.get("schema_version") not in (2, 3) and not (
+        manifest.get("schema_version") == SCHEMA_VERSION and (from_sample or not phase_current(manifest))
+    ):
+        return False
+    keep = writer.stage_published()
+    timings = dict(keep.get("timings") or {})
+    with torch.no_grad():
+        if not (writer.has("number_spectrum") and writer.has("number_probes")):
+            t0 = time.time()
+            keep["number_representations"] = write_number_tables(writer, loaded, p, opts, log)
+            timings["numbers_s"] = round(time.time() - t0, 2)
+        timings["phase_s"] = write_phase_tables(writer, loaded, examples, texts, p, opts)
+    keep["phase_locking"] = phase_note(len(examples), len(examples), opts.split)
+    keep["timings"] = timings
+    fresh = training_log(loaded)
+    if fresh is not None:
+        writer.write("training_log", fresh)
+    writer.publish(keep)
+    log(
+        f"run {writer.name}: at schema {SCHEMA_VERSION}, phase version {PHASE_VERSION} (number and phase tables "
+        "made where missing or older); nothing else recomputed"
+    )
+    return True
+
+
+def shift_current(manifest: dict) -> bool:
+    """Whether a run's phase-shift tables are of this code's measurement (SHIFT_VERSION: capped edits, per-question
+    outcomes); a run without them (no weights when it was cached, or a task without the shift) counts as current."""
+    if "phase_shift" not in (manifest.get("tables") or {}):
+        return True
+    return (manifest.get("phase_shift") or {}).get("version") == SHIFT_VERSION
+
+
+def shift_note() -> dict:
+    """What the manifest says about the phase-shift tables."""
+    return {"version": SHIFT_VERSION}
+
+
+def upgrade_shift(writer: RunWriter, loaded, p: int, opts, examples, texts, design, log) -> bool:
+    """A run whose phase-shift tables are of an older version (uncapped edits, pooled outcomes only) gets them anew
+    from the model (core.runs.shift_run); nothing else is recomputed."""
+    manifest = read_json_file(writer.final / "manifest.json") or {}
+    if shift_current(manifest) or not shift_specs(p, loaded.n_layers):
+        return False
+    keep = writer.stage_published()
+    t0 = time.time()
+    answers = np.array([e.answer for e in examples])
+    with torch.no_grad():
+        for name, frame in phase_shift_table(loaded, texts, answers, p, opts, log, design).items():
+            writer.write(name, frame)
+    keep["timings"] = {**(keep.get("timings") or {}), "phase_shift_s": round(time.time() - t0, 2)}
+    keep["phase_shift"] = shift_note()
+    writer.publish(keep)
+    log(f"run {writer.name}: phase-shift tables made anew (version {SHIFT_VERSION}: capped edits, per-question "
+        "outcomes); nothing else recomputed")
+    return True
+
+
+def refresh_training_log(writer: RunWriter, loaded, log) -> bool:
+    """A cached run of a project-trained model takes in seeds trained since (nothing else changes)."""
+    fresh = training_log(loaded)
+    if fresh is None:
+        return False
+    old = writer.final / "training_log.parquet"
+    if old.exists() and pd.read_parquet(old).equals(fresh):
+        return False
+    keep = writer.stage_published()
+    writer.write("training_log", fresh)
+    writer.publish(keep)
+    log(f"run {writer.name}: training log refreshed ({fresh['seed'].nunique()} seed(s)); nothing else recomputed")
+    return True
+
+
+def training_log(loaded):
+    """A project-trained model ships its training log (and its extra seeds') beside its weights."""
+    if not loaded.local:
+        return None
+    frame = seed_logs(Path(loaded.source))
+    if frame is None:
+        return None
+    try:
+        check_table("training_log", frame)
+    except CoreError as exc:
+        raise CoreError(f"training log of {loaded.source}: {exc}") from None
+    return frame
