@@ -22,6 +22,7 @@ from core.analysis.embeddings import top_periods
 from core.analysis.kshot import generation_error_table
 from core.claims import registry
 from core.claims.features import claim_training
+from core.claims.last_digit import CAUSAL_SHARE, CONTROL_MAX, STREAM_FLOOR, causal_test, shift_summary
 from core.claims.operations import claim_operations, operation_runs
 from core.claims.seeds import seed_siblings, verdict_spread
 from core.files import PROJECT_ROOT
@@ -136,6 +137,7 @@ def document(cache_dir: str, tau: int) -> int:
         training_section(cache_dir, [r for r in runs if task_of_manifest(r.manifest) == task], task)
     finetuned_section(cache_dir, runs, digit_runs, tau)
     numbers_section(cache_dir, every, digit_runs)
+    causal_section(cache_dir, every)
     claims_table(cache_dir, every)
     seeds_section(cache_dir, every)
     print()
@@ -403,6 +405,53 @@ def claims_table(cache_dir: str, runs) -> None:
         why = f" *Why: {o.reason}.*" if o.reason else ""
         print(f"\n**operations** (one run of each task, the same kind of model). Paper: {o.paper}\n\n"
               f"- **{o.verdict}**. {o.measured}{why}")
+
+
+def causal_section(cache_dir: str, runs) -> None:
+    """Step 3's causal test per run with weights: each module read against the whole stream's shift, per d."""
+    readers = [run_of(cache_dir, r.name) for r in runs]
+    readers = [r for r in readers if causal_test(r)]
+    if not readers:
+        return
+    print("## Which module computes the last digit: the phase shift against the stream\n")
+    print(
+        "Each module's waves of periods 2, 2.5, 5 and 10 shifted by d numbers (the capped least-norm edit), the share "
+        "of questions whose last digit moved by d, beside the whole residual stream's (the positive control) at the "
+        f"same d. A d is read when the stream moves at least {STREAM_FLOOR:.0%} there; *of stream* is the module's "
+        "share over the stream's, averaged over the read d, with its 95% interval resampling questions; a module "
+        f"computes the last digit at >= {CAUSAL_SHARE:.0%} (lower end) with random edits of the same size at <= "
+        f"{CONTROL_MAX:.0%} of the stream's that leave at least as many answers in place (`core.claims.last_digit`). "
+        "*Edit size*: the median edit over the norm of the output it edits; *kept*: W_U's directions the capped "
+        "edit keeps. Runs cached before the capped edit (their weights not here) are read by the earlier rule and "
+        "say so. A deep run lists the stream and the modules its screen kept.\n"
+    )
+    for r in readers:
+        s = shift_summary(r)
+        if not (s["rule"] == "relative").all():
+            print(f"**{r.label}**: read by the earlier rule (the share pooled over d, uncapped edit); its weights are "
+                  "not here to read it again.\n")
+            continue
+        s = s[s["draws"] > 0] if (s["draws"] > 0).any() else s
+        ds = sorted(int(c[len("share_d"):]) for c in s.columns if c.startswith("share_d"))
+        stream = s[s["kind"] == "resid"].iloc[0]
+        print(f"**{r.label}** ({int(stream['n'])} {r.split} questions; stream after layer {int(stream['layer'])}: "
+              + ", ".join(f"d = {d} {stream[f'stream_d{d}']:.1%}" for d in ds) + "; d read: "
+              + (stream["read_d"] or "none, so the test is not made: the edit has no hold on this model") + ")\n")
+        print("| module | " + " | ".join(f"moved, d = {d}" for d in ds)
+              + " | of stream (95%) | random edits, of stream | answers in place: shift / random | edit size | kept | "
+              "misfit | computes the digit |")
+        print("| --- " * (len(ds) + 8) + "|")
+        for row in s.sort_values(["kind", "layer"]).itertuples():
+            name = {"attn": "attention", "mlp": "MLP", "resid": "stream"}[row.kind] + f" {row.layer}"
+            verdict = "yes" if row.causal else "no" if row.not_causal else "undecided"
+            cells = [f"{getattr(row, f'share_d{d}'):.1%}" for d in ds]
+            cells += [f"{row.read:.1%} ({row.read_low:.1%} to {row.read_high:.1%})",
+                      f"{row.read_control:.1%} ± {row.control_relative_sd:.1%}" if row.draws > 1 else "–",
+                      f"{row.stayed:.1%} / {row.control_stayed:.1%}" if row.draws else "–",
+                      f"{row.edit_size:.2f}", f"{int(row.kept)} of {int(row.full_rank)}", f"{row.misfit:.1%}",
+                      "positive control" if row.kind == "resid" else verdict]
+            print(f"| {name} | " + " | ".join(cells) + " |")
+        print()
 
 
 def seeds_section(cache_dir: str, runs) -> None:

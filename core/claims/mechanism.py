@@ -38,7 +38,8 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
     prompts and exact for at least 25 points fewer, and the last layer is exact for at least 25 points
     more than that layer (exactness arrives late); partly when the largest gap before the last layer is
     at least 10 points (at any depth) and the last layer is exact for at least 10 points more than the
-    gap's layer; else does not, or "does not apply" for a model of at most 2 layers (no middle to read).
+    gap's layer; else does not. A model of at most 2 layers "does not apply" whatever its one inner layer reads (no
+    middle to read: every 2-layer run alike).
     (Without the last-layer condition a model that is off by one at every layer, the last included, would
     pass the gap test.)"""
     table = run.table(Table.LAYER_ACCURACY)
@@ -78,10 +79,11 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
         measured += f" ({how} {pct(other['exact'].iloc[0])})"
     measured += "."
     reason = ""
-    if verdict == "does not" and L <= 2:  # the claim is about depth: a model this shallow cannot show it
+    if L <= 2:  # the claim is about depth: a model this shallow cannot show it, whatever its one inner layer reads
         verdict = "does not apply"
         reason = f"with {L} layers there is no middle: the answer is either not there yet or already exact"
-        measured = f"Does not apply to a model of {L} layers: no middle layer to read (the figure shows each one)."
+        measured = (f"Does not apply to a model of {L} layers: no middle layer to read (the figure shows each one). "
+                    + measured)
     elif verdict == "does not" and g >= 0.10:
         reason = (f"the answer is approximated before the last layer, but the last layer is not much more exact "
                   f"({pct(last['exact'])} against {pct(best['exact'])}): exactness does not arrive late")

@@ -59,6 +59,9 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
         acc = acc if rebuilt is None else rebuilt  # a fine-tuning scored the model rebuilt from its delta
         answers = [e.answer for e in build_examples(task, manifest["task"]["max_operand"],
                                                     manifest["task"]["dataset_seed"]) if e.split == "val"]
+        stop = recipe.get("stop_at_val_accuracy") or (recipe.get("number_tokens") or {}).get("stop_at_val_accuracy")
+        if recipe.get("select") == "val" or stop:  # validation chose the weights: the verdict reads the run's test
+            acc, answers = ex["correct"].mean(), list(ex["answer"])
     commonest = Counter(answers).most_common(1)[0][1] / len(answers)  # always answering the commonest answer
     agree, partly = (0.70, 0.50) if task == "multiplication" else (0.99, 0.90)
     out["accuracy"] = (
@@ -77,7 +80,7 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
     out["logit_lens"] = (
         "agrees" if early else "partly" if gaps[widest] >= 0.10 and late[widest] >= 0.10 else "does not"
     )
-    if out["logit_lens"] == "does not" and L <= 2:  # no middle layer to read: structural, not a disagreement
+    if L <= 2:  # no middle layer to read: structural, not a (dis)agreement, for every 2-layer run alike
         out["logit_lens"] = "does not apply"
 
     pl = t("phase_locking")
