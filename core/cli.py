@@ -11,6 +11,7 @@ functions): `list` and `verify` read parquet and JSON only and answer in well un
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -125,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="list the runs in a cache folder")
     ls.add_argument("--cache-dir", default="cache")
     ls.add_argument("--deep", action="store_true", help="also check every table's checksum")
+    ls.add_argument("--json", action="store_true", help="print the runs as a JSON list (for a program)")
 
     ver = sub.add_parser("verify", help="re-check a run (or all runs) against its manifest")
     ver.add_argument("run", nargs="?", help="run name (default: every run)")
@@ -289,9 +291,23 @@ def cmd_edit(args) -> int:
     return 0
 
 
+def run_listing(r) -> dict:
+    """One run as `list --json` gives it: name, label, task, split, questions, layers, width, accuracy (a share),
+    ok and the problems `verify` would name."""
+    m = r.manifest if isinstance(r.manifest, dict) else {}
+    task = m.get("task") if isinstance(m.get("task"), dict) else {}
+    acc = m.get("accuracy")
+    return {"name": r.name, "label": r.label, "task": task.get("task"), "split": task.get("split"),
+            "questions": task.get("n_examples"), "layers": m.get("n_layers"), "width": m.get("width"),
+            "accuracy": acc if isinstance(acc, (int, float)) else None, "ok": bool(r.ok), "problems": list(r.problems)}
+
+
 def cmd_list(args) -> int:
     existing_cache_dir(args.cache_dir)
     runs = list_runs(args.cache_dir, deep=args.deep)
+    if args.json:
+        print(json.dumps([run_listing(r) for r in runs], indent=1))
+        return 0
     if not runs:
         print(f"no runs in {args.cache_dir}: make one with `python -m core precompute --model MODEL`")
         return 0

@@ -1,5 +1,6 @@
 """The documentation: a one-screen README, links that resolve, method citations that exist, and
-docs/results.md exactly as scripts/results.py writes it from the shipped cache."""
+docs/results.md and docs/findings.md exactly as scripts/results.py and scripts/findings.py write them from the
+shipped cache."""
 
 from __future__ import annotations
 
@@ -77,6 +78,20 @@ def test_results_document_is_what_the_script_writes():
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout == (DOCS / "results.md").read_text(encoding="utf-8"), (
         "docs/results.md is out of date: run .venv/bin/python scripts/results.py --write"
+    )
+
+
+def test_findings_document_is_what_the_script_writes():
+    """docs/findings.md is written whole by scripts/findings.py (every figure, lock and verdict read from the run
+    tables); from the shipped cache it comes out byte for byte."""
+
+    if not any(r.ok for r in list_runs(ROOT / "cache", deep=False)):
+        pytest.skip("no shipped runs in cache/")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "findings.py")], capture_output=True, text=True,
+                         cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout == (DOCS / "findings.md").read_text(encoding="utf-8"), (
+        "docs/findings.md is out of date: run .venv/bin/python scripts/findings.py --write"
     )
 
 

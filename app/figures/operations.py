@@ -11,11 +11,11 @@ import pandas as pd
 
 from app.figures.style import PCT_AXIS, PCT_SCALE, styled
 from app.shared import share_figures
+from core.analysis.fourier import BASELINE_RATIO
 from core.claims.base import task_of
 from core.claims.last_digit import causal_test
 from core.claims.operations import COMPARED_PERIODS, module_carriers, operation_accuracy, period_ratios, short_name
 from core.runs.reader import RunReader
-from core.runs.summaries import BASELINE_RATIO
 from core.tasks import task_name
 
 #: One colour per operation, the same in every figure of the step.
@@ -65,7 +65,8 @@ def operation_accuracy_bars(runs: tuple[RunReader, ...]):
 
 def period_ratio_bars(runs: tuple[RunReader, ...]):
     """At periods 10, 5, 3.33, 2.5 and 2: how far above what W_U alone gives random vectors each run's modules go
-    (the larger of attention's and the MLPs' ratio, mean over the last layers), with the 2x line the claims read."""
+    (the larger of attention's and the MLPs' ratio, mean over the last layers), with each period's bar the claims read
+    (a tick: 2x, or less where W_U leaves less room, core.analysis.fourier.ratio_bar)."""
     frames = []
     for r in runs:
         ratios = period_ratios(r)
@@ -95,13 +96,14 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
                  alt.Tooltip("ratio:Q", format=".2f", title="× the W_U baseline"),
                  alt.Tooltip("magnitude:Q", format=".3f"), alt.Tooltip("baseline:Q", format=".3f")],
     )
-    line = alt.Chart(pd.DataFrame({"y": [BASELINE_RATIO]})).mark_rule(color="black", strokeDash=[5, 3]).encode(
-        y="y:Q")
+    line = alt.Chart(data).mark_tick(color="black", thickness=2, size=18).encode(  # each period's own bar
+        x=alt.X("period T:N", sort=order), xOffset=alt.XOffset("operation:N", sort=list(OPERATION_COLOURS.domain)),
+        y="bar:Q")
     one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="#999").encode(y="y:Q")
     caption = (
         f"Each run's strongest module at each period, in multiples of what W_U alone gives random vectors (log "
-        f"scale, bars from 1x); above the dashed {BASELINE_RATIO:g}x line it carries the period. 3.33 is "
-        "multiplication's new one."
+        f"scale). A bar reaching its black tick carries the period ({BASELINE_RATIO:g}x, less where W_U leaves less "
+        "room). 3.33 is multiplication's new one."
     )
     # Streamlit gives a stretched chart this height for title, legend, axes and bars together: at 190 the bars had
     # no room left in presentation mode (an empty chart on a projector)

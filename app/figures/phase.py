@@ -93,7 +93,8 @@ def shift_bars(run: RunReader):
     design = run.manifest.get("design")
     sample_note = f" · {design['sample']}-question sample" if design else ""
     full = shift_summary(run)
-    relative = bool((full["rule"] == "relative").all())
+    relative = bool((full["read_of"] == "stream").all())
+    current = bool((full["rule"] == "relative").all())
     summary = full
     if len(full) > SHIFT_BARS_MAX:
         modules = full[full["kind"] != "resid"].sort_values("read", ascending=False).head(SHIFT_BARS_MAX - 1)
@@ -176,15 +177,16 @@ def shift_bars(run: RunReader):
             else f"over all {len(run.table(Table.EXAMPLES))} questions")
     if relative:
         caption = (
-            f"Each module's waves of periods 2, 2.5, 5 and 10 moved by d = 1, 2 or 5 numbers {read}; blue: how often "
-            "its last digit moved by d, as a share of how often it moves when the whole stream (the positive control, "
-            "100%) is shifted, with its 95% interval; grey: a random edit of the same size; dashed: one half."
+            f"Short waves (periods 2, 2.5, 5, 10) of each module moved by d = 1, 2 or 5 {read}. Blue: last digit "
+            "moved, as a share of the whole stream's shift (100%; 95% interval). Grey: a random edit of the same size. "
+            "Dashed: 50%."
         )
     else:
         caption = (
-            f"Each module's waves of periods 2, 2.5, 5 and 10 moved by d = 1, 2 or 5 numbers {read}; blue: share "
-            "whose last digit moved by d, grey: a random edit of the same size (mean of draws); dashed: one half "
-            "(the earlier rule: this run's weights are not here to read it by the current one)."
+            f"Short waves (periods 2, 2.5, 5, 10) of each module moved by d = 1, 2 or 5 {read}. Blue: share whose last "
+            "digit moved by d. Grey: a random edit of the same size. Dashed: 50%. "
+            + ("Nothing is judged: the whole stream's own shift has no hold here." if current else
+               "Read by the earlier rule: this run's weights are not here.")
         )
     if len(summary) < len(full):  # a deep run: the bars are the stream and the layers that moved it most
         caption = ("Short waves shifted by d: blue, last digit moved as a share of the whole stream's shift; grey, "

@@ -58,6 +58,8 @@ above = summaries.periods_above_baseline(data)
 st.caption(
     f"{len(above)} of {len(data)} frequencies carry at least twice what W_U alone gives random vectors of the same "
     "energy"
+    + (f" (or {data['bar'].min():.2f}x where W_U leaves less room)" if "bar" in data and data["bar"].min() < 2
+       else "")
     + (
         ": periods " + ", ".join(f"{t:.3g}" for t in above["period"].head(8)) + (" …" if len(above) > 8 else "")
         if len(above)
@@ -65,8 +67,8 @@ st.caption(
     )
     + ". "
     + paper_periods_sentence(run.task, above["period"])
-    + rank_sentence(run)
 )
+st.caption(rank_sentence(run))
 
 energy = summaries.energy_by_band(run.table(Table.MODULE_SPECTRA), basis, tau)
 row = summaries.band_energy_at(energy, module, layer)

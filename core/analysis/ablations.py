@@ -109,6 +109,22 @@ class Ablation:
         return projection_filter(unembedding, basis, band_frequencies(basis, self.removed, self.tau))
 
 
+@dataclass(eq=False)
+class FunctionEdit:
+    """A researcher's own edit of one site: `fn` takes the module output at the answer position, a float32 tensor
+    (rows, width), and returns the edited rows of the same shape (it may edit in place and return them). It stands
+    where evaluation expects a filter (`width`, `rank`, `erased`)."""
+
+    fn: object
+    width: int
+    rank: int = 0
+    erased: bool = False
+
+    def __post_init__(self):
+        if not callable(self.fn):
+            raise CoreError(f"the edit must be a function of the rows (a tensor), got {type(self.fn).__name__}")
+
+
 @dataclass(frozen=True, eq=False)
 class Condition:
     """One edited condition: a filter (None: the model as it is) on the attention and/or MLP outputs of

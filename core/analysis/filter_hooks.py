@@ -5,7 +5,8 @@ for the length of a `with` block. `ConditionHooks` filters many conditions in on
 rows [g*B, (g+1)*B) of a call carry condition g, and each block of rows gets its own edit, on
 the modules (and, for a phase shift, the one layer) its condition names. Both project the output in
 float32 on its own device: x - (x Q) Q^T, or zero when the filter erases the output
-(`core.analysis.filters`); a phase shift adds its least-norm edit (`core.analysis.phase_shift`).
+(`core.analysis.filters`); a phase shift adds its least-norm edit (`core.analysis.phase_shift`); a researcher's
+`FunctionEdit` replaces the rows by its function's result.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from contextlib import contextmanager
 
 import torch
 
-from core.analysis.ablations import check_positions
+from core.analysis.ablations import FunctionEdit, check_positions
 from core.analysis.filters import ProjectionFilter
 from core.analysis.phase_shift import PhaseShift
 from core.errors import CoreError
@@ -54,10 +55,25 @@ def shift_rows(rows, shift: PhaseShift) -> None:
     rows.copy_((x + delta).to(rows.dtype))
 
 
+def function_rows(rows, edit: FunctionEdit) -> None:
+    """Edit `rows` (..., D) in place by a researcher's function of the float32 rows; a result of another shape or
+    with non-finite values is a clear error."""
+    out = edit.fn(rows.float().clone())
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(rows.shape):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise CoreError(f"the edit function must return a tensor of shape {tuple(rows.shape)}, got {got}")
+    if not torch.isfinite(out).all():
+        raise CoreError("the edit function returned NaN or infinite values")
+    rows.copy_(out.to(device=rows.device, dtype=rows.dtype))
+
+
 def edit_rows(rows, edit) -> None:
-    """Apply a filter (`ProjectionFilter`) or a phase shift (`PhaseShift`) to `rows` in place."""
+    """Apply a filter (`ProjectionFilter`), a phase shift (`PhaseShift`) or a function (`FunctionEdit`) to `rows`
+    in place."""
     if isinstance(edit, PhaseShift):
         shift_rows(rows, edit)
+    elif isinstance(edit, FunctionEdit):
+        function_rows(rows, edit)
     else:
         project_out(rows, edit)
 

@@ -220,3 +220,25 @@ def sparsity(magnitudes: np.ndarray, top: int = 5) -> float:
     sq = np.sort(np.asarray(magnitudes, dtype=float) ** 2)[::-1]
     total = sq.sum()
     return float(sq[:top].sum() / total) if total > 0 else 0.0
+
+
+#: A frequency is the module's own preference when it carries at least this many times what W_U's shape gives it
+#: (a run's `module_spectra_baseline`, energy-matched), or less where W_U leaves less room (`ratio_bar`).
+BASELINE_RATIO = 2.0
+
+
+def reachable_ratio(baseline) -> np.ndarray:
+    """Per frequency, the largest ratio to the baseline a module could reach with its energy: all of it at that
+    frequency. The baseline is scaled to the module's energy (sum_j b_j^2 = sum_j m_j^2), so a module with everything
+    at k has magnitude sqrt(sum_j b_j^2) there: the ratio sqrt(sum_j b_j^2) / b_k (for the mean over layers of one
+    baseline shape, the same). Where W_U reads few frequencies (tied frozen rows) this is about 2 to 3."""
+    b = np.asarray(baseline, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(b > 0, np.sqrt((b**2).sum()) / b, np.inf)
+
+
+def ratio_bar(reachable) -> np.ndarray:
+    """The ratio a frequency needs to count as the module's own: BASELINE_RATIO, or the geometric midpoint between
+    no preference (1x) and the reachable maximum, sqrt(reachable), where that is lower (a bar a module cannot reach
+    would turn "cannot tell" into "does not")."""
+    return np.minimum(BASELINE_RATIO, np.sqrt(np.asarray(reachable, dtype=np.float64)))

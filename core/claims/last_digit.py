@@ -51,7 +51,9 @@ def causal_test(run) -> bool:
 def shift_summary(run) -> pd.DataFrame:
     """Per edited module (kind, layer) of the shift of all four short periods, by the rule of `claim_module_waves`:
     `read` (what the rule compares with CAUSAL_SHARE), `read_low`, `read_high` (its 95% interval), `read_control`
-    (the random edits' `read`, mean over draws), `causal`, `not_causal`, `rule` ("relative": the current rule;
+    (the random edits' `read`, mean over draws), `read_of` ("stream": a share of the stream's shift; "questions": a
+    share of the questions, where the stream's shift holds at no d and nothing is judged), `causal`, `not_causal`,
+    `rule` ("relative": the current rule;
     "earlier": a run whose per-question outcomes were not kept), `share` and `control` (the last digit moved,
     pooled over the shifts read), `n`, `draws`, `control_sd`; under the current rule also the per-d shares
     (share_d{d}, stream_d{d}, relative_d{d}), `read_d`, `stayed`, `control_stayed`, `control_works`, and the edit's
@@ -66,8 +68,14 @@ def shift_summary(run) -> pd.DataFrame:
     t["read_control"] = t["control_relative"]
     t["causal"] = (t["read_low"] >= CAUSAL_SHARE) & (t["read_control"] <= CONTROL_MAX) & t["control_works"]
     t["not_causal"] = t["read_high"] < CAUSAL_SHARE
-    if not read_d:  # the stream's shift holds at no d: nothing can be judged against it
+    t["read_of"] = "stream"
+    if not read_d:  # the stream's shift holds at no d: nothing is judged against it; the raw shares are shown
+        raw = earlier_shift_summary(shift).set_index(["kind", "layer"])
+        at = pd.MultiIndex.from_frame(t[["kind", "layer"]])
+        for column in ("read", "read_low", "read_high", "read_control"):
+            t[column] = raw[column].reindex(at).to_numpy()
         t["causal"] = t["not_causal"] = False
+        t["read_of"] = "questions"
     t["read_d"] = ", ".join(str(d) for d in read_d)
     t["rule"] = "relative"
     return t
@@ -97,7 +105,7 @@ def earlier_shift_summary(shift: pd.DataFrame) -> pd.DataFrame:
             "read": share, "read_low": low, "read_high": high, "read_control": control,
             "causal": bool(low >= CAUSAL_SHARE and control <= CONTROL_MAX),
             "not_causal": bool(high < CAUSAL_SHARE),
-            "rule": "earlier",
+            "rule": "earlier", "read_of": "questions",
         })
     return pd.DataFrame(rows)
 
@@ -167,7 +175,7 @@ def claim_module_waves(run) -> Claim:
         )
     reason = (reason + "; " if reason else "") + (
         "this verdict rests on correlation (locking) only: the causal phase-shift test needs the model's weights "
-        "(python -m core precompute --model FOLDER)")
+        "here, and a precompute with them")
     first = said[0] if said else "no module's short wave follows the answer"
     return judged(Claim(
         "module_waves", PAPER, lock_sentence + _final_logits_sentence(table), verdict, reason,
@@ -210,7 +218,10 @@ def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: boo
     reason = _causal_reason(verdict, mlp, modules, stream, relative)
     top = ranked.iloc[0]
     sample = f"a {questions}-question sample" if design else f"{questions} questions"
-    if relative:
+    if relative and top["read_of"] != "stream":
+        headline = (f"Shifting the whole stream's short waves moves the last digit for under {pct(STREAM_FLOOR)} of "
+                    f"{sample} at every d: the edit has no hold on this model to judge a module by.")
+    elif relative:
         headline = (f"Shifting {_who(top['kind'], top['layer'])}'s short waves moves the last digit {pct(top['read'])} "
                     f"as often as shifting the whole stream does, over {sample} (random edits of the same size: "
                     f"{pct(top['read_control'])}).")
@@ -243,17 +254,23 @@ def _relative_sentence(ranked: pd.DataFrame, stream: pd.DataFrame, read: str) ->
     if unread:
         text += (f" (d = {', '.join(map(str, unread))} not read: under {pct(STREAM_FLOOR)}, too little hold to judge "
                  "a module by)")
-    parts = [f"{_who(r.kind, r.layer)} {_by_d(r._asdict(), 'share', all_d)}, {pct(r.read)} of the stream's "
-             f"({pct(r.read_low)} to {pct(r.read_high)})" for r in ranked.head(SAID_MODULES).itertuples()]
+    of_stream = bool(read_d)
+    of = " of the stream's" if of_stream else ""
+    parts = [f"{_who(r.kind, r.layer)} {_by_d(r._asdict(), 'share', all_d)}"
+             + (f", {pct(r.read)}{of} ({pct(r.read_low)} to {pct(r.read_high)})" if of_stream else "")
+             for r in ranked.head(SAID_MODULES).itertuples()]
     text += ". Each module's own shift moves it for " + "; ".join(parts)
     if len(ranked) > SAID_MODULES:
-        text += (f"; at most {pct(ranked['read'].iloc[SAID_MODULES])} of the stream's for each of the other "
+        text += (f"; at most {pct(ranked['read'].iloc[SAID_MODULES])}{of} for each of the other "
                  f"{len(ranked) - SAID_MODULES}")
+    if of_stream:
+        text += (" (a module's share as a fraction of the stream's at the same d, averaged over the d read; 95% "
+                 "interval resampling questions)")
+    else:
+        text += ". No d is read, so no module is judged"
     ctrl = ranked["read_control"].dropna()
-    text += (" (a module's share as a fraction of the stream's at the same d, averaged over the d read; 95% interval "
-             "resampling questions)")
     if len(ctrl):
-        text += f". Random edits of the same size: {pct(ctrl.min())} to {pct(ctrl.max())} of the stream's"
+        text += f". Random edits of the same size: {pct(ctrl.min())} to {pct(ctrl.max())}{of or ' of the questions'}"
     sizes = ranked["edit_size"].dropna()
     if len(sizes):
         capped = ranked[ranked["kept"] < ranked["full_rank"]]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from core.analysis.fourier import BASELINE_RATIO, ratio_bar, reachable_ratio
 from core.analysis.phase import SHORT_PERIODS, locked
 from core.claims.accuracy import commonest_answer_of, validation_accuracy
 from core.claims.base import Claim, pct, periods, same_period, task_of
@@ -18,7 +19,7 @@ from core.claims.last_digit import causal_test, shift_summary
 from core.paper import ACCURACY, MULTIPLICATION_ACCURACY_VAL, MULTIPLICATION_OUTLIER_PERIODS, OUTLIER_PERIODS
 from core.runs.origin import run_origin
 from core.runs.reader import Table
-from core.runs.summaries import BASELINE_RATIO, MODULE_NAMES
+from core.runs.summaries import MODULE_NAMES
 from core.tasks import task_name
 
 #: The tasks the step compares, in the order it shows them.
@@ -90,7 +91,8 @@ def operation_accuracy(shown: dict) -> pd.DataFrame:
 def period_ratios(run, wanted=COMPARED_PERIODS, last_layers: int = 15) -> pd.DataFrame:
     """Per module (attention, MLP) and period of `wanted`: its mean Fourier magnitude over the last min(15, L)
     layers (paper basis), what W_U alone gives random vectors of the same energy there (`module_spectra_baseline`),
-    and their ratio (NaN without the baseline table); `above`: ratio >= BASELINE_RATIO (2)."""
+    and their ratio (NaN without the baseline table); `bar`: the ratio the period needs
+    (core.analysis.fourier.ratio_bar: 2, or less where W_U leaves less room); `above`: ratio >= bar."""
     spec = run.table(Table.MODULE_SPECTRA)
     spec = spec[(spec["basis"] == "paper") & spec["module"].isin(["attn", "mlp"])]
     keep = list(range(max(1, run.n_layers - last_layers + 1), run.n_layers + 1))
@@ -98,20 +100,23 @@ def period_ratios(run, wanted=COMPARED_PERIODS, last_layers: int = 15) -> pd.Dat
     line = spec.drop_duplicates("k")[["k", "period"]]
     ks = {t: int(k) for t in wanted for k, x in zip(line["k"], line["period"]) if same_period(x, t)}
     mean = spec[spec["k"].isin(ks.values())].groupby(["module", "k"])["magnitude"].mean()
-    base = None
+    base = bars = None
     if run.has(Table.MODULE_SPECTRA_BASELINE):
         b = run.table(Table.MODULE_SPECTRA_BASELINE)
-        b = b[(b["basis"] == "paper") & b["layer"].isin(keep) & b["k"].isin(ks.values())]
+        b = b[(b["basis"] == "paper") & b["layer"].isin(keep)]
         base = b.groupby(["module", "k"])["magnitude"].mean()
+        bars = pd.concat({m: pd.Series(ratio_bar(reachable_ratio(base.loc[m])), index=base.loc[m].index)
+                          for m in base.index.get_level_values(0).unique()})
     rows = []
     for module in ("attn", "mlp"):
         for t, k in ks.items():
             m = float(mean.get((module, k), np.nan))
             bl = float(base.get((module, k), np.nan)) if base is not None else np.nan
             ratio = m / bl if bl and np.isfinite(bl) and bl > 0 else np.nan
+            bar = float(bars.get((module, k), BASELINE_RATIO)) if bars is not None else BASELINE_RATIO
             rows.append({"module": MODULE_NAMES[module], "period": float(t), "period T": f"{t:.3g}", "k": k,
-                         "magnitude": m, "baseline": bl, "ratio": ratio,
-                         "above": bool(np.isfinite(ratio) and ratio >= BASELINE_RATIO)})
+                         "magnitude": m, "baseline": bl, "ratio": ratio, "bar": bar,
+                         "above": bool(np.isfinite(ratio) and ratio >= bar)})
     return pd.DataFrame(rows)
 
 
@@ -126,7 +131,7 @@ def module_carriers(run, top: int = 4, causal: bool = True) -> tuple[pd.DataFram
         s = shift_summary(run)
         s = s[s["kind"].isin(["attn", "mlp"])].sort_values("read", ascending=False).head(top)
         frame = pd.DataFrame({"kind": s["kind"], "layer": s["layer"], "value": s["read"], "control": s["read_control"],
-                              "relative": s["rule"] == "relative",
+                              "relative": s["read_of"] == "stream",
                               "carries": s["causal"]})
         measure = "phase shift"
     else:

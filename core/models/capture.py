@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from core.errors import CoreError
-from core.models.names import ATTN, MLP, MODULE_OUTPUTS, RESID, STREAMS, check_streams, hook_name
+from core.models.names import ATTN, MLP, MODULE_OUTPUTS, RESID, STREAMS, check_streams, hook_name, site_of_hook
 
 
 @dataclass
@@ -215,3 +215,18 @@ def capture(
     inv = np.argsort(np.concatenate(order), kind="stable")
     return {s: np.concatenate(v)[inv] for s, v in chunks.items()}
 
+
+
+def capture_hooks(loaded, texts: Sequence[str], hooks: Sequence[str], position: str = "answer", batch_size: int = 32,
+                  progress=None) -> dict[str, np.ndarray]:
+    """The activations at TransformerLens hook names (`core.models.names.site_of_hook`: blocks.N.hook_attn_out,
+    hook_mlp_out, hook_resid_pre, hook_resid_post), each (prompts, width) float32, keyed by the names as given.
+    `position` is explicit: "answer", the position the answer is read at, is the one this project keeps (a capture
+    of every position would hold prompts x tokens x layers x width)."""
+    if position != "answer":
+        raise CoreError(f"position {position!r}: this project's capture keeps the answer position only "
+                        "(position=\"answer\")")
+    sites = {h: site_of_hook(h, loaded.n_layers) for h in hooks}
+    streams = tuple(s for s in STREAMS if any(stream == s for stream, _ in sites.values()))
+    arrays = capture(loaded, texts, batch_size, streams, progress)
+    return {h: arrays[stream][:, layer if stream == RESID else layer - 1] for h, (stream, layer) in sites.items()}

@@ -46,6 +46,28 @@ def hook_name(stream: str, layer: int, n_layers: int | None = None) -> str:
     raise CoreError(f"unknown stream {stream!r}: choose from {', '.join(STREAMS)}")
 
 
+def site_of_hook(name: str, n_layers: int) -> tuple[str, int]:
+    """(stream, layer) of a TransformerLens hook name, the inverse of `hook_name`: blocks.{i}.hook_attn_out and
+    hook_mlp_out are layer i + 1's module outputs, blocks.{i}.hook_resid_pre the stream before block i (layer i),
+    blocks.{i}.hook_resid_post the stream after it (layer i + 1). A name of another site, or a block the model does
+    not have, is a clear error."""
+    parts = str(name).split(".")
+    suffixes = {v: k for k, v in _HOOK_SUFFIX.items()}
+    if len(parts) == 3 and parts[0] == "blocks" and parts[1].isdigit():
+        block, hook = int(parts[1]), parts[2]
+        if not 0 <= block < int(n_layers):
+            raise CoreError(f"hook {name!r}: this model has blocks 0..{int(n_layers) - 1}")
+        if hook in suffixes:
+            return suffixes[hook], block + 1
+        if hook == "hook_resid_pre":
+            return RESID, block
+        if hook == "hook_resid_post":
+            return RESID, block + 1
+    raise CoreError(f"hook {name!r} is not a site this project reads: use blocks.N.hook_attn_out, "
+                    "blocks.N.hook_mlp_out, blocks.N.hook_resid_pre or blocks.N.hook_resid_post (N from 0, as "
+                    "TransformerLens counts)")
+
+
 def check_streams(streams) -> tuple[str, ...]:
     """`streams` as a tuple, failing clearly on a name that is not one of `STREAMS`."""
     unknown = set(streams) - set(STREAMS)

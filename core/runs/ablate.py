@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from core.analysis.ablations import Ablation, Condition
+from core.analysis.ablations import Ablation, Condition, FunctionEdit
 from core.analysis.behaviour import error_summary
 from core.analysis.evaluation import evaluate_conditions
 from core.analysis.fourier import fourier_basis
@@ -39,7 +39,7 @@ from core.analysis.phase_shift import (
 )
 from core.errors import CoreError
 from core.models.loading import load_model
-from core.models.names import ATTN, MLP, RESID
+from core.models.names import ATTN, MLP, RESID, hook_name, site_of_hook
 from core.runs.cache import read_manifest, read_table
 from core.runs.live_model import live_model_folder
 from core.runs.precompute import model_prompts
@@ -226,6 +226,37 @@ def ablate(target: Target, modules: str, removed: str, tau: int | None = None, k
         lines.append(line)
     lines.append(f"{seconds:.1f} s for both passes")
     return Report(ablation.label(), target.split, n, target.n_split, edited.accuracy, base.accuracy, lines, figures)
+
+
+def edit_site(target: Target, site: str, fn, progress=None) -> Report:
+    """Accuracy with a researcher's own edit at one site, beside the unedited model: `site` a TransformerLens hook
+    name (blocks.0.hook_mlp_out is MLP 1's output, core.models.names.site_of_hook), `fn` a function of that site's
+    rows at the answer position (a float32 tensor, prompts x width) returning the edited rows."""
+    stream, layer = site_of_hook(site, target.loaded.n_layers)
+    edit = FunctionEdit(fn, target.loaded.width)
+    t0 = time.perf_counter()
+    base, edited = evaluate_conditions(
+        target.loaded, target.texts, target.answers, target.p, [Condition(None), Condition(edit, stream, layer)],
+        "last", progress=progress, desc=f"your edit at {site}",
+    )
+    seconds = time.perf_counter() - t0
+    n = len(target.answers)
+    changed = float(np.mean(np.asarray(edited.predictions) != np.asarray(base.predictions)))
+    summary = error_summary(edited.answers, edited.predictions)
+    lines = [
+        f"accuracy {interval(edited.accuracy, n)}",
+        f"unedited {pct(base.accuracy)}: change {100 * (edited.accuracy - base.accuracy):+.2f} points",
+        f"answers changed by the edit: {pct(changed)}",
+        (f"{pct(summary.share_multiple_of_10)} of the {summary.n_wrong} wrong answers are off by a multiple of 10"
+         if summary.n_wrong else "no wrong answers"),
+        f"{seconds:.1f} s for both passes",
+    ]
+    low, high = wilson_interval(edited.accuracy, n)
+    figures = {"run": target.run_name, "model": target.source, "site": site, "stream": stream, "layer": layer,
+               "interval_95": [low, high], "changed": changed, "n_wrong": summary.n_wrong, "seconds": seconds,
+               "predictions": [int(x) for x in edited.predictions]}
+    what = f"your edit at {hook_name(stream, layer, target.loaded.n_layers)}"
+    return Report(what, target.split, n, target.n_split, edited.accuracy, base.accuracy, lines, figures)
 
 
 def cached_questions(target: Target, n: int, d: int | None = None) -> set[str] | None:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from core.analysis.behaviour import error_histogram, error_summary
-from core.analysis.fourier import band_energy_share
+from core.analysis.fourier import band_energy_share, ratio_bar, reachable_ratio
 from core.analysis.phase import locked
 from core.analysis.phase_shift import wilson_interval
 from core.errors import CoreError
@@ -131,7 +131,7 @@ def layer_spectrum(
     """One layer's spectrum with band (low/high by tau) and the top outliers labelled by period.
 
     With the run's `module_spectra_baseline`, adds `baseline` (what W_U's shape alone gives random
-    vectors with the module's total energy), `ratio` and `above_baseline` (ratio >= BASELINE_RATIO).
+    vectors with the module's total energy), `ratio`, `bar` and `above_baseline` (ratio >= bar: `ratio_bar`).
     """
     sub = spectrum_heatmap(module_spectra, basis, module)
     sub = sub[sub["layer"] == layer].sort_values("k").reset_index(drop=True)
@@ -139,7 +139,7 @@ def layer_spectrum(
         raise CoreError(f"no {module} spectrum at layer {layer}")
     if baseline is not None:
         sub = spectrum_excess(module_spectra, baseline, basis, module, layer)[
-            ["k", "period", "magnitude", "baseline", "ratio", "above"]
+            ["k", "period", "magnitude", "baseline", "ratio", "bar", "above"]
         ]
         sub = sub.rename(columns={"above": "above_baseline"})
         sub.insert(0, "layer", layer)
@@ -160,8 +160,8 @@ def module_layers(module_spectra: pd.DataFrame, module: str) -> list[int]:
 
 
 def periods_above_baseline(layer_spectrum: pd.DataFrame) -> pd.DataFrame:
-    """The rows of `layer_spectrum`'s figure data whose magnitude is at least BASELINE_RATIO times the
-    baseline (column `above_baseline`), strongest first."""
+    """The rows of `layer_spectrum`'s figure data whose ratio to the baseline reaches its bar (column
+    `above_baseline`), strongest first."""
     above = layer_spectrum[layer_spectrum["above_baseline"]]
     return above.sort_values("magnitude", ascending=False)
 
@@ -528,19 +528,14 @@ def behaviour(answers, predictions) -> tuple[dict, pd.DataFrame]:
 # ----------------------------------------------------------------------------- null models (baselines, controls)
 
 
-#: A frequency is the module's own preference when it carries at least this many times what
-#: W_U's shape gives it (`module_spectra_baseline`, energy-matched).
-BASELINE_RATIO = 2.0
-
-
 def spectrum_excess(
     module_spectra: pd.DataFrame, baseline: pd.DataFrame, basis: str, module: str, layer: int
 ) -> pd.DataFrame:
     """One layer's module spectrum next to what W_U alone gives random vectors (same total energy).
 
     Columns: k, period, magnitude (the module's), baseline (mean over random vectors), baseline_p95,
-    excess (magnitude - baseline), ratio (magnitude / baseline), above (ratio >= BASELINE_RATIO),
-    above_p95 (magnitude > baseline_p95).
+    excess (magnitude - baseline), ratio (magnitude / baseline), reachable (`reachable_ratio`), bar (`ratio_bar`),
+    above (ratio >= bar), above_p95 (magnitude > baseline_p95).
     """
 
     def at_layer(f: pd.DataFrame) -> pd.DataFrame:
@@ -556,7 +551,9 @@ def spectrum_excess(
     out["excess"] = out["magnitude"] - out["baseline"]
     with np.errstate(divide="ignore", invalid="ignore"):
         out["ratio"] = np.where(out["baseline"] > 0, out["magnitude"] / out["baseline"], np.inf)
-    out["above"] = out["ratio"] >= BASELINE_RATIO
+    out["reachable"] = reachable_ratio(out["baseline"])
+    out["bar"] = ratio_bar(out["reachable"])
+    out["above"] = out["ratio"] >= out["bar"]
     out["above_p95"] = out["magnitude"] > out["baseline_p95"]
     return out
 

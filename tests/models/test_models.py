@@ -10,7 +10,7 @@ from core.analysis.fourier import band_frequencies, fourier_basis, frequency_mag
 from core.errors import CoreError
 from core.models.capture import LastPositionRecorder, capture, prepare_batches
 from core.models.loading import load_model
-from core.models.names import ModuleNames
+from core.models.names import ATTN, MLP, RESID, ModuleNames, hook_name, site_of_hook
 from core.models.number_tokens import find_number_tokens, require_number_range
 from core.models.parts import find_parts
 from core.models.random_models import ARCHITECTURES
@@ -181,3 +181,15 @@ def test_a_packaged_model_not_imported_yet_says_how_to_import_it(tmp_path, monke
     (tmp_path / "models").mkdir()  # models/ is here, models/smollm2-135m (its import folder) is not
     with pytest.raises(CoreError, match="packaged model that is not imported yet.*import-model smollm2-135m"):
         resolve_source("models/smollm2-135m")
+
+
+def test_hook_names_are_read_back_to_the_site_they_name():
+    """site_of_hook inverts hook_name for every stream and layer of a 3-layer model, and names what it accepts."""
+    L = 3
+    sites = [(ATTN, l) for l in range(1, L + 1)] + [(MLP, l) for l in range(1, L + 1)] + [(RESID, l) for l in range(L + 1)]
+    for stream, layer in sites:
+        assert site_of_hook(hook_name(stream, layer, L), L) == (stream, layer)
+    assert site_of_hook("blocks.1.hook_resid_post", L) == (RESID, 2) == site_of_hook("blocks.2.hook_resid_pre", L)
+    for bad in ("blocks.3.hook_mlp_out", "blocks.0.hook_q", "ln_final.hook_normalized", "blocks.x.hook_mlp_out"):
+        with pytest.raises(CoreError, match="hook"):
+            site_of_hook(bad, L)

@@ -236,6 +236,10 @@ def test_verify_and_list_catch_tampering(model_dir, tmp_path, capsys):
     assert not broken.ok and "examples" in " ".join(broken.problems)
     main(["list", "--cache-dir", str(tmp_path)])
     assert "BROKEN" in capsys.readouterr().out
+    assert main(["list", "--json", "--cache-dir", str(tmp_path)]) == 0  # the same, for a program
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["name"] == run.name and listed["ok"] is False and any("examples" in p for p in listed["problems"])
+    assert listed["layers"] == run.manifest["n_layers"] and listed["questions"] == 10
 
 
 def test_cache_reads_stay_inside_the_cache(tmp_path):
@@ -295,6 +299,7 @@ def test_cli_errors_are_one_clear_line(tmp_path, capsys):
 def test_list_and_verify_on_empty_cache(tmp_path, capsys):
     assert main(["list", "--cache-dir", str(tmp_path)]) == 0
     assert "no runs" in capsys.readouterr().out
+    assert main(["list", "--json", "--cache-dir", str(tmp_path)]) == 0 and json.loads(capsys.readouterr().out) == []
     assert main(["verify", "--cache-dir", str(tmp_path)]) == 0
 
 
