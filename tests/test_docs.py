@@ -68,30 +68,18 @@ def test_method_citations_exist():
     assert bad == [], bad
 
 
-def test_results_document_is_what_the_script_writes():
-    """docs/results.md is written whole by scripts/results.py; from the shipped cache it comes out byte for byte."""
+@pytest.mark.parametrize("document", ["results", "findings"])
+def test_each_generated_document_is_what_its_script_writes(document):
+    """docs/results.md and docs/findings.md are written whole by scripts/results.py and scripts/findings.py (every
+    figure, lock and verdict read from the run tables); from the shipped cache each comes out byte for byte."""
 
     if not any(r.ok for r in list_runs(ROOT / "cache", deep=False)):
         pytest.skip("no shipped runs in cache/")
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "results.py")], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{document}.py")], capture_output=True, text=True,
                          cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout == (DOCS / "results.md").read_text(encoding="utf-8"), (
-        "docs/results.md is out of date: run .venv/bin/python scripts/results.py --write"
-    )
-
-
-def test_findings_document_is_what_the_script_writes():
-    """docs/findings.md is written whole by scripts/findings.py (every figure, lock and verdict read from the run
-    tables); from the shipped cache it comes out byte for byte."""
-
-    if not any(r.ok for r in list_runs(ROOT / "cache", deep=False)):
-        pytest.skip("no shipped runs in cache/")
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "findings.py")], capture_output=True, text=True,
-                         cwd=ROOT, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout == (DOCS / "findings.md").read_text(encoding="utf-8"), (
-        "docs/findings.md is out of date: run .venv/bin/python scripts/findings.py --write"
+    assert out.stdout == (DOCS / f"{document}.md").read_text(encoding="utf-8"), (
+        f"docs/{document}.md is out of date: run .venv/bin/python scripts/{document}.py --write"
     )
 
 
