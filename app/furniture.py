@@ -121,6 +121,11 @@ def needs(run: RunReader, *tables: Table) -> None:
     if not missing:
         return
     why = next((w for t in missing if (w := run.not_applicable(t))), None)
+    left = next((w for t in missing if (w := run.not_computed(t))), None)
+    if left and not why:
+        st.info(f"**This page was not computed for {run.label}.** Its {', '.join(t.value for t in missing)} "
+                f"table was {left}. Pick another run in the sidebar for this page.")
+        st.stop()
     st.info(
         f"**This page does not apply to {run.label}.** "
         + (f"The reason: {why}." if why else f"The run has no {', '.join(t.value for t in missing)} table.")

@@ -41,6 +41,20 @@ def _positive(text: str) -> int:
     return v
 
 
+def _stages(text: str) -> tuple[str, ...]:
+    stages = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not stages:
+        raise argparse.ArgumentTypeError("give at least one stage, like --stages measure,ablations")
+    return stages
+
+
+def _threads(text: str) -> str:
+    """--threads as given, once it is 'auto' or a whole number >= 1 (read by core.threads, which imports torch)."""
+    if text.strip().lower() != "auto":
+        _positive(text)
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description="Fourier features of addition: analysis core")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -59,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--basis", default="paper", choices=["paper", "dft"], help="Fourier basis of the filters")
     pre.add_argument("--positions", default="last", choices=["last", "all"], help="filter the answer position or all")
     pre.add_argument("--n-sample", type=_positive, default=16, help="examples whose full logits are kept")
+    pre.add_argument(
+        "--stages", type=_stages, default=None,
+        help="which stages to run, comma-separated, from measure, embeddings, numbers, ablations, shift "
+        "(default: all; measure always runs). A stage left out leaves its tables out, and the dashboard says "
+        "'not tested' where they are needed",
+    )
     pre.add_argument(
         "--display-order", type=int, default=100, help="position in the dashboard's run list (lower first)"
     )
@@ -115,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--task", choices=["addition", "reverse-polish", "multiplication"], default="addition",
                          help="for a model (a run's task comes from its manifest)")
         cmd.add_argument("--max-operand", type=int, default=260)
-        cmd.add_argument("--threads", default="auto", help="CPU threads for torch: a number or 'auto'")
+        cmd.add_argument("--threads", type=_threads, default="auto", help="CPU threads for torch: a number or 'auto'")
         cmd.add_argument("--trust-remote-code", action="store_true")
         cmd.add_argument("--cache-dir", default="cache")
         cmd.add_argument("--no-progress", action="store_true")
@@ -253,6 +273,7 @@ def cmd_precompute(args) -> int:
         display_order=args.display_order,
         cache_dir=args.cache_dir,
         recompute=args.recompute,
+        stages=args.stages,
         progress=False if args.no_progress else None,
         every_question=args.every_question,
     )
@@ -261,26 +282,27 @@ def cmd_precompute(args) -> int:
 
 
 def cmd_edit(args) -> int:
-    """`ablate` and `shift`: one edit, computed now (core.runs.ablate)."""
-    from core.runs.ablate import ablate, check_edit, open_target, parse_removed, shift
-    from core.threads import parse_threads
+    """`ablate` and `shift`: one edit, computed now (core.runs.ablate). The run's name and the edit's arguments are
+    checked first (core.runs.edit_arguments), before torch is imported: a typo costs a fraction of a second."""
+    from core.runs.edit_arguments import check_edit, edit_number_space, parse_removed
 
+    p = edit_number_space(args.target, args.cache_dir, args.task, args.max_operand)
     if args.command == "ablate":
         removed, keep_k = parse_removed(args.remove)
         if removed in ("low", "high") and args.tau is None:
             raise CoreError(f"--remove {removed} needs --tau (the cutoff: low removes k < tau, high k >= tau)")
-
-        def before_load(p):
-            check_edit(p, tau=args.tau if removed != "keep" else None, keep_k=keep_k)
+        check_edit(p, tau=args.tau if removed != "keep" else None, keep_k=keep_k)
     else:
+        check_edit(p, periods=args.periods, d=args.d)
 
-        def before_load(p):
-            check_edit(p, periods=args.periods, d=args.d)
+    from core.runs.ablate import ablate, open_target, shift  # torch and transformers: seconds
+    from core.threads import parse_threads
+
+    threads = parse_threads(args.threads)  # argparse has checked its form (_threads)
 
     target = open_target(
         args.target, args.cache_dir, task=args.task, max_operand=args.max_operand, split=args.split,
-        limit=args.limit, threads=parse_threads(args.threads), trust_remote_code=args.trust_remote_code,
-        before_load=before_load, model=args.model,
+        limit=args.limit, threads=threads, trust_remote_code=args.trust_remote_code, model=args.model,
     )
     progress = False if args.no_progress else None
     if args.command == "ablate":

@@ -24,7 +24,9 @@ intro(
 runs = [run] + ([compare] if compare is not None else [])
 runs = [r for r in runs if r.has(Table.NUMBER_SPECTRUM)]
 if not runs:
-    st.info(f"{run.label} has no number tables (a run from before schema 3): run its precompute again to add them.")
+    left = run.not_computed(Table.NUMBER_SPECTRUM)
+    st.info(f"**This page was not computed for {run.label}.** Its number tables were {left}." if left else
+            f"{run.label} has no number tables (a run from before schema 3): run its precompute again to add them.")
     st.stop()
 top_layers = max(r.n_layers for r in runs)
 url_state("nlayer", summaries.best_probe_layer(runs[0].table(Table.NUMBER_PROBES)), int, bounds=(0, top_layers))

@@ -110,7 +110,10 @@ def number_representations(
         embedded = weight.detach()[last.to(weight.device)].float().cpu().numpy()
     vectors = np.concatenate([embedded[None], resid[:, 1:].transpose(1, 0, 2)], axis=0).astype(np.float32)
     if not np.isfinite(vectors).all():
-        raise CoreError("the model produced non-finite hidden states for the number contexts (try --dtype float32)")
+        half = loaded.model.get_input_embeddings().weight.dtype in (torch.float16, torch.bfloat16)
+        raise CoreError("the model produced non-finite hidden states for the number contexts: " + (
+            "half precision overflows on some models, try --dtype float32" if half else
+            "its weights are finite, so an activation overflowed even in float32; check the model on a plain prompt"))
     return NumberRepresentations(vectors, context, per_number, bool((per_number == 1).all()))
 
 

@@ -5,6 +5,8 @@ re-derived from the raw tables by tests/claims/test_tour.py."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import pandas as pd
 
@@ -48,7 +50,28 @@ def causal_test(run) -> bool:
     return run.has(Table.PHASE_SHIFT) and bool((run.table(Table.PHASE_SHIFT)["period_set"] == CAUSAL_SET).any())
 
 
+#: Summaries already read, by the content of the tables they were read from (the bootstrap takes most of a second a
+#: run, and the claim, the step's figure and the comparison of operations all ask for it).
+_SUMMARIES: OrderedDict = OrderedDict()
+_SUMMARIES_KEPT = 32
+
+
 def shift_summary(run) -> pd.DataFrame:
+    """`read_shift_summary` of the run, read once per content of its two phase-shift tables (a hash of each: a run
+    rebuilt on disk, or hand-made tables under an old name, are read afresh). A copy: the caller may change it."""
+    shift = run.table(Table.PHASE_SHIFT)
+    answers = run.table(Table.PHASE_SHIFT_ANSWERS) if run.has(Table.PHASE_SHIFT_ANSWERS) else None
+    key = tuple(None if f is None else (f.shape, int(pd.util.hash_pandas_object(f, index=False).sum()))
+                for f in (shift, answers))
+    if key not in _SUMMARIES:
+        _SUMMARIES[key] = read_shift_summary(shift, answers)
+        while len(_SUMMARIES) > _SUMMARIES_KEPT:
+            _SUMMARIES.popitem(last=False)
+    _SUMMARIES.move_to_end(key)
+    return _SUMMARIES[key].copy()
+
+
+def read_shift_summary(shift: pd.DataFrame, answers: pd.DataFrame | None) -> pd.DataFrame:
     """Per edited module (kind, layer) of the shift of all four short periods, by the rule of `claim_module_waves`:
     `read` (what the rule compares with CAUSAL_SHARE), `read_low`, `read_high` (its 95% interval), `read_control`
     (the random edits' `read`, mean over draws), `read_of` ("stream": a share of the stream's shift; "questions": a
@@ -57,13 +80,13 @@ def shift_summary(run) -> pd.DataFrame:
     "earlier": a run whose per-question outcomes were not kept), `share` and `control` (the last digit moved,
     pooled over the shifts read), `n`, `draws`, `control_sd`; under the current rule also the per-d shares
     (share_d{d}, stream_d{d}, relative_d{d}), `read_d`, `stayed`, `control_stayed`, `control_works`, and the edit's
-    `edit_size`, `kept`, `full_rank`, `misfit` (core.analysis.shift_reading)."""
-    shift = run.table(Table.PHASE_SHIFT)
-    if not run.has(Table.PHASE_SHIFT_ANSWERS):
+    `edit_size`, `kept`, `full_rank`, `misfit` (core.analysis.shift_reading). `answers`: the run's
+    `phase_shift_answers`, None for a run cached without them (read by `earlier_shift_summary`)."""
+    if answers is None:
         return earlier_shift_summary(shift)
     stream = stream_shares(shift, CAUSAL_SET)
     read_d = [d for d, share in sorted(stream.items()) if share >= STREAM_FLOOR]
-    t = read_shifts(shift, run.table(Table.PHASE_SHIFT_ANSWERS), CAUSAL_SET, read_d)
+    t = read_shifts(shift, answers, CAUSAL_SET, read_d)
     t["read"], t["read_low"], t["read_high"] = t["relative"], t["relative_low"], t["relative_high"]
     t["read_control"] = t["control_relative"]
     t["causal"] = (t["read_low"] >= CAUSAL_SHARE) & (t["read_control"] <= CONTROL_MAX) & t["control_works"]
@@ -174,8 +197,10 @@ def claim_module_waves(run) -> Claim:
             f"(R above {bars.min():.2f} to {bars.max():.2f} by period)"
         )
     reason = (reason + "; " if reason else "") + (
-        "this verdict rests on correlation (locking) only: the causal phase-shift test needs the model's weights "
-        "here, and a precompute with them")
+        "this verdict rests on correlation (locking) only: " + (
+            "the causal phase-shift test was left out of this run (precompute --stages)"
+            if (run.manifest.get("not_computed") or {}).get("phase_shift") else
+            "the causal phase-shift test needs the model's weights here, and a precompute with them"))
     first = said[0] if said else "no module's short wave follows the answer"
     return judged(Claim(
         "module_waves", PAPER, lock_sentence + _final_logits_sentence(table), verdict, reason,

@@ -47,17 +47,22 @@ TASK_STEPS = ("accuracy", "logit_lens", "module_waves", "spectra", "waves", "abl
 def run_claims(run) -> dict[str, Claim]:
     """Every per-run claim of the story for one run. A claim the model cannot show (its manifest's
     `not_applicable` says why: a digit-splitting tokenizer) "does not apply"; one the run's tables cannot
-    answer otherwise (no sampled example, no band ablations, ...) is "not tested", saying what is missing."""
+    answer otherwise (no sampled example, no band ablations, a stage `precompute --stages` left out: the manifest's
+    `not_computed`) is "not tested", saying what is missing."""
     out = {}
     task = task_of(run)
     for name, f in RUN_CLAIMS.items():
         try:
             out[name] = f(run)
         except (CoreError, KeyError, IndexError, ValueError) as exc:
-            missing = (getattr(run, "manifest", None) or {}).get("not_applicable") or {}
+            manifest = getattr(run, "manifest", None) or {}
+            missing = manifest.get("not_applicable") or {}
             why = next(iter(missing.values()), None) if missing else None
+            left = next((f"its {t} table was {reason}" for t, reason in (manifest.get("not_computed") or {}).items()
+                         if f"'{t}'" in str(exc)), None)
             measured = (
-                f"Does not apply to this model: {why}." if why else f"This run's tables cannot answer it ({exc})."
+                f"Does not apply to this model: {why}." if why else
+                f"Not measured on this run: {left}." if left else f"This run's tables cannot answer it ({exc})."
             )
             out[name] = Claim(
                 name,
@@ -65,7 +70,8 @@ def run_claims(run) -> dict[str, Claim]:
                 measured,
                 "does not apply" if why else "not tested",
                 numbers={"not_applicable": bool(why)},
-                headline="Does not apply to this model." if why else "This run's tables cannot answer it.",
+                headline="Does not apply to this model." if why else
+                "Not measured on this run (a stage was left out)." if left else "This run's tables cannot answer it.",
             )
             if name in TASK_STEPS and not paper_findings(task).reports(name):
                 out[name] = unreported(out[name], run)

@@ -122,7 +122,16 @@ class LastPositionRecorder:
 
     def _keep(self, stream: str, index: int):
         def hook(module, args, out):
-            self.store[stream][index] = _output_tensor(out)[:, -1, :].detach().clone()
+            t = _output_tensor(out)
+            if not isinstance(t, torch.Tensor) or t.dim() != 3:
+                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise CoreError(
+                    f"the {stream} module of block {index} ({type(module).__name__}) gives an output of shape {shape}, "
+                    "not (batch, positions, width): some models flatten the positions inside a block (OPT's fc2), so "
+                    "its output is not what the block adds to the stream. Name the module whose output is added to "
+                    "the stream with --modules blocks=PATH,attn=NAME,mlp=NAME,final_norm=PATH, or use another model."
+                )
+            self.store[stream][index] = t[:, -1, :].detach().clone()
 
         return hook
 

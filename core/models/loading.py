@@ -9,6 +9,8 @@ several. The model's parts are found by `core.models.parts.find_parts`, checked 
 
 from __future__ import annotations
 
+import copy
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -107,7 +109,12 @@ def check_device(device: str) -> str:
 
 def load_tokenizer(source: str, trust_remote_code: bool = False, revision: str | None = None):
     """The tokenizer of `source`, padding on the left (with eos or unk as its pad token if it has none)."""
-    tok = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, revision=revision)
+    return padded_on_the_left(AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code,
+                                                            revision=revision), source)
+
+
+def padded_on_the_left(tok, source: str):
+    """`tok` set to pad batches on the left (with eos or unk as its pad token if it has none), as capture needs."""
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         if tok.eos_token is not None:
@@ -170,33 +177,64 @@ def load_model(
         raise CoreError(f"could not load {where}: {msg}.{hint}") from None
     if device_map is None:
         model.to(device)
+    revision_seen = getattr(config, "_commit_hash", None) or revision
+    if local:
+        fingerprint = fingerprint_folder(folder)
+    else:
+        fingerprint = f"hub:{revision_seen}" if revision_seen else "hub:unknown-revision"
+    return _ready(
+        model, tokenizer, module_names, source=str(folder.resolve()) if local else source, revision=revision_seen,
+        fingerprint=fingerprint, local=local,
+        extra={"dtype": dtype, "device": device if device_map is None else f"device_map={device_map}"},
+    )
+
+
+def wrap_model(model, tokenizer, module_names: ModuleNames | None = None, name: str | None = None) -> LoadedModel:
+    """A causal LM already in memory (an `nn.Module` with transformers' interface: `model(input_ids=...)` returning
+    `.logits`, `get_input_embeddings`, `get_output_embeddings`) and its tokenizer, checked and read as `load_model`
+    reads a folder: put in eval mode, its parts found (or named by `module_names`), its number tokens chosen and its
+    layout checked on a probe prompt. `name` is how reports call it (default: its class). Its fingerprint is a hash
+    of its weights as they are now, so a later change to them is a different model."""
+    digest = hashlib.sha256()
+    for key, w in sorted(model.state_dict().items()):
+        digest.update(key.encode())
+        digest.update(w.detach().float().cpu().contiguous().numpy().tobytes())
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    tokenizer = padded_on_the_left(copy.deepcopy(tokenizer), name or type(model).__name__)  # the caller's is untouched
+    return _ready(model, tokenizer, module_names, source=name or f"in-memory {type(model).__name__}", revision=None,
+                  fingerprint="memory-sha256:" + digest.hexdigest()[:16], local=False,
+                  extra={"dtype": dtype, "device": str(next(model.parameters()).device)})
+
+
+def _ready(model, tokenizer, module_names, *, source: str, revision, fingerprint: str, local: bool,
+           extra: dict) -> LoadedModel:
+    """A loaded model's checks and parts (both `load_model` and `wrap_model`): eval mode, finite weights, its
+    blocks' modules, its number tokens, the layout checked on a probe prompt."""
     model.eval()
+    broken = [name for name, w in model.named_parameters() if w.is_floating_point() and not torch.isfinite(w).all()]
+    if broken:
+        shown = ", ".join(broken[:3]) + (f" and {len(broken) - 3} more" if len(broken) > 3 else "")
+        raise CoreError(
+            f"{source}: {len(broken)} weight tensor(s) hold NaN or infinite values ({shown}), so every activation "
+            "would too. The checkpoint is broken (saved from a training run that diverged?): load an earlier one."
+        )
     parts = find_parts(model, module_names)
     candidates = number_token_candidates(tokenizer)
     numbers = choose_number_tokens(candidates)
     if numbers.P == 0:
         require_number_range(numbers, 1, f"{source}")
     checks = check_layout(model, tokenizer, parts, lambda ids: build_unembed(model, parts.final_norm, ids), numbers.ids)
-    revision_seen = getattr(config, "_commit_hash", None) or revision
-    if local:
-        fingerprint = fingerprint_folder(folder)
-    else:
-        fingerprint = f"hub:{revision_seen}" if revision_seen else "hub:unknown-revision"
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
         parts=parts,
         numbers=numbers,
-        source=str(folder.resolve()) if local else source,
-        revision=revision_seen,
+        source=source,
+        revision=revision,
         fingerprint=fingerprint,
         architecture=type(model).__name__,
         local=local,
-        extra={
-            "dtype": dtype,
-            "device": device if device_map is None else f"device_map={device_map}",
-            "layout_check": checks,
-        },
+        extra={**extra, "layout_check": checks},
         number_candidates=candidates,
     )
 

@@ -107,14 +107,24 @@ def check_layout(
     """
     batch = prepare_batches(tokenizer, list(texts), len(texts))[0]
     device = model.get_input_embeddings().weight.device
-    with LastPositionRecorder(parts) as rec, torch.no_grad():
-        out = model(
-            input_ids=batch.input_ids.to(device),
-            attention_mask=batch.attention_mask.to(device),
-            position_ids=batch.position_ids.to(device),
-            use_cache=False,
-        )
-        vecs = rec.take(model.get_output_embeddings().weight.device)
+    try:
+        with LastPositionRecorder(parts) as rec, torch.no_grad():
+            out = model(
+                input_ids=batch.input_ids.to(device),
+                attention_mask=batch.attention_mask.to(device),
+                position_ids=batch.position_ids.to(device),
+                use_cache=False,
+            )
+            vecs = rec.take(model.get_output_embeddings().weight.device)
+    except CoreError:
+        raise
+    except (RuntimeError, IndexError, TypeError, ValueError, AttributeError) as exc:  # hooks on modules that are not
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]           # what the analysis assumes
+        raise CoreError(
+            f"{type(model).__name__} failed on a probe prompt with the modules {parts.names} hooked "
+            f"({type(exc).__name__}: {first}). Name the modules whose outputs the blocks add to the stream with "
+            "--modules blocks=PATH,attn=NAME,mlp=NAME,final_norm=PATH, or use another model."
+        ) from None
     resid, attn, mlp = vecs[RESID].float(), vecs[ATTN].float(), vecs[MLP].float()
     if attn.shape[-1] != resid.shape[-1] or mlp.shape[-1] != resid.shape[-1]:
         raise CoreError(

@@ -14,7 +14,12 @@ import hashlib
 import json
 import os
 import re
+import socket
+import threading
 from pathlib import Path
+from urllib.parse import urlparse
+
+from huggingface_hub import try_to_load_from_cache
 
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
@@ -120,7 +125,41 @@ def resolve_source(source: str) -> tuple[bool, Path | None]:
         raise CoreError(
             f"{source!r} is neither an existing folder nor a hub id like 'gpt2' or 'EleutherAI/pythia-160m'"
         )
+    if not isinstance(try_to_load_from_cache(source, "config.json"), str) and (why := hub_unreachable()):
+        raise CoreError(
+            f"could not load the Hugging Face hub id {source!r}: it is not in this machine's hub cache and the hub "
+            f"cannot be reached ({why}). If this machine has no internet, download the model elsewhere (as "
+            "safetensors) and pass its folder; a run of the cache is named as `python -m core list` shows it."
+        )
     return False, None
+
+
+#: How long `hub_unreachable` waits for the hub's host (name look-up and connection) before it says it is not there.
+HUB_WAIT = 2.0
+
+
+def hub_unreachable(wait: float = HUB_WAIT) -> str | None:
+    """Why the Hugging Face hub cannot be reached from here, or None when it can: HF_HUB_OFFLINE is set, or no
+    connection to the hub's host (HF_ENDPOINT's, else huggingface.co) within `wait` seconds, the name look-up
+    included (it runs in a thread: a look-up that hangs is not waited for). Only asked for a model not in the hub's
+    local cache, so a model downloaded earlier still loads offline."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    outcome: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=wait).close()
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(f"no connection to {host}: {exc.strerror or type(exc).__name__}")
+
+    worker = threading.Thread(target=connect, daemon=True)
+    worker.start()
+    worker.join(wait)
+    return outcome[0] if outcome else f"no answer from {host} within {wait:g} s"
 
 
 def read_recipe_label(folder: Path) -> str | None:

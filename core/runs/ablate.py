@@ -38,9 +38,10 @@ from core.analysis.phase_shift import (
     wilson_interval,
 )
 from core.errors import CoreError
-from core.models.loading import load_model
+from core.models.loading import LoadedModel, load_model
 from core.models.names import ATTN, MLP, RESID, hook_name, site_of_hook
 from core.runs.cache import read_manifest, read_table
+from core.runs.edit_arguments import check_edit
 from core.runs.live_model import live_model_folder
 from core.runs.precompute import model_prompts
 from core.runs.run_names import find_run
@@ -72,7 +73,7 @@ class Target:
 
 
 def open_target(
-    source: str,
+    source: str | LoadedModel,
     cache_dir: str = "cache",
     task: str = "addition",
     max_operand: int = 260,
@@ -88,8 +89,12 @@ def open_target(
 ) -> Target:
     """Load the model of a run (or a model) and build its questions (module docstring). `before_load(p)` checks
     the edit's own arguments against the number line 0..p-1 before the model is loaded (seconds saved on an error).
-    `model`: where a run's model is now, when it moved from where the run recorded it (checked by its fingerprint)."""
-    found = find_run(cache_dir, source)  # a run's name, id, label or unique words; a near miss is an error here
+    `model`: where a run's model is now, when it moved from where the run recorded it (checked by its fingerprint).
+    `source` may also be a model already in memory (core.models.loading.wrap_model): its task is the one given."""
+    in_memory = source if isinstance(source, LoadedModel) else None
+    if in_memory is not None:
+        source = in_memory.source
+    found = None if in_memory is not None else find_run(cache_dir, source)  # a run's name, id, label or unique words; a near miss is an error here
     if found and found != source:
         log(f"run {found} (named by {source!r})")
     manifest = read_manifest(cache_dir, found) if found else None  # a broken manifest says so, never tries the hub
@@ -120,37 +125,13 @@ def open_target(
     chosen = subsample(questions, limit, dataset_seed, [running] if running else [])
     used = use_threads(threads)
     t0 = time.perf_counter()
-    loaded = load_model(model_source, device="cpu", dtype="float32", trust_remote_code=trust_remote_code)
+    loaded = in_memory or load_model(model_source, device="cpu", dtype="float32", trust_remote_code=trust_remote_code)
     loaded.select_numbers(p, f"the {task} task with operands 0..{max_operand}")
     log(f"loaded {model_source} in {time.perf_counter() - t0:.1f} s ({used} thread{'s' * (used != 1)}); "
         f"{len(chosen)} of the {len(questions)} {task} {split} questions")
     texts = model_prompts(loaded, chosen, select_split(everything, "train"), shots, dataset_seed)
     return Target(loaded, texts, np.array([e.answer for e in chosen]), p, basis_name, positions, split, source,
                   len(questions), run_dir, run_name, tuple(e.id for e in chosen))
-
-
-def check_edit(p: int, tau: int | None = None, keep_k: int | None = None, periods: str | None = None,
-               d: int | None = None) -> None:
-    """An edit's arguments against the number line 0..p-1 (frequencies 1..p//2), before anything is loaded."""
-    top = p // 2
-    if tau is not None and not 1 <= tau <= top:
-        raise CoreError(f"--tau {tau}: the frequencies of {p} numbers are 1..{top}; choose a cutoff in 1..{top}")
-    if keep_k is not None and not 1 <= keep_k <= top:
-        raise CoreError(f"--remove keep-{keep_k}: the frequencies of {p} numbers are 1..{top}")
-    if periods is not None and periods not in PERIOD_SETS:
-        raise CoreError(f"--periods {periods!r}: choose one of {', '.join(PERIOD_SETS)}")
-    if d is not None and not 1 <= d < p:
-        raise CoreError(f"--d {d}: a shift moves an answer y to y + d on the number line 0..{p - 1}; choose d in "
-                        f"1..{p - 1} (the paper shifts by 1, 2 and 5)")
-
-
-def parse_removed(text: str) -> tuple[str, int | None]:
-    """--remove: "low", "high" or "keep-K" -> (removed, keep_k)."""
-    if text in ("low", "high"):
-        return text, None
-    if text.startswith("keep-") and text[5:].isdigit():
-        return "keep", int(text[5:])
-    raise CoreError(f"--remove {text!r}: choose low, high, or keep-K (keep one frequency K, e.g. keep-52)")
 
 
 @dataclass
@@ -199,6 +180,7 @@ def interval(share: float, n: int) -> str:
 def ablate(target: Target, modules: str, removed: str, tau: int | None = None, keep_k: int | None = None,
            progress=None) -> Report:
     """Accuracy with one filter on every layer's `modules`, beside the unedited model (module docstring)."""
+    check_edit(target.p, tau=tau if removed != "keep" else None, keep_k=keep_k)
     ablation = Ablation(modules, removed, tau, keep_k)
     flt = ablation.build(target.loaded.unembedding(target.p), fourier_basis(target.p, target.basis_name))
     t0 = time.perf_counter()
@@ -306,8 +288,7 @@ def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progre
     beside `CONTROL_DRAWS` random edits of the same norm (module docstring)."""
     if kind not in (ATTN, MLP, RESID):
         raise CoreError(f"--module {kind!r}: choose attn, mlp or resid (the residual stream after the layer)")
-    if period_set not in PERIOD_SETS:
-        raise CoreError(f"--periods {period_set!r}: choose one of {', '.join(PERIOD_SETS)}")
+    check_edit(target.p, periods=period_set, d=d)
     L = target.loaded.n_layers
     if not 1 <= int(layer) <= L:
         raise CoreError(f"--layer {layer}: this model has layers 1..{L}")

@@ -84,8 +84,9 @@ REQUIRED_TABLES = tuple(t for t in TABLE_COLUMNS if t not in OPTIONAL_TABLES)
 
 
 def required_tables(manifest: dict | None) -> tuple[str, ...]:
-    """The tables a run must have: all but the optional ones and those its manifest says do not apply."""
-    skip = (manifest or {}).get("not_applicable") or {}
+    """The tables a run must have: all but the optional ones, those its manifest says do not apply
+    (`not_applicable`) and those `precompute --stages` left out (`not_computed`)."""
+    skip = {**((manifest or {}).get("not_applicable") or {}), **((manifest or {}).get("not_computed") or {})}
     return tuple(t for t in REQUIRED_TABLES if t not in skip)
 
 
@@ -432,9 +433,10 @@ def manifest_problems(manifest) -> list[str]:
     for key in ("accuracy", "display_order"):
         if key in manifest and (isinstance(manifest[key], bool) or not isinstance(manifest[key], (int, float))):
             problems.append(f"{MANIFEST}: {key!r} should be a number")
-    na = manifest.get("not_applicable", {})
-    if not isinstance(na, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in na.items()):
-        problems.append(f"{MANIFEST}: 'not_applicable' should map table names to reasons (text)")
+    for key in ("not_applicable", "not_computed"):
+        na = manifest.get(key, {})
+        if not isinstance(na, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in na.items()):
+            problems.append(f"{MANIFEST}: {key!r} should map table names to reasons (text)")
     if isinstance(manifest.get("tables"), dict):
         for t, entry in manifest["tables"].items():
             if not isinstance(entry, dict):

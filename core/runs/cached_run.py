@@ -20,7 +20,7 @@ from core.files import read_json_file
 from core.runs.ablation_grid import redraw_run_controls
 from core.runs.cache import RunWriter, check_table
 from core.runs.number_tables import write_number_tables
-from core.runs.phase_run import phase_current, phase_note, phase_tables_from_model
+from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
 from core.runs.shift_run import SHIFT_VERSION, phase_shift_table, shift_specs
 from core.training.train import seed_logs
 
@@ -42,6 +42,12 @@ def keep_cached_run(
     if not refresh_training_log(writer, loaded, log) and not upgraded:
         log(f"run {writer.name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
     return writer.final
+
+
+def left_out(manifest: dict, tables) -> bool:
+    """Whether `precompute --stages` left these tables out of the run (its manifest's `not_computed`): an upgrade
+    does not add them, the user asks for them with --recompute."""
+    return any(t in (manifest.get("not_computed") or {}) for t in tables)
 
 
 def options_refusal(name: str, existing: dict | None, options: dict) -> str | None:
@@ -80,6 +86,8 @@ def upgrade_phase(writer: RunWriter, loaded, p: int, opts, examples, texts, log)
     model is here, and tables of another phase version (core.analysis.phase.PHASE_VERSION) are made anew.
     Nothing else is recomputed."""
     manifest = read_json_file(writer.final / "manifest.json") or {}
+    if left_out(manifest, PHASE_TABLES):
+        return False
     from_sample = (manifest.get("phase_locking") or {}).get("whole_split") is False
     if manifest.get("schema_version") not in (2, 3) and not (
         manifest.get("schema_version") == SCHEMA_VERSION and (from_sample or not phase_current(manifest))
@@ -123,7 +131,7 @@ def upgrade_shift(writer: RunWriter, loaded, p: int, opts, examples, texts, desi
     """A run whose phase-shift tables are of an older version (uncapped edits, pooled outcomes only) gets them anew
     from the model (core.runs.shift_run); nothing else is recomputed."""
     manifest = read_json_file(writer.final / "manifest.json") or {}
-    if shift_current(manifest) or not shift_specs(p, loaded.n_layers):
+    if shift_current(manifest) or not shift_specs(p, loaded.n_layers) or left_out(manifest, ("phase_shift",)):
         return False
     keep = writer.stage_published()
     t0 = time.time()

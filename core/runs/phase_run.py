@@ -133,7 +133,8 @@ def upgrade_without_model(cache_dir, name: str, log=print) -> bool:
             f"run {path.name}: its model is here ({folder}); read every example with the same precompute "
             f"instead: python -m core precompute --model {folder} (it keeps every other table)"
         )
-    if phase_current(manifest) or all(t in (manifest.get("not_applicable") or {}) for t in PHASE_TABLES):
+    skipped = {**(manifest.get("not_applicable") or {}), **(manifest.get("not_computed") or {})}
+    if phase_current(manifest) or all(t in skipped for t in PHASE_TABLES):
         return False
     writer = RunWriter(cache_dir, path.name, manifest.get("identity") or {}, manifest.get("options") or {})
     try:

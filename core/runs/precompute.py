@@ -65,6 +65,36 @@ MEASURE_TABLES = (
     "final_waves",
 )
 
+#: The stages `--stages` chooses from (the module docstring's 1-5: the phase tables come from the measurements' own
+#: pass) and the tables each writes. "measure" always runs: every other table reads the examples it writes.
+STAGE_TABLES = {
+    "measure": MEASURE_TABLES + PHASE_TABLES,
+    "embeddings": ("embedding_spectrum", "embedding_clusters"),
+    "numbers": ("number_spectrum", "number_probes"),
+    "ablations": ("ablations", "ablation_errors", "error_analysis"),
+    "shift": ("phase_shift", "phase_shift_answers"),
+}
+STAGES = tuple(STAGE_TABLES)
+
+
+def check_stages(stages) -> tuple[str, ...]:
+    """The stages asked for, in the order they run, "measure" always among them (None: every stage)."""
+    if stages is None:
+        return STAGES
+    unknown = [s for s in stages if s not in STAGE_TABLES]
+    if unknown:
+        raise CoreError(f"--stages: no stage named {', '.join(map(repr, unknown))}; choose from {', '.join(STAGES)} "
+                        "(measure always runs)")
+    return tuple(s for s in STAGES if s == "measure" or s in stages)
+
+
+def not_computed(stages: tuple[str, ...]) -> dict[str, str]:
+    """The tables of the stages left out, each with the reason a reader shows (the manifest's `not_computed`)."""
+    left = [s for s in STAGES if s not in stages]
+    reason = (f"left out when this run was made (precompute --stages {','.join(stages)}); precompute it again with "
+              "--recompute and the stages it needs to add it")
+    return {t: reason for s in left for t in STAGE_TABLES[s]}
+
 
 @dataclass
 class PrecomputeOptions:
@@ -93,6 +123,7 @@ class PrecomputeOptions:
     recompute: bool = False
     progress: bool | None = None
     every_question: bool = False  # a deep model reads a fixed sample for most conditions unless this is True
+    stages: tuple[str, ...] | None = None  # None: every stage of STAGES; "measure" always runs
     extra_notes: list[str] = field(default_factory=list)
 
 
@@ -133,6 +164,7 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
     """Compute and publish a run; returns its folder. Raises CoreError on bad input."""
 
     check_basis_name(opts.basis)
+    stages = check_stages(opts.stages)
     p = number_space(opts.task, opts.max_operand)  # checks the task and max operand before any work
     ensure_cache_dir(opts.cache_dir)
     all_examples = build_examples(opts.task, opts.max_operand, opts.dataset_seed)
@@ -171,6 +203,8 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
     options = {"taus": list(taus), "n_sample": opts.n_sample}
     if design is not None:
         options["design"] = design.option()  # only then: every-question runs keep the options they always had
+    if stages != STAGES:
+        options["stages"] = list(stages)  # only then: a run of every stage keeps the options it always had
     with run_lock(opts.cache_dir, name, log):
         writer = RunWriter(opts.cache_dir, name, identity, options, recompute=opts.recompute)
         try:
@@ -225,8 +259,9 @@ def _precompute_run(
         )
 
     examples_frame = writer.read("examples")
-    ablations = writer.read("ablations")
-    writer.write("error_analysis", error_analysis_table(examples_frame, ablations))
+    ablations = writer.read("ablations") if writer.has("ablations") else None
+    if ablations is not None:
+        writer.write("error_analysis", error_analysis_table(examples_frame, ablations))
     log_frame = training_log(loaded)
     if log_frame is not None:
         writer.write("training_log", log_frame)
@@ -236,6 +271,9 @@ def _precompute_run(
     )
     if design is not None:
         manifest["design"] = design.manifest(every_question_labels(basis, taus))
+    stages = check_stages(opts.stages)
+    if stages != STAGES:
+        manifest["not_computed"] = not_computed(stages)
     path = writer.publish(manifest)
     log(
         f"wrote run {writer.name} to {path} (accuracy {manifest['accuracy']:.2%} on {len(examples)} {opts.split} "
@@ -248,11 +286,12 @@ def _write_stage_tables(
     writer: RunWriter, loaded, examples, texts, p: int, basis, taus, running, opts: PrecomputeOptions, log,
     design=None,
 ) -> dict:
-    """Stages 1-5 (the module docstring), each skipped when the staging folder has its tables; returns
-    the seconds each took."""
+    """Stages 1-5 (the module docstring) that `opts.stages` asks for, each skipped when the staging folder has its
+    tables; returns the seconds each took."""
+    stages = check_stages(opts.stages)
     timings = {}
     t1 = time.time()
-    grid_pending = not (writer.has("ablations") and writer.has("ablation_errors"))
+    grid_pending = "ablations" in stages and not (writer.has("ablations") and writer.has("ablation_errors"))
     if not all(writer.has(t) for t in MEASURE_TABLES):
         energy = ModuleEnergy() if grid_pending else None
         for t, frame in measure(loaded, examples, texts, p, opts, running, log, energy).items():
@@ -264,7 +303,7 @@ def _write_stage_tables(
         timings["phase_s"] = write_phase_tables(writer, loaded, examples, texts, p, opts)
 
     t2 = time.time()
-    if not (writer.has("embedding_spectrum") and writer.has("embedding_clusters")):
+    if "embeddings" in stages and not (writer.has("embedding_spectrum") and writer.has("embedding_clusters")):
         spectrum, clusters, tied = embedding_tables(loaded, p, opts.dataset_seed)
         writer.write("embedding_spectrum", spectrum)
         writer.write("embedding_clusters", clusters)
@@ -272,7 +311,7 @@ def _write_stage_tables(
     timings["embeddings_s"] = round(time.time() - t2, 2)
 
     t_numbers = time.time()
-    if not (writer.has("number_spectrum") and writer.has("number_probes")):
+    if "numbers" in stages and not (writer.has("number_spectrum") and writer.has("number_probes")):
         write_number_tables(writer, loaded, p, opts, log)
     timings["numbers_s"] = round(time.time() - t_numbers, 2)
 
@@ -287,7 +326,8 @@ def _write_stage_tables(
     timings["ablations_s"] = round(time.time() - t3, 2)
 
     t4 = time.time()
-    if not (writer.has("phase_shift") and writer.has("phase_shift_answers")) and shift_specs(p, loaded.n_layers):
+    if ("shift" in stages and not (writer.has("phase_shift") and writer.has("phase_shift_answers"))
+            and shift_specs(p, loaded.n_layers)):
         answers = np.array([e.answer for e in examples])
         for name, frame in phase_shift_table(loaded, texts, answers, p, opts, log, design).items():
             writer.write(name, frame)
@@ -306,13 +346,13 @@ def _run_manifest(
     label: str,
     run_label: str,
     timings: dict,
-    ablations: pd.DataFrame,
+    ablations: pd.DataFrame | None,
     accuracy: float,
 ) -> dict:
     """The manifest of a number-token run: what was measured on what, and the notes a reader needs."""
     notes = list(opts.extra_notes)
-    erased = ablations[ablations["erased"]]
-    if len(erased):
+    erased = ablations[ablations["erased"]] if ablations is not None else ablations
+    if erased is not None and len(erased):
         notes.append(
             f"{len(erased)} filter(s) erase the whole module output: the model is {loaded.width} wide and the "
             f"removed Fourier rows span all of it ({', '.join(erased['label'].head(4))}"
@@ -346,7 +386,8 @@ def _run_manifest(
         "taus": list(taus),
         "accuracy": accuracy,
         "number_representations": writer.read_json(NUMBERS_JSON),
-        "phase_locking": phase_note(len(examples), len(examples), opts.split),
+        **({"phase_locking": phase_note(len(examples), len(examples), opts.split)}
+           if writer.has("phase_locking") else {}),
         **({"phase_shift": shift_note()} if writer.has("phase_shift") else {}),
         "display_order": opts.display_order,
         "timings": timings,

@@ -152,6 +152,10 @@ class RunReader:
         """Why this run lacks the table `name`, when its manifest says (a digit-splitting model's)."""
         return (self.manifest.get("not_applicable") or {}).get(table_name(name).value)
 
+    def not_computed(self, name: Table) -> str | None:
+        """Why `precompute --stages` left the table `name` out of this run, when it did."""
+        return (self.manifest.get("not_computed") or {}).get(table_name(name).value)
+
     # ------------------------------------------------------------------ manifest fields
 
     @property

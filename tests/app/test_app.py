@@ -17,6 +17,7 @@ from app.live.ablation import status_line
 from app.live.queue import LiveStatus
 from core.analysis.behaviour import error_summary
 from core.analysis.phase_shift import wilson_interval
+from core.cli import main
 from core.files import PROJECT_ROOT
 from core.runs import live_ablation, summaries
 from core.runs import live_sample as live_sampling
@@ -418,3 +419,26 @@ def test_a_link_the_app_wrote_opens_the_same_view_without_a_warning(app, app_env
         assert not [t.value for t in fresh.toast], (page, link, [t.value for t in fresh.toast])
         shown = {k: fresh.query_params[k] for k in fresh.query_params}
         assert {k: shown.get(k) for k in link} == link, page
+
+
+def test_a_run_made_with_some_stages_says_what_was_not_computed(model_dir, tmp_path, monkeypatch):
+    """A run of `precompute --stages measure,ablations`: every page and Tour step opens without an exception, and the
+    pages whose tables were left out say so (not "does not apply", which is about the model)."""
+    cache = tmp_path / "cache"
+    assert main(["precompute", "--model", str(model_dir("llama")), "--cache-dir", str(cache), "--max-operand", "40",
+                 "--limit", "60", "--taus", "5,10", "--n-sample", "2", "--no-progress",
+                 "--stages", "measure,ablations"]) == 0
+    monkeypatch.setenv("FOURIER_CACHE_DIR", str(cache))
+    st.cache_data.clear()
+    at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
+    at.run()
+    said = []
+    for page in PAGES:
+        goto(at, page)
+        said += [i.value for i in at.info]
+    assert any("was not computed for" in s and "--stages measure,ablations" in s for s in said), said
+    assert not any("does not apply" in s for s in said), said
+    goto(at, "tour")
+    for step in range(2, 10):
+        next(b for b in at.button if "Next" in b.label).click().run()
+        assert not at.exception, (step, [e.message for e in at.exception])

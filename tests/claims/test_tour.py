@@ -22,7 +22,7 @@ from app.furniture import why_sentence
 from core.analysis.fourier import band_energy_share
 from core.claims.base import VERDICT_LABELS, VERDICT_SCORE, VERDICTS
 from core.claims.features import claim_behaviour, claim_embeddings
-from core.claims.last_digit import claim_module_waves
+from core.claims.last_digit import claim_module_waves, shift_summary
 from core.claims.mechanism import claim_logit_lens
 from core.claims.registry import run_claims
 from core.files import PROJECT_ROOT
@@ -30,7 +30,7 @@ from core.models.source import project_path
 from core.runs import summaries
 from core.runs.cache import list_runs, read_table
 from core.runs.origin import describe_run, frozen_stack_sentence, run_origin, stage_recipes, summary_of
-from core.runs.reader import RunReader
+from core.runs.reader import RunReader, Table
 from core.tasks import build_examples
 
 CACHE = PROJECT_ROOT / "cache"
@@ -464,6 +464,23 @@ def test_a_run_cached_before_the_capped_edit_is_read_by_the_earlier_rule_and_say
     assert claim.numbers["rule"] == "earlier"
     current = claim_module_waves(RunReader(CACHE, name))
     assert current.numbers["rule"] == "relative" and "Positive control" in current.measured
+
+
+def test_the_step_3_summary_is_read_again_when_its_tables_change():
+    """shift_summary keeps what it read by the tables' content, not the run's name: the same run with every answer
+    moved (a run rebuilt under its old name) is read afresh, and a caller's change to the summary stays its own."""
+    name = next(r.name for r in SHIPPED if "phase_shift_answers" in r.manifest["tables"])
+    run = RunReader(CACHE, name)
+    first = shift_summary(run)
+    first["read"] = -1.0
+    assert (shift_summary(run)["read"] >= 0).all()
+
+    def moved_everywhere(reader, table):
+        frame = read_table(CACHE, name, table.value)
+        return frame.assign(residue_moved=True) if table == Table.PHASE_SHIFT_ANSWERS else frame
+
+    rebuilt = shift_summary(RunReader(CACHE, name, run.manifest, load=moved_everywhere))
+    assert (rebuilt["share_d1"] == 1.0).all() and not rebuilt["share_d1"].equals(shift_summary(run)["share_d1"])
 
 
 @pytest.mark.skipif(

@@ -9,7 +9,7 @@ from core.analysis.filters import high_pass
 from core.analysis.fourier import band_frequencies, fourier_basis, frequency_magnitudes
 from core.errors import CoreError
 from core.models.capture import LastPositionRecorder, capture, prepare_batches
-from core.models.loading import load_model
+from core.models.loading import load_model, wrap_model
 from core.models.names import ATTN, MLP, RESID, ModuleNames, hook_name, site_of_hook
 from core.models.number_tokens import find_number_tokens, require_number_range
 from core.models.parts import find_parts
@@ -193,3 +193,27 @@ def test_hook_names_are_read_back_to_the_site_they_name():
     for bad in ("blocks.3.hook_mlp_out", "blocks.0.hook_q", "ln_final.hook_normalized", "blocks.x.hook_mlp_out"):
         with pytest.raises(CoreError, match="hook"):
             site_of_hook(bad, L)
+
+
+def test_a_model_in_memory_reads_as_its_folder_does(model_dir):
+    """wrap_model on the module and tokenizer transformers loads from a folder: the same parts, number tokens and
+    captured streams as load_model on that folder; the caller's tokenizer is left as it was; its fingerprint follows
+    its weights; NaN weights are refused."""
+    folder = str(model_dir("llama"))
+    from_folder = load_model(folder)
+    module = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    side = tokenizer.padding_side
+    wrapped = wrap_model(module, tokenizer, name="mine")
+    assert tokenizer.padding_side == side and wrapped.tokenizer.padding_side == "left"
+    assert wrapped.source == "mine" and wrapped.numbers.ids == from_folder.numbers.ids
+    texts = ["15 + 93 =", "1 + 2 =", "40 + 2 ="]
+    a, b = capture(wrapped, texts), capture(from_folder, texts)
+    assert all(np.allclose(a[k], b[k], atol=1e-5) for k in (RESID, ATTN, MLP))
+    with torch.no_grad():
+        module.model.layers[0].mlp.down_proj.weight[0, 0] += 1.0
+    assert wrap_model(module, tokenizer).fingerprint != wrapped.fingerprint
+    with torch.no_grad():
+        module.model.layers[0].mlp.down_proj.weight[0, 0] = float("nan")
+    with pytest.raises(CoreError, match="NaN or infinite"):
+        wrap_model(module, tokenizer)

@@ -2,8 +2,11 @@
 independent computation and against the shipped run's cached grid, and their one-line errors."""
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,8 +17,9 @@ from core.analysis.fourier import fourier_basis
 from core.cli import main
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
-from core.runs.ablate import ablate, open_target, parse_removed
+from core.runs.ablate import ablate, open_target
 from core.runs.cache import read_table
+from core.runs.edit_arguments import parse_removed
 
 FOURIER_FROZEN = "fourier-frozen-tied-demo-trained-here-addition-test-05d0125721"
 NO_WEIGHTS = "fourier-frozen-untied-control-demo-trained-here-addition-tes-805c3b536c"  # ships its log, not weights
@@ -91,6 +95,20 @@ def test_arguments_and_run_names_are_checked_before_any_model_is_loaded(capsys, 
         assert main([*argv, "--cache-dir", CACHE]) == 2, argv
         err = capsys.readouterr().err.strip()
         assert said in err and err.count("\n") == 0, err
+
+
+def test_a_typo_or_a_hub_id_offline_is_answered_without_torch():
+    """The command line checks a run's name, a hub id the hub cannot give and an edit's arguments before it imports
+    torch: each ends in one line with exit 2 in a process that never imported it (so it answers in about a second)."""
+    script = ("import sys; from core.cli import main; rc = main(sys.argv[1:]); "
+              "sys.exit(rc if 'torch' not in sys.modules else 99)")
+    for argv in (["ablate", "fourier-frozn", "--modules", "mlp", "--remove", "low", "--tau", "50"],
+                 ["ablate", "nobody/no-such-model", "--modules", "mlp", "--remove", "low", "--tau", "50"],
+                 ["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1", "--d", "600"]):
+        done = subprocess.run([sys.executable, "-c", script, *argv, "--cache-dir", CACHE], capture_output=True,
+                              text=True, cwd=PROJECT_ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+        err = done.stderr.strip()
+        assert done.returncode == 2 and err.startswith("error: ") and "\n" not in err, (argv, done.returncode, err)
 
 
 @needs_shipped

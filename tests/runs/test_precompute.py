@@ -10,6 +10,7 @@ import pytest
 import core.analysis.evaluation as evaluation_mod
 import core.runs.precompute as pre
 from core import SCHEMA_VERSION
+from core.claims.registry import run_claims
 from core.cli import main
 from core.errors import CoreError
 from core.files import sha256_file
@@ -17,6 +18,7 @@ from core.models.random_models import save_random_model
 from core.models.vocab import digit_tokenizer
 from core.runs.ablation_grid import CONTROL_DRAWS
 from core.runs.cache import REQUIRED_TABLES, list_runs, read_manifest, read_table, resolve_run, verify_run
+from core.runs.reader import RunReader
 from core.runs.shift_run import SHIFT_VERSION
 
 # operands 0..93 (15 + 93 in range, p = 187, K = 93); the e2e models are 192 wide, so no filter erases
@@ -411,3 +413,36 @@ def test_a_control_an_older_draw_left_unmatched_is_drawn_again_and_nothing_else_
     # at the current version nothing is drawn again
     assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
     assert list_runs(cache)[0].manifest["tables"] == again.manifest["tables"]
+
+
+def test_stages_leave_their_tables_out_and_every_reader_says_so(model_dir, tmp_path, capsys):
+    """`--stages measure,ablations`: the run holds the measurements and the grid only, its manifest names each table
+    left out with the reason, verify passes, the claims that need a missing table are "not tested" saying why, a
+    second precompute with the same stages adds nothing (no upgrade fills in a stage left out on purpose), and
+    asking for every stage on the same run is refused until --recompute."""
+    cache = tmp_path / "c"
+    common = ["--model", str(model_dir("gpt2")), "--cache-dir", str(cache), "--max-operand", "20", "--limit", "30",
+              "--taus", "5", "--n-sample", "2", "--no-progress"]
+    assert main(["precompute", *common, "--stages", "ablations,measure"]) == 0
+    (run,) = list_runs(cache)
+    left = run.manifest["not_computed"]
+    expected = {t for s in ("embeddings", "numbers", "shift") for t in pre.STAGE_TABLES[s]}
+    assert set(left) == expected and not expected & set(run.manifest["tables"])
+    assert {"examples", "phase_locking", "ablations", "error_analysis"} <= set(run.manifest["tables"])
+    assert all("--stages measure,ablations" in why for why in left.values())
+    assert run.manifest["options"]["stages"] == ["measure", "ablations"]
+    assert verify_run(run.path) == []
+    claims = run_claims(RunReader(cache, run.name))
+    assert claims["numbers"].verdict == "not tested" and "Not measured on this run" in claims["numbers"].measured
+    assert "--stages" in claims["numbers"].measured
+    assert "left out of this run" in claims["module_waves"].reason
+    assert claims["accuracy"].verdict != "not tested"
+    capsys.readouterr()
+    assert main(["precompute", *common, "--stages", "measure,ablations"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert read_manifest(cache, run.name)["tables"] == run.manifest["tables"]
+    assert main(["precompute", *common]) == 2
+    assert "stages" in capsys.readouterr().err
+    assert main(["precompute", *common, "--stages", "measure,waves"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no stage named 'waves'" in err and "\n" not in err

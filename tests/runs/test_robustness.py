@@ -9,6 +9,9 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import OPTConfig, OPTForCausalLM
 
 import core.runs.precompute as pre
 from app.run_loading import valid_runs
@@ -16,6 +19,7 @@ from core.cli import main
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
 from core.models.number_tokens import NumberTokens, require_number_range
+from core.models.random_models import number_tokenizer
 from core.models.source import fingerprint_folder
 from core.runs.cache import list_runs, read_manifest, read_table, resolve_run, run_lock, verify_run
 
@@ -180,6 +184,37 @@ def test_corrupt_safetensors_file(model_dir, tmp_path, capsys):
     weights.write_bytes(weights.read_bytes()[:1000])
     assert precompute_cli(folder, tmp_path / "cache") == 2
     assert "corrupt or truncated" in one_error_line(capsys)
+
+
+def test_weights_holding_nan_are_refused_at_load_in_float32(model_dir, tmp_path, capsys):
+    """A float32 checkpoint with a NaN weight is named as broken when it loads, not advised to use float32."""
+    folder = tmp_path / "diverged"
+    shutil.copytree(model_dir("gpt2"), folder)
+    weights = load_file(folder / "model.safetensors")
+    name = next(k for k in weights if k.endswith("mlp.c_fc.weight"))
+    weights[name][0, 0] = float("nan")
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    capsys.readouterr()  # what saving the model printed
+    assert precompute_cli(folder, tmp_path / "cache") == 2
+    line = one_error_line(capsys)
+    assert "NaN or infinite" in line and name in line and "--dtype float32" not in line
+    assert not (tmp_path / "cache").exists() or not list_runs(tmp_path / "cache")
+
+
+def test_a_module_that_flattens_positions_ends_in_one_line(tmp_path, capsys):
+    """OPT's blocks flatten (batch, positions) before their MLP: naming its fc2 by hand is refused in one line that
+    says why."""
+    tokenizer = number_tokenizer(40)
+    config = OPTConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, ffn_dim=64,
+                       num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=32,
+                       pad_token_id=tokenizer.pad_token_id or 0)
+    torch.manual_seed(0)
+    OPTForCausalLM(config).save_pretrained(tmp_path / "opt")
+    tokenizer.save_pretrained(tmp_path / "opt")
+    layout = "blocks=model.decoder.layers,attn=self_attn,mlp=fc2,final_norm=model.decoder.final_layer_norm"
+    capsys.readouterr()  # what saving the model printed
+    assert precompute_cli(tmp_path / "opt", tmp_path / "cache", "--modules", layout) == 2
+    assert "not (batch, positions, width)" in one_error_line(capsys)
 
 
 def test_mistyped_local_folder_is_not_sent_to_the_hub(model_dir, tmp_path, capsys, monkeypatch):
