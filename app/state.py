@@ -67,7 +67,21 @@ def current_view() -> View | None:
     return _CURRENT.get()
 
 
+_PROJECTOR: ContextVar[bool] = ContextVar("fourier_projector_sizes", default=False)
+
+
+@contextmanager
+def projector_sizes():
+    """Presentation mode's sizes for the figures built inside this block, outside any page: the handout's slides and
+    its PDF draw the same figures as the page does, in the type a room can read."""
+    token = _PROJECTOR.set(True)
+    try:
+        yield
+    finally:
+        _PROJECTOR.reset(token)
+
+
 def large() -> bool:
-    """Presentation mode in this rerun."""
+    """Presentation mode in this rerun (or inside `projector_sizes`)."""
     v = _CURRENT.get()
-    return bool(v is not None and v.large)
+    return _PROJECTOR.get() or bool(v is not None and v.large)

@@ -96,8 +96,12 @@ def shift_bars(run: RunReader):
     relative = bool((full["read_of"] == "stream").all())
     current = bool((full["rule"] == "relative").all())
     summary = full
+    silent = 0
     if len(full) > SHIFT_BARS_MAX:
-        modules = full[full["kind"] != "resid"].sort_values("read", ascending=False).head(SHIFT_BARS_MAX - 1)
+        ranked = full[full["kind"] != "resid"].sort_values("read", ascending=False)
+        moved = ranked[(ranked["read"] > 0) | (ranked["read_control"] > 0)]  # a module that moved nothing: no bar
+        modules = (moved if len(moved) else ranked).head(SHIFT_BARS_MAX - 1)
+        silent = len(ranked) - len(moved) if len(moved) < SHIFT_BARS_MAX - 1 else 0
         summary = full[full.index.isin(modules.index) | (full["kind"] == "resid")]
     names = {"attn": "attention", "mlp": "MLP", "resid": "whole stream"}
     rows = []
@@ -134,7 +138,7 @@ def shift_bars(run: RunReader):
             yOffset=alt.YOffset("edit:N", sort=["shift its short waves", "random edit, same size"]),
             x=alt.X(
                 "share:Q",
-                title="last digit moved, share of the whole stream's" if relative
+                title="last digit moved (stream = 100%)" if relative
                 else "questions whose last digit moved (share)",
                 scale=alt.Scale(domain=[0, max(1.0, float(data["share"].max()))], clamp=True),
                 axis=alt.Axis(format="%"),
@@ -144,7 +148,7 @@ def shift_bars(run: RunReader):
                 title=None,
                 sort=["shift its short waves", "random edit, same size"],
                 scale=alt.Scale(range=["#1f77b4", "#bbbbbb"]),
-                legend=alt.Legend(orient="bottom"),
+                legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0),  # a narrow column fits it
             ),
             tooltip=[
                 "module",
@@ -156,11 +160,23 @@ def shift_bars(run: RunReader):
             ],
         )
     )
+    spread = (  # the 95% interval of each module's shift, over questions
+        alt.Chart(data.dropna(subset=["low", "high"]))
+        .mark_rule(color="black", strokeWidth=1.5)
+        .encode(
+            y=alt.Y("module:N", sort=order, title=None),
+            yOffset=alt.YOffset("edit:N", sort=["shift its short waves", "random edit, same size"]),
+            x="low:Q",
+            x2="high:Q",
+        )
+    )
     half = alt.Chart(pd.DataFrame({"x": [0.5]})).mark_rule(strokeDash=[4, 3], color="black").encode(x="x:Q")
     chart = (
-        alt.layer(bars, half)
+        alt.layer(bars, spread, half)
         .properties(
-            height=min(420, 64 * len(order)),  # two bars a module, readable at 16 px
+            # two bars a module, readable at 16 px, and room for the title, axis and legend, which a page's stretched
+            # chart counts in its height (two modules drawn in 128 px left them no room at all)
+            height=min(420, 64 * len(order) + 130),
             width=260 if big else 320,
             title=alt.TitleParams(
                 "Does the answer follow a shifted wave?",
@@ -178,7 +194,8 @@ def shift_bars(run: RunReader):
     if relative:
         caption = (
             f"Short waves (periods 2, 2.5, 5, 10) of each module moved by d = 1, 2 or 5 {read}. Blue: last digit "
-            "moved, as a share of the whole stream's shift (100%; 95% interval). Grey: a random edit of the same size. "
+            "moved, as a share of the whole stream's shift (100%; black: 95% interval). Grey: a random edit of the "
+            "same size. "
             "Dashed: 50%."
         )
     else:
@@ -189,8 +206,9 @@ def shift_bars(run: RunReader):
                "Read by the earlier rule: this run's weights are not here.")
         )
     if len(summary) < len(full):  # a deep run: the bars are the stream and the layers that moved it most
-        caption = ("Short waves shifted by d: blue, last digit moved as a share of the whole stream's shift; grey, "
-                   "a random edit of the same size; the layers that moved it most.")
+        caption = ("Blue: last digit moved by shifting a layer's short waves (stream = 100%; black: 95% interval). "
+                   "Grey: a random edit of the same size. The strongest layers"
+                   + (f"; the other {silent} moved none." if silent else "."))
     return chart, data, caption
 
 

@@ -45,7 +45,7 @@ def training_curves(curves: pd.DataFrame, split: str):
         f"{ACCURACY['GPT-2-small, frozen pre-trained embeddings']:g}%, "
         f"from scratch {ACCURACY['GPT-2-small from scratch']:g}%)."
     )
-    return styled(band + line, f"{said.capitalize()} accuracy during training", height=430), curves, caption
+    return styled(band + line, f"{said.capitalize()} accuracy during training", height=360), curves, caption
 
 
 def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):

@@ -19,6 +19,8 @@ from playwright.sync_api import sync_playwright
 from app.launch.server import free_port, streamlit_command, wait_healthy
 from core.files import PROJECT_ROOT
 
+#: The control that opens a collapsed sidebar (presentation mode starts with it collapsed).
+OPEN_SIDEBAR = '[data-testid="stExpandSidebarButton"]'
 #: page name -> URL path (the Tour is the default page, served at the root)
 PAGES = {
     "tour": "",
@@ -222,3 +224,53 @@ def layout_problems(page, large: bool) -> list[str]:
     chart, overlapping tick labels, a legend value with more digits than a reader needs, an error box, and
     (presentation mode) axis or legend text under 14 px."""
     return page.evaluate(_LAYOUT_JS, 14 if large else 0)
+
+
+#: What a class could not read on the handout's current slide: a slide taller than the screen, text under 16 px, chart
+#: text under 14 px as drawn (an SVG text's font size times the scale its figure is drawn at).
+_SLIDE_JS = """
+() => {
+  const problems = [], H = window.innerHeight;
+  const tall = document.documentElement.scrollHeight;
+  if (tall > H + 1) problems.push(`the slide runs to ${tall} px (the screen is ${H})`);
+  const seen = el => el.getClientRects().length > 0 && getComputedStyle(el).visibility !== 'hidden';
+  let text = Infinity, chart = Infinity;
+  for (const el of document.querySelectorAll('section.step.current *')) {
+    if (el.closest('svg') || !seen(el)) continue;
+    if ([...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim()))
+      text = Math.min(text, parseFloat(getComputedStyle(el).fontSize));
+  }
+  for (const t of document.querySelectorAll('section.step.current svg text')) {
+    if (!seen(t) || !t.textContent.trim()) continue;
+    const m = t.getScreenCTM();
+    chart = Math.min(chart, parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b));
+  }
+  if (text < 16) problems.push(`text at ${text} px (at least 16 on a slide)`);
+  if (chart < 13.95) problems.push(`chart text at ${chart.toFixed(1)} px (at least 14 on a slide)`);
+  return problems;
+}
+"""
+
+
+def slide_problems(page) -> list[str]:
+    """What a projector audience could not read on the HTML handout's current slide (`_SLIDE_JS`)."""
+    return page.evaluate(_SLIDE_JS)
+
+
+#: More slides than a handout can have: a walk that goes on past it is going round in circles.
+MAX_SLIDES = 200
+
+
+def walk_slides(page, look) -> int:
+    """Every slide of the HTML handout open in `page` (slides mode on), first to last by the arrow key: `look(label)`
+    on each, where `label` is the slide's position ("Step 3 of 9 (2/2)"). Returns how many slides there were."""
+    page.keyboard.press("Home")
+    seen = []
+    for _ in range(MAX_SLIDES):
+        label = page.inner_text("#position")
+        if seen and label == seen[-1]:
+            return len(seen)
+        seen.append(label)
+        look(label)
+        page.keyboard.press("ArrowRight")
+    raise AssertionError(f"the slides did not end after {MAX_SLIDES} presses of the arrow key: {seen[-4:]}")

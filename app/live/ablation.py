@@ -13,12 +13,9 @@ import pandas as pd
 import streamlit as st
 
 from app.live.queue import LiveQueue, LiveRefused, LiveStatus, live_root, request_key
-from core.analysis.ablations import Ablation
-from core.analysis.phase_shift import wilson_interval
 from core.errors import CoreError
-from core.runs import summaries
 from core.runs.live_model import live_model_folder
-from core.runs.reader import RunReader, Table, read_run_table
+from core.runs.reader import RunReader
 
 #: Seconds a page follows one request before it says to come back (user clicks end the wait at once anyway).
 MAX_WAIT_S = 600
@@ -39,23 +36,6 @@ def live_folder(run: RunReader):
 
 # ----------------------------------------------------------------------------- the computation (the queue's thread)
 
-_MODELS: dict[str, object] = {}
-_MODELS_LOCK = threading.Lock()
-#: Models kept loaded in one process (the one computing loads what the queue asks for).
-MAX_MODELS = 2
-
-
-def _model(folder: str):
-    from core.runs.live_ablation import load_live_model
-
-    with _MODELS_LOCK:
-        if folder not in _MODELS:
-            while len(_MODELS) >= MAX_MODELS:
-                _MODELS.pop(next(iter(_MODELS)))
-            _MODELS[folder] = load_live_model(folder)
-        return _MODELS[folder]
-
-
 def threads_for(asked) -> int | str | None:
     """The threads a computation uses: what the session asked ("auto" or a number), at most FOURIER_LIVE_MAX_THREADS
     (`serve` sets it, so that a computation leaves the other cores to the class's clicks)."""
@@ -67,49 +47,15 @@ def threads_for(asked) -> int | str | None:
 
 
 def compute_live(request: dict, on_progress) -> dict:
-    """One request of the queue: the run's prompts under one ablation, with the model the run was computed from."""
-    from core.runs.live_ablation import live_ablation
+    """One request of the queue, computed by core.runs.live_ablation.answer_live_request (imported here: only the
+    process that computes loads torch), with the threads this server allows; a request core refuses is LiveRefused."""
+    from core.runs.live_ablation import answer_live_request
 
-    ablation = Ablation(request["modules"], request["removed"], int(request["tau"]))
-    examples = read_run_table(request["cache_dir"], request["run"], Table.EXAMPLES.value)
     try:
-        loaded = _model(request["folder"])
-        ev = live_ablation(
-            loaded,
-            examples,
-            int(request["p"]),
-            request["basis"],
-            ablation,
-            on_batch=on_progress,
-            threads=threads_for(request.get("threads")),
-            whole=bool(request.get("whole", False)),
-            cache_dir=request["cache_dir"],
-            on_estimate=lambda e: on_progress(e["done"], e["total"], e),
-        )
+        result = answer_live_request(request, on_progress, threads=threads_for(request.get("threads")))
     except CoreError as exc:
         raise LiveRefused(str(exc)) from None
-    summary, hist = summaries.behaviour(ev.answers, ev.predictions)
-    share = summary["share_multiple_of_10"]
-    return {
-        "run": request["run"],
-        "label": ablation.label(),
-        "n": int(ev.n),
-        "accuracy": float(ev.accuracy),
-        "loss": float(ev.loss),
-        "erased": bool(ev.erased),
-        "share10": None if share != share else float(share),
-        "hist": hist.to_dict(orient="list"),
-        "compute_s": ev.extra.get("compute_s"),
-        "threads": ev.extra.get("threads"),
-        "prefix_reused": bool(ev.extra.get("prefix_reused", False)),
-        "prefix_sources": ev.extra.get("prefix_sources"),
-        "sample": bool(ev.extra.get("sample", False)),
-        "split_n": int(ev.extra.get("split_n", ev.n)),
-        # a sample's accuracy estimates the split's: its 95% interval (the whole split is the split's accuracy)
-        "interval": list(wilson_interval(float(ev.accuracy), int(ev.n))) if ev.extra.get("sample") else None,
-        "unfiltered_accuracy": ev.extra.get("unfiltered_accuracy"),
-        "pid": os.getpid(),
-    }
+    return {**result, "pid": os.getpid()}
 
 
 _QUEUES: dict[str, LiveQueue] = {}

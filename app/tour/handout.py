@@ -19,6 +19,7 @@ import vl_convert as vlc
 from app.furniture import why_sentence
 from app.glossary import TERMS, step_term_names
 from app.sidebar import short_label
+from app.state import projector_sizes
 from app.tour.handout_style import HANDOUT_CSS, HANDOUT_SCRIPT
 from app.tour.steps import NOTHING_TO_COMPARE, OVER_RUNS, STEPS, Step, StepInputs, choose_run, run_line, who_line
 from core import SCHEMA_VERSION
@@ -41,6 +42,8 @@ class Figure:
     label: str = ""
     table: pd.DataFrame | None = None
     formats: dict | None = None
+    #: the same figure in presentation mode's type (app.state.projector_sizes), for the slides and the PDF
+    large_spec: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -124,12 +127,15 @@ def step_words(step: Step, shown: RunReader, claim, figures: tuple, extra: str =
 
 
 def step_figures(step: Step, shown: RunReader, inputs: StepInputs) -> tuple[Figure, ...]:
+    """The step's figures as the Tour draws them, each also in presentation mode's type (built a second time inside
+    app.state.projector_sizes: the slides and the PDF read them from the back of a room)."""
+    with projector_sizes():
+        large = [None if panel.chart is None else sized(panel.chart) for panel in step.panels(shown, inputs)]
     out = []
-    for panel in step.panels(shown, inputs):
+    for panel, large_spec in zip(step.panels(shown, inputs), large):
         spec = None if panel.chart is None else sized(panel.chart)
-        out.append(
-            Figure(spec, panel.full_caption, panel.folded or "", panel.data if spec is None else None, panel.formats)
-        )
+        out.append(Figure(spec, panel.full_caption, panel.folded or "", panel.data if spec is None else None,
+                          panel.formats, large_spec))
     return tuple(out)
 
 
@@ -250,18 +256,26 @@ def step_html(step: HandoutStep) -> str:
     choices = "".join(f"<li>{html.escape(x)}</li>" for x in step.choices)
     figures = []
     for i, f in enumerate(step.figures, start=1):
-        body = figure_svg(f.spec, f"s{step.number}f{i}") if f.spec is not None else table_html(f)
+        if f.spec is None:
+            body = table_html(f)
+        else:  # the printed size, and presentation mode's type for the slides (the style sheet shows one of them)
+            large = f.large_spec if f.large_spec is not None else f.spec
+            body = (f'<div class="print-size">{figure_svg(f.spec, f"s{step.number}f{i}")}</div>'
+                    f'<div class="projector-size">{figure_svg(large, f"s{step.number}f{i}L")}</div>')
         figure = f"<figure>{body}<figcaption>{html.escape(f.caption)}</figcaption></figure>"
         if f.label:  # folded away on the Tour: open in the handout, folded on a slide
             figure = f'<details class="folded" open><summary>{html.escape(f.label)}</summary>{figure}</details>'
-        figures.append(figure)
+        figures.append(f'<div class="block">{figure}</div>')  # a slide that cannot hold the step shows it alone
     missing = f'<p class="missing">{html.escape(step.missing)}</p>' if step.missing else ""
     note = f'<p class="note">{inline_markdown(step.note)}</p>' if step.note else ""
     verdict = VERDICT_LABELS[c.verdict]
-    terms = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in step.terms)
+    # each term a block of its own: a slide that cannot hold them all shows them over several parts
+    terms = "".join(f'<div class="block"><dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd></div>'
+                    for t, d in step.terms)
     return f"""
 <section class="step" id="step-{step.number}" data-step="{step.number}">
   <h2>{html.escape(step.title)}</h2>
+  <div class="block words">
   <p class="question">{inline_markdown(step.question)}</p>
   <div class="predict">
     <p><strong>Predict first:</strong> {html.escape(step.predict)}</p>
@@ -276,6 +290,7 @@ def step_html(step: HandoutStep) -> str:
     <details class="measured" open><summary>All the numbers</summary>
       <p><strong>{html.escape(step.measured_by)}:</strong> {inline_markdown(c.measured)}</p></details>
     {note}{missing}
+  </div>
   </div>
   <dl class="terms">{terms}</dl>
   <div class="figures revealed">{"".join(figures)}</div>
@@ -315,18 +330,25 @@ def handout_html(h: Handout) -> str:
   <p class="subtitle">Zhou et al., <em>Pre-trained Large Language Models Use Fourier Features to Compute
   Addition</em> (NeurIPS 2024), step by step on one model.</p>
   <table class="facts">
-    <tr><th>Run</th><td>{html.escape(h.run_label)}</td></tr>
-    <tr><th>Model</th><td>{inline_markdown(h.model)}</td></tr>
-    <tr><th>Split</th><td>{html.escape(h.split)} ({h.n_questions:,} questions)</td></tr>
-    <tr><th>Accuracy</th><td>{html.escape(h.accuracy_line)} ({html.escape(h.accuracy_source)})</td></tr>
-    <tr><th>Cache</th><td>{html.escape(h.version_line)}</td></tr>
-    <tr><th>Made</th><td>{html.escape(made)}</td></tr>
+    <tr><th>Model</th><td>{html.escape(h.run_label)}</td></tr>
+    <tr><th>Questions</th><td>{h.n_questions:,} additions of the {html.escape(h.split)} split</td></tr>
+    <tr><th>Accuracy</th><td>{html.escape(h.accuracy_line)}</td></tr>
   </table>
   <p class="how">Each step: the question, the paper's finding (its model, its number), this run's measurement
   computed from its tables, a verdict ({VERDICTS_SAID}) with its reason, the
-  figure, and the terms it uses. Every figure's caption says how many questions it rests on, from which split.</p>
+  figure, and the terms it uses. Every figure's caption says how many questions it rests on, from which split.
+  Where the model and these numbers come from is on the last page, "About this handout".</p>
 </section>
 {steps}
+<section class="about" id="about">
+  <h2>About this handout</h2>
+  <table class="facts">
+    <tr><th>Model</th><td>{inline_markdown(h.model)}</td></tr>
+    <tr><th>Accuracy</th><td>{html.escape(h.accuracy_line)}, from {html.escape(h.accuracy_source)}</td></tr>
+    <tr><th>Cache</th><td>{html.escape(h.version_line)}</td></tr>
+    <tr><th>Made</th><td>{html.escape(made)}</td></tr>
+  </table>
+</section>
 <script>{HANDOUT_SCRIPT}</script>
 </body>
 </html>

@@ -64,16 +64,20 @@ VERDICT_RGB = {
     "does not apply": (140, 149, 159),
 }
 MUTED = (87, 96, 106)
-#: The largest box a figure gets (mm): the page's text width, and most of a page's height
-FIGURE_MAX_W, FIGURE_MAX_H = 170.0, 150.0
-#: A figure is shrunk to fit the rest of a page down to this height (mm), with room for its caption below
-FIGURE_MIN_H, CAPTION_ROOM = 95.0, 16.0
+#: The largest box a figure gets (mm): wider than the text (a wide figure's type stays readable), most of a page
+FIGURE_MAX_W, FIGURE_MAX_H = 190.0, 200.0
+#: A figure is shrunk to fit the rest of its step's page while its smallest text stays at least this size (points);
+#: else it starts the next page, where it has the whole page
+MIN_TEXT_PT = 7.0
+#: Room kept under a figure for its caption (mm)
+CAPTION_ROOM = 16.0
 MM = 72 / 25.4  # points per mm
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a figure's PDF page goes: page index (0-based), box in mm from the top left."""
+    """Where a figure's PDF page goes: page index (0-based), box in mm from the top left, and the size (points) its
+    smallest text prints at."""
 
     page: int
     x: float
@@ -81,6 +85,17 @@ class Placement:
     w: float
     h: float
     pdf: bytes
+    smallest_text_pt: float
+
+
+def smallest_font(spec) -> float:
+    """The smallest font size (px) a Vega-Lite spec sets anywhere (titles, axes, legends, text marks, headers)."""
+    if isinstance(spec, dict):
+        sizes = [float(v) for k, v in spec.items() if k.endswith("ontSize") and isinstance(v, (int, float))]
+        return min(sizes + [smallest_font(v) for v in spec.values()])
+    if isinstance(spec, list):
+        return min([smallest_font(v) for v in spec] + [float("inf")])
+    return float("inf")
 
 
 def font_files() -> tuple[Path, Path, Path] | None:
@@ -141,25 +156,36 @@ def figure_pdf(spec: dict) -> tuple[bytes, float, float]:
 
 
 def place_figure(pdf: HandoutPDF, figure: Figure, placements: list[Placement]) -> None:
-    data, w_pt, h_pt = figure_pdf(figure.spec)
+    """A figure in presentation mode's type (its `large_spec`), as wide as the text, shrunk to the rest of the page
+    while its smallest text stays at least MIN_TEXT_PT, else on the next page (whole: never cut)."""
+    spec = figure.large_spec if figure.large_spec is not None else figure.spec
+    data, w_pt, h_pt = figure_pdf(spec)
+    font = min(smallest_font(spec), 11.0)  # Vega's own defaults are 10-11 px where a spec sets none
     w = min(FIGURE_MAX_W, w_pt / MM)
     h = w * h_pt / w_pt
     if h > FIGURE_MAX_H:
         w, h = w * FIGURE_MAX_H / h, FIGURE_MAX_H
     room = pdf.h - pdf.b_margin - pdf.get_y() - CAPTION_ROOM - (6 if figure.label else 0)
-    if h > room and room >= FIGURE_MIN_H:  # shrink it onto this page rather than leave half a page empty
+    smallest_w = MIN_TEXT_PT / font * w_pt / MM  # the narrowest it may print at
+    if h > room and room > 0 and w * room / h >= smallest_w:  # shrink it onto this page, its text still readable
         w, h = w * room / h, room
     elif h > room:
         pdf.add_page()
     if figure.label:  # on the page of its figure
         pdf.rich(f"**{figure.label}**", 10, gap=1)
-    x = pdf.l_margin + (pdf.epw - w) / 2
-    placements.append(Placement(pdf.page_no() - 1, x, pdf.get_y(), w, h, data))
+    x = (pdf.w - w) / 2  # centred on the page: a figure wider than the text reaches into the margins
+    placements.append(Placement(pdf.page_no() - 1, x, pdf.get_y(), w, h, data, font * w * MM / w_pt))
     pdf.set_y(pdf.get_y() + h + 1.5)
 
 
-def place_table(pdf: HandoutPDF, figure: Figure) -> None:
+def place_table(pdf: HandoutPDF, figure: Figure, pages: list[int]) -> None:
+    """A table of numbers, whole on one page (the next, when the rest of this one cannot hold it); its page goes
+    into `pages`."""
     frame, formats = figure.table, figure.formats or {}
+    height = 4.6 * (len(frame) + 2) + CAPTION_ROOM  # a row may wrap to two lines: the heading's share covers it
+    if height > pdf.h - pdf.b_margin - pdf.get_y():
+        pdf.add_page()
+    pages.append(pdf.page_no() - 1)
     pdf.use_style("", 8.5)
     with pdf.table(text_align="LEFT", line_height=4.6, first_row_as_headings=True) as table:
         table.row([pdf.text_of(str(c)) for c in frame.columns])
@@ -173,6 +199,7 @@ def place_table(pdf: HandoutPDF, figure: Figure) -> None:
 
 
 def write_title_page(pdf: HandoutPDF, h: Handout) -> None:
+    """What a student needs before the steps: the model, the questions, the accuracy, how a step reads."""
     pdf.add_page()
     pdf.use_style("B", 22)
     pdf.multi_cell(0, 10, pdf.text_of("How a language model adds"), align="L")
@@ -183,33 +210,40 @@ def write_title_page(pdf: HandoutPDF, h: Handout) -> None:
         MUTED,
         gap=5,
     )
+    for name, value in (("Model", h.run_label), ("Questions", f"{h.n_questions:,} additions of the {h.split} split"),
+                        ("Accuracy", h.accuracy_line)):
+        pdf.rich(f"**{name}:** {value}", 10.5, gap=2.4)
+    pdf.ln(3)
+    pdf.rich(
+        "Each step: the question, the paper's finding (its model, its number), this run's measurement computed from "
+        f"its tables, a verdict ({VERDICTS_SAID}) with its reason, the terms it uses and the figure. Every figure's "
+        "caption says how many questions it rests on, from which split. Where the model and these numbers come from "
+        'is on the last page, "About this handout".',
+        10,
+        MUTED,
+    )
+
+
+def write_about_page(pdf: HandoutPDF, h: Handout) -> None:
+    """The provenance a researcher checks: the model's recipe, where the accuracy is read, the cache, the export."""
+    pdf.add_page()
+    pdf.use_style("B", 16)
+    pdf.multi_cell(0, 8, pdf.text_of("About this handout"), align="L")
+    pdf.ln(2)
     best = (
         "Each step shows the shipped run that shows it best (the Tour's toggle was on); a note says where that is "
         "not this run."
         if h.best
         else "Every step shows this run."
     )
-    facts = [
-        ("Run", h.run_label),
-        ("Model", h.model),
-        ("Split", f"{h.split} ({h.n_questions:,} questions)"),
-        ("Accuracy", f"{h.accuracy_line} ({h.accuracy_source})"),
-        ("Cache", h.version_line),
-        ("Made", f"{h.exported}, Fourier basis '{h.basis}'. {best}"),
-    ]
-    for name, value in facts:
-        pdf.rich(f"**{name}:** {value}", 10.5, gap=2.4)
-    pdf.ln(3)
-    pdf.rich(
-        "Each step: the question, the paper's finding (its model, its number), this run's measurement computed from "
-        f"its tables, a verdict ({VERDICTS_SAID}) with its reason, the figure, and the "
-        "terms it uses. Every figure's caption says how many questions it rests on, from which split.",
-        10,
-        MUTED,
-    )
+    for name, value in (("Model", h.model), ("Accuracy", f"{h.accuracy_line}, from {h.accuracy_source}"),
+                        ("Cache", h.version_line), ("Made", f"{h.exported}, Fourier basis '{h.basis}'. {best}")):
+        pdf.rich(f"**{name}:** {value}", 10, gap=2.4)
 
 
-def write_step(pdf: HandoutPDF, step: HandoutStep, placements: list[Placement]) -> None:
+def write_step(pdf: HandoutPDF, step: HandoutStep, placements: list[Placement], table_pages: list[int]) -> None:
+    """One step from a new page: its words, its terms, then its figures with their captions (a figure that does not
+    fit the rest of the page starts the next one: no page holds only the end of a paragraph)."""
     c = step.claim
     pdf.add_page()
     pdf.use_style("B", 16)
@@ -233,27 +267,37 @@ def write_step(pdf: HandoutPDF, step: HandoutStep, placements: list[Placement]) 
     for line in (step.note, step.missing):
         if line:
             pdf.rich(line, 9.5, (120, 80, 0))
+    for name, definition in step.terms:
+        pdf.rich(f"**{name}:** {definition}", 8.5, MUTED, gap=0.8)
+    pdf.ln(2)
     for figure in step.figures:
         if figure.spec is not None:
             place_figure(pdf, figure, placements)
         else:
             if figure.label:
                 pdf.rich(f"**{figure.label}**", 10, gap=1)
-            place_table(pdf, figure)
+            place_table(pdf, figure, table_pages)
         pdf.rich(figure.caption, 8.5, MUTED, gap=3)
-    for name, definition in step.terms:
-        pdf.rich(f"**{name}:** {definition}", 8.5, MUTED, gap=0.8)
 
 
 def handout_pdf(h: Handout) -> bytes:
-    """The handout as PDF bytes: a title page, then every step from a new page with its figures as vector art."""
+    """The handout as PDF bytes: a title page, every step from a new page with its figures as vector art, and a last
+    page about the handout."""
+    return handout_pdf_layout(h)[0]
+
+
+def handout_pdf_layout(h: Handout) -> tuple[bytes, list[Placement], list[int]]:
+    """`handout_pdf`'s bytes, where each figure went (page, box, the size its smallest text prints at) and the
+    pages (0-based) that hold a table of numbers."""
     pdf = HandoutPDF(f"The Tour on {h.run_label}, {h.split} split")
     pdf.set_title(f"How a language model adds: the Tour on {h.run_label}")
     pdf.set_creator("scripts/handout.py")
     placements: list[Placement] = []
+    table_pages: list[int] = []
     write_title_page(pdf, h)
     for step in h.steps:
-        write_step(pdf, step, placements)
+        write_step(pdf, step, placements, table_pages)
+    write_about_page(pdf, h)
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(bytes(pdf.output()))))
     for p in placements:
         page = writer.pages[p.page]
@@ -264,4 +308,4 @@ def handout_pdf(h: Handout) -> bytes:
         page.merge_transformed_page(figure, move)
     out = io.BytesIO()
     writer.write(out)
-    return out.getvalue()
+    return out.getvalue(), placements, table_pages

@@ -2,10 +2,11 @@
 the file so that it needs no server and no network.
 
 Three ways to read one file: as a handout (every step below the other; printing puts one step on a page), as
-slides (the Slides button, or the file opened at #slide-N: one step a screen, sized for a 1024x768 projector; arrow keys
-or the buttons move),
-and with "Predict, then reveal" on (each step's measurement, verdict and figures stay hidden until its Reveal
-button, or the R key, is pressed).
+slides (the Slides button, or the file opened at #slide-N: one step a screen in presentation mode's type, text at
+least 16 px and figures drawn in the dashboard's presentation sizes; a step taller than the screen is shown in parts,
+its words, then its figures, as many to a part as the screen holds; arrow keys or the buttons move), and with
+"Predict, then reveal" on (each step's measurement, verdict and figures stay hidden until its Reveal button, or the
+R key, is pressed). No click leaves the keys without effect: buttons and the switch give up the focus.
 """
 
 HANDOUT_CSS = """
@@ -47,20 +48,32 @@ th, td { border: 1px solid var(--line); padding: 0.15rem 0.45rem; text-align: le
 .reveal-button { display: none; margin: 0.4rem 0; background: #0969da; color: #fff; border-color: #0969da; }
 body.reveal-mode section.step:not(.is-revealed) .revealed { display: none; }
 body.reveal-mode section.step:not(.is-revealed) .reveal-button { display: inline-block; }
-body.slides { max-width: none; padding: 0 1rem; font-size: 16px; }
+.projector-size { display: none; }
+section.about { border-top: 1px solid var(--line); padding: 1.2rem 0; }
+body.slides { max-width: none; padding: 0 1rem; font-size: 18px; line-height: 1.35; }
 body.slides .slide-nav { display: flex; }
 body.slides section.step { display: none; border: 0; min-height: calc(100vh - 3rem); padding: 0.6rem 0; }
 body.slides section.step.current { display: grid; }
 body.slides section.title-page.current { display: block; }
+body.slides section.about { display: none; }
 body.slides .controls { position: static; }
-body.slides figure svg { max-height: calc(100vh - 12rem); width: auto; max-width: 100%; }
-body.slides .measured, body.slides figcaption { font-size: 0.8rem; }
-body.slides .terms { font-size: 0.75rem; } body.slides .terms dd { margin-bottom: 0.1rem; }
+body.slides .print-size { display: none; } body.slides .projector-size { display: block; }
+body.slides figure svg { max-height: calc(100vh - 9rem); width: auto; max-width: 100%; }
+body.slides .measured, body.slides figcaption, body.slides .terms, body.slides .note, body.slides table,
+body.slides summary { font-size: 16px; }
+body.slides .terms dd { margin-bottom: 0.1rem; }
 body.slides .question, body.slides .paper, body.slides .headline { margin: 0.3rem 0; }
-body.slides h2 { font-size: 1.35rem; } body.slides .predict ol { margin-bottom: 0; }
+body.slides h2 { font-size: 1.5rem; } body.slides .predict ol { margin-bottom: 0; }
+/* a step taller than the screen is shown in parts, one column, each part within the screen (the script plans them) */
+body.slides section.step.split { grid-template-columns: minmax(0, 1fr); }
+body.slides section.step.split > .figures { grid-column: 1; grid-row: auto; }
+body.slides section.step.split .block.off, body.slides section.step.split .figures.off,
+body.slides section.step.split .terms.off { display: none; }
 @media (max-width: 760px) { section.step > .figures { grid-column: 1; grid-row: auto; } }
 @media print {
-  .controls, .reveal-button { display: none !important; }
+  .controls, .reveal-button, .projector-size { display: none !important; }
+  .print-size { display: block !important; }
+  section.about { break-before: page; }
   body, body.slides { max-width: none; font-size: 11pt; }
   section.step, body.slides section.step { display: grid !important; break-before: page; border: 0;
                                            min-height: 0; }
@@ -73,13 +86,63 @@ HANDOUT_SCRIPT = """
 (function () {
   var body = document.body;
   var steps = Array.prototype.slice.call(document.querySelectorAll("section.step"));
-  var current = 0;
-  function show(n) {
+  var current = 0, part = 0, parts = [null];
+  function blocksOf(el) { return Array.prototype.slice.call(el.querySelectorAll(".block")); }
+  function fits() { return document.documentElement.scrollHeight <= window.innerHeight + 1; }
+  function layout(s, shown, shrink) {  // shown: the blocks of one part, or null for the whole step
+    s.classList.toggle("split", shown !== null);
+    blocksOf(s).forEach(function (b) { b.classList.toggle("off", shown !== null && shown.indexOf(b) < 0); });
+    s.querySelectorAll(".figures, .terms").forEach(function (box) {  // a box none of whose blocks is shown
+      box.classList.toggle("off", shown !== null &&
+        !blocksOf(box).some(function (b) { return shown.indexOf(b) >= 0; }));
+    });
+    s.querySelectorAll("svg").forEach(function (svg) { svg.style.maxHeight = ""; });
+    if (shrink && shown !== null && !fits()) {  // one figure taller than the screen's room: drawn smaller to fit
+      var drawn = Array.prototype.filter.call(s.querySelectorAll(".projector-size svg"),
+        function (svg) { return svg.getClientRects().length > 0; });
+      var over = document.documentElement.scrollHeight - window.innerHeight;
+      if (drawn.length === 1) {
+        drawn[0].style.maxHeight = Math.max(120, drawn[0].getBoundingClientRect().height - over - 2) + "px";
+      }
+    }
+  }
+  function plan(s) {  // the whole step when it fits the screen, else its blocks in order, as many a part as fit
+    layout(s, null);
+    if (fits()) { return [null]; }
+    var visible = blocksOf(s).filter(function (b) { return b.getClientRects().length > 0; });
+    var groups = [], group = [];
+    visible.forEach(function (b) {
+      layout(s, group.concat([b]));
+      if (group.length && !fits()) { groups.push(group); group = [b]; } else { group.push(b); }
+    });
+    if (group.length) { groups.push(group); }
+    return groups.length ? groups : [null];
+  }
+  function label() {
+    var where = current === 0 ? "Title" : "Step " + current + " of " + (steps.length - 1);
+    if (parts.length > 1) { where += " (" + (part + 1) + "/" + parts.length + ")"; }
+    document.getElementById("position").textContent = where;
+  }
+  function show(n, atEnd) {
     current = Math.max(0, Math.min(steps.length - 1, n));
     steps.forEach(function (s, k) { s.classList.toggle("current", k === current); });
-    document.getElementById("position").textContent =
-      current === 0 ? "Title" : "Step " + current + " of " + (steps.length - 1);
-    if (body.classList.contains("slides")) { history.replaceState(null, "", "#slide-" + current); }
+    if (body.classList.contains("slides")) {
+      parts = plan(steps[current]);
+      part = atEnd ? parts.length - 1 : 0;
+      layout(steps[current], parts[part], true);
+      history.replaceState(null, "", "#slide-" + current);
+    } else {
+      parts = [null]; part = 0;
+    }
+    label();
+  }
+  function forward() {
+    if (part < parts.length - 1) { part += 1; layout(steps[current], parts[part], true); label(); }
+    else if (current < steps.length - 1) { show(current + 1); }
+  }
+  function backward() {
+    if (part > 0) { part -= 1; layout(steps[current], parts[part], true); label(); }
+    else if (current > 0) { show(current - 1, true); }
   }
   function fromHash() {
     var k = parseInt(location.hash.replace("#slide-", ""), 10);
@@ -92,34 +155,43 @@ HANDOUT_SCRIPT = """
     body.classList.toggle("slides", on);
     openNumbers(!on);
     document.getElementById("slides-button").textContent = on ? "Handout" : "Slides";
+    if (!on) { steps.forEach(function (s) { layout(s, null); }); }
     show(on ? fromHash() : current);
     if (on) { window.scrollTo(0, 0); } else { steps[current].scrollIntoView(); }
   }
-  function reveal(section) { section.classList.add("is-revealed"); }
-  document.getElementById("slides-button").addEventListener("click", function () {
+  function reveal(section) {
+    section.classList.add("is-revealed");
+    if (body.classList.contains("slides") && section === steps[current]) { show(current); }  // plan it again
+  }
+  document.getElementById("slides-button").addEventListener("click", function (e) {
     slides(!body.classList.contains("slides"));
+    e.target.blur();  // the keys go on working after the click
   });
   document.getElementById("reveal-mode").addEventListener("change", function (e) {
     body.classList.toggle("reveal-mode", e.target.checked);
     steps.forEach(function (s) { s.classList.remove("is-revealed"); });
     e.target.blur();  // the keys (arrows, R) go on working after the tick, without a click elsewhere
+    show(current);
   });
-  document.getElementById("prev").addEventListener("click", function () { show(current - 1); });
-  document.getElementById("next").addEventListener("click", function () { show(current + 1); });
+  document.getElementById("prev").addEventListener("click", function (e) { backward(); e.target.blur(); });
+  document.getElementById("next").addEventListener("click", function (e) { forward(); e.target.blur(); });
   steps.forEach(function (s) {
     var b = s.querySelector(".reveal-button");
-    if (b) { b.addEventListener("click", function () { reveal(s); }); }
+    if (b) { b.addEventListener("click", function () { b.blur(); reveal(s); }); }
   });
   document.addEventListener("keydown", function (e) {
     if (e.target.tagName === "INPUT" && e.target.type !== "checkbox") { return; }
     if (e.key === "s") { slides(!body.classList.contains("slides")); }
     if (!body.classList.contains("slides")) { return; }
-    if (e.key === "ArrowRight" || e.key === "PageDown" || e.key === " ") { show(current + 1); e.preventDefault(); }
-    if (e.key === "ArrowLeft" || e.key === "PageUp") { show(current - 1); e.preventDefault(); }
+    if (e.key === "ArrowRight" || e.key === "PageDown" || e.key === " ") { forward(); e.preventDefault(); }
+    if (e.key === "ArrowLeft" || e.key === "PageUp") { backward(); e.preventDefault(); }
     if (e.key === "r") { reveal(steps[current]); }
+    if (e.key === "Home") { show(0); e.preventDefault(); }
+    if (e.key === "End") { show(steps.length - 1, true); e.preventDefault(); }
   });
+  window.addEventListener("resize", function () { if (body.classList.contains("slides")) { show(current); } });
   window.addEventListener("beforeprint", function () {
-    steps.forEach(reveal);
+    steps.forEach(function (s) { s.classList.add("is-revealed"); layout(s, null); });
     openNumbers(true);
   });
   if (location.hash.indexOf("#slide-") === 0) { slides(true); } else { show(0); }

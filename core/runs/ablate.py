@@ -94,7 +94,8 @@ def open_target(
     in_memory = source if isinstance(source, LoadedModel) else None
     if in_memory is not None:
         source = in_memory.source
-    found = None if in_memory is not None else find_run(cache_dir, source)  # a run's name, id, label or unique words; a near miss is an error here
+    # a run's name, id, label or unique words; a near miss is an error here
+    found = None if in_memory is not None else find_run(cache_dir, source)
     if found and found != source:
         log(f"run {found} (named by {source!r})")
     manifest = read_manifest(cache_dir, found) if found else None  # a broken manifest says so, never tries the hub

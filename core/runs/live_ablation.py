@@ -20,15 +20,18 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from core.analysis.ablations import Condition
+from core.analysis.ablations import Ablation, Condition
 from core.analysis.evaluation import PrefixCache, evaluate, evaluate_conditions
 from core.analysis.fourier import fourier_basis
+from core.analysis.phase_shift import wilson_interval
 from core.errors import CoreError
 from core.files import models_root
 from core.models.loading import load_model
+from core.runs import summaries
 from core.runs.ablation_grid import filter_key
 from core.runs.live_sample import LIVE_SAMPLE, LIVE_SAMPLE_BATCH, live_sample, reads_sample, running_estimate
 from core.runs.prefix_store import PrefixStore, model_stamp, prefix_key
+from core.runs.reader import Table, read_run_table
 from core.threads import use_threads
 
 #: Memory kept for the prompts' prefix key/value caches of a live model (the next filter skips the prefix).
@@ -43,6 +46,61 @@ def load_live_model(folder: Path):
     if root not in folder.parents:
         raise CoreError(f"refusing to load a model from outside {root}")
     return load_model(str(folder), device="cpu", dtype="float32")
+
+
+#: Models kept loaded in one process (the process that computes loads what its requests ask for).
+MAX_LIVE_MODELS = 2
+_LOADED: dict[str, object] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def live_model(folder: str | Path):
+    """The model of `folder` (`load_live_model`), loaded once per process and kept for the next request; at most
+    MAX_LIVE_MODELS are kept, the oldest let go first."""
+    key = str(folder)
+    with _LOADED_LOCK:
+        if key not in _LOADED:
+            while len(_LOADED) >= MAX_LIVE_MODELS:
+                _LOADED.pop(next(iter(_LOADED)))
+            _LOADED[key] = load_live_model(folder)
+        return _LOADED[key]
+
+
+def answer_live_request(request: dict, on_progress, threads=None) -> dict:
+    """One request of the dashboard's live queue, straight down the layers: the run's questions (its examples
+    table), the model (`live_model`), the filter, the questions read (the fixed sample or the whole split), the
+    evaluation (`live_ablation`), and what the page shows of it (accuracy, the sample's 95% interval, the share of
+    wrong answers off by a multiple of 10, the error histogram). `request`: cache_dir, run, p, folder, modules,
+    removed, tau, basis, whole (app.live.ablation.live_request). `on_progress(done, total, estimate=None)` follows
+    every batch. A CoreError says why the request cannot be computed."""
+    ablation = Ablation(request["modules"], request["removed"], int(request["tau"]))
+    examples = read_run_table(request["cache_dir"], request["run"], Table.EXAMPLES.value)
+    ev = live_ablation(
+        live_model(request["folder"]), examples, int(request["p"]), request["basis"], ablation,
+        on_batch=on_progress, threads=threads, whole=bool(request.get("whole", False)),
+        cache_dir=request["cache_dir"], on_estimate=lambda e: on_progress(e["done"], e["total"], e),
+    )
+    summary, hist = summaries.behaviour(ev.answers, ev.predictions)
+    share = summary["share_multiple_of_10"]
+    return {
+        "run": request["run"],
+        "label": ablation.label(),
+        "n": int(ev.n),
+        "accuracy": float(ev.accuracy),
+        "loss": float(ev.loss),
+        "erased": bool(ev.erased),
+        "share10": None if share != share else float(share),
+        "hist": hist.to_dict(orient="list"),
+        "compute_s": ev.extra.get("compute_s"),
+        "threads": ev.extra.get("threads"),
+        "prefix_reused": bool(ev.extra.get("prefix_reused", False)),
+        "prefix_sources": ev.extra.get("prefix_sources"),
+        "sample": bool(ev.extra.get("sample", False)),
+        "split_n": int(ev.extra.get("split_n", ev.n)),
+        # a sample's accuracy estimates the split's: its 95% interval (the whole split is the split's accuracy)
+        "interval": list(wilson_interval(float(ev.accuracy), int(ev.n))) if ev.extra.get("sample") else None,
+        "unfiltered_accuracy": ev.extra.get("unfiltered_accuracy"),
+    }
 
 
 #: One live computation at a time in this process: a second request waits for the first instead of

@@ -66,9 +66,9 @@ LAST = len(STEPS)
 @functools.cache
 def projector_walk() -> tuple[str, ...]:
     """Chromium at 1024 x 768 on the default shipped run (30 layers), in normal and presentation mode: every Tour
-    step reached with Next and opened by its link, and every page; the 2-layer demo run's steps and pages by link in
-    presentation mode and its Tour steps in normal mode too. Every problem a class would see (`projector_problems`),
-    with where it was seen."""
+    step reached with Next and opened by its link, and every page; every step in presentation mode with the sidebar
+    opened; the 2-layer demo run's steps and pages by link in presentation mode and its Tour steps in normal mode
+    too. Every problem a class would see (`projector_problems`), with where it was seen."""
     runs = [r for r in list_runs(PROJECT_ROOT / "cache") if r.ok]
     if not runs:
         pytest.skip("no shipped runs")
@@ -97,6 +97,13 @@ def projector_walk() -> tuple[str, ...]:
             for name, path in browser.PAGES.items():
                 if path:
                     look(f"{base}/{path}?{query}", f"{mode}, page {name}", large)
+        # a lecturer opens the sidebar to change the run: every step in presentation mode with it open
+        for step in range(1, LAST + 1):
+            page.goto(f"{base}/?run={default.name}&large=1&step={step}")
+            browser.wait_until_idle(page)
+            page.click(browser.OPEN_SIDEBAR)
+            page.wait_for_timeout(400)  # the sidebar slides in; the charts redraw to their narrower column
+            look("", f"sidebar open, presentation, step {step}", True)
         if small is not None:
             for step in range(1, LAST + 1):
                 look(f"{base}/?run={small.name}&step={step}", f"2 layers, normal, step {step}", False)

@@ -21,7 +21,7 @@ from pypdf import PdfReader
 from app.glossary import TERMS
 from app.tour.handout import build_handout, handout_html
 from app.tour.handout_export import listed_runs, pick_run, write_handouts
-from app.tour.handout_pdf import VERDICT_RGB, handout_pdf
+from app.tour.handout_pdf import VERDICT_RGB, handout_pdf, handout_pdf_layout
 from app.tour.handout_style import HANDOUT_CSS
 from app.tour.steps import OVER_RUNS, STEPS, StepInputs, choose_run, training_logs_of
 from core.claims import registry
@@ -158,7 +158,10 @@ def test_handout_html_has_every_step_and_needs_nothing_outside(handouts):
         for step in STEPS:
             assert f'id="step-{STEPS.index(step) + 1}"' in page and step.title in page
         shown = [s for s in h.steps if not s.missing]
-        assert page.count("<svg") == sum(1 for s in shown for f in s.figures if f.spec is not None) >= 7
+        drawn = sum(1 for s in shown for f in s.figures if f.spec is not None)
+        # each figure twice: at its printed size, and in presentation mode's type for the slides
+        assert page.count('<div class="print-size"><svg') == page.count('<div class="projector-size"><svg') == drawn
+        assert drawn >= 7
         assert h.run_label in page and h.accuracy_line in page and h.version_line in page
         # nothing to fetch: no src/href to another file or address, no @import, no external script
         assert not re.search(r"""\ssrc=|<link|@import|url\((?!#)|href="(?!#)""", page), "an external reference"
@@ -250,17 +253,24 @@ def test_the_html_opens_offline_as_handout_slides_and_reveal(handouts, tmp_path)
         page.click("#slides-button")
         assert page.locator("section.step:visible").count() == 1
         page.keyboard.press("ArrowRight")
-        assert page.inner_text("#position") == f"Step 1 of {len(STEPS)}"
+        assert page.inner_text("#position").startswith(f"Step 1 of {len(STEPS)}")
         assert page.locator("#step-1 h2").is_visible()
         page.check("#reveal-mode")
+        before = page.inner_text("#position")
         page.keyboard.press("ArrowRight")  # the keys work straight after the tick, with no click elsewhere
-        assert page.inner_text("#position") == f"Step 2 of {len(STEPS)}"
-        page.keyboard.press("ArrowLeft")
+        assert page.inner_text("#position") != before
+        page.keyboard.press("Home")
+        page.keyboard.press("ArrowRight")  # step 1 again, its first part
+        assert page.inner_text("#position").startswith(f"Step 1 of {len(STEPS)}")
         assert not page.locator("#step-1 .headline").is_visible()
         assert not page.locator("#step-1 figure").first.is_visible()
         assert page.locator("#step-1 .predict").is_visible()
         page.click("#step-1 .reveal-button")
-        assert page.locator("#step-1 .headline").is_visible() and page.locator("#step-1 figure").first.is_visible()
+        assert page.locator("#step-1 .headline").is_visible()
+        while not page.locator("#step-1 figure").first.is_visible():  # the step's later parts, if it has some
+            before = page.inner_text("#position")
+            page.keyboard.press("ArrowRight")
+            assert page.inner_text("#position") != before and page.locator("#step-1").is_visible()
         b.close()
     assert [u for u in asked if not u.startswith("file:")] == []
 
@@ -342,3 +352,52 @@ def test_the_definitions_say_what_the_default_run_did():
     last = run.n_layers - 1
     for name in ("block", "frozen"):
         assert f"{first}..{last}" in TERMS[name], (name, TERMS[name])
+
+
+def test_the_slides_and_the_pdf_read_from_the_back_of_the_room(handouts, tmp_path):
+    """Chromium at 1024 x 768, the default run's and a 2-layer run's slides: every slide within the screen, its text
+    at least 16 px and its chart text at least 14 px as drawn, walked with the arrow key; the keys still move after a
+    click on the Slides button, on Next, on the switch and on Reveal. The PDF: every page a step's first page, a page
+    of its figures or the title or About page (no page of leftover words), each figure's smallest text at least 7 pt."""
+    browser_mod = pytest.importorskip("app.launch.browser")
+    if not browser_mod.chromium_path():
+        pytest.skip("chromium is not installed")
+    problems = []
+    with browser_mod.browser() as b:
+        for layers, h in handouts.items():
+            path = tmp_path / f"handout-{layers}.html"
+            path.write_text(handout_html(h), encoding="utf-8")
+            page = b.new_page(viewport={"width": 1024, "height": 768})
+            page.goto(path.as_uri())
+            page.click("#slides-button")
+            def look(at: str) -> None:
+                problems.extend(f"{layers} layers, {at}: {p}" for p in browser_mod.slide_problems(page))
+
+            count = browser_mod.walk_slides(page, look)
+            assert count >= len(STEPS) + 1
+            # the keys after a click on each control: the position moves on at once
+            for click in ("#next", "#reveal-mode", "#step-1 .reveal-button"):
+                page.keyboard.press("Home")
+                page.keyboard.press("ArrowRight")
+                if click == "#step-1 .reveal-button":
+                    page.check("#reveal-mode")
+                before = page.inner_text("#position")
+                page.click(click)
+                if click == "#next":
+                    before = page.inner_text("#position")
+                page.keyboard.press("ArrowRight")
+                assert page.inner_text("#position") != before, click
+                page.uncheck("#reveal-mode")
+            page.close()
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:40])
+
+    for layers, h in handouts.items():
+        data, placements, table_pages = handout_pdf_layout(h)
+        reader = PdfReader(io.BytesIO(data))
+        figure_pages = {p.page for p in placements} | set(table_pages)
+        for i, pdf_page in enumerate(reader.pages[1:], start=1):
+            top = " ".join(pdf_page.extract_text().split()[:40])
+            starts = any(top.startswith(s.title) for s in h.steps) or top.startswith("About this handout")
+            assert starts or i in figure_pages, f"{layers} layers, page {i + 1} holds only leftover words: {top!r}"
+        smallest = min(placements, key=lambda p: p.smallest_text_pt)
+        assert smallest.smallest_text_pt >= 7, (layers, smallest.page + 1, smallest.smallest_text_pt)

@@ -85,6 +85,8 @@ def test_precompute_accepts_the_papers_task_on_gpt2(gpt2_folder, gpt2_tokenizer,
         "--n-sample",
         "2",
         "--no-progress",
+        "--stages",  # what GPT-2's vocabulary changes: the number tokens the questions are scored on
+        "measure,ablations",
     ]
     assert main(["precompute", *args]) == 0
     (run,) = list_runs(cache)

@@ -107,7 +107,8 @@ def test_logit_lens_layer_accuracy_at_the_top_uses_the_bias(tmp_path):
 
     folder = save_perturbed_model(tmp_path / "m", "gptj")
     cache = tmp_path / "cache"
-    args = ["--max-operand", "30", "--limit", "40", "--taus", "5", "--n-sample", "2", "--no-progress"]
+    args = ["--max-operand", "30", "--limit", "40", "--taus", "5", "--n-sample", "2", "--no-progress",
+            "--stages", "measure"]  # the logit lens and the examples are the measurements' tables
     assert main(["precompute", "--model", str(folder), "--cache-dir", str(cache), *args]) == 0
     (run,) = list_runs(cache)
     ex = read_table(cache, run.name, "examples")

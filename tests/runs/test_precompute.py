@@ -149,6 +149,8 @@ def test_narrow_model_full_range_flags_erasure(model_dir, tmp_path):
             "--n-sample",
             "2",
             "--no-progress",
+            "--stages",
+            "measure,ablations",  # what it checks: the grid's erasure (the 521 numbers' probes take seconds)
         )
         == 0
     )
@@ -164,9 +166,10 @@ def test_narrow_model_full_range_flags_erasure(model_dir, tmp_path):
 @pytest.mark.slow
 def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeypatch):
     folder = str(model_dir("llama"))
-    args = ["--model", folder, "--cache-dir", str(tmp_path), "--limit", "20", "--batch-size", "4", *FAST]
+    stages = ["--stages", "measure,ablations,shift"]  # the stages it interrupts and counts
+    args = ["--model", folder, "--cache-dir", str(tmp_path), "--limit", "20", "--batch-size", "4", *FAST, *stages]
     # an existing run of another configuration must survive untouched
-    assert run_cli("--model", folder, "--cache-dir", str(tmp_path), "--limit", "10", *FAST) == 0
+    assert run_cli("--model", folder, "--cache-dir", str(tmp_path), "--limit", "10", *FAST, *stages) == 0
     (before,) = list_runs(tmp_path)
     before_hash = (before.path / "manifest.json").read_bytes()
 
@@ -224,7 +227,8 @@ def test_interrupted_run_leaves_nothing_and_resumes(model_dir, tmp_path, monkeyp
 
 @pytest.mark.slow
 def test_verify_and_list_catch_tampering(model_dir, tmp_path, capsys):
-    assert run_cli("--model", str(model_dir("gpt2")), "--cache-dir", str(tmp_path), "--limit", "10", *FAST) == 0
+    assert run_cli("--model", str(model_dir("gpt2")), "--cache-dir", str(tmp_path), "--limit", "10", *FAST,
+                   "--stages", "measure") == 0
     (run,) = list_runs(tmp_path)
     assert main(["verify", run.name, "--cache-dir", str(tmp_path)]) == 0
     table = run.path / "layer_accuracy.parquet"

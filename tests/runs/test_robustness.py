@@ -23,7 +23,9 @@ from core.models.random_models import number_tokenizer
 from core.models.source import fingerprint_folder
 from core.runs.cache import list_runs, read_manifest, read_table, resolve_run, run_lock, verify_run
 
-SMALL = ["--max-operand", "20", "--limit", "30", "--taus", "5", "--n-sample", "2", "--no-progress"]
+#: The stages these tests read (the number probes and the phase shift are other tests' business: seconds saved each)
+SMALL = ["--max-operand", "20", "--limit", "30", "--taus", "5", "--n-sample", "2", "--no-progress",
+         "--stages", "measure,embeddings,ablations"]
 
 
 def precompute_cli(model, cache, *extra):
@@ -288,6 +290,7 @@ def test_second_precompute_of_a_run_waits_for_the_first(model_dir, good_run, tmp
                 n_sample=2,
                 cache_dir=str(cache),
                 progress=False,
+                stages=("measure", "embeddings", "ablations"),  # as SMALL asks
             )
             result["path"] = pre.precompute(opts, log=log)
 

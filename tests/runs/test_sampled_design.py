@@ -107,7 +107,8 @@ def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch):
     folder = model_dir("gpt2", width=192, heads=4)
     cache = tmp_path / "cache"
     assert main(["precompute", "--model", str(folder), "--cache-dir", str(cache), "--max-operand", "95",
-                 "--taus", "5,10,40", "--n-sample", "4", "--no-progress", "--limit", "120"]) == 0
+                 "--taus", "5,10,40", "--n-sample", "4", "--no-progress", "--limit", "120",
+                 "--stages", "measure,ablations,shift"]) == 0  # the stages a design samples
     run = list_runs(cache)[0]
     assert run.ok and verify_run(run.path) == []
     m = run.manifest
