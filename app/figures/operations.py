@@ -38,7 +38,11 @@ def operation_accuracy_bars(runs: tuple[RunReader, ...]):
     share (a model that always says it) as a grey tick and the paper's accuracy for the task as a black one."""
     data = operation_accuracy({task_of(r): r for r in runs})
     order = [o for o in OPERATION_COLOURS.domain if o in set(data["operation"])]
-    x = alt.X("operation:N", title=None, sort=order, axis=alt.Axis(labelAngle=0, labelLimit=0))
+    # on two lines: three names side by side overlap in a half-width column at 16 px (the sidebar open on a projector)
+    x = alt.X("operation:N", title=None, sort=order,
+              axis=alt.Axis(labelAngle=0, labelLimit=0, labelExpr=(
+                  "datum.label == 'multiplication' ? ['multipli-', 'cation'] : "
+                  "datum.label == 'reverse-Polish addition' ? ['reverse-', 'Polish'] : datum.label")))
     offset = alt.XOffset("split:N", sort=["validation", "test"])
     bars = alt.Chart(data).mark_bar().encode(
         x=x, xOffset=offset,

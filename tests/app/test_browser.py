@@ -97,13 +97,19 @@ def projector_walk() -> tuple[str, ...]:
             for name, path in browser.PAGES.items():
                 if path:
                     look(f"{base}/{path}?{query}", f"{mode}, page {name}", large)
-        # a lecturer opens the sidebar to change the run: every step in presentation mode with it open
+        # a lecturer opens the sidebar to change the run: every step in presentation mode with it open (a page of
+        # its own: the browser keeps the sidebar open for the page that opened it)
+        main_page, page = page, b.new_page(viewport=PROJECTOR)
         for step in range(1, LAST + 1):
             page.goto(f"{base}/?run={default.name}&large=1&step={step}")
             browser.wait_until_idle(page)
-            page.click(browser.OPEN_SIDEBAR)
-            page.wait_for_timeout(400)  # the sidebar slides in; the charts redraw to their narrower column
+            if page.locator(browser.OPEN_SIDEBAR).is_visible():  # open already, from the step before
+                page.click(browser.OPEN_SIDEBAR)
+                page.wait_for_timeout(400)  # the sidebar slides in; the charts redraw to their narrower column
+            assert page.locator('[data-testid="stSidebarContent"]').is_visible(), step
             look("", f"sidebar open, presentation, step {step}", True)
+        page.close()
+        page = main_page
         if small is not None:
             for step in range(1, LAST + 1):
                 look(f"{base}/?run={small.name}&step={step}", f"2 layers, normal, step {step}", False)
