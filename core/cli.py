@@ -50,8 +50,8 @@ def _stages(text: str) -> tuple[str, ...]:
 
 def _threads(text: str) -> str:
     """--threads as given, once it is 'auto' or a whole number >= 1 (read by core.threads, which imports torch)."""
-    if text.strip().lower() != "auto":
-        _positive(text)
+    if text.strip().lower() != "auto" and not (text.strip().isdigit() and int(text) >= 1):
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1 or 'auto', got {text!r}")
     return text
 
 

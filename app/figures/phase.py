@@ -101,7 +101,7 @@ def shift_bars(run: RunReader):
         ranked = full[full["kind"] != "resid"].sort_values("read", ascending=False)
         moved = ranked[(ranked["read"] > 0) | (ranked["read_control"] > 0)]  # a module that moved nothing: no bar
         modules = (moved if len(moved) else ranked).head(SHIFT_BARS_MAX - 1)
-        silent = len(ranked) - len(moved) if len(moved) < SHIFT_BARS_MAX - 1 else 0
+        silent = len(ranked) - len(modules) if len(moved) < SHIFT_BARS_MAX - 1 else 0
         summary = full[full.index.isin(modules.index) | (full["kind"] == "resid")]
     names = {"attn": "attention", "mlp": "MLP", "resid": "whole stream"}
     rows = []

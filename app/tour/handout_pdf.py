@@ -92,7 +92,7 @@ def smallest_font(spec) -> float:
     """The smallest font size (px) a Vega-Lite spec sets anywhere (titles, axes, legends, text marks, headers)."""
     if isinstance(spec, dict):
         sizes = [float(v) for k, v in spec.items() if k.endswith("ontSize") and isinstance(v, (int, float))]
-        return min(sizes + [smallest_font(v) for v in spec.values()])
+        return min(sizes + [smallest_font(v) for v in spec.values()], default=float("inf"))
     if isinstance(spec, list):
         return min([smallest_font(v) for v in spec] + [float("inf")])
     return float("inf")
@@ -182,10 +182,12 @@ def place_table(pdf: HandoutPDF, figure: Figure, pages: list[int]) -> None:
     """A table of numbers, whole on one page (the next, when the rest of this one cannot hold it); its page goes
     into `pages`."""
     frame, formats = figure.table, figure.formats or {}
-    height = 4.6 * (len(frame) + 2) + CAPTION_ROOM  # a row may wrap to two lines: the heading's share covers it
+    height = 4.6 * (len(frame) + 2) + CAPTION_ROOM + (6 if figure.label else 0)  # a wrapped row: the heading's share
     if height > pdf.h - pdf.b_margin - pdf.get_y():
         pdf.add_page()
-    pages.append(pdf.page_no() - 1)
+    first = pdf.page_no() - 1
+    if figure.label:  # on the page of its table
+        pdf.rich(f"**{figure.label}**", 10, gap=1)
     pdf.use_style("", 8.5)
     with pdf.table(text_align="LEFT", line_height=4.6, first_row_as_headings=True) as table:
         table.row([pdf.text_of(str(c)) for c in frame.columns])
@@ -195,6 +197,7 @@ def place_table(pdf: HandoutPDF, figure: Figure, pages: list[int]) -> None:
                 v = row[c]
                 cells.append("" if v != v or v is None else (formats[c] % v if c in formats else str(v)))
             table.row([pdf.text_of(x) for x in cells])
+    pages.extend(range(first, pdf.page_no()))  # every page it covers (a table longer than a page goes on)
     pdf.ln(1.5)
 
 
@@ -274,8 +277,6 @@ def write_step(pdf: HandoutPDF, step: HandoutStep, placements: list[Placement], 
         if figure.spec is not None:
             place_figure(pdf, figure, placements)
         else:
-            if figure.label:
-                pdf.rich(f"**{figure.label}**", 10, gap=1)
             place_table(pdf, figure, table_pages)
         pdf.rich(figure.caption, 8.5, MUTED, gap=3)
 

@@ -73,7 +73,7 @@ body.slides section.step.split .terms.off { display: none; }
 @media print {
   .controls, .reveal-button, .projector-size { display: none !important; }
   .print-size { display: block !important; }
-  section.about { break-before: page; }
+  section.about, body.slides section.about { display: block !important; break-before: page; }
   body, body.slides { max-width: none; font-size: 11pt; }
   section.step, body.slides section.step { display: grid !important; break-before: page; border: 0;
                                            min-height: 0; }
@@ -189,7 +189,17 @@ HANDOUT_SCRIPT = """
     if (e.key === "Home") { show(0); e.preventDefault(); }
     if (e.key === "End") { show(steps.length - 1, true); e.preventDefault(); }
   });
-  window.addEventListener("resize", function () { if (body.classList.contains("slides")) { show(current); } });
+  function replan() {  // the screen changed (fullscreen, another window size) or a folded part opened: same place
+    if (!body.classList.contains("slides")) { return; }
+    var at = part;
+    parts = plan(steps[current]);
+    part = Math.min(at, parts.length - 1);
+    layout(steps[current], parts[part], true);
+    label();
+  }
+  window.addEventListener("resize", replan);
+  document.querySelectorAll("details").forEach(function (d) { d.addEventListener("toggle", replan); });
+  window.addEventListener("afterprint", function () { show(current); });
   window.addEventListener("beforeprint", function () {
     steps.forEach(function (s) { s.classList.add("is-revealed"); layout(s, null); });
     openNumbers(true);

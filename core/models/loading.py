@@ -211,7 +211,8 @@ def _ready(model, tokenizer, module_names, *, source: str, revision, fingerprint
     """A loaded model's checks and parts (both `load_model` and `wrap_model`): eval mode, finite weights, its
     blocks' modules, its number tokens, the layout checked on a probe prompt."""
     model.eval()
-    broken = [name for name, w in model.named_parameters() if w.is_floating_point() and not torch.isfinite(w).all()]
+    broken = [name for name, w in model.named_parameters()  # offloaded weights (device "meta") are not read here
+              if w.is_floating_point() and not w.is_meta and not torch.isfinite(w).all()]
     if broken:
         shown = ", ".join(broken[:3]) + (f" and {len(broken) - 3} more" if len(broken) > 3 else "")
         raise CoreError(

@@ -141,10 +141,12 @@ HUB_WAIT = 2.0
 def hub_unreachable(wait: float = HUB_WAIT) -> str | None:
     """Why the Hugging Face hub cannot be reached from here, or None when it can: HF_HUB_OFFLINE is set, or no
     connection to the hub's host (HF_ENDPOINT's, else huggingface.co) within `wait` seconds, the name look-up
-    included (it runs in a thread: a look-up that hangs is not waited for). Only asked for a model not in the hub's
-    local cache, so a model downloaded earlier still loads offline."""
+    included (it runs in a thread: a look-up that hangs is not waited for); not asked behind a proxy. Only asked
+    for a model not in the hub's local cache, so a model downloaded earlier still loads offline."""
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         return "HF_HUB_OFFLINE is set"
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return None  # the hub is reached through a proxy: a direct connection says nothing, the download will tell
     url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
     outcome: list[str | None] = []

@@ -96,7 +96,8 @@ def upgrade_phase(writer: RunWriter, loaded, p: int, opts, examples, texts, log)
     keep = writer.stage_published()
     timings = dict(keep.get("timings") or {})
     with torch.no_grad():
-        if not (writer.has("number_spectrum") and writer.has("number_probes")):
+        if not (writer.has("number_spectrum") and writer.has("number_probes")) and not left_out(
+                manifest, ("number_spectrum", "number_probes")):  # a stage left out stays out
             t0 = time.time()
             keep["number_representations"] = write_number_tables(writer, loaded, p, opts, log)
             timings["numbers_s"] = round(time.time() - t0, 2)

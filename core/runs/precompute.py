@@ -81,6 +81,8 @@ def check_stages(stages) -> tuple[str, ...]:
     """The stages asked for, in the order they run, "measure" always among them (None: every stage)."""
     if stages is None:
         return STAGES
+    if isinstance(stages, str):  # "measure,shift", as the command line writes it
+        stages = tuple(s.strip() for s in stages.split(",") if s.strip())
     unknown = [s for s in stages if s not in STAGE_TABLES]
     if unknown:
         raise CoreError(f"--stages: no stage named {', '.join(map(repr, unknown))}; choose from {', '.join(STAGES)} "

@@ -21,7 +21,7 @@ from pypdf import PdfReader
 from app.glossary import TERMS
 from app.tour.handout import build_handout, handout_html
 from app.tour.handout_export import listed_runs, pick_run, write_handouts
-from app.tour.handout_pdf import VERDICT_RGB, handout_pdf, handout_pdf_layout
+from app.tour.handout_pdf import VERDICT_RGB, handout_pdf, handout_pdf_layout, smallest_font
 from app.tour.handout_style import HANDOUT_CSS
 from app.tour.steps import OVER_RUNS, STEPS, StepInputs, choose_run, training_logs_of
 from core.claims import registry
@@ -401,3 +401,10 @@ def test_the_slides_and_the_pdf_read_from_the_back_of_the_room(handouts, tmp_pat
             assert starts or i in figure_pages, f"{layers} layers, page {i + 1} holds only leftover words: {top!r}"
         smallest = min(placements, key=lambda p: p.smallest_text_pt)
         assert smallest.smallest_text_pt >= 7, (layers, smallest.page + 1, smallest.smallest_text_pt)
+
+
+def test_the_smallest_font_of_a_spec_reads_through_empty_parts():
+    """An empty axis ({} in Altair's output) holds no size; the smallest size anywhere else is found."""
+    spec = {"layer": [{"encoding": {"x": {"axis": {}}}}, {"mark": {"type": "text", "fontSize": 13}}],
+            "config": {"axis": {"labelFontSize": 16, "titleFontSize": 18}, "legend": {}}}
+    assert smallest_font(spec) == 13 and smallest_font({"axis": {}}) == float("inf")

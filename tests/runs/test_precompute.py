@@ -447,6 +447,7 @@ def test_stages_leave_their_tables_out_and_every_reader_says_so(model_dir, tmp_p
     assert read_manifest(cache, run.name)["tables"] == run.manifest["tables"]
     assert main(["precompute", *common]) == 2
     assert "stages" in capsys.readouterr().err
+    assert pre.check_stages("shift, measure") == pre.check_stages(("shift", "measure")) == ("measure", "shift")
     assert main(["precompute", *common, "--stages", "measure,waves"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no stage named 'waves'" in err and "\n" not in err
