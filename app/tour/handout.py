@@ -168,7 +168,7 @@ def build_handout(
                 f"on {chosen.label}: {VERDICT_LABELS[mine.verdict]}. {mine.measured}"
             )
         if step.table is not None and not shown.has(step.table):
-            why = shown.not_applicable(step.table) or shown.not_computed(step.table)
+            why = shown.why_absent(step.table)
             missing = f"{shown.label} cannot show this step" + (f": {why}." if why else f" (no {step.table} table).")
         else:
             figures = step_figures(step, shown, StepInputs(basis, claims_once(shown), runs))

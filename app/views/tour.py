@@ -101,7 +101,7 @@ line = run_line(step, claim, shown) if step.key not in OVER_RUNS else None
 seeds = seed_spread_line(shown, step.key, runs) if step.key not in OVER_RUNS else None
 # the words this screen shows, for the terms beside it: every listed word it uses gets its definition here
 note = settings_note(step, shown, view.tau, view.basis, runs)
-cannot = "" if drawable or hidden else (shown.not_applicable(step.table) or shown.not_computed(step.table) or "")
+cannot = "" if drawable or hidden else (shown.why_absent(step.table) or "")
 words = " ".join([step.title, step.question(shown), claim.paper, step.predict, *step.choices, note or ""] + (
     [] if hidden else [line or claim.short, why_sentence(claim), seeds or "", others, cannot,
                        *(p.full_caption for p in panels)]))
@@ -130,7 +130,7 @@ with figure:
     if hidden:
         st.info("This run's measurement, its verdict and the figure appear when you press **Reveal**.")
     elif step.table is not None and not shown.has(step.table):
-        why = shown.not_applicable(step.table) or shown.not_computed(step.table)
+        why = shown.why_absent(step.table)
         st.info(
             f"{shown.label} cannot show this step"
             + (f": {why}." if why else f" (no {step.table.value} table).")

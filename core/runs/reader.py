@@ -156,6 +156,11 @@ class RunReader:
         """Why `precompute --stages` left the table `name` out of this run, when it did."""
         return (self.manifest.get("not_computed") or {}).get(table_name(name).value)
 
+    def why_absent(self, name: Table) -> str | None:
+        """Why this run lacks the table `name`, whichever the manifest says: it does not apply to the model, or a
+        stage was left out (None when the manifest says neither)."""
+        return self.not_applicable(name) or self.not_computed(name)
+
     # ------------------------------------------------------------------ manifest fields
 
     @property
