@@ -50,6 +50,9 @@ def run_of(cache_dir: str, name: str) -> RunReader:
     return RunReader(cache_dir, name)
 
 
+claims = functools.lru_cache(maxsize=None)(registry.run_claims)  # each run's claims, computed once
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cache-dir", default=str(PROJECT_ROOT / "cache"))
@@ -374,7 +377,7 @@ def claims_table(cache_dir: str, runs) -> None:
     """The paper's claims, one row each, with each run's verdict and measurement (core.claims.registry)."""
 
     table_runs = [run_of(cache_dir, r.name) for r in runs]
-    per_run = {r.name: registry.run_claims(r) for r in table_runs}
+    per_run = {r.name: claims(r) for r in table_runs}
     steps = list(registry.RUN_CLAIMS)
     print("## The paper's claims, one by one\n")
     print(
@@ -401,7 +404,7 @@ def claims_table(cache_dir: str, runs) -> None:
     test_runs = [r for r in table_runs if r.split == "test"]
     if test_runs:
         first = next((r for r in test_runs if r.has(Table.MODULE_SPECTRA)), test_runs[0])
-        o = claim_operations(operation_runs(test_runs, first), registry.run_claims)
+        o = claim_operations(operation_runs(test_runs, first), claims)
         why = f" *Why: {o.reason}.*" if o.reason else ""
         print(f"\n**operations** (one run of each task, the same kind of model). Paper: {o.paper}\n\n"
               f"- **{o.verdict}**. {o.measured}{why}")
@@ -468,7 +471,7 @@ def seeds_section(cache_dir: str, runs) -> None:
     )
     for r in shipped:
         siblings = seed_siblings(r, readers)
-        spreads = {step: verdict_spread(step, siblings, registry.run_claims) for step in registry.RUN_CLAIMS}
+        spreads = {step: verdict_spread(step, siblings, claims) for step in registry.RUN_CLAIMS}
         names = list(next(iter(spreads.values())).verdicts)
         print(f"**{r.label}** ({len(siblings)} seeds)\n")
         print("| claim | " + " | ".join(names) + " | over seeds |")

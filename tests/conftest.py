@@ -6,6 +6,7 @@ fixtures."""
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 
@@ -15,6 +16,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore", category=UserWarning)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def streamlit_components_scanned_once():
+    """streamlit.testing's AppTest scans every installed distribution's metadata for Streamlit components each time
+    a new AppTest first runs (0.6 s here, about three quarters of a Tour step's run); the installed packages do not
+    change during a test run, so the scan is made once and its answer reused. The served dashboard scans once per
+    server already."""
+    from streamlit.components.v2 import manifest_scanner
+
+    scan = manifest_scanner.scan_component_manifests
+    manifest_scanner.scan_component_manifests = functools.cache(scan)
+    yield
+    manifest_scanner.scan_component_manifests = scan
 
 
 @pytest.fixture(scope="session")

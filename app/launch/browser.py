@@ -92,14 +92,20 @@ def browser():
             b.close()
 
 
+#: True once Streamlit has finished running the page's script (its app root says so) and shows no placeholder.
+SCRIPT_DONE_JS = (
+    "() => document.querySelector('[data-testid=\"stApp\"]')?.dataset.testScriptState === 'notRunning'"
+    " && !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+    " && document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0"
+)
+#: The Tour step on screen, from its position line ("Step 3 of 9 · addition run"); undefined off the Tour.
+TOUR_STEP_JS = "() => document.querySelector('[data-testid=\"stMain\"]')?.innerText.match(/Step (\\d+) of \\d+/)?.[1]"
+
+
 def wait_until_idle(page, timeout_ms: int = 60000) -> None:
     """Until Streamlit has drawn the page and stopped running the script."""
     page.wait_for_selector(HEADING, timeout=timeout_ms)
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
-        " && document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0",
-        timeout=timeout_ms,
-    )
+    page.wait_for_function(SCRIPT_DONE_JS, timeout=timeout_ms)
     # every visible chart has drawn (vega-embed puts its svg or canvas in once its view has run), then two frames
     page.wait_for_function(
         "() => [...document.querySelectorAll('.vega-embed')].filter(e => e.checkVisibility()).every(e => {"
@@ -107,6 +113,48 @@ def wait_until_idle(page, timeout_ms: int = 60000) -> None:
         timeout=timeout_ms,
     )
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
+def press_tour_button(page, name: str, timeout_ms: int = 60000) -> None:
+    """Click the Tour's "Next ▶" or "◀ Back" and wait until the step it leads to is on screen and drawn: its
+    position line shows the new step and Streamlit has finished the rerun (no fixed wait)."""
+    before = page.evaluate(TOUR_STEP_JS)
+    page.get_by_role("button", name=name).click()
+    page.wait_for_function(f"(before) => ({TOUR_STEP_JS})() !== before", arg=before, timeout=timeout_ms)
+    wait_until_idle(page, timeout_ms)
+
+
+def open_sidebar(page, timeout_ms: int = 10000) -> None:
+    """Open a collapsed sidebar (presentation mode starts with it collapsed) and wait until it has slid fully in
+    and the charts have redrawn to their narrower column; nothing when it is open already."""
+    if page.locator(OPEN_SIDEBAR).is_visible():
+        page.click(OPEN_SIDEBAR)
+    page.wait_for_function(
+        "() => { const b = document.querySelector('[data-testid=\"stSidebar\"]')?.getBoundingClientRect();"
+        " return b && b.width > 0 && Math.abs(b.left) < 1; }",
+        timeout=timeout_ms,
+    )
+    wait_until_idle(page, timeout_ms)
+    page.evaluate(CHARTS_STILL_JS)
+
+
+#: Resolves once every chart's drawing has kept its size for five animation frames in a row (a chart redrawn to a
+#: new column width has settled), or after two seconds.
+CHARTS_STILL_JS = """
+() => new Promise(resolve => {
+  const sizes = () => [...document.querySelectorAll('.vega-embed svg, .vega-embed canvas')]
+    .map(e => { const b = e.getBoundingClientRect(); return `${b.width}x${b.height}`; }).join();
+  let last = sizes(), still = 0;
+  const until = performance.now() + 2000;
+  const tick = () => {
+    const now = sizes();
+    still = now === last ? still + 1 : 0;
+    last = now;
+    if (still >= 5 || performance.now() > until) resolve(); else requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
+})
+"""
 
 
 def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: int = 2600) -> dict:

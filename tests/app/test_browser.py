@@ -89,8 +89,7 @@ def projector_walk() -> tuple[str, ...]:
             query = f"run={default.name}" + ("&large=1" if large else "")
             look(f"{base}/?{query}&step=1", f"{mode}, step 1", large)
             for step in range(2, LAST + 1):  # by Next: the charts are redrawn in place, not opened afresh
-                page.get_by_role("button", name="Next ▶").click()
-                page.wait_for_timeout(300)
+                browser.press_tour_button(page, "Next ▶")
                 look("", f"{mode}, step {step} by Next", large)
             for step in range(2, LAST + 1):
                 look(f"{base}/?{query}&step={step}", f"{mode}, step {step} by link", large)
@@ -103,9 +102,7 @@ def projector_walk() -> tuple[str, ...]:
         for step in range(1, LAST + 1):
             page.goto(f"{base}/?run={default.name}&large=1&step={step}")
             browser.wait_until_idle(page)
-            if page.locator(browser.OPEN_SIDEBAR).is_visible():  # open already, from the step before
-                page.click(browser.OPEN_SIDEBAR)
-                page.wait_for_timeout(400)  # the sidebar slides in; the charts redraw to their narrower column
+            browser.open_sidebar(page)  # or open already, from the step before
             assert page.locator('[data-testid="stSidebarContent"]').is_visible(), step
             look("", f"sidebar open, presentation, step {step}", True)
         page.close()
