@@ -99,18 +99,25 @@ SCRIPT_DONE_JS = (
     " && document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0"
 )
 #: The Tour step on screen, from its position line ("Step 3 of 9 · addition run"); undefined off the Tour.
-TOUR_STEP_JS = "() => document.querySelector('[data-testid=\"stMain\"]')?.innerText.match(/Step (\\d+) of \\d+/)?.[1]"
+TOUR_STEP_JS = (
+    "() => document.querySelector('[data-testid=\"stMain\"] [data-testid=\"stProgress\"]')"
+    "?.textContent.match(/Step (\\d+) of \\d+/)?.[1]"
+)
+#: How often (ms) a wait asks the page again: often enough to lose little time, rarely enough to leave the CPU to the
+#: server (Playwright's default asks on every animation frame).
+POLL_MS = 50
 
 
 def wait_until_idle(page, timeout_ms: int = 60000) -> None:
     """Until Streamlit has drawn the page and stopped running the script."""
     page.wait_for_selector(HEADING, timeout=timeout_ms)
-    page.wait_for_function(SCRIPT_DONE_JS, timeout=timeout_ms)
+    page.wait_for_function(SCRIPT_DONE_JS, timeout=timeout_ms, polling=POLL_MS)
     # every visible chart has drawn (vega-embed puts its svg or canvas in once its view has run), then two frames
     page.wait_for_function(
         "() => [...document.querySelectorAll('.vega-embed')].filter(e => e.checkVisibility()).every(e => {"
         " const d = e.querySelector('svg, canvas'); return d && d.getBoundingClientRect().height > 0; })",
         timeout=timeout_ms,
+        polling=POLL_MS,
     )
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
 
@@ -120,7 +127,8 @@ def press_tour_button(page, name: str, timeout_ms: int = 60000) -> None:
     position line shows the new step and Streamlit has finished the rerun (no fixed wait)."""
     before = page.evaluate(TOUR_STEP_JS)
     page.get_by_role("button", name=name).click()
-    page.wait_for_function(f"(before) => ({TOUR_STEP_JS})() !== before", arg=before, timeout=timeout_ms)
+    page.wait_for_function(f"(before) => ({TOUR_STEP_JS})() !== before", arg=before, timeout=timeout_ms,
+                           polling=POLL_MS)
     wait_until_idle(page, timeout_ms)
 
 
@@ -133,6 +141,7 @@ def open_sidebar(page, timeout_ms: int = 10000) -> None:
         "() => { const b = document.querySelector('[data-testid=\"stSidebar\"]')?.getBoundingClientRect();"
         " return b && b.width > 0 && Math.abs(b.left) < 1; }",
         timeout=timeout_ms,
+        polling=POLL_MS,
     )
     wait_until_idle(page, timeout_ms)
     page.evaluate(CHARTS_STILL_JS)

@@ -55,13 +55,15 @@ def read_shifts(shift: pd.DataFrame, answers: pd.DataFrame, period_set: str, rea
     outcome = _outcomes(answers)
     stream = t[(t["kind"] == STREAM) & ~t["control"]]
     stream_rows = {int(r.d): int(i) for i, r in zip(stream.index, stream.itertuples())}
-    rows = []
+    rows, resamples = [], {}  # n -> its resample weights: every module of n questions gets the same draws
     for (kind, layer), mine in t.groupby(["kind", "layer"], sort=False):
         edit = mine[~mine["control"]]
         edit_rows = {int(r.d): int(i) for i, r in zip(edit.index, edit.itertuples())}
         questions = np.unique(np.concatenate([outcome[i][0] for i in edit_rows.values() if i in outcome] or [[]]))
         n = len(questions)
-        weights = _resample_weights(np.random.default_rng(seed), n, draws)  # the same draws whatever the order
+        if n not in resamples:  # the same draws whatever the order
+            resamples[n] = _resample_weights(np.random.default_rng(seed), n, draws)
+        weights = resamples[n]
 
         def counts(row, what):  # (hits on the sample, hits per bootstrap draw) of one condition on these questions
             vec = _on(outcome, row, questions, what)

@@ -309,13 +309,27 @@ def test_list_and_verify_on_empty_cache(tmp_path, capsys):
     assert main(["verify", "--cache-dir", str(tmp_path)]) == 0
 
 
+@pytest.fixture(scope="module")
+def fresh_run(model_dir, tmp_path_factory):
+    """(model folder, cache): one run of the wide tiny GPT-2 over 20 questions, made once for the tests that play an
+    older schema's run on it (each on its own copy: `copy_of`)."""
+    folder, cache = model_dir("gpt2", **WIDE), tmp_path_factory.mktemp("fresh")
+    assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
+    return folder, cache
+
+
+def copy_of(fresh_run, tmp_path):
+    """A copy of the fresh run's cache in this test's folder, and the model folder it was made from."""
+    folder, cache = fresh_run
+    shutil.copytree(cache, tmp_path / "c")
+    return folder, tmp_path / "c"
+
+
 @pytest.mark.slow
-def test_a_schema_2_run_gets_the_number_tables_and_the_capped_phase_shift_and_keeps_the_rest(model_dir, tmp_path):
+def test_a_schema_2_run_gets_the_number_tables_and_the_capped_phase_shift_and_keeps_the_rest(fresh_run, tmp_path):
     """Written by schema 2 with a phase shift of version 1 (uncapped, no per-question outcomes): one precompute
     brings both up to date and leaves every other table byte for byte."""
-    folder = model_dir("gpt2", **WIDE)
-    cache = tmp_path / "c"
-    assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
+    folder, cache = copy_of(fresh_run, tmp_path)
     (run,) = list_runs(cache)
     manifest = json.loads((run.path / "manifest.json").read_text())
     assert manifest["phase_shift"] == {"version": SHIFT_VERSION} and "phase_shift_answers" in manifest["tables"]
@@ -339,13 +353,11 @@ def test_a_schema_2_run_gets_the_number_tables_and_the_capped_phase_shift_and_ke
 
 
 @pytest.mark.slow
-def test_a_run_upgraded_without_its_model_gets_every_example_once_the_model_is_here(model_dir, tmp_path):
+def test_a_run_upgraded_without_its_model_gets_every_example_once_the_model_is_here(fresh_run, tmp_path):
     """`python -m core upgrade` (model not here) reads the phase tables off the cached sample and says
     so; the same precompute with the model replaces them by the tables over every example, and keeps
     every other table byte for byte."""
-    folder = model_dir("gpt2", **WIDE)
-    cache = tmp_path / "c"
-    assert run_cli("--model", str(folder), "--cache-dir", str(cache), "--limit", "20", *FAST) == 0
+    folder, cache = copy_of(fresh_run, tmp_path)
     (run,) = list_runs(cache)
     full = read_table(cache, run.name, "phase_locking")
     assert (full["n"] == 20).all() and run.manifest["phase_locking"]["whole_split"] is True
