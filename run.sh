@@ -52,12 +52,7 @@ case "${1:-}" in
     setup_python; setup_browser; setup_proxy || true ;;
   test)
     setup_python; setup_browser
-    # both cores: one pytest worker each, a test file kept on one worker (its fixtures are built once); then the
-    # tests that bound a time measured on this machine, with nothing beside them (the `alone` marker)
-    status=0
-    "$PY" -m pytest -n 2 --dist loadfile -m "not alone" tests || status=$?
-    "$PY" -m pytest -m alone tests || status=$((status ? status : $?))
-    exit "$status" ;;
+    exec "$PY" -m pytest tests ;;
   app)
     shift
     if [ "${1:-}" = "--cache-dir" ]; then  # another cache folder (the default: the project's cache/)
