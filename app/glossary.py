@@ -63,7 +63,7 @@ TERMS = {
     "SmolLM2 as pre-trained writes numbers digit by digit, as several tokens; fine-tuned here, it gets one new token "
     "for each number 0..520 too (' 108'), so the default run reads and writes each number as one token.",
     "layer": "One block of the model: an attention part and an MLP part, each adding its output to the residual "
-    "stream. Layer 0 is the embeddings; a 30-layer model has blocks 1 to 30.",
+    "stream. Layer 0 is the embeddings; a 30-layer model has layers 1 to 30 (its code's blocks 0 to 29).",
     "attention": "The part of each layer that lets the vector at one position read from the other positions (here: "
     "the answer position reads the two numbers). The paper finds attention mostly picks the last digit.",
     "MLP": "Multi-layer perceptron: the part of each layer that transforms the vector at each position on its own. "

@@ -7,6 +7,7 @@ by every session; this module only caches and shares, the reading is core's.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -36,11 +37,11 @@ def valid_runs(cache_dir: str) -> tuple[list[dict], list[dict]]:
     return _listing(cache_dir, _cache_signature(cache_dir))
 
 
-_SIGNATURES: dict[str, tuple[float, tuple]] = {}
+_SIGNATURES: dict[str, tuple[float, str]] = {}
 _SIGNATURE_LOCK = threading.Lock()
 
 
-def _cache_signature(cache_dir: str, max_age: float = 1.0) -> tuple:
+def _cache_signature(cache_dir: str, max_age: float = 1.0) -> str:
     now = time.monotonic()
     with _SIGNATURE_LOCK:
         seen = _SIGNATURES.get(cache_dir)
@@ -65,14 +66,16 @@ def _cache_signature(cache_dir: str, max_age: float = 1.0) -> tuple:
                 sig.append((e.name, tuple(sorted(files))))
         except OSError as exc:  # a folder removed while we looked: listed again next time
             sig.append((e.name, type(exc).__name__))
-    sig = tuple(sig)
+    # its digest, not the tuple, keys the listing: Streamlit hashes a cached function's arguments on every call, and
+    # the tuple (every file of every run) cost about 45 ms a call with the shipped runs, twice a script run
+    digest = hashlib.sha256(repr(tuple(sig)).encode()).hexdigest()
     with _SIGNATURE_LOCK:
-        _SIGNATURES[cache_dir] = (now, sig)
-    return sig
+        _SIGNATURES[cache_dir] = (now, digest)
+    return digest
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def _listing(cache_dir: str, signature: tuple) -> tuple[list[dict], list[dict]]:
+def _listing(cache_dir: str, signature: str) -> tuple[list[dict], list[dict]]:
     good, broken = [], []
     for r in run_cache.list_runs(cache_dir, deep=True):  # checksums too: a corrupt table never reaches a page
         # list_runs checks the manifest's shape too (keys the pages read, their types): a run lacking

@@ -36,7 +36,9 @@ def dashboard_shots(b, base: str, run: str, step: int, out: Path) -> None:
         wait_until_idle(page)
         page.screenshot(path=str(out / f"tour-step-{step}-predict-1024x768.png"))
         page.get_by_text("more than removing a random band", exact=False).first.click()
-        page.get_by_role("button", name="Reveal this run's measurement").click()
+        reveal = page.get_by_role("button", name="Reveal this run's measurement")
+        reveal.click()
+        reveal.wait_for(state="detached")  # the rerun has begun: the revealed step replaces the button
         wait_until_idle(page)
         page.screenshot(path=str(out / f"tour-step-{step}-revealed-1024x768.png"))
         page.get_by_role("button", name="Handout").click()

@@ -24,8 +24,11 @@ def streamlit_components_scanned_once():
     a new AppTest first runs (0.6 s here, about three quarters of a Tour step's run); the installed packages do not
     change during a test run, so the scan is made once and its answer reused. The served dashboard scans once per
     server already."""
-    from streamlit.components.v2 import manifest_scanner
-
+    try:
+        from streamlit.components.v2 import manifest_scanner
+    except ImportError:  # another Streamlit: its AppTest scans as it will
+        yield
+        return
     scan = manifest_scanner.scan_component_manifests
     manifest_scanner.scan_component_manifests = functools.cache(scan)
     yield

@@ -122,19 +122,25 @@ def wait_until_idle(page, timeout_ms: int = 60000) -> None:
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
 
 
-def press_tour_button(page, name: str, timeout_ms: int = 60000) -> None:
+def press_tour_button(page, name: str, timeout_ms: int = 60000) -> tuple[int, bool]:
     """Click the Tour's "Next ▶" or "◀ Back" and wait until the step it leads to is on screen and drawn: its
-    position line shows the new step and Streamlit has finished the rerun (no fixed wait)."""
+    position line shows the step one after (or before) and Streamlit has finished the rerun, then the charts redrawn
+    in place keep their size (no fixed wait). Returns (the step now shown, whether the charts settled)."""
     before = page.evaluate(TOUR_STEP_JS)
+    if before is None:
+        raise AssertionError(f"no Tour position line ('Step N of 9') on the page to press {name!r} from")
+    after = str(int(before) + (1 if "Next" in name else -1))
     page.get_by_role("button", name=name).click()
-    page.wait_for_function(f"(before) => ({TOUR_STEP_JS})() !== before", arg=before, timeout=timeout_ms,
+    page.wait_for_function(f"(after) => ({TOUR_STEP_JS})() === after", arg=after, timeout=timeout_ms,
                            polling=POLL_MS)
     wait_until_idle(page, timeout_ms)
+    return int(after), page.evaluate(CHARTS_STILL_JS)
 
 
-def open_sidebar(page, timeout_ms: int = 10000) -> None:
+def open_sidebar(page, timeout_ms: int = 10000) -> bool:
     """Open a collapsed sidebar (presentation mode starts with it collapsed) and wait until it has slid fully in
-    and the charts have redrawn to their narrower column; nothing when it is open already."""
+    and the charts have redrawn to their narrower column; nothing when it is open already. Whether the charts
+    settled (False: one still changed size after two seconds)."""
     if page.locator(OPEN_SIDEBAR).is_visible():
         page.click(OPEN_SIDEBAR)
     page.wait_for_function(
@@ -144,11 +150,11 @@ def open_sidebar(page, timeout_ms: int = 10000) -> None:
         polling=POLL_MS,
     )
     wait_until_idle(page, timeout_ms)
-    page.evaluate(CHARTS_STILL_JS)
+    return page.evaluate(CHARTS_STILL_JS)
 
 
-#: Resolves once every chart's drawing has kept its size for five animation frames in a row (a chart redrawn to a
-#: new column width has settled), or after two seconds.
+#: Resolves true once every chart's drawing has kept its size for five animation frames in a row (a chart redrawn to
+#: a new column width has settled), false when one still changes size after two seconds.
 CHARTS_STILL_JS = """
 () => new Promise(resolve => {
   const sizes = () => [...document.querySelectorAll('.vega-embed svg, .vega-embed canvas')]
@@ -159,7 +165,7 @@ CHARTS_STILL_JS = """
     const now = sizes();
     still = now === last ? still + 1 : 0;
     last = now;
-    if (still >= 5 || performance.now() > until) resolve(); else requestAnimationFrame(tick);
+    if (still >= 5) resolve(true); else if (performance.now() > until) resolve(false); else requestAnimationFrame(tick);
   };
   requestAnimationFrame(tick);
 })

@@ -89,7 +89,10 @@ def projector_walk() -> tuple[str, ...]:
             query = f"run={default.name}" + ("&large=1" if large else "")
             look(f"{base}/?{query}&step=1", f"{mode}, step 1", large)
             for step in range(2, LAST + 1):  # by Next: the charts are redrawn in place, not opened afresh
-                browser.press_tour_button(page, "Next ▶")
+                shown, settled = browser.press_tour_button(page, "Next ▶")
+                assert shown == step, (mode, shown, step)
+                if not settled:
+                    problems.append(f"{mode}, step {step} by Next: a chart still changed size 2 s after drawing")
                 look("", f"{mode}, step {step} by Next", large)
             for step in range(2, LAST + 1):
                 look(f"{base}/?{query}&step={step}", f"{mode}, step {step} by link", large)
@@ -102,7 +105,8 @@ def projector_walk() -> tuple[str, ...]:
         for step in range(1, LAST + 1):
             page.goto(f"{base}/?run={default.name}&large=1&step={step}")
             browser.wait_until_idle(page)
-            browser.open_sidebar(page)  # or open already, from the step before
+            if not browser.open_sidebar(page):  # or open already, from the step before
+                problems.append(f"sidebar open, presentation, step {step}: a chart still changed size 2 s after")
             assert page.locator('[data-testid="stSidebarContent"]').is_visible(), step
             look("", f"sidebar open, presentation, step {step}", True)
         page.close()

@@ -373,9 +373,11 @@ def test_a_run_upgraded_without_its_model_gets_every_example_once_the_model_is_h
     hidden.mkdir()
     for f in folder.glob("model*.safetensors"):
         shutil.move(f, hidden / f.name)
-    assert main(["upgrade", "--cache-dir", str(cache)]) == 0
-    for f in hidden.iterdir():
-        shutil.move(f, folder / f.name)
+    try:
+        assert main(["upgrade", "--cache-dir", str(cache)]) == 0
+    finally:  # the model folder is the whole session's
+        for f in hidden.iterdir():
+            shutil.move(f, folder / f.name)
     (sampled,) = list_runs(cache)
     assert verify_run(sampled.path) == [] and sampled.manifest["phase_locking"]["whole_split"] is False
     assert (read_table(cache, run.name, "phase_locking")["n"] == 4).all()  # the 4 cached sample examples
