@@ -90,6 +90,15 @@ TASK_NAMES = {"addition": "addition", "reverse-polish": "reverse-Polish addition
 OPERATION_SIGNS = {"addition": "+", "multiplication": "×"}
 
 
+#: What a model does on each task, as a title says it ("How a language model adds").
+TASK_VERBS = {"addition": "adds", "reverse-polish": "adds", "multiplication": "multiplies"}
+
+
+def task_verb(task: str) -> str:
+    """The task as a verb ("adds", "multiplies"); "adds" for an unknown task, as the paper's title has it."""
+    return TASK_VERBS.get(task, "adds")
+
+
 def task_name(task: str) -> str:
     """The task as the pages name it ("reverse-Polish addition"); an unknown task's own name."""
     return TASK_NAMES.get(task, str(task))

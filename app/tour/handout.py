@@ -26,6 +26,7 @@ from core import SCHEMA_VERSION
 from core.claims.base import VERDICT_LABELS, VERDICTS, Claim
 from core.runs.origin import describe_run
 from core.runs.reader import RunReader, Table
+from core.tasks import task_name, task_verb
 
 #: The verdicts, as the title page lists them
 VERDICTS_SAID = ", ".join(VERDICT_LABELS[v] for v in VERDICTS)
@@ -77,6 +78,7 @@ class Handout:
     run_name: str
     model: str
     split: str
+    task: str
     accuracy: float
     n_questions: int
     created: str
@@ -90,6 +92,14 @@ class Handout:
     @property
     def accuracy_line(self) -> str:
         return f"{100 * self.accuracy:.1f}% of the {self.n_questions:,} {self.split} questions answered right"
+
+    @property
+    def title(self) -> str:
+        return f"How a language model {task_verb(self.task)}"
+
+    @property
+    def questions_line(self) -> str:
+        return f"{self.n_questions:,} {task_name(self.task)} questions of the {self.split} split"
 
     @property
     def version_line(self) -> str:
@@ -200,6 +210,7 @@ def build_handout(
         run_name=chosen.name,
         model=describe_run(chosen.manifest),
         split=chosen.split,
+        task=chosen.task,
         accuracy=accuracy,
         n_questions=n_questions,
         accuracy_source=source,
@@ -301,7 +312,7 @@ def handout_html(h: Handout) -> str:
     """The handout as one HTML file: a title page, then one section per step. Opened as it is, it reads as a
     handout (and prints one step a page); its Slides button shows one step a screen (arrow keys move), and its
     Predict-then-reveal switch hides each step's measurement, verdict and figures until Reveal is pressed."""
-    title = f"How a language model adds: the Tour on {h.run_label}"
+    title = f"{h.title}: the Tour on {h.run_label}"
     best = (
         "Each step shows the shipped run that shows it best (the Tour's toggle was on): a note says where that is "
         "not this run."
@@ -326,12 +337,12 @@ def handout_html(h: Handout) -> str:
   <span id="position"></span><button type="button" id="next">Next ▶</button></span>
 </nav>
 <section class="step title-page" id="step-0" data-step="0">
-  <h1>How a language model adds</h1>
+  <h1>{html.escape(h.title)}</h1>
   <p class="subtitle">Zhou et al., <em>Pre-trained Large Language Models Use Fourier Features to Compute
   Addition</em> (NeurIPS 2024), step by step on one model.</p>
   <table class="facts">
     <tr><th>Model</th><td>{html.escape(h.run_label)}</td></tr>
-    <tr><th>Questions</th><td>{h.n_questions:,} additions of the {html.escape(h.split)} split</td></tr>
+    <tr><th>Questions</th><td>{html.escape(h.questions_line)}</td></tr>
     <tr><th>Accuracy</th><td>{html.escape(h.accuracy_line)}</td></tr>
   </table>
   <p class="how">Each step: the question, the paper's finding (its model, its number), this run's measurement

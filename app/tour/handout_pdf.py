@@ -205,7 +205,7 @@ def write_title_page(pdf: HandoutPDF, h: Handout) -> None:
     """What a student needs before the steps: the model, the questions, the accuracy, how a step reads."""
     pdf.add_page()
     pdf.use_style("B", 22)
-    pdf.multi_cell(0, 10, pdf.text_of("How a language model adds"), align="L")
+    pdf.multi_cell(0, 10, pdf.text_of(h.title), align="L")
     pdf.rich(
         "Zhou et al., Pre-trained Large Language Models Use Fourier Features to Compute Addition (NeurIPS 2024), "
         "step by step on one model.",
@@ -213,7 +213,7 @@ def write_title_page(pdf: HandoutPDF, h: Handout) -> None:
         MUTED,
         gap=5,
     )
-    for name, value in (("Model", h.run_label), ("Questions", f"{h.n_questions:,} additions of the {h.split} split"),
+    for name, value in (("Model", h.run_label), ("Questions", h.questions_line),
                         ("Accuracy", h.accuracy_line)):
         pdf.rich(f"**{name}:** {value}", 10.5, gap=2.4)
     pdf.ln(3)
@@ -291,7 +291,7 @@ def handout_pdf_layout(h: Handout) -> tuple[bytes, list[Placement], list[int]]:
     """`handout_pdf`'s bytes, where each figure went (page, box, the size its smallest text prints at) and the
     pages (0-based) that hold a table of numbers."""
     pdf = HandoutPDF(f"The Tour on {h.run_label}, {h.split} split")
-    pdf.set_title(f"How a language model adds: the Tour on {h.run_label}")
+    pdf.set_title(f"{h.title}: the Tour on {h.run_label}")
     pdf.set_creator("scripts/handout.py")
     placements: list[Placement] = []
     table_pages: list[int] = []

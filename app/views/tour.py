@@ -29,10 +29,9 @@ from app.tour.steps import (
 from core.claims.base import VERDICT_LABELS, pct
 from core.paper import ACCURACY
 from core.runs.origin import describe_run
-from core.tasks import task_name
+from core.tasks import task_name, task_verb
 
 #: The Tour's title for a run of each task ("How a language model multiplies").
-TOUR_VERBS = {"addition": "adds", "reverse-polish": "adds", "multiplication": "multiplies"}
 
 view = page_view()
 chosen = view.run
@@ -60,7 +59,7 @@ def draw(panel: Panel) -> None:
 
 
 if not large():
-    st.title(f"How a language model {TOUR_VERBS.get(chosen.task, 'adds')}: a guided tour")
+    st.title(f"How a language model {task_verb(chosen.task)}: a guided tour")
 step = STEPS[st.session_state["step"] - 1]
 left, mid, right = st.columns([1.2, 4, 1.2], vertical_alignment="center")
 left.button("◀ Back", on_click=move, args=(-1,), disabled=st.session_state["step"] == 1, width="stretch")

@@ -104,7 +104,7 @@ def answer_live_request(request: dict, on_progress, threads=None) -> dict:
 
 
 #: One live computation at a time in this process: a second request waits for the first instead of
-#: both competing for the same cores (and, through the app's model cache, for one model load).
+#: both competing for the same cores (and, through `live_model`, for one model load).
 _LIVE_LOCK = threading.Lock()
 
 

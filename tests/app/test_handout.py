@@ -8,6 +8,7 @@ command line writes both files for the default run and a 2-layer run.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import os
@@ -169,6 +170,16 @@ def test_handout_html_has_every_step_and_needs_nothing_outside(handouts):
         # ids stay unique across the inline figures (a shared gradient id would colour another figure)
         ids = re.findall(r'\bid="([^"]+)"', page)
         assert len(ids) == len(set(ids))
+
+
+def test_a_handout_names_its_run_s_operation(handouts):
+    """A multiplication run's handout says "multiplies" and "multiplication questions", in the HTML and the PDF."""
+    h = dataclasses.replace(handouts[2], task="multiplication")
+    page = handout_html(h)
+    pdf = re.sub(r"\s+", " ", " ".join(p.extract_text() for p in PdfReader(io.BytesIO(handout_pdf(h))).pages))
+    for text in (page, pdf):
+        assert "How a language model multiplies" in text and "How a language model adds" not in text
+        assert f"{h.n_questions:,} multiplication questions of the {h.split} split" in text
 
 
 def test_handout_pdf_has_every_step_with_its_figures(handouts):
