@@ -1,7 +1,7 @@
 """The shape of the code, checked: core's packages and app's folders import only downwards, no module
 imports itself back in a circle (function-local imports included), no module in core/, app/ or scripts/ is over 600
 lines, app/ keeps few modules at its top level, no private name crosses a module, imports sit at the top of each file
-(core/, app/ and scripts/), and nothing edits sys.path.
+(core/, app/ and scripts/), nothing edits sys.path, and the figures name each encoding channel by its class.
 
 The layers, lowest first (a module may import its own layer and the ones below it):
   foundation  core.errors, core.files, core.paper, core.threads, core.tasks, core (SCHEMA_VERSION)
@@ -195,6 +195,41 @@ def test_the_figures_and_the_tour_steps_do_not_import_streamlit():
         if m.startswith(("app.figures", "app.tour")) and m not in STREAMLIT_IN_THE_TOUR and imports_streamlit(p)
     ]
     assert not wrong, f"these import streamlit: {sorted(wrong)}"
+
+
+def shorthand_encodings(path: Path) -> list[str]:
+    """Where an `.encode(...)` of `path` gives a channel as a bare value (a string, a list holding one, `alt.value` or
+    `alt.datum`) instead of the channel's class: "line 12: y='magnitude:Q'"."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "encode"):
+            continue
+        for kw in node.keywords:
+            values = kw.value.elts if isinstance(kw.value, (ast.List, ast.Tuple)) else [kw.value]
+            for v in values:
+                bare = isinstance(v, (ast.Constant, ast.JoinedStr, ast.Dict)) or (
+                    isinstance(v, ast.Call) and ast.unparse(v.func) in ("alt.value", "alt.datum")
+                )
+                if bare:
+                    found.append(f"line {v.lineno}: {kw.arg}={ast.unparse(v)}")
+    return found
+
+
+def test_shorthand_encodings_are_found(tmp_path):
+    """The check below finds each kind of bare channel value, and passes a channel given by its class."""
+    path = tmp_path / "figure.py"
+    path.write_text(
+        'alt.Chart(d).encode(x="k:Q", y=alt.Y("m:Q"), tooltip=["k", alt.Tooltip("m")], x2=alt.value(0), '
+        'y2=alt.datum(1), text=alt.Text("t:N"))'
+    )
+    found = shorthand_encodings(path)
+    assert [f.split(": ", 1)[1] for f in found] == ["x='k:Q'", "tooltip='k'", "x2=alt.value(0)", "y2=alt.datum(1)"]
+
+
+def test_figures_name_each_encoding_channel_by_its_class():
+    """app/figures/__init__.py: a bare string costs Altair about 3 ms of schema hashing, a channel's class nothing."""
+    wrong = {str(p.relative_to(ROOT)): f for p in (ROOT / "app").rglob("*.py") if (f := shorthand_encodings(p))}
+    assert not wrong, wrong
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("app")))

@@ -39,7 +39,7 @@ def accuracy_by_layer(run: RunReader, final_norm: bool):
             strokeDash=alt.StrokeDash(
                 "measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]
             ),
-            tooltip=["layer", "measure", alt.Tooltip("accuracy:Q", format=".1%")],
+            tooltip=[alt.Tooltip("layer"), alt.Tooltip("measure"), alt.Tooltip("accuracy:Q", format=".1%")],
         )
     )
     caption = (
@@ -76,9 +76,9 @@ def logit_heatmap(run: RunReader, example: pd.Series, window: int = 12):
                 legend=alt.Legend(format=".2~f"),
             ),
             tooltip=[
-                "row",
-                "number",
-                "offset",
+                alt.Tooltip("row"),
+                alt.Tooltip("number"),
+                alt.Tooltip("offset"),
                 alt.Tooltip("centred:Q", format=".3f"),
                 alt.Tooltip("logit:Q", format=".3f"),
             ],
@@ -87,7 +87,7 @@ def logit_heatmap(run: RunReader, example: pd.Series, window: int = 12):
     answer = (
         alt.Chart(data[data["offset"] == 0])
         .mark_rect(fill=None, stroke="black", strokeWidth=2)
-        .encode(x="number:O", y=alt.Y("row:N", sort=alt.SortField("layer", order="ascending")))
+        .encode(x=alt.X("number:O"), y=alt.Y("row:N", sort=alt.SortField("layer", order="ascending")))
     )
     shown = (
         f"the {HEATMAP_ROWS} of {n_rows} modules that move these logits most"
@@ -117,13 +117,13 @@ def module_wave(run: RunReader, example: pd.Series, layer: int):
             x=alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[0, run.p - 1], nice=False)),
             y=alt.Y("centred:Q", title="logit − mean"),
             color=alt.Color("module:N", scale=MODULE_COLOURS, title="module"),
-            tooltip=["module", "number", alt.Tooltip("centred:Q", format=".3f")],
+            tooltip=[alt.Tooltip("module"), alt.Tooltip("number"), alt.Tooltip("centred:Q", format=".3f")],
         )
     )
     rule = (
         alt.Chart(pd.DataFrame({"number": [int(example["answer"])]}))
         .mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3])
-        .encode(x="number:Q")
+        .encode(x=alt.X("number:Q"))
     )
     caption = (
         f"Layer {layer}'s attention and MLP logits over all numbers; the red dashed line is the answer "
@@ -144,13 +144,13 @@ def final_logits(run: RunReader, example: pd.Series):
         .encode(
             x=alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[0, run.p - 1], nice=False)),
             y=alt.Y("centred:Q", title="final logit − mean"),
-            tooltip=["number", alt.Tooltip("centred:Q", format=".3f")],
+            tooltip=[alt.Tooltip("number"), alt.Tooltip("centred:Q", format=".3f")],
         )
     )
     rule = (
         alt.Chart(pd.DataFrame({"number": [int(example["answer"])]}))
         .mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3])
-        .encode(x="number:Q")
+        .encode(x=alt.X("number:Q"))
     )
     peak = int(data.loc[data["logit"].idxmax(), "number"])
     right = "the right answer" if peak == int(example["answer"]) else f"not the right answer {example['answer']}"
@@ -184,7 +184,8 @@ def accuracy_by_answer(run: RunReader, bin_width: int = 20):
             x=alt.X("answer_from:Q", title=f"true answer (bins of {bin_width} numbers)"),
             y=alt.Y("share:Q", title="share of prompts", axis=PCT_AXIS, scale=PCT_SCALE),
             color=alt.Color("measure:N", title="answer counted if"),
-            tooltip=["answer_from", "answer_to", "n", "measure", alt.Tooltip("share:Q", format=".1%")],
+            tooltip=[alt.Tooltip("answer_from"), alt.Tooltip("answer_to"), alt.Tooltip("n"), alt.Tooltip("measure"),
+                     alt.Tooltip("share:Q", format=".1%")],
         )
     )
     caption = (
@@ -215,15 +216,16 @@ def spectrum_heatmap(run: RunReader, basis: str, module: str, tau: int):
                 legend=alt.Legend(format=".3~g"),
             ),
             tooltip=[
-                "layer",
-                "k",
+                alt.Tooltip("layer"),
+                alt.Tooltip("k"),
                 alt.Tooltip("period:Q", format=".3g", title="period T"),
                 alt.Tooltip("magnitude:Q", format=".3f"),
             ],
         )
     )
     cut = (
-        alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(color="white", strokeDash=[6, 3], strokeWidth=2).encode(x="k:O")
+        alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(color="white", strokeDash=[6, 3], strokeWidth=2).encode(
+            x=alt.X("k:O"))
     )
     marked = sorted(task_periods(run.task), reverse=True)
     caption = (
@@ -268,17 +270,17 @@ def layer_spectrum(run: RunReader, basis: str, module: str, layer: int, tau: int
             scale=alt.Scale(domain=["low (k < tau)", "high (k ≥ tau)"], range=["#ff7f0e", "#1f77b4"]),
         ),
         tooltip=[
-            "k",
+            alt.Tooltip("k"),
             alt.Tooltip("period:Q", format=".3g", title="period T"),
             alt.Tooltip("magnitude:Q", format=".3f"),
-            "band",
+            alt.Tooltip("band"),
         ],
     )
     # slanted up and right of their bar: "T=520" clears the y axis, neighbours (T=52, T=20) clear each other
     labels = base.mark_text(dy=-6, dx=2, angle=315, align="left", fontWeight="bold").encode(
-        y="magnitude:Q", text="label:N")
-    cut = alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(strokeDash=[6, 3], color="gray").encode(x="k:Q")
-    null = base.mark_line(color="black", strokeWidth=1, opacity=0.7).encode(y="baseline:Q")
+        y=alt.Y("magnitude:Q"), text=alt.Text("label:N"))
+    cut = alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(strokeDash=[6, 3], color="gray").encode(x=alt.X("k:Q"))
+    null = base.mark_line(color="black", strokeWidth=1, opacity=0.7).encode(y=alt.Y("baseline:Q"))
     caption = (
         "Tall labelled bars are the frequencies this module writes most (period T); the black line is what the "
         "unembedding "
@@ -315,18 +317,18 @@ def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int 
             x=x,
             y=alt.Y("value:Q", title="contribution to the logit"),
             color=alt.Color("component:N", title="component (period T)"),
-            tooltip=["component", "number", alt.Tooltip("value:Q", format=".3f")],
+            tooltip=[alt.Tooltip("component"), alt.Tooltip("number"), alt.Tooltip("value:Q", format=".3f")],
         )
     )
     sum_chart = (
         alt.Chart(total)
         .mark_line(color="black", strokeWidth=2.5 if window is not None else 1.5)
-        .encode(x=x, y="value:Q", tooltip=["number", alt.Tooltip("value:Q", format=".3f")])
+        .encode(x=x, y=alt.Y("value:Q"), tooltip=[alt.Tooltip("number"), alt.Tooltip("value:Q", format=".3f")])
     )
     rule = (
         alt.Chart(pd.DataFrame({"number": [int(example["answer"])]}))
         .mark_rule(color=ANSWER_COLOUR, strokeDash=[4, 3])
-        .encode(x="number:Q")
+        .encode(x=alt.X("number:Q"))
     )
     data = comps[["component", "k", "period", "magnitude", "number", "value"]]
     peak = int(total.loc[total["value"].idxmax(), "number"])
@@ -358,17 +360,17 @@ def table1_chart(run: RunReader, tau: int):
     chart = base.mark_line(point=True).encode(
         y=alt.Y("accuracy:Q", title="accuracy under the filter", axis=PCT_AXIS, scale=PCT_SCALE),
         tooltip=[
-            "filter",
-            "tau",
+            alt.Tooltip("filter"),
+            alt.Tooltip("tau"),
             alt.Tooltip("accuracy:Q", format=".1%"),
             alt.Tooltip("low:Q", format=".1%", title="95% interval from"),
             alt.Tooltip("high:Q", format=".1%", title="95% interval to"),
             alt.Tooltip("n:Q", title="questions read"),
             alt.Tooltip("loss:Q", format=".3f"),
-            "erased",
+            alt.Tooltip("erased"),
         ],
     )
-    rule = alt.Chart(pd.DataFrame({"tau": [tau]})).mark_rule(strokeDash=[6, 3], color="gray").encode(x="tau:Q")
+    rule = alt.Chart(pd.DataFrame({"tau": [tau]})).mark_rule(strokeDash=[6, 3], color="gray").encode(x=alt.X("tau:Q"))
     caption = (
         "Accuracy when every layer's outputs lose one band, for each cached cutoff. A line that collapses marks the "
         "band those modules need."
@@ -376,7 +378,7 @@ def table1_chart(run: RunReader, tau: int):
     sampled = data["n"] < data["n"].max()
     if sampled.any():  # a deep model's sweep read on its fixed sample (core.runs.sampled_design)
         chart = chart + base.transform_filter(alt.datum.n < int(data["n"].max())).mark_rule(strokeWidth=2).encode(
-            y=alt.Y("low:Q"), y2="high:Q"
+            y=alt.Y("low:Q"), y2=alt.Y2("high:Q")
         )
         caption += (
             f" Cutoffs other than Table 1's were read on a sample of {int(data.loc[sampled, 'n'].max())} questions: "
@@ -398,7 +400,7 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
                 title="multiple of 10",
                 scale=alt.Scale(domain=[True, False], range=["#d62728", "#7f7f7f"]),
             ),
-            tooltip=["error", "count", "multiple of 10"],
+            tooltip=[alt.Tooltip("error"), alt.Tooltip("count"), alt.Tooltip("multiple of 10")],
         )
     )
     return styled(chart, title), data, caption
@@ -433,8 +435,8 @@ def top_periods_bars(
             y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
             color=alt.Color("module:N", title=None, scale=MODULE_COLOURS, legend=legend),
             tooltip=[
-                "module",
-                "k",
+                alt.Tooltip("module"),
+                alt.Tooltip("k"),
                 alt.Tooltip("period:Q", format=".3g", title="period T"),
                 alt.Tooltip("magnitude:Q", format=".3f"),
             ],
@@ -474,8 +476,8 @@ def table1_bars(run: RunReader, tau: int):
                 legend=alt.Legend(orient="top", labelLimit=0),
             ),
             tooltip=[
-                "filter",
-                "source",
+                alt.Tooltip("filter"),
+                alt.Tooltip("source"),
                 alt.Tooltip("accuracy:Q", format=".1%"),
                 alt.Tooltip("spread:Q", format=".1f", title="± (points, sd over draws)"),
             ],
@@ -493,8 +495,8 @@ def table1_bars(run: RunReader, tau: int):
             .encode(
                 x=alt.X("filter:N", sort=list(dict.fromkeys(data["filter"]))),
                 xOffset=alt.XOffset("source:N", sort=order, scale=alt.Scale(domain=order)),
-                y="lo:Q",
-                y2="hi:Q",
+                y=alt.Y("lo:Q"),
+                y2=alt.Y2("hi:Q"),
             )
         )
         chart = alt.layer(chart, spread)

@@ -24,13 +24,13 @@ def _spectrum_with_null(data, k_max: int) -> alt.LayerChart:
     bars = base.mark_bar(width=3, color="#1f77b4").encode(
         y=alt.Y("magnitude:Q", title="magnitude", scale=alt.Scale(domainMax=float(data["magnitude"].max()) * 1.15)),
         tooltip=[
-            "k",
+            alt.Tooltip("k"),
             alt.Tooltip("period:Q", format=".3g", title="period T"),
             alt.Tooltip("magnitude:Q", format=".3f"),
-            "outlier",
+            alt.Tooltip("outlier"),
         ],
     )
-    null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y="null_threshold:Q")
+    null = base.mark_line(color="gray", strokeDash=[4, 3]).encode(y=alt.Y("null_threshold:Q"))
     return bars + null + _period_labels(base)
 
 
@@ -74,7 +74,7 @@ def _period_labels(base: alt.Chart) -> alt.LayerChart:
     layers = [
         base.transform_filter(f"datum.edge == '{edge}'")
         .mark_text(align=align, dx=dx, **text)
-        .encode(y="magnitude:Q", text="label:N")
+        .encode(y=alt.Y("magnitude:Q"), text=alt.Text("label:N"))
         for edge, align, dx in (("", "center", 0), ("right", "right", 4), ("left", "left", -4))
     ]
     return alt.layer(*layers)
@@ -100,25 +100,26 @@ def probe_kappa(run: RunReader, layer: int | None = None):
     )
     band = base.mark_area(opacity=0.15).encode(
         y=alt.Y("low:Q", title="Cohen's kappa (held-out numbers)", scale=alt.Scale(domain=[-0.6, 1.05], nice=False)),
-        y2="high:Q",
+        y2=alt.Y2("high:Q"),
     )
     line = base.mark_line(point=alt.OverlayMarkDef(size=30)).encode(
-        y="kappa_mean:Q",
+        y=alt.Y("kappa_mean:Q"),
         strokeDash=alt.StrokeDash(
             "kind:N", scale=alt.Scale(domain=["paper period", "control"], range=[[1, 0], [5, 3]]), legend=None
         ),
         tooltip=[
-            "series",
-            "layer",
+            alt.Tooltip("series"),
+            alt.Tooltip("layer"),
             alt.Tooltip("kappa_mean:Q", format=".2f", title="kappa"),
             alt.Tooltip("kappa_sd:Q", format=".2f", title="sd"),
         ],
     )
-    zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="black", opacity=0.4).encode(y="y:Q")
+    zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="black", opacity=0.4).encode(y=alt.Y("y:Q"))
     layers = [band, line, zero]
     if layer is not None:
         layers.append(
-            alt.Chart(pd.DataFrame({"layer": [layer]})).mark_rule(color="black", strokeDash=[2, 2]).encode(x="layer:Q")
+            alt.Chart(pd.DataFrame({"layer": [layer]})).mark_rule(color="black", strokeDash=[2, 2]).encode(
+                x=alt.X("layer:Q"))
         )
     caption = (
         "Kappa 1: a linear probe reads n mod T perfectly on numbers it never saw; 0: chance. Controls (grey, dashed): "
@@ -142,7 +143,7 @@ def embedding_map(run: RunReader, matrix: str, colour: str):
             x=alt.X("x:Q", title="t-SNE 1 (no unit)", axis=alt.Axis(labels=False)),
             y=alt.Y("y:Q", title="t-SNE 2 (no unit)", axis=alt.Axis(labels=False)),
             color=enc,
-            tooltip=["number", "last_digit", "cluster"],
+            tooltip=[alt.Tooltip("number"), alt.Tooltip("last_digit"), alt.Tooltip("cluster")],
         )
     )
     what = "size of the number" if colour == "magnitude" else "last digit"

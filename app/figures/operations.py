@@ -50,14 +50,16 @@ def operation_accuracy_bars(runs: tuple[RunReader, ...]):
         color=alt.Color("operation:N", scale=OPERATION_COLOURS, legend=None),
         opacity=alt.Opacity("split:N", scale=alt.Scale(domain=["validation", "test"], range=[1.0, 0.5]),
                             legend=_legend("split")),
-        tooltip=["operation", "run", "split", alt.Tooltip("accuracy:Q", format=".1%"), "commonest answer",
+        tooltip=[alt.Tooltip("operation"), alt.Tooltip("run"), alt.Tooltip("split"),
+                 alt.Tooltip("accuracy:Q", format=".1%"), alt.Tooltip("commonest answer"),
                  alt.Tooltip("commonest share:Q", format=".1%", title="always the commonest answer")],
     )
-    common = alt.Chart(data).mark_tick(color="#666", thickness=3).encode(x=x, xOffset=offset, y="commonest share:Q")
+    common = alt.Chart(data).mark_tick(color="#666", thickness=3).encode(
+        x=x, xOffset=offset, y=alt.Y("commonest share:Q"))
     paper = alt.Chart(data.drop_duplicates("operation")).mark_tick(color="black", thickness=3, size=60).encode(
-        x=x, y="paper accuracy:Q",
-        tooltip=["operation", alt.Tooltip("paper accuracy:Q", format=".2%", title="the paper's GPT-2-XL"),
-                 "paper split"],
+        x=x, y=alt.Y("paper accuracy:Q"),
+        tooltip=[alt.Tooltip("operation"), alt.Tooltip("paper accuracy:Q", format=".2%", title="the paper's GPT-2-XL"),
+                 alt.Tooltip("paper split")],
     )
     caption = (
         "Each run's accuracy on validation (where its epoch was chosen) and on test (pale). Grey ticks: always the "
@@ -94,16 +96,17 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
         y=alt.Y("ratio:Q", title="× what W_U gives random vectors",
                 scale=alt.Scale(type="log", domain=[ticks[0], ticks[-1]], nice=False),
                 axis=alt.Axis(values=ticks, format="~g")),
-        y2=alt.datum(1.0),
+        y2=alt.Y2Datum(1.0),
         color=alt.Color("operation:N", scale=OPERATION_COLOURS, legend=_legend()),
-        tooltip=["operation", "run", "module", alt.Tooltip("period:Q", format=".3g", title="period T"),
+        tooltip=[alt.Tooltip("operation"), alt.Tooltip("run"), alt.Tooltip("module"),
+                 alt.Tooltip("period:Q", format=".3g", title="period T"),
                  alt.Tooltip("ratio:Q", format=".2f", title="× the W_U baseline"),
                  alt.Tooltip("magnitude:Q", format=".3f"), alt.Tooltip("baseline:Q", format=".3f")],
     )
     line = alt.Chart(data).mark_tick(color="black", thickness=2, size=18).encode(  # each period's own bar
         x=alt.X("period T:N", sort=order), xOffset=alt.XOffset("operation:N", sort=list(OPERATION_COLOURS.domain)),
-        y="bar:Q")
-    one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="#999").encode(y="y:Q")
+        y=alt.Y("bar:Q"))
+    one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="#999").encode(y=alt.Y("y:Q"))
     caption = (
         f"Each run's strongest module at each period, in multiples of what W_U alone gives random vectors (log "
         f"scale). A bar reaching its black tick carries the period ({BASELINE_RATIO:g}x, less where W_U leaves less "
@@ -131,7 +134,8 @@ def carrier_bars(runs: tuple[RunReader, ...]):
         x=alt.X("value:Q", title=title, axis=PCT_AXIS if shift else alt.Axis(), scale=PCT_SCALE if shift else
                 alt.Scale(domain=[0, 1])),
         color=alt.Color("operation:N", scale=OPERATION_COLOURS, legend=_legend()),
-        tooltip=["operation", "run", "module", "measure", alt.Tooltip("value:Q", format=".2f"),
+        tooltip=[alt.Tooltip("operation"), alt.Tooltip("run"), alt.Tooltip("module"), alt.Tooltip("measure"),
+                 alt.Tooltip("value:Q", format=".2f"),
                  alt.Tooltip("control:Q", format=".2f", title="random edits" if shift else "chance threshold")],
     )
     caption = (
@@ -143,7 +147,7 @@ def carrier_bars(runs: tuple[RunReader, ...]):
     )
     control = alt.Chart(data).mark_tick(color="black", thickness=2).encode(
         y=alt.Y("module:N", sort=alt.EncodingSortField("value", op="max", order="descending")),
-        yOffset=alt.YOffset("operation:N", sort=list(OPERATION_COLOURS.domain)), x="control:Q")
+        yOffset=alt.YOffset("operation:N", sort=list(OPERATION_COLOURS.domain)), x=alt.X("control:Q"))
     return (styled(bars + control, "Which module carries the short waves?", height=60 * data["module"].nunique()),
             data, caption)
 

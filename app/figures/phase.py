@@ -38,14 +38,14 @@ def locking_heatmap(run: RunReader):
             legend=alt.Legend(orient="bottom", direction="horizontal", gradientLength=220),
         ),
         tooltip=[
-            "module",
-            "layer",
-            "T",
+            alt.Tooltip("module"),
+            alt.Tooltip("layer"),
+            alt.Tooltip("T"),
             alt.Tooltip("locking:Q", format=".2f", title="R"),
             alt.Tooltip("null_95:Q", format=".2f", title="chance threshold"),
             alt.Tooltip("energy_share:Q", format=".1%", title="energy at T"),
             alt.Tooltip("offset:Q", format=".2f", title="peak at answer + (numbers)"),
-            "locks",
+            alt.Tooltip("locks"),
         ],
     )
     frames = base.transform_filter("datum.locks").mark_rect(fill=None, stroke="#d62728", strokeWidth=2.5)
@@ -151,12 +151,12 @@ def shift_bars(run: RunReader):
                 legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0),  # a narrow column fits it
             ),
             tooltip=[
-                "module",
-                "edit",
+                alt.Tooltip("module"),
+                alt.Tooltip("edit"),
                 alt.Tooltip("share:Q", format=".1%"),
                 alt.Tooltip("low:Q", format=".1%"),
                 alt.Tooltip("high:Q", format=".1%"),
-                "n",
+                alt.Tooltip("n"),
             ],
         )
     )
@@ -166,11 +166,11 @@ def shift_bars(run: RunReader):
         .encode(
             y=alt.Y("module:N", sort=order, title=None),
             yOffset=alt.YOffset("edit:N", sort=["shift its short waves", "random edit, same size"]),
-            x="low:Q",
-            x2="high:Q",
+            x=alt.X("low:Q"),
+            x2=alt.X2("high:Q"),
         )
     )
-    half = alt.Chart(pd.DataFrame({"x": [0.5]})).mark_rule(strokeDash=[4, 3], color="black").encode(x="x:Q")
+    half = alt.Chart(pd.DataFrame({"x": [0.5]})).mark_rule(strokeDash=[4, 3], color="black").encode(x=alt.X("x:Q"))
     chart = (
         alt.layer(bars, spread, half)
         .properties(

@@ -40,10 +40,10 @@ def period_marks(periods, span: int, top: float, labelled=()) -> alt.LayerChart:
     whose bar already carries its label (k in `labelled`) is not named twice."""
     data = pd.DataFrame({"k": [round(span / t) for t in periods], "label": [f"T = {t:.3g}" for t in periods],
                          "y": float(top)})
-    rules = alt.Chart(data).mark_rule(color="#777", strokeDash=[2, 3]).encode(x="k:Q")
+    rules = alt.Chart(data).mark_rule(color="#777", strokeDash=[2, 3]).encode(x=alt.X("k:Q"))
     named = data[~data["k"].isin([int(k) for k in labelled])]
     text = alt.Chart(named).mark_text(color="#444", angle=270, align="right", baseline="middle", dx=0, dy=-7).encode(
-        x="k:Q", y="y:Q", text="label:N")
+        x=alt.X("k:Q"), y=alt.Y("y:Q"), text=alt.Text("label:N"))
     return rules + text
 
 
@@ -70,12 +70,13 @@ def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int
         params.update(subtitle=sub if len(sub) > 1 else sub[0], subtitleFontSize=sub_px, subtitleColor="#555")
         extra += len(sub) * int(sub_px * 1.25)
     size = alt.Step(int(row_step * scale)) if row_step else int(height * scale) + extra
-    return (
-        chart.properties(title=alt.TitleParams(wrapped_title(what, size_px), **params), height=size)
-        .configure_axis(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12)
-        .configure_legend(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
-        .configure_text(fontSize=16 if big else 11)
+    # one copy of the chart (each `configure_*` call would deep-copy the whole chart again)
+    config = alt.Config(
+        axis=alt.AxisConfig(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12),
+        legend=alt.LegendConfig(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12),
+        text=alt.MarkConfig(fontSize=16 if big else 11),
     )
+    return chart.properties(title=alt.TitleParams(wrapped_title(what, size_px), **params), height=size, config=config)
 
 
 def wrapped_title(text: str, font_px: int) -> alt.ExprRef:

@@ -26,17 +26,17 @@ def training_curves(curves: pd.DataFrame, split: str):
         ),
     )
     band = base.mark_area(opacity=0.2).encode(
-        y=alt.Y("low:Q", title=f"{said} accuracy", axis=PCT_AXIS, scale=PCT_SCALE), y2="high:Q"
+        y=alt.Y("low:Q", title=f"{said} accuracy", axis=PCT_AXIS, scale=PCT_SCALE), y2=alt.Y2("high:Q")
     )
     line = base.mark_line(point=True).encode(
-        y="mean:Q",
+        y=alt.Y("mean:Q"),
         tooltip=[
-            "run",
-            "epoch",
+            alt.Tooltip("run"),
+            alt.Tooltip("epoch"),
             alt.Tooltip("mean:Q", format=".1%"),
             alt.Tooltip("low:Q", format=".1%"),
             alt.Tooltip("high:Q", format=".1%"),
-            "seeds",
+            alt.Tooltip("seeds"),
         ],
     )
     caption = (
@@ -67,11 +67,11 @@ def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
                 legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0),
             ),
             tooltip=[
-                "run",
-                "stage",
-                "epoch",
-                "stage_epoch",
-                "device",
+                alt.Tooltip("run"),
+                alt.Tooltip("stage"),
+                alt.Tooltip("epoch"),
+                alt.Tooltip("stage_epoch"),
+                alt.Tooltip("device"),
                 alt.Tooltip("accuracy:Q", format=".2%"),
                 alt.Tooltip("loss:Q", format=".3f"),
             ],
@@ -80,11 +80,11 @@ def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
     paper = pd.DataFrame(
         {"accuracy": [paper_accuracy], "what": [f"paper: GPT-2-XL fine-tuned, {paper_accuracy:.2%} test"]}
     )
-    rule = alt.Chart(paper).mark_rule(strokeDash=[6, 3], color="gray").encode(y="accuracy:Q")
+    rule = alt.Chart(paper).mark_rule(strokeDash=[6, 3], color="gray").encode(y=alt.Y("accuracy:Q"))
     text = (
         alt.Chart(paper)
         .mark_text(align="left", dx=4, dy=-7, color="gray")
-        .encode(y="accuracy:Q", x=alt.value(0), text="what:N")
+        .encode(y=alt.Y("accuracy:Q"), x=alt.XValue(0), text=alt.Text("what:N"))
     )
     caption = (
         "The current model, and the earlier models and variants it replaced (their training logs). A later stage "
