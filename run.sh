@@ -52,7 +52,13 @@ case "${1:-}" in
     setup_python; setup_browser; setup_proxy || true ;;
   test)
     setup_python; setup_browser
-    exec "$PY" -m pytest tests ;;
+    # both cores: a pytest worker each, one thread each (OMP_NUM_THREADS: torch's threads of two tests side by side
+    # would wait on each other), a test file kept on one worker (its fixtures are built once); then the tests that
+    # hold a time bound measured on this machine, with nothing beside them (the `alone` marker). docs/testing.md
+    status=0
+    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 "$PY" -m pytest -n 2 --dist loadfile -m "not alone" tests || status=$?
+    "$PY" -m pytest -m alone tests || status=$((status ? status : $?))
+    exit "$status" ;;
   app)
     shift
     if [ "${1:-}" = "--cache-dir" ]; then  # another cache folder (the default: the project's cache/)

@@ -4,7 +4,9 @@ On a machine where other work is running, torch's default (one thread per core) 
 threads wait for each other: on the 2-core machines here, with another job busy, 2 threads ran
 4.6 to 11 times slower than 1 (issue 11), while on an idle machine 2 threads were 1.75x faster.
 So the default ("auto") counts the cores that are free right now: the cores this process may
-use, less the 1-minute load average of the machine, at least 1.
+use, less the 1-minute load average of the machine, at least 1; and no more than OMP_NUM_THREADS
+when the environment sets it (the usual way to say how many threads a process may take: the test
+suite, two tests side by side, gives each one; the load average lags by a minute).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ def auto_threads() -> int:
         busy = os.getloadavg()[0]
     except OSError:
         busy = 0.0
-    return max(1, min(cores, cores - int(round(busy))))
+    free = max(1, min(cores, cores - int(round(busy))))
+    cap = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return min(free, int(cap)) if cap.isdigit() and int(cap) >= 1 else free
 
 
 def parse_threads(value) -> int | None:

@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
@@ -122,19 +123,66 @@ def wait_until_idle(page, timeout_ms: int = 60000) -> None:
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
 
 
-def press_tour_button(page, name: str, timeout_ms: int = 60000) -> tuple[int, bool]:
-    """Click the Tour's "Next ▶" or "◀ Back" and wait until the step it leads to is on screen and drawn: its
-    position line shows the step one after (or before) and Streamlit has finished the rerun, then the charts redrawn
-    in place keep their size (no fixed wait). Returns (the step now shown, whether the charts settled)."""
+@dataclass
+class View:
+    """One view a walk looks at: `url` opened afresh, or the Tour's `button` ("Next ▶", "◀ Back") pressed on the
+    page's current step; then, with `sidebar`, the sidebar opened. `where` names the view in a report; `large`:
+    presentation mode."""
+
+    where: str
+    url: str | None = None
+    button: str | None = None
+    sidebar: bool = False
+    large: bool = False
+
+
+def walk(pages: list, queues: list[list[View]], look, timeout_ms: int = 60000) -> None:
+    """Every view of each page's queue (`queues[i]` on `pages[i]`, in order: a walk by Next is one page's queue), with
+    the pages' work overlapped: while one page's next view loads (its renderer and the server at work), the other's
+    view is waited for and looked at, so both cores of a small machine work. For each view, once it is drawn,
+    `look(page, view, settled)`; `settled` is False when a chart still changed size 2 s after a button press or the
+    sidebar opening (see `CHARTS_STILL_JS`). A button press waits for the exact step it leads to (no fixed wait)."""
+    queues = [list(q) for q in queues]
+    in_flight: list[tuple[View, str | None] | None] = [None] * len(pages)
+
+    def begin(i: int) -> None:
+        if queues[i]:
+            view = queues[i].pop(0)
+            in_flight[i] = (view, _begin(pages[i], view))
+
+    for i in range(len(pages)):
+        begin(i)
+    while any(in_flight):
+        for i, page in enumerate(pages):
+            if in_flight[i] is None:
+                continue
+            (view, step), in_flight[i] = in_flight[i], None
+            look(page, view, _finish(page, view, step, timeout_ms))
+            begin(i)
+
+
+def _begin(page, view: View) -> str | None:
+    """Start opening `view` without waiting for it; the Tour step a button press leads to, if one was pressed."""
+    if view.url is not None:
+        page.goto(view.url, wait_until="commit")
+        return None
     before = page.evaluate(TOUR_STEP_JS)
     if before is None:
-        raise AssertionError(f"no Tour position line ('Step N of 9') on the page to press {name!r} from")
-    after = str(int(before) + (1 if "Next" in name else -1))
-    page.get_by_role("button", name=name).click()
-    page.wait_for_function(f"(after) => ({TOUR_STEP_JS})() === after", arg=after, timeout=timeout_ms,
-                           polling=POLL_MS)
+        raise AssertionError(f"{view.where}: no Tour position line ('Step N of 9') to press {view.button!r} from")
+    page.get_by_role("button", name=view.button).click()
+    return str(int(before) + (1 if "Next" in view.button else -1))
+
+
+def _finish(page, view: View, step: str | None, timeout_ms: int) -> bool:
+    """Wait until `view` is on screen and drawn; whether its charts settled."""
+    if step is not None:  # the position line shows the step the button leads to
+        page.wait_for_function(f"(step) => ({TOUR_STEP_JS})() === step", arg=step, timeout=timeout_ms,
+                               polling=POLL_MS)
     wait_until_idle(page, timeout_ms)
-    return int(after), page.evaluate(CHARTS_STILL_JS)
+    settled = page.evaluate(CHARTS_STILL_JS) if step is not None else True
+    if view.sidebar:
+        settled = open_sidebar(page) and settled
+    return settled
 
 
 def open_sidebar(page, timeout_ms: int = 10000) -> bool:
@@ -173,34 +221,38 @@ CHARTS_STILL_JS = """
 
 
 def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: int = 2600) -> dict:
-    """Open one page; report its title, number of charts and errors; optionally save a screenshot."""
+    """Open one page in a page of its own; `report` on it."""
     page = b.new_page(viewport={"width": width, "height": height})
     try:
         page.goto(url)
         wait_until_idle(page)
-        report = {
-            "url": url,
-            "title": page.locator(HEADING).first.inner_text(),
-            "charts": page.locator(".vega-embed").count(),
-            "chart_heights": [
-                round(box["height"]) for e in page.locator(".vega-embed").all() if (box := e.bounding_box())
-            ],
-            "chart_titles": [
-                e.get_attribute("aria-label") or "" for e in page.locator(".vega-embed svg, .vega-embed canvas").all()
-            ],
-            "errors": [
-                e.inner_text()
-                for e in page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all()
-            ]
-            + (["page not found"] if page.get_by_text("Page not found").count() else []),
-            "layout": layout_problems(page, "large=1" in url),
-        }
-        if out_png is not None:
-            out_png.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(out_png))
-        return report
+        return report(page, url, out_png)
     finally:
         page.close()
+
+
+def report(page, url: str, out_png: Path | None = None) -> dict:
+    """The page as drawn now: its title, number of charts, chart heights and titles, errors and layout problems;
+    optionally a screenshot saved to `out_png`."""
+    found = {
+        "url": url,
+        "title": page.locator(HEADING).first.inner_text(),
+        "charts": page.locator(".vega-embed").count(),
+        "chart_heights": [round(box["height"]) for e in page.locator(".vega-embed").all() if (box := e.bounding_box())],
+        "chart_titles": [
+            e.get_attribute("aria-label") or "" for e in page.locator(".vega-embed svg, .vega-embed canvas").all()
+        ],
+        "errors": [
+            e.inner_text()
+            for e in page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all()
+        ]
+        + (["page not found"] if page.get_by_text("Page not found").count() else []),
+        "layout": layout_problems(page, "large=1" in url),
+    }
+    if out_png is not None:
+        out_png.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(out_png))
+    return found
 
 
 def upload(b, url: str, file: Path) -> str:

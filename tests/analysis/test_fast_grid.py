@@ -222,12 +222,16 @@ def test_second_live_request_waits_for_the_first():
     assert waited == [True]
 
 
-def test_threads_option():
+def test_threads_option(monkeypatch):
     assert parse_threads("auto") is None and parse_threads(None) is None and parse_threads("2") == 2
     for bad in ("0", "-1", "two", 1.5j):
         with pytest.raises(CoreError, match="threads"):
             parse_threads(bad)
     assert 1 <= auto_threads() <= available_cores()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the environment's cap holds
+    assert auto_threads() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "64")  # a cap above the free cores gives the free cores
+    assert auto_threads() <= available_cores()
     before = torch.get_num_threads()
     try:
         assert use_threads(1) == 1 and torch.get_num_threads() == 1

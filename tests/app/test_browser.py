@@ -20,21 +20,31 @@ pytestmark = [
 
 
 def test_every_page_in_a_real_browser(app_env, tmp_path):
+    """Every page drawn whole, without an error and saved as a screenshot; a shared link and the Tour's older names
+    open the Tour. Two pages at a time (`browser.walk`)."""
     shots = tmp_path / "screenshots"
+    run = app_env["runs"]["random llama"].name
+    reports = {}
+
+    def look(page, view, settled):
+        png = shots / f"{view.where}.png" if view.where in browser.PAGES else None
+        reports[view.where] = browser.report(page, view.url, png)
+
     with browser.serve(app_env["cache"], app_env["models"]) as base, browser.browser() as b:
-        for name, path in browser.PAGES.items():
-            report = browser.visit(b, f"{base}/{path}", shots / f"{name}.png")
-            assert report["errors"] == [], (name, report["errors"])
-            assert report["title"], name
-            assert report["charts"] >= 1 or name == "terms", name  # the Terms page is text
-            assert (shots / f"{name}.png").stat().st_size > 20_000, name
-        # a shared link reopens the same view
-        run = app_env["runs"]["random llama"].name
-        report = browser.visit(b, f"{base}/?run={run}&step=3&tau=20")
-        assert report["errors"] == [] and report["charts"] >= 1
-        for alias in ("tour", "start"):  # links people type or keep from older versions open the Tour
-            report = browser.visit(b, f"{base}/{alias}?run={run}&step=2")
-            assert report["errors"] == [] and report["charts"] >= 1, alias
+        views = [browser.View(name, url=f"{base}/{path}") for name, path in browser.PAGES.items()]
+        views.append(browser.View("shared link", url=f"{base}/?run={run}&step=3&tau=20"))  # reopens the same view
+        # links people type or keep from older versions open the Tour
+        views += [browser.View(alias, url=f"{base}/{alias}?run={run}&step=2") for alias in ("tour", "start")]
+        pages = [b.new_page(viewport={"width": 1400, "height": 2600}) for _ in range(2)]
+        browser.walk(pages, [views[::2], views[1::2]], look)
+    for name in browser.PAGES:
+        report = reports[name]
+        assert report["errors"] == [], (name, report["errors"])
+        assert report["title"], name
+        assert report["charts"] >= 1 or name == "terms", name  # the Terms page is text
+        assert (shots / f"{name}.png").stat().st_size > 20_000, name
+    for where in ("shared link", "tour", "start"):
+        assert reports[where]["errors"] == [] and reports[where]["charts"] >= 1, where
 
 
 def test_csv_upload_in_a_real_browser(app_env, tmp_path):
@@ -63,63 +73,65 @@ def projector_problems(page, large: bool) -> list[str]:
 LAST = len(STEPS)
 
 
+def projector_views(base: str, default: str, small: str | None) -> list[list[browser.View]]:
+    """The projector walk's views, as three pages' queues: the Tour by Next in normal then presentation mode (one
+    page); every step in presentation mode with the sidebar opened (a page of its own: the sidebar stays open on the
+    page that opened it); and every view opened by its link, shared between the first page and a third."""
+    View = browser.View
+    by_next, links = [], []
+    for large in (False, True):
+        mode = "presentation" if large else "normal"
+        query = f"run={default}" + ("&large=1" if large else "")
+        by_next.append(View(f"{mode}, step 1", url=f"{base}/?{query}&step=1", large=large))
+        # by Next: the charts are redrawn in place, not opened afresh
+        by_next += [View(f"{mode}, step {step} by Next", button="Next ▶", large=large) for step in range(2, LAST + 1)]
+        links += [View(f"{mode}, step {step} by link", url=f"{base}/?{query}&step={step}", large=large)
+                  for step in range(2, LAST + 1)]
+        links += [View(f"{mode}, page {name}", url=f"{base}/{path}?{query}", large=large)
+                  for name, path in browser.PAGES.items() if path]
+    # a lecturer opens the sidebar to change the run
+    sidebar = [View(f"sidebar open, presentation, step {step}", url=f"{base}/?run={default}&large=1&step={step}",
+                    sidebar=True, large=True) for step in range(1, LAST + 1)]
+    if small is not None:
+        links += [View(f"2 layers, normal, step {step}", url=f"{base}/?run={small}&step={step}")
+                  for step in range(1, LAST + 1)]
+        query = f"run={small}&large=1"
+        links += [View(f"2 layers, step {step}", url=f"{base}/?{query}&step={step}", large=True)
+                  for step in range(1, LAST + 1)]
+        links += [View(f"2 layers, page {name}", url=f"{base}/{path}?{query}", large=True)
+                  for name, path in browser.PAGES.items() if path]
+    first, third = by_next, []
+    for view in links:  # to the shorter queue
+        (first if len(first) <= len(sidebar) + len(third) else third).append(view)
+    return [first, sidebar, third]
+
+
 @functools.cache
 def projector_walk() -> tuple[str, ...]:
     """Chromium at 1024 x 768 on the default shipped run (30 layers), in normal and presentation mode: every Tour
     step reached with Next and opened by its link, and every page; every step in presentation mode with the sidebar
     opened; the 2-layer demo run's steps and pages by link in presentation mode and its Tour steps in normal mode
-    too. Every problem a class would see (`projector_problems`), with where it was seen."""
+    too (`projector_views`). Every problem a class would see (`projector_problems`), with where it was seen."""
     runs = [r for r in list_runs(PROJECT_ROOT / "cache") if r.ok]
     if not runs:
         pytest.skip("no shipped runs")
     default = min(runs, key=lambda r: (r.manifest.get("display_order", 100), r.manifest.get("label", "")))
     small = next((r for r in runs if r.manifest.get("n_layers") == 2 and "phase_locking" in r.manifest["tables"]), None)
-    problems = []
+    problems, seen = [], []
+
+    def look(page, view: browser.View, settled: bool) -> None:
+        seen.append(view.where)
+        if view.sidebar:
+            assert page.locator('[data-testid="stSidebarContent"]').is_visible(), view.where
+        if not settled:
+            problems.append(f"{view.where}: a chart still changed size 2 s after drawing")
+        problems.extend(f"{view.where}: {p}" for p in projector_problems(page, view.large))
+
     with browser.serve(PROJECT_ROOT / "cache") as base, browser.browser() as b:
-        page = b.new_page(viewport=PROJECTOR)
-
-        def look(url: str, where: str, large: bool) -> None:
-            if url:
-                page.goto(url)
-            browser.wait_until_idle(page)
-            problems.extend(f"{where}: {p}" for p in projector_problems(page, large))
-
-        for large in (False, True):
-            mode = "presentation" if large else "normal"
-            query = f"run={default.name}" + ("&large=1" if large else "")
-            look(f"{base}/?{query}&step=1", f"{mode}, step 1", large)
-            for step in range(2, LAST + 1):  # by Next: the charts are redrawn in place, not opened afresh
-                shown, settled = browser.press_tour_button(page, "Next ▶")
-                assert shown == step, (mode, shown, step)
-                if not settled:
-                    problems.append(f"{mode}, step {step} by Next: a chart still changed size 2 s after drawing")
-                look("", f"{mode}, step {step} by Next", large)
-            for step in range(2, LAST + 1):
-                look(f"{base}/?{query}&step={step}", f"{mode}, step {step} by link", large)
-            for name, path in browser.PAGES.items():
-                if path:
-                    look(f"{base}/{path}?{query}", f"{mode}, page {name}", large)
-        # a lecturer opens the sidebar to change the run: every step in presentation mode with it open (a page of
-        # its own: the browser keeps the sidebar open for the page that opened it)
-        main_page, page = page, b.new_page(viewport=PROJECTOR)
-        for step in range(1, LAST + 1):
-            page.goto(f"{base}/?run={default.name}&large=1&step={step}")
-            browser.wait_until_idle(page)
-            if not browser.open_sidebar(page):  # or open already, from the step before
-                problems.append(f"sidebar open, presentation, step {step}: a chart still changed size 2 s after")
-            assert page.locator('[data-testid="stSidebarContent"]').is_visible(), step
-            look("", f"sidebar open, presentation, step {step}", True)
-        page.close()
-        page = main_page
-        if small is not None:
-            for step in range(1, LAST + 1):
-                look(f"{base}/?run={small.name}&step={step}", f"2 layers, normal, step {step}", False)
-            query = f"run={small.name}&large=1"
-            for step in range(1, LAST + 1):
-                look(f"{base}/?{query}&step={step}", f"2 layers, step {step}", True)
-            for name, path in browser.PAGES.items():
-                if path:
-                    look(f"{base}/{path}?{query}", f"2 layers, page {name}", True)
+        queues = projector_views(base, default.name, small.name if small else None)
+        pages = [b.new_page(viewport=PROJECTOR) for _ in queues]
+        browser.walk(pages, queues, look)
+    assert len(seen) == sum(map(len, queues)) and len(set(seen)) == len(seen)
     return tuple(problems)
 
 

@@ -73,6 +73,7 @@ def test_hostile_links_open_every_page_with_a_note_and_the_default(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # the other students' click p95 is bounded: another test beside it would take its CPU
 @pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (bash run.sh setup installs it)")
 def test_a_killed_worker_s_students_come_back_to_their_view(tmp_path):
