@@ -6,9 +6,12 @@ fixtures."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
+import shutil
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -68,17 +71,38 @@ def loaded_model(model_dir):
     return load
 
 
-@pytest.fixture(scope="session")
-def app_env(tmp_path_factory, model_dir):
-    """A cache with: a trained tiny model (training log, live-capable), a random llama, a broken run."""
-    import shutil
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """A folder `build(folder)` fills once per test run, shared by the pytest workers of `pytest -n 2`: the first
+    worker to ask builds it while the others wait on a lock, then all read it (treat it as read-only; copy it to
+    change it). Alone (no workers), a folder of this session."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    folder = tmp_path_factory.getbasetemp().parent / name  # the run's folder, above each worker's own
+    with open(folder.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
 
+
+#: app_env's broken run (a copy of the tiny trained run with an unreadable table).
+BROKEN_RUN = "zz-broken-0000000000"
+
+
+def build_app_env(root: Path) -> None:
+    """app_env's cache: a trained tiny model, a random llama, a model that writes numbers as digits, a broken run."""
     from core.cli import main
+    from core.models.random_models import save_random_model
+    from core.models.vocab import digit_tokenizer
     from core.runs.cache import list_runs
     from core.training.recipe import Recipe
     from core.training.train import train
 
-    root = tmp_path_factory.mktemp("appenv")
     models, cache = root / "models", root / "cache"
     recipe = Recipe(
         name="tiny-trained",
@@ -110,10 +134,9 @@ def app_env(tmp_path_factory, model_dir):
         "--no-progress",
     ]
     assert main(["precompute", "--model", str(models / "tiny-trained"), *common]) == 0
-    assert main(["precompute", "--model", str(model_dir("llama")), "--label", "random llama", *common]) == 0
-    from core.models.random_models import save_random_model
-    from core.models.vocab import digit_tokenizer
-
+    # outside the models folder the dashboard is given: a run whose model it cannot run live
+    llama = save_random_model(root / "random-llama", "llama", 2, 64, 4, 600, 0)
+    assert main(["precompute", "--model", str(llama), "--label", "random llama", *common]) == 0
     digits = save_random_model(models / "digit-llama", "llama", tokenizer=digit_tokenizer())
     assert (
         main(
@@ -132,7 +155,18 @@ def app_env(tmp_path_factory, model_dir):
         == 0
     )
     runs = list_runs(cache)
-    broken = cache / "zz-broken-0000000000"
+    broken = cache / BROKEN_RUN
     shutil.copytree(next(r for r in runs if r.manifest["label"] == "tiny trained").path, broken)
     (broken / "examples.parquet").write_bytes(b"not parquet")
+
+
+@pytest.fixture(scope="session")
+def app_env(tmp_path_factory):
+    """A cache with: a trained tiny model (training log, live-capable), a random llama, a model that writes numbers
+    as digits, a broken run; built once per test run (`built_once`)."""
+    from core.runs.cache import list_runs
+
+    root = built_once(tmp_path_factory, "appenv", build_app_env)
+    models, cache = root / "models", root / "cache"
+    runs = [r for r in list_runs(cache) if r.name != BROKEN_RUN]
     return {"root": root, "models": models, "cache": cache, "runs": {r.manifest["label"]: r for r in runs}}

@@ -365,6 +365,7 @@ def test_the_definitions_say_what_the_default_run_did():
         assert f"{first}..{last}" in TERMS[name], (name, TERMS[name])
 
 
+@pytest.mark.slow  # a real browser, as the other Chromium tests
 def test_the_slides_and_the_pdf_read_from_the_back_of_the_room(handouts, tmp_path):
     """Chromium at 1024 x 768, the default run's and a 2-layer run's slides: every slide within the screen, its text
     at least 16 px and its chart text at least 14 px as drawn, walked with the arrow key; the keys still move after a
