@@ -32,8 +32,11 @@ def auto_threads() -> int:
     except OSError:
         busy = 0.0
     free = max(1, min(cores, cores - int(round(busy))))
-    cap = os.environ.get("OMP_NUM_THREADS", "").strip()
-    return min(free, int(cap)) if cap.isdigit() and int(cap) >= 1 else free
+    try:
+        cap = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:  # unset, or not a number: no cap
+        return free
+    return min(free, cap) if cap >= 1 else free
 
 
 def parse_threads(value) -> int | None:

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random-init models of several architectures, built once per session.
+"""Shared fixtures: tiny random-init models of several architectures, built once per session, and the dashboard's
+cache (`app_env`), built once per test run.
 
 The environment below (offline hub, quiet tokenizers) must be set before transformers is first
 imported, which is why this file, loaded before every test module, imports the project inside its
@@ -74,18 +75,26 @@ def loaded_model(model_dir):
 def built_once(tmp_path_factory, name: str, build) -> Path:
     """A folder `build(folder)` fills once per test run, shared by the pytest workers of `pytest -n 2`: the first
     worker to ask builds it while the others wait on a lock, then all read it (treat it as read-only; copy it to
-    change it). Alone (no workers), a folder of this session."""
+    change it). A build that fails leaves its error for the other workers, which fail at once instead of building
+    again. Alone (no workers): a folder of this session."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         folder = tmp_path_factory.mktemp(name)
         build(folder)
         return folder
-    folder = tmp_path_factory.getbasetemp().parent / name  # the run's folder, above each worker's own
-    with open(folder.with_suffix(".lock"), "w") as lock:
+    run_dir = tmp_path_factory.getbasetemp().parent  # this test run's folder, above each worker's own
+    folder, failed = run_dir / name, run_dir / f"{name}.failed"
+    with open(run_dir / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (folder / ".built").exists():
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir()
-            build(folder)
+        if failed.exists():
+            pytest.fail(f"building {name} failed in another worker: {failed.read_text()}")
+        if not (folder / ".built").exists():  # in place: the runs built there name their models' paths
+            shutil.rmtree(folder, ignore_errors=True)  # what a worker that died half way left
+            folder.mkdir(exist_ok=True)
+            try:
+                build(folder)
+            except BaseException as exc:
+                failed.write_text(f"{type(exc).__name__}: {exc}")
+                raise
             (folder / ".built").touch()
     return folder
 

@@ -197,33 +197,50 @@ def test_the_figures_and_the_tour_steps_do_not_import_streamlit():
     assert not wrong, f"these import streamlit: {sorted(wrong)}"
 
 
+def named_channel(value: ast.expr) -> bool:
+    """Whether an encoding's value names its channel's class: `alt.Y(...)`, `alt.Y2Datum(...)` (a capitalised
+    `alt.` call), a variable (holding one, as the figures write them), or a list, tuple or `a if c else b` of those.
+    A string, a dict, `alt.value(...)`, `alt.datum(...)` or `alt.condition(...)` is not."""
+    if isinstance(value, ast.Name):
+        return True
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return all(named_channel(v) for v in value.elts)
+    if isinstance(value, ast.IfExp):
+        return named_channel(value.body) and named_channel(value.orelse)
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        return ast.unparse(value.func.value) == "alt" and value.func.attr[:1].isupper()
+    return False
+
+
 def shorthand_encodings(path: Path) -> list[str]:
-    """Where an `.encode(...)` of `path` gives a channel as a bare value (a string, a list holding one, `alt.value` or
-    `alt.datum`) instead of the channel's class: "line 12: y='magnitude:Q'"."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "encode"):
-            continue
-        for kw in node.keywords:
-            values = kw.value.elts if isinstance(kw.value, (ast.List, ast.Tuple)) else [kw.value]
-            for v in values:
-                bare = isinstance(v, (ast.Constant, ast.JoinedStr, ast.Dict)) or (
-                    isinstance(v, ast.Call) and ast.unparse(v.func) in ("alt.value", "alt.datum")
-                )
-                if bare:
-                    found.append(f"line {v.lineno}: {kw.arg}={ast.unparse(v)}")
-    return found
+    """Where a chart's `.encode(...)` in `path` (a module that imports Altair) gives a channel by a bare value
+    (`named_channel`): "line 12: y='magnitude:Q'"."""
+    tree = ast.parse(path.read_text())
+    if not any(isinstance(n, ast.Import) and any(a.name == "altair" for a in n.names) for n in ast.walk(tree)):
+        return []
+    return [
+        f"line {kw.value.lineno}: {kw.arg}={ast.unparse(kw.value)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "encode"
+        for kw in node.keywords
+        if kw.arg not in ("encoding", "errors") and not named_channel(kw.value)  # those two: str.encode's
+    ]
 
 
 def test_shorthand_encodings_are_found(tmp_path):
     """The check below finds each kind of bare channel value, and passes a channel given by its class."""
     path = tmp_path / "figure.py"
     path.write_text(
+        "import altair as alt\n"
         'alt.Chart(d).encode(x="k:Q", y=alt.Y("m:Q"), tooltip=["k", alt.Tooltip("m")], x2=alt.value(0), '
-        'y2=alt.datum(1), text=alt.Text("t:N"))'
+        'y2=alt.datum(1), text=alt.Text("t:N"), color=c, opacity=alt.condition(s, alt.value(1), alt.value(0)), '
+        'size=alt.Size("s:Q") if big else "s:Q", detail=f"{name}:N", shape={"field": "s"})\n'
+        'line.encode(errors="replace")  # not a chart\n'
     )
-    found = shorthand_encodings(path)
-    assert [f.split(": ", 1)[1] for f in found] == ["x='k:Q'", "tooltip='k'", "x2=alt.value(0)", "y2=alt.datum(1)"]
+    found = [f.split(": ", 1)[1].split("=", 1)[0] for f in shorthand_encodings(path)]
+    assert found == ["x", "tooltip", "x2", "y2", "opacity", "size", "detail", "shape"], found
+    path.write_text(path.read_text().replace("import altair as alt\n", ""))
+    assert shorthand_encodings(path) == []  # a module without Altair is not read
 
 
 def test_figures_name_each_encoding_channel_by_its_class():

@@ -224,8 +224,9 @@ def spectrum_heatmap(run: RunReader, basis: str, module: str, tau: int):
         )
     )
     cut = (
-        alt.Chart(pd.DataFrame({"k": [tau]})).mark_rule(color="white", strokeDash=[6, 3], strokeWidth=2).encode(
-            x=alt.X("k:O"))
+        alt.Chart(pd.DataFrame({"k": [tau]}))
+        .mark_rule(color="white", strokeDash=[6, 3], strokeWidth=2)
+        .encode(x=alt.X("k:O"))
     )
     marked = sorted(task_periods(run.task), reverse=True)
     caption = (

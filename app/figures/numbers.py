@@ -118,8 +118,9 @@ def probe_kappa(run: RunReader, layer: int | None = None):
     layers = [band, line, zero]
     if layer is not None:
         layers.append(
-            alt.Chart(pd.DataFrame({"layer": [layer]})).mark_rule(color="black", strokeDash=[2, 2]).encode(
-                x=alt.X("layer:Q"))
+            alt.Chart(pd.DataFrame({"layer": [layer]}))
+            .mark_rule(color="black", strokeDash=[2, 2])
+            .encode(x=alt.X("layer:Q"))
         )
     caption = (
         "Kappa 1: a linear probe reads n mod T perfectly on numbers it never saw; 0: chance. Controls (grey, dashed): "

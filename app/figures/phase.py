@@ -71,8 +71,10 @@ def locking_heatmap(run: RunReader):
                 anchor="start",
             )
         )
-        .configure_axis(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12)
-        .configure_legend(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
+        .configure(  # in one copy of the chart, as app.figures.style.styled
+            axis=alt.AxisConfig(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12),
+            legend=alt.LegendConfig(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12),
+        )
     )
     shuffles = int(data["shuffles"].iloc[0])
     caption = (
@@ -186,8 +188,10 @@ def shift_bars(run: RunReader):
                 anchor="start",
             ),
         )
-        .configure_axis(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12)
-        .configure_legend(labelFontSize=16 if big else 11)
+        .configure(
+            axis=alt.AxisConfig(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12),
+            legend=alt.LegendConfig(labelFontSize=16 if big else 11),
+        )
     )
     read = (f"on a fixed sample of {design['sample']} questions" if design
             else f"over all {len(run.table(Table.EXAMPLES))} questions")

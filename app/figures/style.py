@@ -70,7 +70,9 @@ def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int
         params.update(subtitle=sub if len(sub) > 1 else sub[0], subtitleFontSize=sub_px, subtitleColor="#555")
         extra += len(sub) * int(sub_px * 1.25)
     size = alt.Step(int(row_step * scale)) if row_step else int(height * scale) + extra
-    # one copy of the chart (each `configure_*` call would deep-copy the whole chart again)
+    # one copy of the chart (each `configure_*` call would deep-copy the whole chart again); the chart brings no
+    # configuration of its own, which this would replace
+    assert chart.config is alt.Undefined, "styled() sets the chart's configuration: configure it through styled"
     config = alt.Config(
         axis=alt.AxisConfig(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12),
         legend=alt.LegendConfig(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12),

@@ -1,9 +1,12 @@
 """Drive the dashboard in a real browser (Debian's Chromium, headless): serve it, open a page, check it, screenshot it.
 
 `serve` starts `streamlit run app/main.py` on a free local port; `visit` opens one page, waits until Streamlit
-has finished running, and reports the page's title, its number of charts and any error; `upload` feeds a file
-to a page's uploader. Used by the browser test (tests/app/test_browser.py), the screenshot script
-(scripts/browser.py) and the cold-start benchmark (scripts/bench_app.py). Needs playwright and Chromium.
+has finished running, and `report`s the page's title, its number of charts and any error; `walk` goes through many
+`View`s (links opened, Tour buttons pressed, the sidebar opened) on a few pages at once, so both cores work;
+`upload` feeds a file to a page's uploader; `layout_problems` and `slide_problems` say what a class could not read.
+Used by the browser tests (tests/app/test_browser.py, tests/app/test_handout.py), the screenshot scripts
+(scripts/browser.py, scripts/handout_screenshots.py) and the cold-start benchmark (scripts/bench_app.py). Needs
+playwright and Chromium.
 """
 
 from __future__ import annotations
@@ -123,11 +126,15 @@ def wait_until_idle(page, timeout_ms: int = 60000) -> None:
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
 
 
-@dataclass
+#: The Tour's buttons a walk may press, and the step each leads to from step n.
+TOUR_BUTTONS = {"Next ▶": 1, "◀ Back": -1}
+
+
+@dataclass(frozen=True)
 class View:
-    """One view a walk looks at: `url` opened afresh, or the Tour's `button` ("Next ▶", "◀ Back") pressed on the
-    page's current step; then, with `sidebar`, the sidebar opened. `where` names the view in a report; `large`:
-    presentation mode."""
+    """One view a walk looks at: `url` opened afresh, or one of the Tour's `TOUR_BUTTONS` pressed on the page's current
+    step (exactly one of the two); then, with `sidebar`, the sidebar opened. `where` names the view in a report and
+    must be unique in a walk; `large`: presentation mode."""
 
     where: str
     url: str | None = None
@@ -135,30 +142,54 @@ class View:
     sidebar: bool = False
     large: bool = False
 
+    def __post_init__(self):
+        if (self.url is None) == (self.button is None):
+            raise ValueError(f"{self.where}: a view opens a url or presses a button, not {self.url!r} and "
+                             f"{self.button!r}")
+        if self.button is not None and self.button not in TOUR_BUTTONS:
+            raise ValueError(f"{self.where}: no Tour button {self.button!r} (one of {sorted(TOUR_BUTTONS)})")
+
 
 def walk(pages: list, queues: list[list[View]], look, timeout_ms: int = 60000) -> None:
     """Every view of each page's queue (`queues[i]` on `pages[i]`, in order: a walk by Next is one page's queue), with
-    the pages' work overlapped: while one page's next view loads (its renderer and the server at work), the other's
-    view is waited for and looked at, so both cores of a small machine work. For each view, once it is drawn,
+    the pages' work overlapped: while one page opens its next link (its renderer and the server at work), another's
+    view is waited for and looked at, so both cores of a small machine work. A button press is waited for and looked
+    at at once, so the charts it redraws are watched from their redrawing. For each view, once it is drawn,
     `look(page, view, settled)`; `settled` is False when a chart still changed size 2 s after a button press or the
-    sidebar opening (see `CHARTS_STILL_JS`). A button press waits for the exact step it leads to (no fixed wait)."""
+    sidebar opening (see `CHARTS_STILL_JS`). A button press waits for the exact step it leads to (no fixed wait).
+
+    Each page should have a browser context of its own (`Browser.new_page` gives one): Playwright's Chromium keeps
+    drawing pages that are not in front, and the sidebar a page opened stays its own. A view that fails raises with
+    its `where` noted."""
+    names = [v.where for q in queues for v in q]
+    if len(set(names)) != len(names):
+        raise ValueError(f"views named twice: {sorted({n for n in names if names.count(n) > 1})}")
     queues = [list(q) for q in queues]
     in_flight: list[tuple[View, str | None] | None] = [None] * len(pages)
 
+    def settle(i: int) -> None:
+        (view, step), in_flight[i] = in_flight[i], None
+        try:
+            look(pages[i], view, _finish(pages[i], view, step, timeout_ms))
+        except Exception as exc:
+            exc.add_note(f"while looking at {view.where!r}")
+            raise
+
     def begin(i: int) -> None:
-        if queues[i]:
+        while queues[i]:
             view = queues[i].pop(0)
             in_flight[i] = (view, _begin(pages[i], view))
+            if view.button is None:
+                return  # a link loads while the other pages are looked at
+            settle(i)
 
     for i in range(len(pages)):
         begin(i)
     while any(in_flight):
-        for i, page in enumerate(pages):
-            if in_flight[i] is None:
-                continue
-            (view, step), in_flight[i] = in_flight[i], None
-            look(page, view, _finish(page, view, step, timeout_ms))
-            begin(i)
+        for i in range(len(pages)):
+            if in_flight[i] is not None:
+                settle(i)
+                begin(i)
 
 
 def _begin(page, view: View) -> str | None:
@@ -170,7 +201,7 @@ def _begin(page, view: View) -> str | None:
     if before is None:
         raise AssertionError(f"{view.where}: no Tour position line ('Step N of 9') to press {view.button!r} from")
     page.get_by_role("button", name=view.button).click()
-    return str(int(before) + (1 if "Next" in view.button else -1))
+    return str(int(before) + TOUR_BUTTONS[view.button])
 
 
 def _finish(page, view: View, step: str | None, timeout_ms: int) -> bool:
@@ -221,21 +252,21 @@ CHARTS_STILL_JS = """
 
 
 def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: int = 2600) -> dict:
-    """Open one page in a page of its own; `report` on it."""
+    """Open `url` in a new browser page (a context of its own) and `report` on it once drawn."""
     page = b.new_page(viewport={"width": width, "height": height})
     try:
         page.goto(url)
         wait_until_idle(page)
-        return report(page, url, out_png)
+        return report(page, out_png)
     finally:
         page.close()
 
 
-def report(page, url: str, out_png: Path | None = None) -> dict:
-    """The page as drawn now: its title, number of charts, chart heights and titles, errors and layout problems;
-    optionally a screenshot saved to `out_png`."""
+def report(page, out_png: Path | None = None) -> dict:
+    """The page as drawn now: its URL, title, number of charts, chart heights and titles, errors and layout problems
+    (presentation mode's when its URL says large=1); optionally a screenshot saved to `out_png`."""
     found = {
-        "url": url,
+        "url": page.url,
         "title": page.locator(HEADING).first.inner_text(),
         "charts": page.locator(".vega-embed").count(),
         "chart_heights": [round(box["height"]) for e in page.locator(".vega-embed").all() if (box := e.bounding_box())],
@@ -247,7 +278,7 @@ def report(page, url: str, out_png: Path | None = None) -> dict:
             for e in page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all()
         ]
         + (["page not found"] if page.get_by_text("Page not found").count() else []),
-        "layout": layout_problems(page, "large=1" in url),
+        "layout": layout_problems(page, "large=1" in page.url),
     }
     if out_png is not None:
         out_png.parent.mkdir(parents=True, exist_ok=True)

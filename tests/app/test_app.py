@@ -360,8 +360,10 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(app_env["models"]))
     folder, why = live_model_folder(run.manifest)
     assert folder is not None and why == ""
-    # weights not shipped
-    copy = app_env["models"] / "copy-without-weights"
+    # weights not shipped (in a models folder of this test's own: app_env's is shared, read-only)
+    models = tmp_path / "models"
+    monkeypatch.setenv("FOURIER_MODELS_DIR", str(models))
+    copy = models / "copy-without-weights"
     sh.copytree(app_env["models"] / "tiny-trained", copy, ignore=sh.ignore_patterns("*.safetensors", "checkpoint"))
     manifest = {**run.manifest, "model": {**run.manifest["model"], "source_as_given": str(copy), "source": str(copy)}}
     folder, why = live_model_folder(manifest)
@@ -374,7 +376,7 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     folder, why = live_model_folder(manifest)
     assert folder is None and "--recipe tiny-trained --device cuda` rebuilds them on a GPU" in why
     # a later stage whose earlier stage's delta is not here either: both commands, the earlier first
-    later = app_env["models"] / "later-stage"
+    later = models / "later-stage"
     sh.copytree(copy, later)
     spec2 = {
         **spec,
@@ -398,7 +400,7 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
 
     assert retrain_commands(later) == [("python -m core train --recipe tiny-later", False)]
     # outside the models folder
-    monkeypatch.setenv("FOURIER_MODELS_DIR", str(tmp_path))
+    monkeypatch.setenv("FOURIER_MODELS_DIR", str(models))
     folder, why = live_model_folder(run.manifest)
     assert folder is None and "outside" in why
 

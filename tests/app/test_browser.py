@@ -28,22 +28,23 @@ def test_every_page_in_a_real_browser(app_env, tmp_path):
 
     def look(page, view, settled):
         png = shots / f"{view.where}.png" if view.where in browser.PAGES else None
-        reports[view.where] = browser.report(page, view.url, png)
+        reports[view.where] = browser.report(page, png)
 
+    aliases = ("tour", "start")  # links people type or keep from older versions open the Tour
     with browser.serve(app_env["cache"], app_env["models"]) as base, browser.browser() as b:
         views = [browser.View(name, url=f"{base}/{path}") for name, path in browser.PAGES.items()]
         views.append(browser.View("shared link", url=f"{base}/?run={run}&step=3&tau=20"))  # reopens the same view
-        # links people type or keep from older versions open the Tour
-        views += [browser.View(alias, url=f"{base}/{alias}?run={run}&step=2") for alias in ("tour", "start")]
+        views += [browser.View(f"link /{alias}", url=f"{base}/{alias}?run={run}&step=2") for alias in aliases]
         pages = [b.new_page(viewport={"width": 1400, "height": 2600}) for _ in range(2)]
         browser.walk(pages, [views[::2], views[1::2]], look)
+    assert len(reports) == len(views)
     for name in browser.PAGES:
         report = reports[name]
         assert report["errors"] == [], (name, report["errors"])
         assert report["title"], name
         assert report["charts"] >= 1 or name == "terms", name  # the Terms page is text
         assert (shots / f"{name}.png").stat().st_size > 20_000, name
-    for where in ("shared link", "tour", "start"):
+    for where in ("shared link", *(f"link /{alias}" for alias in aliases)):
         assert reports[where]["errors"] == [] and reports[where]["charts"] >= 1, where
 
 
@@ -101,8 +102,8 @@ def projector_views(base: str, default: str, small: str | None) -> list[list[bro
         links += [View(f"2 layers, page {name}", url=f"{base}/{path}?{query}", large=True)
                   for name, path in browser.PAGES.items() if path]
     first, third = by_next, []
-    for view in links:  # to the shorter queue
-        (first if len(first) <= len(sidebar) + len(third) else third).append(view)
+    for view in links:  # to the shorter of the two queues that take links
+        (first if len(first) <= len(third) else third).append(view)
     return [first, sidebar, third]
 
 
