@@ -61,6 +61,8 @@ def _key(value):
         return ("frame", tuple(map(str, value.columns)), tuple(map(str, value.dtypes)), value.shape, digest.hexdigest())
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(_key(v) for v in value))
+    if isinstance(value, dict):  # e.g. a claim's numbers handed to a figure's legend
+        return ("dict", tuple(sorted(((type(k).__name__, str(k)), _key(v)) for k, v in value.items())))
     if hasattr(value, "item"):  # a numpy scalar
         return value.item()
     raise Unkeyable(type(value).__name__)

@@ -6,6 +6,7 @@ from app.furniture import intro, needs, rank_sentence, show_chart
 from app.glossary import term
 from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
+from app.shared import shared_view
 from app.sidebar import page_view
 from core.paper import TABLE1_TAU, paper_findings
 from core.runs import summaries
@@ -70,7 +71,7 @@ st.caption(
 )
 st.caption(rank_sentence(run))
 
-energy = summaries.energy_by_band(run.table(Table.MODULE_SPECTRA), basis, tau)
+energy = shared_view(run, summaries.energy_by_band, Table.MODULE_SPECTRA, basis, tau)  # once for every session
 row = summaries.band_energy_at(energy, module, layer)
 if same := same_split_sentence(run.table(Table.MODULE_SPECTRA), basis, tau):
     st.caption(f":material/straighten: {same}")
@@ -91,7 +92,7 @@ c2.metric(
     help=f"Share at k ≥ tau (periods shorter than {view.fourier.span}/tau).",
 )
 n_last = min(15, len(layers))
-top = summaries.top_periods_by_module(run.table(Table.MODULE_SPECTRA), basis, module, last_layers=n_last)
+top = shared_view(run, summaries.top_periods_by_module, Table.MODULE_SPECTRA, basis, module, last_layers=n_last)
 c3.metric(
     f"{modules[module]}: top periods, mean of the last {n_last} layers",
     ", ".join(f"{t:.3g}" for t in top["period"]),
