@@ -31,8 +31,6 @@ from core.paper import ACCURACY
 from core.runs.origin import describe_run
 from core.tasks import task_name, task_verb
 
-#: The Tour's title for a run of each task ("How a language model multiplies").
-
 view = page_view()
 chosen = view.run
 runs = runs_of_split(view.split)
