@@ -59,6 +59,9 @@ def function_rows(rows, edit: FunctionEdit) -> None:
     """Edit `rows` (..., D) in place by a researcher's function of the float32 rows; a result of another shape or
     with non-finite values is a clear error."""
     out = edit.fn(rows.float().clone())
+    if out is None:
+        raise CoreError("the edit function returned None: return the edited rows (a function that edits its rows in "
+                        "place ends with `return rows`)")
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(rows.shape):
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise CoreError(f"the edit function must return a tensor of shape {tuple(rows.shape)}, got {got}")
@@ -118,7 +121,8 @@ class ConditionHooks:
     block of rows, the last position.
 
     `plan` maps ATTN/MLP/RESID (`core.models.names`) to [(first row, end row, edit, layer)], layer None for
-    every layer, else the one 1-based layer whose output is edited; empty while the prefix runs.
+    every layer, else the one 1-based layer whose output is edited (RESID layer 0: the stream before the first
+    block, edited as that block's input); empty while the prefix runs.
     """
 
     def __init__(self, loaded):
@@ -160,7 +164,22 @@ class ConditionHooks:
                 self.handles.append(mod.register_forward_hook(self._hook(kind, layer)))
         for layer, block in enumerate(self.parts.blocks, start=1):
             self.handles.append(block.register_forward_hook(self._hook(RESID, layer)))
+        # the stream before block 1 (RESID layer 0, blocks.0.hook_resid_pre) is block 1's input: edited there
+        self.handles.append(self.parts.blocks[0].register_forward_pre_hook(self._input_hook, with_kwargs=True))
         return self
+
+    def _input_hook(self, module, args, kwargs):
+        """Edit the embedding output at the last position (RESID layer 0) as it enters the first block."""
+        steps = [s for s in self.plan.get(RESID) or () if s[3] == 0]
+        if not steps:
+            return None
+        hidden = (args[0] if args else kwargs["hidden_states"]).clone()
+        last = hidden[:, -1, :]
+        for start, stop, edit, _ in steps:
+            edit_rows(last[start:stop], edit)
+        if args:
+            return (hidden, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": hidden}
 
     def __exit__(self, *exc):
         for h in self.handles:
