@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine.
-#   bash run.sh app [--cache-dir DIR]
-#                      set up, then start the dashboard on the shipped runs, or another cache folder's (http://localhost:8501)
+#   bash run.sh app [--cache-dir DIR] [--port PORT]
+#                      set up, then start the dashboard on the shipped runs, or another cache folder's (http://localhost:8501,
+#                      or the port given; STREAMLIT_SERVER_PORT works too)
 #   bash run.sh test   set up, then run the test suite
 #   bash run.sh serve [--workers N] [--bind ADDR] [--port PORT]
 #                      set up, then serve a class: N dashboard processes behind HAProxy (docs/serving.md)
@@ -64,13 +65,25 @@ case "${1:-}" in
     exit "$status" ;;
   app)
     shift
-    if [ "${1:-}" = "--cache-dir" ]; then  # another cache folder (the default: the project's cache/)
-      [ -n "${2:-}" ] && [ -d "$2" ] || { echo "run.sh app: --cache-dir needs an existing folder, got '${2:-}'" >&2; exit 2; }
-      export FOURIER_CACHE_DIR="$(cd "$2" && pwd)"; shift 2
+    port=()
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --cache-dir)  # another cache folder (the default: the project's cache/)
+          [ -n "${2:-}" ] && [ -d "$2" ] || { echo "run.sh app: --cache-dir needs an existing folder, got '${2:-}'" >&2; exit 2; }
+          export FOURIER_CACHE_DIR="$(cd "$2" && pwd)"; shift 2 ;;
+        --port)  # another port (the default: 8501, or STREAMLIT_SERVER_PORT)
+          [[ "${2:-}" =~ ^[0-9]+$ ]] && [ "$2" -ge 1 ] && [ "$2" -le 65535 ] \
+            || { echo "run.sh app: --port needs a port number 1..65535, got '${2:-}'" >&2; exit 2; }
+          port=(--server.port "$2"); shift 2 ;;
+        *) echo "run.sh app: unknown option '$1' (--cache-dir DIR, --port PORT)" >&2; exit 2 ;;
+      esac
+    done
+    want="${port[1]:-${STREAMLIT_SERVER_PORT:-8501}}"
+    if (exec 3<>"/dev/tcp/127.0.0.1/$want") 2>/dev/null; then
+      echo "run.sh app: port $want is already in use (another dashboard?): choose another with --port PORT" >&2; exit 2
     fi
-    [ $# -eq 0 ] || { echo "run.sh app: unknown option '$1' (only --cache-dir DIR)" >&2; exit 2; }
     setup_python
-    exec "$PY" -m streamlit run app/main.py ;;
+    exec "$PY" -m streamlit run app/main.py "${port[@]}" ;;
   handout)
     setup_python
     shift

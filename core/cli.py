@@ -1,7 +1,8 @@
 """`python -m core ...`: precompute, list, verify, upgrade, train, import-model, rebuild, standin, ablate, shift.
 
-Errors the user can fix are printed as one line starting with "error:" and exit with status 2;
-nothing already cached is touched by a failed command.
+Errors the user can fix are printed as one line starting with "error:" and exit with status 2 (the argument
+parser's too); nothing already cached is touched by a failed command. A command returns its exit status, or the
+JSON document it was asked for (`--json`), which is then alone on stdout: its log goes to stderr.
 
 Each subcommand imports the modules it runs when it runs (the one place in core/ with imports inside
 functions): `list` and `verify` read parquet and JSON only and answer in well under a second, while
@@ -11,6 +12,7 @@ functions): `list` and `verify` read parquet and JSON only and answer in well un
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -55,8 +57,16 @@ def _threads(text: str) -> str:
     return text
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (what was wrong, and where the usage is), exit 2, like every
+    other error of the command line; its subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {_one_line(message)} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m core", description="Fourier features of addition: analysis core")
+    parser = OneLineParser(prog="python -m core", description="Fourier features of addition: analysis core")
     sub = parser.add_subparsers(dest="command", required=True)
 
     pre = sub.add_parser("precompute", help="run a model over the addition dataset and cache every table")
@@ -113,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep and the phase-shift screen (docs/method.md, 'Deep models'); hours instead of minutes on a CPU",
     )
     pre.add_argument("--no-progress", action="store_true")
+    pre.add_argument("--json", action="store_true",
+                     help="print the finished run as JSON on stdout, alone (as `list --json` gives it; the log goes to "
+                     "stderr)")
 
     for name, what in (("ablate", "one Fourier filter"), ("shift", "one phase shift")):
         cmd = sub.add_parser(
@@ -136,10 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
                          help="for a model (a run's task comes from its manifest)")
         cmd.add_argument("--max-operand", type=int, default=260)
         cmd.add_argument("--threads", type=_threads, default="auto", help="CPU threads for torch: a number or 'auto'")
+        cmd.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+        cmd.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
         cmd.add_argument("--trust-remote-code", action="store_true")
         cmd.add_argument("--cache-dir", default="cache")
         cmd.add_argument("--no-progress", action="store_true")
-        cmd.add_argument("--json", action="store_true", help="print the report as JSON (every number, for a program)")
+        cmd.add_argument("--json", action="store_true",
+                         help="print the report as JSON on stdout, alone (every number, for a program; the log goes "
+                         "to stderr)")
         cmd.add_argument("--model", default=None, metavar="FOLDER",
                          help="where a run's model is now, if it moved (checked against the run's fingerprint)")
 
@@ -277,23 +294,28 @@ def cmd_precompute(args) -> int:
         progress=False if args.no_progress else None,
         every_question=args.every_question,
     )
-    precompute(opts)
+    name = Path(precompute(opts)).name
+    if args.json:
+        done = next((r for r in list_runs(args.cache_dir) if r.name == name), None)
+        return json.dumps(run_listing(done) if done else {"name": name}, indent=1)
     return 0
 
 
-def cmd_edit(args) -> int:
+def cmd_edit(args):
     """`ablate` and `shift`: one edit, computed now (core.runs.ablate). The run's name and the edit's arguments are
     checked first (core.runs.edit_arguments), before torch is imported: a typo costs a fraction of a second."""
-    from core.runs.edit_arguments import check_edit, edit_number_space, parse_removed
+    from core.runs.edit_arguments import check_edit, check_shift_reaches, edit_scope, parse_removed
 
-    p = edit_number_space(args.target, args.cache_dir, args.task, args.max_operand)
+    scope = edit_scope(args.target, args.cache_dir, args.task, args.max_operand, args.split)
     if args.command == "ablate":
         removed, keep_k = parse_removed(args.remove)
         if removed in ("low", "high") and args.tau is None:
             raise CoreError(f"--remove {removed} needs --tau (the cutoff: low removes k < tau, high k >= tau)")
-        check_edit(p, tau=args.tau if removed != "keep" else None, keep_k=keep_k)
+        check_edit(scope.p, tau=args.tau if removed != "keep" else None, keep_k=keep_k)
     else:
-        check_edit(p, periods=args.periods, d=args.d)
+        check_edit(scope.p, periods=args.periods, d=args.d)
+        scope.check_layer(args.layer)
+        check_shift_reaches(scope.answers, scope.p, args.d, scope.split)
 
     from core.runs.ablate import ablate, open_target, shift  # torch and transformers: seconds
     from core.threads import parse_threads
@@ -303,13 +325,16 @@ def cmd_edit(args) -> int:
     target = open_target(
         args.target, args.cache_dir, task=args.task, max_operand=args.max_operand, split=args.split,
         limit=args.limit, threads=threads, trust_remote_code=args.trust_remote_code, model=args.model,
+        device=args.device, dtype=args.dtype,
     )
     progress = False if args.no_progress else None
     if args.command == "ablate":
         report = ablate(target, args.modules, removed, args.tau if removed != "keep" else None, keep_k, progress)
     else:
         report = shift(target, args.module, args.layer, args.periods, args.d, progress)
-    print(report.as_json() if args.json else report.text())
+    if args.json:
+        return report.as_json()
+    print(report.text())
     return 0
 
 
@@ -328,8 +353,7 @@ def cmd_list(args) -> int:
     existing_cache_dir(args.cache_dir)
     runs = list_runs(args.cache_dir, deep=args.deep)
     if args.json:
-        print(json.dumps([run_listing(r) for r in runs], indent=1))
-        return 0
+        return json.dumps([run_listing(r) for r in runs], indent=1)
     if not runs:
         print(f"no runs in {args.cache_dir}: make one with `python -m core precompute --model MODEL`")
         return 0
@@ -414,8 +438,15 @@ def main(argv=None) -> int:
         "ablate": cmd_edit,
         "shift": cmd_edit,
     }
+    json_out = sys.stdout
     try:
-        return handlers[args.command](args)
+        # with --json, stdout holds the JSON alone: whatever a command logs on the way goes to stderr
+        with contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", False) else contextlib.nullcontext():
+            result = handlers[args.command](args)
+        if isinstance(result, str):  # a command's JSON document
+            print(result, file=json_out)
+            return 0
+        return result
     except CoreError as exc:
         print(f"error: {_one_line(str(exc))}", file=sys.stderr)
         return 2

@@ -5,7 +5,9 @@ shipped cache."""
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import socket
 import subprocess
 from pathlib import Path
 
@@ -93,6 +95,22 @@ def test_run_sh_app_refuses_a_bad_cache_folder_or_option_in_one_line_before_sett
     is not there or an unknown option is refused with exit code 2 and one line, before any set-up runs."""
     for args, said in ((["--cache-dir", "/no/such/folder"], "needs an existing folder"),
                        (["--cache-dir"], "needs an existing folder"),
-                       (["--colour", "red"], "unknown option '--colour'")):
+                       (["--colour", "red"], "unknown option '--colour'"),
+                       (["--port", "http"], "needs a port number"),
+                       (["--port", "70000"], "needs a port number")):
         done = subprocess.run(["bash", "run.sh", "app", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
         assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done
+
+
+def test_run_sh_app_refuses_a_port_in_use_at_once_and_names_the_option():
+    """With the port taken (another dashboard), `bash run.sh app --port N` says so in one line before setting up,
+    instead of failing after Streamlit's 25 s start."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for args, env in ((["--port", str(port)], {}), ([], {"STREAMLIT_SERVER_PORT": str(port)})):
+            done = subprocess.run(["bash", "run.sh", "app", *args], cwd=ROOT, capture_output=True, text=True,
+                                  timeout=30, env={**os.environ, **env})
+            assert done.returncode == 2 and f"port {port} is already in use" in done.stderr, done
+            assert "--port PORT" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -41,7 +41,7 @@ from core.errors import CoreError
 from core.models.loading import LoadedModel, load_model
 from core.models.names import ATTN, MLP, RESID, hook_name, site_of_hook
 from core.runs.cache import read_manifest, read_table
-from core.runs.edit_arguments import check_edit
+from core.runs.edit_arguments import check_edit, moved_periods
 from core.runs.live_model import live_model_folder
 from core.runs.precompute import model_prompts
 from core.runs.run_names import find_run
@@ -70,6 +70,11 @@ class Target:
     run_dir: str | None = None  # the cache folder of the run, when the target is a run
     run_name: str | None = None
     ids: tuple[str, ...] = ()  # the questions read (their ids), to compare with a cached row only on the same ones
+    run_split: str | None = None  # the split the run's tables were computed on
+
+    def __repr__(self) -> str:
+        return (f"Target({self.source!r}: {len(self.texts)} of {self.n_split} {self.split} questions, numbers "
+                f"0..{self.p - 1}, {self.loaded!r})")
 
 
 def open_target(
@@ -86,11 +91,16 @@ def open_target(
     log=print,
     before_load=None,
     model: str | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
 ) -> Target:
     """Load the model of a run (or a model) and build its questions (module docstring). `before_load(p)` checks
     the edit's own arguments against the number line 0..p-1 before the model is loaded (seconds saved on an error).
     `model`: where a run's model is now, when it moved from where the run recorded it (checked by its fingerprint).
-    `source` may also be a model already in memory (core.models.loading.wrap_model): its task is the one given."""
+    `source` may also be a model already in memory (core.models.loading.wrap_model): its task is the one given.
+    A run read on its own split with no `limit` reads the questions its tables read (its own limit, if it had one),
+    so that its cached figures can be compared. `device` and `dtype` as `core.models.loading.load_model` takes them
+    (a model in memory stays where it is)."""
     in_memory = source if isinstance(source, LoadedModel) else None
     if in_memory is not None:
         source = in_memory.source
@@ -99,7 +109,7 @@ def open_target(
     if found and found != source:
         log(f"run {found} (named by {source!r})")
     manifest = read_manifest(cache_dir, found) if found else None  # a broken manifest says so, never tries the hub
-    basis_name, positions, run_dir, run_name = "paper", "last", None, None
+    basis_name, positions, run_dir, run_name, run_split = "paper", "last", None, None, None
     if manifest is not None:
         folder, why = live_model_folder(manifest, command_line=True, moved_to=model)
         if folder is None:
@@ -107,7 +117,10 @@ def open_target(
         t = manifest.get("task") or {}
         task, max_operand = t.get("task", task), int(t.get("max_operand", max_operand))
         dataset_seed, shots = int(t.get("dataset_seed", dataset_seed)), int(t.get("shots", shots))
-        split = split or t.get("split", "test")
+        run_split = t.get("split", "test")
+        if limit is None and (split or run_split) == run_split:
+            limit = (manifest.get("identity") or {}).get("limit")
+        split = split or run_split
         basis_name = manifest.get("basis", "paper")
         positions = (manifest.get("options") or {}).get("positions", "last")
         model_source, run_dir, run_name = str(folder), str(cache_dir), found
@@ -126,13 +139,13 @@ def open_target(
     chosen = subsample(questions, limit, dataset_seed, [running] if running else [])
     used = use_threads(threads)
     t0 = time.perf_counter()
-    loaded = in_memory or load_model(model_source, device="cpu", dtype="float32", trust_remote_code=trust_remote_code)
+    loaded = in_memory or load_model(model_source, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
     loaded.select_numbers(p, f"the {task} task with operands 0..{max_operand}")
     log(f"loaded {model_source} in {time.perf_counter() - t0:.1f} s ({used} thread{'s' * (used != 1)}); "
         f"{len(chosen)} of the {len(questions)} {task} {split} questions")
     texts = model_prompts(loaded, chosen, select_split(everything, "train"), shots, dataset_seed)
     return Target(loaded, texts, np.array([e.answer for e in chosen]), p, basis_name, positions, split, source,
-                  len(questions), run_dir, run_name, tuple(e.id for e in chosen))
+                  len(questions), run_dir, run_name, tuple(e.id for e in chosen), run_split)
 
 
 @dataclass
@@ -265,10 +278,15 @@ def compared(what: str, target: Target, cached: tuple[float, int], now: float, d
     value, n = cached
     read = cached_questions(target, n, d)
     counted = len(read) if read else n
-    head = f"{what} of run {target.run_name}: {pct(value)} over its {counted:,} questions"
-    figures = {"value": value, "questions": counted, "same_questions": read == set(target.ids), "agrees": None}
+    head = f"{what} of run {target.run_name}: {pct(value)} over its {counted:,} {target.run_split} questions"
+    figures = {"value": value, "questions": counted, "split": target.run_split,
+               "same_questions": target.split == target.run_split and read == set(target.ids), "agrees": None}
+    if target.split != target.run_split:
+        return (f"{head} (not compared: this edit read the {target.split} split, the cache the {target.run_split} "
+                "split)"), figures
     if not figures["same_questions"]:
-        return f"{head} (not compared: this edit read {len(target.ids):,} questions, not the same set)", figures
+        return (f"{head} (not compared: this edit read {len(target.ids):,} {target.split} questions, not the same "
+                "set)"), figures
     figures["agrees"] = abs(value - now) * 100 <= AGREE_POINTS
     return head + (" (agrees)" if figures["agrees"] else f" (DIFFERS by {100 * (now - value):+.2f} points)"), figures
 
@@ -305,8 +323,11 @@ def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progre
                                       progress=progress, desc=what)
     seconds = time.perf_counter() - t0
     before, n = evaluations[0].predictions, len(target.answers)
-    modulus = residue_modulus(periods)
+    modulus, moved = residue_modulus(periods), moved_periods(period_set, int(d))
     out = shift_outcomes(before, evaluations[1].predictions, int(d), target.p, modulus)
+    if not out["n"]:
+        raise CoreError(f"d = {d}: none of the model's {n} answers y has y + {d} on the number line 0..{target.p - 1},"
+                        " so nothing could move by d; choose a smaller d")
     ctrl = [shift_outcomes(before, ev.predictions, int(d), target.p, modulus) for ev in evaluations[2:]]
     ctrl_moved = np.array([c["residue_moved"] for c in ctrl])
     lines = [
@@ -314,6 +335,9 @@ def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progre
         f"is on the number line)",
         f"last digit (mod {modulus}) moved by {d}: {interval(out['residue_moved'], out['n'])}",
         f"stayed {pct(out['stayed'])}, went elsewhere {pct(out['elsewhere'])}",
+        *([] if len(moved) == len(periods) else [
+            f"a shift by {d} moves the waves of period {', '.join(f'{t:g}' for t in moved)} only (d is a whole "
+            f"multiple of the others)"]),
         f"random edits of the same norm ({CONTROL_DRAWS} draws): last digit moved for {pct(ctrl_moved.mean())} "
         f"(sd {100 * ctrl_moved.std(ddof=1):.2f} points)",
         f"edit size {edit.edit_size:.2f} x the module's output (median; capped at {EDIT_CAP:g}), {edit.kept} of "
@@ -322,7 +346,8 @@ def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progre
     figures = {"run": target.run_name, "model": target.source, **out, "modulus": modulus,
                "control_residue_moved": ctrl_moved.tolist(), "control_mean": float(ctrl_moved.mean()),
                "control_sd": float(ctrl_moved.std(ddof=1)), "misfit": float(edit.misfit),
-               "edit_size": float(edit.edit_size), "kept": edit.kept, "full_rank": edit.full_rank, "seconds": seconds}
+               "edit_size": float(edit.edit_size), "kept": edit.kept, "full_rank": edit.full_rank, "seconds": seconds,
+               "periods_moved": list(moved)}
     cached = cached_shift(target, kind, int(layer), period_set, int(d))
     if cached is not None:
         line, figures["cached"] = compared("cached phase_shift (last digit moved)", target, cached,

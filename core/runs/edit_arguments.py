@@ -1,20 +1,27 @@
 """An edit's arguments read and checked before any model is loaded: `python -m core ablate|shift` answers a
-mistyped run, a cutoff or a shift out of range in well under a second, without importing torch.
+mistyped run, a cutoff or a shift out of range, a layer the run's model lacks, in well under a second, without
+importing torch.
 
 The number line an edit is checked against is the run's (its manifest's task), or the task given on the command
-line for a model; `core.runs.ablate` uses the same checks once it has loaded the model.
+line for a model (`EditScope`); `core.runs.ablate` uses the same checks once it has loaded the model.
+
+A phase shift by d moves a wave of period T by d/T of a turn: not at all when d is a whole multiple of T. A d that
+moves none of the chosen periods, or that is a multiple of the residue the report reads (the last digit, mod 10:
+y + 10 has the last digit of y, so "moved by d" would hold of every answer that stayed), is refused; so is a d
+that no answer y of the split can take to y + d on the number line (nothing would be counted).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from core.analysis.phase_shift import PERIOD_SETS
+from core.analysis.phase_shift import PERIOD_SETS, residue_modulus
 from core.errors import CoreError
 from core.models.source import resolve_source
 from core.runs.cache import read_manifest
 from core.runs.run_names import find_run
-from core.tasks import number_space
+from core.tasks import build_examples, number_space, select_split
 
 
 def check_edit(p: int, tau: int | None = None, keep_k: int | None = None, periods: str | None = None,
@@ -30,6 +37,38 @@ def check_edit(p: int, tau: int | None = None, keep_k: int | None = None, period
     if d is not None and not 1 <= d < p:
         raise CoreError(f"--d {d}: a shift moves an answer y to y + d on the number line 0..{p - 1}; choose d in "
                         f"1..{p - 1} (the paper shifts by 1, 2 and 5)")
+    if d is not None and periods is not None:
+        check_shift_moves(periods, d)
+
+
+def moved_periods(periods: str, d: int) -> tuple[float, ...]:
+    """The periods of `PERIOD_SETS[periods]` that a shift by d moves: those d is not a whole multiple of."""
+    return tuple(t for t in PERIOD_SETS[periods] if abs(d / t - round(d / t)) > 1e-9)
+
+
+def check_shift_moves(periods: str, d: int) -> None:
+    """Refuse a shift by d that moves none of the chosen periods, or whose residue (the last digit) cannot move
+    (module docstring)."""
+    chosen = ", ".join(f"{t:g}" for t in PERIOD_SETS[periods])
+    modulus = residue_modulus(PERIOD_SETS[periods])
+    fine = [k for k in range(1, 10) if moved_periods(periods, k) and k % modulus][:3]
+    such = f"such as {', '.join(map(str, fine[:-1]))} or {fine[-1]}"
+    if not moved_periods(periods, d):
+        raise CoreError(f"--d {d} is a whole multiple of every chosen period ({chosen}): the edit would move no wave. "
+                        f"Choose a d that is not, {such}")
+    if d % modulus == 0:
+        raise CoreError(f"--d {d} is a multiple of {modulus}: y + {d} has the residue mod {modulus} of y, so a moved "
+                        f"residue could not be told from one that stayed. Choose a d that is not, {such}")
+
+
+def check_shift_reaches(answers, p: int, d: int, split: str) -> int:
+    """How many of the split's `answers` y have y + d on the number line 0..p-1; none is a clear error."""
+    reachable = sum(1 for y in answers if y + d <= p - 1)
+    if not reachable:
+        top = p - 1 - min(answers, default=0)
+        raise CoreError(f"--d {d}: no {split} question's answer y has y + {d} on the number line 0..{p - 1}, so no "
+                        f"answer could move by d; choose d of at most {max(1, top)}")
+    return reachable
 
 
 def parse_removed(text: str) -> tuple[str, int | None]:
@@ -41,14 +80,37 @@ def parse_removed(text: str) -> tuple[str, int | None]:
     raise CoreError(f"--remove {text!r}: choose low, high, or keep-K (keep one frequency K, e.g. keep-52)")
 
 
-def edit_number_space(source: str, cache_dir: str | Path, task: str, max_operand: int) -> int:
-    """p of the number line an edit of `source` works on: the run's own task where `source` names a run of
+@dataclass(frozen=True)
+class EditScope:
+    """What an edit's arguments are checked against before a model loads: the number line 0..p-1, the model's
+    layers (a run's manifest says; None for a model not yet loaded), and the split and its answers."""
+
+    p: int
+    n_layers: int | None
+    split: str
+    answers: tuple[int, ...]
+
+    def check_layer(self, layer: int) -> None:
+        if self.n_layers is not None and not 1 <= int(layer) <= self.n_layers:
+            raise CoreError(f"--layer {layer}: this run's model has layers 1..{self.n_layers}")
+
+
+def edit_scope(source: str, cache_dir: str | Path, task: str, max_operand: int, split: str | None = None,
+               dataset_seed: int = 0) -> EditScope:
+    """The `EditScope` of an edit of `source`: the run's own task, split and layers where `source` names a run of
     `cache_dir` (a near miss is refused here, with the runs it could mean), else the task given for a model (a
     folder that holds no model, or a hub id the hub cannot give, is refused here: core.models.source)."""
     found = find_run(cache_dir, source)
+    n_layers = None
     if found:
-        t = read_manifest(cache_dir, found).get("task") or {}
+        manifest = read_manifest(cache_dir, found)
+        t = manifest.get("task") or {}
         task, max_operand = t.get("task", task), int(t.get("max_operand", max_operand))
+        dataset_seed = int(t.get("dataset_seed", dataset_seed))
+        n_layers = int(manifest["n_layers"]) if isinstance(manifest.get("n_layers"), int) else None
+        split = split or t.get("split", "test")
     else:
         resolve_source(source)  # a folder that is no model, or a hub id the hub cannot give, is refused here too
-    return number_space(task, max_operand)
+    split = split or "test"
+    answers = tuple(e.answer for e in select_split(build_examples(task, max_operand, dataset_seed), split))
+    return EditScope(number_space(task, max_operand), n_layers, split, answers)

@@ -51,14 +51,17 @@ def live_model_folder(manifest: dict, command_line: bool = False, moved_to: str 
         how = ""
         if recipe.exists():  # its recipe, after the earlier stages it starts from if their deltas are not here either
             steps = retrain_commands(folder)
+            shown = folder.relative_to(PROJECT_ROOT) if PROJECT_ROOT in folder.parents else folder
+            again = ("; training does not give the same weights bit for bit, so compute the run again from the new "
+                     f"ones: `python -m core precompute --model {shown}`")
             if len(steps) == 1:
                 command, gpu = steps[0]
-                how = f"; `{command}` rebuilds them" + (" on a GPU" if gpu else "")
+                how = f"; `{command}` trains them again " + ("on a GPU" if gpu else "on this CPU") + again
             else:
                 how = (
                     "; "
                     + ", then ".join(f"`{c}`" + (" on a GPU" if gpu else "") for c, gpu in steps)
-                    + " rebuild them (each stage starts from the one before)"
+                    + " train them again (each stage starts from the one before)" + again
                 )
         return None, f"the model's weights are not on this machine (this run ships without them{how})"
 

@@ -57,20 +57,43 @@ def earlier_stage(recipe: dict) -> Path | None:
     return project_path(start).parent if start else None
 
 
+#: A recipe trained on a GPU is retrained on one only when it fine-tunes a pre-trained model (hours on a CPU) or its
+#: model has more than this many parameters (about 12 L D^2); a small demo trains on a CPU in minutes.
+GPU_RETRAIN_PARAMS = 50_000_000
+
+
 def retrain_commands(folder: Path) -> list[tuple[str, bool]]:
     """(the `python -m core train` command, whether it needs a GPU) for each stage that has to be
     trained to give back the model of `folder` (whose recipe.json names it), earliest first: a recipe
     that starts from an earlier stage's delta needs that stage retrained first when its delta is not
-    here, and so on down the chain. A recipe trained on a GPU gets `--device cuda`."""
+    here, and so on down the chain. A seed or width study (a recipe.json whose seed or width differs from the
+    committed recipe's) gets `--seed` / `--width`; `--device cuda` only where a CPU would take hours
+    (`GPU_RETRAIN_PARAMS`)."""
     commands, seen, folder = [], set(), Path(folder)
     while folder not in seen and (folder / "recipe.json").is_file():
         seen.add(folder)
         spec = json.loads((folder / "recipe.json").read_text())
-        gpu = spec.get("device") == "cuda"
-        command = f"python -m core train --recipe {spec.get('name')}" + (" --device cuda" if gpu else "")
-        commands.insert(0, (command, gpu))
+        committed = read_committed_recipe(spec.get("name"))
+        size = 12 * int(spec.get("n_layers") or 0) * int(spec.get("width") or 0) ** 2
+        gpu = spec.get("device") == "cuda" and (spec.get("number_tokens") is not None or size > GPU_RETRAIN_PARAMS)
+        command = f"python -m core train --recipe {spec.get('name')}"
+        for key in ("seed", "width"):
+            if spec.get(key) is not None and spec.get(key) != committed.get(key, spec.get(key)):
+                command += f" --{key} {spec[key]}"
+        commands.insert(0, (command + (" --device cuda" if gpu else ""), gpu))
         earlier = earlier_stage(spec)
         if earlier is None or (earlier / DELTA_FILE).exists():  # a first stage, or the earlier stage's delta is here
             break
         folder = earlier
     return commands
+
+
+def read_committed_recipe(name) -> dict:
+    """The committed recipe recipes/NAME.json as JSON ({} when there is none or it cannot be read)."""
+    if not isinstance(name, str) or not name or "/" in name:
+        return {}
+    try:
+        spec = json.loads((PROJECT_ROOT / "recipes" / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return spec if isinstance(spec, dict) else {}

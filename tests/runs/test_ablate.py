@@ -19,7 +19,8 @@ from core.errors import CoreError
 from core.files import PROJECT_ROOT
 from core.runs.ablate import ablate, open_target
 from core.runs.cache import read_table
-from core.runs.edit_arguments import parse_removed
+from core.runs.edit_arguments import check_edit, moved_periods, parse_removed
+from core.training.stages import retrain_commands
 
 FOURIER_FROZEN = "fourier-frozen-tied-demo-trained-here-addition-test-05d0125721"
 NO_WEIGHTS = "fourier-frozen-untied-control-demo-trained-here-addition-tes-805c3b536c"  # ships its log, not weights
@@ -41,13 +42,14 @@ def test_a_filter_on_a_sample_equals_its_definition_recomputed_in_full():
     assert 0.3 < report.accuracy < 0.9 and report.base_accuracy == 1.0  # the filter bites, the model is exact
     assert report.n == 150 and "150 of 3419 test questions" in report.text()
     # a sample is not the cached grid's questions: the cached figure is named, not compared
-    assert "over its 3,419 questions (not compared: this edit read 150 questions" in report.text()
+    assert "over its 3,419 test questions (not compared: this edit read 150 test questions" in report.text()
     assert "agrees" not in report.text() and "DIFFERS" not in report.text()
     data = json.loads(report.as_json())  # --json: the same numbers for a program
     assert data["accuracy"] == report.accuracy and data["n"] == 150 and data["figures"]["filter_rank"] > 0
     cell = read_table(CACHE, FOURIER_FROZEN, "ablations").query("modules == 'mlp' and removed == 'low' and tau == 50")
     assert data["figures"]["cached"] == {"value": pytest.approx(float(cell["accuracy"].iloc[0])),
-                                         "questions": 3419, "same_questions": False, "agrees": None}
+                                         "questions": 3419, "split": "test", "same_questions": False,
+                                         "agrees": None}
 
 
 @pytest.mark.slow
@@ -90,6 +92,14 @@ def test_arguments_and_run_names_are_checked_before_any_model_is_loaded(capsys, 
         (["ablate", FOURIER_FROZEN, "--modules", "mlp", "--remove", "low", "--tau", "1000"], "--tau 1000"),
         (["ablate", FOURIER_FROZEN, "--modules", "mlp", "--remove", "keep-300"], "keep-300"),
         (["ablate", "fourier-frozn", "--modules", "mlp", "--remove", "low", "--tau", "50"], "did you mean"),
+        # a shift that moves no chosen wave, or whose last digit cannot move, or that no answer can take
+        (["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1", "--d", "10"], "move no wave"),
+        (["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1", "--d", "520"], "move no wave"),
+        (["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1", "--periods", "2", "--d", "2"], "move no wave"),
+        (["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1", "--periods", "5,10", "--d", "10"],
+         "move no wave"),
+        (["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1", "--d", "519"], "no test question's answer"),
+        (["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "3", "--d", "1"], "layers 1..2"),
     ]
     for argv, said in edits:
         assert main([*argv, "--cache-dir", CACHE]) == 2, argv
@@ -130,3 +140,75 @@ def test_a_run_whose_model_moved_is_found_where_it_is_and_checked(tmp_path):
     with pytest.raises(CoreError, match="differ from the ones this run was computed with"):
         open_target(FOURIER_FROZEN, str(cache), limit=20, threads=1, log=lambda *_: None,
                     model=str(PROJECT_ROOT / "models" / "scratch"))
+
+
+def test_a_shift_by_a_multiple_of_the_last_digit_modulus_is_refused_and_others_name_the_waves_they_move():
+    """d = 10 leaves every wave of period 2, 2.5, 5, 10 where it was and y + 10 has y's last digit: the share of
+    "last digits moved" would be 100% for an edit that does nothing. d = 2 moves periods 2.5, 5, 10 only."""
+    for periods, d in (("all", 10), ("all", 20), ("5,10", 10), ("2", 2), ("2", 4)):
+        with pytest.raises(CoreError, match="move no wave"):
+            check_edit(521, periods=periods, d=d)
+    for periods, d in (("all", 1), ("all", 2), ("all", 5), ("2", 1), ("5,10", 5)):
+        check_edit(521, periods=periods, d=d)
+    assert moved_periods("all", 2) == (2.5, 5.0, 10.0) and moved_periods("all", 5) == (2.0, 10.0)
+
+
+def test_argument_errors_are_one_line(capsys):
+    for argv in (["ablate", FOURIER_FROZEN, "--modules", "mlp", "--remove", "low", "--tau", "-1"],
+                 ["ablate", FOURIER_FROZEN, "--modules", "mlp", "--remove", "low", "--tau", "50", "--limit", "0"],
+                 ["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1", "--d", "0"],
+                 ["shift", FOURIER_FROZEN, "--module", "nothing", "--layer", "1"]):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        err = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and err.startswith("error: ") and "\n" not in err and "--help" in err, err
+
+
+@needs_shipped
+def test_json_is_alone_on_stdout_and_every_comparison_names_its_split(capsys):
+    assert main(["ablate", FOURIER_FROZEN, "--modules", "mlp", "--remove", "low", "--tau", "50", "--limit", "40",
+                 "--split", "train", "--threads", "1", "--no-progress", "--json", "--cache-dir", CACHE]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)  # nothing but the JSON on stdout
+    assert data["split"] == "train" and data["figures"]["cached"]["split"] == "test"
+    assert data["figures"]["cached"]["agrees"] is None and data["figures"]["cached"]["same_questions"] is False
+    assert "loaded" in captured.err  # the log went to stderr
+    said = " ".join(data["lines"])
+    assert "this edit read the train split, the cache the test split" in said and "3,419 test questions" in said
+    assert main(["list", "--json", "--cache-dir", CACHE]) == 0
+    assert {r["name"] for r in json.loads(capsys.readouterr().out)} >= {FOURIER_FROZEN}
+
+
+@needs_shipped
+def test_a_run_made_on_a_sample_is_read_on_its_own_sample_by_default(tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(PROJECT_ROOT / "cache" / FOURIER_FROZEN, cache / FOURIER_FROZEN)
+    manifest_file = cache / FOURIER_FROZEN / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    manifest["identity"]["limit"] = 30
+    manifest_file.write_text(json.dumps(manifest))
+    quiet = dict(threads=1, log=lambda *_: None)
+    assert len(open_target(FOURIER_FROZEN, str(cache), **quiet).answers) == 30
+    assert len(open_target(FOURIER_FROZEN, str(cache), limit=12, **quiet).answers) == 12
+    other = open_target(FOURIER_FROZEN, str(cache), split="val", **quiet)  # another split: all of it
+    assert len(other.answers) == other.n_split > 30
+    assert "30 of 3419 test questions" in repr(open_target(FOURIER_FROZEN, str(cache), **quiet))
+
+
+def test_the_retrain_hint_names_the_seed_and_the_cpu_for_a_small_demo(tmp_path):
+    small = tmp_path / "seeds" / "s1"
+    small.mkdir(parents=True)
+    (small / "recipe.json").write_text(json.dumps({"name": "fourier-frozen", "seed": 1, "width": 640,
+                                                   "n_layers": 2, "device": "cuda"}))
+    assert retrain_commands(small) == [("python -m core train --recipe fourier-frozen --seed 1", False)]
+    wide = tmp_path / "seeds" / "w256-s2"
+    wide.mkdir(parents=True)
+    (wide / "recipe.json").write_text(json.dumps({"name": "fourier-frozen", "seed": 2, "width": 256,
+                                                  "n_layers": 2, "device": "cuda"}))
+    assert retrain_commands(wide)[0][0] == "python -m core train --recipe fourier-frozen --seed 2 --width 256"
+    finetune = tmp_path / "ft"
+    finetune.mkdir()
+    (finetune / "recipe.json").write_text(json.dumps({"name": "smollm2-addition-rows-blocks-18-29",
+                                                      "number_tokens": {"n": 521}, "device": "cuda"}))
+    assert retrain_commands(finetune) == [
+        ("python -m core train --recipe smollm2-addition-rows-blocks-18-29 --device cuda", True)]
