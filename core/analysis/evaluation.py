@@ -1,9 +1,10 @@
 """Evaluate prompts under filters: accuracy, loss and predictions of every condition of an ablation grid.
 
 `evaluate_conditions` runs many filter conditions (`core.analysis.ablations.Condition`) on the same
-prompts. With filters at the answer position only, each batch's prefix (every token but the last)
-runs once and keeps its key/value cache, and the last token runs for many conditions at once
-against copies of that cache (`answer_position_passes`); `evaluate_by_full_recompute` is the
+prompts, in eval mode, the model's own training flags given back after (`core.models.modes.evaluating`). With
+filters at the answer position only, each batch's prefix (every token but the last) runs once and keeps its
+key/value cache, and the last token runs for many conditions at once against copies of that cache
+(`answer_position_passes`); `evaluate_by_full_recompute` is the
 definition it must reproduce. `PrefixCache` keeps the prefixes between evaluations of the same
 prompts (the dashboard's live filter); `GridProgress` makes a long grid resumable.
 """
@@ -23,6 +24,7 @@ from core.analysis.filter_hooks import ConditionHooks, filtered
 from core.analysis.filters import ProjectionFilter
 from core.errors import CoreError
 from core.models.capture import forward_accepts, forward_batch, prepare_batches, progress_bar
+from core.models.modes import evaluating
 from core.models.names import BOTH, MODULE_OUTPUTS, RESID
 
 
@@ -37,6 +39,10 @@ class Evaluation:
     rank: int = 0
     width: int = 0
     extra: dict = field(default_factory=dict)  # how it was computed (time, threads), for display
+
+    def __repr__(self) -> str:
+        """One line: how many prompts and the accuracy, never every prediction."""
+        return f"Evaluation(n={self.n}, accuracy={self.accuracy:.4f}, loss={self.loss:.4f}, rank={self.rank})"
 
     @property
     def n(self) -> int:
@@ -104,7 +110,7 @@ def evaluate_by_full_recompute(loaded, texts, answers, p: int, flt, modules: str
     answers = np.asarray(answers, dtype=np.int64)
     ids = torch.as_tensor(loaded.numbers.ids_for(p))
     preds, losses = np.zeros(len(texts), np.int64), np.zeros(len(texts))
-    with torch.no_grad(), filtered(loaded, flt, modules, "last"):
+    with torch.no_grad(), evaluating(loaded.model), filtered(loaded, flt, modules, "last"):
         for batch in prepare_batches(loaded.tokenizer, list(texts), batch_size):
             logits = forward_batch(loaded, batch)
             preds[batch.indices] = logits[:, ids.to(logits.device)].argmax(-1).cpu().numpy()
@@ -238,30 +244,31 @@ def evaluate_conditions(
         state.losses[c, rows] = answer_losses(logits, target).cpu().numpy()
 
     try:
-        if positions == "all":
-            for c, cond in enumerate(conditions):
-                with filtered(loaded, cond.flt, cond.modules, "all"):
-                    for _, batch in batches:
-                        record(c, batch.indices, forward_batch(loaded, batch))
-                        bar.update(len(batch.indices))
-            state.done[:] = True
-            if on_batch is not None:
-                on_batch(n, n)
-        else:
-            with ConditionHooks(loaded) as hooks:
-                for batch_no, batch in batches:
-                    stored = _StoredPrefix(prefix_cache, batch_no) if prefix_cache is not None else None
-                    passes = answer_position_passes(loaded, batch, conditions, hooks, rows_per_call, stored=stored)
-                    for c, logits in passes:
-                        record(c, batch.indices, logits)
-                        bar.update(len(batch.indices))
-                    state.done[batch.indices] = True
-                    total_done += len(batch.indices)
-                    if on_batch is not None:
-                        on_batch(total_done, n)
-                    if on_checkpoint is not None and time.monotonic() - last_save > checkpoint_every_s:
-                        on_checkpoint(state)
-                        last_save = time.monotonic()
+        with evaluating(loaded.model):
+            if positions == "all":
+                for c, cond in enumerate(conditions):
+                    with filtered(loaded, cond.flt, cond.modules, "all"):
+                        for _, batch in batches:
+                            record(c, batch.indices, forward_batch(loaded, batch))
+                            bar.update(len(batch.indices))
+                state.done[:] = True
+                if on_batch is not None:
+                    on_batch(n, n)
+            else:
+                with ConditionHooks(loaded) as hooks:
+                    for batch_no, batch in batches:
+                        stored = _StoredPrefix(prefix_cache, batch_no) if prefix_cache is not None else None
+                        passes = answer_position_passes(loaded, batch, conditions, hooks, rows_per_call, stored=stored)
+                        for c, logits in passes:
+                            record(c, batch.indices, logits)
+                            bar.update(len(batch.indices))
+                        state.done[batch.indices] = True
+                        total_done += len(batch.indices)
+                        if on_batch is not None:
+                            on_batch(total_done, n)
+                        if on_checkpoint is not None and time.monotonic() - last_save > checkpoint_every_s:
+                            on_checkpoint(state)
+                            last_save = time.monotonic()
     except BaseException:
         # interrupted or failed: hand over what is finished, so the caller can resume from it
         if on_checkpoint is not None and positions == "last" and state.done.any():
@@ -347,7 +354,7 @@ def answer_position_passes(
     if S > 1:
         prefix = stored.cache.get(stored.batch_no) if stored is not None else None
         if prefix is None:
-            with torch.no_grad():  # the prefix's keys and values are what is kept: its logits are not needed
+            with torch.no_grad(), evaluating(model):  # the prefix's keys and values are kept, not its logits
                 out = model(
                     input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], use_cache=True,
                     **extra,
@@ -379,7 +386,7 @@ def answer_position_passes(
         share = G > 1 and copies is not None and share_unedited
         hooks.shared = (G, B, first_edited_layer(group, loaded.n_layers)) if share else None
         try:
-            with torch.no_grad():
+            with torch.no_grad(), evaluating(model):
                 logits = model(**kwargs).logits[:, -1, :]
         finally:
             hooks.plan = {}

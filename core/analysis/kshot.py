@@ -19,6 +19,7 @@ import torch
 from core.analysis.behaviour import error_summary
 from core.errors import CoreError
 from core.models.capture import prepare_batches, progress_bar
+from core.models.modes import evaluating
 from core.tasks import with_shots
 
 SHOTS = (0, 4)
@@ -33,7 +34,7 @@ def parse_answer(text: str) -> int | None:
 
 
 def generate(loaded, texts, max_new_tokens: int = MAX_NEW_TOKENS, batch_size: int = 16, progress=None) -> list[str]:
-    """Greedy continuations of `texts` (only the new text), in the order of `texts`."""
+    """Greedy continuations of `texts` (only the new text), in the order of `texts`, in eval mode."""
     tok = loaded.tokenizer
     batches = prepare_batches(tok, texts, batch_size)
     out: list[str | None] = [None] * len(texts)
@@ -42,7 +43,7 @@ def generate(loaded, texts, max_new_tokens: int = MAX_NEW_TOKENS, batch_size: in
     eos = tok.eos_token_id
     for batch in batches:
         ids = batch.input_ids.to(device)
-        with torch.no_grad():
+        with torch.no_grad(), evaluating(loaded.model):
             new = loaded.model.generate(
                 input_ids=ids,
                 attention_mask=batch.attention_mask.to(device),

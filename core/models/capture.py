@@ -5,7 +5,8 @@ padding at all; the rest are padded on the left, with position ids counted from 
 token, so the last position of every row is the answer position and each row computes what it
 would compute alone. Hooks copy the last position of each block, attention and MLP output (a
 few KB per example) and nothing else, so memory grows with examples x layers x width, never
-with prompt length. Attention weights and the KV cache are not kept.
+with prompt length. Attention weights and the KV cache are not kept. Every pass runs in eval mode and leaves the
+model's own training flags as they were (`core.models.modes.evaluating`).
 
 resid[:, l] is h(l): l = 0 is the embedding output (the input of block 0), l = 1..L the output
 of block l. attn[:, l-1] and mlp[:, l-1] are Attn(l), MLP(l), the outputs the block adds to the
@@ -25,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from core.errors import CoreError
+from core.models.modes import evaluating
 from core.models.names import ATTN, MLP, MODULE_OUTPUTS, RESID, STREAMS, check_streams, hook_name, site_of_hook
 
 
@@ -34,6 +36,9 @@ class PreparedBatch:
     input_ids: object
     attention_mask: object
     position_ids: object
+
+    def __repr__(self) -> str:
+        return f"PreparedBatch({len(self.indices)} prompts x {self.input_ids.shape[-1]} tokens)"
 
 
 def prepare_batches(tokenizer, texts: Sequence[str], batch_size: int, by_length: bool = True) -> list[PreparedBatch]:
@@ -80,7 +85,7 @@ def forward_accepts(model, name: str) -> bool:
 
 
 def forward_batch(loaded, batch: PreparedBatch):
-    """One forward pass; returns the logits at the last (answer) position, (B, vocab)."""
+    """One forward pass, in eval mode; returns the logits at the last (answer) position, (B, vocab)."""
     model = loaded.model
     device = loaded.input_device
     kwargs = dict(
@@ -91,7 +96,7 @@ def forward_batch(loaded, batch: PreparedBatch):
     )
     if forward_accepts(model, "logits_to_keep"):
         kwargs["logits_to_keep"] = 1
-    with torch.no_grad():
+    with torch.no_grad(), evaluating(model):
         out = model(**kwargs)
     return out.logits[:, -1, :]
 
@@ -181,6 +186,10 @@ class CapturedBatch:
     attn: object | None = None  # (B, L, D)
     mlp: object | None = None  # (B, L, D)
 
+    def __repr__(self) -> str:
+        kept = ", ".join(f"{s} {tuple(getattr(self, s).shape)}" for s in STREAMS if getattr(self, s) is not None)
+        return f"CapturedBatch({len(self.indices)} prompts; {kept or 'logits only'})"
+
 
 def iter_capture(
     loaded,
@@ -198,7 +207,7 @@ def iter_capture(
     target = loaded.model.get_output_embeddings().weight.device
     bar = progress_bar(len(texts), desc, progress)
     try:
-        with LastPositionRecorder(loaded.parts, streams) as rec:
+        with LastPositionRecorder(loaded.parts, streams) as rec, evaluating(loaded.model):
             for batch in batches:
                 logits = forward_batch(loaded, batch)
                 vecs = rec.take(target)

@@ -4,7 +4,9 @@ Loading goes through transformers' `from_pretrained` on a hub id or a local fold
 `core.models.source.resolve_source`), with safetensors only and `trust_remote_code` off unless the
 caller turns it on. `device_map="auto"` (accelerate) spreads a model too big for one device over
 several. The model's parts are found by `core.models.parts.find_parts`, checked by
-`check_layout`, and its number tokens by `core.models.number_tokens`.
+`check_layout`, and its number tokens by `core.models.number_tokens`. Every pass runs in eval mode
+(`LoadedModel.evaluating`); a model handed in from memory keeps its own training flag outside them. OPT is refused
+by name (`UNSUPPORTED_ARCHITECTURES`): its blocks flatten the positions around the MLP.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from core.errors import CoreError
+from core.models.modes import evaluating
 from core.models.names import ModuleNames
 from core.models.number_tokens import NumberTokens, choose_number_tokens, number_token_candidates, require_number_range
 from core.models.parts import ModelParts, check_layout, find_parts
@@ -27,6 +30,17 @@ from core.models.source import fingerprint_folder, project_relative, read_proven
 from core.models.unembed import Unembed, build_unembed
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
+#: Architectures refused by name (their config's model_type), each with why and what to use instead.
+UNSUPPORTED_ARCHITECTURES = {
+    "opt": (
+        "its decoder layer flattens (batch, positions) into one dimension around its MLP (fc1, fc2), so what each "
+        "block's MLP adds to the residual stream is never a (batch, positions, width) output the hooks can read or "
+        "edit at the answer position; use a model of a supported layout of similar size instead (GPT-2, "
+        "EleutherAI/pythia-*, or a Llama-style model such as SmolLM2)"
+    ),
+}
+#: Longest source name a LoadedModel's repr shows whole (a longer one keeps its start and end).
+REPR_SOURCE_CHARS = 90
 
 
 @dataclass
@@ -57,6 +71,20 @@ class LoadedModel:
     def input_device(self):
         return self.model.get_input_embeddings().weight.device
 
+    def evaluating(self):
+        """A context in which the model runs in eval mode; each module's own training flag comes back after it
+        (`core.models.modes.evaluating`). The analysis' passes run in one."""
+        return evaluating(self.model)
+
+    def __repr__(self) -> str:
+        """One short line (source, layers, width, number line, device and dtype), never the ids or the modules."""
+        source = self.source if len(self.source) <= REPR_SOURCE_CHARS else (
+            self.source[: REPR_SOURCE_CHARS // 2 - 2] + "..." + self.source[-(REPR_SOURCE_CHARS // 2 - 1):])
+        weight = self.model.get_output_embeddings().weight
+        numbers = f"numbers 0..{self.numbers.P - 1}" if self.numbers.P else "no single-token numbers"
+        return (f"LoadedModel({source!r}, {self.architecture}, {self.n_layers} layers, width {self.width}, "
+                f"{numbers} ({self.numbers.convention}), {weight.device} {str(weight.dtype).removeprefix('torch.')})")
+
     def select_numbers(self, p: int, what: str = "this task") -> NumberTokens:
         """Use the number-token convention that covers 0..p-1 (`choose_number_tokens`); fail clearly if none does."""
         chosen = choose_number_tokens(self.number_candidates or [self.numbers], p)
@@ -85,6 +113,15 @@ class LoadedModel:
         ids = torch.as_tensor(self.numbers.ids_for(p))
         weight = self.model.get_input_embeddings().weight
         return weight.detach()[ids.to(weight.device)].float()
+
+
+def check_supported(config, source: str) -> None:
+    """Refuse, with one line, a model whose architecture (`config.model_type`) is in `UNSUPPORTED_ARCHITECTURES`."""
+    kind = str(getattr(config, "model_type", "") or "")
+    if kind in UNSUPPORTED_ARCHITECTURES:
+        names = ", ".join(getattr(config, "architectures", None) or [])
+        what = f"{names} (model type {kind!r})" if names else f"model type {kind!r}"
+        raise CoreError(f"{source}: {what} cannot be analysed by this tool: {UNSUPPORTED_ARCHITECTURES[kind]}.")
 
 
 def _torch_dtype(name: str):
@@ -136,7 +173,8 @@ def load_model(
     revision: str | None = None,
     module_names: ModuleNames | None = None,
 ) -> LoadedModel:
-    """Load a causal LM from a hub id or local folder, in eval mode, with its parts and numbers."""
+    """Load a causal LM from a hub id or local folder, in eval mode, with its parts and numbers. An architecture of
+    `UNSUPPORTED_ARCHITECTURES` is refused from its config, before any weights are read."""
     hf_logging.disable_progress_bar()  # our own bars say what is being computed; theirs only clutter
     local, folder = resolve_source(source)
     dtype_of_weights = _torch_dtype(dtype)
@@ -144,6 +182,7 @@ def load_model(
         device = check_device(device)
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code, revision=revision)
+        check_supported(config, source)
         tokenizer = load_tokenizer(source, trust_remote_code, revision)
         model = AutoModelForCausalLM.from_pretrained(
             source,
@@ -177,6 +216,7 @@ def load_model(
         raise CoreError(f"could not load {where}: {msg}.{hint}") from None
     if device_map is None:
         model.to(device)
+    model.eval()  # this model is the analysis' own: it stays in eval mode
     revision_seen = getattr(config, "_commit_hash", None) or revision
     if local:
         fingerprint = fingerprint_folder(folder)
@@ -192,9 +232,10 @@ def load_model(
 def wrap_model(model, tokenizer, module_names: ModuleNames | None = None, name: str | None = None) -> LoadedModel:
     """A causal LM already in memory (an `nn.Module` with transformers' interface: `model(input_ids=...)` returning
     `.logits`, `get_input_embeddings`, `get_output_embeddings`) and its tokenizer, checked and read as `load_model`
-    reads a folder: put in eval mode, its parts found (or named by `module_names`), its number tokens chosen and its
-    layout checked on a probe prompt. `name` is how reports call it (default: its class). Its fingerprint is a hash
-    of its weights as they are now, so a later change to them is a different model."""
+    reads a folder: its parts found (or named by `module_names`), its number tokens chosen and its layout checked on
+    a probe prompt. `name` is how reports call it (default: its class). Its fingerprint is a hash of its weights as
+    they are now, so a later change to them is a different model. Its training flag is left as it is: every pass of
+    the analysis runs in eval mode (`LoadedModel.evaluating`) and gives each module its own flag back after."""
     digest = hashlib.sha256()
     for key, w in sorted(model.state_dict().items()):
         digest.update(key.encode())
@@ -208,9 +249,10 @@ def wrap_model(model, tokenizer, module_names: ModuleNames | None = None, name: 
 
 def _ready(model, tokenizer, module_names, *, source: str, revision, fingerprint: str, local: bool,
            extra: dict) -> LoadedModel:
-    """A loaded model's checks and parts (both `load_model` and `wrap_model`): eval mode, finite weights, its
-    blocks' modules, its number tokens, the layout checked on a probe prompt."""
-    model.eval()
+    """A loaded model's checks and parts (both `load_model` and `wrap_model`): a supported architecture, finite
+    weights, its blocks' modules, its number tokens, the layout checked on a probe prompt (in eval mode, the model's
+    own training flags restored after: `check_layout`)."""
+    check_supported(getattr(model, "config", None), source)
     broken = [name for name, w in model.named_parameters()  # offloaded weights (device "meta") are not read here
               if w.is_floating_point() and not w.is_meta and not torch.isfinite(w).all()]
     if broken:

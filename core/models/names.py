@@ -46,26 +46,60 @@ def hook_name(stream: str, layer: int, n_layers: int | None = None) -> str:
     raise CoreError(f"unknown stream {stream!r}: choose from {', '.join(STREAMS)}")
 
 
+#: The TransformerLens hook names `site_of_hook` accepts (N: the block, counted from 0).
+ACCEPTED_HOOKS = ("blocks.N.hook_resid_pre", "blocks.N.hook_resid_post", "blocks.N.hook_attn_out",
+                  "blocks.N.hook_mlp_out")
+_HEADS = "attention's per-head internals are not kept, only what attention adds to the stream (hook_attn_out)"
+_NEURONS = "the MLP's hidden neurons are not kept, only what the MLP adds to the stream (hook_mlp_out)"
+_HEAD_INPUT = "per-head copies of the stream attention reads are not kept; the stream itself is hook_resid_pre"
+_NORM = "the blocks' norms are not kept, only the stream they read (hook_resid_pre)"
+_MID = ("the stream between a block's attention and its MLP is not kept; with sequential blocks it is hook_resid_pre "
+        "+ hook_attn_out of the same block, not so with parallel attention and MLP (GPT-J, GPT-NeoX, Phi)")
+#: TransformerLens hook names of sites this project does not read, each with why (docs/api.md lists them).
+UNSUPPORTED_HOOKS = {
+    "hook_embed": "the token embedding alone is not kept; token and position embeddings together are "
+                  "blocks.0.hook_resid_pre",
+    "hook_pos_embed": "the position embedding alone is not kept; token and position embeddings together are "
+                      "blocks.0.hook_resid_pre",
+    "hook_tokens": "token ids are not activations: the tokenizer gives them",
+    "ln_final.hook_normalized": "the final norm's output is not kept; the logit lens applies the final norm to the "
+                                "last stream itself (core.models.unembed)",
+    "ln_final.hook_scale": "the final norm's scale is not kept; the logit lens applies the final norm itself",
+    "blocks.N.hook_resid_mid": _MID,
+    "blocks.N.hook_mlp_in": _MID,
+    "blocks.N.hook_attn_in": _HEAD_INPUT,
+    "blocks.N.hook_q_input": _HEAD_INPUT,
+    "blocks.N.hook_k_input": _HEAD_INPUT,
+    "blocks.N.hook_v_input": _HEAD_INPUT,
+    **{f"blocks.N.attn.{h}": _HEADS for h in ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_z",
+                                              "hook_attn_scores", "hook_pattern", "hook_result")},
+    **{f"blocks.N.mlp.{h}": _NEURONS for h in ("hook_pre", "hook_pre_linear", "hook_post")},
+    **{f"blocks.N.{ln}.{h}": _NORM for ln in ("ln1", "ln2") for h in ("hook_scale", "hook_normalized")},
+}
+
+
 def site_of_hook(name: str, n_layers: int) -> tuple[str, int]:
     """(stream, layer) of a TransformerLens hook name, the inverse of `hook_name`: blocks.{i}.hook_attn_out and
     hook_mlp_out are layer i + 1's module outputs, blocks.{i}.hook_resid_pre the stream before block i (layer i),
-    blocks.{i}.hook_resid_post the stream after it (layer i + 1). A name of another site, or a block the model does
-    not have, is a clear error."""
+    blocks.{i}.hook_resid_post the stream after it (layer i + 1). A name of another site (`UNSUPPORTED_HOOKS` says
+    why for TransformerLens' other names), or a block the model does not have, is refused with one line that names
+    the accepted ones (`ACCEPTED_HOOKS`)."""
     parts = str(name).split(".")
     suffixes = {v: k for k, v in _HOOK_SUFFIX.items()}
-    if len(parts) == 3 and parts[0] == "blocks" and parts[1].isdigit():
+    accepted = (f"Accepted: {', '.join(ACCEPTED_HOOKS)}, N from 0 to {int(n_layers) - 1} (blocks counted from 0, "
+                "as TransformerLens counts)")
+    in_block = len(parts) >= 3 and parts[0] == "blocks"
+    if in_block and parts[1].isdigit() and len(parts) == 3:
         block, hook = int(parts[1]), parts[2]
-        if not 0 <= block < int(n_layers):
-            raise CoreError(f"hook {name!r}: this model has blocks 0..{int(n_layers) - 1}")
-        if hook in suffixes:
-            return suffixes[hook], block + 1
-        if hook == "hook_resid_pre":
-            return RESID, block
-        if hook == "hook_resid_post":
-            return RESID, block + 1
-    raise CoreError(f"hook {name!r} is not a site this project reads: use blocks.N.hook_attn_out, "
-                    "blocks.N.hook_mlp_out, blocks.N.hook_resid_pre or blocks.N.hook_resid_post (N from 0, as "
-                    "TransformerLens counts)")
+        if hook in suffixes or hook in ("hook_resid_pre", "hook_resid_post"):
+            if not 0 <= block < int(n_layers):
+                raise CoreError(f"hook {name!r}: this model has no block {block}. {accepted}")
+            if hook in suffixes:
+                return suffixes[hook], block + 1
+            return RESID, block + (hook == "hook_resid_post")
+    key = ".".join(["blocks", "N", *parts[2:]]) if in_block and parts[1].isdigit() else str(name)
+    why = UNSUPPORTED_HOOKS.get(key)
+    raise CoreError(f"hook {name!r} is not a site this project reads" + (f": {why}" if why else "") + f". {accepted}")
 
 
 def check_streams(streams) -> tuple[str, ...]:

@@ -48,6 +48,12 @@ class NumberTokens:
     def P(self) -> int:
         return len(self.ids)
 
+    def __repr__(self) -> str:
+        """One line: the range and convention, never every token id."""
+        span = f"0..{self.P - 1}" if self.P else "none"
+        return (f"NumberTokens({span}, {self.convention}, prompt suffix {self.prompt_suffix!r}, answer prefix "
+                f"{self.answer_prefix!r}, first split {self.first_split})")
+
     def ids_for(self, p: int) -> np.ndarray:
         require_number_range(self, p)
         return np.asarray(self.ids[:p], dtype=np.int64)

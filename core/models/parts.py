@@ -18,6 +18,7 @@ import torch.nn as nn
 
 from core.errors import CoreError
 from core.models.capture import LastPositionRecorder, prepare_batches
+from core.models.modes import evaluating
 from core.models.names import ATTN, KNOWN_LAYOUTS, MLP, RESID, ModuleNames
 from core.models.number_tokens import PROBE_PROMPT
 
@@ -35,6 +36,10 @@ class ModelParts:
     @property
     def n_layers(self) -> int:
         return len(self.blocks)
+
+    def __repr__(self) -> str:
+        """One line: the module names and the number of blocks (not every module's own repr)."""
+        return f"ModelParts({self.names}, {self.n_layers} blocks)"
 
     def outputs(self, kind: str) -> list:
         """The modules whose outputs are `kind` (`core.models.names.ATTN` or `MLP`), one per layer."""
@@ -103,12 +108,13 @@ def check_layout(
        the wrong modules, break it.
     2. The `Unembed` at the last layer reproduces the model's own logits (final norm, bias, scale,
        soft-cap all accounted for).
-    Returns the largest relative errors seen, for the manifest.
+    Returns the largest relative errors seen, for the manifest. The probe runs in eval mode, the model's own training
+    flags restored after (`core.models.modes.evaluating`).
     """
     batch = prepare_batches(tokenizer, list(texts), len(texts))[0]
     device = model.get_input_embeddings().weight.device
     try:
-        with LastPositionRecorder(parts) as rec, torch.no_grad():
+        with LastPositionRecorder(parts) as rec, torch.no_grad(), evaluating(model):
             out = model(
                 input_ids=batch.input_ids.to(device),
                 attention_mask=batch.attention_mask.to(device),
