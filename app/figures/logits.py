@@ -307,6 +307,7 @@ def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int 
     comps, total = summaries.waves_for(run.table(Table.FINAL_WAVES), example.name, basis, top)
     logits = summaries.centred_final_logits(run.table(Table.MODULE_LOGITS), example.name)
     lo, hi = summaries.number_window(int(example["answer"]), window, run.p)
+    peak = int(total.loc[total["value"].idxmax(), "number"])  # over the whole number line, zoomed or not
     if window is not None:
         comps = comps[comps["number"].between(lo, hi)]
         total = total[total["number"].between(lo, hi)]
@@ -332,7 +333,6 @@ def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int 
         .encode(x=alt.X("number:Q"))
     )
     data = comps[["component", "k", "period", "magnitude", "number", "value"]]
-    peak = int(total.loc[total["value"].idxmax(), "number"])
     answer, said = int(example["answer"]), int(example["prediction"])
     periods = ", ".join(f"{t:.3g}" for t in comps.drop_duplicates("component")["period"])
     where_peak = f"peaks at {peak}, the answer" if peak == answer else f"peaks at {peak}, not at the answer {answer}"
@@ -343,9 +343,12 @@ def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int 
     )
     where = "" if window is None else f", numbers {lo}–{hi}"
     if window is not None:
+        local = int(total.loc[total["value"].idxmax(), "number"])
+        inside = ("" if local == peak else
+                  f"; inside this window it is highest at {local}" + (", the answer" if local == answer else ""))
         caption = (
-            f"Zoomed to {lo}–{hi}. The top {top} components have periods {periods}; their sum (black) {where_peak} "
-            f"(red line).{model}"
+            f"Zoomed to {lo}–{hi}. The top {top} components have periods {periods}; over the whole line 0..{run.p - 1} "
+            f"their sum (black) {where_peak} (red line){inside}.{model}"
         )
     question = expression(run.task, example["a"], example["b"])
     title = f"Top-{top} Fourier components of the final logits for {question}{where} — {run.label}"

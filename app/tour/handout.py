@@ -21,7 +21,17 @@ from app.glossary import TERMS, step_term_names
 from app.sidebar import short_label
 from app.state import projector_sizes
 from app.tour.handout_style import HANDOUT_CSS, HANDOUT_SCRIPT
-from app.tour.steps import NOTHING_TO_COMPARE, OVER_RUNS, STEPS, Step, StepInputs, choose_run, run_line, who_line
+from app.tour.steps import (
+    NOTHING_TO_COMPARE,
+    OVER_RUNS,
+    STEPS,
+    Step,
+    StepInputs,
+    choose_run,
+    run_line,
+    who_line,
+    why_shown,
+)
 from core import SCHEMA_VERSION
 from core.claims.base import VERDICT_LABELS, VERDICTS, Claim
 from core.runs.origin import describe_run
@@ -173,10 +183,7 @@ def build_handout(
         shown, note, missing, figures = choice.shown, "", "", ()
         if choice.switched_from is not None:
             mine = choice.switched_from
-            note = (
-                f"This step shows {shown.label}, the shipped run that shows it best ({choice.claim.verdict}); "
-                f"on {chosen.label}: {VERDICT_LABELS[mine.verdict]}. {mine.measured}"
-            )
+            note = f"This step shows {shown.label}. {why_shown(step, choice)} On {chosen.label}: {mine.measured}"
         if step.table is not None and not shown.has(step.table):
             why = shown.why_absent(step.table)
             missing = f"{shown.label} cannot show this step" + (f": {why}." if why else f" (no {step.table} table).")

@@ -15,10 +15,10 @@ import pandas as pd
 
 from app.figures import logits, numbers, operations, training
 from app.figures.phase import locking_heatmap, shift_bars
-from core.claims.base import Claim, pct
+from core.claims.base import VERDICT_LABELS, Claim, pct
 from core.claims.last_digit import causal_test
 from core.claims.operations import claim_operations, operation_runs, short_name
-from core.claims.registry import best_run
+from core.claims.registry import TASK_STEPS, best_run, may_stand_in
 from core.paper import ACCURACY, TABLE1_TAU
 from core.runs import summaries, training_summaries
 from core.runs.origin import run_origin, seed_of_manifest
@@ -437,12 +437,17 @@ def choose_run(
     training_claim: Callable[[list[RunReader]], Claim],
     best: bool = False,
 ) -> StepChoice:
-    """The run `step` shows: the sidebar's (`chosen`), or with `best` the shipped run of the split that shows the
-    step best (among those that can draw it); with its claim. Step 8's claim is over every run with a training log."""
+    """The run `step` shows: the sidebar's (`chosen`), or with `best` the shipped run that shows the step best among
+    those that may stand in for it (`core.claims.registry.may_stand_in`: the same task, and on a step about doing
+    the task, a model that does it) and can draw it; with its claim. Step 8's claim is over every run with a
+    training log."""
     if step.key == "training":
         return StepChoice(chosen, training_claim(trained_here(runs)))
     if step.key == "operations":
         return StepChoice(chosen, claim_operations(operation_runs(runs, chosen), claims_of))
+    if best:
+        runs = [r for r in runs if r.name == chosen.name
+                or may_stand_in(step.key, r.task, chosen.task, claims_of(r)["accuracy"])]
     by_name = {r.name: r for r in runs}
     per_run = {r.name: claims_of(r)[step.key] for r in runs}
     drawable = {n: c for n, c in per_run.items() if step.table is None or by_name[n].has(step.table)} or per_run
@@ -453,6 +458,18 @@ def choose_run(
     if pick == chosen.name:
         return StepChoice(chosen, per_run[chosen.name])
     return StepChoice(by_name[pick], per_run[pick], per_run[chosen.name])
+
+
+def why_shown(step: Step, choice: StepChoice) -> str:
+    """Why a step shows another run than the sidebar's ("best run"): among which runs it was chosen, and both
+    verdicts. Empty when the step shows the sidebar's run."""
+    if choice.switched_from is None:
+        return ""
+    among = f"the shipped {task_name(choice.shown.task)} runs"
+    if step.key in TASK_STEPS:
+        among += " that do the task (step 1 at least Partly agrees)"
+    return (f"Of {among}, it shows this step best ({VERDICT_LABELS[choice.claim.verdict]}; the sidebar's run: "
+            f"{VERDICT_LABELS[choice.switched_from.verdict]}).")
 
 
 # ----------------------------------------------------------------------------- what a step says beside its figure

@@ -25,8 +25,9 @@ from app.tour.steps import (
     run_line,
     settings_note,
     who_line,
+    why_shown,
 )
-from core.claims.base import VERDICT_LABELS, pct
+from core.claims.base import pct
 from core.paper import ACCURACY
 from core.runs.origin import describe_run
 from core.tasks import task_name, task_verb
@@ -85,9 +86,8 @@ hidden = waiting(step, shown, st.session_state["best"])  # predict-then-reveal: 
 if choice.switched_from is not None and not hidden:
     mine = choice.switched_from
     st.warning(
-        f"**This step shows {shown.label}**, not the run chosen in the sidebar: it is the shipped run that shows "
-        f"this step best ({VERDICT_LABELS[claim.verdict]}; yours: {VERDICT_LABELS[mine.verdict]}). Switch off the "
-        "toggle above to stay on your run.",
+        f"**This step shows {shown.label}**, not the sidebar's run. {why_shown(step, choice)} Switch off the toggle "
+        "above to stay on your run.",
         icon=":material/swap_horiz:",
     )
     others = f"On your choice, {chosen.label}: {BADGE[mine.verdict]} {mine.measured}"

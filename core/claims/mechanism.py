@@ -340,11 +340,7 @@ def claim_waves(run, top: int = 5) -> Claim:
         measured += f" For {expression_of_id(r.name)} the top {top} periods are {periods(top_periods)}."
     reason = ""
     if verdict != "agrees":
-        reason = (
-            f"five waves are not enough to place the answer for most questions; ten are for {pct(s10)}"
-            if s10 > s5
-            else "the final logits need more than a few waves to place the answer"
-        )
+        reason = waves_reason(s5, s10, top)
     if not whole:
         reason += (
             f"; only {n} examples could be read (the model's weights are not here): the shares could be as high as "
@@ -360,6 +356,21 @@ def claim_waves(run, top: int = 5) -> Claim:
         {"share_top5": s5, "share_top10": s10, "n": n, "periods": top_periods, "accuracy": acc},
         headline=f"The top 5 waves peak at the answer for {pct(s5)} of {n} questions, the top 10 for {pct(s10)}.",
     ), run)
+
+
+def waves_reason(s5: float, s10: float, top: int = 5) -> str:
+    """Why the top-`top` sum falls short of "agrees", in words its own shares warrant ("more than half" above 50%,
+    "few" below 25%), each beside its number; and what ten waves add, when they add anything."""
+    if s5 > 0.5:
+        said = (f"the top {top} waves place the answer for more than half the questions ({pct(s5)}), short of the "
+                f"{pct(WAVES_AGREE)} the rule asks")
+    elif s5 >= 0.25:
+        said = f"the top {top} waves place the answer for at most half the questions ({pct(s5)})"
+    else:
+        said = f"the top {top} waves place the answer for few questions ({pct(s5)})"
+    if s10 > s5:
+        return f"{said}; ten waves do for {pct(s10)}"
+    return f"{said}, and ten waves do no better ({pct(s10)}): the final logits need more waves than a few"
 
 
 #: Opposite-band cells must keep this share of the unfiltered accuracy; the paper's cells must fall

@@ -24,7 +24,7 @@ from core.errors import CoreError
 from core.paper import ACCURACY, MULTIPLICATION_ACCURACY_VAL, MULTIPLICATION_OUTLIER_PERIODS, paper_findings
 from core.tasks import task_name
 
-__all__ = ["PAPER_SHORT", "RUN_CLAIMS", "run_claims", "best_run", "paper_short"]
+__all__ = ["PAPER_SHORT", "RUN_CLAIMS", "run_claims", "best_run", "may_stand_in", "paper_short"]
 
 #: Tour steps that are claims about one run, in order (step 8 is over all runs).
 RUN_CLAIMS = {
@@ -125,3 +125,19 @@ def best_run(claims_by_run: dict[str, Claim], preferred: str | None = None, orde
     order = order or list(claims_by_run)
     rank = {name: i for i, name in enumerate(order)}
     return max(claims_by_run, key=lambda n: (claims_by_run[n].score, n == preferred, -rank.get(n, len(rank))))
+
+
+#: Verdicts of the accuracy step (step 1) under which a run does its task: at least "partly" (core.claims.accuracy).
+DOES_THE_TASK = ("agrees", "partly")
+
+
+def may_stand_in(step: str, task: str, chosen_task: str, accuracy: Claim) -> bool:
+    """Whether a run of `task` whose accuracy step is `accuracy` may be shown on `step` in place of the sidebar's run
+    of `chosen_task` ("best run"): only a run of the same task, so the Tour never swaps in another task's claim;
+    and on the steps about how a model does its task (`TASK_STEPS`), only one that does it (its accuracy step at
+    least "partly", `DOES_THE_TASK`): a model that fails the task shows nothing of how the task is done. The
+    number-representation steps (embeddings, numbers) read what pre-training put into the numbers, whatever the
+    model's skill."""
+    if task != chosen_task:
+        return False
+    return step not in TASK_STEPS or accuracy.verdict in DOES_THE_TASK
