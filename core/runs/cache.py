@@ -34,6 +34,7 @@ import pandas as pd
 from core import SCHEMA_VERSION
 from core.errors import CoreError
 from core.files import read_json_file, sha256_file
+from core.runs.manifest_checks import EDITED, field_problems, table_problems
 
 MANIFEST = "manifest.json"
 STAGING_PREFIX = ".staging-"
@@ -408,7 +409,9 @@ def _has_type(value, t) -> bool:
 
 
 def manifest_problems(manifest) -> list[str]:
-    """What is wrong with a manifest's shape: missing keys or wrong types the readers would trip on."""
+    """What is wrong with a manifest on its own: missing keys or wrong types the readers would trip on, and fields that
+    disagree with the rest of it (its name and id with its identity: `name_problems`; the others:
+    core.runs.manifest_checks.field_problems)."""
     if not isinstance(manifest, dict):
         return [f"{MANIFEST} is not a JSON object"]
     problems = []
@@ -445,6 +448,22 @@ def manifest_problems(manifest) -> list[str]:
             for key, typ in TABLE_ENTRY_KEYS.items():
                 if not _has_type(entry.get(key), typ):
                     problems.append(f"{MANIFEST}: table {t}: {key!r} should be {_type_name(typ)}")
+    return problems + name_problems(manifest) + field_problems(manifest)
+
+
+def name_problems(manifest: dict) -> list[str]:
+    """The run's id and name against what they are made of (`run_name`): its identity, and its run label (its label,
+    task and split; core.runs.manifest_checks checks those make it), so an edited identity or label does not pass."""
+    identity, run_label = manifest.get("identity"), manifest.get("run_label")
+    if not isinstance(identity, dict):
+        return []
+    problems, run_id = [], identity_hash(identity)
+    if "run_id" in manifest and manifest["run_id"] != run_id:
+        problems.append(f"manifest run_id {manifest['run_id']!r} is not its identity's hash {run_id!r}: {EDITED}")
+    name = run_name(run_label, identity) if isinstance(run_label, str) else None
+    if name is not None and isinstance(manifest.get("name"), str) and manifest["name"] != name:
+        problems.append(f"manifest run_label {run_label!r} and identity make the name {name!r}, but the run is named "
+                        f"{manifest['name']!r}: {EDITED}")
     return problems
 
 
@@ -453,8 +472,10 @@ def verify_run(path: str | Path, deep: bool = True) -> list[str]:
 
     Checks the folder and its files are plain (no symbolic links: the readers refuse them too),
     the manifest is readable, of this schema version and of the shape the readers expect, every
-    required table is listed and present, no file is there that the manifest does not list, and
-    (deep) every file's sha256, row count and columns match.
+    required table is listed and present, no file is there that the manifest does not list, the manifest's
+    fields agree with each other and its name with the folder's, and (deep) every file's sha256, row count and
+    columns match and every manifest field a reader takes for a table's content (n_layers, p, width, taus, split,
+    task, n_examples, accuracy, ...) agrees with the table (core.runs.manifest_checks.table_problems).
     """
     path = Path(path)
     if path.is_symlink():
@@ -469,6 +490,9 @@ def verify_run(path: str | Path, deep: bool = True) -> list[str]:
     problems = manifest_problems(manifest)
     if not isinstance(manifest, dict):
         return problems
+    if isinstance(manifest.get("name"), str) and manifest["name"] != path.name:
+        problems.append(f"manifest name {manifest['name']!r} but the run's folder is {path.name!r}: the folder was "
+                        f"renamed or the manifest edited; give the folder its name back, or recompute the run")
     if manifest.get("schema_version") != SCHEMA_VERSION:
         problems.append(
             f"schema version {manifest.get('schema_version')} (this code reads {SCHEMA_VERSION}): "
@@ -515,30 +539,13 @@ def verify_run(path: str | Path, deep: bool = True) -> list[str]:
             missing = [c for c in TABLE_COLUMNS[t] if c not in frame.columns]
             if missing:
                 problems.append(f"table {t}: lacks columns {missing}")
-        if t == "examples":
-            problems += summary_problems(manifest, frame)
+        problems += table_problems(manifest, t, frame)
     extra = sorted(f.name for f in path.iterdir() if f.name not in listed)
     if extra:
         problems.append(
             f"files not in the manifest: {', '.join(extra[:5])}{', ...' if len(extra) > 5 else ''} "
             "(remove them, or recompute the run)"
         )
-    return problems
-
-
-def summary_problems(manifest: dict, examples: pd.DataFrame) -> list[str]:
-    """The manifest's summary (accuracy, number of examples) against its examples table: `list` and the dashboard
-    show the summary, so an edited one must not pass."""
-    problems = []
-    task = manifest.get("task")
-    n = task.get("n_examples") if isinstance(task, dict) else None  # a wrongly shaped task is reported elsewhere
-    if isinstance(n, int) and n != len(examples):
-        problems.append(f"the manifest says {n} examples, its examples table holds {len(examples)}")
-    accuracy = manifest.get("accuracy")
-    if isinstance(accuracy, float) and "correct" in examples.columns and len(examples):
-        actual = float(examples["correct"].mean())
-        if abs(actual - accuracy) > 1e-9:
-            problems.append(f"the manifest's accuracy {accuracy:.4%} is not its examples table's {actual:.4%}")
     return problems
 
 
