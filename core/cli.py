@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--batch-size", type=_positive, default=32)
     pre.add_argument(
         "--threads",
+        type=_threads,
         default="auto",
         help="CPU threads for torch: a number, or 'auto' (default: the cores not busy with other work right now)",
     )
@@ -262,9 +263,11 @@ def cmd_upgrade(args) -> int:
     return 0
 
 
-def cmd_precompute(args) -> int:
-    from core.runs.precompute import PrecomputeOptions, precompute
-    from core.threads import parse_threads
+def cmd_precompute(args):
+    """`precompute`: every refusal that needs no model (core.runs.precompute_arguments.check_precompute: the
+    options, the model's folder, a run cached with other options) comes before torch is imported, in about a
+    second; then the run is computed (core.runs.precompute)."""
+    from core.runs.precompute_arguments import PrecomputeOptions, check_precompute
 
     opts = PrecomputeOptions(
         model=args.model,
@@ -281,7 +284,6 @@ def cmd_precompute(args) -> int:
         device=args.device,
         dtype=args.dtype,
         batch_size=args.batch_size,
-        threads=parse_threads(args.threads),
         device_map=args.device_map,
         trust_remote_code=args.trust_remote_code,
         revision=args.revision,
@@ -294,6 +296,12 @@ def cmd_precompute(args) -> int:
         progress=False if args.no_progress else None,
         every_question=args.every_question,
     )
+    check_precompute(opts)
+
+    from core.runs.precompute import precompute  # torch and transformers: seconds
+    from core.threads import parse_threads
+
+    opts.threads = parse_threads(args.threads)  # argparse has checked its form (_threads)
     name = Path(precompute(opts)).name
     if args.json:
         done = next((r for r in list_runs(args.cache_dir) if r.name == name), None)

@@ -5,7 +5,6 @@ upgrades (the phase tables, the training log)."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from core.runs.ablation_grid import redraw_run_controls
 from core.runs.cache import RunWriter, check_table
 from core.runs.number_tables import write_number_tables
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
+from core.runs.precompute_arguments import options_refusal
 from core.runs.shift_run import SHIFT_VERSION, phase_shift_table, shift_specs
 from core.training.train import seed_logs
 
@@ -48,26 +48,6 @@ def left_out(manifest: dict, tables) -> bool:
     """Whether `precompute --stages` left these tables out of the run (its manifest's `not_computed`): an upgrade
     does not add them, the user asks for them with --recompute."""
     return any(t in (manifest.get("not_computed") or {}) for t in tables)
-
-
-def options_refusal(name: str, existing: dict | None, options: dict) -> str | None:
-    """Why a run cached with `existing` options is not reused for these `options` (None: they are the same). A deep
-    model's run cached before the sampled design existed is kept as it is with --every-question."""
-    asked = json.loads(json.dumps(options))
-    if existing is None or existing == asked:
-        return None
-    hint = ""
-    if "design" not in existing and {k: v for k, v in asked.items() if k != "design"} == existing:
-        hint = " It read every question for every condition: pass --every-question to keep it as it is."
-    return (
-        f"run {name} is already cached with other options ({options_text(existing)}); you asked for "
-        f"{options_text(options)}. Pass --recompute to rebuild it with yours (the old run stays until the new one "
-        f"is complete).{hint}"
-    )
-
-
-def options_text(options: dict) -> str:
-    return ", ".join(f"{k} = {v}" for k, v in sorted(options.items()))
 
 
 def write_phase_tables(writer: RunWriter, loaded, examples, texts, p: int, opts) -> float:

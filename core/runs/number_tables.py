@@ -11,7 +11,7 @@ import torch
 from core.analysis.clusters import embedding_clusters
 from core.analysis.embeddings import spectrum_table
 from core.analysis.fourier import BASES, fourier_basis
-from core.analysis.numbers import representation_tables
+from core.analysis.numbers import CONTROL_MODULI, N_SPLITS, TARGET_MODULI, representation_tables
 from core.runs.cache import RunWriter
 
 
@@ -38,9 +38,32 @@ def embedding_tables(loaded, p: int, seed: int):
 NUMBERS_JSON = "numbers.json"
 
 
+def limit_note(n_numbers: int, n_layers: int, limit: int | None) -> str | None:
+    """The line precompute logs when --limit is given: this stage reads the numbers 0..N-1, not the questions, so the
+    limit does not shorten it (None without a limit).
+
+    Why it is not bounded by --limit: the spectrum is over the number line itself (its frequencies are those of N
+    numbers: fewer numbers would be another basis, not a sample of this one), and each probe is trained on 80% of the
+    numbers and scored on the other 20%, every residue class of n mod 100 needing numbers on both sides; a subset of
+    numbers would measure something else, not the same thing less precisely. Its cost is set by the model's depth:
+    (L + 1) layers x the moduli x N_SPLITS probe fits."""
+    if limit is None:
+        return None
+    moduli = [T for T in (*TARGET_MODULI, *CONTROL_MODULI) if 2 <= T <= n_numbers // 2]
+    return (
+        f"numbers: --limit {limit} does not shorten this stage: it reads the numbers 0..{n_numbers - 1} themselves, "
+        f"not the questions (the spectrum needs the whole number line, each probe holds out a fifth of it), "
+        f"{(n_layers + 1) * len(moduli) * N_SPLITS} probe fits; --stages without numbers leaves it out"
+    )
+
+
 def write_number_tables(writer: RunWriter, loaded, n_numbers: int, opts, log) -> dict:
     """The number-representation tables (`core.analysis.numbers`) of every layer, into the staging folder. `opts`:
-    the run's core.runs.precompute.PrecomputeOptions (dataset_seed, batch_size, progress are read)."""
+    the run's core.runs.precompute.PrecomputeOptions (dataset_seed, batch_size, progress are read). The stage reads
+    the numbers 0..n_numbers-1, whatever `opts.limit` is (`limit_note` says why, in the log)."""
+    note = limit_note(n_numbers, loaded.n_layers, getattr(opts, "limit", None))
+    if note:
+        log(note)
     spectrum, probes, info = representation_tables(
         loaded, n_numbers, seed=opts.dataset_seed, batch_size=opts.batch_size, log=log, progress=opts.progress,
         workers=torch.get_num_threads(),  # the probes are fitted one per thread the run may use

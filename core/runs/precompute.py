@@ -15,6 +15,11 @@
    follow, per question for the verdict's set, with random-direction controls of the same norm.
 Then error_analysis, the manifest, and an atomic publish (core.runs.cache).
 
+Before anything is loaded, core.runs.precompute_arguments checks the options and, for a model folder, the run they
+would write (a run cached with other options is refused, naming each option that differs); the command line makes
+that check before importing this module (torch). A model whose tokenizer splits numbers into digits gets a k-shot run
+(`_precompute_digits`): a stage named by --stages that reads number logits is refused then, one line, before any table.
+
 A deep model (core.runs.sampled_design) reads every question in stages 1, 2 and 4 and for the conditions Table 1's
 verdict reads; the rest of stages 3 and 5 read a fixed stratified sample, and the manifest's `design` says so.
 """
@@ -22,7 +27,6 @@ verdict reads; the rest of stages 3 and 5 read a fixed stratified sample, and th
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +34,12 @@ import pandas as pd
 import torch
 
 from core.analysis.filters import MATCH_DRAW_VERSION, unembedding_rank
-from core.analysis.fourier import check_basis_name, check_tau, fourier_basis
+from core.analysis.fourier import fourier_basis
 from core.analysis.kshot import SHOTS, accuracy_by_shots, generation_error_table, generations_table
 from core.errors import CoreError
 from core.models.loading import describe_model, load_model, prompt_texts
 from core.models.names import ModuleNames
-from core.models.source import project_relative, read_recipe_label
+from core.models.source import project_relative
 from core.runs.ablation_grid import (
     ModuleEnergy,
     ablation_grid,
@@ -49,13 +53,25 @@ from core.runs.cached_run import keep_cached_run, shift_note, training_log, writ
 from core.runs.measure import measure
 from core.runs.number_tables import NUMBERS_JSON, embedding_tables, write_number_tables
 from core.runs.phase_run import PHASE_TABLES, phase_note
+from core.runs.precompute_arguments import (
+    NUMBER_LOGIT_STAGES,
+    STAGES,
+    PrecomputeOptions,
+    check_arguments,
+    check_precompute,
+    check_stages,
+    digits_identity,
+    digits_stage_refusal,
+    model_label,
+    run_options,
+)
+from core.runs.precompute_arguments import run_identity as arguments_identity
+from core.runs.precompute_arguments import run_label as readable_run_label
 from core.runs.sampled_design import design_for
 from core.runs.shift_run import phase_shift_table, shift_specs
-from core.tasks import build_examples, number_space, running_example_id, select_split, subsample, with_shots
+from core.tasks import build_examples, running_example_id, select_split, subsample, with_shots
 from core.threads import use_threads
 
-DEFAULT_TAUS = (5, 10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
-PROMPT_FORMAT = "paper phrasings + ' Answer:'"
 MEASURE_TABLES = (
     "examples",
     "layer_accuracy",
@@ -65,8 +81,8 @@ MEASURE_TABLES = (
     "final_waves",
 )
 
-#: The stages `--stages` chooses from (the module docstring's 1-5: the phase tables come from the measurements' own
-#: pass) and the tables each writes. "measure" always runs: every other table reads the examples it writes.
+#: The tables each stage of `--stages` writes (core.runs.precompute_arguments.STAGES: the module docstring's 1-5; the
+#: phase tables come from the measurements' own pass). "measure" always runs: every other table reads its examples.
 STAGE_TABLES = {
     "measure": MEASURE_TABLES + PHASE_TABLES,
     "embeddings": ("embedding_spectrum", "embedding_clusters"),
@@ -74,20 +90,6 @@ STAGE_TABLES = {
     "ablations": ("ablations", "ablation_errors", "error_analysis"),
     "shift": ("phase_shift", "phase_shift_answers"),
 }
-STAGES = tuple(STAGE_TABLES)
-
-
-def check_stages(stages) -> tuple[str, ...]:
-    """The stages asked for, in the order they run, "measure" always among them (None: every stage)."""
-    if stages is None:
-        return STAGES
-    if isinstance(stages, str):  # "measure,shift", as the command line writes it
-        stages = tuple(s.strip() for s in stages.split(",") if s.strip())
-    unknown = [s for s in stages if s not in STAGE_TABLES]
-    if unknown:
-        raise CoreError(f"--stages: no stage named {', '.join(map(repr, unknown))}; choose from {', '.join(STAGES)} "
-                        "(measure always runs)")
-    return tuple(s for s in STAGES if s == "measure" or s in stages)
 
 
 def not_computed(stages: tuple[str, ...]) -> dict[str, str]:
@@ -98,76 +100,16 @@ def not_computed(stages: tuple[str, ...]) -> dict[str, str]:
     return {t: reason for s in left for t in STAGE_TABLES[s]}
 
 
-@dataclass
-class PrecomputeOptions:
-    model: str
-    task: str = "addition"
-    max_operand: int = 260
-    dataset_seed: int = 0
-    split: str = "test"
-    shots: int = 0
-    limit: int | None = None
-    taus: tuple[int, ...] | None = None  # None: DEFAULT_TAUS that fit the number space
-    basis: str = "paper"
-    positions: str = "last"
-    n_sample: int = 16
-    display_order: int = 100
-    device: str = "cpu"
-    dtype: str = "float32"
-    batch_size: int = 32
-    threads: int | None = None  # CPU threads for torch; None: the cores free right now (core.threads)
-    device_map: str | None = None
-    trust_remote_code: bool = False
-    revision: str | None = None
-    module_names: str | None = None
-    label: str | None = None
-    cache_dir: str = "cache"
-    recompute: bool = False
-    progress: bool | None = None
-    every_question: bool = False  # a deep model reads a fixed sample for most conditions unless this is True
-    stages: tuple[str, ...] | None = None  # None: every stage of STAGES; "measure" always runs
-    extra_notes: list[str] = field(default_factory=list)
-
-
-def default_taus(p: int) -> tuple[int, ...]:
-    K = (p - 1) // 2
-    taus = tuple(t for t in DEFAULT_TAUS if 2 <= t <= K)
-    return taus or (max(2, K // 2),)
-
-
-def _model_label(opts: PrecomputeOptions, loaded) -> str:
-    if opts.label:
-        return opts.label
-    if loaded.local:
-        return read_recipe_label(Path(loaded.source)) or Path(loaded.source).name
-    return opts.model
-
-
-def run_identity(opts: PrecomputeOptions, loaded, taus) -> dict:
-    """What determines the numbers of a run (paths excluded, so a run moves between machines)."""
-    return {
-        "model": Path(loaded.source).name if loaded.local else loaded.source,
-        "fingerprint": loaded.fingerprint,
-        "revision": loaded.revision,
-        "task": opts.task,
-        "max_operand": opts.max_operand,
-        "dataset_seed": opts.dataset_seed,
-        "split": opts.split,
-        "shots": opts.shots,
-        "limit": opts.limit,
-        "prompt_format": PROMPT_FORMAT,
-        "basis": opts.basis,
-        "positions": opts.positions,
-        "dtype": opts.dtype,
-    }
+def run_identity(opts: PrecomputeOptions, loaded, taus=()) -> dict:
+    """What determines the numbers of a run (core.runs.precompute_arguments.run_identity) for a loaded model."""
+    return arguments_identity(opts, loaded.local, loaded.source, loaded.fingerprint, loaded.revision)
 
 
 def precompute(opts: PrecomputeOptions, log=print) -> Path:
     """Compute and publish a run; returns its folder. Raises CoreError on bad input."""
 
-    check_basis_name(opts.basis)
-    stages = check_stages(opts.stages)
-    p = number_space(opts.task, opts.max_operand)  # checks the task and max operand before any work
+    check_precompute(opts)  # every refusal that needs no model (cli.py makes it before torch is imported, too)
+    p, taus, stages = check_arguments(opts)
     ensure_cache_dir(opts.cache_dir)
     all_examples = build_examples(opts.task, opts.max_operand, opts.dataset_seed)
     running = running_example_id(opts.task, opts.max_operand)
@@ -175,10 +117,7 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
         select_split(all_examples, opts.split), opts.limit, opts.dataset_seed, [running] if running else []
     )
     pool = select_split(all_examples, "train")
-    taus = tuple(sorted(set(opts.taus))) if opts.taus else default_taus(p)
     basis = fourier_basis(p, opts.basis)
-    for t in taus:
-        check_tau(basis, t)
 
     use_threads(opts.threads)  # sets torch's thread count for this run
     t0 = time.time()
@@ -193,20 +132,21 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
         module_names=names,
     )
     if not any(c.P >= p for c in (loaded.number_candidates or [loaded.numbers])):
+        refusal = digits_stage_refusal(opts.stages, _digits_reason(loaded.numbers, p), loaded.numbers.P)
+        if refusal:  # a stage asked for by name that reads number logits this model does not have
+            raise CoreError(refusal)
         return _precompute_digits(opts, loaded, all_examples, examples, p, taus, t0, log)
     loaded.select_numbers(p, f"the {opts.task} task with operands 0..{opts.max_operand}")
     texts = model_prompts(loaded, examples, pool, opts.shots, opts.dataset_seed)
     _check_context(loaded, texts, opts.shots)
-    label = _model_label(opts, loaded)
+    label = model_label(opts, loaded.local, loaded.source)
     identity = run_identity(opts, loaded, taus)
-    run_label = f"{label} {opts.task} {opts.split}" + (f" {opts.shots}-shot" if opts.shots else "")
+    run_label = readable_run_label(opts, label)
     name = run_name(run_label, identity)
     design = design_for([e.answer for e in examples], loaded.n_layers, loaded.width, opts.every_question)
-    options = {"taus": list(taus), "n_sample": opts.n_sample}
-    if design is not None:
-        options["design"] = design.option()  # only then: every-question runs keep the options they always had
-    if stages != STAGES:
-        options["stages"] = list(stages)  # only then: a run of every stage keeps the options it always had
+    # the design and the stages only when not the default: a run of every stage reading every question keeps the
+    # options it always had
+    options = run_options(taus, opts.n_sample, stages, design.option() if design is not None else None)
     with run_lock(opts.cache_dir, name, log):
         writer = RunWriter(opts.cache_dir, name, identity, options, recompute=opts.recompute)
         try:
@@ -398,6 +338,20 @@ def _run_manifest(
     }
 
 
+def _digits_reason(numbers, p: int) -> str:
+    """Why a model whose numbers 0..p-1 are not all single tokens has no number logits (`numbers`: its NumberTokens)."""
+    first, pieces = numbers.first_split, numbers.first_split_pieces
+    split_text = (
+        f"{first} is read as {len(pieces)} tokens ({' + '.join(repr(x) for x in pieces)})"
+        if first is not None and pieces
+        else f"only {numbers.P} numbers are single tokens"
+    )
+    return (
+        f"this model's tokenizer writes numbers as several tokens (only 0..{numbers.P - 1} are single tokens; "
+        f"{split_text}), so an answer is not one of {p} number tokens and there are no number logits to read"
+    )
+
+
 def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, p: int, taus, t0: float, log) -> Path:
     """A model whose numbers 0..p-1 are not single tokens: number representations and k-shot behaviour.
 
@@ -405,17 +359,7 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
     of the p number tokens, which such a model does not have; the manifest's `not_applicable`
     says so, table by table, and the pages show it.
     """
-    first = loaded.numbers.first_split
-    pieces = loaded.numbers.first_split_pieces
-    split_text = (
-        f"{first} is read as {len(pieces)} tokens ({' + '.join(repr(x) for x in pieces)})"
-        if first is not None and pieces
-        else f"only {loaded.numbers.P} numbers are single tokens"
-    )
-    reason = (
-        f"this model's tokenizer writes numbers as several tokens (only 0..{loaded.numbers.P - 1} are single tokens; "
-        f"{split_text}), so an answer is not one of {p} number tokens and there are no number logits to read"
-    )
+    reason = _digits_reason(loaded.numbers, p)
     not_applicable = {
         t: reason
         for t in MEASURE_TABLES
@@ -424,16 +368,14 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
     }
     shots = tuple(sorted({*SHOTS, opts.shots}))
     pool = select_split(all_examples, "train")
-    label = _model_label(opts, loaded)
-    identity = {
-        **run_identity(opts, loaded, ()),
-        "shots": list(shots),
-        "analysis": "digits: number representations, k-shot generation",
-    }
-    run_label = f"{label} {opts.task} {opts.split} k-shot"
+    label = model_label(opts, loaded.local, loaded.source)
+    identity = digits_identity(run_identity(opts, loaded), shots)
+    run_label = readable_run_label(opts, label, digits=True)
     name = run_name(run_label, identity)
     options = {"shots": list(shots), "n_numbers": p}
     timings = {"load_s": round(time.time() - t0, 2), "threads": torch.get_num_threads()}
+    log(f"a k-shot run: {reason}; so the stages {', '.join(NUMBER_LOGIT_STAGES)} do not apply (no Table 1), and the "
+        f"run holds the number representations and the model's answers at {', '.join(map(str, shots))} shots")
     with run_lock(opts.cache_dir, name, log):
         writer = RunWriter(opts.cache_dir, name, identity, options, recompute=opts.recompute)
         try:

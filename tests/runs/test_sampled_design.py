@@ -28,7 +28,7 @@ from core.runs.ablation_grid import (
 from core.runs.cache import list_runs, read_table, verify_run
 from core.runs.cached_run import options_refusal
 from core.runs.live_sample import live_sample
-from core.runs.precompute import DEFAULT_TAUS
+from core.runs.precompute_arguments import DEFAULT_TAUS
 from core.runs.reader import RunReader
 from core.runs.sampled_design import design_for, reads_every_question, sampled_cells_note, screened_modules
 from core.runs.shift_run import phase_shift_table, shift_specs
