@@ -456,8 +456,10 @@ def test_stages_leave_their_tables_out_and_every_reader_says_so(model_dir, tmp_p
     assert "left out of this run" in claims["module_waves"].reason
     assert claims["accuracy"].verdict != "not tested"
     capsys.readouterr()
-    assert main(["precompute", *common, "--stages", "measure,ablations"]) == 0
-    assert "nothing to do" in capsys.readouterr().out
+    assert main(["precompute", *common, "--stages", "measure,ablations", "--json"]) == 0
+    said = capsys.readouterr()
+    assert "nothing to do" in said.err  # --json: the log on stderr, the run alone on stdout
+    assert json.loads(said.out)["name"] == run.name and json.loads(said.out)["ok"] is True
     assert read_manifest(cache, run.name)["tables"] == run.manifest["tables"]
     assert main(["precompute", *common]) == 2
     assert "stages" in capsys.readouterr().err
