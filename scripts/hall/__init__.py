@@ -14,4 +14,5 @@ of run.sh, where `scripts.hall` is found. docs/serving.md says what each one mea
                    warm-up of each worker)
   fault_class      what every fault run shares: the running serve, students clicking, one row of the report
   fault_inputs, fault_live, fault_flood    the faults themselves
+  proxy_log        HAProxy's log as serve keeps it: the workers its health checks marked down, and why
 """

@@ -84,6 +84,11 @@ class Served:
     def worker_pids(self) -> dict[str, int | None]:
         return {name: self.worker_pid(port) for name, port in self.worker_ports().items()}
 
+    @property
+    def proxy_log(self) -> Path:
+        """HAProxy's output as serve.py keeps it (a worker marked down and why: proxy_log.proxy_events reads it)."""
+        return self.out / "haproxy.log"
+
     def states(self) -> dict[str, str]:
         try:
             return self.proxy.states()
@@ -153,22 +158,6 @@ class ClickingStudent(Session):
             self.errors.append(f"{type(exc).__name__}: {exc}")
         finally:
             await self.close()
-
-    def step_on(self):
-        """The Tour's Next, or Back from its last step."""
-        el = self.widget("button", label="Next ▶", note=False)
-        return self.next_step() if el is not None and not el.disabled else self._back()
-
-    def _back(self):
-        el = self.widget("button", label="◀ Back")
-        if el is None:
-            return None
-        s = self.widget_state(el)
-        s.trigger_value = True
-        return self.rerun_msg(s)
-
-    def to_tour(self):
-        return self.to_page("")
 
     async def _think(self, seconds: float) -> bool:
         """Wait `seconds`; True as soon as the websocket closes (the page notices at once)."""

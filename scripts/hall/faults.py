@@ -17,7 +17,8 @@ one after the other against it and stops it. Only servers on this machine are ac
            keep p95 <= 2 s, memory stays bounded (scripts/hall/fault_live.py)
   kill     50 students click for 55 s; at 25 s the worker with most of them is killed (SIGKILL, by its process
            id): its students are back on their view (page and URL) within 10 s, the others' click p95 after the
-           kill stays within 0.5 s of before (and <= 2 s), the worker is back in rotation within 60 s
+           kill stays within 0.5 s of before (and <= 2 s), the worker is out of the proxy's rotation within 5 s
+           and back within 60 s, and no other worker (busier now) is marked down by the health checks
   flood    500 connections opened at once from one other address on this machine (127.0.0.2: a misbehaving
            laptop) while 30 students click: the workers stay up, the students' click p95 stays <= 2 s, the flood
            gets the proxy's one-line 429 page or is closed
@@ -54,6 +55,7 @@ from scripts.hall.fault_flood import connection_flood
 from scripts.hall.fault_inputs import hostile_links, hostile_uploads
 from scripts.hall.fault_live import live_stampede
 from scripts.hall.loadtest import check_local, start_server, stop_server
+from scripts.hall.proxy_log import describe_events, proxy_events, read_proxy_log
 from scripts.hall.session_client import Session
 
 FAULTS = ["links", "uploads", "live", "kill", "flood"]
@@ -63,6 +65,9 @@ BACK_BOUND_S = 10.0
 WORKER_BACK_BOUND_S = 60.0
 #: How much the other students' click p95 may grow after the kill (seconds).
 OTHERS_GROWTH_S = 0.5
+#: Seconds the killed worker may stay in the proxy's rotation (serve.py takes it out within about a second, the
+#: health checks 2-3 s after its death).
+OUT_BOUND_S = 5.0
 
 
 # ----------------------------------------------------------------------------- a worker killed mid-lecture
@@ -84,15 +89,19 @@ async def killed_worker(served: Served, sessions: int, duration: float, kill_at:
     pid = served.worker_pid(port)
     victims = [s for s in students if s.open_s is not None and s.worker == victim]
     others = [s for s in students if s.open_s is not None and s.worker != victim]
+    _, log_at = read_proxy_log(served.proxy_log)
     killed = time.monotonic()
     os.kill(pid, signal.SIGKILL)
-    back_in = None
+    back_in = out_in = None
     while back_in is None and time.monotonic() < killed + WORKER_BACK_BOUND_S + 10:
+        state = served.states().get(victim, "")
+        if out_in is None and state and not state.startswith("UP"):  # "UP 1/3": still in rotation, one check failed
+            out_in = time.monotonic() - killed
         new = served.worker_pid(port)
-        if new is not None and new != pid and served.states().get(victim) == "UP":
+        if new is not None and new != pid and state == "UP" and out_in is not None:
             back_in = time.monotonic() - killed
             break
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(0.1 if out_in is None else 0.25)
     await lecture
     # new students after the restart: the restarted worker takes its share again
     late = [
@@ -114,6 +123,9 @@ async def killed_worker(served: Served, sessions: int, duration: float, kill_at:
     after = click_stats(others, killed, killed + 20.0)
     errors = [e for s in students for e in s.errors]
     other_drops = [d for s in others for d in s.drops]
+    # from the kill on: a busy worker (the others take the victim's students) is never marked down
+    events = proxy_events(read_proxy_log(served.proxy_log, log_at)[0])
+    others_down = [(w, why) for w, why in events["marked_down"] if w != victim]
     problems = []
     if missing:
         problems.append(f"{len(missing)} of the killed worker's {len(victims)} students never came back")
@@ -125,8 +137,12 @@ async def killed_worker(served: Served, sessions: int, duration: float, kill_at:
         problems.append(f"the others' click p95 went from {before['p95']:.2f} s to {after['p95']:.2f} s")
     if other_drops:
         problems.append(f"{len(other_drops)} students of other workers lost their connection")
+    if out_in is None or out_in > OUT_BOUND_S:
+        problems.append(f"the killed worker was not out of the proxy's rotation within {OUT_BOUND_S:.0f} s")
     if back_in is None or back_in > WORKER_BACK_BOUND_S:
         problems.append("the killed worker was not back in rotation within 60 s")
+    if others_down:
+        problems.append(f"workers that were not killed were marked down: {others_down}")
     if errors:
         problems.append(f"{len(errors)} errors, e.g. {errors[0]}")
     if late_on.get(victim, 0) == 0:
@@ -135,12 +151,14 @@ async def killed_worker(served: Served, sessions: int, duration: float, kill_at:
     return FaultRow(
         fault=f"worker killed (SIGKILL) while {sessions} students click",
         bound=f"its students back on their view <= {BACK_BOUND_S:.0f} s; others' click p95 within "
-        f"{OTHERS_GROWTH_S} s of before and <= {CLICK_P95_BOUND:.0f} s; worker back <= {WORKER_BACK_BOUND_S:.0f} s",
+        f"{OTHERS_GROWTH_S} s of before and <= {CLICK_P95_BOUND:.0f} s; worker out of rotation <= "
+        f"{OUT_BOUND_S:.0f} s and back <= {WORKER_BACK_BOUND_S:.0f} s; no other worker marked down",
         passed=not problems,
         measured=f"{len(victims)} students on {victim}: back after {min(recovered, default=float('nan')):.1f}-"
         f"{worst:.1f} s, {kept}/{len(drops)} on the same view; others' click p95 {before['p95']:.2f} s before, "
-        f"{after['p95']:.2f} s after ({after['n']} clicks); {victim} back in rotation after "
-        f"{'-' if back_in is None else f'{back_in:.1f}'} s",
+        f"{after['p95']:.2f} s after ({after['n']} clicks); {victim} out of rotation after "
+        f"{'-' if out_in is None else f'{out_in:.1f}'} s, back after {'-' if back_in is None else f'{back_in:.1f}'} "
+        f"s; {describe_events(events)}",
         student_saw="the page greys for a moment ('Connecting') and comes back on the same page, run, tau, layer "
         "and module; the others see nothing",
         recovery=f"{worst:.1f} s (students), {'-' if back_in is None else f'{back_in:.1f}'} s (worker)",
@@ -153,7 +171,9 @@ async def killed_worker(served: Served, sessions: int, duration: float, kill_at:
             "recovery_s": recovered,
             "others_before": before,
             "others_after": after,
+            "worker_out_s": out_in,
             "worker_back_s": back_in,
+            "proxy_events": events,
             "late_sessions_per_worker": dict(late_on),
             "errors": errors[:5],
             "others_clicks": sorted(

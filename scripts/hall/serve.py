@@ -13,16 +13,18 @@
   --bind:--port (default 0.0.0.0:8080, every interface: students' laptops reach it at
   http://<this machine's address>:8080/; give --bind 127.0.0.1 to serve this machine only).
   It passes the websocket upgrade of /_stcore/stream through, checks each worker's
-  /_stcore/health, sends a new browser to the worker with the fewest connections and then keeps
-  it there with a cookie it inserts (`fourier_worker`): a student's session lives in one worker
-  process, and a whole class behind one NAT address still spreads over all workers. Paths and
-  query strings pass unchanged, so the links people share are the same as with `bash run.sh app`.
-  A request that meets a dead worker is sent to another at once; one client address may hold at
-  most --per-address sessions (and open as many per 10 s, a quarter as many per second), past which
-  it gets a one-line page.
+  /_stcore/health (taking a worker out when it is dead, never because it answers late: SERVER_OPTIONS),
+  sends a new browser to the worker with the fewest connections and then keeps it there with a
+  cookie it inserts (`fourier_worker`): a student's session lives in one worker process, and a
+  whole class behind one NAT address still spreads over all workers. Paths and query strings pass
+  unchanged, so the links people share are the same as with `bash run.sh app`. A request that
+  meets a dead worker is sent to another at once; one client address may hold at most
+  --per-address sessions (default 200: a class of 150 behind one NAT address fits) and open as
+  many per 10 s and a quarter as many per second, past which it gets a one-line page.
 * Live computations: one process of their own (app/live/runner.py, nice 10, --live-threads CPU
   threads) computes every worker's requests from one queue (serve/live/): identical requests once.
-* Config: generated into serve/ (haproxy.cfg, its error pages and runtime socket, worker logs; the
+* Config: generated into serve/ (haproxy.cfg, its error pages and runtime socket, worker logs, and
+  haproxy.log: what HAProxy prints, also shown here, such as a worker marked down and why; the
   folder ignores itself in git). The workers share one cookie secret (generated per start, or
   STREAMLIT_SERVER_COOKIE_SECRET), so a browser that moves to another worker after a restart keeps
   a valid XSRF token.
@@ -115,17 +117,41 @@ backend workers
     cookie {cookie} insert indirect nocache httponly
     option httpchk GET /_stcore/health
     http-check expect status 200
-    # a worker is taken out at its first refused connection (observe layer4), checked every second, and back
-    # after two good checks
+    # a worker is taken out when it is dead, never because it answers late (the process that answers its health
+    # also runs its students' scripts): a check every 2 s waits up to {check_timeout} for the answer, and 3 failed
+    # checks in a row take it out. A process that is gone refuses the connection at once: out 2-3 s after it died
+    # (serve.py takes it out within a second itself, and a request that meets it goes to another worker at once).
+    # No passive check (observe ... on-error mark-down): one failed connection is not a dead worker (serve.py)
+    timeout check {check_timeout}
     default-server {server_options}
 {servers}
 """
 
-#: Every worker: health-checked each second (half a second while changing state), down after 2 failed checks or
-#: at its first failed connection, up again after 2 good checks.
-SERVER_OPTIONS = (
-    "check inter 1s fastinter 500ms downinter 1s fall 2 rise 2 observe layer4 error-limit 1 on-error mark-down"
-)
+#: Health checks that take a worker out when it is dead, never because it is busy (issue 60: 150 students clicking
+#: every 1-3 s on 3 workers had them marked down 12 times in 40 s, once all three, by the previous checks: `check
+#: inter 1s fall 2` with no `timeout check`, so a health answer later than 1 s failed, and `observe layer4
+#: error-limit 1 on-error mark-down`, so one failed connection took a worker out). HAProxy's terms
+#: (configuration.txt, 5.2 "inter", "fall", "observe", 4.2 "timeout check"):
+#:
+#: * `timeout check 15s`: a check waits up to 15 s for /_stcore/health. A Streamlit worker answers it on the event
+#:   loop of the process that also runs its students' scripts, so a busy worker answers late (seconds: the click p95
+#:   of that run was 7.5 s); a late answer is still an answer. Its connect timeout is min(`timeout connect`, inter)
+#:   = 2 s: the kernel completes a connection to a listening process however busy it is (unless its accept queue
+#:   has been full for seconds), so only a closed port fails it at once.
+#: * `inter 2s fastinter 500ms fall 3`: out after 3 failed checks in a row, 0.5 s apart once one has failed. A dead
+#:   worker (its process gone) refuses the connection at once, so each of its checks fails in a millisecond: out
+#:   2-3 s after it died. A process that accepts but answers nothing (hung) is out after 3 x 15 s. `rise 2`,
+#:   `downinter 1s`: back after two good checks, checked every second while down.
+#: * No `observe layer4 ... on-error mark-down`: the passive check took a worker out at one failed connection, and a
+#:   connection to a busy worker can time out (its accept queue full) without the worker being dead. What it was for,
+#:   the second between a worker's death and its checks failing, is covered without it: a request that meets a
+#:   refused connection is sent to another worker at once (`retry-on conn-failure`, `option redispatch 1`), and
+#:   serve.py itself takes an exited worker out of rotation within a second (`Workers.restart_dead`: state maint).
+#:
+#: Not a layer-4 check (a TCP connect, no HTTP): it would never mark a busy worker down either, but neither a hung
+#: one; the HTTP check with a long timeout does both.
+CHECK_TIMEOUT = "15s"
+SERVER_OPTIONS = "check inter 2s fastinter 500ms downinter 1s fall 3 rise 2"
 
 #: One line in plain words for each answer the proxy itself gives (HAProxy's own pages are jargon); the ones
 #: that can pass refresh themselves. {retry}: seconds.
@@ -178,15 +204,17 @@ def lan_addresses() -> list[str]:
     return found
 
 
-#: Default per-address limit: dashboard sessions open, and opened per 10 s, from one client address (a class of up
-#: to this many behind one NAT address still fits); connections per address are four times it.
-PER_ADDRESS = 100
+#: Default per-address limit: dashboard sessions open, and opened per 10 s, from one client address; connections per
+#: address are four times it, new sessions per second a quarter of it. A class of 150 behind one NAT address (issue
+#: 60: 100 refused 50 of them) fits, with room for reloads and second tabs.
+PER_ADDRESS = 200
 
 
 def haproxy_config(
     bind: str, port: int, worker_ports: list[int], out: Path, per_address: int = PER_ADDRESS, maxconn: int = 4096
 ) -> str:
     """The proxy's configuration; its error pages are the files `write_error_pages(out)` writes."""
+    limits = per_address_limits(per_address)
     servers = "\n".join(f"    server w{i + 1} 127.0.0.1:{p} cookie w{i + 1}" for i, p in enumerate(worker_ports))
     errorfiles = "\n".join(f"    errorfile {status} {out / f'error-{status}.http'}" for status in ERROR_PAGES)
     return HAPROXY_CFG.format(
@@ -196,13 +224,37 @@ def haproxy_config(
         errorfiles=errorfiles,
         bind=bind,
         port=port,
-        sessions=per_address,
-        conns=4 * per_address,
-        burst=max(1, per_address // 4),
+        sessions=limits["sessions"],
+        conns=limits["connections"],
+        burst=limits["per_second"],
         cookie=COOKIE,
+        check_timeout=CHECK_TIMEOUT,
         server_options=SERVER_OPTIONS,
         servers=servers,
     )
+
+
+def per_address_limits(per_address: int = PER_ADDRESS) -> dict[str, int]:
+    """What one client address may do under `--per-address N` (the generated config's numbers)."""
+    return {
+        "sessions": per_address,
+        "per_10s": per_address,
+        "per_second": max(1, per_address // 4),
+        "connections": 4 * per_address,
+    }
+
+
+def copy_proxy_output(stream, log: Path) -> None:
+    """HAProxy's output (its log and warnings) to this process's stdout and to `log`, line by line, until it ends."""
+    with open(log, "ab") as f:
+        for line in iter(stream.readline, b""):
+            f.write(line)
+            f.flush()
+            try:
+                sys.stdout.buffer.write(line)
+                sys.stdout.flush()
+            except (OSError, ValueError):  # no terminal any more: the log file still gets it
+                pass
 
 
 def write_error_pages(out: Path) -> None:
@@ -380,8 +432,9 @@ def main(argv=None) -> int:
         "--per-address",
         type=int,
         default=PER_ADDRESS,
-        help=f"dashboard sessions one client address may hold open, and open per 10 s (default {PER_ADDRESS}; a "
-        "class behind one NAT address shares it)",
+        help=f"dashboard sessions one client address may hold open, and open per 10 s; a quarter as many per "
+        f"second, four times as many connections (default {PER_ADDRESS}: a class of 150 behind one NAT address, "
+        "which shares it, fits)",
     )
     ap.add_argument(
         "--live-threads",
@@ -460,7 +513,15 @@ def main(argv=None) -> int:
             problems = warm(f"http://127.0.0.1:{p}")
             if problems:
                 print(f"serve: warming the worker on port {p}: {problems[0]}", file=sys.stderr, flush=True)
-        proxy = subprocess.Popen([haproxy, "-db", "-f", str(cfg)], cwd=out, start_new_session=True)
+        # its output (the log: a worker marked down and why) is shown here and kept in serve/haproxy.log
+        proxy = subprocess.Popen(
+            [haproxy, "-db", "-f", str(cfg)],
+            cwd=out,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        threading.Thread(target=copy_proxy_output, args=(proxy.stdout, out / "haproxy.log"), daemon=True).start()
         time.sleep(0.5)
         if proxy.poll() is not None:
             print(f"serve: HAProxy exited ({proxy.returncode})", file=sys.stderr)

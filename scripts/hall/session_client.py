@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import http.cookies
+import itertools
 import random
 import time
 import urllib.parse
@@ -63,13 +64,21 @@ class Session:
     session_id: str = ""
     ws: object = None
 
-    async def run(self) -> None:
-        """Open the link and make the 5 changes, `think` seconds apart."""
+    async def run(self, until: float | None = None) -> None:
+        """Open the link and make the 5 changes, `think` seconds apart. With `until` (a time.monotonic() time), keep
+        going round and round after them (back to the Tour, its next step, tau, Spectra, layer, module) as long as
+        the next change would come before `until`."""
         if not await self.open():
             return
+        first = [self.next_step, self.change_tau, self.to_spectra, self.change_layer, self.change_module]
+        again = [self.to_tour, self.step_on, self.change_tau, self.to_spectra, self.change_layer, self.change_module]
+        steps = first if until is None else itertools.chain(first, itertools.cycle(again))
         try:
-            for step in (self.next_step, self.change_tau, self.to_spectra, self.change_layer, self.change_module):
-                await asyncio.sleep(self.rng.uniform(*self.think))
+            for i, step in enumerate(steps):
+                pause = self.rng.uniform(*self.think)
+                if i >= len(first) and time.monotonic() + pause >= until:
+                    return
+                await asyncio.sleep(pause)
                 if await self.act(step) is None:
                     return
         except Exception as exc:  # noqa: BLE001 - any failure is the session's error
@@ -302,6 +311,22 @@ class Session:
         s = self.widget_state(el)
         s.trigger_value = True
         return self.rerun_msg(s)
+
+    def step_on(self):
+        """The Tour's Next, or Back from its last step."""
+        el = self.widget("button", label="Next ▶", note=False)
+        return self.next_step() if el is not None and not el.disabled else self._back()
+
+    def _back(self):
+        el = self.widget("button", label="◀ Back")
+        if el is None:
+            return None
+        s = self.widget_state(el)
+        s.trigger_value = True
+        return self.rerun_msg(s)
+
+    def to_tour(self):
+        return self.to_page("")
 
     def change_tau(self):
         el = self.widget("slider", key="tau")
