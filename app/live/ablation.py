@@ -1,7 +1,8 @@
 """Live computation for the Ablations page: a request queued once for the machine (app/live/queue.py), computed by one
-process at a time with a small local model it loads once, and followed on the page until its answer comes.
+process at a time with a small local model it loads once, and followed on the page until its answer comes; and, for a
+run whose model ships only its fine-tuning delta, the button that rebuilds its weights here (app/live/rebuild.py).
 
-torch is imported only when a computation starts (the pages load without it)."""
+torch is imported only when a computation or a rebuild starts (the pages load without it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from app.live.queue import LiveQueue, LiveRefused, LiveStatus, live_root, request_key
+from app.live.rebuild import STARTING, RebuildStatus, rebuild_command, rebuild_status, start_rebuild
 from core.errors import CoreError
 from core.runs.live_model import live_model_folder
 from core.runs.reader import RunReader
@@ -21,17 +23,25 @@ from core.runs.reader import RunReader
 MAX_WAIT_S = 600
 #: How often a waiting page looks at the queue.
 POLL_S = 0.4
+#: Seconds between two looks at a running rebuild (the page goes on meanwhile: only its progress bar runs again).
+REBUILD_POLL_S = 1.0
+#: Seconds a rebuild's end (its error, or that it is done) is shown to whoever opens the page.
+REBUILD_SHOWN_S = 600
+#: The rebuild button's label.
+REBUILD_LABEL = "Rebuild the weights here (about 2 minutes)"
 
 
 @st.cache_resource(show_spinner=False, ttl=15, max_entries=64)
-def _live_folder(name: str, created: str, _manifest: dict):
+def _live_folder(name: str, created: str, rebuilt: float, _manifest: dict):
     return live_model_folder(_manifest)
 
 
 def live_folder(run: RunReader):
     """`core.runs.live_model.live_model_folder` for a run, shared by all sessions for 15 s (it hashes the model's
-    weights: a model rebuilt on disk is noticed within 15 s)."""
-    return _live_folder(run.name, run.created, run.manifest)
+    weights: a model rebuilt on disk is noticed within 15 s, one rebuilt from the page at once: the end of the
+    machine's last rebuild is part of the answer's key)."""
+    last = rebuild_status()
+    return _live_folder(run.name, run.created, last.finished if last.state == "done" else 0.0, run.manifest)
 
 
 # ----------------------------------------------------------------------------- the computation (the queue's thread)
@@ -71,6 +81,14 @@ def live_queue() -> LiveQueue:
             external = os.environ.get("FOURIER_LIVE_RUNNER") == "external"
             _QUEUES[str(root)] = LiveQueue(root, compute_live, external=external)
         return _QUEUES[str(root)]
+
+
+def rebuild_weights(folder, progress, log):
+    """core.training.delta.rebuild of `folder`, its digest checked (imported here: only the rebuilding process,
+    app/live/rebuild_runner.py, loads torch)."""
+    from core.training.delta import rebuild
+
+    return rebuild(folder, log=log, progress=progress)
 
 
 # ----------------------------------------------------------------------------- the page's side
@@ -158,3 +176,63 @@ def follow_live(request: dict, label: str) -> LiveStatus:
 def result_frame(result: dict) -> pd.DataFrame:
     """The error histogram of a live result (stored as columns of lists)."""
     return pd.DataFrame(result.get("hist") or {"error": [], "count": [], "multiple of 10": []})
+
+
+# ----------------------------------------------------------------------------- the rebuild, on the page
+
+
+def rebuild_line(status: RebuildStatus) -> str:
+    """The line over a running rebuild's progress bar: its stage, what it does now, the seconds so far."""
+    stage = "starting (loading the libraries)" if status.stage == STARTING else status.stage
+    doing = f": {status.detail}" if status.detail and status.stage != STARTING else ""
+    return (f"Rebuilding the weights, {stage}{doing} ({status.elapsed_s():.0f} s so far; one rebuild for everyone on "
+            "this server)")
+
+
+def offer_rebuild(folder) -> None:
+    """For a run whose model ships only its fine-tuning delta: the button that rebuilds its weights here (in the
+    background, one rebuild at a time on the machine: app/live/rebuild.py), the rebuild's progress while it runs, for
+    every session that opens the page, and its error if it failed. When it is done, the page runs again and computes
+    live."""
+    status = rebuild_status()
+    ours = status.is_for(folder)
+    pressed = st.button(
+        REBUILD_LABEL,
+        key="rebuild_weights",
+        disabled=ours and status.running,
+        help=f"Does what `{rebuild_command(folder)}` does in a terminal: merges the shipped delta into the base model "
+        "(imported first when it is not here) and checks the result bit for bit. The page stays usable meanwhile.",
+    )
+    if pressed:
+        status = start_rebuild(folder)
+        ours = status.is_for(folder)
+        if status.running and not ours:
+            st.warning(f"Another model ({status.folder}) is being rebuilt on this server: press again when it is done, "
+                       "in a minute or two.")
+    if ours and status.running:
+        follow_rebuild(str(folder))
+    elif ours and status.state == "failed" and time.time() - status.finished < REBUILD_SHOWN_S:
+        st.error(f"The rebuild failed: {status.message}")
+
+
+def rebuilt_note(folder) -> None:
+    """Under the live controls, for a while after the weights were rebuilt from this page: when, and how long it
+    took."""
+    status = rebuild_status()
+    if status.state == "done" and status.is_for(folder) and time.time() - status.finished < REBUILD_SHOWN_S:
+        st.success(f"The weights were rebuilt here {time.time() - status.finished:.0f} s ago, in "
+                   f"{status.elapsed_s():.0f} s; they are the ones this run was computed from: live computation is "
+                   "open.",
+                   icon=":material/check_circle:")
+
+
+@st.fragment(run_every=REBUILD_POLL_S)
+def follow_rebuild(folder: str) -> None:
+    """A running rebuild's progress bar, looked at again every REBUILD_POLL_S seconds without running the page; when
+    the rebuild ends, the whole page runs again (live computation, or the error); a page runs this only while the
+    rebuild runs, so that is once."""
+    status = rebuild_status()
+    if status.running and status.is_for(folder):
+        st.progress(status.fraction, text=rebuild_line(status))
+        return
+    st.rerun()  # it ended (done, failed, or another's started): the whole page, which follows a running one only

@@ -5,13 +5,22 @@ from app.figures import logits
 from app.furniture import intro, needs, scroll_into_view, show_chart
 from app.glossary import term
 from app.guards.url_state import to_url, url_state
-from app.live.ablation import follow_live, live_folder, live_request, result_frame, submit_live
+from app.live.ablation import (
+    follow_live,
+    live_folder,
+    live_request,
+    offer_rebuild,
+    rebuilt_note,
+    result_frame,
+    submit_live,
+)
 from app.shared import shared_view
 from app.sidebar import page_view
 from app.state import large
 from core.analysis.ablations import Ablation
 from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
 from core.runs import summaries
+from core.runs.live_model import rebuildable_folder
 from core.runs.live_sample import LIVE_SAMPLE, reads_sample
 from core.runs.reader import Table
 from core.runs.sampled_design import sampled_cells_note
@@ -207,9 +216,14 @@ st.caption(
 
 st.subheader("Compute a filter live", anchor="live-result")  # app.live.ablation imports torch only when one starts
 folder, why = live_folder(run)
+rebuildable = rebuildable_folder(run.manifest) if folder is None else None
 if folder is None:
-    st.info(f"Live computation is not available for this run: {why}. The cached grid above is what there is.")
+    then = "Or rebuild them here with the button below." if rebuildable else "The cached grid above is what there is."
+    st.info(f"Live computation is not available for this run: {why}. {then}")
+    if rebuildable is not None:  # only a delta ships: its weights are one merge away (never a model to train again)
+        offer_rebuild(rebuildable)
 else:
+    rebuilt_note(folder)
     c1, c2, c3 = st.columns(3)
     url_state("live_modules", "mlp", str, ["both", "attn", "mlp"])
     url_state("live_removed", "low", str, ["low", "high"])

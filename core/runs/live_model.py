@@ -26,13 +26,7 @@ def live_model_folder(manifest: dict, command_line: bool = False, moved_to: str 
     model = manifest.get("model") or {}
     given = model.get("source_as_given") or ""
     root = models_root()
-    candidates = [Path(moved_to).expanduser()] if moved_to else []
-    for c in ([] if moved_to else (given, model.get("source") or "")):
-        if not c:
-            continue
-        path = Path(c)
-        candidates.append(path if path.is_absolute() else PROJECT_ROOT / path)
-    folder = next((c.resolve() for c in candidates if c.exists()), None)
+    folder = run_model_folder(manifest, moved_to)
     if folder is None:
         where = moved_to or given or model.get("source")
         return None, (f"the model ({where}) is not on this machine"
@@ -42,7 +36,7 @@ def live_model_folder(manifest: dict, command_line: bool = False, moved_to: str 
                       "(`python -m core ablate|shift` load it where it is)")
     if not any(f.name != DELTA_FILE for f in folder.glob("*.safetensors")):
         recipe = folder / "recipe.json"
-        if (folder / DELTA_FILE).exists():
+        if (folder / DELTA_FILE).exists():  # `rebuildable_folder` for the dashboard
             return (
                 None,
                 "the fine-tuned weights are not on this machine (this run ships only the fine-tuning delta): "
@@ -83,3 +77,26 @@ def live_model_folder(manifest: dict, command_line: bool = False, moved_to: str 
             f"the model is too large to run live on a CPU (about {12 * layers * width * width / 1e6:.0f}M parameters)",
         )
     return folder, ""
+
+
+def run_model_folder(manifest: dict, moved_to: str | Path | None = None) -> Path | None:
+    """The folder of the run's model on this machine (`moved_to`, else where the run recorded it), resolved; None
+    when it is not here."""
+    model = manifest.get("model") or {}
+    candidates = [Path(moved_to).expanduser()] if moved_to else []
+    for c in ([] if moved_to else (model.get("source_as_given") or "", model.get("source") or "")):
+        if not c:
+            continue
+        path = Path(c)
+        candidates.append(path if path.is_absolute() else PROJECT_ROOT / path)
+    return next((c.resolve() for c in candidates if c.exists()), None)
+
+
+def rebuildable_folder(manifest: dict) -> Path | None:
+    """The run's model folder when the dashboard loads models from it and it holds a fine-tuning delta without the
+    weights (`live_model_folder`'s reason is then `rebuild_hint`'s: `python -m core rebuild FOLDER` makes them); None
+    otherwise, for a model that has its weights, that is elsewhere, or that has to be trained again."""
+    folder = run_model_folder(manifest)
+    if folder is None or models_root() not in folder.parents or not (folder / DELTA_FILE).is_file():
+        return None
+    return None if any(f.name != DELTA_FILE for f in folder.glob("*.safetensors")) else folder

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -27,12 +30,22 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from core.errors import CoreError
 from core.models.importer import ensure_base_model
 from core.models.parts import find_parts
-from core.models.source import read_provenance
+from core.models.source import project_path, read_provenance
 from core.training.checkpoint import unique_tensors
 from core.training.stages import DELTA_FILE
 
 NUMBER_TOKEN = " {n}"  # the added token of n: its text, with the leading space (GPT-2's convention)
 DELTA_FORMAT = "number-rows+lora/1"
+#: The stages of `rebuild`, in order, as its `progress` callback names them (the first only when the base model has
+#: to be imported).
+REBUILD_STAGES = ("importing the base model", "merging", "checking the digest", "writing")
+
+#: progress(stage, done, total): `rebuild` is in `stage` (one of REBUILD_STAGES), `done` of its `total` steps done.
+Progress = Callable[[str, int, int], None]
+
+
+def no_progress(stage: str, done: int, total: int) -> None:
+    """The `progress` of a rebuild nobody follows."""
 
 
 def add_number_tokens(tokenizer, p: int) -> np.ndarray:
@@ -114,9 +127,10 @@ def merge_lora(weight, A, B, scale: float):
     return torch.from_numpy(out).to(weight.dtype)
 
 
-def merged_model(base_folder: str, tensors: dict, meta: dict):
+def merged_model(base_folder: str, tensors: dict, meta: dict, on_merged: Callable[[int, int], None] | None = None):
     """(model, tokenizer): the base model with the number tokens added, the new rows set and every
-    LoRA update merged (`merge_lora`: the same bits on any machine)."""
+    LoRA update merged (`merge_lora`: the same bits on any machine); `on_merged(done, total)` after each
+    weight matrix merged."""
     tokenizer = AutoTokenizer.from_pretrained(base_folder)
     model = AutoModelForCausalLM.from_pretrained(base_folder, use_safetensors=True, dtype=torch.float32)
     p = int(meta["p"])
@@ -132,24 +146,34 @@ def merged_model(base_folder: str, tensors: dict, meta: dict):
     scale = float(meta["alpha"]) / int(meta["rank"])
     blocks = find_parts(model).blocks
     names = sorted({k[len("lora."):-2] for k in tensors if k.startswith("lora.")})
-    for name in names:
+    for done, name in enumerate(names, 1):
         i, sub = name.split(".", 1)
         linear = blocks[int(i)].get_submodule(sub)
         with torch.no_grad():
             linear.weight.copy_(merge_lora(linear.weight, tensors[f"lora.{name}.A"], tensors[f"lora.{name}.B"], scale))
+        if on_merged is not None:
+            on_merged(done, len(names))
     model.tie_weights()
     return model, tokenizer
 
 
-def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log=print) -> Path:
+def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log=print,
+            progress: Progress = no_progress) -> Path:
     """Write the fine-tuned model into `folder` from `folder/delta.safetensors` and the base model
     (the folder the delta names, as written when it was trained, unless `base` is given); with
-    `check`, fail unless the rebuilt weights have the digest recorded when the delta was written."""
+    `check`, fail unless the rebuilt weights have the digest recorded when the delta was written.
+    `progress(stage, done, total)` follows it stage by stage (REBUILD_STAGES). Nothing is written unless the
+    whole rebuild succeeds, and then whole (`write_model_folder`)."""
     folder = Path(folder)
     tensors, meta = read_delta(folder / DELTA_FILE)
-    base = str(ensure_base_model(base or meta["base"], log=log))
+    base = base or meta["base"]
+    if not project_path(base).is_dir():
+        progress(REBUILD_STAGES[0], 0, 1)
+    base = str(ensure_base_model(base, log=log))
     t0 = time.time()
-    model, tokenizer = merged_model(base, tensors, meta)
+    progress("merging", 0, 1)
+    model, tokenizer = merged_model(base, tensors, meta, on_merged=lambda done, total: progress("merging", done, total))
+    progress("checking the digest", 0, 1)
     digest = state_digest(unique_state(model))
     recorded = meta.get("rebuilt_sha256")
     if check and recorded and digest != recorded:
@@ -163,6 +187,7 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
                     "it anyway")
         raise CoreError(f"the rebuilt weights differ from the ones trained (digest {digest[:12]} != {recorded[:12]}): "
                         f"{what}")
+    progress("writing", 0, 1)
     write_model_folder(folder, model, tokenizer, {
         "kind": "fine-tuned",
         "fine_tuned": meta.get("recipe", "") or folder.name,
@@ -183,13 +208,27 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
 
 
 def write_model_folder(folder: Path, model, tokenizer, provenance: dict) -> None:
-    """A model folder: the weights (safetensors; older shards removed first), the tokenizer, provenance.json."""
+    """A model folder: the weights (safetensors), the tokenizer, provenance.json; the folder's other files (a delta,
+    its recipe and log) stay. Written whole or not at all: everything is saved into a folder beside it first
+    (`.writing-NAME`), then moved in with the weights last, after the older weights are removed; a write that fails
+    or is stopped half way leaves a folder without weights (a model not there yet), never new files with old weights
+    or weights without their tokenizer."""
+    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for f in folder.glob("model*.safetensors"):
-        f.unlink()
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
-    (folder / "provenance.json").write_text(json.dumps(provenance, indent=1))
+    stage = folder.parent / f".writing-{folder.name}"
+    shutil.rmtree(stage, ignore_errors=True)  # what a write stopped half way left
+    stage.mkdir()
+    try:
+        model.save_pretrained(stage, safe_serialization=True)
+        tokenizer.save_pretrained(stage)
+        (stage / "provenance.json").write_text(json.dumps(provenance, indent=1))
+        for f in [*folder.glob("model*.safetensors"), folder / "model.safetensors.index.json"]:
+            f.unlink(missing_ok=True)
+        weights = sorted(stage.glob("model*.safetensors")) + sorted(stage.glob("model.safetensors.index.json"))
+        for f in [*(f for f in sorted(stage.iterdir()) if f not in weights), *weights]:  # the weights last
+            os.replace(f, folder / f.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def load_base(base_folder: str):

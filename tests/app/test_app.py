@@ -369,12 +369,16 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     folder, why = live_model_folder(manifest)
     assert folder is None and "weights are not on this machine" in why and "--recipe tiny-trained" in why
     assert "--device cuda" not in why
-    # a recipe trained on a GPU says so in the command that rebuilds it
-
+    # a small model trained on a GPU trains again on this CPU (minutes); a fine-tuning of a pre-trained LLM on a GPU
     spec = json.loads((copy / "recipe.json").read_text())
     (copy / "recipe.json").write_text(json.dumps({**spec, "device": "cuda"}))
     folder, why = live_model_folder(manifest)
-    assert folder is None and "--recipe tiny-trained --device cuda` rebuilds them on a GPU" in why
+    assert folder is None and "--recipe tiny-trained` trains them again on this CPU" in why
+    assert "precompute --model" in why  # the new weights are not these bit for bit: the run is made again
+    (copy / "recipe.json").write_text(json.dumps({**spec, "device": "cuda", "number_tokens": {"n": 521}}))
+    folder, why = live_model_folder(manifest)
+    assert folder is None and "--recipe tiny-trained --device cuda` trains them again on a GPU" in why
+    (copy / "recipe.json").write_text(json.dumps({**spec, "device": "cuda"}))
     # a later stage whose earlier stage's delta is not here either: both commands, the earlier first
     later = models / "later-stage"
     sh.copytree(copy, later)
@@ -391,8 +395,8 @@ def test_live_is_refused_with_a_reason(tmp_path, monkeypatch, app_env):
     assert (
         folder is None
         and (
-            "`python -m core train --recipe tiny-trained --device cuda` on a GPU, then "
-            "`python -m core train --recipe tiny-later` rebuild them"
+            "`python -m core train --recipe tiny-trained`, then "
+            "`python -m core train --recipe tiny-later` train them again (each stage starts from the one before)"
         )
         in why
     )
