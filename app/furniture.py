@@ -25,14 +25,32 @@ from core.runs.reader import RunReader, Table
 from core.runs.summaries import sampled_examples
 from core.tasks import expression, task_name
 
+#: On every page: a metric's label and value wrap instead of being cut with an ellipsis ("MLP layer 30 alone:
+#: ener..."), and a select box shows its whole choice on as many lines as it needs (the run picker).
+PAGE_CSS = """
+<style>
+[data-testid="stMetricLabel"], [data-testid="stMetricLabel"] *, [data-testid="stMetricValue"],
+[data-testid="stMetricValue"] *, [data-testid="stMetricDelta"], [data-testid="stMetricDelta"] * {
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
+[data-testid="stMetricValue"] { overflow-wrap: anywhere; }
+[data-baseweb="select"] div { white-space: normal !important; text-overflow: clip !important;
+  overflow: visible !important; }
+</style>
+"""
+
 LARGE_CSS = """
 <style>
 html, body, [class*="css"], .stMarkdown p, li { font-size: 1.15rem !important; }
 .stCaption, [data-testid="stCaptionContainer"] p { font-size: 1.0rem !important; }
 h1 { font-size: 2.2rem !important; } h2 { font-size: 1.9rem !important; } h3 { font-size: 1.5rem !important; }
 [data-testid="stSidebar"] h3 { font-size: 1.25rem !important; }
-[data-testid="stMainBlockContainer"] { padding: 3.6rem 1.5rem 2rem 1.5rem !important; max-width: 100% !important; }
+[data-testid="stMainBlockContainer"] { padding: 2.5rem 1.5rem 0 1.5rem !important; max-width: 100% !important; }
+[data-testid="stHeader"] { background: transparent !important; pointer-events: none; }
+[data-testid="stHeader"] button, [data-testid="stHeader"] a { pointer-events: auto; }
 [data-testid="stMetricValue"] { font-size: 2.4rem !important; }
+.st-key-tour-claim .stMarkdown p { font-size: 1.08rem !important; }
+.st-key-tour-claim h3 { font-size: 1.35rem !important; padding-top: 0.25rem !important; }
+.st-key-tour-claim, .st-key-tour-figure { gap: 0.5rem !important; }
 .stButton button p { white-space: nowrap; }
 </style>
 """
@@ -90,19 +108,21 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
             )
 
 
-def claim_box(c, who: str = "This run", line: str | None = None, details=None, seeds: str | None = None) -> None:
+def claim_box(c, who: str = "This run", line: str | None = None, details=None, seeds: str | None = None,
+              more: str | None = None) -> None:
     """A claim as the pages and the Tour show it: the verdict's badge beside the paper's finding, then one
     line of what `who` measures (`line`, default the claim's headline) with the reason for the verdict right under
     it (never folded), and under "All the numbers" every number of the measurement and `details` (a callable that
     draws more). `seeds`: the verdict over the seeds of the run's recipe (core.claims.seeds), shown under the reason.
     The badge and the reason are the same rule's output (the claim's verdict and reason). On a projector
-    (presentation mode) the paper's finding is its short form."""
+    (presentation mode) the paper's finding is its short form. `more`: the fold's label, when it holds more than the
+    numbers."""
     paper = (c.paper_short or PAPER_SHORT.get(c.step, c.paper)) if large() else c.paper
     st.markdown(f"{BADGE[c.verdict]} &nbsp; **Paper:** {paper}")
     # the reason sits under the line, never folded: a line that reads like agreement is read with its reason
     st.markdown(f"**{who}:** {line or c.short}  \n**Why “{VERDICT_LABELS[c.verdict]}”:** {why_sentence(c)}"
                 + (f"  \n**Seeds:** {seeds}" if seeds else ""))
-    with st.expander("All the numbers"):
+    with st.expander(more or "All the numbers"):
         st.markdown(c.measured)
         if details:
             details()
@@ -229,8 +249,9 @@ def _file_stem(chart, key: str) -> str:
     return f"{key}-{run_cache.slugify(sub)}" if sub else key
 
 
-def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, name: str | None = None) -> None:
-    """The chart, its one-line caption, and downloads of the chart (PNG, SVG) and its data (CSV)."""
+def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, name: str | None = None,
+               downloads: bool = True) -> None:
+    """The chart, its one-line caption, and (`downloads`) downloads of the chart (PNG, SVG) and its data (CSV)."""
     name = name or _file_stem(chart, key)
     spec = vega_spec(chart)  # a figure shared by all sessions comes converted already (app/shared.py)
     if spec is not None:
@@ -238,6 +259,8 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, 
     else:
         st.altair_chart(chart, width="stretch", theme=None)  # the chart's own colours: the same as the PNG/SVG download
     st.caption(caption)
+    if not downloads:
+        return
     # one button that keeps its word on a narrow column; the files are made only when one is clicked
     # (vl-convert renders the same Vega-Lite spec as the screen)
     files = (

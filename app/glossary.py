@@ -217,3 +217,19 @@ def step_terms(step: str, text: str = "") -> list[str]:
 def term(name: str) -> str:
     """A term's plain-language definition (the one glossary), for a control's tooltip."""
     return TERMS[name]
+
+
+def new_step_terms(step: str, text: str = "") -> tuple[list[str], list[str]]:
+    """(the terms this Tour step introduces, every other term its screen uses), each as `step_terms` writes them.
+    A step introduces its own terms (STEP_TERMS) that no earlier step introduced; the rest (an earlier step's, and
+    words of the run's name such as "LLM" or "block" that every step repeats) are one click away on a projector."""
+    order = list(STEP_TERMS)
+    met = {name for s in order[: order.index(step)] for name in STEP_TERMS[s]} if step in order else set()
+    fresh = [n for n in STEP_TERMS.get(step, []) if n not in met]
+    line = lambda name: f"**{name}**: {TERMS[name]}"  # noqa: E731
+    return [line(n) for n in fresh], [line(n) for n in step_term_names(step, text) if n not in fresh]
+
+
+def term_name(term_line: str) -> str:
+    """The term a `step_terms` line defines ("**period**: ..." -> "period")."""
+    return term_line.split("**")[1]

@@ -11,7 +11,7 @@ import re
 
 import streamlit as st
 
-from app.furniture import LARGE_CSS, no_runs_message
+from app.furniture import LARGE_CSS, PAGE_CSS, no_runs_message
 from app.glossary import term
 from app.guards.url_state import to_url, url_flag, url_state
 from app.run_loading import open_run, valid_runs
@@ -85,8 +85,7 @@ def sidebar(page: str = "") -> View | None:
         tau=int(st.session_state["tau"]),
         large=bool(st.session_state["large"]),
     )
-    if view.large:
-        st.markdown(LARGE_CSS, unsafe_allow_html=True)
+    st.markdown(PAGE_CSS + (LARGE_CSS if view.large else ""), unsafe_allow_html=True)
     return view
 
 

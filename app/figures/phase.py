@@ -10,6 +10,7 @@ import textwrap
 import altair as alt
 import pandas as pd
 
+from app.figures.style import run_subtitle, wrapped_title
 from app.shared import share_figures
 from app.sidebar import short_label
 from app.state import large
@@ -65,7 +66,7 @@ def locking_heatmap(run: RunReader):
         .properties(
             title=alt.TitleParams(
                 "Which layers follow the answer mod T",
-                subtitle=textwrap.wrap(short_label(run.label), 46),
+                subtitle=textwrap.wrap(run_subtitle(short_label(run.label)), 46),
                 fontSize=20 if big else 15,
                 subtitleFontSize=16 if big else 12,
                 anchor="start",
@@ -150,7 +151,8 @@ def shift_bars(run: RunReader):
                 title=None,
                 sort=["shift its short waves", "random edit, same size"],
                 scale=alt.Scale(range=["#1f77b4", "#bbbbbb"]),
-                legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0),  # a narrow column fits it
+                # a narrow column fits it; on a projector the Tour's figure column takes it in one line
+                legend=alt.Legend(orient="bottom", direction="horizontal" if big else "vertical", labelLimit=0),
             ),
             tooltip=[
                 alt.Tooltip("module"),
@@ -177,12 +179,13 @@ def shift_bars(run: RunReader):
         alt.layer(bars, spread, half)
         .properties(
             # two bars a module, readable at 16 px, and room for the title, axis and legend, which a page's stretched
-            # chart counts in its height (two modules drawn in 128 px left them no room at all)
-            height=min(420, 64 * len(order) + 130),
+            # chart counts in its height (two modules drawn in 128 px left them no room at all); on a projector a
+            # little closer, so that the Tour step fits one screen
+            height=min(420, max(258, 40 * len(order) + 105) if big else 64 * len(order) + 130),
             width=260 if big else 320,
             title=alt.TitleParams(
-                "Does the answer follow a shifted wave?",
-                subtitle=textwrap.wrap(short_label(run.label) + sample_note, 46),
+                wrapped_title("Does the answer follow a shifted wave?", 18 if big else 14),
+                subtitle=textwrap.wrap(run_subtitle(short_label(run.label)) + sample_note, 46),
                 fontSize=18 if big else 14,
                 subtitleFontSize=14 if big else 12,
                 anchor="start",

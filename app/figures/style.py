@@ -47,8 +47,9 @@ def period_marks(periods, span: int, top: float, labelled=()) -> alt.LayerChart:
     return rules + text
 
 
-#: The narrowest a chart is drawn at 1024 x 768 (a Tour or comparison column), in pixels: normal, presentation mode.
-NARROWEST = {False: 250, True: 450}
+#: The narrowest a chart is drawn at 1024 x 768 (a Tour or comparison column), in pixels: normal, presentation mode
+#: (a Tour step's figure column with the sidebar open).
+NARROWEST = {False: 250, True: 340}
 #: Average width of a title character, as a share of its font size (bold sans-serif, generous).
 CHAR_WIDTH = 0.6
 
@@ -59,8 +60,12 @@ def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int
     split: the run's name goes to a subtitle. The title wraps to the chart's drawn width in the browser
     (`wrapped_title`), so it is never cut, however narrow the column the chart is drawn in."""
     big = large()
-    scale = 1.1 if big else 1
+    # on a projector a row of a heatmap, and a short chart, grow with the type; a tall chart (300 px or more) shrinks a
+    # little, so that a Tour step's claim and figure share one 1024x768 screen
+    row_scale = 1.1 if big else 1
+    height_scale = (0.9 if (height or 0) >= 300 else 1.1) if big else 1
     what, _, run = title.partition(" — ")
+    run = run_subtitle(run)
     size_px, sub_px = (20, 16) if big else (15, 12)
     params = dict(fontSize=size_px, anchor="start", limit=10_000)  # no cut: the text wraps instead
     # the height Streamlit gives a stretched chart includes its title: add the title's lines (at the narrowest) to it
@@ -69,7 +74,7 @@ def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int
         sub = _lines(run, NARROWEST[big], sub_px)
         params.update(subtitle=sub if len(sub) > 1 else sub[0], subtitleFontSize=sub_px, subtitleColor="#555")
         extra += len(sub) * int(sub_px * 1.25)
-    size = alt.Step(int(row_step * scale)) if row_step else int(height * scale) + extra
+    size = alt.Step(int(row_step * row_scale)) if row_step else int(height * height_scale) + extra
     # one copy of the chart (each `configure_*` call would deep-copy the whole chart again); the chart brings no
     # configuration of its own, which this would replace
     assert chart.config is alt.Undefined, "styled() sets the chart's configuration: configure it through styled"
@@ -79,6 +84,12 @@ def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int
         text=alt.MarkConfig(fontSize=16 if big else 11),
     )
     return chart.properties(title=alt.TitleParams(wrapped_title(what, size_px), **params), height=size, config=config)
+
+
+def run_subtitle(label: str) -> str:
+    """A run's name as a chart's subtitle: whole on a page, and on a projector (presentation mode) without its
+    parenthesised details, so that it takes one line (the page names the run whole)."""
+    return " ".join(re.sub(r"\s*\([^)]*\)", "", label).split()) if large() else label
 
 
 def wrapped_title(text: str, font_px: int) -> alt.ExprRef:

@@ -9,6 +9,7 @@ import pandas as pd
 
 from app.figures.style import PCT_AXIS, PCT_SCALE, styled
 from app.shared import share_figures
+from app.state import large
 from core.paper import ACCURACY
 
 #: A split as a sentence names it.
@@ -22,7 +23,9 @@ def training_curves(curves: pd.DataFrame, split: str):
         color=alt.Color(
             "run:N",
             title="model",
-            legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolOpacity=1),
+            # on a projector in two columns: the plot keeps its height in a Tour step of one screen
+            legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolOpacity=1,
+                              columns=2 if large() else 1),
         ),
     )
     band = base.mark_area(opacity=0.2).encode(

@@ -372,6 +372,46 @@ def layout_problems(page, large: bool) -> list[str]:
     return page.evaluate(_LAYOUT_JS, 14 if large else 0)
 
 
+#: Text cut short on the page as drawn: an element whose own text runs past its box (an ellipsis, or text clipped
+#: by an ancestor that hides its overflow), and a chart label Vega shortened with "…". Elements off screen (a collapsed
+#: sidebar) and a screen reader's one-pixel skip link are not what a class sees.
+_CUT_JS = r"""
+() => {
+  const out = [];
+  const seen = el => el.getClientRects().length > 0 && getComputedStyle(el).visibility !== 'hidden';
+  for (const el of document.querySelectorAll('body *')) {
+    if (el.closest('svg') || !seen(el)) continue;
+    const own = [...el.childNodes].filter(n => n.nodeType === 3).map(n => n.textContent).join('').trim();
+    if (!own) continue;
+    const r = el.getBoundingClientRect();
+    if (r.width <= 2 || r.right <= 0 || r.left >= window.innerWidth) continue;
+    const st = getComputedStyle(el);
+    let cut = (st.textOverflow === 'ellipsis' || st.overflowX !== 'visible') && el.scrollWidth > el.clientWidth + 1;
+    for (let a = el.parentElement, i = 0; a && i < 5 && !cut; a = a.parentElement, i++) {
+      if (getComputedStyle(a).overflowX !== 'visible' && a.scrollWidth > a.clientWidth + 1
+          && r.right > a.getBoundingClientRect().right + 1) cut = true;
+    }
+    if (cut || /…$/.test(own)) out.push(`text cut short: "${own.slice(0, 70)}"`);
+  }
+  for (const t of document.querySelectorAll('svg text')) {
+    if (seen(t) && /…$/.test(t.textContent)) out.push(`chart label cut short: "${t.textContent}"`);
+  }
+  return [...new Set(out)];
+}
+"""
+
+
+def cut_text(page) -> list[str]:
+    """Text cut short on the page as drawn (`_CUT_JS`)."""
+    return page.evaluate(_CUT_JS)
+
+
+def scrolls(page) -> int:
+    """How many pixels the page's main area runs past the window (0: it fits one screen)."""
+    return int(page.evaluate("""() => { const m = document.querySelector('[data-testid="stMain"]');
+      return m ? Math.max(0, m.scrollHeight - m.clientHeight) : 0; }"""))
+
+
 #: What a class could not read on the handout's current slide: a slide taller than the screen, text under 16 px, chart
 #: text under 14 px as drawn (an SVG text's font size times the scale its figure is drawn at).
 _SLIDE_JS = """

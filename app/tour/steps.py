@@ -39,15 +39,17 @@ class Evidence:
     total: int | None = None
     sample: str = ""
 
-    def sentence(self) -> str:
-        """One line under the caption: "From 16 of the 3,419 test questions (...), run X."."""
+    def sentence(self, name_runs: bool = True) -> str:
+        """One line under the caption: "From 16 of the 3,419 test questions (...); run: X."; without the run where
+        the screen names it already (`name_runs` False: a Tour step on a projector)."""
         of = f" of the {self.total:,}" if self.total is not None and self.total != self.count else ""
         unit = self.unit if self.count != 1 or of else self.unit.removesuffix("s")
         why = f" ({self.sample})" if self.sample else ""
+        runs = f"; {self.runs_said}" if name_runs else ""
         if self.unit == "questions":  # "16 of the 3,419 test questions"
-            return f"From {self.count:,}{of} {self.split} {unit}{why}; {self.runs_said}."
+            return f"From {self.count:,}{of} {self.split} {unit}{why}{runs}."
         split = f" on the {self.split} split" if self.split else ""
-        return f"From {self.count:,}{of} {unit}{why}{split}; {self.runs_said}."
+        return f"From {self.count:,}{of} {unit}{why}{split}{runs}."
 
     @property
     def runs_said(self) -> str:
@@ -74,6 +76,11 @@ class Panel:
     def full_caption(self) -> str:
         """The figure's caption and what it rests on (split, count, run), as the page and the handout show it."""
         return f"{self.caption} {self.evidence.sentence()}".strip()
+
+    @property
+    def projector_caption(self) -> str:
+        """The caption as a projector shows it: what the figure rests on without the run, which the step names."""
+        return f"{self.caption} {self.evidence.sentence(name_runs=False)}".strip()
 
 
 @dataclass(frozen=True)
@@ -151,7 +158,8 @@ def numbers_read(run: RunReader) -> Evidence:
     reps = run.number_representations
     n = int(reps.get("n_numbers", run.p))
     context = reps.get("context")
-    return Evidence(n, "numbers", "", run.label, sample=f"0..{n - 1} in '{context}'" if context else "")
+    sample = f"0..{n - 1} in the text “{context.replace('{n}', 'n')}”" if context else ""
+    return Evidence(n, "numbers", "", run.label, sample=sample)
 
 
 def training_runs(logs: dict[str, pd.DataFrame]) -> Evidence:
@@ -281,7 +289,7 @@ def operation_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     runs, evidence = tuple(shown.values()), operation_evidence(shown)
     return [
         _panel(operations.carrier_bars(runs), "tour-ops-modules", evidence),
-        _panel(operations.operation_accuracy_bars(runs), "tour-ops-accuracy", evidence),
+        _panel(operations.operation_accuracy_bars(runs), "tour-ops-accuracy", evidence, "How often each run is right"),
         _panel(operations.period_ratio_bars(runs), "tour-ops-periods", evidence,
                "The periods against what W_U alone gives"),
     ]

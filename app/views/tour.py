@@ -8,7 +8,7 @@ The steps themselves (title, question, table, figures) are app/tour/steps.py's, 
 import streamlit as st
 
 from app.furniture import BADGE, claim_box, code_spans, show_chart, why_sentence
-from app.glossary import step_terms
+from app.glossary import new_step_terms, step_terms, term_name
 from app.guards.url_state import to_url, url_flag, url_state
 from app.run_loading import run_claims, runs_of_split, seed_spread_line, training_claim
 from app.sidebar import page_view, short_label
@@ -53,6 +53,8 @@ def draw(panel: Panel) -> None:
             width="stretch",
             column_config={c: st.column_config.NumberColumn(format=f) for c, f in panel.formats.items()},
         )
+    elif large():  # on a projector: the run is named on the step, the downloads are on the normal pages
+        show_chart(panel.chart, panel.data, panel.projector_caption, key=panel.key, downloads=False)
     else:
         show_chart(panel.chart, panel.data, panel.full_caption, key=panel.key)
 
@@ -60,25 +62,37 @@ def draw(panel: Panel) -> None:
 if not large():
     st.title(f"How a language model {task_verb(chosen.task)}: a guided tour")
 step = STEPS[st.session_state["step"] - 1]
-left, mid, right = st.columns([1.2, 4, 1.2], vertical_alignment="center")
+
+
+def tour_switches() -> None:
+    st.toggle(
+        "Show each step on the shipped run that shows it best",
+        key="best",
+        help="Off (the default): every step uses the run chosen in the sidebar. On: each step may switch to another "
+        "shipped run of the same operation, and a banner says which and why.",
+    )
+    reveal_switch()
+
+
+# on a projector the switches and the handout fold into one Options button on the Back / Next row: the step's
+# claim and figure get the screen
+left, mid, *options, right = st.columns([1.2, 3.7, 1.6, 1.2] if large() else [1.2, 4, 1.2], vertical_alignment="center")
 left.button("◀ Back", on_click=move, args=(-1,), disabled=st.session_state["step"] == 1, width="stretch")
 right.button("Next ▶", on_click=move, args=(1,), disabled=st.session_state["step"] == len(STEPS), width="stretch")
 mid.progress(
     st.session_state["step"] / len(STEPS),
     text=f"Step {st.session_state['step']} of {len(STEPS)} · {task_name(chosen.task)} run",
 )
-switches, files = st.columns([4, 1.3], vertical_alignment="center")
-with switches:
-    st.toggle(
-        "Show each step on the shipped run that shows it best",
-        key="best",
-        help="Off (the default): every step uses the run chosen in the sidebar. On: each step may switch to another "
-        "shipped run, "
-        "and a banner says which and why.",
-    )
-    reveal_switch()
-with files:
-    handout_button(chosen, runs, TOUR_BASIS, st.session_state["best"])
+if large():
+    with options[0].popover("Options", icon=":material/tune:", width="stretch"):
+        tour_switches()
+        handout_button(chosen, runs, TOUR_BASIS, st.session_state["best"])
+else:
+    switches, files = st.columns([4, 1.3], vertical_alignment="center")
+    with switches:
+        tour_switches()
+    with files:
+        handout_button(chosen, runs, TOUR_BASIS, st.session_state["best"])
 
 choice = choose_run(step, chosen, runs, run_claims, training_claim, st.session_state["best"])
 shown, claim, others = choice.shown, choice.claim, ""
@@ -102,27 +116,55 @@ cannot = "" if drawable or hidden else (shown.why_absent(step.table) or "")
 words = " ".join([step.title, step.question(shown), claim.paper, step.predict, *step.choices, note or ""] + (
     [] if hidden else [line or claim.short, why_sentence(claim), seeds or "", others, cannot,
                        *(p.full_caption for p in panels)]))
-text, figure = st.columns([2, 3], gap="medium")
-with text:
+def accuracy_metrics() -> None:
+    """Step 1's two numbers: the paper's test figure beside this run's (under the claim on a projector, above the
+    figure otherwise)."""
+    if step.key != "accuracy" or "accuracy" not in claim.numbers or hidden:
+        return
+    paper, mine_now = st.columns(2)
+    said_split = "validation" if claim.numbers.get("paper_split") == "validation" else "test"
+    paper.metric(f"Paper: GPT-2-XL, {said_split} split",
+                 f"{claim.numbers.get('paper_accuracy', ACCURACY['GPT-2-XL fine-tuned'])}%")
+    mine_now.metric(f"This run: {claim.numbers['n']} {shown.split} prompts", pct(claim.numbers["accuracy"]))
+
+
+# on a projector the claim's column is wider (its large type wraps less) and its details and words fold into one
+# button, so that the claim, the verdict with its reason and the figure share one 1024x768 screen
+text, figure = st.columns([9, 11] if large() else [2, 3], gap="medium")
+fresh, more = new_step_terms(step.key, words) if large() else ([], step_terms(step.key, words))
+with text, st.container(key="tour-claim"):
     st.subheader(step.title)
 
     def details():
         if others:
             st.caption(others)
+        if note and large() and step.key in OVER_RUNS:
+            st.caption(f":material/tune: {note}")
         if step.key in ("accuracy", "numbers"):
             st.markdown(code_spans(describe_run(shown.manifest)))
+        if large():  # the words this step introduces first, then the others its screen uses
+            for term_line in fresh + more:
+                st.caption(term_line)
 
+    new_words = f" · new words: {', '.join(term_name(t) for t in fresh)}" if fresh else " and words"
     who = who_line(step, choice, short_label(shown.label))
     if hidden:
         ask_first(step, shown, claim, st.session_state["best"])
     else:
-        claim_box(claim, who, line, details, seeds)
+        claim_box(claim, who, line, details, seeds, more=f"All the numbers{new_words}" if large() else None)
         prediction_note(step)
-    for term_line in step_terms(step.key, words):
-        st.caption(term_line)
-with figure:
+        if large():
+            accuracy_metrics()
+    if hidden and large():
+        with st.expander(f"Words{new_words}"):
+            for term_line in fresh + more:
+                st.caption(term_line)
+    if not large():
+        for term_line in more:
+            st.caption(term_line)
+with figure, st.container(key="tour-figure"):
     st.caption(step.question(shown))
-    if note:
+    if note and not (large() and step.key in OVER_RUNS):  # on a projector, which runs a step compares is a detail
         st.caption(f":material/tune: {note}")
     if hidden:
         st.info("This run's measurement, its verdict and the figure appear when you press **Reveal**.")
@@ -134,12 +176,8 @@ with figure:
             + " Switch on the toggle above to see it on the shipped run that shows it best."
         )
     else:
-        if step.key == "accuracy" and "accuracy" in claim.numbers:  # the paper's test figure beside this run's
-            paper, mine_now = st.columns(2)
-            said_split = "validation" if claim.numbers.get("paper_split") == "validation" else "test"
-            paper.metric(f"Paper: GPT-2-XL, {said_split} split",
-                         f"{claim.numbers.get('paper_accuracy', ACCURACY['GPT-2-XL fine-tuned'])}%")
-            mine_now.metric(f"This run: {claim.numbers['n']} {shown.split} prompts", pct(claim.numbers["accuracy"]))
+        if not large():
+            accuracy_metrics()
         if step.key in OVER_RUNS and not panels:
             st.info(NOTHING_TO_COMPARE[step.key])
         for panel in panels:

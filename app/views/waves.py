@@ -2,10 +2,11 @@ import streamlit as st
 
 from app.figures import logits
 from app.figures.phase import locking_heatmap
-from app.furniture import example_picker, intro, needs, show_chart
+from app.furniture import BADGE, example_picker, intro, needs, show_chart, why_sentence
 from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
 from app.sidebar import page_view
+from core.claims.last_digit import module_lock_note, module_lock_table, module_shift_table, module_waves_note
 from core.runs.reader import Table
 
 view = page_view()
@@ -42,4 +43,16 @@ st.markdown(
 if run.has(Table.PHASE_LOCKING):
     show_chart(*locking_heatmap(run), key="locking")
     claim = run_claims(run)["module_waves"]
-    st.markdown(claim.measured + (f" *Why: {claim.reason}.*" if claim.reason else ""))
+    st.markdown(f"{BADGE[claim.verdict]} **This run:** {claim.short}  \n**Why:** {why_sentence(claim)}")
+    shifted = module_shift_table(run)
+    if len(shifted):
+        st.dataframe(shifted, hide_index=True)
+        st.caption(
+            "The phase shift: the whole residual stream first (shifting it is the positive control), then the modules "
+            "whose shift moved the answer's last digit most; shares in %, with the 95% interval over resampled "
+            f"questions; random edits are of the same size as the module's. {module_waves_note(run)}"
+        )
+    st.dataframe(module_lock_table(run), hide_index=True)
+    st.caption(module_lock_note(run))
+    with st.expander("The whole measurement in words"):
+        st.markdown(claim.measured)

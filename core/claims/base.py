@@ -26,7 +26,7 @@ VERDICT_LABELS = {
     "does not apply": "Does not apply",
 }
 VERDICT_MEANINGS = {
-    "agrees": "This run shows what the paper found, by the step's rule (docs/verdicts.md).",
+    "agrees": "This run shows what the paper found, by the step's rule (the Terms page gives each verdict's meaning).",
     "partly": "This run shows part of what the paper found; the reason says which part differs.",
     "does not": "This run could show the paper's finding, was measured, and does not show it.",
     "not tested": "This run was measured but cannot decide the question: too few examples, too few errors, or "

@@ -407,3 +407,78 @@ def _lock_reason(verdict: str, locks: pd.DataFrame, mlp2: pd.DataFrame, attn510:
     if verdict == "does not":
         return "no attention or MLP wave of period 2, 2.5, 5 or 10 follows the answer beyond chance"
     return ""
+
+
+#: Rows of each of step 3's tables of numbers (`module_shift_table`, `module_lock_table`).
+TABLE_MODULES = 6
+#: A module whose shift moved the last digit for less than this share (of the stream's, or of the questions) gets no
+#: row of its own in `module_shift_table` (`module_waves_note` counts them).
+MOVED_AT_ALL = 0.005
+
+
+def module_shift_table(run, top: int = TABLE_MODULES) -> pd.DataFrame:
+    """Step 3's phase shift as a table to read (the Waves page shows it instead of the claim's paragraph), one row a
+    module, every cell text: the whole stream first (the positive control, where the shift was read against it),
+    then up to `top` modules whose shift moved the last digit by at least `MOVED_AT_ALL` of what the rule reads (at
+    least the one that moved it most). Columns: the last digit moved by d for each d read (%), what the rule reads (a
+    share of the stream's shift, or of the questions, %) with its 95% interval, and random edits of the same size
+    (%). Empty when the run holds no phase shift of the four short periods."""
+    if not causal_test(run):
+        return pd.DataFrame()
+    summary = shift_summary(run)
+    ds = [d for d in (1, 2, 5) if f"share_d{d}" in summary.columns]
+    moved = f"moved, d = {'/'.join(map(str, ds))} (%)"
+    relative = bool((summary["read_of"] == "stream").any())
+    what = "of the stream's (%)" if relative else "of questions (%)"
+    rows = []
+    if relative and all(f"stream_d{d}" in summary.columns for d in ds):
+        first = summary.iloc[0]
+        rows.append({"module": f"whole stream {run.n_layers}",
+                     moved: " / ".join(f"{100 * first[f'stream_d{d}']:.0f}" for d in ds), what: "100",
+                     "random (%)": "–"})
+    ranked = summary[summary["kind"].isin(["attn", "mlp"])].sort_values("read", ascending=False)
+    some = ranked["read"] >= MOVED_AT_ALL
+    for _, row in (ranked[some].head(top) if some.any() else ranked.head(1)).iterrows():
+        rows.append({"module": _who(row["kind"], row["layer"]),
+                     moved: " / ".join(f"{100 * row[f'share_d{d}']:.0f}" for d in ds),
+                     what: f"{100 * row['read']:.1f} ({100 * row['read_low']:.1f} to {100 * row['read_high']:.1f})",
+                     "random (%)": "–" if pd.isna(row["read_control"]) else f"{100 * row['read_control']:.1f}"})
+    return pd.DataFrame(rows)
+
+
+def module_lock_table(run, top: int = TABLE_MODULES) -> pd.DataFrame:
+    """The `top` attention and MLP modules whose wave locks most to a short period (2, 2.5, 5, 10), each with its
+    strongest locking R, that period, and whether it beats the shuffle null (core.analysis.phase.locked)."""
+    if not run.has(Table.PHASE_LOCKING):
+        return pd.DataFrame()
+    t = run.table(Table.PHASE_LOCKING)
+    t = t[t["kind"].isin(["attn", "mlp"]) & t["period"].map(is_short)].copy()
+    t["beats"] = locked(t)
+    best = t.loc[t.groupby(["kind", "layer"])["locking"].idxmax()].sort_values("locking", ascending=False).head(top)
+    return pd.DataFrame({"module": [_who(k, layer) for k, layer in zip(best["kind"], best["layer"])],
+                         "locking R": [f"{r:.2f}" for r in best["locking"]],
+                         "period": [f"{p:g}" for p in best["period"]],
+                         "beyond chance": ["yes" if b else "no" for b in best["beats"]]})
+
+
+def module_waves_note(run) -> str:
+    """What `module_shift_table` does not show, in one sentence: the questions each shift read, and how many shifted
+    modules moved the last digit for less than `MOVED_AT_ALL` of what the rule reads."""
+    if not causal_test(run):
+        return ""
+    summary = shift_summary(run)
+    modules = summary[summary["kind"].isin(["attn", "mlp"])]
+    counts = " or ".join(f"{n:,}" for n in sorted({int(n) for n in modules["n"]}, reverse=True))
+    quiet = modules[modules["read"] < MOVED_AT_ALL]
+    said = f"Each shift read {counts} {run.split} questions."
+    if len(quiet) and len(quiet) < len(modules):
+        said += f" The other {len(quiet)} shifted modules moved the last digit for under {MOVED_AT_ALL:.1%} each."
+    return said
+
+
+def module_lock_note(run) -> str:
+    """The sentence under `module_lock_table`: what it reads, over how many questions, against how many shuffles."""
+    t = run.table(Table.PHASE_LOCKING)
+    return (f"Locking: the modules whose wave of a short period (2, 2.5, 5, 10) follows the answer most, over "
+            f"{int(t['n'].max()):,} {run.split} questions; beyond chance = above what {int(t['shuffles'].max()):,} "
+            "shuffles of the answers reach.")

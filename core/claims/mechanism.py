@@ -90,9 +90,8 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
         reason = f"with {L} layers there is no middle: the answer is either not there yet or already exact"
     elif verdict == "partly" and g >= 0.25 and float(best["within_10"]) >= 0.5:
         reason = (
-            f"the gap opens only at layer {int(best['layer'])} of {L}, after {LENS_DEPTH:.0%} of the depth; in "
-            "GPT-2-XL "
-            "it is there from layer 20 of 48"
+            f"the gap opens only at layer {int(best['layer'])} of {L} ({int(best['layer']) / L:.0%} of the depth, "
+            f"later than the {LENS_DEPTH:.0%} the rule allows); in GPT-2-XL it is there from layer 20 of 48"
         )
     elif verdict == "partly":
         reason = "the answer is approximated before it is exact, but not for most prompts"
@@ -193,7 +192,8 @@ def spectra_rule_reason(mlp_low: bool, attn_short: bool, shares: dict, verdict: 
         said.append(f"the MLPs' low-band share ({pct(shares['mlp'])}) is not 10 points above attention's "
                     f"({pct(shares['attn'])})")
     if not attn_short:
-        said.append("attention carries none of periods 2, 2.5, 5, 10 above the bar of what W_U alone gives")
+        said.append("attention carries none of periods 2, 2.5, 5, 10 more strongly than W_U alone gives random vectors "
+                    "of the same energy (the Spectra page draws that baseline)")
     return "; ".join(said)
 
 

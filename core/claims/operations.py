@@ -166,7 +166,7 @@ def claim_operations(shown: dict, claims_of: Callable) -> Claim:
         f"periods {periods(MULTIPLICATION_OUTLIER_PERIODS)} (addition's: {periods(OUTLIER_PERIODS)}). The appendix "
         "repeats the analysis for addition written \u201c15,93+\u201d."
     )
-    sentences, found, carriers, moved = [], {}, {}, []
+    sentences, found, carriers, moved, relative = [], {}, {}, [], []
     shifted = all(causal_test(r) for r in shown.values())  # one measure for every run
     for task, run in shown.items():
         acc = claims_of(run)["accuracy"].numbers
@@ -190,7 +190,9 @@ def claim_operations(shown: dict, claims_of: Callable) -> Claim:
             who = (f"shifting {carrier['module']}'s short waves moves the last digit {share} the {run.split} "
                    f"questions (random edits: {pct(carrier['control'])})")
             beyond = "" if carrier["carries"] else f"; random edits {pct(carrier['control'])}"
-            moved.append(f"{task_name(task)} {pct(carrier['value'])} ({carrier['module']}{beyond})")
+            of = "" if carrier["relative"] else " of questions"
+            moved.append(f"{task_name(task)} {pct(carrier['value'])}{of} ({carrier['module']}{beyond})")
+            relative.append(bool(carrier["relative"]))
         else:
             who = f"{carrier['module']} locks to a short period most (R = {carrier['value']:.2f})"
             moved.append(f"{task_name(task)} R = {carrier['value']:.2f} ({carrier['module']})")
@@ -207,8 +209,9 @@ def claim_operations(shown: dict, claims_of: Callable) -> Claim:
         reason = "the verdict is the multiplication run's against the paper's multiplication periods" + (
             f": {judged.reason}" if judged.reason else "")
     headline = (
-        ("Last digit moved by shifting one module's short waves (share of the whole stream's shift where the run was "
-         "read by the current rule): " if shifted else "Strongest lock to a short period: ")
+        ("Shifting one module's short waves moves the last digit"
+         + (", as a share of the whole stream's shift: " if any(relative) else ": ") if shifted
+         else "Strongest lock to a short period: ")
         + ", ".join(moved) + "."
     )
     return Claim(

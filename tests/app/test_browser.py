@@ -127,6 +127,10 @@ def projector_walk() -> tuple[str, ...]:
         if not settled:
             problems.append(f"{view.where}: a chart still changed size 2 s after drawing")
         problems.extend(f"{view.where}: {p}" for p in projector_problems(page, view.large))
+        problems.extend(f"{view.where}: {p}" for p in browser.cut_text(page))
+        # a Tour step on a projector is one screen: the claim, the verdict with its reason and the figure together
+        if view.large and not view.sidebar and " step " in f" {view.where} " and (over := browser.scrolls(page)):
+            problems.append(f"{view.where}: the step runs {over} px past the 768 px screen")
 
     with browser.serve(PROJECT_ROOT / "cache") as base, browser.browser() as b:
         queues = projector_views(base, default.name, small.name if small else None)
@@ -138,8 +142,9 @@ def projector_walk() -> tuple[str, ...]:
 
 def test_every_tour_step_and_page_reads_on_a_projector():
     """Fails on a chart title cut or wider than its chart, overlapping tick labels, an unrounded legend value, an
-    error box, a chart taller than the screen and (presentation mode) axis or legend text under 14 px, on every
-    Tour step and page."""
+    error box, a chart taller than the screen, text or a chart label cut short, (presentation mode) axis or legend
+    text under 14 px, and a Tour step in presentation mode that does not fit one 1024x768 screen, on every Tour step
+    and page of the default run and of a 2-layer run."""
     problems = [p for p in projector_walk() if not p.startswith("2 layers, normal")]
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:60])
 
