@@ -13,11 +13,13 @@ st.set_page_config(
     initial_sidebar_state="collapsed" if st.query_params.get("large") == "1" else "auto",
 )
 
-TOUR = st.Page("views/tour.py", title="Tour", icon=":material/slideshow:", url_path="guided-tour", default=True)
+# the default page is served at the root: a link to its own url_path would meet Streamlit's "Page not found", so that
+# path is one no link uses, and /guided-tour, /tour and /start lead to the root
+TOUR = st.Page("views/tour.py", title="Tour", icon=":material/slideshow:", url_path="tour-at-root", default=True)
 
 
 def tour_link():
-    """/tour and /start are the Tour too (the default page itself is served at the root)."""
+    """/guided-tour, /tour and /start are the Tour too (the default page itself is served at the root)."""
     st.switch_page(TOUR, query_params=dict(st.query_params))
 
 
@@ -31,6 +33,7 @@ PAGES = [
     st.Page("views/training.py", title="Training", icon=":material/school:", url_path="training"),
     st.Page("views/behaviour.py", title="Behaviour", icon=":material/rule:", url_path="behaviour"),
     st.Page("views/terms.py", title="Terms", icon=":material/menu_book:", url_path="terms"),
+    st.Page(tour_link, title="Tour (guided)", url_path="guided-tour", visibility="hidden"),
     st.Page(tour_link, title="Tour (link)", url_path="tour", visibility="hidden"),
     st.Page(tour_link, title="Tour (start)", url_path="start", visibility="hidden"),
 ]

@@ -85,7 +85,7 @@ def sidebar(page: str = "") -> View | None:
         tau=int(st.session_state["tau"]),
         large=bool(st.session_state["large"]),
     )
-    st.markdown(PAGE_CSS + (LARGE_CSS if view.large else ""), unsafe_allow_html=True)
+    st.html(PAGE_CSS + (LARGE_CSS if view.large else ""))  # style only: it takes no room on the page
     return view
 
 

@@ -345,10 +345,10 @@ def waves(run: RunReader, example: pd.Series, basis: str, top: int, window: int 
     if window is not None:
         local = int(total.loc[total["value"].idxmax(), "number"])
         inside = ("" if local == peak else
-                  f"; inside this window it is highest at {local}" + (", the answer" if local == answer else ""))
-        caption = (
-            f"Zoomed to {lo}–{hi}. The top {top} components have periods {periods}; over the whole line 0..{run.p - 1} "
-            f"their sum (black) {where_peak} (red line){inside}.{model}"
+                  f"; in this window it peaks at {local}" + (", the answer" if local == answer else ""))
+        caption = (  # the periods are in the legend
+            f"Zoomed to {lo}–{hi}. Over the whole line 0..{run.p - 1} the sum of the top {top} (black) {where_peak} "
+            f"(red line){inside}.{model}"
         )
     question = expression(run.task, example["a"], example["b"])
     title = f"Top-{top} Fourier components of the final logits for {question}{where} — {run.label}"

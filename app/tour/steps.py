@@ -244,7 +244,7 @@ def waves_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
 
 
 #: The columns of step 6's table of numbers, as the page and the handout show them.
-ABLATION_COLUMNS = ["filter", "accuracy %", "random control accuracy %", "paper GPT-2-XL accuracy %"]
+ABLATION_COLUMNS = ["filter", "paper GPT-2-XL accuracy %", "accuracy %", "random control accuracy %"]
 
 
 def ablation_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:

@@ -56,11 +56,13 @@ st.subheader(f"Table 1 for this run (tau = {shown_tau})", help=term("ablation"))
 t1 = shared_view(run, summaries.table1, Table.ABLATIONS, shown_tau)  # the same for every session: computed once
 if shown_tau != TABLE1_TAU:
     t1[["paper GPT-2-XL accuracy %", "paper GPT-2-XL loss"]] = None
+# the paper's column next to the filter it belongs to: the comparison the table exists for stays in view at 1024 px
+# with the sidebar open (the filter's column is pinned when the table scrolls sideways)
 order = [
     "filter",
+    "paper GPT-2-XL accuracy %",
     "accuracy %",
     "random control accuracy %",
-    "paper GPT-2-XL accuracy %",
     "loss",
     "paper GPT-2-XL loss",
     "Δ accuracy (points)",
@@ -101,6 +103,7 @@ st.dataframe(
     shown,
     hide_index=True,
     column_config={
+        "filter": st.column_config.TextColumn(pinned=True),
         "accuracy %": st.column_config.NumberColumn(format="%.2f"),
         "loss": st.column_config.NumberColumn(format="%.4f"),
         "Δ accuracy (points)": st.column_config.NumberColumn(format="%+.2f"),

@@ -48,9 +48,9 @@ if run.has(Table.PHASE_LOCKING):
     if len(shifted):
         st.dataframe(shifted, hide_index=True)
         st.caption(
-            "The phase shift: the whole residual stream first (shifting it is the positive control), then the modules "
-            "whose shift moved the answer's last digit most; shares in %, with the 95% interval over resampled "
-            f"questions; random edits are of the same size as the module's. {module_waves_note(run)}"
+            "The phase shift: the whole stream first (the positive control), then the modules that moved the last "
+            f"digit most; in %, with 95% intervals over resampled questions; random edits of the same size. "
+            f"{module_waves_note(run)}"
         )
     st.dataframe(module_lock_table(run), hide_index=True)
     st.caption(module_lock_note(run))

@@ -243,10 +243,10 @@ def test_threads_option(monkeypatch):
 
 
 def test_cli_rejects_bad_threads(model_dir, tmp_path, capsys):
-    assert (
-        main(["precompute", "--model", str(model_dir("gpt2")), "--cache-dir", str(tmp_path), "--threads", "zero"]) == 2
-    )
-    assert "threads must be a whole number" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # refused by the argument parser, before anything loads
+        main(["precompute", "--model", str(model_dir("gpt2")), "--cache-dir", str(tmp_path), "--threads", "zero"])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and "expected a whole number >= 1 or 'auto', got 'zero'" in err and "\n" not in err
 
 
 def test_prefix_cache_reuses_prefixes_and_changes_nothing(loaded_model, monkeypatch):

@@ -30,7 +30,7 @@ def test_every_page_in_a_real_browser(app_env, tmp_path):
         png = shots / f"{view.where}.png" if view.where in browser.PAGES else None
         reports[view.where] = browser.report(page, png)
 
-    aliases = ("tour", "start")  # links people type or keep from older versions open the Tour
+    aliases = ("tour", "start", "guided-tour")  # links people type or keep from older versions open the Tour
     with browser.serve(app_env["cache"], app_env["models"]) as base, browser.browser() as b:
         views = [browser.View(name, url=f"{base}/{path}") for name, path in browser.PAGES.items()]
         views.append(browser.View("shared link", url=f"{base}/?run={run}&step=3&tau=20"))  # reopens the same view

@@ -192,7 +192,8 @@ def test_the_comparison_picks_one_run_per_operation_of_the_same_kind():
     assert len(kinds) == 1  # the same kind of model for every operation
     claim = claim_operations(shown, run_claims)
     assert claim.verdict in VERDICTS
-    assert claim.headline.startswith(("Last digit moved by shifting", "Strongest lock to a short period"))
+    assert claim.headline.startswith(("Shifting one module's short waves moves the last digit",
+                                      "Strongest lock to a short period"))
     assert all(task_name(t) in claim.headline for t in shown)
     if "multiplication" not in shown:
         assert claim.verdict == "not tested"

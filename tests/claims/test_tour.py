@@ -692,4 +692,5 @@ def test_the_zoomed_waves_caption_names_the_peak_of_the_whole_line(run):
     whole = logits.waves(reader, example, TOUR_BASIS, 5)[2]
     zoomed = logits.waves(reader, example, TOUR_BASIS, 5, window=25)[2]
     peak = re.search(r"peaks at (\d+)", whole).group(1)
-    assert f"over the whole line 0..{reader.p - 1} their sum (black) peaks at {peak}" in zoomed, (whole, zoomed)
+    said = f"Over the whole line 0..{reader.p - 1} the sum of the top 5 (black) peaks at {peak}"
+    assert said in zoomed, (whole, zoomed)
