@@ -50,9 +50,11 @@ class Unembed:
     def logits(self, h, final_norm: bool = True):
         """The model's own logits over the number tokens for residual vectors h (..., D)."""
         if final_norm and self.norm is not None:
-            dev = next(self.norm.parameters(), h).device
+            # the norm runs in its own weights' device and dtype (a model loaded in bfloat16 has a bfloat16 norm, and
+            # a layer norm refuses inputs of another dtype)
+            like = next(self.norm.parameters(), h)
             with torch.no_grad():
-                h = self.norm(h.to(dev))
+                h = self.norm(h.to(device=like.device, dtype=like.dtype))
         z = h.to(self.weight.device).float() @ self.weight.T
         if self.bias is not None:
             z = z + self.bias

@@ -1,10 +1,13 @@
 """Every site `edit_site` accepts is edited where `capture_hooks` reads it, on every tiny architecture, layer 0
 included (the stream before the first block, blocks.0.hook_resid_pre, is the first block's input)."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
+from core.cli import main
 from core.errors import CoreError
 from core.models.capture import capture_hooks
 from core.models.random_models import ARCHITECTURES, POST_NORM_ARCHITECTURES, save_random_model
@@ -66,3 +69,26 @@ def test_an_edit_in_place_that_returns_none_is_one_clear_error(tiny_target):
 
     with pytest.raises(CoreError, match="returned None.*return rows"):
         edit_site(tiny_target, "blocks.0.hook_mlp_out", in_place, progress=False)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_zeroing_the_stream_before_the_first_block_of_a_tiny_model_changes_most_answers(arch, tmp_path):
+    folder = save_random_model(tmp_path / arch, arch, n_layers=N_LAYERS)
+    target = open_target(str(folder), limit=60, threads=1, log=lambda *_: None)
+    report = edit_site(target, "blocks.0.hook_resid_pre", lambda rows: rows * 0, progress=False)
+    assert report.figures["changed"] > 0.5
+
+
+def test_an_edit_loads_the_model_in_the_dtype_asked_for(tmp_path, capsys):
+    """`--dtype` and `--device` reach the model an edit runs on (the API's open_target, and the command line)."""
+    folder = save_random_model(tmp_path / "gpt2", "gpt2", n_layers=N_LAYERS)
+    target = open_target(str(folder), limit=20, threads=1, log=lambda *_: None, device="cpu", dtype="bfloat16")
+    assert next(target.loaded.model.parameters()).dtype == torch.bfloat16 and "bfloat16" in repr(target)
+    report = edit_site(target, "blocks.1.hook_mlp_out", lambda rows: rows * 0, progress=False)
+    assert 0.0 <= report.accuracy <= 1.0
+    assert main(["shift", str(folder), "--module", "mlp", "--layer", "1", "--d", "1", "--limit", "20", "--threads",
+                 "1", "--dtype", "bfloat16", "--no-progress", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["n"] == 20 and data["figures"]["model"] == str(folder)
+    with pytest.raises(SystemExit):
+        main(["ablate", str(folder), "--modules", "mlp", "--remove", "low", "--tau", "5", "--dtype", "float64"])
