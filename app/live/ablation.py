@@ -28,7 +28,7 @@ REBUILD_POLL_S = 1.0
 #: Seconds a rebuild's end (its error, or that it is done) is shown to whoever opens the page.
 REBUILD_SHOWN_S = 600
 #: The rebuild button's label.
-REBUILD_LABEL = "Rebuild the weights here (about 2 minutes)"
+REBUILD_LABEL = "Rebuild the weights here (a few minutes; under one once the base model is here)"
 
 
 @st.cache_resource(show_spinner=False, ttl=15, max_entries=64)
@@ -81,14 +81,6 @@ def live_queue() -> LiveQueue:
             external = os.environ.get("FOURIER_LIVE_RUNNER") == "external"
             _QUEUES[str(root)] = LiveQueue(root, compute_live, external=external)
         return _QUEUES[str(root)]
-
-
-def rebuild_weights(folder, progress, log):
-    """core.training.delta.rebuild of `folder`, its digest checked (imported here: only the rebuilding process,
-    app/live/rebuild_runner.py, loads torch)."""
-    from core.training.delta import rebuild
-
-    return rebuild(folder, log=log, progress=progress)
 
 
 # ----------------------------------------------------------------------------- the page's side

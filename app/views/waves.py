@@ -6,7 +6,7 @@ from app.furniture import BADGE, example_picker, intro, needs, show_chart, why_s
 from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
 from app.sidebar import page_view
-from core.claims.last_digit import module_lock_note, module_lock_table, module_shift_table, module_waves_note
+from core.claims.last_digit import module_lock_note, module_lock_table, module_shift_caption, module_shift_table
 from core.runs.reader import Table
 
 view = page_view()
@@ -47,11 +47,7 @@ if run.has(Table.PHASE_LOCKING):
     shifted = module_shift_table(run)
     if len(shifted):
         st.dataframe(shifted, hide_index=True)
-        st.caption(
-            "The phase shift: the whole stream first (the positive control), then the modules that moved the last "
-            f"digit most; in %, with 95% intervals over resampled questions; random edits of the same size. "
-            f"{module_waves_note(run)}"
-        )
+        st.caption(module_shift_caption(run))
     st.dataframe(module_lock_table(run), hide_index=True)
     st.caption(module_lock_note(run))
     with st.expander("The whole measurement in words"):

@@ -396,7 +396,8 @@ def answer_position_passes(
 
 
 def first_edited_layer(conditions: Sequence[Condition], n_layers: int) -> int:
-    """The lowest layer (1-based) whose output any of `conditions` edits: 1 for a filter of every layer, the
+    """The lowest layer whose output any of `conditions` edits (1-based; 0 for the stream before the first block,
+    which is then edited as that block's input and nothing is shared): 1 for a filter of every layer, the
     condition's own layer for an edit of one layer; n_layers + 1 when none edits anything."""
     layers = [1 if c.layer is None else int(c.layer) for c in conditions if c.flt is not None]
     return min(layers, default=int(n_layers) + 1)

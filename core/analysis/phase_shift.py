@@ -238,6 +238,12 @@ def random_direction(unembedding, seed: int) -> np.ndarray:
     return u / np.linalg.norm(u)
 
 
+def moved_periods(periods, d: int) -> tuple[float, ...]:
+    """The periods a shift by d numbers moves: those d is not a whole multiple of (a wave of period T moves by d/T of
+    a turn, which is no move at all when d/T is whole)."""
+    return tuple(float(t) for t in periods if abs(d / t - round(d / t)) > 1e-9)
+
+
 def residue_modulus(periods) -> int:
     """The whole-number period whose residue a shift of `periods` moves: 10 when 10 is among them, else the largest
     whole one (2 for parity alone)."""

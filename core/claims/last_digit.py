@@ -461,16 +461,22 @@ def module_lock_table(run, top: int = TABLE_MODULES) -> pd.DataFrame:
                          "beyond chance": ["yes" if b else "no" for b in best["beats"]]})
 
 
-def module_waves_note(run) -> str:
-    """What `module_shift_table` does not show, in one sentence: the questions each shift read, and how many shifted
-    modules moved the last digit for less than `MOVED_AT_ALL` of what the rule reads."""
+def module_shift_caption(run) -> str:
+    """The sentence under `module_shift_table`: what its rows are, how its interval was made (resampled questions
+    where the rule reads a share of the stream's shift, Wilson's where it reads a share of the questions), the
+    questions each shift read, and how many shifted modules moved the last digit for less than `MOVED_AT_ALL`."""
     if not causal_test(run):
         return ""
     summary = shift_summary(run)
     modules = summary[summary["kind"].isin(["attn", "mlp"])]
+    relative = bool((summary["read_of"] == "stream").any())
+    interval = "over resampled questions" if relative else "(Wilson)"
+    said = ("The phase shift: " + ("the whole stream first (the positive control), then " if relative else "")
+            + f"the modules that moved the last digit most; in %, with 95% intervals {interval}; random edits of the "
+            "same size.")
     counts = " or ".join(f"{n:,}" for n in sorted({int(n) for n in modules["n"]}, reverse=True))
+    said += f" Each shift read {counts} {run.split} questions."
     quiet = modules[modules["read"] < MOVED_AT_ALL]
-    said = f"Each shift read {counts} {run.split} questions."
     if len(quiet) and len(quiet) < len(modules):
         said += f" The other {len(quiet)} shifted modules moved the last digit for under {MOVED_AT_ALL:.1%} each."
     return said

@@ -88,11 +88,15 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
                   f"({pct(last['exact'])} against {pct(best['exact'])}): exactness does not arrive late")
     elif verdict == "does not":
         reason = f"with {L} layers there is no middle: the answer is either not there yet or already exact"
-    elif verdict == "partly" and g >= 0.25 and float(best["within_10"]) >= 0.5:
+    elif verdict == "partly" and g >= 0.25 and float(best["within_10"]) >= 0.5 and int(best["layer"]) > LENS_DEPTH * L:
         reason = (
             f"the gap opens only at layer {int(best['layer'])} of {L} ({int(best['layer']) / L:.0%} of the depth, "
             f"later than the {LENS_DEPTH:.0%} the rule allows); in GPT-2-XL it is there from layer 20 of 48"
         )
+    elif verdict == "partly" and g >= 0.25 and float(best["within_10"]) >= 0.5:
+        more = float(last["exact"]) - float(best["exact"])
+        reason = (f"the answer is approximated by layer {int(best['layer'])} of {L}, but the last layer is only "
+                  f"{100 * more:.1f} points more exact than it (the rule asks 25): exactness arrives only partly late")
     elif verdict == "partly":
         reason = "the answer is approximated before it is exact, but not for most prompts"
     return judged(Claim(
@@ -361,7 +365,10 @@ def claim_waves(run, top: int = 5) -> Claim:
 def waves_reason(s5: float, s10: float, top: int = 5) -> str:
     """Why the top-`top` sum falls short of "agrees", in words its own shares warrant ("more than half" above 50%,
     "few" below 25%), each beside its number; and what ten waves add, when they add anything."""
-    if s5 > 0.5:
+    if s5 >= WAVES_AGREE:  # a sample whose interval reaches below the bar: the point alone would agree
+        said = (f"the top {top} waves place the answer for {pct(s5)} of the questions read, but too few were read to "
+                f"tell it from the {pct(WAVES_AGREE)} the rule asks")
+    elif s5 > 0.5:
         said = (f"the top {top} waves place the answer for more than half the questions ({pct(s5)}), short of the "
                 f"{pct(WAVES_AGREE)} the rule asks")
     elif s5 >= 0.25:

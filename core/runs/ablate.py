@@ -32,6 +32,7 @@ from core.analysis.phase_shift import (
     CONTROL_SEED,
     EDIT_CAP,
     PERIOD_SETS,
+    moved_periods,
     random_direction,
     residue_modulus,
     shift_outcomes,
@@ -41,7 +42,7 @@ from core.errors import CoreError
 from core.models.loading import LoadedModel, load_model
 from core.models.names import ATTN, MLP, RESID, hook_name, site_of_hook
 from core.runs.cache import read_manifest, read_table
-from core.runs.edit_arguments import check_edit, moved_periods
+from core.runs.edit_arguments import check_edit
 from core.runs.live_model import live_model_folder
 from core.runs.precompute import model_prompts
 from core.runs.run_names import find_run
@@ -323,7 +324,7 @@ def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progre
                                       progress=progress, desc=what)
     seconds = time.perf_counter() - t0
     before, n = evaluations[0].predictions, len(target.answers)
-    modulus, moved = residue_modulus(periods), moved_periods(period_set, int(d))
+    modulus, moved = residue_modulus(periods), moved_periods(periods, int(d))
     out = shift_outcomes(before, evaluations[1].predictions, int(d), target.p, modulus)
     if not out["n"]:
         raise CoreError(f"d = {d}: none of the model's {n} answers y has y + {d} on the number line 0..{target.p - 1},"

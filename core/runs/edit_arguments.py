@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.analysis.phase_shift import PERIOD_SETS, residue_modulus
+from core.analysis.phase_shift import PERIOD_SETS, moved_periods, residue_modulus
 from core.errors import CoreError
 from core.models.source import resolve_source
 from core.runs.cache import read_manifest
@@ -41,22 +41,17 @@ def check_edit(p: int, tau: int | None = None, keep_k: int | None = None, period
         check_shift_moves(periods, d)
 
 
-def moved_periods(periods: str, d: int) -> tuple[float, ...]:
-    """The periods of `PERIOD_SETS[periods]` that a shift by d moves: those d is not a whole multiple of."""
-    return tuple(t for t in PERIOD_SETS[periods] if abs(d / t - round(d / t)) > 1e-9)
-
-
 def check_shift_moves(periods: str, d: int) -> None:
     """Refuse a shift by d that moves none of the chosen periods, or whose residue (the last digit) cannot move
     (module docstring)."""
     chosen = ", ".join(f"{t:g}" for t in PERIOD_SETS[periods])
     modulus = residue_modulus(PERIOD_SETS[periods])
-    fine = [k for k in range(1, 10) if moved_periods(periods, k) and k % modulus][:3]
+    fine = [k for k in range(1, 10) if moved_periods(PERIOD_SETS[periods], k) and k % modulus][:3]
     such = f"such as {', '.join(map(str, fine[:-1]))} or {fine[-1]}"
-    if not moved_periods(periods, d):
+    if not moved_periods(PERIOD_SETS[periods], d):
         raise CoreError(f"--d {d} is a whole multiple of every chosen period ({chosen}): the edit would move no wave. "
                         f"Choose a d that is not, {such}")
-    if d % modulus == 0:
+    if d % modulus == 0:  # a guard for a period set whose residue is not a multiple of every period in it
         raise CoreError(f"--d {d} is a multiple of {modulus}: y + {d} has the residue mod {modulus} of y, so a moved "
                         f"residue could not be told from one that stayed. Choose a d that is not, {such}")
 

@@ -63,10 +63,10 @@ from core.runs.precompute_arguments import (
     digits_identity,
     digits_stage_refusal,
     model_label,
+    run_identity,
+    run_label,
     run_options,
 )
-from core.runs.precompute_arguments import run_identity as arguments_identity
-from core.runs.precompute_arguments import run_label as readable_run_label
 from core.runs.sampled_design import design_for
 from core.runs.shift_run import phase_shift_table, shift_specs
 from core.tasks import build_examples, running_example_id, select_split, subsample, with_shots
@@ -100,9 +100,9 @@ def not_computed(stages: tuple[str, ...]) -> dict[str, str]:
     return {t: reason for s in left for t in STAGE_TABLES[s]}
 
 
-def run_identity(opts: PrecomputeOptions, loaded, taus=()) -> dict:
+def loaded_identity(opts: PrecomputeOptions, loaded) -> dict:
     """What determines the numbers of a run (core.runs.precompute_arguments.run_identity) for a loaded model."""
-    return arguments_identity(opts, loaded.local, loaded.source, loaded.fingerprint, loaded.revision)
+    return run_identity(opts, loaded.local, loaded.source, loaded.fingerprint, loaded.revision)
 
 
 def precompute(opts: PrecomputeOptions, log=print) -> Path:
@@ -140,9 +140,9 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
     texts = model_prompts(loaded, examples, pool, opts.shots, opts.dataset_seed)
     _check_context(loaded, texts, opts.shots)
     label = model_label(opts, loaded.local, loaded.source)
-    identity = run_identity(opts, loaded, taus)
-    run_label = readable_run_label(opts, label)
-    name = run_name(run_label, identity)
+    identity = loaded_identity(opts, loaded)
+    readable = run_label(opts, label)
+    name = run_name(readable, identity)
     design = design_for([e.answer for e in examples], loaded.n_layers, loaded.width, opts.every_question)
     # the design and the stages only when not the default: a run of every stage reading every question keeps the
     # options it always had
@@ -151,7 +151,7 @@ def precompute(opts: PrecomputeOptions, log=print) -> Path:
         writer = RunWriter(opts.cache_dir, name, identity, options, recompute=opts.recompute)
         try:
             return _precompute_run(
-                opts, loaded, writer, examples, texts, p, basis, taus, running, label, run_label, options, t0, log,
+                opts, loaded, writer, examples, texts, p, basis, taus, running, label, readable, options, t0, log,
                 design,
             )
         finally:
@@ -369,9 +369,9 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
     shots = tuple(sorted({*SHOTS, opts.shots}))
     pool = select_split(all_examples, "train")
     label = model_label(opts, loaded.local, loaded.source)
-    identity = digits_identity(run_identity(opts, loaded), shots)
-    run_label = readable_run_label(opts, label, digits=True)
-    name = run_name(run_label, identity)
+    identity = digits_identity(loaded_identity(opts, loaded), shots)
+    readable = run_label(opts, label, digits=True)
+    name = run_name(readable, identity)
     options = {"shots": list(shots), "n_numbers": p}
     timings = {"load_s": round(time.time() - t0, 2), "threads": torch.get_num_threads()}
     log(f"a k-shot run: {reason}; so the stages {', '.join(NUMBER_LOGIT_STAGES)} do not apply (no Table 1), and the "
@@ -407,7 +407,7 @@ def _precompute_digits(opts: PrecomputeOptions, loaded, all_examples, examples, 
             writer.write("error_analysis", generation_error_table(generations))
             by_shots = accuracy_by_shots(generations)
             manifest = _digits_manifest(
-                opts, loaded, writer, examples, p, shots, by_shots, not_applicable, label, run_label, timings
+                opts, loaded, writer, examples, p, shots, by_shots, not_applicable, label, readable, timings
             )
             path = writer.publish(manifest)
             log(

@@ -31,6 +31,7 @@ from core.analysis.phase_shift import (
     CONTROL_SEED,
     PERIOD_SETS,
     SHIFTS,
+    moved_periods,
     random_direction,
     residue_modulus,
     shift_decomposition,
@@ -64,7 +65,7 @@ def shift_specs(p: int, n_layers: int, shifts=SHIFTS, draws: int = CONTROL_DRAWS
         if any(float(t) not in available for t in periods):
             continue  # a period the number line does not have (p - 1 not a multiple of 10)
         for d in shifts:
-            if all(abs(d / t - round(d / t)) < 1e-9 for t in periods):
+            if not moved_periods(periods, d):
                 continue  # d is a whole number of every period: the shift changes nothing (parity by 2)
             for kind, layer in shifted_modules(n_layers):
                 specs.append({"kind": kind, "layer": layer, "period_set": name, "d": int(d), "control": False,

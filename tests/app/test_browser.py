@@ -131,6 +131,9 @@ def projector_walk() -> tuple[str, ...]:
         # a Tour step on a projector is one screen: the claim, the verdict with its reason and the figure together
         if view.large and not view.sidebar and " step " in f" {view.where} " and (over := browser.scrolls(page)):
             problems.append(f"{view.where}: the step runs {over} px past the 768 px screen")
+        # the measure's own control: the Terms page is many screens long, so it must read as one that scrolls
+        if view.where == "presentation, page terms" and not browser.scrolls(page):
+            problems.append(f"{view.where}: the scroll measure reads 0 on a page many screens long")
 
     with browser.serve(PROJECT_ROOT / "cache") as base, browser.browser() as b:
         queues = projector_views(base, default.name, small.name if small else None)

@@ -14,12 +14,13 @@ import pytest
 from core.analysis.ablations import Ablation
 from core.analysis.evaluation import evaluate_by_full_recompute
 from core.analysis.fourier import fourier_basis
+from core.analysis.phase_shift import PERIOD_SETS, moved_periods
 from core.cli import main
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
 from core.runs.ablate import ablate, open_target
 from core.runs.cache import read_table
-from core.runs.edit_arguments import check_edit, moved_periods, parse_removed
+from core.runs.edit_arguments import check_edit, parse_removed
 from core.training.stages import retrain_commands
 
 FOURIER_FROZEN = "fourier-frozen-tied-demo-trained-here-addition-test-05d0125721"
@@ -150,7 +151,8 @@ def test_a_shift_by_a_multiple_of_the_last_digit_modulus_is_refused_and_others_n
             check_edit(521, periods=periods, d=d)
     for periods, d in (("all", 1), ("all", 2), ("all", 5), ("2", 1), ("5,10", 5)):
         check_edit(521, periods=periods, d=d)
-    assert moved_periods("all", 2) == (2.5, 5.0, 10.0) and moved_periods("all", 5) == (2.0, 10.0)
+    every = PERIOD_SETS["all"]
+    assert moved_periods(every, 2) == (2.5, 5.0, 10.0) and moved_periods(every, 5) == (2.0, 10.0)
 
 
 def test_argument_errors_are_one_line(capsys):
