@@ -54,16 +54,18 @@ NARROWEST = {False: 250, True: 340}
 CHAR_WIDTH = 0.6
 
 
-def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int | None = None) -> alt.Chart:
+def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int | None = None,
+           shrink_on_projector: bool = True) -> alt.Chart:
     """Title, size and font sizes (bigger in presentation mode). `row_step`: pixels per row of a
     chart with a discrete y axis (a heatmap), instead of a fixed height. A title "what — run" is
     split: the run's name goes to a subtitle. The title wraps to the chart's drawn width in the browser
     (`wrapped_title`), so it is never cut, however narrow the column the chart is drawn in."""
     big = large()
     # on a projector a row of a heatmap, and a short chart, grow with the type; a tall chart (300 px or more) shrinks a
-    # little, so that a Tour step's claim and figure share one 1024x768 screen
+    # little, so that a Tour step's claim and figure share one 1024x768 screen (`shrink_on_projector` False: a page's
+    # chart whose labels need its whole height)
     row_scale = 1.1 if big else 1
-    height_scale = (0.9 if (height or 0) >= 300 else 1.1) if big else 1
+    height_scale = (0.9 if (height or 0) >= 300 and shrink_on_projector else 1.1) if big else 1
     what, _, run = title.partition(" — ")
     run = run_subtitle(run)
     size_px, sub_px = (20, 16) if big else (15, 12)

@@ -95,7 +95,7 @@ def fine_tuning_stages(stages: pd.DataFrame, split: str, paper_accuracy: float):
         "one ended); the dashed line is the paper's fine-tuned GPT-2-XL."
     )
     title = f"Fine-tuning the real LLM: {SPLIT_NAMES.get(split, split)} accuracy by epoch"
-    return styled(line + rule + text, title, height=380), stages, caption
+    return styled(line + rule + text, title, height=380, shrink_on_projector=False), stages, caption
 
 
 # Built once per process for a run version and its choices, and shared by all sessions (app/shared.py).

@@ -83,6 +83,15 @@ def live_queue() -> LiveQueue:
         return _QUEUES[str(root)]
 
 
+def rebuild_weights(folder, progress, log):
+    """core.training.delta.rebuild of `folder`, its digest checked. Imported here, like the live engine: this module
+    is the dashboard's one door to torch (tests/test_architecture.py), and only the rebuilding process
+    (app/live/rebuild_runner.py) walks through it."""
+    from core.training.delta import rebuild
+
+    return rebuild(folder, log=log, progress=progress)
+
+
 # ----------------------------------------------------------------------------- the page's side
 
 

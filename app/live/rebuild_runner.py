@@ -8,9 +8,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from app.live.ablation import rebuild_weights
 from app.live.rebuild import Reporter, rebuild_command, rebuild_root
 from core.errors import CoreError
-from core.training.delta import rebuild
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(args[0])
     report = Reporter(folder)
     try:
-        rebuild(folder, log=report.log, progress=report.progress)  # its digest checked
+        rebuild_weights(folder, report.progress, report.log)
     except CoreError as exc:
         report.failed(str(exc))
         return 1
