@@ -287,9 +287,10 @@ def step_html(step: HandoutStep) -> str:
     missing = f'<p class="missing">{html.escape(step.missing)}</p>' if step.missing else ""
     note = f'<p class="note">{inline_markdown(step.note)}</p>' if step.note else ""
     verdict = VERDICT_LABELS[c.verdict]
-    # each term a block of its own: a slide that cannot hold them all shows them over several parts
-    terms = "".join(f'<div class="block"><dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd></div>'
-                    for t, d in step.terms)
+    # the terms fold into one block: open in the handout and the PDF, one click away on a slide (the Slides button
+    # closes every fold), so that a slide holds the step's claim and its figure together
+    terms = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in step.terms)
+    words = ", ".join(html.escape(t) for t, _ in step.terms)
     return f"""
 <section class="step" id="step-{step.number}" data-step="{step.number}">
   <h2>{html.escape(step.title)}</h2>
@@ -310,7 +311,8 @@ def step_html(step: HandoutStep) -> str:
     {note}{missing}
   </div>
   </div>
-  <dl class="terms">{terms}</dl>
+  <details class="block terms-fold" open><summary>Words on this step: {words}</summary>
+    <dl class="terms">{terms}</dl></details>
   <div class="figures revealed">{"".join(figures)}</div>
 </section>"""
 

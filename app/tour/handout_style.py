@@ -67,8 +67,7 @@ body.slides h2 { font-size: 1.5rem; } body.slides .predict ol { margin-bottom: 0
 /* a step taller than the screen is shown in parts, one column, each part within the screen (the script plans them) */
 body.slides section.step.split { grid-template-columns: minmax(0, 1fr); }
 body.slides section.step.split > .figures { grid-column: 1; grid-row: auto; }
-body.slides section.step.split .block.off, body.slides section.step.split .figures.off,
-body.slides section.step.split .terms.off { display: none; }
+body.slides section.step.split .block.off, body.slides section.step.split .figures.off { display: none; }
 @media (max-width: 760px) { section.step > .figures { grid-column: 1; grid-row: auto; } }
 @media print {
   .controls, .reveal-button, .projector-size { display: none !important; }
@@ -92,7 +91,7 @@ HANDOUT_SCRIPT = """
   function layout(s, shown, shrink) {  // shown: the blocks of one part, or null for the whole step
     s.classList.toggle("split", shown !== null);
     blocksOf(s).forEach(function (b) { b.classList.toggle("off", shown !== null && shown.indexOf(b) < 0); });
-    s.querySelectorAll(".figures, .terms").forEach(function (box) {  // a box none of whose blocks is shown
+    s.querySelectorAll(".figures").forEach(function (box) {  // a box none of whose blocks is shown
       box.classList.toggle("off", shown !== null &&
         !blocksOf(box).some(function (b) { return shown.indexOf(b) >= 0; }));
     });
