@@ -33,8 +33,16 @@ def test_the_shift_table_shows_the_modules_that_moved_the_last_digit_strongest_f
     expected = sorted(100 * modules["read"], reverse=True)
     moved = [v for v in expected if v >= 100 * MOVED_AT_ALL] or expected[:1]
     assert shown == pytest.approx([round(v, 1) for v in moved[: len(shown)]], abs=0.051)
-    if (summary["read_of"] == "stream").any():  # the positive control heads the table
-        assert table["module"].iloc[0] == f"whole stream {run.n_layers}"
+    moved_column = next(c for c in table.columns if c.startswith("moved, d = "))
+    ds = [int(d) for d in moved_column.removeprefix("moved, d = ").removesuffix(" (%)").split("/")]
+    for row in rows.to_dict("records"):  # each module's moved shares per d, from its own summary row
+        kind, layer = ("attn" if row["module"].startswith("attention") else "mlp"), int(row["module"].split()[-1])
+        own = modules[(modules["kind"] == kind) & (modules["layer"] == layer)].iloc[0]
+        assert row[moved_column] == " / ".join(f"{100 * own[f'share_d{d}']:.0f}" for d in ds)
+    if (summary["read_of"] == "stream").any():  # the positive control heads the table, with the stream's own shares
+        first = table.iloc[0]
+        assert first["module"] == f"whole stream {run.n_layers}" and first[share_column] == "100"
+        assert first[moved_column] == " / ".join(f"{100 * summary.iloc[0][f'stream_d{d}']:.0f}" for d in ds)
 
 
 @pytest.mark.skipif(not LOCKING, reason="no shipped run with phase locking")
