@@ -285,11 +285,11 @@ class LiveQueue:
             result = {"error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - any failure is answered, never left waiting
             result = {"error": f"The live computation failed ({type(exc).__name__}): use the cached table above."}
-        with self._locked():
-            self._finish(path, key, result)
+        with self._locked():  # the log line first: whoever sees the answer (it reads without the lock) sees it logged
             self._log(
                 {"key": key, "pid": os.getpid(), "s": round(time.perf_counter() - t0, 3), "ok": "error" not in result}
             )
+            self._finish(path, key, result)
         progress.unlink(missing_ok=True)
 
     def _log(self, entry: dict) -> None:
