@@ -304,26 +304,22 @@ class Session:
         s.id = el.id
         return s
 
-    def next_step(self):
-        el = self.widget("button", label="Next ▶")
+    def press_button(self, label: str):
+        """The rerun message of pressing the button labelled `label`; None when the page has none."""
+        el = self.widget("button", label=label)
         if el is None:
             return None
         s = self.widget_state(el)
         s.trigger_value = True
         return self.rerun_msg(s)
+
+    def next_step(self):
+        return self.press_button("Next ▶")
 
     def step_on(self):
         """The Tour's Next, or Back from its last step."""
         el = self.widget("button", label="Next ▶", note=False)
-        return self.next_step() if el is not None and not el.disabled else self._back()
-
-    def _back(self):
-        el = self.widget("button", label="◀ Back")
-        if el is None:
-            return None
-        s = self.widget_state(el)
-        s.trigger_value = True
-        return self.rerun_msg(s)
+        return self.next_step() if el is not None and not el.disabled else self.press_button("◀ Back")
 
     def to_tour(self):
         return self.to_page("")
