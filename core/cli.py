@@ -43,6 +43,15 @@ def _positive(text: str) -> int:
     return v
 
 
+def _layers(text: str) -> tuple[int, int]:
+    """--layer: "24" -> (24, 24); "19-30" -> (19, 30), a group of layers."""
+    first, dash, last = text.partition("-")
+    ends = (_positive(first), _positive(last)) if dash else (_positive(text),) * 2
+    if ends[0] > ends[1]:
+        raise argparse.ArgumentTypeError(f"a range of layers goes up: {ends[1]}-{ends[0]}, not {text}")
+    return ends
+
+
 def _stages(text: str) -> tuple[str, ...]:
     stages = tuple(s.strip() for s in text.split(",") if s.strip())
     if not stages:
@@ -136,12 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
                          help="a run of the cache (python -m core list), or a model folder or hub id")
         if name == "ablate":
             cmd.add_argument("--modules", required=True, choices=["attn", "mlp", "both"])
-            cmd.add_argument("--remove", required=True, help="low, high, or keep-K (keep one frequency K)")
+            cmd.add_argument("--remove", required=True,
+                             help="low, high, keep-K (keep one frequency K), or periods (only the paper's periods 2, "
+                             "2.5, 5, 10, beside energy-matched random controls; periods:2,5,10 names others)")
             cmd.add_argument("--tau", type=_positive, help="the cutoff of a band (low removes 1..tau-1)")
         else:
             cmd.add_argument("--module", required=True, choices=["attn", "mlp", "resid"],
                              help="resid: the residual stream after --layer")
-            cmd.add_argument("--layer", required=True, type=_positive, help="1-based layer")
+            cmd.add_argument("--layer", "--layers", dest="layer", required=True, type=_layers, metavar="L or A-B",
+                             help="1-based layer, or a range A-B: every --module of layers A..B shifted together (a "
+                             "group), beside the stream after layer B")
             cmd.add_argument("--periods", default="all", help="2, '5,10' or all (2, 2.5, 5, 10)")
             cmd.add_argument("--d", type=_positive, default=1, help="shift by d numbers (default 1)")
         cmd.add_argument("--split", choices=["train", "val", "test"], help="default: the run's split, else test")
@@ -312,6 +325,7 @@ def cmd_precompute(args):
 def cmd_edit(args):
     """`ablate` and `shift`: one edit, computed now (core.runs.ablate). The run's name and the edit's arguments are
     checked first (core.runs.edit_arguments), before torch is imported: a typo costs a fraction of a second."""
+    from core.analysis.period_filters import parse_periods, slice_frequencies
     from core.runs.edit_arguments import check_edit, check_shift_reaches, edit_scope, parse_removed
 
     scope = edit_scope(args.target, args.cache_dir, args.task, args.max_operand, args.split)
@@ -319,13 +333,19 @@ def cmd_edit(args):
         removed, keep_k = parse_removed(args.remove)
         if removed in ("low", "high") and args.tau is None:
             raise CoreError(f"--remove {removed} needs --tau (the cutoff: low removes k < tau, high k >= tau)")
-        check_edit(scope.p, tau=args.tau if removed != "keep" else None, keep_k=keep_k)
+        check_edit(scope.p, tau=args.tau if removed in ("low", "high") else None, keep_k=keep_k)
+        if removed == "periods":
+            periods = parse_periods(args.remove)
+            slice_frequencies(scope.p, periods)  # a period the number line lacks is refused before loading
     else:
         check_edit(scope.p, periods=args.periods, d=args.d)
-        scope.check_layer(args.layer)
+        for layer in args.layer:
+            scope.check_layer(layer)
+        if args.module == "resid" and args.layer[0] != args.layer[1]:
+            raise CoreError("--module resid edits the stream after one layer: give one --layer, not a range")
         check_shift_reaches(scope.answers, scope.p, args.d, scope.split)
 
-    from core.runs.ablate import ablate, open_target, shift  # torch and transformers: seconds
+    from core.runs.ablate import ablate, ablate_periods, open_target, shift  # torch and transformers: seconds
     from core.threads import parse_threads
 
     threads = parse_threads(args.threads)  # argparse has checked its form (_threads)
@@ -337,9 +357,13 @@ def cmd_edit(args):
     )
     progress = False if args.no_progress else None
     if args.command == "ablate":
-        report = ablate(target, args.modules, removed, args.tau if removed != "keep" else None, keep_k, progress)
+        if removed == "periods":
+            report = ablate_periods(target, args.modules, periods, progress)
+        else:
+            report = ablate(target, args.modules, removed, args.tau if removed != "keep" else None, keep_k, progress)
     else:
-        report = shift(target, args.module, args.layer, args.periods, args.d, progress)
+        first, last = args.layer
+        report = shift(target, args.module, first if first == last else (first, last), args.periods, args.d, progress)
     if args.json:
         return report.as_json()
     print(report.text())

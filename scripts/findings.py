@@ -27,8 +27,9 @@ from core.analysis.phase import MAX_CONSTANT_PHASE, MIN_LOCKING, SHORT_PERIODS, 
 from core.claims import registry
 from core.claims.accuracy import chosen_on_validation, commonest_answer_of, shipped_epoch
 from core.claims.features import MIN_ERRORS, claim_training
-from core.claims.last_digit import CAUSAL_SHARE, causal_test, module_locks, shift_summary
+from core.claims.last_digit import module_locks
 from core.claims.seeds import seed_siblings, verdict_spread
+from core.claims.shift_rule import CAUSAL_SHARE, causal_test, shift_summary
 from core.files import PROJECT_ROOT
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs

@@ -22,9 +22,9 @@ from core.analysis.embeddings import top_periods
 from core.analysis.kshot import generation_error_table
 from core.claims import registry
 from core.claims.features import claim_training
-from core.claims.last_digit import CAUSAL_SHARE, CONTROL_MAX, STREAM_FLOOR, causal_test, shift_summary
 from core.claims.operations import claim_operations, operation_runs
 from core.claims.seeds import seed_siblings, verdict_spread
+from core.claims.shift_rule import CAUSAL_SHARE, CONTROL_MAX, STREAM_FLOOR, causal_test, shift_summary
 from core.files import PROJECT_ROOT
 from core.models.source import project_path
 from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2, TABLE1_GPT2_XL, TABLE1_TAU

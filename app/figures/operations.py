@@ -13,8 +13,8 @@ from app.figures.style import PCT_AXIS, PCT_SCALE, styled
 from app.shared import share_figures
 from core.analysis.fourier import BASELINE_RATIO
 from core.claims.base import task_of
-from core.claims.last_digit import causal_test
 from core.claims.operations import COMPARED_PERIODS, module_carriers, operation_accuracy, period_ratios, short_name
+from core.claims.shift_rule import causal_test
 from core.runs.reader import RunReader
 from core.tasks import task_name
 

@@ -14,7 +14,7 @@ from app.figures.style import run_subtitle, wrapped_title
 from app.shared import share_figures
 from app.sidebar import short_label
 from app.state import large
-from core.claims.last_digit import shift_summary
+from core.claims.shift_rule import shift_summary
 from core.runs import summaries
 from core.runs.reader import RunReader, Table
 

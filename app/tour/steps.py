@@ -16,9 +16,11 @@ import pandas as pd
 from app.figures import logits, numbers, operations, training
 from app.figures.phase import locking_heatmap, shift_bars
 from core.claims.base import VERDICT_LABELS, Claim, pct
-from core.claims.last_digit import causal_test
+from core.claims.last_digit import group_shift_caption, group_shift_table
 from core.claims.operations import claim_operations, operation_runs, short_name
+from core.claims.periods import claim_periods, period_caption, period_table
 from core.claims.registry import TASK_STEPS, best_run, may_stand_in
+from core.claims.shift_rule import causal_test
 from core.paper import ACCURACY, TABLE1_TAU
 from core.runs import summaries, training_summaries
 from core.runs.origin import run_origin, seed_of_manifest
@@ -219,8 +221,13 @@ def logit_lens_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
 def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
     if causal_test(run):  # the causal test first, the correlation beside it
         shifted, locked = table_questions(run, run.table(Table.PHASE_SHIFT)), phase_questions(run)
+        groups = group_shift_table(run)
+        grouped = [] if groups.empty else [Panel(
+            None, groups, group_shift_caption(run), "tour-groups", questions(run, len(run.table(Table.EXAMPLES))),
+            folded="Groups of modules shifted together")]
         return [
             _panel(shift_bars(run), "tour-shift", shifted),
+            *grouped,
             _panel(locking_heatmap(run), "tour-locking", locked, "Phase locking: which waves follow the answer"),
         ]
     if run.has(Table.PHASE_LOCKING):
@@ -262,7 +269,13 @@ def ablation_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
         folded="The numbers",
         formats={c: "%.1f" for c in ABLATION_COLUMNS[1:] if c in table.columns},
     )
-    return [_panel(logits.table1_bars(run, tau), "tour-ablate", evidence), numbers]
+    narrow = period_table(run)
+    claim = claim_periods(run)
+    periods = [] if narrow.empty or claim is None else [Panel(
+        None, narrow, f"Narrow test, {claim.verdict}: {claim.headline} {claim.reason}".strip() + " "
+        + period_caption(run), "tour-periods", questions(run, len(run.table(Table.EXAMPLES))),
+        folded="Only the paper's periods removed")]
+    return [_panel(logits.table1_bars(run, tau), "tour-ablate", evidence), numbers, *periods]
 
 
 def number_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:

@@ -2,7 +2,7 @@ import pandas as pd
 import streamlit as st
 
 from app.figures import logits
-from app.furniture import intro, needs, scroll_into_view, show_chart
+from app.furniture import BADGE, intro, needs, scroll_into_view, show_chart, why_sentence
 from app.glossary import term
 from app.guards.url_state import to_url, url_state
 from app.live.ablation import (
@@ -18,6 +18,8 @@ from app.shared import shared_view
 from app.sidebar import page_view
 from app.state import large
 from core.analysis.ablations import Ablation
+from core.claims.periods import claim_periods as period_claim
+from core.claims.periods import period_caption, period_table
 from core.paper import PARITY_KEEP_PERIOD_2, TABLE1_TAU
 from core.runs import summaries
 from core.runs.live_model import rebuildable_folder
@@ -161,6 +163,19 @@ sampled_note = sampled_cells_note(ablations, run.manifest)
 if sampled_note:
     st.info(sampled_note)
 show_chart(*logits.table1_chart(run, shown_tau), key="acc-by-tau")
+
+narrow = period_claim(run)
+if narrow is not None:
+    st.subheader("Only the paper's periods removed", help=term("ablation"))
+    st.markdown(
+        "At tau = 50 a filter removes most of what a narrow model's W_U reads, so even random directions of that size "
+        "break it. This narrow test removes only the waves of period 2, 2.5, 5 and 10 (or as many low or high "
+        "frequencies) and compares each with random directions that take away as much of the modules' energy."
+    )
+    st.markdown(f"{BADGE[narrow.verdict]} **This run:** {narrow.headline}  \n**Why:** {why_sentence(narrow)}")
+    st.dataframe(period_table(run), hide_index=True,
+                 column_config={"what": st.column_config.TextColumn(pinned=True)})
+    st.caption(period_caption(run))
 
 st.subheader("Errors under one filter")
 cells = {

@@ -6,7 +6,14 @@ from app.furniture import BADGE, example_picker, intro, needs, show_chart, why_s
 from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
 from app.sidebar import page_view
-from core.claims.last_digit import module_lock_note, module_lock_table, module_shift_caption, module_shift_table
+from core.claims.last_digit import (
+    group_shift_caption,
+    group_shift_table,
+    module_lock_note,
+    module_lock_table,
+    module_shift_caption,
+    module_shift_table,
+)
 from core.runs.reader import Table
 
 view = page_view()
@@ -44,8 +51,15 @@ if run.has(Table.PHASE_LOCKING):
     show_chart(*locking_heatmap(run), key="locking")
     claim = run_claims(run)["module_waves"]
     st.markdown(f"{BADGE[claim.verdict]} **This run:** {claim.short}  \n**Why:** {why_sentence(claim)}")
+    groups = group_shift_table(run)
+    if len(groups):
+        st.markdown("**Groups of modules shifted together** (the paper's claim is about attention as a whole):")
+        st.dataframe(groups, hide_index=True)
+        st.caption(group_shift_caption(run))
     shifted = module_shift_table(run)
     if len(shifted):
+        if len(groups):
+            st.markdown("**One module at a time:**")
         st.dataframe(shifted, hide_index=True)
         st.caption(module_shift_caption(run))
     st.dataframe(module_lock_table(run), hide_index=True)

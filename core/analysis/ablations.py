@@ -126,21 +126,61 @@ class FunctionEdit:
 
 
 @dataclass(frozen=True, eq=False)
+class LayerEdits:
+    """An edit of a group of layers: one edit per 1-based layer of one module kind, each its own (a phase shift capped
+    at that module's own output, or its random control), all in the same forward pass. It stands where evaluation
+    expects a filter (`width`, `rank`, `erased`)."""
+
+    by_layer: tuple[tuple[int, object], ...]
+
+    def __post_init__(self):
+        if not self.by_layer:
+            raise CoreError("a group edit needs at least one layer")
+        layers = [int(layer) for layer, _ in self.by_layer]
+        if len(set(layers)) != len(layers):
+            raise CoreError(f"a group edit names a layer twice: {sorted(layers)}")
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        return tuple(int(layer) for layer, _ in self.by_layer)
+
+    def at(self, layer: int):
+        """The edit of `layer` (a KeyError for a layer the group does not hold)."""
+        return dict(self.by_layer)[int(layer)]
+
+    @property
+    def width(self) -> int:
+        return int(self.by_layer[0][1].width)
+
+    rank = 0
+    erased = False
+
+
+@dataclass(frozen=True, eq=False)
 class Condition:
     """One edited condition: a filter (None: the model as it is) on the attention and/or MLP outputs of
     every layer, or a phase shift (`core.analysis.phase_shift.PhaseShift`) on one layer's attention, MLP
-    or residual stream (`layer`, 1-based; None: every layer)."""
+    or residual stream (`layer`, 1-based; None: every layer), or a group's `LayerEdits` on the layers it holds."""
 
     flt: object | None
     modules: str = "both"
     layer: int | None = None
 
     def __post_init__(self):
+        if isinstance(self.flt, LayerEdits) and self.layer is not None:
+            raise CoreError("a group edit names its own layers: give no layer beside it")
         if self.modules == RESID:
-            if self.layer is None:
+            if self.layers is None:
                 raise CoreError("an edit of the residual stream needs the layer after which it acts")
         else:
             check_modules(self.modules)
+
+    @property
+    def layers(self) -> tuple[int, ...] | None:
+        """The 1-based layers whose outputs this condition edits (None: every layer)."""
+        if isinstance(self.flt, LayerEdits):
+            return self.flt.layers
+        return None if self.layer is None else (int(self.layer),)
 
     @property
     def kinds(self) -> tuple[str, ...]:

@@ -294,7 +294,7 @@ def _checked_inputs(loaded, texts, answers, p: int, conditions: list, positions:
     check_positions(positions)
     if not conditions:
         raise CoreError("no conditions to evaluate")
-    if positions == "all" and any(c.layer is not None for c in conditions):
+    if positions == "all" and any(c.layers is not None for c in conditions):
         raise CoreError("an edit of one layer (a phase shift) acts at the answer position only: use positions='last'")
     for c in conditions:
         if c.flt is not None and c.flt.width != loaded.width:
@@ -372,7 +372,7 @@ def answer_position_passes(
             if cond.flt is None:
                 continue
             for kind in cond.kinds:
-                plan[kind].append((g * B, (g + 1) * B, cond.flt, cond.layer))
+                plan[kind].append((g * B, (g + 1) * B, cond.flt, cond.layers))
         kwargs = dict(
             input_ids=ids[:, -1:].repeat(G, 1),
             attention_mask=mask.repeat(G, 1),
@@ -398,8 +398,8 @@ def answer_position_passes(
 def first_edited_layer(conditions: Sequence[Condition], n_layers: int) -> int:
     """The lowest layer whose output any of `conditions` edits (1-based; 0 for the stream before the first block,
     which is then edited as that block's input and nothing is shared): 1 for a filter of every layer, the
-    condition's own layer for an edit of one layer; n_layers + 1 when none edits anything."""
-    layers = [1 if c.layer is None else int(c.layer) for c in conditions if c.flt is not None]
+    condition's lowest layer for an edit of some layers; n_layers + 1 when none edits anything."""
+    layers = [1 if c.layers is None else min(c.layers) for c in conditions if c.flt is not None]
     return min(layers, default=int(n_layers) + 1)
 
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import torch
 
-from core.analysis.ablations import FunctionEdit, check_positions
+from core.analysis.ablations import FunctionEdit, LayerEdits, check_positions
 from core.analysis.filters import ProjectionFilter
 from core.analysis.phase_shift import PhaseShift
 from core.errors import CoreError
@@ -70,9 +70,11 @@ def function_rows(rows, edit: FunctionEdit) -> None:
     rows.copy_(out.to(device=rows.device, dtype=rows.dtype))
 
 
-def edit_rows(rows, edit) -> None:
+def edit_rows(rows, edit, layer: int | None = None) -> None:
     """Apply a filter (`ProjectionFilter`), a phase shift (`PhaseShift`) or a function (`FunctionEdit`) to `rows`
-    in place."""
+    in place; a group's `LayerEdits` applies its edit of `layer`."""
+    if isinstance(edit, LayerEdits):
+        edit = edit.at(layer)
     if isinstance(edit, PhaseShift):
         shift_rows(rows, edit)
     elif isinstance(edit, FunctionEdit):
@@ -120,9 +122,9 @@ class ConditionHooks:
     """Hooks on every attention and MLP module (and every block, for the residual stream) that edit, per
     block of rows, the last position.
 
-    `plan` maps ATTN/MLP/RESID (`core.models.names`) to [(first row, end row, edit, layer)], layer None for
-    every layer, else the one 1-based layer whose output is edited (RESID layer 0: the stream before the first
-    block, edited as that block's input); empty while the prefix runs.
+    `plan` maps ATTN/MLP/RESID (`core.models.names`) to [(first row, end row, edit, layers)], layers None for
+    every layer, else the 1-based layers whose outputs are edited (`Condition.layers`; RESID layer 0: the stream
+    before the first block, edited as that block's input); empty while the prefix runs.
     """
 
     def __init__(self, loaded):
@@ -135,7 +137,7 @@ class ConditionHooks:
             steps = self.plan.get(kind)
             if not steps:
                 return None
-            steps = [s for s in steps if s[3] is None or s[3] == layer]
+            steps = [s for s in steps if s[3] is None or layer in s[3]]
             if not steps:
                 return None
             t = out[0] if isinstance(out, tuple) else out
@@ -143,7 +145,7 @@ class ConditionHooks:
                 t = t.clone()
             last = t[:, -1, :]
             for start, stop, edit, _ in steps:
-                edit_rows(last[start:stop], edit)
+                edit_rows(last[start:stop], edit, layer)
             if isinstance(out, tuple):
                 return (t, *out[1:])
             return t
@@ -170,13 +172,13 @@ class ConditionHooks:
 
     def _input_hook(self, module, args, kwargs):
         """Edit the embedding output at the last position (RESID layer 0) as it enters the first block."""
-        steps = [s for s in self.plan.get(RESID) or () if s[3] == 0]
+        steps = [s for s in self.plan.get(RESID) or () if s[3] is not None and 0 in s[3]]
         if not steps:
             return None
         hidden = (args[0] if args else kwargs["hidden_states"]).clone()
         last = hidden[:, -1, :]
         for start, stop, edit, _ in steps:
-            edit_rows(last[start:stop], edit)
+            edit_rows(last[start:stop], edit, 0)
         if args:
             return (hidden, *args[1:]), kwargs
         return args, {**kwargs, "hidden_states": hidden}

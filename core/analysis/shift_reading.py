@@ -42,8 +42,10 @@ def stream_shares(shift: pd.DataFrame, period_set: str) -> dict[int, float]:
 
 
 def read_shifts(shift: pd.DataFrame, answers: pd.DataFrame, period_set: str, read_d, seed: int = BOOTSTRAP_SEED,
-                draws: int = BOOTSTRAP_DRAWS) -> pd.DataFrame:
-    """One row per edited module of `period_set` (module docstring): kind, layer, n (questions), share (the last
+                draws: int = BOOTSTRAP_DRAWS, keys=("kind", "layer")) -> pd.DataFrame:
+    """One row per edited module of `period_set` (module docstring), or per edited group of modules where `keys`
+    names the columns that tell the groups apart (the `group_shift` table: group, kind, first_layer, layer; the
+    stream is its rows of kind "resid"): the keys, n (questions), share (the last
     digit moved, pooled over the read d), share_d{d} / stream_d{d} / relative_d{d} for every d of the table,
     relative with relative_low / relative_high (95% bootstrap over questions), the random controls' share,
     control_sd, draws, control_relative, control_relative_sd, stayed, control_stayed, control_works, and the edit's
@@ -56,7 +58,8 @@ def read_shifts(shift: pd.DataFrame, answers: pd.DataFrame, period_set: str, rea
     stream = t[(t["kind"] == STREAM) & ~t["control"]]
     stream_rows = {int(r.d): int(i) for i, r in zip(stream.index, stream.itertuples())}
     rows, resamples = [], {}  # n -> its resample weights: every module of n questions gets the same draws
-    for (kind, layer), mine in t.groupby(["kind", "layer"], sort=False):
+    keys = list(keys)
+    for key, mine in t.groupby(keys, sort=False):
         edit = mine[~mine["control"]]
         edit_rows = {int(r.d): int(i) for i, r in zip(edit.index, edit.itertuples())}
         questions = np.unique(np.concatenate([outcome[i][0] for i in edit_rows.values() if i in outcome] or [[]]))
@@ -73,7 +76,7 @@ def read_shifts(shift: pd.DataFrame, answers: pd.DataFrame, period_set: str, rea
             return _on(outcome, row, questions, "eligible")
 
         stream_hits = {d: counts(stream_rows[d], "moved") for d in all_d if d in stream_rows}
-        record = {"kind": kind, "layer": int(layer), "n": n}
+        record = {**{k: (int(v) if isinstance(v, (int, np.integer)) else v) for k, v in zip(keys, key)}, "n": n}
         ratios, boot = [], []
         hits_read = elig_read = stayed_read = 0.0
         for d in all_d:

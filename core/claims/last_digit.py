@@ -5,30 +5,22 @@ re-derived from the raw tables by tests/claims/test_tour.py."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 import pandas as pd
 
 from core.analysis.phase import locked
-from core.analysis.phase_shift import EDIT_CAP, wilson_interval
-from core.analysis.shift_reading import read_shifts, stream_shares
+from core.analysis.phase_shift import EDIT_CAP
 from core.claims.base import Claim, is_short, judged, pct
+from core.claims.shift_rule import (
+    CAUSAL_SHARE,
+    CONTROL_MAX,
+    STREAM_FLOOR,
+    causal_test,
+    group_summary,
+    shift_summary,
+)
 from core.runs.reader import Table
 
-#: A module computes the last digit when shifting its short waves moves the last digit of at least this share of
-#: what shifting the whole stream moves at the same d (the lower end of the 95% interval over questions) ...
-CAUSAL_SHARE = 0.5
-#: ... while random edits of the same size move it for at most this share of what the stream's shift moves (the
-#: mean over the control's draws; an answer moved at random lands on the shifted last digit about 1 time in 10),
-#: and leave at least as many answers in place as the shift does (else they break the model: no control).
-CONTROL_MAX = 0.15
-#: A shift d is read when shifting the whole stream (the positive control) moves the last digit for at least this
-#: share of the questions at that d: below it the edit has too little hold at that d to judge a module by.
-STREAM_FLOOR = 0.5
-#: The period set the verdict reads: all four short periods moved together.
-CAUSAL_SET = "all"
-#: The sentence names this many modules, strongest first, and gives the largest share of the rest.
 SAID_MODULES = 6
 
 PAPER = (
@@ -42,95 +34,6 @@ _MOD = {2.0: "parity (mod 2)", 2.5: "mod 2.5", 5.0: "mod 5", 10.0: "mod 10", 104
 
 def _who(kind: str, layer: int) -> str:
     return f"{_NAMES[kind]} {int(layer)}"
-
-
-def causal_test(run) -> bool:
-    """Whether the run holds the causal test the verdict reads: the shift of all four short periods (its weights were
-    here, and its number line has periods 2.5, 5 and 10)."""
-    return run.has(Table.PHASE_SHIFT) and bool((run.table(Table.PHASE_SHIFT)["period_set"] == CAUSAL_SET).any())
-
-
-#: Summaries already read, by the content of the tables they were read from (the bootstrap takes most of a second a
-#: run, and the claim, the step's figure and the comparison of operations all ask for it).
-_SUMMARIES: OrderedDict = OrderedDict()
-_SUMMARIES_KEPT = 32
-
-
-def shift_summary(run) -> pd.DataFrame:
-    """`read_shift_summary` of the run, read once per content of its two phase-shift tables (a hash of each: a run
-    rebuilt on disk, or hand-made tables under an old name, are read afresh). A copy: the caller may change it."""
-    shift = run.table(Table.PHASE_SHIFT)
-    answers = run.table(Table.PHASE_SHIFT_ANSWERS) if run.has(Table.PHASE_SHIFT_ANSWERS) else None
-    key = tuple(None if f is None else (f.shape, int(pd.util.hash_pandas_object(f, index=False).sum()))
-                for f in (shift, answers))
-    if key not in _SUMMARIES:
-        _SUMMARIES[key] = read_shift_summary(shift, answers)
-        while len(_SUMMARIES) > _SUMMARIES_KEPT:
-            _SUMMARIES.popitem(last=False)
-    _SUMMARIES.move_to_end(key)
-    return _SUMMARIES[key].copy()
-
-
-def read_shift_summary(shift: pd.DataFrame, answers: pd.DataFrame | None) -> pd.DataFrame:
-    """Per edited module (kind, layer) of the shift of all four short periods, by the rule of `claim_module_waves`:
-    `read` (what the rule compares with CAUSAL_SHARE), `read_low`, `read_high` (its 95% interval), `read_control`
-    (the random edits' `read`, mean over draws), `read_of` ("stream": a share of the stream's shift; "questions": a
-    share of the questions, where the stream's shift holds at no d and nothing is judged), `causal`, `not_causal`,
-    `rule` ("relative": the current rule;
-    "earlier": a run whose per-question outcomes were not kept), `share` and `control` (the last digit moved,
-    pooled over the shifts read), `n`, `draws`, `control_sd`; under the current rule also the per-d shares
-    (share_d{d}, stream_d{d}, relative_d{d}), `read_d`, `stayed`, `control_stayed`, `control_works`, and the edit's
-    `edit_size`, `kept`, `full_rank`, `misfit` (core.analysis.shift_reading). `answers`: the run's
-    `phase_shift_answers`, None for a run cached without them (read by `earlier_shift_summary`)."""
-    if answers is None:
-        return earlier_shift_summary(shift)
-    stream = stream_shares(shift, CAUSAL_SET)
-    read_d = [d for d, share in sorted(stream.items()) if share >= STREAM_FLOOR]
-    t = read_shifts(shift, answers, CAUSAL_SET, read_d)
-    t["read"], t["read_low"], t["read_high"] = t["relative"], t["relative_low"], t["relative_high"]
-    t["read_control"] = t["control_relative"]
-    t["causal"] = (t["read_low"] >= CAUSAL_SHARE) & (t["read_control"] <= CONTROL_MAX) & t["control_works"]
-    t["not_causal"] = t["read_high"] < CAUSAL_SHARE
-    t["read_of"] = "stream"
-    if not read_d:  # the stream's shift holds at no d: nothing is judged against it; the raw shares are shown
-        raw = earlier_shift_summary(shift).set_index(["kind", "layer"])
-        at = pd.MultiIndex.from_frame(t[["kind", "layer"]])
-        for column in ("read", "read_low", "read_high", "read_control"):
-            t[column] = raw[column].reindex(at).to_numpy()
-        t["causal"] = t["not_causal"] = False
-        t["read_of"] = "questions"
-    t["read_d"] = ", ".join(str(d) for d in read_d)
-    t["rule"] = "relative"
-    return t
-
-
-def earlier_shift_summary(shift: pd.DataFrame) -> pd.DataFrame:
-    """The rule a run was read by before the capped edit (phase-shift version 1, no per-question outcomes): the last
-    digit moved, pooled over every d and question, its 95% Wilson interval against CAUSAL_SHARE, the random edits'
-    mean over draws against CONTROL_MAX (both absolute, not relative to the stream)."""
-    t = shift[shift["period_set"] == CAUSAL_SET].assign(hits=lambda f: f["residue_moved"] * f["n"])
-    keys = ["kind", "layer"]
-    real = t[~t["control"]].groupby(keys, sort=False)[["hits", "n"]].sum()
-    # each random draw's share pooled over its d and questions, then mean and spread over the draws
-    draws = t[t["control"]].groupby([*keys, "draw"], sort=False)[["hits", "n"]].sum()
-    per_draw = (draws["hits"] / draws["n"]).groupby(level=keys, sort=False).agg(["mean", "std", "size"])
-    rows = []
-    for (kind, layer), sums in real.iterrows():
-        n = int(sums["n"])
-        share = float(sums["hits"]) / n if n else float("nan")
-        low, high = wilson_interval(share, n)
-        drawn = per_draw.loc[(kind, layer)] if (kind, layer) in per_draw.index else None
-        count = int(drawn["size"]) if drawn is not None else 0
-        control = float(drawn["mean"]) if count else float("nan")
-        rows.append({
-            "kind": kind, "layer": int(layer), "share": share, "n": n, "control": control,
-            "control_sd": float(drawn["std"]) if count > 1 else float("nan"), "draws": count,
-            "read": share, "read_low": low, "read_high": high, "read_control": control,
-            "causal": bool(low >= CAUSAL_SHARE and control <= CONTROL_MAX),
-            "not_causal": bool(high < CAUSAL_SHARE),
-            "rule": "earlier", "read_of": "questions",
-        })
-    return pd.DataFrame(rows)
 
 
 def module_locks(run) -> pd.DataFrame:
@@ -157,8 +60,13 @@ def claim_module_waves(run) -> Claim:
     last digit* when that interval's lower end is >= CAUSAL_SHARE, its random edits of the same size reach at most
     CONTROL_MAX of the stream's (mean over draws), and they leave at least as many answers in place as its shift
     (else they are no control); it *does not* when the interval's upper end is below CAUSAL_SHARE.
-    Verdict: agrees when some attention layer computes the last digit; partly when only MLPs do (the
-    modules' roles reversed); does not when no attention or MLP layer does although the stream does; not
+    Groups (the paper's claim is about attention as a whole): where the run holds the group tables
+    (core.runs.group_shift), every attention output, and separately every MLP output, of a group of layers (the
+    layers a fine-tuning trained, the last third, every layer) is shifted together over every question of the split,
+    each module by its own capped edit, against the stream after the group's last layer and random edits of the same
+    size per module (one direction a draw); a group is read by the same rule as one module, with the same thresholds.
+    Verdict: agrees when some attention group or layer computes the last digit; partly when only MLP groups or
+    layers do (the modules' roles reversed); does not when no group or layer does although the stream does; not
     tested when shifting the stream itself moves the last digit for fewer than STREAM_FLOOR at every d (the edit
     has no hold on this model). A run cached before the capped edit (no `phase_shift_answers`, its weights not
     here to read it again) is read by the earlier rule (`earlier_shift_summary`), and its reason says so.
@@ -211,15 +119,19 @@ def claim_module_waves(run) -> Claim:
 
 def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: bool) -> Claim:
     summary = shift_summary(run)
+    groups = group_summary(run)
     relative = bool((summary["rule"] == "relative").all())
     modules = summary[summary["kind"].isin(["attn", "mlp"])]
     stream = summary[summary["kind"] == "resid"]
-    causal = modules[modules["causal"]].sort_values("read", ascending=False)
+    judged_sites = modules if groups is None else pd.concat([groups[groups["kind"] != "resid"], modules])
+    causal = judged_sites[judged_sites["causal"]].sort_values("read", ascending=False)
     attn, mlp = causal[causal["kind"] == "attn"], causal[causal["kind"] == "mlp"]
     if relative:
         stream_moves = bool(len(stream) and stream["read_d"].iloc[0])
     else:
         stream_moves = bool(len(stream) and stream["causal"].any())
+    if groups is not None:
+        stream_moves = stream_moves or bool(groups["read_d"].iloc[0])
     if not stream_moves:
         verdict = "not tested"
     elif len(attn):
@@ -239,11 +151,16 @@ def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: boo
         read = f"over all {questions} {split} questions"
     ranked = modules.sort_values("read", ascending=False)
     said = (_relative_sentence if relative else _earlier_sentence)(ranked, stream, read)
+    n_split = int((design or {}).get("n_split", questions))
+    if groups is not None:
+        said = _group_sentence(groups, n_split, split) + " One module at a time: " + said
     measured = said + " " + lock_sentence
-    reason = _causal_reason(verdict, mlp, modules, stream, relative)
+    reason = _causal_reason(verdict, mlp, judged_sites, stream, relative, groups is not None)
     top = ranked.iloc[0]
     sample = f"a {questions}-question sample" if design else f"{questions} questions"
-    if relative and top["read_of"] != "stream":
+    if groups is not None and bool(groups["read_d"].iloc[0]):
+        headline = _group_headline(groups, n_split, split)
+    elif relative and top["read_of"] != "stream":
         headline = (f"Shifting the whole stream's short waves moves the last digit for under {pct(STREAM_FLOOR)} of "
                     f"{sample} at every d: the edit has no hold on this model to judge a module by.")
     elif relative:
@@ -256,9 +173,51 @@ def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: boo
     return Claim(
         "module_waves", PAPER, measured, verdict, reason,
         {"locks": locks.to_dict("records"), "n": n, "whole_split": whole, "causal": summary.to_dict("records"),
+         "groups": None if groups is None else groups.to_dict("records"),
          "questions": questions, "rule": "relative" if relative else "earlier"},
         headline=headline,
     )
+
+
+_GROUP_KIND = {"attn": "attention", "mlp": "MLPs"}
+
+
+def group_name(row) -> str:
+    """'all attention of layers 19-30' / 'all MLPs of layers 1-30' for a row of the group summary."""
+    first, last = int(row["first_layer"]), int(row["layer"])
+    layers = f"layer {last}" if first == last else f"layers {first}-{last}"
+    return f"all {_GROUP_KIND[row['kind']]} of {layers}"
+
+
+def _group_sentence(groups: pd.DataFrame, n_split: int, split: str) -> str:
+    """The groups' measurement: the stream's shift per d over every question, then each group's share of it with its
+    interval and its random edits of the same size (mean and sd over draws)."""
+    stream = groups[groups["kind"] == "resid"].iloc[0]
+    all_d = [int(c[len("share_d"):]) for c in groups.columns if c.startswith("share_d")]
+    read_d = [int(d) for d in str(stream["read_d"]).split(", ") if d]
+    text = (f"Groups, over all {n_split:,} {split} questions: shifting the short waves (periods 2, 2.5, 5, 10) of the "
+            f"whole stream after layer {int(stream['layer'])} by d = {' / '.join(map(str, all_d))} moves the last "
+            f"digit by d for {_by_d(stream, 'stream', all_d)} of them")
+    if not read_d:
+        return text + f", under {pct(STREAM_FLOOR)} at every d: no group is judged."
+    parts = []
+    for r in groups[groups["kind"] != "resid"].to_dict("records"):
+        ctrl = f"random edits {pct(r['read_control'])}"
+        if r["draws"] > 1 and not np.isnan(r["control_relative_sd"]):
+            ctrl += f" (sd {100 * r['control_relative_sd']:.1f} points)"
+        parts.append(f"{group_name(r)} together, {pct(r['read'])} of the stream's ({pct(r['read_low'])} to "
+                     f"{pct(r['read_high'])}; {ctrl})")
+    return text + ". Shifting " + "; ".join(parts) + "."
+
+
+def _group_headline(groups: pd.DataFrame, n_split: int, split: str) -> str:
+    """The strongest group of each kind, as a share of the stream's shift, with its random edits."""
+    sites = groups[groups["kind"] != "resid"]
+    best = [sites[sites["kind"] == kind].sort_values("read", ascending=False).iloc[0]
+            for kind in ("attn", "mlp") if (sites["kind"] == kind).any()]
+    said = "; ".join(f"{group_name(r)}, {pct(r['read'])} (random edits {pct(r['read_control'])})" for r in best)
+    return (f"Shifting the short waves of a group of modules together moves the last digit, as a share of what "
+            f"shifting the whole stream moves, over all {n_split:,} {split} questions: {said}.")
 
 
 def _by_d(row, prefix: str, ds) -> str:
@@ -324,17 +283,26 @@ def _earlier_sentence(ranked: pd.DataFrame, stream: pd.DataFrame, read: str) -> 
     return text
 
 
-def _causal_reason(verdict: str, mlp: pd.DataFrame, modules: pd.DataFrame, stream: pd.DataFrame,
-                   relative: bool) -> str:
+def site_name(row) -> str:
+    """A row of a shift summary by name: a group ('all attention of layers 19-30') or one module ('MLP 24')."""
+    return group_name(row) if isinstance(row.get("group"), str) else _who(row["kind"], row["layer"])
+
+
+def _causal_reason(verdict: str, mlp: pd.DataFrame, sites: pd.DataFrame, stream: pd.DataFrame,
+                   relative: bool, with_groups: bool = False) -> str:
+    """Why the verdict: the MLP site that computes the last digit (partly), the strongest site short of the rule (does
+    not), the stream without hold (not tested); and any site whose random edits break the model more than its shift.
+    `sites`: the groups (with_groups) and the single modules judged."""
+    what = "group or single layer" if with_groups else "single attention or MLP layer"
     if verdict == "agrees":
         reason = ""
     elif verdict == "partly":
-        reason = (f"a module computes the last digit with its short waves, as in GPT-2-XL, but it is "
-                  f"{_who(mlp.iloc[0]['kind'], mlp.iloc[0]['layer'])}, not an attention layer")
+        reason = (f"the short waves compute the last digit, as in GPT-2-XL, but through "
+                  f"{site_name(mlp.iloc[0].to_dict())}, not attention")
     elif verdict == "does not":
-        best = modules.sort_values("read", ascending=False).iloc[0]
-        reason = ("no single attention or MLP layer's short waves decide the last digit, though the stream's do: "
-                  f"the strongest, {_who(best['kind'], best['layer'])}, reaches {pct(best['read'])}"
+        best = sites.sort_values("read", ascending=False).iloc[0].to_dict()
+        reason = (f"no {what}'s short waves decide the last digit, though the stream's do: "
+                  f"the strongest, {site_name(best)}, reaches {pct(best['read'])}"
                   + (" of the stream's" if relative else "")
                   + f" (interval up to {pct(best['read_high'])}), under {pct(CAUSAL_SHARE)}")
     elif relative:
@@ -343,11 +311,12 @@ def _causal_reason(verdict: str, mlp: pd.DataFrame, modules: pd.DataFrame, strea
     else:
         reason = "shifting the whole residual stream does not move the answers, so the edit has no hold on this model"
     if relative:
-        broken = modules[(modules["read_low"] >= CAUSAL_SHARE) & ~modules["control_works"] & (modules["draws"] > 0)]
-        for r in broken.head(2).itertuples():
+        broken = sites[(sites["read_low"] >= CAUSAL_SHARE) & ~sites["control_works"].astype(bool)
+                       & (sites["draws"] > 0)]
+        for r in broken.head(2).to_dict("records"):
             reason += ("; " if reason else "") + (
-                f"{_who(r.kind, r.layer)}'s random edits leave {pct(r.control_stayed)} of answers in place against "
-                f"{pct(r.stayed)} for its shift: they break the model more than the shift does, so they are no "
+                f"{site_name(r)}'s random edits leave {pct(r['control_stayed'])} of answers in place against "
+                f"{pct(r['stayed'])} for its shift: they break the model more than the shift does, so they are no "
                 "control and it is not counted")
     else:
         reason += ("; " if reason else "") + (
@@ -444,6 +413,46 @@ def module_shift_table(run, top: int = TABLE_MODULES) -> pd.DataFrame:
                      what: f"{100 * row['read']:.1f} ({100 * row['read_low']:.1f} to {100 * row['read_high']:.1f})",
                      "random (%)": "–" if pd.isna(row["read_control"]) else f"{100 * row['read_control']:.1f}"})
     return pd.DataFrame(rows)
+
+
+def group_shift_table(run) -> pd.DataFrame:
+    """The group shift (core.runs.group_shift) as a table to read, one row a site, every cell text: the whole stream
+    first (the positive control), then every group of attention and of MLPs. Columns: the last digit moved by d for
+    each d (%), the share of the stream's shift with its 95% interval (resampled questions), random edits of the same
+    size (mean and sd over draws, %), and the verdict of the rule for that group. Empty without the group tables."""
+    groups = group_summary(run)
+    if groups is None:
+        return pd.DataFrame()
+    ds = [d for d in (1, 2, 5) if f"share_d{d}" in groups.columns]
+    moved = f"moved, d = {'/'.join(map(str, ds))} (%)"
+    stream = groups[groups["kind"] == "resid"].iloc[0]
+    rows = [{"shifted together": f"whole stream after layer {int(stream['layer'])}",
+             moved: " / ".join(f"{100 * stream[f'stream_d{d}']:.0f}" for d in ds), "of the stream's (%)": "100",
+             "random (%)": "–", "decides the last digit": "positive control"}]
+    for row in groups[groups["kind"] != "resid"].to_dict("records"):
+        sd = row["control_relative_sd"]
+        rows.append({
+            "shifted together": group_name(row),
+            moved: " / ".join(f"{100 * row[f'share_d{d}']:.0f}" for d in ds),
+            "of the stream's (%)": (f"{100 * row['read']:.1f} ({100 * row['read_low']:.1f} to "
+                                    f"{100 * row['read_high']:.1f})") if stream["read_d"] else "not read",
+            "random (%)": f"{100 * row['read_control']:.1f}" + ("" if pd.isna(sd) else f" ± {100 * sd:.1f}"),
+            "decides the last digit": "yes" if row["causal"] else "no" if row["not_causal"] else "undecided",
+        })
+    return pd.DataFrame(rows)
+
+
+def group_shift_caption(run) -> str:
+    """The sentence under `group_shift_table`: what a group's shift is, how many questions it read, the rule."""
+    groups = group_summary(run)
+    if groups is None:
+        return ""
+    n = int(groups["n"].max())
+    return (f"Every attention (or MLP) output of the layers named, shifted together, each by its own edit capped at "
+            f"its output; over {n:,} {run.split} questions, 95% intervals over resampled questions; random edits of "
+            f"the same size, mean ± sd over {int(groups['draws'].max())} draws. Yes: the interval's low end is at "
+            f"least {pct(CAUSAL_SHARE)} of the stream's and random edits reach at most {pct(CONTROL_MAX)}; no: its "
+            f"high end is below {pct(CAUSAL_SHARE)}.")
 
 
 def module_lock_table(run, top: int = TABLE_MODULES) -> pd.DataFrame:

@@ -15,7 +15,7 @@ from core.analysis.fourier import BASELINE_RATIO, ratio_bar, reachable_ratio
 from core.analysis.phase import SHORT_PERIODS, locked
 from core.claims.accuracy import commonest_answer_of, validation_accuracy
 from core.claims.base import Claim, pct, periods, same_period, task_of
-from core.claims.last_digit import causal_test, shift_summary
+from core.claims.shift_rule import causal_test, shift_summary
 from core.paper import ACCURACY, MULTIPLICATION_ACCURACY_VAL, MULTIPLICATION_OUTLIER_PERIODS, OUTLIER_PERIODS
 from core.runs.origin import run_origin
 from core.runs.reader import Table

@@ -23,10 +23,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from core.analysis.ablations import Ablation, Condition, FunctionEdit
+from core.analysis.ablations import Ablation, Condition, FunctionEdit, LayerEdits
 from core.analysis.behaviour import error_summary
 from core.analysis.evaluation import evaluate_conditions
 from core.analysis.fourier import fourier_basis
+from core.analysis.period_filters import PAPER_PERIODS
 from core.analysis.phase_shift import (
     CONTROL_DRAWS,
     CONTROL_SEED,
@@ -44,6 +45,7 @@ from core.models.names import ATTN, MLP, RESID, hook_name, site_of_hook
 from core.runs.cache import read_manifest, read_table
 from core.runs.edit_arguments import check_edit
 from core.runs.live_model import live_model_folder
+from core.runs.period_ablation import period_ablation_table
 from core.runs.precompute import model_prompts
 from core.runs.run_names import find_run
 from core.runs.shift_run import CALIBRATION, capped_edits
@@ -225,6 +227,34 @@ def ablate(target: Target, modules: str, removed: str, tau: int | None = None, k
     return Report(ablation.label(), target.split, n, target.n_split, edited.accuracy, base.accuracy, lines, figures)
 
 
+def ablate_periods(target: Target, modules: str, periods=PAPER_PERIODS, progress=None) -> Report:
+    """Accuracy with only `periods` removed from every layer's `modules` (core.analysis.period_filters), read through
+    W_U and through W_U with the final norm's gain, each beside its energy-matched random controls (mean and sd over
+    draws), every question of the target."""
+    table = period_ablation_table(target.loaded, target.texts, target.answers, target.p, target.basis_name,
+                                  target.positions, progress=progress, log=lambda *_: None, periods=periods,
+                                  modules=(modules,), slices=("periods",))
+    n = len(target.answers)
+    base = float(table["accuracy"].iloc[0])
+    said = ", ".join(f"{t:g}" for t in periods)
+    lines, figures = [], {"run": target.run_name, "model": target.source, "periods": list(periods), "readings": {}}
+    for reading, rows in table[table["slice"] == "periods"].groupby("reading", sort=False):
+        edit, controls = rows[~rows["control"]].iloc[0], rows[rows["control"]]
+        mean, sd = float(controls["accuracy"].mean()), float(controls["accuracy"].std(ddof=1))
+        lines.append(f"{reading}: accuracy {interval(float(edit['accuracy']), n)}, change "
+                     f"{100 * (edit['accuracy'] - base):+.2f} points; energy-matched random controls "
+                     f"{pct(mean)} (sd {100 * sd:.2f} points over {len(controls)} draws); rank {int(edit['rank'])}, "
+                     f"{pct(float(edit['energy_share']))} of the outputs' energy removed")
+        figures["readings"][reading] = {"accuracy": float(edit["accuracy"]), "rank": int(edit["rank"]),
+                                        "frequencies": edit["frequencies"], "energy_share": float(edit["energy_share"]),
+                                        "control_accuracy": controls["accuracy"].tolist(), "control_mean": mean,
+                                        "control_sd": sd, "interval_95": list(wilson_interval(float(edit["accuracy"]),
+                                                                                              n))}
+    what = f"{modules}: the waves of period {said} removed (frequencies {table['frequencies'].iloc[1]})"
+    first = table[(table["slice"] == "periods") & ~table["control"]].iloc[0]
+    return Report(what, target.split, n, target.n_split, float(first["accuracy"]), base, lines, figures)
+
+
 def edit_site(target: Target, site: str, fn, progress=None) -> Report:
     """Accuracy with a researcher's own edit at one site, beside the unedited model: `site` a TransformerLens hook
     name (blocks.0.hook_mlp_out is MLP 1's output, core.models.names.site_of_hook), `fn` a function of that site's
@@ -303,22 +333,44 @@ def cached_accuracy(target: Target, ablation: Ablation) -> tuple[float, int] | N
     return (float(hit["accuracy"].iloc[0]), int(hit["n"].iloc[0])) if len(hit) == 1 else None
 
 
-def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progress=None) -> Report:
+def shift(target: Target, kind: str, layer, period_set: str, d: int, progress=None) -> Report:
     """The share of answers that move by d when one module's waves (`period_set` of `PERIOD_SETS`) shift by d,
-    beside `CONTROL_DRAWS` random edits of the same norm (module docstring)."""
+    beside `CONTROL_DRAWS` random edits of the same norm (module docstring). `layer` may be a range (first, last): a
+    group, every `kind` module of those layers shifted together, each by its own capped edit (core.runs.group_shift),
+    read beside the stream after the last layer shifted by the same d (the positive control) and random edits of the
+    same size per module (one direction a draw)."""
     if kind not in (ATTN, MLP, RESID):
         raise CoreError(f"--module {kind!r}: choose attn, mlp or resid (the residual stream after the layer)")
     check_edit(target.p, periods=period_set, d=d)
     L = target.loaded.n_layers
-    if not 1 <= int(layer) <= L:
-        raise CoreError(f"--layer {layer}: this model has layers 1..{L}")
+    first, last = (int(layer), int(layer)) if isinstance(layer, int | np.integer) else map(int, layer)
+    for end in (first, last):
+        if not 1 <= end <= L:
+            raise CoreError(f"--layer {end}: this model has layers 1..{L}")
+    if first > last:
+        raise CoreError(f"--layer {first}-{last}: give the lower layer first ({last}-{first})")
+    group = last > first
+    if group and kind == RESID:
+        raise CoreError("--module resid edits the stream after one layer: give one --layer, not a range")
     W_U = target.loaded.unembedding(target.p).double().cpu().numpy()
     periods = PERIOD_SETS[period_set]
-    key = (kind, int(layer), period_set, int(d))
-    edit = capped_edits(target.loaded, W_U, target.texts[:CALIBRATION], target.p, [key], progress=progress)[key]
-    controls = [edit.control(random_direction(W_U, CONTROL_SEED + draw)) for draw in range(CONTROL_DRAWS)]
-    conditions = [Condition(None)] + [Condition(e, kind, int(layer)) for e in (edit, *controls)]
-    what = f"{kind} {layer}: waves of period {', '.join(f'{t:g}' for t in periods)} shifted by d = {d}"
+    keys = [(kind, layer, period_set, int(d)) for layer in range(first, last + 1)]
+    if group:
+        keys.append((RESID, last, period_set, int(d)))
+    edits = capped_edits(target.loaded, W_U, target.texts[:CALIBRATION], target.p, keys, progress=progress)
+    directions = [random_direction(W_U, CONTROL_SEED + draw) for draw in range(CONTROL_DRAWS)]
+    layers = range(first, last + 1)
+
+    def condition(u=None):  # the shift (u None) or its control along u, on every layer of the site
+        moved = [(lyr, edits[(kind, lyr, period_set, int(d))]) for lyr in layers]
+        moved = [(lyr, e if u is None else e.control(u)) for lyr, e in moved]
+        return Condition(LayerEdits(tuple(moved)), kind) if group else Condition(moved[0][1], kind, first)
+
+    conditions = [Condition(None), condition(), *[condition(u) for u in directions]]
+    if group:
+        conditions.append(Condition(edits[(RESID, last, period_set, int(d))], RESID, last))
+    site = f"{kind} {first}" if not group else f"every {kind} of layers {first}-{last} together"
+    what = f"{site}: waves of period {', '.join(f'{t:g}' for t in periods)} shifted by d = {d}"
     t0 = time.perf_counter()
     evaluations = evaluate_conditions(target.loaded, target.texts, target.answers, target.p, conditions, "last",
                                       progress=progress, desc=what)
@@ -329,8 +381,11 @@ def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progre
     if not out["n"]:
         raise CoreError(f"d = {d}: none of the model's {n} answers y has y + {d} on the number line 0..{target.p - 1},"
                         " so nothing could move by d; choose a smaller d")
-    ctrl = [shift_outcomes(before, ev.predictions, int(d), target.p, modulus) for ev in evaluations[2:]]
+    ctrl = [shift_outcomes(before, ev.predictions, int(d), target.p, modulus)
+            for ev in evaluations[2:2 + CONTROL_DRAWS]]
     ctrl_moved = np.array([c["residue_moved"] for c in ctrl])
+    used = [edits[(kind, lyr, period_set, int(d))] for lyr in layers]
+    size, kept = max(e.edit_size for e in used), min(e.kept for e in used)
     lines = [
         f"answers moved from y to y + {d}: {interval(out['moved'], out['n'])} (of the {out['n']} whose y + {d} "
         f"is on the number line)",
@@ -341,15 +396,25 @@ def shift(target: Target, kind: str, layer: int, period_set: str, d: int, progre
             f"multiple of the others)"]),
         f"random edits of the same norm ({CONTROL_DRAWS} draws): last digit moved for {pct(ctrl_moved.mean())} "
         f"(sd {100 * ctrl_moved.std(ddof=1):.2f} points)",
-        f"edit size {edit.edit_size:.2f} x the module's output (median; capped at {EDIT_CAP:g}), {edit.kept} of "
-        f"{edit.full_rank} directions kept, misfit {edit.misfit:.2g} (0: every constraint met)",
+        f"edit size {size:.2f} x the module's output (median{', the largest of the group' if group else ''}; capped "
+        f"at {EDIT_CAP:g}), {kept} of {used[0].full_rank} directions kept, misfit {max(e.misfit for e in used):.2g} "
+        "(0: every constraint met)",
     ]
-    figures = {"run": target.run_name, "model": target.source, **out, "modulus": modulus,
-               "control_residue_moved": ctrl_moved.tolist(), "control_mean": float(ctrl_moved.mean()),
-               "control_sd": float(ctrl_moved.std(ddof=1)), "misfit": float(edit.misfit),
-               "edit_size": float(edit.edit_size), "kept": edit.kept, "full_rank": edit.full_rank, "seconds": seconds,
-               "periods_moved": list(moved)}
-    cached = cached_shift(target, kind, int(layer), period_set, int(d))
+    figures = {"run": target.run_name, "model": target.source, "kind": kind, "first_layer": first, "layer": last,
+               **out, "modulus": modulus, "control_residue_moved": ctrl_moved.tolist(),
+               "control_mean": float(ctrl_moved.mean()), "control_sd": float(ctrl_moved.std(ddof=1)),
+               "misfit": float(max(e.misfit for e in used)), "edit_size": float(size), "kept": kept,
+               "full_rank": used[0].full_rank, "seconds": seconds, "periods_moved": list(moved)}
+    if group:
+        stream = shift_outcomes(before, evaluations[-1].predictions, int(d), target.p, modulus)
+        share = out["residue_moved"] / stream["residue_moved"] if stream["residue_moved"] else float("nan")
+        control_share = ctrl_moved / stream["residue_moved"] if stream["residue_moved"] else ctrl_moved * np.nan
+        lines.append(f"positive control, the whole stream after layer {last} shifted by {d}: last digit moved for "
+                     f"{pct(stream['residue_moved'])}; the group moves {pct(share)} of that (random edits "
+                     f"{pct(float(np.mean(control_share)))})")
+        figures.update({"stream_residue_moved": stream["residue_moved"], "relative": share,
+                        "control_relative_mean": float(np.mean(control_share))})
+    cached = cached_shift(target, kind, first, period_set, int(d)) if not group else None
     if cached is not None:
         line, figures["cached"] = compared("cached phase_shift (last digit moved)", target, cached,
                                            out["residue_moved"], int(d))

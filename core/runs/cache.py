@@ -75,12 +75,24 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "kind", "layer", "period_set", "d", "control", "draw", "n", "moved", "stayed", "elsewhere", "residue_moved",
     ),
     "phase_shift_answers": ("condition", "example", "residue_moved", "stayed"),
+    "group_shift": (
+        "group", "kind", "first_layer", "layer", "period_set", "d", "control", "draw", "n", "moved", "stayed",
+        "elsewhere", "residue_moved",
+    ),
+    "group_shift_answers": ("condition", "example", "residue_moved", "stayed"),
+    "period_ablation": (
+        "modules", "slice", "reading", "control", "draw", "frequencies", "rank", "energy_share", "accuracy", "n",
+        "correct",
+    ),
 }
 #: Tables a run may lack: the training log (models trained here only), k-shot generations (models
 #: whose numbers are not single tokens), the phase shift (runs cached without the model's weights here; its
-#: per-question answers came with the capped edit, core.runs.shift_run.SHIFT_VERSION 2).
+#: per-question answers came with the capped edit, core.runs.shift_run.SHIFT_VERSION 2), and the group shift (the
+#: same, and runs cached before it: core.runs.group_shift), and the periods-only ablation (likewise:
+#: core.runs.period_ablation).
 #: A run also lacks the tables its manifest's `not_applicable` names, each with the reason (see `required_tables`).
-OPTIONAL_TABLES = ("training_log", "generations", "phase_shift", "phase_shift_answers")
+OPTIONAL_TABLES = ("training_log", "generations", "phase_shift", "phase_shift_answers", "group_shift",
+                   "group_shift_answers", "period_ablation")
 REQUIRED_TABLES = tuple(t for t in TABLE_COLUMNS if t not in OPTIONAL_TABLES)
 
 

@@ -18,7 +18,9 @@ from core.errors import CoreError
 from core.files import read_json_file
 from core.runs.ablation_grid import redraw_run_controls
 from core.runs.cache import RunWriter, check_table
+from core.runs.group_shift import GROUP_SHIFT_VERSION, write_group_tables
 from core.runs.number_tables import write_number_tables
+from core.runs.period_ablation import PERIOD_VERSION, has_periods, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
 from core.runs.precompute_arguments import options_refusal
 from core.runs.shift_run import SHIFT_VERSION, phase_shift_table, shift_specs
@@ -38,6 +40,8 @@ def keep_cached_run(
         raise CoreError(refusal)
     upgraded = upgrade_phase(writer, loaded, p, opts, examples, texts, log)
     upgraded = upgrade_shift(writer, loaded, p, opts, examples, texts, design, log) or upgraded
+    upgraded = upgrade_groups(writer, loaded, p, opts, examples, texts, log) or upgraded
+    upgraded = upgrade_periods(writer, loaded, p, opts, examples, texts, log) or upgraded
     upgraded = redraw_run_controls(writer, loaded, p, opts, examples, texts, basis, taus, design, log) or upgraded
     if not refresh_training_log(writer, loaded, log) and not upgraded:
         log(f"run {writer.name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
@@ -125,6 +129,45 @@ def upgrade_shift(writer: RunWriter, loaded, p: int, opts, examples, texts, desi
     writer.publish(keep)
     log(f"run {writer.name}: phase-shift tables made anew (version {SHIFT_VERSION}: capped edits, per-question "
         "outcomes); nothing else recomputed")
+    return True
+
+
+def upgrade_groups(writer: RunWriter, loaded, p: int, opts, examples, texts, log) -> bool:
+    """A run with the phase shift but without the group shift of this version (core.runs.group_shift) gets it from
+    the model, over every question; nothing else is recomputed."""
+    manifest = read_json_file(writer.final / "manifest.json") or {}
+    tables = manifest.get("tables") or {}
+    if ("phase_shift" not in tables or left_out(manifest, ("group_shift",))
+            or ("group_shift" in tables and (manifest.get("group_shift") or {}).get("version") == GROUP_SHIFT_VERSION)):
+        return False
+    keep = writer.stage_published()
+    t0 = time.time()
+    keep["group_shift"] = write_group_tables(writer, loaded, texts, np.array([e.answer for e in examples]), p, opts,
+                                             log)
+    keep["timings"] = {**(keep.get("timings") or {}), "group_shift_s": round(time.time() - t0, 2)}
+    writer.publish(keep)
+    log(f"run {writer.name}: group phase-shift tables made (version {GROUP_SHIFT_VERSION}, over all {len(texts)} "
+        "questions); nothing else recomputed")
+    return True
+
+
+def upgrade_periods(writer: RunWriter, loaded, p: int, opts, examples, texts, log) -> bool:
+    """A run with the ablation grid but without the periods-only ablation of this version (core.runs.period_ablation)
+    gets it from the model, over every question; nothing else is recomputed."""
+    manifest = read_json_file(writer.final / "manifest.json") or {}
+    tables = manifest.get("tables") or {}
+    if ("ablations" not in tables or left_out(manifest, ("period_ablation",)) or not has_periods(p)
+            or ("period_ablation" in tables
+                and (manifest.get("period_ablation") or {}).get("version") == PERIOD_VERSION)):
+        return False
+    keep = writer.stage_published()
+    t0 = time.time()
+    keep["period_ablation"] = write_period_table(writer, loaded, texts, np.array([e.answer for e in examples]), p,
+                                                 opts, log)
+    keep["timings"] = {**(keep.get("timings") or {}), "period_ablation_s": round(time.time() - t0, 2)}
+    writer.publish(keep)
+    log(f"run {writer.name}: periods-only ablation made (version {PERIOD_VERSION}, over all {len(texts)} questions); "
+        "nothing else recomputed")
     return True
 
 

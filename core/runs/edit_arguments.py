@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.analysis.period_filters import parse_periods
 from core.analysis.phase_shift import PERIOD_SETS, moved_periods, residue_modulus
 from core.errors import CoreError
 from core.models.source import resolve_source
@@ -67,12 +68,17 @@ def check_shift_reaches(answers, p: int, d: int, split: str) -> int:
 
 
 def parse_removed(text: str) -> tuple[str, int | None]:
-    """--remove: "low", "high" or "keep-K" -> (removed, keep_k)."""
+    """--remove: "low", "high", "keep-K" or "periods[:T1,T2,...]" -> (removed, keep_k); the periods are read by
+    core.analysis.period_filters.parse_periods."""
     if text in ("low", "high"):
         return text, None
     if text.startswith("keep-") and text[5:].isdigit():
         return "keep", int(text[5:])
-    raise CoreError(f"--remove {text!r}: choose low, high, or keep-K (keep one frequency K, e.g. keep-52)")
+    if text.startswith("periods"):
+        parse_periods(text)
+        return "periods", None
+    raise CoreError(f"--remove {text!r}: choose low, high, keep-K (keep one frequency K, e.g. keep-52), or periods "
+                    "(the paper's 2, 2.5, 5, 10 only; periods:2,5,10 names others)")
 
 
 @dataclass(frozen=True)

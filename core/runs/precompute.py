@@ -50,8 +50,10 @@ from core.runs.ablation_grid import (
 )
 from core.runs.cache import RunWriter, ensure_cache_dir, run_lock, run_name
 from core.runs.cached_run import keep_cached_run, shift_note, training_log, write_phase_tables
+from core.runs.group_shift import group_note, run_groups, write_group_tables
 from core.runs.measure import measure
 from core.runs.number_tables import NUMBERS_JSON, embedding_tables, write_number_tables
+from core.runs.period_ablation import has_periods, period_note, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_note
 from core.runs.precompute_arguments import (
     NUMBER_LOGIT_STAGES,
@@ -87,8 +89,8 @@ STAGE_TABLES = {
     "measure": MEASURE_TABLES + PHASE_TABLES,
     "embeddings": ("embedding_spectrum", "embedding_clusters"),
     "numbers": ("number_spectrum", "number_probes"),
-    "ablations": ("ablations", "ablation_errors", "error_analysis"),
-    "shift": ("phase_shift", "phase_shift_answers"),
+    "ablations": ("ablations", "ablation_errors", "error_analysis", "period_ablation"),
+    "shift": ("phase_shift", "phase_shift_answers", "group_shift", "group_shift_answers"),
 }
 
 
@@ -265,6 +267,8 @@ def _write_stage_tables(
         )
         writer.write("ablations", ablations)
         writer.write("ablation_errors", ablation_errors)
+    if "ablations" in stages and not writer.has("period_ablation") and has_periods(p):
+        write_period_table(writer, loaded, texts, np.array([e.answer for e in examples]), p, opts, log)
     timings["ablations_s"] = round(time.time() - t3, 2)
 
     t4 = time.time()
@@ -274,7 +278,13 @@ def _write_stage_tables(
         for name, frame in phase_shift_table(loaded, texts, answers, p, opts, log, design).items():
             writer.write(name, frame)
     timings["phase_shift_s"] = round(time.time() - t4, 2)
+    t5 = time.time()
+    if ("shift" in stages and not (writer.has("group_shift") and writer.has("group_shift_answers"))
+            and shift_specs(p, loaded.n_layers)):
+        write_group_tables(writer, loaded, texts, np.array([e.answer for e in examples]), p, opts, log)
+    timings["group_shift_s"] = round(time.time() - t5, 2)
     return timings
+
 
 
 def _run_manifest(
@@ -331,6 +341,8 @@ def _run_manifest(
         **({"phase_locking": phase_note(len(examples), len(examples), opts.split)}
            if writer.has("phase_locking") else {}),
         **({"phase_shift": shift_note()} if writer.has("phase_shift") else {}),
+        **({"group_shift": group_note(run_groups(loaded))} if writer.has("group_shift") else {}),
+        **({"period_ablation": period_note()} if writer.has("period_ablation") else {}),
         "display_order": opts.display_order,
         "timings": timings,
         "notes": notes,

@@ -48,6 +48,9 @@ class Table(StrEnum):
     WAVE_PEAKS = "wave_peaks"
     PHASE_SHIFT = "phase_shift"
     PHASE_SHIFT_ANSWERS = "phase_shift_answers"
+    GROUP_SHIFT = "group_shift"
+    GROUP_SHIFT_ANSWERS = "group_shift_answers"
+    PERIOD_ABLATION = "period_ablation"
 
     @property
     def columns(self) -> tuple[str, ...]:

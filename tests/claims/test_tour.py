@@ -100,8 +100,9 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
     )
     if "phase_shift" in manifest["tables"]:  # the causal test decides where the weights were here
         current = "phase_shift_answers" in manifest["tables"]
-        out["module_waves"] = (relative_causal_verdict(t("phase_shift"), t("phase_shift_answers")) if current
-                               else expected_causal_verdict(t("phase_shift")))
+        groups = ((t("group_shift"), t("group_shift_answers")) if "group_shift" in manifest["tables"] else None)
+        out["module_waves"] = (relative_causal_verdict(t("phase_shift"), t("phase_shift_answers"), groups)
+                               if current else expected_causal_verdict(t("phase_shift")))
 
     p = manifest["p"]
     spec = t("module_spectra")
@@ -226,23 +227,37 @@ def bar_of(baseline):
     return np.minimum(2.0, np.sqrt(reachable))
 
 
-def relative_causal_verdict(shift, answers) -> str:
-    """Step 3 by the current rule, from the raw phase_shift and phase_shift_answers tables: per d, the stream's share
-    (last digit moved, all four short periods) decides whether d is read (>= half); a module's share over the
-    stream's on the module's own questions, averaged over the read d, its 95% interval from a bootstrap of questions
-    written here afresh (another seed), the random draws' mean of the same ratio against 15%, and the draws' answers
-    left in place against the module's own."""
+def relative_causal_verdict(shift, answers, groups=None) -> str:
+    """Step 3 by the current rule, from the raw phase_shift and phase_shift_answers tables, and the group_shift and
+    group_shift_answers tables where the run has them (`groups`): each site (one module, or a group of one kind) is
+    judged alike; agrees when an attention site computes the last digit, partly when only MLP sites do."""
+    judged = [relative_causal(shift, answers, ("kind", "layer"))]
+    if groups is not None:
+        judged.append(relative_causal(*groups, ("kind", "group")))
+    judged = [j for j in judged if j is not None]
+    if not judged:
+        return "not tested"
+    kinds = {kind for j in judged for kind, causal in j if causal}
+    return "agrees" if "attn" in kinds else "partly" if "mlp" in kinds else "does not"
+
+
+def relative_causal(shift, answers, keys) -> list | None:
+    """[(kind, computes the last digit)] per site of a shift table (sites told apart by `keys`, kind first), None when
+    the stream's shift is read at no d: per d, the stream's share (last digit moved, all four short periods) decides
+    whether d is read (>= half); a site's share over the stream's on the site's own questions, averaged over the read
+    d, its 95% interval from a bootstrap of questions written here afresh (another seed), the random draws' mean of
+    the same ratio against 15%, and the draws' answers left in place against the site's own."""
     shift = shift.reset_index(drop=True)
     t = shift[shift["period_set"] == "all"]
     stream = t[(t["kind"] == "resid") & ~t["control"]].set_index("d")["residue_moved"]
     read = [int(d) for d, share in stream.items() if share >= 0.5]
     if not read:
-        return "not tested"
+        return None
     stream_rows = t[(t["kind"] == "resid") & ~t["control"]].reset_index().set_index("d")["index"]
     by_condition = {c: g.set_index("example") for c, g in answers.groupby("condition")}
     rng = np.random.default_rng(7)
     causal = {}
-    for (kind, layer), g in t.groupby(["kind", "layer"]):
+    for (kind, layer), g in t.groupby(list(keys)):
         if kind == "resid":
             continue
         edits = g[~g["control"] & g["d"].isin(read)]
@@ -269,9 +284,7 @@ def relative_causal_verdict(shift, answers) -> str:
             control_stayed.append(sum(by_condition[i]["stayed"].sum() for i in draw.index)
                                   / sum(len(by_condition[i]) for i in draw.index))
         causal[(kind, layer)] = low >= 0.5 and np.mean(control) <= 0.15 and np.mean(control_stayed) >= stayed
-    if any(v for (k, _), v in causal.items() if k == "attn"):
-        return "agrees"
-    return "partly" if any(v for (k, _), v in causal.items() if k == "mlp") else "does not"
+    return [(kind, bool(v)) for (kind, _), v in causal.items()]
 
 
 def expected_causal_verdict(shift) -> str:

@@ -1,0 +1,157 @@
+"""Table 1 with power: the periods-only ablation (core.runs.period_ablation) read against its energy-matched controls.
+
+The rule is in `claim_periods`'s docstring and re-derived from the raw table by tests/claims/test_periods.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from core.analysis.period_filters import READINGS
+from core.analysis.phase_shift import wilson_interval
+from core.claims.base import Claim, pct
+from core.runs.reader import Table
+
+#: A removal matters when it costs at least this many times the controls' spread below their mean ...
+SPREAD_TIMES = 2.0
+#: ... and at least this much accuracy (a share) below it, with its 95% interval's upper end under every draw.
+MIN_DROP = 0.01
+
+PAPER = ("Removing attention's high frequencies (tau = 50) costs GPT-2-XL far more than removing the MLPs' "
+         "(Table 1): attention carries the last digit in the short waves of periods 2, 5 and 10, the MLPs the size "
+         "of the answer in the long ones.")
+_KIND = {"attn": "attention", "mlp": "the MLPs", "both": "attention and MLPs"}
+
+
+def period_summary(run) -> pd.DataFrame | None:
+    """One row per removal (modules, slice, reading): accuracy with its 95% Wilson interval (low, high), the
+    energy-matched controls' mean, sd, lowest draw and count, the drop below the controls' mean, and `matters` by the
+    rule of `claim_periods`; None for a run without the table."""
+    if not run.has(Table.PERIOD_ABLATION):
+        return None
+    t = run.table(Table.PERIOD_ABLATION)
+    t = t[t["slice"] != "none"]
+    rows = []
+    for (modules, slice_name, reading), g in t.groupby(["modules", "slice", "reading"], sort=False):
+        edit, controls = g[~g["control"].astype(bool)].iloc[0], g[g["control"].astype(bool)]["accuracy"]
+        accuracy, n = float(edit["accuracy"]), int(edit["n"])
+        low, high = wilson_interval(accuracy, n)
+        mean = float(controls.mean()) if len(controls) else np.nan
+        sd = float(controls.std(ddof=1)) if len(controls) > 1 else np.nan
+        lowest = float(controls.min()) if len(controls) else np.nan
+        drop = mean - accuracy
+        matters = bool(len(controls) > 1 and high < lowest and drop >= max(MIN_DROP, SPREAD_TIMES * sd))
+        rows.append({"modules": modules, "slice": slice_name, "reading": reading, "frequencies": edit["frequencies"],
+                     "rank": int(edit["rank"]), "energy_share": float(edit["energy_share"]), "accuracy": accuracy,
+                     "low": low, "high": high, "n": n, "control_mean": mean, "control_sd": sd,
+                     "control_lowest": lowest, "draws": int(len(controls)), "drop": drop, "matters": matters})
+    return pd.DataFrame(rows)
+
+
+def _row(summary: pd.DataFrame, modules: str, slice_name: str, reading: str = READINGS[0]):
+    hit = summary[(summary["modules"] == modules) & (summary["slice"] == slice_name) & (summary["reading"] == reading)]
+    return hit.iloc[0] if len(hit) else None
+
+
+def claim_periods(run) -> Claim | None:
+    """Table 1 at any width. Paper: removing attention's high frequencies costs far more than removing the MLPs'.
+
+    Rule (read on W_U as the paper reads it, over every question of the split): a removal *matters* when its accuracy
+    is below its energy-matched random controls of the same rank (core.runs.period_ablation) by at least
+    SPREAD_TIMES times their sd over draws and at least MIN_DROP, and its 95% Wilson interval's upper end is below
+    every draw. Verdict: agrees when removing attention's periods (2, 2.5, 5, 10) matters and costs more than
+    removing the MLPs' periods, and removing the MLPs' low slice matters (the long waves of the answer's size); does
+    not when removing attention's periods does not matter, or costs less than removing the MLPs'; partly otherwise.
+    None for a run without the table."""
+    summary = period_summary(run)
+    if summary is None:
+        return None
+    attn, mlp = _row(summary, "attn", "periods"), _row(summary, "mlp", "periods")
+    mlp_low = _row(summary, "mlp", "low slice")
+    if attn is None or mlp is None:
+        return None
+    attn_costlier = attn["accuracy"] < mlp["accuracy"]
+    if attn["matters"] and attn_costlier and mlp_low is not None and mlp_low["matters"]:
+        verdict = "agrees"
+    elif not attn["matters"] or not attn_costlier:
+        verdict = "does not"
+    else:
+        verdict = "partly"
+    n = int(attn["n"])
+    measured = (f"Over all {n:,} {run.split} questions, {base_sentence(run)}; removing only the paper's periods "
+                f"(rank {int(attn['rank'])}): " + "; ".join(
+                    _said(r) for r in (attn, mlp, mlp_low, _row(summary, "attn", "low slice"),
+                                       _row(summary, "attn", "high slice"), _row(summary, "mlp", "high slice"))
+                    if r is not None) + ".")
+    gained = [r for r in (_row(summary, "attn", "periods", READINGS[1]), _row(summary, "mlp", "periods", READINGS[1]))
+              if r is not None]
+    if gained:
+        measured += " Read through the final norm's gain: " + "; ".join(_said(r) for r in gained) + "."
+    reason = _reason(verdict, attn, mlp, mlp_low)
+    headline = (f"Removing only the periods 2, 2.5, 5, 10 from attention leaves {pct(attn['accuracy'])} (random "
+                f"directions of the same size: {pct(attn['control_mean'])}); from the MLPs, {pct(mlp['accuracy'])} "
+                f"({pct(mlp['control_mean'])}).")
+    return Claim("periods", PAPER, measured, verdict, reason, {"summary": summary.to_dict("records")},
+                 headline=headline)
+
+
+def base_sentence(run) -> str:
+    t = run.table(Table.PERIOD_ABLATION)
+    return f"the model answers {pct(float(t[t['slice'] == 'none']['accuracy'].iloc[0]))} with nothing removed"
+
+
+def _said(r) -> str:
+    what = {"periods": "periods 2, 2.5, 5, 10", "low slice": f"the low slice (k = {r['frequencies']})",
+            "high slice": f"the high slice (k = {r['frequencies']})"}[r["slice"]]
+    return (f"{what} from {_KIND[r['modules']]} {pct(r['accuracy'])} ({pct(r['low'])} to {pct(r['high'])}) against "
+            f"{pct(r['control_mean'])} ± {100 * r['control_sd']:.1f} for its controls"
+            + (", beyond them" if r["matters"] else ""))
+
+
+def _reason(verdict: str, attn, mlp, mlp_low) -> str:
+    if verdict == "agrees":
+        return ""
+    if not attn["matters"]:
+        return (f"removing attention's periods leaves {pct(attn['accuracy'])}, within what random directions that "
+                f"remove as much of its energy leave ({pct(attn['control_mean'])} ± {100 * attn['control_sd']:.1f})")
+    if attn["accuracy"] >= mlp["accuracy"]:
+        return (f"removing the MLPs' periods costs more ({pct(mlp['accuracy'])} left) than removing attention's "
+                f"({pct(attn['accuracy'])}): the roles are reversed")
+    return (f"attention's periods matter, but removing the MLPs' long waves leaves {pct(mlp_low['accuracy'])}, within "
+            f"its controls ({pct(mlp_low['control_mean'])})" if mlp_low is not None else "")
+
+
+def period_table(run) -> pd.DataFrame:
+    """The periods-only ablation as a table to read, one row a removal, every cell text: from which modules, what
+    (the paper's periods, the low slice, the high slice; W_U read through the final norm's gain marked), its rank and
+    share of the outputs' energy, the accuracy with its 95% interval, the energy-matched controls (mean ± sd over
+    draws), and whether it goes beyond them by the rule of `claim_periods`. Empty without the table."""
+    summary = period_summary(run)
+    if summary is None:
+        return pd.DataFrame()
+    what = {"periods": "periods 2, 2.5, 5, 10", "low slice": "low slice", "high slice": "high slice"}
+    return pd.DataFrame({
+        "removed from": [_KIND[m] for m in summary["modules"]],
+        "what": [what[s] + (" (through the norm's gain)" if r == READINGS[1] else "")
+                 for s, r in zip(summary["slice"], summary["reading"])],
+        "k": summary["frequencies"],
+        "rank": summary["rank"].astype(int),
+        "energy %": [f"{100 * e:.1f}" for e in summary["energy_share"]],
+        "accuracy %": [f"{100 * a:.1f} ({100 * lo:.1f}-{100 * hi:.1f})"
+                       for a, lo, hi in zip(summary["accuracy"], summary["low"], summary["high"])],
+        "random, same energy %": [f"{100 * m:.1f} ± {100 * s:.1f}"
+                                  for m, s in zip(summary["control_mean"], summary["control_sd"])],
+        "beyond random": ["yes" if m else "no" for m in summary["matters"]],
+    })
+
+
+def period_caption(run) -> str:
+    """The sentence under `period_table`."""
+    summary = period_summary(run)
+    if summary is None:
+        return ""
+    return (f"Each removal acts on every layer's output at the answer position, over all {int(summary['n'].max()):,} "
+            f"{run.split} questions (95% Wilson intervals); random: directions W_U reads that remove as much of the "
+            f"outputs' energy, {int(summary['draws'].max())} draws. Beyond random: at least {SPREAD_TIMES:g} sd and "
+            f"{100 * MIN_DROP:g} point below their mean, the interval under every draw.")

@@ -1,0 +1,129 @@
+"""The periods-only ablation (core.analysis.period_filters, core.runs.period_ablation, core.claims.periods): which
+frequencies each slice removes, the filters' ranks, the table on a tiny model, and the rule re-derived from a raw
+table, passing and failing."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from core.analysis.filters import projection_filter
+from core.analysis.fourier import fourier_basis
+from core.analysis.period_filters import PAPER_PERIODS, READINGS, gain_weighted, parse_periods, slice_frequencies
+from core.claims.periods import MIN_DROP, SPREAD_TIMES, claim_periods, period_summary
+from core.errors import CoreError
+from core.models.random_models import save_random_model
+from core.runs.ablate import open_target
+from core.runs.cache import TABLE_COLUMNS
+from core.runs.period_ablation import PERIOD_DRAWS, period_ablation_table
+from core.runs.reader import Table
+
+
+def test_the_slices_of_the_paper_number_line():
+    ks = slice_frequencies(521)
+    assert ks == {"periods": (52, 104, 208, 260), "low slice": (1, 2, 3, 4), "high slice": (53, 105, 209, 259)}
+    assert parse_periods("periods") == PAPER_PERIODS and parse_periods("periods:10,5") == (5.0, 10.0)
+    for bad in ("periods:", "periods:x", "periods:1", "period:2"):
+        with pytest.raises(CoreError):
+            parse_periods(bad)
+    with pytest.raises(CoreError, match="not a frequency"):
+        slice_frequencies(520)
+
+
+def test_the_periods_filter_is_rank_7_and_reads_through_the_gain():
+    rng = np.random.default_rng(0)
+    W_U = rng.standard_normal((521, 64)).astype(np.float32)  # as a model stores it: rounding sets the rank
+    basis = fourier_basis(521, "paper")
+    assert projection_filter(W_U, basis, slice_frequencies(521)["periods"]).rank == 7  # sin(pi x) = 0 at T = 2
+    gain = rng.uniform(0.5, 2, 64)
+    assert np.allclose(gain_weighted(W_U, gain), W_U @ np.diag(gain))
+    with pytest.raises(CoreError, match="gain"):
+        gain_weighted(W_U, gain[:10])
+
+
+def test_the_table_of_a_tiny_model(tmp_path):
+    folder = save_random_model(tmp_path / "llama", "llama", n_layers=2)
+    target = open_target(str(folder), limit=40, threads=1, log=lambda *_: None)
+    table = period_ablation_table(target.loaded, target.texts, target.answers, target.p, draws=2)
+    assert set(TABLE_COLUMNS["period_ablation"]) <= set(table.columns)
+    # the unedited row, then 3 slices x 2 readings (llama has a final norm with a gain) x 2 kinds x (1 + 2 draws)
+    assert len(table) == 1 + 3 * 2 * 2 * 3 and table["slice"].iloc[0] == "none"
+    assert set(table["reading"]) == {"", *READINGS}
+    assert (table["correct"] == (table["accuracy"] * table["n"]).round()).all()
+    edits = table[~table["control"] & (table["slice"] != "none")]
+    for row in edits.itertuples():  # each control draw removes as much energy, at the same rank
+        draws = table[table["control"] & (table["slice"] == row.slice) & (table["reading"] == row.reading)
+                      & (table["modules"] == row.modules)]
+        assert (draws["rank"] == row.rank).all() and len(draws) == 2
+        assert np.allclose(draws["energy_share"], row.energy_share, atol=0.02)
+
+
+def _run(rows):
+    """A run holding only a periods table built from (modules, slice, accuracy, control accuracies)."""
+    out = [{"modules": "none", "slice": "none", "reading": "", "control": False, "draw": -1, "frequencies": "",
+            "rank": 0, "energy_share": 0.0, "accuracy": 0.99, "n": 1000, "correct": 990}]
+    for modules, slice_name, accuracy, controls in rows:
+        base = {"modules": modules, "slice": slice_name, "reading": READINGS[0], "frequencies": "52", "rank": 7,
+                "energy_share": 0.1, "n": 1000}
+        out.append({**base, "control": False, "draw": -1, "accuracy": accuracy, "correct": round(accuracy * 1000)})
+        out += [{**base, "control": True, "draw": i, "accuracy": a, "correct": round(a * 1000)}
+                for i, a in enumerate(controls)]
+    table = pd.DataFrame(out)
+    return SimpleNamespace(split="test", has=lambda t: t == Table.PERIOD_ABLATION, table=lambda t: table)
+
+
+def expected(rows) -> str:
+    """The rule written here afresh from the raw rows: beyond the controls = Wilson upper end under every draw, and the
+    drop below their mean >= max(MIN_DROP, SPREAD_TIMES x sd)."""
+    def beyond(accuracy, controls):
+        n, z = 1000, 1.96
+        centre = (accuracy + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * np.sqrt(accuracy * (1 - accuracy) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        drop = np.mean(controls) - accuracy
+        return centre + half < min(controls) and drop >= max(MIN_DROP, SPREAD_TIMES * np.std(controls, ddof=1))
+
+    by = {(m, s): (a, c) for m, s, a, c in rows}
+    attn, mlp, low = by[("attn", "periods")], by[("mlp", "periods")], by[("mlp", "low slice")]
+    if beyond(*attn) and attn[0] < mlp[0] and beyond(*low):
+        return "agrees"
+    return "does not" if not beyond(*attn) or attn[0] >= mlp[0] else "partly"
+
+
+CASES = {
+    "agrees": [("attn", "periods", 0.40, [0.95, 0.96, 0.94]), ("mlp", "periods", 0.90, [0.95, 0.97, 0.96]),
+               ("mlp", "low slice", 0.50, [0.93, 0.95, 0.94])],
+    "within its controls": [("attn", "periods", 0.93, [0.95, 0.90, 0.97]), ("mlp", "periods", 0.97, [0.97, 0.98, 0.96]),
+                            ("mlp", "low slice", 0.50, [0.93, 0.95, 0.94])],
+    "roles reversed": [("attn", "periods", 0.60, [0.95, 0.96, 0.94]), ("mlp", "periods", 0.30, [0.95, 0.97, 0.96]),
+                       ("mlp", "low slice", 0.50, [0.93, 0.95, 0.94])],
+    "long waves not needed": [("attn", "periods", 0.40, [0.95, 0.96, 0.94]),
+                              ("mlp", "periods", 0.90, [0.95, 0.97, 0.96]),
+                              ("mlp", "low slice", 0.94, [0.93, 0.95, 0.94])],
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_rule_passes_and_fails_as_written(case):
+    rows = CASES[case]
+    claim = claim_periods(_run(rows))
+    assert claim.verdict == expected(rows)
+    assert claim.verdict == {"agrees": "agrees", "within its controls": "does not", "roles reversed": "does not",
+                             "long waves not needed": "partly"}[case]
+    summary = period_summary(_run(rows))
+    assert (summary["draws"] == 3).all()
+    assert claim.verdict == "agrees" or claim.reason  # every verdict short of agreement says why
+
+
+def test_the_shipped_default_run_is_read_by_the_rule():
+    from core.runs.reader import RunReader
+    from core.runs.run_names import find_run
+
+    name = find_run("cache", "smollm2-135m-fine-tuned-number-tokens-real-llm-rows")
+    run = RunReader("cache", name)
+    if not run.has(Table.PERIOD_ABLATION):
+        pytest.skip("the default run was cached before the periods-only ablation")
+    summary = period_summary(run)
+    assert (summary["n"] == run.manifest["task"]["n_examples"]).all()  # every question of the split
+    assert (summary["draws"] == PERIOD_DRAWS).all()
+    assert claim_periods(run).verdict in ("agrees", "partly", "does not")
