@@ -437,9 +437,22 @@ def group_shift_table(run) -> pd.DataFrame:
             "of the stream's (%)": (f"{100 * row['read']:.1f} ({100 * row['read_low']:.1f} to "
                                     f"{100 * row['read_high']:.1f})") if stream["read_d"] else "not read",
             "random (%)": f"{100 * row['read_control']:.1f}" + ("" if pd.isna(sd) else f" ± {100 * sd:.1f}"),
-            "decides the last digit": "yes" if row["causal"] else "no" if row["not_causal"] else "undecided",
+            "decides the last digit": _decides(row),
         })
     return pd.DataFrame(rows)
+
+
+def _decides(row) -> str:
+    """A site's verdict by the rule, in a table cell: yes, no, or why it is not counted."""
+    if row["causal"]:
+        return "yes"
+    if row["not_causal"]:
+        return "no"
+    if row["read_low"] >= CAUSAL_SHARE and not row["control_works"]:
+        return "not counted: its random edits break the model more"
+    if row["read_low"] >= CAUSAL_SHARE:
+        return "not counted: its random edits move it too"
+    return "undecided: the interval spans the bar"
 
 
 def group_shift_caption(run) -> str:

@@ -17,6 +17,9 @@ from core.runs.reader import Table
 SPREAD_TIMES = 2.0
 #: ... and at least this much accuracy (a share) below it, with its 95% interval's upper end under every draw.
 MIN_DROP = 0.01
+#: A removal's test has power when its random controls cost at most this much accuracy (a share) below the unedited
+#: model: where random directions of the same energy already break the model, a removal cannot be told from them.
+POWER_COST = 0.10
 
 PAPER = ("Removing attention's high frequencies (tau = 50) costs GPT-2-XL far more than removing the MLPs' "
          "(Table 1): attention carries the last digit in the short waves of periods 2, 5 and 10, the MLPs the size "
@@ -60,10 +63,11 @@ def claim_periods(run) -> Claim | None:
     Rule (read on W_U as the paper reads it, over every question of the split): a removal *matters* when its accuracy
     is below its energy-matched random controls of the same rank (core.runs.period_ablation) by at least
     SPREAD_TIMES times their sd over draws and at least MIN_DROP, and its 95% Wilson interval's upper end is below
-    every draw. Verdict: agrees when removing attention's periods (2, 2.5, 5, 10) matters and costs more than
-    removing the MLPs' periods, and removing the MLPs' low slice matters (the long waves of the answer's size); does
-    not when removing attention's periods does not matter, or costs less than removing the MLPs'; partly otherwise.
-    None for a run without the table."""
+    every draw. Verdict: not tested when attention's periods test has no power (its controls cost more than
+    POWER_COST below the unedited model); agrees when removing attention's periods (2, 2.5, 5, 10) matters and costs
+    more than removing the MLPs' periods, and removing the MLPs' low slice matters (the long waves of the answer's
+    size); does not when removing attention's periods does not matter, or costs less than removing the MLPs';
+    partly otherwise. None for a run without the table."""
     summary = period_summary(run)
     if summary is None:
         return None
@@ -72,7 +76,10 @@ def claim_periods(run) -> Claim | None:
     if attn is None or mlp is None:
         return None
     attn_costlier = attn["accuracy"] < mlp["accuracy"]
-    if attn["matters"] and attn_costlier and mlp_low is not None and mlp_low["matters"]:
+    base = float(run.table(Table.PERIOD_ABLATION).query("slice == 'none'")["accuracy"].iloc[0])
+    if attn["control_mean"] < base - POWER_COST:
+        verdict = "not tested"
+    elif attn["matters"] and attn_costlier and mlp_low is not None and mlp_low["matters"]:
         verdict = "agrees"
     elif not attn["matters"] or not attn_costlier:
         verdict = "does not"
@@ -112,6 +119,9 @@ def _said(r) -> str:
 def _reason(verdict: str, attn, mlp, mlp_low) -> str:
     if verdict == "agrees":
         return ""
+    if verdict == "not tested":
+        return (f"random directions that remove as much of attention's energy as its periods already leave only "
+                f"{pct(attn['control_mean'])}, so the test cannot tell the periods from any directions of that size")
     if not attn["matters"]:
         return (f"removing attention's periods leaves {pct(attn['accuracy'])}, within what random directions that "
                 f"remove as much of its energy leave ({pct(attn['control_mean'])} ± {100 * attn['control_sd']:.1f})")

@@ -11,7 +11,7 @@ import pytest
 from core.analysis.filters import projection_filter
 from core.analysis.fourier import fourier_basis
 from core.analysis.period_filters import PAPER_PERIODS, READINGS, gain_weighted, parse_periods, slice_frequencies
-from core.claims.periods import MIN_DROP, SPREAD_TIMES, claim_periods, period_summary
+from core.claims.periods import MIN_DROP, POWER_COST, SPREAD_TIMES, claim_periods, period_summary
 from core.errors import CoreError
 from core.models.random_models import save_random_model
 from core.runs.ablate import open_target
@@ -85,6 +85,8 @@ def expected(rows) -> str:
 
     by = {(m, s): (a, c) for m, s, a, c in rows}
     attn, mlp, low = by[("attn", "periods")], by[("mlp", "periods")], by[("mlp", "low slice")]
+    if np.mean(attn[1]) < 0.99 - POWER_COST:  # the unedited model of `_run` answers 99%
+        return "not tested"
     if beyond(*attn) and attn[0] < mlp[0] and beyond(*low):
         return "agrees"
     return "does not" if not beyond(*attn) or attn[0] >= mlp[0] else "partly"
@@ -97,6 +99,8 @@ CASES = {
                             ("mlp", "low slice", 0.50, [0.93, 0.95, 0.94])],
     "roles reversed": [("attn", "periods", 0.60, [0.95, 0.96, 0.94]), ("mlp", "periods", 0.30, [0.95, 0.97, 0.96]),
                        ("mlp", "low slice", 0.50, [0.93, 0.95, 0.94])],
+    "no power": [("attn", "periods", 0.40, [0.50, 0.60, 0.55]), ("mlp", "periods", 0.90, [0.95, 0.97, 0.96]),
+                 ("mlp", "low slice", 0.50, [0.93, 0.95, 0.94])],
     "long waves not needed": [("attn", "periods", 0.40, [0.95, 0.96, 0.94]),
                               ("mlp", "periods", 0.90, [0.95, 0.97, 0.96]),
                               ("mlp", "low slice", 0.94, [0.93, 0.95, 0.94])],
@@ -109,7 +113,7 @@ def test_the_rule_passes_and_fails_as_written(case):
     claim = claim_periods(_run(rows))
     assert claim.verdict == expected(rows)
     assert claim.verdict == {"agrees": "agrees", "within its controls": "does not", "roles reversed": "does not",
-                             "long waves not needed": "partly"}[case]
+                             "long waves not needed": "partly", "no power": "not tested"}[case]
     summary = period_summary(_run(rows))
     assert (summary["draws"] == 3).all()
     assert claim.verdict == "agrees" or claim.reason  # every verdict short of agreement says why
