@@ -27,7 +27,8 @@ from core.analysis.phase import MAX_CONSTANT_PHASE, MIN_LOCKING, SHORT_PERIODS, 
 from core.claims import registry
 from core.claims.accuracy import chosen_on_validation, commonest_answer_of, shipped_epoch
 from core.claims.features import MIN_ERRORS, claim_training
-from core.claims.last_digit import module_locks
+from core.claims.last_digit import groups_answer, groups_measured, module_locks
+from core.claims.periods import claim_periods
 from core.claims.seeds import seed_siblings, verdict_spread
 from core.claims.shift_rule import CAUSAL_SHARE, causal_test, shift_summary
 from core.files import PROJECT_ROOT
@@ -69,9 +70,8 @@ def run_of(cache_dir: str, name: str) -> RunReader:  # each run's tables read on
 claims = functools.lru_cache(maxsize=None)(registry.run_claims)  # each run's claims, computed once
 
 
-def verdict(run: RunReader, step: str) -> str:
+def verdict(run: RunReader, step: str) -> str:  # the step's verdict word
     return claims(run)[step].verdict
-
 
 def say(text: str, gap: bool = False) -> None:
     """Print a paragraph or bullet wrapped at WIDTH, no line starting with "+ ", "- " or "* " (a list to markdown)."""
@@ -81,9 +81,8 @@ def say(text: str, gap: bool = False) -> None:
     print(end="\n" if gap else "")
 
 
-def pc(x: float, digits: int = 1) -> str:
+def pc(x: float, digits: int = 1) -> str:  # a share as a percentage
     return f"{100 * x:.{digits}f}%"
-
 
 def word(n: int) -> str:
     return WORDS.get(int(n), f"{int(n):,}")
@@ -569,20 +568,19 @@ def fine_tuned_section(runs: dict) -> None:
     top, rest = (kept := mods[mods["draws"] > 0]).iloc[0], kept.iloc[1:]
     tens = module_locks(ft)
     tens = tens[np.isclose(tens["period"], 10.0)].groupby("kind", sort=False).head(2)
+    so = f" So on this model {answer}." if (answer := groups_answer(ft)) else ""
     say(f"* **Which module computes the last digit: {verdict(ft, 'module_waves')} (causal test).** "
-        f"{c['module_waves'].headline} The whole stream after layer {int(stream['layer'])} moves it for "
-        f"{stream_text(ft)}; {name(top['kind'], top['layer'])}'s share of that is {pc(top['read_low'])} to "
-        f"{pc(top['read_high'])}, and the other {word(len(rest))} modules the screen kept reach at most "
-        f"{pc(rest['read'].max())}. The other {len(mods) - len(kept)} modules were read only on the screen's "
-        f"{design['screen']} questions. Phase locking over all {int(ft.table(Table.PHASE_LOCKING)['n'].iloc[0]):,} "
-        "questions finds waves that follow the answer mod 10 in "
-        + listed(f"{name(r.kind, r.layer)} (R = {r.locking:.2f})" for r in tens.itertuples()) + ". So no single "
-        "module's short waves were seen to decide the digit while the stream's do: a negative result for the paper's "
-        "\"attention classifies the last digit\".")
+        f"{groups_measured(ft) or c['module_waves'].headline} One module at a time, on the sample: the whole stream "
+        f"after layer {int(stream['layer'])} moves it for {stream_text(ft)}; {name(top['kind'], top['layer'])}'s "
+        f"share of that is {pc(top['read_low'])} to {pc(top['read_high'])}, and the other {word(len(rest))} modules "
+        f"the screen kept reach at most {pc(rest['read'].max())}; the other {len(mods) - len(kept)} modules were read "
+        f"only on the screen's {design['screen']} questions. Phase locking over all "
+        f"{int(ft.table(Table.PHASE_LOCKING)['n'].iloc[0]):,} questions finds waves that follow the answer mod 10 in "
+        + listed(f"{name(r.kind, r.layer)} (R = {r.locking:.2f})" for r in tens.itertuples()) + f".{so}")
     say(f"* **MLP low / attention high division of labour: {verdict(ft, 'ablations')}.** Spectra "
         f"(**{verdict(ft, 'spectra')}**). {c['spectra'].headline} Table 1, over every question. "
-        f"{c['ablations'].measured} "
-        f"*Why: {c['ablations'].reason}.*")
+        f"{c['ablations'].measured} *Why: {c['ablations'].reason}.* Removing only the paper's periods (**"
+        f"{(narrow := claim_periods(ft)).verdict}**, step 6's narrow test): {narrow.headline} *Why: {narrow.reason}.*")
     keep = summaries.keep_one_results(ft.table(Table.ABLATIONS))
     parity = float(keep[keep["keep_period"] == 2]["parity_match"].iloc[0])
     say(f"* **Keep-one-frequency parity.** Keeping only period 2 gives the right parity {pc(parity)} of the time "
@@ -592,9 +590,9 @@ def fine_tuned_section(runs: dict) -> None:
         f"{frozen}) compute with pre-training's weights on number rows that started as pre-training's and "
         + (f"kept {n_before} outlying frequencies" if n_before == len(out) else "changed their spectrum")
         + f", and the top {L - frozen} blocks learned to add with what reaches them; the Tour's mechanism steps find "
-        "Fourier features in the rows (step 7) and an answer built in the top blocks"
-        + (", but neither the paper's clean split between MLP (size) and attention (last digit) nor one module that "
-           "decides the last digit." if "does not" in (verdict(ft, "module_waves"), verdict(ft, "ablations")) else "."))
+        "Fourier features in the rows and an answer built in the top blocks; against the paper, the verdicts read: "
+        f"features in the rows (step 7) {verdict(ft, 'numbers')}, which module kind decides the last digit (step 3) "
+        f"{verdict(ft, 'module_waves')}, Table 1's division of labour (step 6) {verdict(ft, 'ablations')}.")
 
 
 if __name__ == "__main__":

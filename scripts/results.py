@@ -22,7 +22,9 @@ from core.analysis.embeddings import top_periods
 from core.analysis.kshot import generation_error_table
 from core.claims import registry
 from core.claims.features import claim_training
+from core.claims.last_digit import group_shift_table
 from core.claims.operations import claim_operations, operation_runs
+from core.claims.periods import claim_periods, period_table
 from core.claims.seeds import seed_siblings, verdict_spread
 from core.claims.shift_rule import CAUSAL_SHARE, CONTROL_MAX, STREAM_FLOOR, causal_test, shift_summary
 from core.files import PROJECT_ROOT
@@ -141,6 +143,8 @@ def document(cache_dir: str, tau: int) -> int:
     finetuned_section(cache_dir, runs, digit_runs, tau)
     numbers_section(cache_dir, every, digit_runs)
     causal_section(cache_dir, every)
+    groups_section(cache_dir, every)
+    periods_section(cache_dir, every)
     claims_table(cache_dir, every)
     seeds_section(cache_dir, every)
     print()
@@ -455,6 +459,50 @@ def causal_section(cache_dir: str, runs) -> None:
                       "positive control" if row.kind == "resid" else verdict]
             print(f"| {name} | " + " | ".join(cells) + " |")
         print()
+
+
+def markdown_table(frame) -> None:
+    """Print a table of text cells as markdown."""
+    print("| " + " | ".join(map(str, frame.columns)) + " |")
+    print("| --- " * len(frame.columns) + "|")
+    for row in frame.itertuples(index=False):
+        print("| " + " | ".join(str(v) for v in row) + " |")
+    print()
+
+
+def groups_section(cache_dir: str, runs) -> None:
+    """Step 3's groups: every attention (or MLP) output of a group of layers shifted together, every question."""
+    readers = [r for r in (run_of(cache_dir, r.name) for r in runs) if r.has(Table.GROUP_SHIFT)]
+    if not readers:
+        return
+    print("## Groups of modules shifted together\n")
+    print("The paper's claim is about attention as a whole. Every attention output, and separately every MLP output, "
+          "of a group of layers shifted in one pass, each by its own capped edit, over every question; read against "
+          "the stream after the group's last layer by the same rule as one module (`core.runs.group_shift`, "
+          "`core.claims.last_digit.group_shift_table`).\n")
+    for r in readers:
+        print(f"**{r.label}** ({r.split} split)\n")
+        markdown_table(group_shift_table(r))
+
+
+def periods_section(cache_dir: str, runs) -> None:
+    """Step 6's narrow test: only the paper's periods removed, against energy-matched random controls."""
+    readers = [r for r in (run_of(cache_dir, r.name) for r in runs) if r.has(Table.PERIOD_ABLATION)]
+    if not readers:
+        return
+    print("## Only the paper's periods removed\n")
+    print("Table 1 with power at any width: only the directions W_U reads at periods 2, 2.5, 5 and 10 (or a low or "
+          "high slice of as many frequencies) removed from every layer's attention or MLP output, over every question, "
+          "against 5 energy-matched random draws of the same rank (`core.runs.period_ablation`, rule in "
+          "`core.claims.periods`).\n")
+    for r in readers:
+        c = claim_periods(r)
+        if c is None:  # a multiplication run: the paper's Table 1 is addition's, so no verdict
+            print(f"**{r.label}** ({r.split} split): no verdict (the paper measured Table 1 on addition only)\n")
+        else:
+            why = f" *Why: {c.reason}.*" if c.reason else ""
+            print(f"**{r.label}** ({r.split} split): **{c.verdict}**. {c.headline}{why}\n")
+        markdown_table(period_table(r))
 
 
 def seeds_section(cache_dir: str, runs) -> None:

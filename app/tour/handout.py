@@ -273,6 +273,11 @@ def step_html(step: HandoutStep) -> str:
     c = step.claim
     choices = "".join(f"<li>{html.escape(x)}</li>" for x in step.choices)
     figures = []
+    verdict = VERDICT_LABELS[c.verdict]
+    # a slide that shows a figure without the step's words carries the verdict above it (hidden elsewhere), so that
+    # the claim and its evidence are seen together
+    beside = (f'<p class="slide-verdict"><span class="verdict verdict-{c.verdict.replace(" ", "-")}">{verdict}'
+              f'</span> <strong>{html.escape(step.who)}:</strong> {inline_markdown(step.line)}</p>')
     for i, f in enumerate(step.figures, start=1):
         if f.spec is None:
             body = table_html(f)
@@ -280,13 +285,13 @@ def step_html(step: HandoutStep) -> str:
             large = f.large_spec if f.large_spec is not None else f.spec
             body = (f'<div class="print-size">{figure_svg(f.spec, f"s{step.number}f{i}")}</div>'
                     f'<div class="projector-size">{figure_svg(large, f"s{step.number}f{i}L")}</div>')
-        figure = f"<figure>{body}<figcaption>{html.escape(f.caption)}</figcaption></figure>"
+        figure = (f"{beside if i == 1 else ''}<figure>{body}<figcaption>{html.escape(f.caption)}</figcaption>"
+                  "</figure>")
         if f.label:  # folded away on the Tour: open in the handout, folded on a slide
             figure = f'<details class="folded" open><summary>{html.escape(f.label)}</summary>{figure}</details>'
         figures.append(f'<div class="block">{figure}</div>')  # a slide that cannot hold the step shows it alone
     missing = f'<p class="missing">{html.escape(step.missing)}</p>' if step.missing else ""
     note = f'<p class="note">{inline_markdown(step.note)}</p>' if step.note else ""
-    verdict = VERDICT_LABELS[c.verdict]
     # the terms fold into one block: open in the handout and the PDF, one click away on a slide (the Slides button
     # closes every fold), so that a slide holds the step's claim and its figure together
     terms = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in step.terms)

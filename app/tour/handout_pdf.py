@@ -71,6 +71,10 @@ FIGURE_MAX_W, FIGURE_MAX_H = 190.0, 200.0
 MIN_TEXT_PT = 7.0
 #: Room kept under a figure for its caption (mm)
 CAPTION_ROOM = 16.0
+#: The headings of a step's detail blocks, after its figures (a page may open with one)
+ALL_NUMBERS, WORDS = "All the numbers", "Words on this step"
+#: A caption's type (pt) and the gap under it (mm)
+CAPTION_PT, CAPTION_GAP = 8.5, 3.0
 MM = 72 / 25.4  # points per mm
 
 
@@ -139,6 +143,12 @@ class HandoutPDF(FPDF):
         self.set_font(self.body_font, emphasis, size)
         self.set_text_color(*colour)
 
+    def height_of(self, text: str, size: float, gap: float = 1.6) -> float:
+        """How tall (mm) `rich` would write `text` at `size` across the page, without writing it."""
+        self.use_style("", size)
+        lines = self.multi_cell(0, size * 0.48, plain(self.text_of(text)), dry_run=True, output="LINES")
+        return len(lines) * size * 0.48 + gap
+
     def rich(self, text: str, size: float = 10.5, colour=(31, 35, 40), emphasis: str = "", gap: float = 1.6):
         """A paragraph whose **bold** parts are bold (the claims' markdown), wrapped to the page."""
         line = size * 0.48
@@ -165,7 +175,8 @@ def place_figure(pdf: HandoutPDF, figure: Figure, placements: list[Placement]) -
     h = w * h_pt / w_pt
     if h > FIGURE_MAX_H:
         w, h = w * FIGURE_MAX_H / h, FIGURE_MAX_H
-    room = pdf.h - pdf.b_margin - pdf.get_y() - CAPTION_ROOM - (6 if figure.label else 0)
+    caption = max(CAPTION_ROOM, pdf.height_of(figure.caption, CAPTION_PT, CAPTION_GAP))  # kept with its figure
+    room = pdf.h - pdf.b_margin - pdf.get_y() - caption - (6 if figure.label else 0)
     smallest_w = MIN_TEXT_PT / font * w_pt / MM  # the narrowest it may print at
     if h > room and room > 0 and w * room / h >= smallest_w:  # shrink it onto this page, its text still readable
         w, h = w * room / h, room
@@ -182,7 +193,8 @@ def place_table(pdf: HandoutPDF, figure: Figure, pages: list[int]) -> None:
     """A table of numbers, whole on one page (the next, when the rest of this one cannot hold it); its page goes
     into `pages`."""
     frame, formats = figure.table, figure.formats or {}
-    height = 4.6 * (len(frame) + 2) + CAPTION_ROOM + (6 if figure.label else 0)  # a wrapped row: the heading's share
+    caption = max(CAPTION_ROOM, pdf.height_of(figure.caption, CAPTION_PT, CAPTION_GAP))
+    height = 4.6 * (len(frame) + 2) + caption + (6 if figure.label else 0)  # a wrapped row: the heading's share
     if height > pdf.h - pdf.b_margin - pdf.get_y():
         pdf.add_page()
     first = pdf.page_no() - 1
@@ -245,8 +257,9 @@ def write_about_page(pdf: HandoutPDF, h: Handout) -> None:
 
 
 def write_step(pdf: HandoutPDF, step: HandoutStep, placements: list[Placement], table_pages: list[int]) -> None:
-    """One step from a new page: its words, its terms, then its figures with their captions (a figure that does not
-    fit the rest of the page starts the next one: no page holds only the end of a paragraph)."""
+    """One step from a new page: its question, claim, verdict and reason, its figures with their captions (a figure
+    that does not fit the rest of the page starts the next one, its caption kept with it), then every number it
+    measured and the words it uses (together, on the next page when they do not fit the rest of this one)."""
     c = step.claim
     pdf.add_page()
     pdf.use_style("B", 16)
@@ -266,19 +279,33 @@ def write_step(pdf: HandoutPDF, step: HandoutStep, placements: list[Placement], 
     pdf.ln(1.5)
     pdf.rich(f"**{step.who}:** {step.line}", 10.5)
     pdf.rich(f"**Why “{VERDICT_LABELS[c.verdict]}”:** {step.why}", 9, MUTED, gap=0.8)
-    pdf.rich(f"**{step.measured_by}:** {c.measured}", 9, MUTED)
     for line in (step.note, step.missing):
         if line:
             pdf.rich(line, 9.5, (120, 80, 0))
-    for name, definition in step.terms:
-        pdf.rich(f"**{name}:** {definition}", 8.5, MUTED, gap=0.8)
     pdf.ln(2)
     for figure in step.figures:
         if figure.spec is not None:
             place_figure(pdf, figure, placements)
         else:
             place_table(pdf, figure, table_pages)
-        pdf.rich(figure.caption, 8.5, MUTED, gap=3)
+        pdf.rich(figure.caption, CAPTION_PT, MUTED, gap=CAPTION_GAP)
+    # after the evidence, the detail: every number measured, then the words the step uses, each block kept together
+    # (a block that would run over the page starts the next one under its heading: no page opens mid-sentence)
+    numbers = f"**{ALL_NUMBERS}. {step.measured_by}:** {c.measured}"
+    keep_together(pdf, pdf.height_of(numbers, 9))
+    pdf.rich(numbers, 9, MUTED)
+    terms = [f"**{name}:** {definition}" for name, definition in step.terms]
+    if terms:
+        keep_together(pdf, pdf.height_of(WORDS, 9, 0.8) + sum(pdf.height_of(t, 8.5, 0.8) for t in terms))
+        pdf.rich(f"**{WORDS}**", 9, MUTED, gap=0.8)
+    for term in terms:
+        pdf.rich(term, 8.5, MUTED, gap=0.8)
+
+
+def keep_together(pdf: HandoutPDF, height: float) -> None:
+    """A new page before a block of `height` mm that would run over the rest of this page but fits on a page."""
+    if pdf.h - pdf.b_margin - pdf.get_y() < height < pdf.h - pdf.b_margin - pdf.t_margin:
+        pdf.add_page()
 
 
 def handout_pdf(h: Handout) -> bytes:

@@ -68,6 +68,8 @@ body.slides h2 { font-size: 1.5rem; } body.slides .predict ol { margin-bottom: 0
 body.slides section.step.split { grid-template-columns: minmax(0, 1fr); }
 body.slides section.step.split > .figures { grid-column: 1; grid-row: auto; }
 body.slides section.step.split .block.off, body.slides section.step.split .figures.off { display: none; }
+.slide-verdict { display: none; margin: 0.2rem 0 0.4rem; }
+body.slides section.step.split > .block.words.off ~ .figures .slide-verdict { display: block; }
 @media (max-width: 760px) { section.step > .figures { grid-column: 1; grid-row: auto; } }
 @media print {
   .controls, .reveal-button, .projector-size { display: none !important; }

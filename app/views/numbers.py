@@ -18,7 +18,7 @@ intro(
     "its vector at the last token is kept at every layer. Two questions per layer: does the spectrum along the number "
     "line have a few frequencies far above the shuffled-numbers threshold (periods 2, 2.5, 5, 10 in pre-trained "
     "models)? And can a linear probe read n mod 2, 5, 10, 100 on numbers it never saw (Cohen's kappa; mod 3 and 7 are "
-    "controls)? Pick a second run in the sidebar to compare side by side.",
+    "controls)? Pick a second run in the sidebar to compare: it is drawn under the first.",
     claim="numbers",
 )
 runs = [run] + ([compare] if compare is not None else [])
@@ -41,8 +41,9 @@ st.slider(
 to_url("nlayer")
 chosen = st.session_state["nlayer"]
 
-cols = st.columns(len(runs))
-for col, r in zip(cols, runs):
+# a compared run goes under the first, each chart the page's full width: two columns at 1024 px left each plot
+# about 110 px wide
+for col, r in zip([st.container(border=len(runs) > 1) for _ in runs], runs):
     with col:
         layer = min(chosen, r.n_layers)
         st.markdown(f"**{r.label}**" + (f" (layer {layer}: its last)" if layer != chosen else ""))
@@ -78,9 +79,8 @@ if single:
         )
         to_url("matrix")
         matrix = st.session_state["matrix"]
-        cols = st.columns(len(single))
-        for col, r in zip(cols, single):
-            with col:
+        for r in single:
+            with st.container():
                 show_chart(*numbers.embedding_spectrum(r, basis, matrix), key=f"emb-spec-{r.name}")
                 spec = summaries.embedding_rows(r.table(Table.EMBEDDING_SPECTRUM), basis, matrix)
                 st.markdown(
@@ -89,7 +89,6 @@ if single:
         url_state("colour", "last digit", str, ["last digit", "magnitude"])
         st.radio("Colour the t-SNE map by", ["last digit", "magnitude"], key="colour", horizontal=True)
         to_url("colour")
-        cols = st.columns(len(single))
-        for col, r in zip(cols, single):
-            with col:
+        for r in single:
+            with st.container():
                 show_chart(*numbers.embedding_map(r, matrix, st.session_state["colour"]), key=f"tsne-{r.name}")

@@ -210,6 +210,39 @@ def _group_sentence(groups: pd.DataFrame, n_split: int, split: str) -> str:
     return text + ". Shifting " + "; ".join(parts) + "."
 
 
+def groups_measured(run) -> str:
+    """Every group's share of the stream's shift, with its interval and random edits, in one sentence ("" for a run
+    without the group tables)."""
+    groups = group_summary(run)
+    if groups is None:
+        return ""
+    sites = groups[groups["kind"] != "resid"]
+    said = "; ".join(f"{group_name(r)}, {pct(r['read'])} of the stream's ({pct(r['read_low'])} to "
+                     f"{pct(r['read_high'])}; random edits {pct(r['read_control'])})" for r in sites.to_dict("records"))
+    return (f"Shifting the short waves of a group of modules together, over all {int(sites['n'].max()):,} "
+            f"{run.split} questions: {said}.")
+
+
+def groups_answer(run) -> str:
+    """What the groups say, for a class: which kind of module, together, decides the last digit (by the rule of
+    `claim_module_waves`), against the paper's GPT-2-XL ("" for a run without the group tables)."""
+    groups = group_summary(run)
+    if groups is None:
+        return ""
+    sites = groups[(groups["kind"] != "resid") & groups["causal"]]
+    kinds = set(sites["kind"])
+    if not groups["read_d"].iloc[0]:
+        return "the edit has no hold: shifting the whole stream moves the last digit for under half the questions"
+    if kinds == {"mlp"}:
+        return ("the MLPs, together, decide the last digit with their short waves, and attention, together, does not: "
+                "GPT-2-XL's division of labour, reversed")
+    if kinds == {"attn"}:
+        return "attention, together, decides the last digit with its short waves, as the paper found in GPT-2-XL"
+    if kinds:
+        return "attention and the MLPs, each kind together, decide the last digit with their short waves"
+    return "no group of modules decides the last digit with its short waves, though the whole stream's do"
+
+
 def _group_headline(groups: pd.DataFrame, n_split: int, split: str) -> str:
     """The strongest group of each kind, as a share of the stream's shift, with its random edits."""
     sites = groups[groups["kind"] != "resid"]
@@ -449,10 +482,10 @@ def _decides(row) -> str:
     if row["not_causal"]:
         return "no"
     if row["read_low"] >= CAUSAL_SHARE and not row["control_works"]:
-        return "not counted: its random edits break the model more"
+        return "not counted (controls break the model)"
     if row["read_low"] >= CAUSAL_SHARE:
-        return "not counted: its random edits move it too"
-    return "undecided: the interval spans the bar"
+        return "not counted (controls move it too)"
+    return "undecided (interval spans the bar)"
 
 
 def group_shift_caption(run) -> str:

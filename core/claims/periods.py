@@ -67,9 +67,10 @@ def claim_periods(run) -> Claim | None:
     POWER_COST below the unedited model); agrees when removing attention's periods (2, 2.5, 5, 10) matters and costs
     more than removing the MLPs' periods, and removing the MLPs' low slice matters (the long waves of the answer's
     size); does not when removing attention's periods does not matter, or costs less than removing the MLPs';
-    partly otherwise. None for a run without the table."""
+    partly otherwise. None for a run without the table, and for a multiplication run (the paper's Table 1 is
+    addition's)."""
     summary = period_summary(run)
-    if summary is None:
+    if summary is None or run.task == "multiplication":  # the paper's Table 1 is addition's
         return None
     attn, mlp = _row(summary, "attn", "periods"), _row(summary, "mlp", "periods")
     mlp_low = _row(summary, "mlp", "low slice")

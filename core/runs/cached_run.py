@@ -16,6 +16,7 @@ from core import SCHEMA_VERSION
 from core.analysis.phase import PHASE_VERSION
 from core.errors import CoreError
 from core.files import read_json_file
+from core.models.source import read_provenance
 from core.runs.ablation_grid import redraw_run_controls
 from core.runs.cache import RunWriter, check_table
 from core.runs.group_shift import GROUP_SHIFT_VERSION, write_group_tables
@@ -42,6 +43,7 @@ def keep_cached_run(
     upgraded = upgrade_shift(writer, loaded, p, opts, examples, texts, design, log) or upgraded
     upgraded = upgrade_groups(writer, loaded, p, opts, examples, texts, log) or upgraded
     upgraded = upgrade_periods(writer, loaded, p, opts, examples, texts, log) or upgraded
+    upgraded = refresh_provenance(writer, loaded, log) or upgraded
     upgraded = redraw_run_controls(writer, loaded, p, opts, examples, texts, basis, taus, design, log) or upgraded
     if not refresh_training_log(writer, loaded, log) and not upgraded:
         log(f"run {writer.name} is already in {opts.cache_dir}: nothing to do (use --recompute to rebuild it)")
@@ -168,6 +170,21 @@ def upgrade_periods(writer: RunWriter, loaded, p: int, opts, examples, texts, lo
     writer.publish(keep)
     log(f"run {writer.name}: periods-only ablation made (version {PERIOD_VERSION}, over all {len(texts)} questions); "
         "nothing else recomputed")
+    return True
+
+
+def refresh_provenance(writer: RunWriter, loaded, log) -> bool:
+    """A cached run takes in its local model's corrected provenance (for example the epochs a training ran, where its
+    label said those the recipe planned); nothing else changes."""
+    fresh = read_provenance(Path(loaded.source)) if loaded.local else None
+    manifest = read_json_file(writer.final / "manifest.json") or {}
+    old = (manifest.get("model") or {}).get("provenance") or {}
+    if not fresh or not old or old.get("label") == fresh.get("label"):  # the label only: paths differ by machine
+        return False
+    keep = writer.stage_published()
+    keep["model"] = {**(keep.get("model") or {}), "provenance": {**old, "label": fresh.get("label")}}
+    writer.publish(keep)
+    log(f"run {writer.name}: its model's provenance taken in ({fresh.get('label', '')}); nothing else recomputed")
     return True
 
 

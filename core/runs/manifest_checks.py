@@ -154,7 +154,7 @@ def table_problems(manifest: dict, table: str, frame: pd.DataFrame) -> list[str]
         layers = frame["layer"]
         if table in LAYER_TABLES and (int(layers.min()), int(layers.max())) != (0, n_layers):
             problems.append(f"manifest n_layers {n_layers} but table {table} has layers {_span(layers)}: {EDITED}")
-        if table == "phase_shift" and not (1 <= int(layers.min()) and int(layers.max()) <= n_layers):
+        if table in ("phase_shift", "group_shift") and not (1 <= int(layers.min()) and int(layers.max()) <= n_layers):
             problems.append(f"manifest n_layers {n_layers} but table {table} edits layers {_span(layers)}: {EDITED}")
     if p is not None and table in NUMBER_LINE_TABLES and "number" in frame.columns:
         numbers = frame["number"]

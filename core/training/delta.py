@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -196,7 +197,7 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
         "base_provenance": read_provenance(Path(base)) or {},  # where the base model came from (package, licence, ...)
         "delta": DELTA_FILE,
         "rebuilt_sha256": digest,
-        "label": meta.get("label", ""),
+        "label": epochs_said(meta.get("label", ""), folder),
     })
     if not recorded:
         checked = "NOT checked: no digest recorded"
@@ -205,6 +206,19 @@ def rebuild(folder: str | Path, base: str | None = None, check: bool = True, log
     log(f"rebuilt {folder} from {base} + {DELTA_FILE} in {time.time() - t0:.0f}s "
         f"(weights sha256 {digest[:12]}, {checked})")
     return folder
+
+
+def epochs_said(label: str, folder: Path) -> str:
+    """The delta's label with the epochs its training ran (train_summary.json beside it) where the recipe planned
+    more: "7 epochs" becomes "6 of 7 epochs" for a run its stop rule ended early."""
+    try:
+        ran = json.loads((Path(folder) / "train_summary.json").read_text()).get("epochs_run")
+    except (OSError, ValueError, AttributeError):
+        return label
+    planned = re.search(r"\b(\d+) epochs\b", label)
+    if isinstance(ran, int) and planned and int(planned.group(1)) != ran:
+        return label.replace(planned.group(0), f"{ran} of {planned.group(1)} epochs", 1)
+    return label
 
 
 def write_model_folder(folder: Path, model, tokenizer, provenance: dict) -> None:

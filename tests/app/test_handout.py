@@ -22,7 +22,7 @@ from pypdf import PdfReader
 from app.glossary import TERMS
 from app.tour.handout import build_handout, handout_html
 from app.tour.handout_export import listed_runs, pick_run, write_handouts
-from app.tour.handout_pdf import VERDICT_RGB, handout_pdf, handout_pdf_layout, smallest_font
+from app.tour.handout_pdf import ALL_NUMBERS, VERDICT_RGB, WORDS, handout_pdf, handout_pdf_layout, smallest_font
 from app.tour.handout_style import HANDOUT_CSS
 from app.tour.steps import OVER_RUNS, STEPS, StepInputs, choose_run, training_logs_of
 from core.claims import registry
@@ -365,12 +365,24 @@ def test_the_definitions_say_what_the_default_run_did():
         assert f"{first}..{last}" in TERMS[name], (name, TERMS[name])
 
 
+#: (the current slide's step, whether a verdict badge and a figure are both in view on it)
+VERDICT_WITH_FIGURE = """() => {
+  const s = document.querySelector("section.step.current");
+  const seen = (el) => el.getClientRects().length > 0 && el.getBoundingClientRect().bottom <= window.innerHeight + 1;
+  const verdict = [...s.querySelectorAll(".verdict")].some(seen);
+  const figure = [...s.querySelectorAll(".figures svg, .figures table")].some(seen);
+  return [s.dataset.step, verdict && figure];
+}"""
+
+
 @pytest.mark.slow  # a real browser, as the other Chromium tests
 def test_the_slides_and_the_pdf_read_from_the_back_of_the_room(handouts, tmp_path):
     """Chromium at 1024 x 768, the default run's and a 2-layer run's slides: every slide within the screen, its text
-    at least 16 px and its chart text at least 14 px as drawn, walked with the arrow key; the keys still move after a
+    at least 16 px and its chart text at least 14 px as drawn, walked with the arrow key; every step with a figure
+    has a slide that shows its verdict and a figure together; the keys still move after a
     click on the Slides button, on Next, on the switch and on Reveal. The PDF: every page a step's first page, a page
-    of its figures or the title or About page (no page of leftover words), each figure's smallest text at least 7 pt."""
+    of its figures, a detail block's first page (every number, or the words) or the title or About page (no page opens
+    mid-sentence), each figure's smallest text at least 7 pt."""
     browser_mod = pytest.importorskip("app.launch.browser")
     if not browser_mod.chromium_path():
         pytest.skip("chromium is not installed")
@@ -382,11 +394,18 @@ def test_the_slides_and_the_pdf_read_from_the_back_of_the_room(handouts, tmp_pat
             page = b.new_page(viewport={"width": 1024, "height": 768})
             page.goto(path.as_uri())
             page.click("#slides-button")
+            together = {}  # step -> whether some slide of it shows its verdict and a figure at once
+
             def look(at: str) -> None:
                 problems.extend(f"{layers} layers, {at}: {p}" for p in browser_mod.slide_problems(page))
+                step, both = page.evaluate(VERDICT_WITH_FIGURE)
+                together[step] = together.get(step, False) or both
 
             count = browser_mod.walk_slides(page, look)
             assert count >= len(STEPS) + 1
+            with_figures = {str(s.number) for s in h.steps if s.figures}
+            apart = sorted(k for k in with_figures if not together.get(k))
+            assert not apart, f"{layers} layers: no slide shows the verdict beside a figure for steps {apart}"
             # the keys after a click on each control: the position moves on at once
             for click in ("#next", "#reveal-mode", "#step-1 .reveal-button"):
                 page.keyboard.press("Home")
@@ -409,7 +428,8 @@ def test_the_slides_and_the_pdf_read_from_the_back_of_the_room(handouts, tmp_pat
         figure_pages = {p.page for p in placements} | set(table_pages)
         for i, pdf_page in enumerate(reader.pages[1:], start=1):
             top = " ".join(pdf_page.extract_text().split()[:40])
-            starts = any(top.startswith(s.title) for s in h.steps) or top.startswith("About this handout")
+            starts = (any(top.startswith(s.title) for s in h.steps) or top.startswith("About this handout")
+                      or top.startswith((ALL_NUMBERS, WORDS)))  # a step's detail block, kept whole, under its heading
             assert starts or i in figure_pages, f"{layers} layers, page {i + 1} holds only leftover words: {top!r}"
         smallest = min(placements, key=lambda p: p.smallest_text_pt)
         assert smallest.smallest_text_pt >= 7, (layers, smallest.page + 1, smallest.smallest_text_pt)

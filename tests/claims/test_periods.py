@@ -70,7 +70,8 @@ def _run(rows):
         out += [{**base, "control": True, "draw": i, "accuracy": a, "correct": round(a * 1000)}
                 for i, a in enumerate(controls)]
     table = pd.DataFrame(out)
-    return SimpleNamespace(split="test", has=lambda t: t == Table.PERIOD_ABLATION, table=lambda t: table)
+    return SimpleNamespace(split="test", task="addition", has=lambda t: t == Table.PERIOD_ABLATION,
+                           table=lambda t: table)
 
 
 def expected(rows) -> str:

@@ -214,3 +214,43 @@ def test_the_retrain_hint_names_the_seed_and_the_cpu_for_a_small_demo(tmp_path):
                                                       "number_tokens": {"n": 521}, "device": "cuda"}))
     assert retrain_commands(finetune) == [
         ("python -m core train --recipe smollm2-addition-rows-blocks-18-29 --device cuda", True)]
+
+
+@needs_shipped
+def test_a_group_shift_from_the_command_line_agrees_with_the_cached_group_table(capsys):
+    """`core shift --layer 1-2`: every MLP of both layers shifted together, over every test question, beside the
+    stream after layer 2; the same shares as the run's `group_shift` table (the same edits, the same questions)."""
+    assert main(["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "1-2", "--d", "1", "--threads", "1",
+                 "--no-progress", "--json", "--cache-dir", CACHE]) == 0
+    data = json.loads(capsys.readouterr().out)
+    figures = data["figures"]
+    assert (figures["first_layer"], figures["layer"]) == (1, 2)
+    table = read_table(CACHE, FOURIER_FROZEN, "group_shift")
+    row = table[(table["group"] == "every layer") & (table["kind"] == "mlp") & (table["d"] == 1) & ~table["control"]]
+    stream = table[(table["kind"] == "resid") & (table["d"] == 1) & ~table["control"]]
+    assert figures["residue_moved"] == pytest.approx(float(row["residue_moved"].iloc[0]), abs=1e-3)
+    assert figures["stream_residue_moved"] == pytest.approx(float(stream["residue_moved"].iloc[0]), abs=1e-3)
+    assert figures["relative"] == pytest.approx(figures["residue_moved"] / figures["stream_residue_moved"])
+    assert len(figures["control_residue_moved"]) == 3
+    # the stream takes one layer, and a range goes up: both refused before the model loads
+    assert main(["shift", FOURIER_FROZEN, "--module", "resid", "--layer", "1-2", "--cache-dir", CACHE]) == 2
+    assert "one --layer" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["shift", FOURIER_FROZEN, "--module", "mlp", "--layer", "2-1", "--cache-dir", CACHE])
+
+
+@needs_shipped
+def test_removing_only_the_paper_periods_from_the_command_line_agrees_with_the_cached_table(capsys):
+    assert main(["ablate", FOURIER_FROZEN, "--modules", "mlp", "--remove", "periods", "--threads", "1",
+                 "--no-progress", "--json", "--cache-dir", CACHE]) == 0
+    data = json.loads(capsys.readouterr().out)
+    table = read_table(CACHE, FOURIER_FROZEN, "period_ablation")
+    for reading, figures in data["figures"]["readings"].items():
+        rows = table[(table["modules"] == "mlp") & (table["slice"] == "periods") & (table["reading"] == reading)]
+        edit, controls = rows[~rows["control"]].iloc[0], rows[rows["control"]]
+        assert figures["accuracy"] == pytest.approx(float(edit["accuracy"]), abs=1e-3)
+        assert figures["rank"] == int(edit["rank"]) == 7
+        assert figures["control_accuracy"] == pytest.approx(controls["accuracy"].tolist(), abs=1e-3)
+    assert len(data["figures"]["readings"]) == 2  # W_U, and W_U through the final norm's gain
+    assert main(["ablate", FOURIER_FROZEN, "--modules", "mlp", "--remove", "periods:3", "--cache-dir", CACHE]) == 2
+    assert "not a frequency" in capsys.readouterr().err

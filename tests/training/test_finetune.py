@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from core.analysis.numbers import number_representations
 from core.errors import CoreError
+from core.files import PROJECT_ROOT
 from core.models.importer import import_gguf
 from core.models.loading import load_model
 from core.models.number_tokens import find_number_tokens
@@ -30,6 +31,7 @@ from core.training.delta import (
     DELTA_FILE,
     DELTA_FORMAT,
     add_number_tokens,
+    epochs_said,
     load_base,
     merge_lora,
     merged_model,
@@ -655,3 +657,15 @@ def test_the_delta_digest_covers_exactly_the_tensors_save_pretrained_writes(mode
         written = set(fh.keys())
     assert set(unique_state(model)) == written
 
+
+
+def test_a_rebuilt_model_s_label_says_the_epochs_its_training_ran(tmp_path):
+    label = "SmolLM2-135M fine-tuned, number tokens (real LLM, blocks 18..29 and the number rows, 7 epochs)"
+    assert epochs_said(label, tmp_path) == label  # no summary: the label as the delta has it
+    (tmp_path / "train_summary.json").write_text(json.dumps({"epochs_run": 6}))
+    assert epochs_said(label, tmp_path).endswith("the number rows, 6 of 7 epochs)")
+    (tmp_path / "train_summary.json").write_text(json.dumps({"epochs_run": 7}))
+    assert epochs_said(label, tmp_path) == label
+    shipped = PROJECT_ROOT / "models" / "smollm2-addition-rows-blocks-18-29"
+    ran = json.loads((shipped / "train_summary.json").read_text())["epochs_run"]
+    assert f"{ran} of 7 epochs" in epochs_said(label, shipped)
