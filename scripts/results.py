@@ -33,6 +33,7 @@ from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2, TABLE1_GPT2_XL, TABLE1_TA
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs
 from core.runs.origin import run_origin, seed_of_manifest, task_of_manifest
+from core.runs.period_ablation import PERIOD_DRAWS
 from core.runs.reader import RunReader, Table
 from core.tasks import task_name
 
@@ -493,7 +494,7 @@ def periods_section(cache_dir: str, runs) -> None:
     print("## Only the paper's periods removed\n")
     print("Table 1 with power at any width: only the directions W_U reads at periods 2, 2.5, 5 and 10 (or a low or "
           "high slice of as many frequencies) removed from every layer's attention or MLP output, over every question, "
-          "against 5 energy-matched random draws of the same rank (`core.runs.period_ablation`, rule in "
+          f"against {PERIOD_DRAWS} energy-matched random draws of the same rank (`core.runs.period_ablation`, rule in "
           "`core.claims.periods`).\n")
     for r in readers:
         c = claim_periods(r)

@@ -14,7 +14,7 @@ from app.figures.style import run_subtitle, wrapped_title
 from app.shared import share_figures
 from app.sidebar import short_label
 from app.state import large
-from core.claims.shift_rule import shift_summary
+from core.claims.shift_rule import group_summary, shift_summary
 from core.runs import summaries
 from core.runs.reader import RunReader, Table
 
@@ -100,16 +100,21 @@ def shift_bars(run: RunReader):
     current = bool((full["rule"] == "relative").all())
     summary = full
     silent = 0
-    if len(full) > SHIFT_BARS_MAX:
+    groups = shown_groups(run)
+    room = SHIFT_BARS_MAX - len(groups)  # the groups first, then the stream and the strongest single layers
+    if len(full) > room:
         ranked = full[full["kind"] != "resid"].sort_values("read", ascending=False)
         moved = ranked[(ranked["read"] > 0) | (ranked["read_control"] > 0)]  # a module that moved nothing: no bar
-        modules = (moved if len(moved) else ranked).head(SHIFT_BARS_MAX - 1)
-        silent = len(ranked) - len(modules) if len(moved) < SHIFT_BARS_MAX - 1 else 0
+        modules = (moved if len(moved) else ranked).head(room - 1)
+        silent = len(ranked) - len(modules) if len(moved) < room - 1 else 0
         summary = full[full.index.isin(modules.index) | (full["kind"] == "resid")]
     names = {"attn": "attention", "mlp": "MLP", "resid": "whole stream"}
     rows = []
-    for r in summary.itertuples():
-        module = f"{names[r.kind]} {r.layer}"
+    singles = [(f"{names[r.kind]} {r.layer}", r) for r in summary.itertuples()]
+    sites = ([s for s in singles if s[1].kind == "resid"]  # the positive control, then the groups, then single layers
+             + [(f"all {GROUP_KINDS[r.kind]} {r.first_layer}-{r.layer}", r) for r in groups.itertuples()]
+             + [s for s in singles if s[1].kind != "resid"])
+    for module, r in sites:
         rows.append(
             {
                 "module": module,
@@ -216,7 +221,27 @@ def shift_bars(run: RunReader):
         caption = ("Blue: last digit moved by shifting a layer's short waves (stream = 100%; black: 95% interval). "
                    "Grey: a random edit of the same size. The strongest layers"
                    + (f"; the other {silent} moved none." if silent else "."))
+    if len(groups):
+        caption = (f"'all attention' / 'all MLPs': every such output of the layers named shifted together, over all "
+                   f"{int(groups['n'].max()):,} {run.split} questions. " + caption)
     return chart, data, caption
+
+
+#: A group's module kind as its bar names it.
+GROUP_KINDS = {"attn": "attention", "mlp": "MLPs"}
+
+
+def shown_groups(run: RunReader) -> pd.DataFrame:
+    """The groups step 3's figure draws first (core.claims.shift_rule.group_summary, attention and MLPs): the layers a
+    fine-tuning trained and every layer (the last third too where nothing was trained; a group of one layer is that
+    layer's own bar); empty without the tables."""
+    groups = group_summary(run)
+    if groups is None:
+        return pd.DataFrame(columns=["kind", "first_layer", "layer", "n"])
+    groups = groups[(groups["kind"] != "resid") & (groups["first_layer"] < groups["layer"])]  # one layer: its own bar
+    if (groups["group"] == "trained").any():
+        groups = groups[groups["group"] != "last third"]
+    return groups.reset_index(drop=True)
 
 
 # Built once per process for a run version and shared by all sessions, like app.figures.logits (app/shared.py).

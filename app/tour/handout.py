@@ -285,10 +285,10 @@ def step_html(step: HandoutStep) -> str:
             large = f.large_spec if f.large_spec is not None else f.spec
             body = (f'<div class="print-size">{figure_svg(f.spec, f"s{step.number}f{i}")}</div>'
                     f'<div class="projector-size">{figure_svg(large, f"s{step.number}f{i}L")}</div>')
-        figure = (f"{beside if i == 1 else ''}<figure>{body}<figcaption>{html.escape(f.caption)}</figcaption>"
-                  "</figure>")
+        figure = f"<figure>{body}<figcaption>{html.escape(f.caption)}</figcaption></figure>"
         if f.label:  # folded away on the Tour: open in the handout, folded on a slide
             figure = f'<details class="folded" open><summary>{html.escape(f.label)}</summary>{figure}</details>'
+        figure = (beside if i == 1 else "") + figure  # outside any fold: the Slides button closes every fold
         figures.append(f'<div class="block">{figure}</div>')  # a slide that cannot hold the step shows it alone
     missing = f'<p class="missing">{html.escape(step.missing)}</p>' if step.missing else ""
     note = f'<p class="note">{inline_markdown(step.note)}</p>' if step.note else ""

@@ -167,8 +167,9 @@ class Condition:
     layer: int | None = None
 
     def __post_init__(self):
-        if isinstance(self.flt, LayerEdits) and self.layer is not None:
-            raise CoreError("a group edit names its own layers: give no layer beside it")
+        if isinstance(self.flt, LayerEdits) and (self.layer is not None or self.modules not in (ATTN, MLP, RESID)):
+            raise CoreError("a group edit names its own layers, of one kind of module: give no layer beside it, and "
+                            "modules 'attn', 'mlp' or 'resid'")
         if self.modules == RESID:
             if self.layers is None:
                 raise CoreError("an edit of the residual stream needs the layer after which it acts")

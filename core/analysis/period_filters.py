@@ -64,7 +64,11 @@ def slice_frequencies(p: int, periods=PAPER_PERIODS) -> dict[str, tuple[int, ...
         if near in ks or near in high or near < 1:
             raise CoreError(f"no free neighbour for frequency {k}: the periods {periods} leave no high slice")
         high.append(near)
-    return {"periods": tuple(ks), "low slice": tuple(range(1, len(ks) + 1)), "high slice": tuple(sorted(high))}
+    low = tuple(range(1, len(ks) + 1))
+    if set(low) & set(ks):
+        raise CoreError(f"the low slice k = {', '.join(map(str, low))} holds one of the periods' frequencies on {p} "
+                        "numbers: the number line is too short for a low slice apart from the periods")
+    return {"periods": tuple(ks), "low slice": low, "high slice": tuple(sorted(high))}
 
 
 def gain_weighted(unembedding, gain) -> np.ndarray:

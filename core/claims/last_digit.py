@@ -153,7 +153,7 @@ def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: boo
     said = (_relative_sentence if relative else _earlier_sentence)(ranked, stream, read)
     n_split = int((design or {}).get("n_split", questions))
     if groups is not None:
-        said = _group_sentence(groups, n_split, split) + " One module at a time: " + said
+        said = _group_sentence(groups, n_split, split) + " One module at a time. " + said
     measured = said + " " + lock_sentence
     reason = _causal_reason(verdict, mlp, judged_sites, stream, relative, groups is not None)
     top = ranked.iloc[0]
@@ -333,7 +333,8 @@ def _causal_reason(verdict: str, mlp: pd.DataFrame, sites: pd.DataFrame, stream:
         reason = (f"the short waves compute the last digit, as in GPT-2-XL, but through "
                   f"{site_name(mlp.iloc[0].to_dict())}, not attention")
     elif verdict == "does not":
-        best = sites.sort_values("read", ascending=False).iloc[0].to_dict()
+        counted = sites[sites["control_works"].astype(bool)] if "control_works" in sites else sites
+        best = (counted if len(counted) else sites).sort_values("read", ascending=False).iloc[0].to_dict()
         reason = (f"no {what}'s short waves decide the last digit, though the stream's do: "
                   f"the strongest, {site_name(best)}, reaches {pct(best['read'])}"
                   + (" of the stream's" if relative else "")
@@ -469,7 +470,8 @@ def group_shift_table(run) -> pd.DataFrame:
             moved: " / ".join(f"{100 * row[f'share_d{d}']:.0f}" for d in ds),
             "of the stream's (%)": (f"{100 * row['read']:.1f} ({100 * row['read_low']:.1f} to "
                                     f"{100 * row['read_high']:.1f})") if stream["read_d"] else "not read",
-            "random (%)": f"{100 * row['read_control']:.1f}" + ("" if pd.isna(sd) else f" ± {100 * sd:.1f}"),
+            "random (%)": f"{100 * row['read_control']:.1f}" + ("" if pd.isna(sd) or not stream["read_d"]
+                                                                else f" ± {100 * sd:.1f}"),
             "decides the last digit": _decides(row),
         })
     return pd.DataFrame(rows)
@@ -477,6 +479,8 @@ def group_shift_table(run) -> pd.DataFrame:
 
 def _decides(row) -> str:
     """A site's verdict by the rule, in a table cell: yes, no, or why it is not counted."""
+    if not row["read_d"]:
+        return "not read (the stream's shift has no hold)"
     if row["causal"]:
         return "yes"
     if row["not_causal"]:

@@ -10,6 +10,7 @@ import pandas as pd
 
 from core.analysis.period_filters import READINGS
 from core.analysis.phase_shift import wilson_interval
+from core.claims.accuracy import claim_accuracy
 from core.claims.base import Claim, pct
 from core.runs.reader import Table
 
@@ -63,27 +64,33 @@ def claim_periods(run) -> Claim | None:
     Rule (read on W_U as the paper reads it, over every question of the split): a removal *matters* when its accuracy
     is below its energy-matched random controls of the same rank (core.runs.period_ablation) by at least
     SPREAD_TIMES times their sd over draws and at least MIN_DROP, and its 95% Wilson interval's upper end is below
-    every draw. Verdict: not tested when attention's periods test has no power (its controls cost more than
-    POWER_COST below the unedited model); agrees when removing attention's periods (2, 2.5, 5, 10) matters and costs
-    more than removing the MLPs' periods, and removing the MLPs' low slice matters (the long waves of the answer's
-    size); does not when removing attention's periods does not matter, or costs less than removing the MLPs';
-    partly otherwise. None for a run without the table, and for a multiplication run (the paper's Table 1 is
-    addition's)."""
+    every draw; its *cost* is how far it is below its controls' mean; a removal's test has *power* when its controls
+    cost at most POWER_COST below the unedited model. Verdict: not tested when the model does not do the task (its
+    accuracy step below "partly", core.claims.accuracy) or attention's periods test has no power; does not when
+    removing attention's periods does not matter, or when removing the MLPs' periods matters (with power) and costs
+    more than removing attention's (the roles reversed); agrees when attention's periods matter and the MLPs' low
+    slice (the long waves of the answer's size) matters with power; partly otherwise. None for a run without the
+    table, and for a multiplication run (the paper's Table 1 is addition's)."""
     summary = period_summary(run)
-    if summary is None or run.task == "multiplication":  # the paper's Table 1 is addition's
+    if summary is None or run.task == "multiplication" or summary.empty:  # the paper's Table 1 is addition's
         return None
     attn, mlp = _row(summary, "attn", "periods"), _row(summary, "mlp", "periods")
     mlp_low = _row(summary, "mlp", "low slice")
     if attn is None or mlp is None:
         return None
-    attn_costlier = attn["accuracy"] < mlp["accuracy"]
     base = float(run.table(Table.PERIOD_ABLATION).query("slice == 'none'")["accuracy"].iloc[0])
-    if attn["control_mean"] < base - POWER_COST:
+
+    def powered(row) -> bool:
+        return row is not None and row["control_mean"] >= base - POWER_COST
+
+    reversed_roles = powered(mlp) and mlp["matters"] and mlp["drop"] > attn["drop"]
+    fails_task = claim_accuracy(run).verdict not in ("agrees", "partly")
+    if fails_task or not powered(attn):
         verdict = "not tested"
-    elif attn["matters"] and attn_costlier and mlp_low is not None and mlp_low["matters"]:
-        verdict = "agrees"
-    elif not attn["matters"] or not attn_costlier:
+    elif not attn["matters"] or reversed_roles:
         verdict = "does not"
+    elif powered(mlp_low) and mlp_low["matters"]:
+        verdict = "agrees"
     else:
         verdict = "partly"
     n = int(attn["n"])
@@ -96,7 +103,8 @@ def claim_periods(run) -> Claim | None:
               if r is not None]
     if gained:
         measured += " Read through the final norm's gain: " + "; ".join(_said(r) for r in gained) + "."
-    reason = _reason(verdict, attn, mlp, mlp_low)
+    reason = (f"the model does not do the task ({base_sentence(run)}): it shows nothing of how the task is done"
+              if fails_task else _reason(verdict, attn, mlp, mlp_low, powered(mlp_low)))
     headline = (f"Removing only the periods 2, 2.5, 5, 10 from attention leaves {pct(attn['accuracy'])} (random "
                 f"directions of the same size: {pct(attn['control_mean'])}); from the MLPs, {pct(mlp['accuracy'])} "
                 f"({pct(mlp['control_mean'])}).")
@@ -117,7 +125,7 @@ def _said(r) -> str:
             + (", beyond them" if r["matters"] else ""))
 
 
-def _reason(verdict: str, attn, mlp, mlp_low) -> str:
+def _reason(verdict: str, attn, mlp, mlp_low, low_powered: bool) -> str:
     if verdict == "agrees":
         return ""
     if verdict == "not tested":
@@ -126,11 +134,17 @@ def _reason(verdict: str, attn, mlp, mlp_low) -> str:
     if not attn["matters"]:
         return (f"removing attention's periods leaves {pct(attn['accuracy'])}, within what random directions that "
                 f"remove as much of its energy leave ({pct(attn['control_mean'])} ± {100 * attn['control_sd']:.1f})")
-    if attn["accuracy"] >= mlp["accuracy"]:
-        return (f"removing the MLPs' periods costs more ({pct(mlp['accuracy'])} left) than removing attention's "
-                f"({pct(attn['accuracy'])}): the roles are reversed")
+    if verdict == "does not":
+        return (f"removing the MLPs' periods costs more beyond its controls ({100 * mlp['drop']:.1f} points: "
+                f"{pct(mlp['accuracy'])} left against {pct(mlp['control_mean'])}) than removing attention's "
+                f"({100 * attn['drop']:.1f} points): the roles are reversed")
+    if mlp_low is None:
+        return "attention's periods matter, but this run has no low slice of the MLPs to test the long waves with"
+    if not low_powered:
+        return (f"attention's periods matter, but random directions of the MLPs' low slice's energy already leave "
+                f"{pct(mlp_low['control_mean'])}, so the long waves cannot be tested")
     return (f"attention's periods matter, but removing the MLPs' long waves leaves {pct(mlp_low['accuracy'])}, within "
-            f"its controls ({pct(mlp_low['control_mean'])})" if mlp_low is not None else "")
+            f"its controls ({pct(mlp_low['control_mean'])})")
 
 
 def period_table(run) -> pd.DataFrame:
@@ -139,7 +153,7 @@ def period_table(run) -> pd.DataFrame:
     share of the outputs' energy, the accuracy with its 95% interval, the energy-matched controls (mean ± sd over
     draws), and whether it goes beyond them by the rule of `claim_periods`. Empty without the table."""
     summary = period_summary(run)
-    if summary is None:
+    if summary is None or summary.empty:
         return pd.DataFrame()
     what = {"periods": "periods 2, 2.5, 5, 10", "low slice": "low slice", "high slice": "high slice"}
     return pd.DataFrame({
@@ -160,7 +174,7 @@ def period_table(run) -> pd.DataFrame:
 def period_caption(run) -> str:
     """The sentence under `period_table`."""
     summary = period_summary(run)
-    if summary is None:
+    if summary is None or summary.empty:
         return ""
     return (f"Each removal acts on every layer's output at the answer position, over all {int(summary['n'].max()):,} "
             f"{run.split} questions (95% Wilson intervals); random: directions W_U reads that remove as much of the "

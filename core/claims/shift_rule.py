@@ -25,7 +25,8 @@ CONTROL_MAX = 0.15
 STREAM_FLOOR = 0.5
 #: The period set the verdict reads: all four short periods moved together.
 CAUSAL_SET = "all"
-#: The sentence names this many modules, strongest first, and gives the largest share of the rest.
+
+
 def causal_test(run) -> bool:
     """Whether the run holds the causal test the verdict reads: the shift of all four short periods (its weights were
     here, and its number line has periods 2.5, 5 and 10)."""

@@ -19,7 +19,7 @@ from core.files import read_json_file
 from core.models.source import read_provenance
 from core.runs.ablation_grid import redraw_run_controls
 from core.runs.cache import RunWriter, check_table
-from core.runs.group_shift import GROUP_SHIFT_VERSION, write_group_tables
+from core.runs.group_shift import GROUP_SHIFT_VERSION, has_group_shift, write_group_tables
 from core.runs.number_tables import write_number_tables
 from core.runs.period_ablation import PERIOD_VERSION, has_periods, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
@@ -139,7 +139,7 @@ def upgrade_groups(writer: RunWriter, loaded, p: int, opts, examples, texts, log
     the model, over every question; nothing else is recomputed."""
     manifest = read_json_file(writer.final / "manifest.json") or {}
     tables = manifest.get("tables") or {}
-    if ("phase_shift" not in tables or left_out(manifest, ("group_shift",))
+    if ("phase_shift" not in tables or left_out(manifest, ("group_shift",)) or not has_group_shift(p)
             or ("group_shift" in tables and (manifest.get("group_shift") or {}).get("version") == GROUP_SHIFT_VERSION)):
         return False
     keep = writer.stage_published()

@@ -31,6 +31,7 @@ import torch
 
 from core.analysis.ablations import Condition, LayerEdits
 from core.analysis.evaluation import evaluate_conditions
+from core.analysis.phase import period_frequencies
 from core.analysis.phase_shift import (
     CONTROL_DRAWS,
     CONTROL_SEED,
@@ -42,6 +43,7 @@ from core.analysis.phase_shift import (
     shift_outcomes,
     wilson_interval,
 )
+from core.errors import CoreError
 from core.models.names import ATTN, MLP, RESID
 from core.runs.shift_run import CALIBRATION, CONTROLLED_SET, capped_edits, question_outcomes
 
@@ -103,6 +105,10 @@ def group_specs(p: int, groups: list[LayerGroup], shifts=SHIFTS, draws: int = CO
     each d that moves the four short periods, each group of each kind with its draws, and the stream after each
     distinct last layer with its draws (draw -1: the shift itself)."""
     periods = PERIOD_SETS[CONTROLLED_SET]
+    if not has_group_shift(p):
+        return []
+    if len({g.last for g in groups}) > 1:
+        raise CoreError("every group ends at the same layer: the reading keeps one positive-control stream a d")
     specs = []
     for d in shifts:
         if not moved_periods(periods, d) or d % residue_modulus(periods) == 0:
@@ -114,6 +120,12 @@ def group_specs(p: int, groups: list[LayerGroup], shifts=SHIFTS, draws: int = CO
                 specs.append({"group": name, "kind": kind, "first_layer": int(first), "layer": int(last),
                               "period_set": CONTROLLED_SET, "d": int(d), "control": draw >= 0, "draw": int(draw)})
     return specs
+
+
+def has_group_shift(p: int) -> bool:
+    """Whether the number line 0..p-1 has every period of the four the groups shift (2, 2.5, 5, 10) as a frequency."""
+    periods = PERIOD_SETS[CONTROLLED_SET]
+    return len(period_frequencies(p, periods)) == len(periods)
 
 
 def group_shift_tables(loaded, texts, answers, p: int, groups: list[LayerGroup], batch_size: int = 32,

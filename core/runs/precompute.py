@@ -50,7 +50,7 @@ from core.runs.ablation_grid import (
 )
 from core.runs.cache import RunWriter, ensure_cache_dir, run_lock, run_name
 from core.runs.cached_run import keep_cached_run, shift_note, training_log, write_phase_tables
-from core.runs.group_shift import group_note, run_groups, write_group_tables
+from core.runs.group_shift import group_note, has_group_shift, run_groups, write_group_tables
 from core.runs.measure import measure
 from core.runs.number_tables import NUMBERS_JSON, embedding_tables, write_number_tables
 from core.runs.period_ablation import has_periods, period_note, write_period_table
@@ -279,8 +279,8 @@ def _write_stage_tables(
             writer.write(name, frame)
     timings["phase_shift_s"] = round(time.time() - t4, 2)
     t5 = time.time()
-    if ("shift" in stages and not (writer.has("group_shift") and writer.has("group_shift_answers"))
-            and shift_specs(p, loaded.n_layers)):
+    groups_pending = not (writer.has("group_shift") and writer.has("group_shift_answers"))
+    if "shift" in stages and groups_pending and has_group_shift(p):
         write_group_tables(writer, loaded, texts, np.array([e.answer for e in examples]), p, opts, log)
     timings["group_shift_s"] = round(time.time() - t5, 2)
     return timings

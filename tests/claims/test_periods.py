@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import core.claims.periods as periods_mod
 from core.analysis.filters import projection_filter
 from core.analysis.fourier import fourier_basis
 from core.analysis.period_filters import PAPER_PERIODS, READINGS, gain_weighted, parse_periods, slice_frequencies
@@ -29,6 +30,8 @@ def test_the_slices_of_the_paper_number_line():
             parse_periods(bad)
     with pytest.raises(CoreError, match="not a frequency"):
         slice_frequencies(520)
+    with pytest.raises(CoreError, match="low slice"):  # 40 numbers: period 10 is k = 4, inside k = 1..4
+        slice_frequencies(41)
 
 
 def test_the_periods_filter_is_rank_7_and_reads_through_the_gain():
@@ -59,6 +62,12 @@ def test_the_table_of_a_tiny_model(tmp_path):
         assert np.allclose(draws["energy_share"], row.energy_share, atol=0.02)
 
 
+@pytest.fixture(autouse=True)
+def a_model_that_does_the_task(monkeypatch):
+    """The hand-made runs below do the task (their accuracy step is not what these tests read)."""
+    monkeypatch.setattr(periods_mod, "claim_accuracy", lambda run: SimpleNamespace(verdict="agrees"))
+
+
 def _run(rows):
     """A run holding only a periods table built from (modules, slice, accuracy, control accuracies)."""
     out = [{"modules": "none", "slice": "none", "reading": "", "control": False, "draw": -1, "frequencies": "",
@@ -86,16 +95,20 @@ def expected(rows) -> str:
 
     by = {(m, s): (a, c) for m, s, a, c in rows}
     attn, mlp, low = by[("attn", "periods")], by[("mlp", "periods")], by[("mlp", "low slice")]
-    if np.mean(attn[1]) < 0.99 - POWER_COST:  # the unedited model of `_run` answers 99%
+    powered = lambda row: np.mean(row[1]) >= 0.99 - POWER_COST  # noqa: E731  (the unedited model of `_run`: 99%)
+    cost = lambda row: np.mean(row[1]) - row[0]  # noqa: E731
+    if not powered(attn):
         return "not tested"
-    if beyond(*attn) and attn[0] < mlp[0] and beyond(*low):
-        return "agrees"
-    return "does not" if not beyond(*attn) or attn[0] >= mlp[0] else "partly"
+    if not beyond(*attn) or (powered(mlp) and beyond(*mlp) and cost(mlp) > cost(attn)):
+        return "does not"
+    return "agrees" if powered(low) and beyond(*low) else "partly"
 
 
 CASES = {
     "agrees": [("attn", "periods", 0.40, [0.95, 0.96, 0.94]), ("mlp", "periods", 0.90, [0.95, 0.97, 0.96]),
                ("mlp", "low slice", 0.50, [0.93, 0.95, 0.94])],
+    "MLPs within theirs": [("attn", "periods", 0.40, [0.95, 0.96, 0.94]), ("mlp", "periods", 0.30, [0.30, 0.35, 0.25]),
+                           ("mlp", "low slice", 0.50, [0.93, 0.95, 0.94])],
     "within its controls": [("attn", "periods", 0.93, [0.95, 0.90, 0.97]), ("mlp", "periods", 0.97, [0.97, 0.98, 0.96]),
                             ("mlp", "low slice", 0.50, [0.93, 0.95, 0.94])],
     "roles reversed": [("attn", "periods", 0.60, [0.95, 0.96, 0.94]), ("mlp", "periods", 0.30, [0.95, 0.97, 0.96]),
@@ -114,7 +127,8 @@ def test_the_rule_passes_and_fails_as_written(case):
     claim = claim_periods(_run(rows))
     assert claim.verdict == expected(rows)
     assert claim.verdict == {"agrees": "agrees", "within its controls": "does not", "roles reversed": "does not",
-                             "long waves not needed": "partly", "no power": "not tested"}[case]
+                             "long waves not needed": "partly", "no power": "not tested",
+                             "MLPs within theirs": "agrees"}[case]
     summary = period_summary(_run(rows))
     assert (summary["draws"] == 3).all()
     assert claim.verdict == "agrees" or claim.reason  # every verdict short of agreement says why
@@ -126,9 +140,19 @@ def test_the_shipped_default_run_is_read_by_the_rule():
 
     name = find_run("cache", "smollm2-135m-fine-tuned-number-tokens-real-llm-rows")
     run = RunReader("cache", name)
-    if not run.has(Table.PERIOD_ABLATION):
-        pytest.skip("the default run was cached before the periods-only ablation")
+    assert run.has(Table.PERIOD_ABLATION)
     summary = period_summary(run)
     assert (summary["n"] == run.manifest["task"]["n_examples"]).all()  # every question of the split
     assert (summary["draws"] == PERIOD_DRAWS).all()
-    assert claim_periods(run).verdict in ("agrees", "partly", "does not")
+    claim = claim_periods(run)
+    assert claim.verdict == "does not" and "the roles are reversed" in claim.reason  # the MLPs' periods cost most
+
+
+def test_a_model_that_does_not_do_the_task_is_not_tested_by_the_narrow_test(monkeypatch):
+    monkeypatch.undo()  # the real accuracy step
+    from core.runs.reader import RunReader
+    from core.runs.run_names import find_run
+
+    run = RunReader("cache", find_run("cache", "scratch-demo-trained-here-addition-test"))
+    claim = claim_periods(run)
+    assert claim.verdict == "not tested" and "does not do the task" in claim.reason

@@ -13,7 +13,14 @@ from core.errors import CoreError
 from core.models.random_models import save_random_model
 from core.runs.ablate import open_target
 from core.runs.cache import TABLE_COLUMNS
-from core.runs.group_shift import LayerGroup, group_shift_tables, group_specs, shift_groups, trained_from
+from core.runs.group_shift import (
+    LayerGroup,
+    group_shift_tables,
+    group_specs,
+    has_group_shift,
+    shift_groups,
+    trained_from,
+)
 
 
 def test_the_groups_of_the_default_run_and_of_a_two_layer_model():
@@ -38,6 +45,14 @@ def test_a_group_names_each_layer_once():
         LayerEdits(((1, None), (1, None)))
     with pytest.raises(CoreError, match="no layer beside it"):
         Condition(LayerEdits(((1, FunctionEdit(lambda r: r, 64)),)), "attn", 1)
+    with pytest.raises(CoreError, match="one kind of module"):  # one kind's edits are not the other kind's
+        Condition(LayerEdits(((1, FunctionEdit(lambda r: r, 64)),)), "both")
+
+
+def test_a_number_line_without_the_four_periods_has_no_group_shift():
+    groups = shift_groups(2)
+    assert group_specs(521, groups) and not group_specs(199, groups)  # 198 = 2 x 99: period 2 only
+    assert not has_group_shift(199) and has_group_shift(521)
 
 
 @pytest.fixture(scope="module")
