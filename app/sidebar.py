@@ -32,7 +32,8 @@ def sidebar(page: str = "") -> View | None:
         if not good:
             return None
         splits = sorted({r["manifest"]["task"]["split"] for r in good})
-        url_state("split", "test" if "test" in splits else splits[0], str, splits)
+        linked = next((r["manifest"]["task"]["split"] for r in good if r["name"] == st.query_params.get("run")), None)
+        url_state("split", linked or ("test" if "test" in splits else splits[0]), str, splits)  # a linked run's split
         if len(splits) > 1:  # one split: nothing to choose
             st.selectbox("Split", splits, key="split", help="Which part of the dataset the runs were computed on.")
         runs = [r for r in good if r["manifest"]["task"]["split"] == st.session_state["split"]]

@@ -140,8 +140,9 @@ def main(argv=None) -> int:
 
 
 def find_runs(cache_dir: str) -> tuple[dict, list]:
-    """The runs of WANTED the cache holds (the first shipped model of each kind), and every run by display order."""
-    readers = [run_of(cache_dir, r.name) for r in sorted((r for r in list_runs(cache_dir, deep=True) if r.ok),
+    """The test split's runs of WANTED (the first shipped model of each kind), and every test run by display order."""
+    readers = [run_of(cache_dir, r.name) for r in sorted((r for r in list_runs(cache_dir, deep=True)  # test split
+                                                          if r.ok and r.manifest["task"].get("split") == "test"),
                key=lambda r: (r.manifest.get("display_order", 100), r.label))]
     return {key: match[0] for key, (kind, task, tied) in WANTED.items()
             if (match := [r for r in readers if seed_of_manifest(r.manifest) is None and r.task == task

@@ -81,8 +81,11 @@ def main(argv=None) -> int:
 def document(cache_dir: str, tau: int) -> int:
     """Print the document's body (markdown); 1 when there is no run to print."""
 
-    every = [r for r in list_runs(cache_dir, deep=True) if r.ok]
-    every.sort(key=lambda r: (r.manifest.get("display_order", 100), r.label))
+    listed = [r for r in list_runs(cache_dir, deep=True) if r.ok]
+    listed.sort(key=lambda r: (r.manifest.get("display_order", 100), r.label))
+    # the runs of the test split, every table of them; a run of another split (the default's validation run) is set
+    # beside its test twin at the end
+    every = [r for r in listed if (r.manifest.get("task") or {}).get("split", "test") == "test"]
     if not every:
         print("no runs")
         return 1
@@ -148,6 +151,7 @@ def document(cache_dir: str, tau: int) -> int:
     periods_section(cache_dir, every)
     claims_table(cache_dir, every)
     seeds_section(cache_dir, every)
+    other_split_section(cache_dir, [r for r in listed if r not in every], every)
     print()
     for r in runs:
         if run_of(cache_dir, r.name).has(Table.TRAINING_LOG) and seed_of_manifest(r.manifest) is None:
@@ -471,31 +475,33 @@ def markdown_table(frame) -> None:
     print()
 
 
-def groups_section(cache_dir: str, runs) -> None:
+def groups_section(cache_dir: str, runs, heading: bool = True) -> None:
     """Step 3's groups: every attention (or MLP) output of a group of layers shifted together, every question."""
     readers = [r for r in (run_of(cache_dir, r.name) for r in runs) if r.has(Table.GROUP_SHIFT)]
     if not readers:
         return
-    print("## Groups of modules shifted together\n")
-    print("The paper's claim is about attention as a whole. Every attention output, and separately every MLP output, "
-          "of a group of layers shifted in one pass, each by its own capped edit, over every question; read against "
-          "the stream after the group's last layer by the same rule as one module (`core.runs.group_shift`, "
-          "`core.claims.last_digit.group_shift_table`).\n")
+    if heading:
+        print("## Groups of modules shifted together\n")
+        print("The paper's claim is about attention as a whole. Every attention output, and separately every MLP "
+              "output, of a group of layers shifted in one pass, each by its own capped edit, over every question; "
+              "read against the stream after the group's last layer by the same rule as one module "
+              "(`core.runs.group_shift`, `core.claims.last_digit.group_shift_table`).\n")
     for r in readers:
         print(f"**{r.label}** ({r.split} split)\n")
         markdown_table(group_shift_table(r))
 
 
-def periods_section(cache_dir: str, runs) -> None:
+def periods_section(cache_dir: str, runs, heading: bool = True) -> None:
     """Step 6's narrow test: only the paper's periods removed, against energy-matched random controls."""
     readers = [r for r in (run_of(cache_dir, r.name) for r in runs) if r.has(Table.PERIOD_ABLATION)]
     if not readers:
         return
-    print("## Only the paper's periods removed\n")
-    print("Table 1 with power at any width: only the directions W_U reads at periods 2, 2.5, 5 and 10 (or a low or "
-          "high slice of as many frequencies) removed from every layer's attention or MLP output, over every question, "
-          f"against {PERIOD_DRAWS} energy-matched random draws of the same rank (`core.runs.period_ablation`, rule in "
-          "`core.claims.periods`).\n")
+    if heading:
+        print("## Only the paper's periods removed\n")
+        print("Table 1 with power at any width: only the directions W_U reads at periods 2, 2.5, 5 and 10 (or a low "
+              "or high slice of as many frequencies) removed from every layer's attention or MLP output, over every "
+              f"question, against {PERIOD_DRAWS} energy-matched random draws of the same rank "
+              "(`core.runs.period_ablation`, rule in `core.claims.periods`).\n")
     for r in readers:
         c = claim_periods(r)
         if c is None:  # a multiplication run: the paper's Table 1 is addition's, so no verdict
@@ -504,6 +510,30 @@ def periods_section(cache_dir: str, runs) -> None:
             why = f" *Why: {c.reason}.*" if c.reason else ""
             print(f"**{r.label}** ({r.split} split): **{c.verdict}**. {c.headline}{why}\n")
         markdown_table(period_table(r))
+
+
+def other_split_section(cache_dir: str, others, test_runs) -> None:
+    """A run of another split beside its test twin (the same model): every verdict both hold, then its groups and
+    its narrow test."""
+    if not others:
+        return
+    print("## The same model on another split\n")
+    print("A run of the validation split, of a model that also has a test run: the verdicts side by side, then the "
+          "validation run's groups and narrow test (its tables are every question of that split).\n")
+    for other in (run_of(cache_dir, r.name) for r in others):
+        twin = next((run_of(cache_dir, r.name) for r in test_runs
+                     if r.manifest.get("identity", {}).get("fingerprint")
+                     == other.manifest.get("identity", {}).get("fingerprint")), None)
+        if twin is None:
+            continue
+        mine, theirs = claims(other), claims(twin)
+        print(f"**{other.label}**: {other.split} against test\n")
+        print(f"| step | {other.split} | test |\n| --- | --- | --- |")
+        for step in mine:
+            print(f"| {step.replace('_', ' ')} | {mine[step].verdict} | {theirs[step].verdict} |")
+        print()
+        groups_section(cache_dir, [other], heading=False)
+        periods_section(cache_dir, [other], heading=False)
 
 
 def seeds_section(cache_dir: str, runs) -> None:

@@ -505,7 +505,7 @@ def table1_bars(run: RunReader, tau: int):
         )
         chart = alt.layer(chart, spread)
         caption += " Dark ticks: the control's spread (± one sd over its random draws)."
-    return styled(chart, f"Accuracy with one band removed (Table 1) — {run.label}", height=360), data, caption
+    return styled(chart, f"Accuracy with one band removed (Table 1) — {run.label}", height=345), data, caption
 
 
 # Every figure above is built once per process for a run version and its choices, and shared by all

@@ -14,6 +14,7 @@ from app.figures.style import run_subtitle, wrapped_title
 from app.shared import share_figures
 from app.sidebar import short_label
 from app.state import large
+from core.claims.last_digit import headline_groups
 from core.claims.shift_rule import group_summary, shift_summary
 from core.runs import summaries
 from core.runs.reader import RunReader, Table
@@ -88,6 +89,8 @@ def locking_heatmap(run: RunReader):
 #: The causal figure shows at most this many modules (a deep model: the strongest attention and MLP layers and the
 #: whole stream), two bars each, so it fits a projector's screen.
 SHIFT_BARS_MAX = 9
+#: ... and beside the groups (the stream, one group of each kind, the strongest single layers)
+SHIFT_BARS_WITH_GROUPS = 5
 
 
 def shift_bars(run: RunReader):
@@ -101,7 +104,8 @@ def shift_bars(run: RunReader):
     summary = full
     silent = 0
     groups = shown_groups(run)
-    room = SHIFT_BARS_MAX - len(groups)  # the groups first, then the stream and the strongest single layers
+    # the stream, the groups, then the strongest single layers: fewer bars beside groups, to keep a Tour step one screen
+    room = SHIFT_BARS_WITH_GROUPS - len(groups) if len(groups) else SHIFT_BARS_MAX
     if len(full) > room:
         ranked = full[full["kind"] != "resid"].sort_values("read", ascending=False)
         moved = ranked[(ranked["read"] > 0) | (ranked["read_control"] > 0)]  # a module that moved nothing: no bar
@@ -112,7 +116,7 @@ def shift_bars(run: RunReader):
     rows = []
     singles = [(f"{names[r.kind]} {r.layer}", r) for r in summary.itertuples()]
     sites = ([s for s in singles if s[1].kind == "resid"]  # the positive control, then the groups, then single layers
-             + [(f"all {GROUP_KINDS[r.kind]} {r.first_layer}-{r.layer}", r) for r in groups.itertuples()]
+             + [(f"{names[r.kind]} {r.first_layer}-{r.layer}", r) for r in groups.itertuples()]  # a range: all at once
              + [s for s in singles if s[1].kind != "resid"])
     for module, r in sites:
         rows.append(
@@ -186,11 +190,13 @@ def shift_bars(run: RunReader):
             # two bars a module, readable at 16 px, and room for the title, axis and legend, which a page's stretched
             # chart counts in its height (two modules drawn in 128 px left them no room at all); on a projector a
             # little closer, so that the Tour step fits one screen
-            height=min(420, max(258, 40 * len(order) + 105) if big else 64 * len(order) + 130),
+            height=min(420, max(258, 40 * len(order) + 98) if big else 64 * len(order) + 130),
             width=260 if big else 320,
             title=alt.TitleParams(
                 wrapped_title("Does the answer follow a shifted wave?", 18 if big else 14),
-                subtitle=textwrap.wrap(run_subtitle(short_label(run.label)) + sample_note, 46),
+                # on a projector the rows need the room: the step names the run, the caption the sample
+                subtitle=alt.Undefined if big and len(order) > 2 else textwrap.wrap(
+                    run_subtitle(short_label(run.label)) + sample_note, 46),
                 fontSize=18 if big else 14,
                 subtitleFontSize=14 if big else 12,
                 anchor="start",
@@ -221,27 +227,21 @@ def shift_bars(run: RunReader):
         caption = ("Blue: last digit moved by shifting a layer's short waves (stream = 100%; black: 95% interval). "
                    "Grey: a random edit of the same size. The strongest layers"
                    + (f"; the other {silent} moved none." if silent else "."))
-    if len(groups):
-        caption = (f"'all attention' / 'all MLPs': every such output of the layers named shifted together, over all "
-                   f"{int(groups['n'].max()):,} {run.split} questions. " + caption)
+    if len(groups):  # the groups first, over every question
+        first = groups.iloc[0]
+        caption = (f"Blue: last digit moved by shifting short waves (stream = 100%; black: 95% interval); "
+                   f"{int(first['first_layer'])}-{int(first['layer'])}: those layers all at once, on all "
+                   f"{int(groups['n'].max()):,} questions. Grey: same-size random edits.")
     return chart, data, caption
 
 
-#: A group's module kind as its bar names it.
-GROUP_KINDS = {"attn": "attention", "mlp": "MLPs"}
-
-
 def shown_groups(run: RunReader) -> pd.DataFrame:
-    """The groups step 3's figure draws first (core.claims.shift_rule.group_summary, attention and MLPs): the layers a
-    fine-tuning trained and every layer (the last third too where nothing was trained; a group of one layer is that
-    layer's own bar); empty without the tables."""
+    """The groups step 3's figure draws, those its headline quotes (core.claims.last_digit.headline_groups); empty
+    without the group tables."""
     groups = group_summary(run)
     if groups is None:
         return pd.DataFrame(columns=["kind", "first_layer", "layer", "n"])
-    groups = groups[(groups["kind"] != "resid") & (groups["first_layer"] < groups["layer"])]  # one layer: its own bar
-    if (groups["group"] == "trained").any():
-        groups = groups[groups["group"] != "last third"]
-    return groups.reset_index(drop=True)
+    return headline_groups(groups)
 
 
 # Built once per process for a run version and shared by all sessions, like app.figures.logits (app/shared.py).

@@ -16,7 +16,6 @@ import pandas as pd
 from app.figures import logits, numbers, operations, training
 from app.figures.phase import locking_heatmap, shift_bars
 from core.claims.base import VERDICT_LABELS, Claim, pct
-from core.claims.last_digit import group_shift_caption, group_shift_table
 from core.claims.operations import claim_operations, operation_runs, short_name
 from core.claims.periods import claim_periods, period_caption, period_table
 from core.claims.registry import TASK_STEPS, best_run, may_stand_in
@@ -221,13 +220,8 @@ def logit_lens_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
 def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
     if causal_test(run):  # the causal test first, the correlation beside it
         shifted, locked = table_questions(run, run.table(Table.PHASE_SHIFT)), phase_questions(run)
-        groups = group_shift_table(run)
-        grouped = [] if groups.empty else [Panel(
-            None, groups, group_shift_caption(run), "tour-groups", questions(run, len(run.table(Table.EXAMPLES))),
-            folded="Groups of modules shifted together")]
         return [
             _panel(shift_bars(run), "tour-shift", shifted),
-            *grouped,
             _panel(locking_heatmap(run), "tour-locking", locked, "Phase locking: which waves follow the answer"),
         ]
     if run.has(Table.PHASE_LOCKING):

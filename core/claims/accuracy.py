@@ -112,7 +112,8 @@ def claim_accuracy(run) -> Claim:
     own split (test, over every question, scored once) when validation chose the weights (`chosen_on_validation`:
     the epoch picked on it, or a stop rule that read it), since the best of many epochs on validation is biased up.
     A model not trained here (no training log) was not selected on any split of ours, so its own split's accuracy
-    is used. The sentence says which split the verdict reads and why.
+    is used. The sentence says which split the verdict reads and why. A run of the validation split of a model that
+    validation chose is not tested (no held-out figure there).
     Verdict, by the task's levels (ACCURACY_LEVELS): addition agrees at >= 99%, partly at >= 90%; multiplication
     agrees at >= 70%, partly at >= 50%; else does not. A run that does not beat the commonest answer's share on the
     judged split (what a model that always says that number scores: multiplication's 0 answers 15.5% of the
@@ -133,6 +134,9 @@ def claim_accuracy(run) -> Claim:
     verdict = "agrees" if score >= agree and beats else "partly" if score >= partly and beats else "does not"
     origin = run_origin(run.manifest)
     reason = ""
+    if chosen and split == "val":  # a run of the very split that chose the model: no held-out figure here
+        verdict = "not tested"
+        reason = f"{chosen}, so this run's validation score is not a held-out figure: the test split's run is"
     if verdict != "agrees" and origin["kind"] == "scratch":
         epochs = (origin["recipe"] or {}).get("epochs")
         reason = "trained from scratch without Fourier features" + (f", {epochs} epochs on a CPU" if epochs else "") + (
@@ -151,12 +155,14 @@ def claim_accuracy(run) -> Claim:
     ):
         reason = "the sinusoids are on the input side only; the output rows were learned from scratch"
     level = "validation" if reads_val else split
-    if not reason and verdict == "partly":  # the rule's own reason: where the score sits between its levels
+    if verdict == "not tested":
+        pass
+    elif not reason and verdict == "partly":  # the rule's own reason: where the score sits between its levels
         reason = (f"{pct(score)} on {level} is above the {agree_pct(partly)} that 'partly' needs but below the "
                   f"{agree_pct(agree)} that 'agrees' needs")
     elif not reason and verdict == "does not" and beats:
         reason = f"{pct(score)} on {level} is below the {agree_pct(partly)} that 'partly' needs"
-    if not beats:
+    if not beats and verdict != "not tested":
         reason = (f"{reason}; " if reason else "") + (
             f"always answering {common} would score {pct(common_share)}, as much as this run"
         )
@@ -166,7 +172,9 @@ def claim_accuracy(run) -> Claim:
     said = f"{int(r['prediction'])}" + (
         " (right)" if bool(r["correct"]) else f" (wrong; the answer is {int(r['answer'])})"
     )
-    if chosen:
+    if chosen and split == "val":
+        judged_text = f"On the validation split it answers {pct(val)} right ({where}), but {chosen}; "
+    elif chosen:
         judged_text = (f"On the validation split it answers {pct(val)} right ({where}), but {chosen}, so the verdict "
                        f"reads the {split} split, which did not choose it: ")
     elif val is not None:

@@ -243,14 +243,20 @@ def groups_answer(run) -> str:
     return "no group of modules decides the last digit with its short waves, though the whole stream's do"
 
 
+def headline_groups(groups: pd.DataFrame) -> pd.DataFrame:
+    """The group of each kind step 3's headline quotes and its figure draws: the layers a fine-tuning trained where
+    there are some, else every layer (several layers: a group of one layer is that layer's own bar)."""
+    sites = groups[(groups["kind"] != "resid") & (groups["first_layer"] < groups["layer"])]
+    chosen = "trained" if (sites["group"] == "trained").any() else "every layer"
+    return sites[sites["group"] == chosen].reset_index(drop=True)
+
+
 def _group_headline(groups: pd.DataFrame, n_split: int, split: str) -> str:
-    """The strongest group of each kind, as a share of the stream's shift, with its random edits."""
-    sites = groups[groups["kind"] != "resid"]
-    best = [sites[sites["kind"] == kind].sort_values("read", ascending=False).iloc[0]
-            for kind in ("attn", "mlp") if (sites["kind"] == kind).any()]
-    said = "; ".join(f"{group_name(r)}, {pct(r['read'])} (random edits {pct(r['read_control'])})" for r in best)
-    return (f"Shifting the short waves of a group of modules together moves the last digit, as a share of what "
-            f"shifting the whole stream moves, over all {n_split:,} {split} questions: {said}.")
+    """The headline groups (MLPs first), each as a share of the stream's shift, with their random edits."""
+    rows = headline_groups(groups).sort_values("kind", ascending=False).to_dict("records")
+    said = "; ".join(f"{group_name(r)}, {pct(r['read'])} (random edits {pct(r['read_control'])})" for r in rows)
+    return (f"Shifted together, over all {n_split:,} {split} questions, short waves move the last digit this often, "
+            f"as a share of the whole stream's: {said}.")
 
 
 def _by_d(row, prefix: str, ds) -> str:
@@ -329,9 +335,11 @@ def _causal_reason(verdict: str, mlp: pd.DataFrame, sites: pd.DataFrame, stream:
     what = "group or single layer" if with_groups else "single attention or MLP layer"
     if verdict == "agrees":
         reason = ""
-    elif verdict == "partly":
-        reason = (f"the short waves compute the last digit, as in GPT-2-XL, but through "
-                  f"{site_name(mlp.iloc[0].to_dict())}, not attention")
+    elif verdict == "partly":  # the MLP site named: a headline group where one computes it, else the strongest
+        grouped = mlp[mlp["group"].isin(["trained", "every layer"])] if "group" in mlp else mlp.iloc[:0]
+        named = (grouped if len(grouped) else mlp).iloc[0].to_dict()
+        reason = (f"the short waves compute the last digit, as in GPT-2-XL, but through {site_name(named)}, not "
+                  "attention")
     elif verdict == "does not":
         counted = sites[sites["control_works"].astype(bool)] if "control_works" in sites else sites
         best = (counted if len(counted) else sites).sort_values("read", ascending=False).iloc[0].to_dict()
@@ -344,9 +352,13 @@ def _causal_reason(verdict: str, mlp: pd.DataFrame, sites: pd.DataFrame, stream:
                   "questions at every d, so the edit has no hold on this model")
     else:
         reason = "shifting the whole residual stream does not move the answers, so the edit has no hold on this model"
-    if relative:
+    if relative:  # a site not counted for its controls, where counting it would have changed the verdict
         broken = sites[(sites["read_low"] >= CAUSAL_SHARE) & ~sites["control_works"].astype(bool)
                        & (sites["draws"] > 0)]
+        if verdict == "agrees":  # counting it could not change an agreement
+            broken = broken.iloc[:0]
+        elif verdict == "partly":  # only an attention site counted would have changed it
+            broken = broken[broken["kind"] == "attn"]
         for r in broken.head(2).to_dict("records"):
             reason += ("; " if reason else "") + (
                 f"{site_name(r)}'s random edits leave {pct(r['control_stayed'])} of answers in place against "
@@ -498,11 +510,10 @@ def group_shift_caption(run) -> str:
     if groups is None:
         return ""
     n = int(groups["n"].max())
-    return (f"Every attention (or MLP) output of the layers named, shifted together, each by its own edit capped at "
-            f"its output; over {n:,} {run.split} questions, 95% intervals over resampled questions; random edits of "
-            f"the same size, mean ± sd over {int(groups['draws'].max())} draws. Yes: the interval's low end is at "
-            f"least {pct(CAUSAL_SHARE)} of the stream's and random edits reach at most {pct(CONTROL_MAX)}; no: its "
-            f"high end is below {pct(CAUSAL_SHARE)}.")
+    return (f"Every attention (or MLP) output of those layers shifted together, over {n:,} {run.split} questions "
+            f"(95% intervals); random edits of the same size, mean ± sd of {int(groups['draws'].max())}. Yes: at least "
+            f"{pct(CAUSAL_SHARE)} of the stream's (interval's low end), random edits at most {pct(CONTROL_MAX)}; no: "
+            f"the interval's high end under {pct(CAUSAL_SHARE)}.")
 
 
 def module_lock_table(run, top: int = TABLE_MODULES) -> pd.DataFrame:

@@ -58,8 +58,8 @@ def run_claims(run) -> dict[str, Claim]:
             manifest = getattr(run, "manifest", None) or {}
             missing = manifest.get("not_applicable") or {}
             why = next(iter(missing.values()), None) if missing else None
-            left = next((f"its {t} table was {reason}" for t, reason in (manifest.get("not_computed") or {}).items()
-                         if f"'{t}'" in str(exc)), None)
+            left = next((f"its {t.replace('_', ' ')} table was {reason}"
+                         for t, reason in (manifest.get("not_computed") or {}).items() if f"'{t}'" in str(exc)), None)
             measured = (
                 f"Does not apply to this model: {why}." if why else
                 f"Not measured on this run: {left}." if left else f"This run's tables cannot answer it ({exc})."
@@ -69,6 +69,8 @@ def run_claims(run) -> dict[str, Claim]:
                 paper_short(name, task),
                 measured,
                 "does not apply" if why else "not tested",
+                "" if why else ("a stage was left out when this run was made" if left
+                                else "this run's tables cannot answer it"),
                 numbers={"not_applicable": bool(why)},
                 headline="Does not apply to this model." if why else
                 "Not measured on this run (a stage was left out)." if left else "This run's tables cannot answer it.",

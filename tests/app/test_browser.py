@@ -116,7 +116,8 @@ def projector_walk() -> tuple[str, ...]:
     runs = [r for r in list_runs(PROJECT_ROOT / "cache") if r.ok]
     if not runs:
         pytest.skip("no shipped runs")
-    default = min(runs, key=lambda r: (r.manifest.get("display_order", 100), r.manifest.get("label", "")))
+    tests = [r for r in runs if r.manifest["task"].get("split") == "test"] or runs  # the split the dashboard opens on
+    default = min(tests, key=lambda r: (r.manifest.get("display_order", 100), r.manifest.get("label", "")))
     small = next((r for r in runs if r.manifest.get("n_layers") == 2 and "phase_locking" in r.manifest["tables"]), None)
     problems, seen = [], []
 

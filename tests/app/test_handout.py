@@ -39,7 +39,7 @@ RUNS, _ = listed_runs(CACHE) if CACHE.is_dir() else ([], [])
 TWO_LAYER = "fourier-frozen-tied"
 #: "From 16 of the 3,419 test questions (...)"; "From 521 numbers"; "From 11 training runs"; "From 3 runs (...)"
 EVIDENCE = re.compile(
-    r"From ([\d,]+)(?: of the ([\d,]+))? (?:(?!training )(\w+) )?(questions?|numbers|training runs|runs)\b"
+    r"From ([\d,]+)(?: of the ([\d,]+))? (?:(?!training )(\w+) )?(questions?|numbers|training runs|runs?)\b"
 )
 #: a count of questions anywhere in a step's words: "16 examples", "all 3419 test examples", "3,419 questions"
 #: (not the split's size after "of the": "16 of the 3,419 test questions")

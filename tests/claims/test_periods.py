@@ -138,7 +138,7 @@ def test_the_shipped_default_run_is_read_by_the_rule():
     from core.runs.reader import RunReader
     from core.runs.run_names import find_run
 
-    name = find_run("cache", "smollm2-135m-fine-tuned-number-tokens-real-llm-rows")
+    name = find_run("cache", "smollm2-135m-fine-tuned-number-tokens-real-llm-rows-blocks-1-882bc8ee3b")
     run = RunReader("cache", name)
     assert run.has(Table.PERIOD_ABLATION)
     summary = period_summary(run)

@@ -112,12 +112,11 @@ def test_the_group_tables_of_a_tiny_model_are_read_from_their_own_outcomes(tiny)
 
 def test_the_default_run_holds_its_groups_over_every_test_question_and_step_3_says_them():
     from core.claims.base import pct
-    from core.claims.last_digit import claim_module_waves, group_name
+    from core.claims.last_digit import claim_module_waves, group_name, headline_groups
     from core.claims.shift_rule import group_summary
     from core.runs.reader import RunReader, Table
-    from core.runs.run_names import find_run
 
-    run = RunReader("cache", find_run("cache", "smollm2-135m-fine-tuned-number-tokens-real-llm-rows"))
+    run = RunReader("cache", "smollm2-135m-fine-tuned-number-tokens-real-llm-rows-blocks-1-882bc8ee3b")
     table, answers = run.table(Table.GROUP_SHIFT), run.table(Table.GROUP_SHIFT_ANSWERS)
     assert {(g, f, last) for g, f, last in zip(table["group"], table["first_layer"], table["layer"])} == {
         ("trained", 19, 30), ("last third", 21, 30), ("every layer", 1, 30), ("stream", 30, 30)}
@@ -126,6 +125,7 @@ def test_the_default_run_holds_its_groups_over_every_test_question_and_step_3_sa
     assert (counted.to_numpy() == table["n"].to_numpy()).all() and table["n"].max() == n_split
     summary = group_summary(run)
     claim = claim_module_waves(run)
-    for kind in ("attn", "mlp"):  # the headline quotes the strongest group of each kind, from the table
-        best = summary[summary["kind"] == kind].sort_values("read", ascending=False).iloc[0]
-        assert f"{group_name(best)}, {pct(best['read'])}" in claim.headline
+    quoted = headline_groups(summary)  # the trained layers, as the figure draws them
+    assert set(quoted["kind"]) == {"attn", "mlp"} and set(quoted["first_layer"]) == {19}
+    for row in quoted.to_dict("records"):  # the headline quotes each from the table
+        assert f"{group_name(row)}, {pct(row['read'])}" in claim.headline

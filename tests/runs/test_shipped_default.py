@@ -15,7 +15,8 @@ from core.runs.cache import list_runs
 from core.training.delta import read_delta
 
 CACHE = PROJECT_ROOT / "cache"
-RUNS = sorted((r for r in list_runs(CACHE, deep=False) if r.ok), key=lambda r: r.manifest.get("display_order", 100))
+RUNS = sorted((r for r in list_runs(CACHE, deep=False) if r.ok and r.manifest["task"].get("split") == "test"),
+              key=lambda r: r.manifest.get("display_order", 100))  # the test split's: the one the dashboard opens on
 MAX_DELTA_BYTES = 50_000_000  # one shipped delta
 MAX_SHIPPED_BYTES = 200_000_000  # shipped weights and caches together
 
