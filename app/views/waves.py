@@ -54,7 +54,8 @@ if run.has(Table.PHASE_LOCKING):
     groups = group_shift_table(run)
     if len(groups):
         st.markdown("**Groups of modules shifted together** (the paper's claim is about attention as a whole):")
-        st.dataframe(groups, hide_index=True)
+        st.dataframe(groups, hide_index=True,
+                     column_config={"shifted together": st.column_config.TextColumn(pinned=True)})
         st.caption(group_shift_caption(run))
     shifted = module_shift_table(run)
     if len(shifted):

@@ -486,7 +486,10 @@ def group_shift_table(run) -> pd.DataFrame:
                                                                 else f" ± {100 * sd:.1f}"),
             "decides the last digit": _decides(row),
         })
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)  # the verdict beside the name: a narrow screen scrolls the figures, not the answer
+    return frame[["shifted together", "decides the last digit", *[c for c in frame.columns
+                                                                 if c not in ("shifted together",
+                                                                              "decides the last digit")]]]
 
 
 def _decides(row) -> str:

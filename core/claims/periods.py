@@ -156,18 +156,18 @@ def period_table(run) -> pd.DataFrame:
     if summary is None or summary.empty:
         return pd.DataFrame()
     what = {"periods": "periods 2, 2.5, 5, 10", "low slice": "low slice", "high slice": "high slice"}
-    return pd.DataFrame({
-        "removed from": [_KIND[m] for m in summary["modules"]],
+    return pd.DataFrame({  # what and where first, then the answer, then how the removal was built
         "what": [what[s] + (" (through the norm's gain)" if r == READINGS[1] else "")
                  for s, r in zip(summary["slice"], summary["reading"])],
-        "k": summary["frequencies"],
-        "rank": summary["rank"].astype(int),
-        "energy %": [f"{100 * e:.1f}" for e in summary["energy_share"]],
+        "removed from": [_KIND[m] for m in summary["modules"]],
         "accuracy %": [f"{100 * a:.1f} ({100 * lo:.1f}-{100 * hi:.1f})"
                        for a, lo, hi in zip(summary["accuracy"], summary["low"], summary["high"])],
         "random, same energy %": [f"{100 * m:.1f} ± {100 * s:.1f}"
                                   for m, s in zip(summary["control_mean"], summary["control_sd"])],
         "beyond random": ["yes" if m else "no" for m in summary["matters"]],
+        "k": summary["frequencies"],
+        "rank": summary["rank"].astype(int),
+        "energy %": [f"{100 * e:.1f}" for e in summary["energy_share"]],
     })
 
 
