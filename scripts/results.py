@@ -475,9 +475,14 @@ def markdown_table(frame) -> None:
     print()
 
 
+def runs_with(cache_dir: str, runs, table: Table) -> list:
+    """The readers of those `runs` that hold `table`."""
+    return [r for r in (run_of(cache_dir, r.name) for r in runs) if r.has(table)]
+
+
 def groups_section(cache_dir: str, runs, heading: bool = True) -> None:
     """Step 3's groups: every attention (or MLP) output of a group of layers shifted together, every question."""
-    readers = [r for r in (run_of(cache_dir, r.name) for r in runs) if r.has(Table.GROUP_SHIFT)]
+    readers = runs_with(cache_dir, runs, Table.GROUP_SHIFT)
     if not readers:
         return
     if heading:
@@ -493,7 +498,7 @@ def groups_section(cache_dir: str, runs, heading: bool = True) -> None:
 
 def periods_section(cache_dir: str, runs, heading: bool = True) -> None:
     """Step 6's narrow test: only the paper's periods removed, against energy-matched random controls."""
-    readers = [r for r in (run_of(cache_dir, r.name) for r in runs) if r.has(Table.PERIOD_ABLATION)]
+    readers = runs_with(cache_dir, runs, Table.PERIOD_ABLATION)
     if not readers:
         return
     if heading:

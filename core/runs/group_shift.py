@@ -40,12 +40,17 @@ from core.analysis.phase_shift import (
     moved_periods,
     random_direction,
     residue_modulus,
-    shift_outcomes,
-    wilson_interval,
 )
 from core.errors import CoreError
 from core.models.names import ATTN, MLP, RESID
-from core.runs.shift_run import CALIBRATION, CONTROLLED_SET, capped_edits, question_outcomes
+from core.runs.shift_run import (
+    CALIBRATION,
+    CONTROLLED_SET,
+    answers_table,
+    capped_edits,
+    outcome_row,
+    question_outcomes,
+)
 
 #: Version of the stage's measurement (the manifest's `group_shift.version`).
 GROUP_SHIFT_VERSION = 1
@@ -155,23 +160,13 @@ def group_shift_tables(loaded, texts, answers, p: int, groups: list[LayerGroup],
     positions = np.arange(len(texts))
     rows, per_question = [], []
     for i, (s, ev) in enumerate(zip(specs, evaluated[1:])):
-        periods = PERIOD_SETS[s["period_set"]]
-        modulus = residue_modulus(periods)
-        out = shift_outcomes(before, ev.predictions, s["d"], p, modulus)
-        low, high = wilson_interval(out["moved"], out["n"])
-        used = [edits[(s["kind"], layer, s["period_set"], s["d"])] for layer in range(s["first_layer"],
-                                                                                       s["layer"] + 1)]
-        rows.append({**s, "periods": ", ".join(f"{t:g}" for t in periods), **out, "moved_low": low,
-                     "moved_high": high, "accuracy": ev.accuracy,
-                     "misfit": max(e.misfit for e in used), "edit_size": max(e.edit_size for e in used),
-                     "kept": min(e.kept for e in used), "full_rank": max(e.full_rank for e in used)})
+        layers = range(s["first_layer"], s["layer"] + 1)
+        rows.append(outcome_row(s, before, ev, p, [edits[(s["kind"], lyr, s["period_set"], s["d"])] for lyr in layers]))
+        modulus = residue_modulus(PERIOD_SETS[s["period_set"]])
         per_question.append(question_outcomes(before, ev.predictions, s["d"], p, modulus, positions)
                             .assign(condition=np.int32(i)))
     table = pd.DataFrame(rows).astype({"layer": np.int64, "first_layer": np.int64})
-    answers_table = pd.concat(per_question, ignore_index=True)[["condition", "example", "residue_moved", "stayed"]]
-    answers_table = answers_table.astype({"condition": np.int32, "example": np.int32, "residue_moved": bool,
-                                          "stayed": bool})
-    return {"group_shift": table, "group_shift_answers": answers_table}
+    return {"group_shift": table, "group_shift_answers": answers_table(per_question)}
 
 
 def group_note(groups: list[LayerGroup]) -> dict:

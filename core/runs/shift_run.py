@@ -157,27 +157,25 @@ def _shift_rows(loaded, edits: dict, texts, answers, p: int, specs, opts, log, p
         evaluations[i] = ev
     rows = []
     for s, ev in zip(specs, evaluations):
-        periods = PERIOD_SETS[s["period_set"]]
-        modulus = residue_modulus(periods)
-        out = shift_outcomes(before, ev.predictions, s["d"], p, modulus)
-        low, high = wilson_interval(out["moved"], out["n"])
-        edit = edits[(s["kind"], s["layer"], s["period_set"], s["d"])]
-        row = {
-            **s,
-            "periods": ", ".join(f"{t:g}" for t in periods),
-            **out,
-            "moved_low": low,
-            "moved_high": high,
-            "accuracy": ev.accuracy,
-            "misfit": edit.misfit,
-            "edit_size": edit.edit_size,
-            "kept": edit.kept,
-            "full_rank": edit.full_rank,
-        }
+        row = outcome_row(s, before, ev, p, [edits[(s["kind"], s["layer"], s["period_set"], s["d"])]])
         if s["period_set"] == CONTROLLED_SET:
+            modulus = residue_modulus(PERIOD_SETS[s["period_set"]])
             row["_questions"] = question_outcomes(before, ev.predictions, s["d"], p, modulus, positions)
         rows.append(row)
     return rows
+
+
+def outcome_row(spec: dict, before, evaluation, p: int, used: list) -> dict:
+    """One condition's row: its spec, the periods, the outcomes at its d (shift_outcomes) with the Wilson interval of
+    the answers moved, the accuracy, and the figures of the edits `used` (one module's, or a group's: the largest
+    misfit and size, the fewest directions kept)."""
+    periods = PERIOD_SETS[spec["period_set"]]
+    out = shift_outcomes(before, evaluation.predictions, spec["d"], p, residue_modulus(periods))
+    low, high = wilson_interval(out["moved"], out["n"])
+    return {**spec, "periods": ", ".join(f"{t:g}" for t in periods), **out, "moved_low": low, "moved_high": high,
+            "accuracy": evaluation.accuracy, "misfit": max(e.misfit for e in used),
+            "edit_size": max(e.edit_size for e in used), "kept": min(e.kept for e in used),
+            "full_rank": max(e.full_rank for e in used)}
 
 
 def question_outcomes(before, after, d: int, p: int, modulus: int, positions) -> pd.DataFrame:
@@ -198,8 +196,13 @@ def _tables(rows: list[dict]) -> dict[str, pd.DataFrame]:
     per_question = [r.pop("_questions").assign(condition=np.int32(i)) for i, r in enumerate(rows) if "_questions" in r]
     table = pd.DataFrame(rows)
     table["layer"] = table["layer"].astype(np.int64)
+    return {"phase_shift": table, "phase_shift_answers": answers_table(per_question)}
+
+
+def answers_table(per_question: list[pd.DataFrame]) -> pd.DataFrame:
+    """The per-question outcomes of every condition (`question_outcomes` with its `condition`) as one table of the
+    cache's columns and types."""
     answers = (pd.concat(per_question, ignore_index=True) if per_question
                else pd.DataFrame({"condition": [], "example": [], "residue_moved": [], "stayed": []}))
-    answers = answers[["condition", "example", "residue_moved", "stayed"]].astype(
+    return answers[["condition", "example", "residue_moved", "stayed"]].astype(
         {"condition": np.int32, "example": np.int32, "residue_moved": bool, "stayed": bool})
-    return {"phase_shift": table, "phase_shift_answers": answers}
