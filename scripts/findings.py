@@ -303,7 +303,7 @@ def two_layer_section(runs: dict, readers: list) -> None:
         f"{pc(curve['high'].iloc[-1], 2)}) against scratch's {pc(scc[width]['mean'].iloc[-1])}; it is above 90% from "
         f"epoch {steady} on in every seed ({pc(curve.loc[steady, 'low'])} to {pc(curve.loc[steady, 'high'])}). It "
         f"learns more slowly than with the planted sinusoids ({pc(curve['mean'].iloc[0])} mean after epoch 1 against "
-        f"{pc(ffc[width]['mean'].iloc[0])}): SmolLM2's rows carry periods {periods(sorted(emb['short_found'])[::-1])} "
+        f"{pc(ffc[width]['mean'].iloc[0])}): SmolLM2's rows carry periods {periods(sorted(emb['spikes'])[::-1])} "
         f"but also many other frequencies ({emb['outliers']} outliers of {sm.basis().k_max}), so the rows are less "
         f"clean than {word(len((recipe(ff).get('freeze') or {}).get('periods', [])))} chosen sinusoids. This is the "
         "paper's GPT-2-small experiment with features that a model learned from text rather than features we chose; "
@@ -323,7 +323,7 @@ def two_layer_section(runs: dict, readers: list) -> None:
         f"threshold, the scratch model's number embeddings have {len(out)} outlying frequencies, "
         + ("all long periods" if out["period"].min() > SHORT_MAX else f"the shortest at {out['period'].min():.3g}")
         + f" ({periods(out['period'][:6], ',')}): the smooth order of the numbers, and "
-        f"{'some' if claims(sc)['embeddings'].numbers['short_found'] else 'none'} at 2, 2.5, 5 or 10, as the paper "
+        f"{'some' if claims(sc)['embeddings'].numbers['spikes'] else 'none'} at 2, 2.5, 5 or 10, as the paper "
         f"reports for its from-scratch model. The {word(len(planted_runs))} Fourier-frozen runs show "
         + (f"{counts.pop()} outliers each, as many as the {word(len(planted_p))} planted periods: those and nothing "
            "else." if counts == {len(planted_p)} else f"{listed(sorted(counts))} outliers, {len(planted_p)} planted."))
@@ -430,7 +430,7 @@ def features_bullets(runs: dict) -> None:
         f"on test against scratch's {pc(sc.manifest['accuracy'])}, and its number embeddings have {len(out)} outlying "
         "frequencies, " + ("all long periods " if out["period"].min() > SHORT_MAX else "")
         + f"({periods(out['period'][:6], ',')}), "
-        + ("some" if claims(mini)["embeddings"].numbers["short_found"] else "none") + " at 2, 2.5, 5 or 10. At this "
+        + ("some" if claims(mini)["embeddings"].numbers["spikes"] else "none") + " at 2, 2.5, 5 or 10. At this "
         "scale and with this corpus, pre-training did not produce the features that the paper finds in GPT-2, Phi-2 "
         "and RoBERTa: an honest negative result.", gap=True)
 

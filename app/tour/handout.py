@@ -188,7 +188,7 @@ def build_handout(
             why = shown.why_absent(step.table)
             missing = f"{shown.label} cannot show this step" + (f": {why}." if why else f" (no {step.table} table).")
         else:
-            figures = step_figures(step, shown, StepInputs(basis, claims_once(shown), runs))
+            figures = step_figures(step, shown, StepInputs(basis, claims_once(shown), runs, claims_once))
             if step.key in OVER_RUNS and not figures:
                 missing = NOTHING_TO_COMPARE[step.key]
         steps.append(

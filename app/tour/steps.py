@@ -8,7 +8,7 @@ figures (Altair chart, its data, its caption) and the page or the handout lays t
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import altair as alt
 import pandas as pd
@@ -18,11 +18,12 @@ from app.figures.phase import locking_heatmap, shift_bars
 from core.claims.base import VERDICT_LABELS, Claim, pct
 from core.claims.operations import claim_operations, operation_runs, short_name
 from core.claims.periods import claim_periods, period_caption, period_table
-from core.claims.registry import TASK_STEPS, best_run, may_stand_in
+from core.claims.registry import TASK_STEPS, best_run, may_stand_in, run_claims
+from core.claims.siblings import sibling_caption, sibling_table, training_siblings
 from core.claims.shift_rule import causal_test
 from core.paper import ACCURACY, TABLE1_TAU
 from core.runs import summaries, training_summaries
-from core.runs.origin import run_origin, seed_of_manifest
+from core.runs.origin import run_origin, seed_of_manifest, trained_part
 from core.runs.reader import RunReader, Table
 from core.tasks import expression, expression_of_id, task_name
 
@@ -92,6 +93,8 @@ class StepInputs:
     basis: str
     claims: dict
     runs: list
+    #: a run's claims (the app's, computed once per run); None: computed here (core.claims.registry.run_claims)
+    claims_of: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,29 @@ def waves_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     return [_panel(chart, "tour-waves", one_question(run, example))]
 
 
+def beside_siblings(step: str, panels_of: Callable[[RunReader, StepInputs], list[Panel]]):
+    """`panels_of` for `step`, followed, where the run's pre-trained model was also fine-tuned another way
+    (`core.claims.siblings`), by two folded panels: both runs' verdicts in one table, and the other run's figure."""
+    def panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
+        own = panels_of(run, inputs)
+        others = training_siblings(run, inputs.runs)
+        if not own or not others:
+            return own
+        claims_of = inputs.claims_of or run_claims
+        table = sibling_table(step, run, others, claims_of)
+        names = "; ".join(r.label for r in [run, *others])
+        ways = Panel(None, table, sibling_caption(run, others), f"tour-{step}-siblings",
+                     Evidence(len(table), "runs", run.split, names), folded=f"Trained another way: {table.iloc[1, 0]}")
+        figures = []
+        for other in others:
+            theirs = panels_of(other, StepInputs(inputs.basis, claims_of(other), inputs.runs, inputs.claims_of))
+            if theirs:
+                figures.append(replace(theirs[0], key=f"{theirs[0].key}-{other.name}",
+                                       folded=f"Figure of {trained_part(other.manifest)} trained"))
+        return [*own, ways, *figures]
+    return panels
+
+
 #: The columns of step 6's table of numbers, as the page and the handout show them.
 ABLATION_COLUMNS = ["filter", "paper GPT-2-XL accuracy %", "accuracy %", "random control accuracy %"]
 
@@ -343,7 +369,7 @@ STEPS = [
         "3. Which module tracks the last digit?",
         locking_question,
         Table.PHASE_LOCKING,
-        locking_panels,
+        beside_siblings("module_waves", locking_panels),
         "Which kind of module computes the answer's last digit (its waves of period 2, 5 and 10 follow the answer)?",
         ("an attention layer", "an MLP layer", "both kinds", "neither"),
     ),
@@ -352,7 +378,7 @@ STEPS = [
         "4. Few frequencies, split between MLP and attention?",
         said("The module logits split into Fourier components."),
         Table.MODULE_SPECTRA,
-        spectrum_panels,
+        beside_siblings("spectra", spectrum_panels),
         "Which module's logits keep more of their energy in the low frequencies (k < tau)?",
         ("the MLPs", "attention", "about the same"),
     ),
@@ -370,7 +396,7 @@ STEPS = [
         "6. Take the frequencies away",
         said("Filter one band out of every layer's attention or MLP output."),
         Table.ABLATIONS,
-        ablation_panels,
+        beside_siblings("ablations", ablation_panels),
         "Removing the MLPs' low band from every layer will hurt accuracy ...",
         ("more than removing a random band of the same size", "less than a random band", "the same as a random band"),
     ),

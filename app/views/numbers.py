@@ -18,7 +18,11 @@ intro(
     "its vector at the last token is kept at every layer. Two questions per layer: does the spectrum along the number "
     "line have a few frequencies far above the shuffled-numbers threshold (periods 2, 2.5, 5, 10 in pre-trained "
     "models)? And can a linear probe read n mod 2, 5, 10, 100 on numbers it never saw (Cohen's kappa; mod 3 and 7 are "
-    "controls)? Pick a second run in the sidebar to compare: it is drawn under the first.",
+    "controls)? A spike counts for the verdict only where the probe of its modulus separates the numbers: spikes at "
+    "2, 5 and 10 appear in models of every kind and in raw counts of how often numbers occur (Fu et al. 2026), so a "
+    "spike alone is not yet a mechanism. No frequency null is drawn: no package here ships real counts of each "
+    "number in text (wordfreq bins them; GPT-2's merge order is a rank, not a count). Pick a second run in the "
+    "sidebar to compare: it is drawn under the first.",
     claim="numbers",
 )
 runs = [run] + ([compare] if compare is not None else [])

@@ -107,7 +107,7 @@ if choice.switched_from is not None and not hidden:
     others = f"On your choice, {chosen.label}: {BADGE[mine.verdict]} {mine.measured}"
 
 drawable = not hidden and (step.table is None or shown.has(step.table))
-panels = step.panels(shown, StepInputs(TOUR_BASIS, run_claims(shown), runs)) if drawable else []
+panels = step.panels(shown, StepInputs(TOUR_BASIS, run_claims(shown), runs, run_claims)) if drawable else []
 line = run_line(step, claim, shown) if step.key not in OVER_RUNS else None
 seeds = seed_spread_line(shown, step.key, runs) if step.key not in OVER_RUNS else None
 # the words this screen shows, for the terms beside it: every listed word it uses gets its definition here

@@ -15,35 +15,107 @@ from core.runs.reader import Table
 from core.runs.summaries import best_probe_layer, number_summary
 
 
-def _feature_verdict(origin: str, n_short: int) -> tuple[str, str]:
-    """(verdict, reason) from how many of periods 2, 2.5, 5, 10 are outliers: planted or transplanted -> not tested;
-    from scratch -> agrees with none; otherwise agrees with 3 or 4, partly with 1 or 2, does not with none."""
+def rows_origin(run) -> dict:
+    """Whose number rows a run's model has. `inherited`: the rows started as a pre-trained model's own vectors (a
+    number-token fine-tuning's: its base model's representation of each number; a transplant's: another model's rows
+    or representation, frozen). `moved`: the median over the numbers of how far training moved each row, relative to
+    its start's norm, with `cosine` the median cosine between row and start: 0 and 1 where the recipe froze the rows
+    (they cannot move), the `number_rows_origin` table's medians where they were trained (core.training.row_start),
+    None where that table is absent. `source`: where they came from, in words."""
+    origin = run_origin(run.manifest)
+    recipe = origin["recipe"] or {}
+    spec, freeze = recipe.get("number_tokens"), recipe.get("freeze") or {}
+    if origin["kind"] == "fine-tuned" and spec:
+        base = ((run.manifest.get("model") or {}).get("provenance") or {}).get("base_provenance") or {}
+        source = (f"{base.get('model') or recipe.get('init_from', '?')}'s representation after block "
+                  f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}")
+        frozen = not rows_trained(recipe)
+    elif origin["kind"] == "transplanted":
+        donor = str(freeze.get("source", "?")).rstrip("/").split("/")[-1]  # models/smollm2-135m: smollm2-135m
+        source = (f"{donor}'s representation after block {freeze.get('layer', '?')} of {freeze.get('context', '?')!r}"
+                  if freeze.get("kind") == "representation" else f"{donor}'s number embeddings")
+        frozen = True
+    else:
+        return {"inherited": False, "source": "", "moved": None, "cosine": None}
+    if frozen:
+        return {"inherited": True, "source": source, "moved": 0.0, "cosine": 1.0}
+    table = run.table(Table.NUMBER_ROWS_ORIGIN) if run.has(Table.NUMBER_ROWS_ORIGIN) else None
+    if table is None or table.empty:
+        return {"inherited": True, "source": source, "moved": None, "cosine": None}
+    return {"inherited": True, "source": source, "moved": float(table["moved"].median()),
+            "cosine": float(table["cosine"].median())}
+
+
+def origin_sentence(o: dict) -> str:
+    """The reason's words for inherited rows: whose they are and how far training moved them."""
+    if o["moved"] is None:
+        moved = "how far training moved them is not measured in this run"
+    elif o["moved"] == 0.0 and o["cosine"] == 1.0:
+        moved = "they were kept frozen: moved 0%"
+    else:
+        moved = (f"training moved them by a median {o['moved']:.0%} of their norm (cosine {o['cosine']:.2f} with "
+                 "where they started)")
+    return f"the rows are inherited from pre-training's representation ({o['source']}); {moved}"
+
+
+#: The probe that reads each of the paper's periods: n mod T for T = 2, 5, 10; period 2.5 is a harmonic of n mod 5.
+PERIOD_MODULUS = {2.0: 2, 2.5: 5, 5.0: 5, 10.0: 10}
+
+
+def separated_moduli(probes: pd.DataFrame, layer: int) -> set[int]:
+    """The moduli whose linear probe separates the numbers at `layer`: the 95% interval of its kappa over the
+    held-out splits (mean ± 2 sd / sqrt(splits)) lies wholly above the interval of every control modulus (mod 3 and
+    mod 7, which the paper's features do not encode)."""
+    at = probes[probes["layer"] == layer]
+    half = 2 * at["kappa_sd"] / np.sqrt(at["n_splits"].clip(lower=1))
+    control = (at["role"] == "control").to_numpy()
+    if not control.any():
+        return set()
+    bar = float((at["kappa_mean"] + half)[control].max())
+    low = (at["kappa_mean"] - half).to_numpy()
+    return {int(m) for m, lo, c in zip(at["modulus"], low, control) if not c and lo > bar}
+
+
+def counted_periods(spikes, probes: pd.DataFrame, layer: int) -> list[float]:
+    """The paper's periods a features verdict counts: a spectrum outlier (a spike) whose modulus's probe separates
+    the numbers at the same layer (`separated_moduli`). A spike alone is not yet a mechanism: the same spikes appear
+    in models of every kind and in raw counts of how often numbers occur (Fu et al. 2026), so a spike the probe
+    cannot separate is not counted."""
+    separated = separated_moduli(probes, layer)
+    return [float(t) for t in spikes if PERIOD_MODULUS.get(float(t)) in separated]
+
+
+def spikes_said(spikes, counted) -> str:
+    """'2, 5 and 10 (separable by their probes: 2, 5)' for the measured text."""
+    if not spikes:
+        return "none"
+    listed = ", ".join(f"{t:g}" for t in spikes)
+    sep = ", ".join(f"{t:g}" for t in counted) or "none"
+    return f"{listed} (separable by their probes, so counted: {sep})"
+
+
+def _feature_verdict(origin: str, n_short: int, inherited: dict | None = None) -> tuple[str, str]:
+    """(verdict, reason) from how many of periods 2, 2.5, 5, 10 are outliers: planted -> not tested; from scratch ->
+    agrees with none; otherwise (pre-trained, and rows inherited from pre-training: `rows_origin`, whose words the
+    reason gives) agrees with 3 or 4, partly with 1 or 2, does not with none."""
     if origin == "planted":
         return "not tested", "these periods were planted by hand, so finding them proves nothing about pre-training"
-    if origin == "transplanted":
-        return "not tested", (
-            "these number rows were copied, frozen, from another model, so what they show is what that model learned "
-            "in pre-training, not this one"
-        )
     if origin == "scratch":
         return ("agrees" if n_short == 0 else "does not"), ""
-    return ("agrees" if n_short >= 3 else "partly" if n_short >= 1 else "does not"), ""
+    reason = origin_sentence(inherited) if inherited and inherited["inherited"] else ""
+    return ("agrees" if n_short >= 3 else "partly" if n_short >= 1 else "does not"), reason
 
 
 def digit_derived(run) -> str:
-    """Why the number vectors carry period 10 by construction, if they do: rows started from (or read
-    at) the hidden state of a model that splits numbers into digits. "" when not."""
+    """Why the number vectors carry period 10 by construction, if they do: rows inherited from (or read at) the
+    hidden state at the last digit token of a model that splits numbers into digits. "" when not."""
     origin = run_origin(run.manifest)
-    spec = (origin["recipe"] or {}).get("number_tokens")
-    if origin["kind"] == "fine-tuned" and spec:
-        trained = rows_trained(origin["recipe"] or {})
-        return (
-            "its number rows started as the base model's hidden state at the last digit token of "
-            f"{spec.get('context', '?')!r}"
-            + (" and were then trained on addition" if trained else "")
-            + "; that model reads numbers digit by digit, so period 10 (and 5, 2.5, 2) is partly built in by the "
-            "tokenizer"
-        )
+    recipe = origin["recipe"] or {}
+    inherited = ((origin["kind"] == "fine-tuned" and recipe.get("number_tokens"))
+                 or (origin["kind"] == "transplanted" and (recipe.get("freeze") or {}).get("kind") == "representation"))
+    if inherited:
+        return ("that representation is read at the last digit token of a model that reads numbers digit by digit, so "
+                "period 10 (and 5, 2.5, 2) is partly built in by its tokenizer")
     if (run.manifest.get("number_representations") or {}).get("single_token") is False:
         return (
             "its tokenizer writes numbers as digits, so the vector at a number's last token depends on its last digit "
@@ -62,24 +134,28 @@ def _cap_digits(run, verdict: str, reason: str) -> tuple[str, str]:
 def claim_embeddings(run, basis: str = "paper") -> Claim:
     """Step 7. Paper: number embeddings of pre-trained GPT-2-XL, Phi-2, RoBERTa have outliers at
     periods 2, 2.5, 5, 10; trained from scratch, none.
-    Measured: which of 2, 2.5, 5, 10 are outliers (family-wise null) of the input number rows.
+    Measured: which of 2, 2.5, 5, 10 are outliers (family-wise null) of the input number rows, and which of those
+    the layer-0 probe of their modulus separates (`counted_periods`: only those count).
     Verdict by origin: planted features -> not tested (we put them there); from scratch -> agrees
-    when none of the four is an outlier; pre-trained -> agrees with 3 or 4 of them, partly with 1
-    or 2, does not with none."""
+    when none of the four is an outlier; pre-trained, or rows inherited from pre-training (a fine-tuning's or a
+    transplant's, alike: the reason says whose they are and how far training moved them, `rows_origin`) -> agrees
+    with 3 or 4 of them, partly with 1 or 2, does not with none; at most partly where a digit-splitting tokenizer
+    built period 10 in (`digit_derived`)."""
     spec = run.table(Table.EMBEDDING_SPECTRUM)
     spec = spec[(spec["basis"] == basis) & (spec["matrix"] == "input")]
     outl = spec[spec["outlier"]]
-    found = sorted({t for t in OUTLIER_PERIODS if (np.isclose(outl["period"], t, atol=0.05)).any()})
+    spikes = sorted({t for t in OUTLIER_PERIODS if (np.isclose(outl["period"], t, atol=0.05)).any()})
+    found = counted_periods(spikes, run.table(Table.NUMBER_PROBES), 0)  # layer 0: the rows themselves
     top = [float(t) for t in outl.sort_values("magnitude", ascending=False)["period"].head(6)]
     origin = run_origin(run.manifest)["kind"]
-    verdict, reason = _feature_verdict(origin, len(found))
+    verdict, reason = _feature_verdict(origin, len(found), rows_origin(run))
     if origin == "self-pretrained" and verdict != "agrees":
         reason = "pre-training a 2-layer model on a small synthetic corpus did not produce them"
     verdict, reason = _cap_digits(run, verdict, reason)
     measured = (
         f"{len(outl)} of {len(spec)} frequencies of the input number rows stand above the shuffled-numbers threshold"
         + (f" (top periods {periods(top)})" if top else "")
-        + f"; of 2, 2.5, 5 and 10: {', '.join(f'{t:g}' for t in found) if found else 'none'}."
+        + f"; of 2, 2.5, 5 and 10: {spikes_said(spikes, found)}."
     )
     return Claim(
         "embeddings",
@@ -88,10 +164,12 @@ def claim_embeddings(run, basis: str = "paper") -> Claim:
         measured,
         verdict,
         reason,
-        {"outliers": int(len(outl)), "short_found": found, "origin": origin},
+        {"outliers": int(len(outl)), "short_found": found, "spikes": spikes, "origin": origin},
         headline=(
-            f"Spectrum outliers at periods {', '.join(f'{t:g}' for t in found)} of the number rows."
+            f"Periods {', '.join(f'{t:g}' for t in found)} in the number rows: spectrum outliers the probes separate."
             if found
+            else f"Spikes at {', '.join(f'{t:g}' for t in spikes)} in the number rows, but no probe separates them."
+            if spikes
             else "No spectrum outlier at periods 2, 2.5, 5 or 10 in the number rows."
         ),
     )
@@ -102,16 +180,19 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
     5, 10 (GPT-2-XL, Phi-2, RoBERTa...); from scratch none. The paper looks at the embedding only;
     the run's tables hold every layer's representation of the numbers (core.analysis.numbers).
     Measured: at the layer where probes read n mod 2, 5, 10, 100 best, which of 2, 2.5, 5, 10 are
-    spectrum outliers (family-wise null), and the probes' kappas there (controls mod 3, 7).
+    spectrum outliers (family-wise null), and the probes' kappas there (controls mod 3, 7); a spike counts only where
+    its modulus's probe separates the numbers there (`counted_periods`).
     Verdict by origin, as for the embeddings: planted -> not tested; from scratch -> agrees when none
-    of the four is an outlier at layer 0; otherwise agrees with 3 or 4 of them at the best layer,
-    partly with 1 or 2, does not with none."""
+    of the four is an outlier at layer 0; otherwise (rows inherited from pre-training included, the reason saying
+    whose they are and how far they moved) agrees with 3 or 4 of them at the best layer, partly with 1 or 2, does
+    not with none; at most partly where digits built period 10 in."""
 
     spectrum, probes = run.table(Table.NUMBER_SPECTRUM), run.table(Table.NUMBER_PROBES)
     origin = run_origin(run.manifest)["kind"]
     layer = 0 if origin == "scratch" else best_probe_layer(probes)
     s = number_summary(spectrum, probes, layer, basis)
-    verdict, reason = _feature_verdict(origin, len(s["short_periods"]))
+    found = counted_periods(s["short_periods"], probes, layer)
+    verdict, reason = _feature_verdict(origin, len(found), rows_origin(run))
     verdict, reason = _cap_digits(run, verdict, reason)
     kap = s["kappa"]
     reads = ", ".join(f"mod {t} {kap[t]:.2f}" for t in sorted(kap) if t not in s["controls"])
@@ -121,7 +202,7 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
     measured = (
         f"At {where}{' (where the probes read best)' if origin != 'scratch' else ''}: {s['n_outliers']} of "
         f"{s['n_frequencies']} frequencies above the shuffled-numbers threshold; of 2, 2.5, 5 and 10: "
-        f"{', '.join(f'{t:g}' for t in s['short_periods']) or 'none'}. Probe kappa {reads} "
+        f"{spikes_said(s['short_periods'], found)}. Probe kappa {reads} "
         f"(controls, which should read nothing: {ctl})"
         + (f", numbers read in {info['context']!r}." if info.get("context") else ".")
     )
@@ -134,14 +215,17 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
         reason,
         {
             "layer": layer,
-            "short_found": s["short_periods"],
+            "short_found": found,
+            "spikes": s["short_periods"],
             "outliers": s["n_outliers"],
             "kappa": kap,
             "origin": origin,
         },
         headline=(
-            f"At {where}: spectrum outliers at periods {', '.join(f'{t:g}' for t in s['short_periods'])}; probes read "
-            f"n mod 10 at kappa {kap.get(10, float('nan')):.2f}."
+            f"At {where}: periods {', '.join(f'{t:g}' for t in found)} spike and their probes separate them (n mod 10 "
+            f"at kappa {kap.get(10, float('nan')):.2f})."
+            if found
+            else f"At {where}: spikes at {', '.join(f'{t:g}' for t in s['short_periods'])}, but no probe separates them."
             if s["short_periods"]
             else f"At {where}: no spectrum outlier at periods 2, 2.5, 5 or 10."
         ),

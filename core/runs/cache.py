@@ -84,15 +84,15 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "modules", "slice", "reading", "control", "draw", "frequencies", "rank", "energy_share", "accuracy", "n",
         "correct",
     ),
+    "number_rows_origin": ("number", "start_norm", "moved", "cosine"),
 }
-#: Tables a run may lack: the training log (models trained here only), k-shot generations (models
-#: whose numbers are not single tokens), the phase shift (runs cached without the model's weights here; its
-#: per-question answers came with the capped edit, core.runs.shift_run.SHIFT_VERSION 2), and the group shift (the
-#: same, and runs cached before it: core.runs.group_shift), and the periods-only ablation (likewise:
-#: core.runs.period_ablation).
+#: Tables a run may lack: the training log (models trained here only), k-shot generations (models whose numbers are
+#: not single tokens), the phase shift (runs cached without the weights here; per-question answers since
+#: core.runs.shift_run.SHIFT_VERSION 2), the group shift and the periods-only ablation (the same, and runs cached
+#: before them), the rows against their start (number-token fine-tunings with trained rows: core.training.row_start).
 #: A run also lacks the tables its manifest's `not_applicable` names, each with the reason (see `required_tables`).
 OPTIONAL_TABLES = ("training_log", "generations", "phase_shift", "phase_shift_answers", "group_shift",
-                   "group_shift_answers", "period_ablation")
+                   "group_shift_answers", "period_ablation", "number_rows_origin")
 REQUIRED_TABLES = tuple(t for t in TABLE_COLUMNS if t not in OPTIONAL_TABLES)
 
 

@@ -20,7 +20,7 @@ from core.models.source import read_provenance
 from core.runs.ablation_grid import redraw_run_controls
 from core.runs.cache import RunWriter, check_table
 from core.runs.group_shift import GROUP_SHIFT_VERSION, has_group_shift, write_group_tables
-from core.runs.number_tables import write_number_tables
+from core.runs.number_tables import row_origin_table, write_number_tables
 from core.runs.period_ablation import PERIOD_VERSION, has_periods, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
 from core.runs.precompute_arguments import options_refusal
@@ -43,6 +43,7 @@ def keep_cached_run(
     upgraded = upgrade_shift(writer, loaded, p, opts, examples, texts, design, log) or upgraded
     upgraded = upgrade_groups(writer, loaded, p, opts, examples, texts, log) or upgraded
     upgraded = upgrade_periods(writer, loaded, p, opts, examples, texts, log) or upgraded
+    upgraded = upgrade_row_origin(writer, loaded, p, log) or upgraded
     upgraded = refresh_provenance(writer, loaded, log) or upgraded
     upgraded = redraw_run_controls(writer, loaded, p, opts, examples, texts, basis, taus, design, log) or upgraded
     if not refresh_training_log(writer, loaded, log) and not upgraded:
@@ -170,6 +171,23 @@ def upgrade_periods(writer: RunWriter, loaded, p: int, opts, examples, texts, lo
     writer.publish(keep)
     log(f"run {writer.name}: periods-only ablation made (version {PERIOD_VERSION}, over all {len(texts)} questions); "
         "nothing else recomputed")
+    return True
+
+
+def upgrade_row_origin(writer: RunWriter, loaded, p: int, log) -> bool:
+    """A run of a number-token fine-tuning with trained rows, cached before its rows were compared with their start,
+    gets that table (core.training.row_start; the base model must be here); nothing else is recomputed."""
+    manifest = read_json_file(writer.final / "manifest.json") or {}
+    tables = manifest.get("tables") or {}
+    if "number_rows_origin" in tables or "embedding_spectrum" not in tables:
+        return False
+    moved = row_origin_table(loaded, p, log)
+    if moved is None:
+        return False
+    keep = writer.stage_published()
+    writer.write("number_rows_origin", moved)
+    writer.publish(keep)
+    log(f"run {writer.name}: its number rows compared with their start; nothing else recomputed")
     return True
 
 

@@ -12,7 +12,10 @@ from core.analysis.clusters import embedding_clusters
 from core.analysis.embeddings import spectrum_table
 from core.analysis.fourier import BASES, fourier_basis
 from core.analysis.numbers import CONTROL_MODULI, N_SPLITS, TARGET_MODULI, representation_tables
+from core.errors import CoreError
 from core.runs.cache import RunWriter
+from core.runs.origin import recipe_of, rows_trained, stage_recipes
+from core.training.row_start import rows_moved, start_rows
 
 
 def embedding_tables(loaded, p: int, seed: int):
@@ -72,3 +75,31 @@ def write_number_tables(writer: RunWriter, loaded, n_numbers: int, opts, log) ->
     writer.write("number_probes", probes)
     writer.write_json(NUMBERS_JSON, info)
     return info
+
+
+def rows_started_from_base(loaded) -> dict | None:
+    """The first stage's recipe of a local model fine-tuned here with number tokens whose rows were trained from the
+    base model's representation (`core.training.row_start`); None for any other model (rows frozen at their start,
+    planted, learned from scratch, or not trained here)."""
+    recipe = recipe_of({"source": loaded.source}) if loaded.local else None
+    if not recipe or not recipe.get("number_tokens") or not rows_trained(recipe):
+        return None
+    return stage_recipes(recipe)[-1]
+
+
+def row_origin_table(loaded, p: int, log) -> pd.DataFrame | None:
+    """The `number_rows_origin` table (each number's row against its start, `core.training.row_start.rows_moved`)
+    for a model `rows_started_from_base` names; None, with a line in the log where the base model is not here, for
+    any other."""
+    first = rows_started_from_base(loaded)
+    if first is None:
+        return None
+    try:
+        start = start_rows(first, log=log)
+    except CoreError as exc:
+        log(f"number rows against their start: left out ({exc})")
+        return None
+    moved = rows_moved(loaded.number_embedding(p).cpu().numpy(), start)
+    log(f"number rows against their start ({first.get('init_from')}): median moved {moved['moved'].median():.1%} of "
+        "the start's norm")
+    return moved

@@ -160,6 +160,47 @@ def frozen_stack_sentence(manifest: dict) -> str:
     )
 
 
+def trained_part(manifest: dict) -> str:
+    """What a fine-tuning of a pre-trained model trained, in a class's words: "the whole model" (every block and
+    the number rows) or "the top 12 of 30 blocks" (with ", and the number rows" where any stage trained them); ""
+    for a run that is not such a fine-tuning. A later stage counts only the blocks no stage of its chain trained."""
+    origin = run_origin(manifest)
+    if origin["kind"] != "fine-tuned":
+        return ""
+    recipe = origin["recipe"] or {}
+    L = int(manifest.get("n_layers") or recipe.get("n_layers") or 0)
+    frozen = min(int((stage.get("number_tokens") or {}).get("frozen_blocks") or 0) for stage in stage_recipes(recipe))
+    if not frozen:
+        return "the whole model"
+    rows = ", and the number rows" if rows_trained(recipe) else ""
+    return f"the top {L - frozen} of {L} blocks{rows}"
+
+
+def base_model_of(manifest: dict) -> str:
+    """The pre-trained model a fine-tuned run's model started from, as the hash of the file it was imported from
+    (the base's provenance); "" for any other run."""
+    if run_origin(manifest)["kind"] != "fine-tuned":
+        return ""
+    base = (((manifest.get("model") or {}).get("provenance") or {}).get("base_provenance") or {})
+    return str(base.get("source_sha256") or base.get("model") or "")
+
+
+def fine_tuning_siblings(manifest: dict, others: list[dict]) -> list[int]:
+    """Positions in `others` of the runs whose model is the same pre-trained model fine-tuned another way (another
+    recipe, not a seed of the same one) on the same task and split: what a step shows beside a fine-tuned run
+    ("the top 12 of 30 blocks trained" against "the whole model")."""
+    base = base_model_of(manifest)
+    if not base:
+        return []
+    split = (manifest.get("task") or {}).get("split")
+    mine = recipe_folder_of_manifest(manifest)
+    return [
+        i for i, m in enumerate(others)
+        if base_model_of(m) == base and seed_of_manifest(m) is None and recipe_folder_of_manifest(m) != mine
+        and task_of_manifest(m) == task_of_manifest(manifest) and (m.get("task") or {}).get("split") == split
+    ]
+
+
 def fine_tuning_text(manifest: dict) -> str:
     """How a fine-tuned run's model was trained, generated from its recipe and training summary (never
     written by hand per run, so it cannot go stale): what was trained, from where, for how long, on what."""

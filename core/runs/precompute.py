@@ -52,7 +52,7 @@ from core.runs.cache import RunWriter, ensure_cache_dir, run_lock, run_name
 from core.runs.cached_run import keep_cached_run, shift_note, training_log, write_phase_tables
 from core.runs.group_shift import group_note, has_group_shift, run_groups, write_group_tables
 from core.runs.measure import measure
-from core.runs.number_tables import NUMBERS_JSON, embedding_tables, write_number_tables
+from core.runs.number_tables import NUMBERS_JSON, embedding_tables, row_origin_table, write_number_tables
 from core.runs.period_ablation import has_periods, period_note, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_note
 from core.runs.precompute_arguments import (
@@ -87,7 +87,7 @@ MEASURE_TABLES = (
 #: phase tables come from the measurements' own pass). "measure" always runs: every other table reads its examples.
 STAGE_TABLES = {
     "measure": MEASURE_TABLES + PHASE_TABLES,
-    "embeddings": ("embedding_spectrum", "embedding_clusters"),
+    "embeddings": ("embedding_spectrum", "embedding_clusters", "number_rows_origin"),
     "numbers": ("number_spectrum", "number_probes"),
     "ablations": ("ablations", "ablation_errors", "error_analysis", "period_ablation"),
     "shift": ("phase_shift", "phase_shift_answers", "group_shift", "group_shift_answers"),
@@ -252,6 +252,9 @@ def _write_stage_tables(
         writer.write("embedding_spectrum", spectrum)
         writer.write("embedding_clusters", clusters)
         writer.write_json("embeddings.json", {"tied": tied})
+    moved = row_origin_table(loaded, p, log) if "embeddings" in stages and not writer.has("number_rows_origin") else None
+    if moved is not None:  # a fine-tuning's trained number rows against their start (core.training.row_start)
+        writer.write("number_rows_origin", moved)
     timings["embeddings_s"] = round(time.time() - t2, 2)
 
     t_numbers = time.time()

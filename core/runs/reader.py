@@ -51,6 +51,7 @@ class Table(StrEnum):
     GROUP_SHIFT = "group_shift"
     GROUP_SHIFT_ANSWERS = "group_shift_answers"
     PERIOD_ABLATION = "period_ablation"
+    NUMBER_ROWS_ORIGIN = "number_rows_origin"
 
     @property
     def columns(self) -> tuple[str, ...]:

@@ -180,9 +180,11 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
     left_out = "embedding_spectrum" in (manifest.get("not_computed") or {})  # a run made without that stage
     es = t("embedding_spectrum") if not left_out else pd.DataFrame(columns=["basis", "matrix", "outlier", "period"])
     es = es[(es["basis"] == "paper") & (es["matrix"] == "input") & es["outlier"].astype(bool)]
-    found = sum(bool(np.isclose(es["period"].astype(float), s, atol=0.05).any()) for s in SHORT)
+    probes = t("number_probes") if "number_probes" in manifest["tables"] else None
+    found = sum(bool(np.isclose(es["period"].astype(float), s, atol=0.05).any()) and separates(probes, 0, s)
+                for s in SHORT)
     kind = run_origin(manifest)["kind"]
-    if kind in ("planted", "transplanted") or left_out:  # features put there by hand or copied from another model
+    if kind == "planted" or left_out:  # features put there by hand (rows inherited from pre-training are counted)
         out["embeddings"] = "not tested"
     elif kind == "scratch":
         out["embeddings"] = "agrees" if found == 0 else "does not"
@@ -314,10 +316,13 @@ def expected_causal_verdict(shift) -> str:
 
 
 def digit_derived(manifest: dict) -> bool:
-    """Number rows started from a digit-splitting model's hidden state, or read at a number's last digit token."""
+    """Number rows started from (or frozen to) a digit-splitting model's hidden state, or read at a number's last
+    digit token."""
     origin = run_origin(manifest)
+    recipe = origin["recipe"] or {}
     return bool(
-        (origin["kind"] == "fine-tuned" and (origin["recipe"] or {}).get("number_tokens"))
+        (origin["kind"] == "fine-tuned" and recipe.get("number_tokens"))
+        or (origin["kind"] == "transplanted" and (recipe.get("freeze") or {}).get("kind") == "representation")
         or (manifest.get("number_representations") or {}).get("single_token") is False
     )
 
@@ -338,6 +343,19 @@ def expected_behaviour_verdict(name: str, manifest: dict) -> str:
     return "agrees" if p < 0.01 and row["share_multiple_of_10"] >= 0.5 else "partly" if p < 0.01 else "does not"
 
 
+def separates(probes, layer: int, period: float) -> bool:
+    """The probe of the period's modulus (2.5 is read by mod 5) at `layer`: its kappa's mean - 2 sd / sqrt(splits)
+    above every control's mean + 2 sd / sqrt(splits)."""
+    if probes is None:
+        return False
+    at = probes[probes["layer"] == layer]
+    modulus = {2.0: 2, 2.5: 5, 5.0: 5, 10.0: 10}[period]
+    row = at[(at["modulus"] == modulus) & (at["role"] != "control")].iloc[0]
+    controls = at[at["role"] == "control"]
+    ceiling = max(c.kappa_mean + 2 * c.kappa_sd / np.sqrt(c.n_splits) for c in controls.itertuples())
+    return row["kappa_mean"] - 2 * row["kappa_sd"] / np.sqrt(row["n_splits"]) > ceiling
+
+
 def expected_numbers_verdict(name: str, manifest: dict) -> str:
     if "number_spectrum" in (manifest.get("not_computed") or {}):  # a run made without the numbers stage
         return "not tested"
@@ -345,8 +363,8 @@ def expected_numbers_verdict(name: str, manifest: dict) -> str:
     kind = run_origin(manifest)["kind"]
     layer = 0 if kind == "scratch" else int(pr[pr["role"] != "control"].groupby("layer")["kappa_mean"].mean().idxmax())
     out = ns[(ns["layer"] == layer) & (ns["basis"] == "paper") & ns["outlier"]]
-    found = sum(bool(np.isclose(out["period"], s, atol=0.05).any()) for s in SHORT)
-    if kind in ("planted", "transplanted"):
+    found = sum(bool(np.isclose(out["period"], s, atol=0.05).any()) and separates(pr, layer, s) for s in SHORT)
+    if kind == "planted":
         return "not tested"
     if kind == "scratch":
         return "agrees" if found == 0 else "does not"

@@ -21,10 +21,12 @@ from core.models.loading import load_model
 from core.models.number_tokens import find_number_tokens
 from core.models.parts import find_parts
 from core.models.random_models import write_tiny_llama_gguf
+from core.claims.registry import run_claims
 from core.runs.cache import verify_run
 from core.runs.live_model import live_model_folder
 from core.runs.origin import describe_run, run_origin
 from core.runs.precompute import PrecomputeOptions, precompute
+from core.runs.reader import RunReader
 from core.tasks import build_examples, select_split
 from core.training.answers import AdditionBatches, answer_loss, evaluate_split, training_device
 from core.training.delta import (
@@ -349,6 +351,16 @@ def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base,
     assert not m.get("not_applicable")  # single tokens now: every analysis applies
     assert m["p"] == 25 and m["n_layers"] == 3
     assert run_origin(m)["kind"] == "fine-tuned"
+    # the trained rows against their start, rebuilt from the base model as training built it
+    base = load_model(str(tiny_base))
+    start = initial_number_rows(base, 25, 2, "The number {n}", base.model.get_input_embeddings().weight.detach().numpy())
+    trained = load_model(str(result.out)).number_embedding(25).numpy()
+    moved = pd.read_parquet(path / "number_rows_origin.parquet")
+    expected = np.linalg.norm(trained - start, axis=1) / np.linalg.norm(start, axis=1)
+    np.testing.assert_allclose(moved["moved"], expected, rtol=1e-4)
+    assert moved["moved"].median() > 0  # the rows were trained
+    reason = run_claims(RunReader(tmp_path / "cache", path.name))["numbers"].reason
+    assert f"moved them by a median {np.median(expected):.0%} of their norm" in reason
     # without its rebuilt weights (a fresh clone), live work says how to rebuild them
 
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(tmp_path))
