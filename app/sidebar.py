@@ -16,7 +16,7 @@ from app.glossary import term
 from app.guards.url_state import to_url, url_flag, url_state
 from app.run_loading import open_run, valid_runs
 from app.state import View, cache_dir, current_view
-from core.runs.origin import seed_of_manifest, task_of_manifest
+from core.runs.origin import seed_of_manifest, task_of_manifest, trained_short
 from core.tasks import task_name
 
 #: Pages that draw a second run beside the first (the sidebar offers "Compare with" only there).
@@ -125,6 +125,8 @@ def picker_label(manifest: dict, label: str) -> str:
         name = f"{base} (demo)" if seed is None else f"{base} seed {seed} (demo)"
     elif shots:
         name = f"{base}{' pre-trained' if 'pre-trained' in detail else ''}, {shots}-shot"
+    elif part := trained_short(manifest):  # one model fine-tuned two ways: what was trained, early
+        name = f"{base.split(',')[0]}, {part}"
     else:
         name = base
     task = task_name(task_of_manifest(manifest))

@@ -31,10 +31,11 @@ from core.claims.last_digit import groups_answer, groups_measured, module_locks
 from core.claims.periods import claim_periods
 from core.claims.seeds import seed_siblings, verdict_spread
 from core.claims.shift_rule import CAUSAL_SHARE, causal_test, shift_summary
+from core.claims.siblings import sibling_rows, training_siblings
 from core.files import PROJECT_ROOT
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs
-from core.runs.origin import run_origin, seed_of_manifest, summary_of
+from core.runs.origin import run_origin, seed_of_manifest, summary_of, trained_short
 from core.runs.reader import RunReader, Table
 from core.tasks import build_examples, select_split
 
@@ -129,7 +130,7 @@ def main(argv=None) -> int:
         demo_section(runs, readers)
         two_layer_section(runs, readers)
         operations_section(runs, readers)
-        fine_tuned_section(runs)
+        fine_tuned_section(runs, readers)
     text = HEADER + "\n" + buf.getvalue().strip() + "\n"
     if args.write:
         FINDINGS.write_text(text, encoding="utf-8")
@@ -306,8 +307,8 @@ def two_layer_section(runs: dict, readers: list) -> None:
         f"{pc(ffc[width]['mean'].iloc[0])}): SmolLM2's rows carry periods {periods(sorted(emb['spikes'])[::-1])} "
         f"but also many other frequencies ({emb['outliers']} outliers of {sm.basis().k_max}), so the rows are less "
         f"clean than {word(len((recipe(ff).get('freeze') or {}).get('periods', [])))} chosen sinusoids. This is the "
-        "paper's GPT-2-small experiment with features that a model learned from text rather than features we chose; "
-        "the step 8 verdict of the Tour uses it.")
+        "paper's GPT-2-small experiment with features that a model learned from text rather than features we "
+        "chose; the step 8 verdict of the Tour uses it.")
     plain = [sc, mini, un]
     ea = {r.name: r.table(Table.ERROR_ANALYSIS).iloc[0] for r in plain}
     say("* **Errors of the models without Fourier features are off by one or two** (behaviour: "
@@ -408,8 +409,8 @@ def features_bullets(runs: dict) -> None:
              generation_error_table(llm.table(Table.GENERATIONS)).set_index("source").iterrows()}
     say(f"* **Where do the features come from? A real pre-trained model (numbers: {verdict(llm, 'numbers')}).** "
         f"{short(llm)}, which learned from text, represents the numbers with outliers at periods "
-        f"{periods(sorted(paper.OUTLIER_PERIODS, reverse=True))} "
-        + ("at every layer" if every == layers else f"at {len(every)} of its {len(layers)} layers")
+        f"{periods(sorted(paper.OUTLIER_PERIODS, reverse=True))} " + ("at every layer" if every == layers else
+                                                                     f"at {len(every)} of its {len(layers)} layers")
         + f" (plus long periods from layer {next(L for L in layers if longs[L])} on, the strongest at the top "
         f"{periods(longs[layers[-1]][:3])}), and linear probes read n mod 2, 5 and 10 from every layer with kappa "
         f"{min(min(kap(m)) for m in (2, 5, 10)):.2f} to {max(max(kap(m)) for m in (2, 5, 10)):.2f} on numbers they "
@@ -421,8 +422,7 @@ def features_bullets(runs: dict) -> None:
         + " and ".join(f"{pc(row['accuracy'])} ({k}-shot)" for k, row in sorted(shots.items()))
         + f" of {int(shots[max(shots)]['n']):,} answers right; {pc(shots[max(shots)]['share_multiple_of_10'], 0)} of "
         f"its wrong {max(shots)}-shot answers are off by a multiple of 10 (behaviour: **{verdict(llm, 'behaviour')}**; "
-        "paper: GPT-J "
-        f"{paper.MULTIPLE_OF_10['GPT-J 4-shot']}%, Phi-2 {paper.MULTIPLE_OF_10['Phi-2 4-shot']}%).")
+        f"paper: GPT-J {paper.MULTIPLE_OF_10['GPT-J 4-shot']}%, Phi-2 {paper.MULTIPLE_OF_10['Phi-2 4-shot']}%).")
     pre, out = recipe(mini).get("pretrain") or {}, outliers(mini)
     say(f"* **Where do the features come from? The pre-trained mini (embeddings: {verdict(mini, 'embeddings')}).** "
         f"Pre-training on {pre.get('n_sequences', 0):,} texts of counting, spelling numbers into digits and "
@@ -452,9 +452,8 @@ def operations_section(runs: dict, readers: list) -> None:
     say(f"The paper's appendix repeats its analysis on multiplication (fine-tuned GPT-2-XL: "
         f"{paper.MULTIPLICATION_ACCURACY_VAL}% on validation; module logits with outliers at periods "
         f"{periods(paper.MULTIPLICATION_OUTLIER_PERIODS)}, where {periods(new)} is new) and on addition written "
-        f"\"15,93+\". {word(n_mult).capitalize()} multiplication "
-        f"models are shipped, the same {mult.n_layers}-layer, {mult.width}-wide network as the addition demos, "
-        "from `recipes/multiplication-*.json`: operands a <= b in "
+        f"\"15,93+\". {word(n_mult).capitalize()} multiplication models are shipped, the same {mult.n_layers}-layer, "
+        f"{mult.width}-wide network as the addition demos, from `recipes/multiplication-*.json`: operands a <= b in "
         f"0..{rec['max_operand']} with a * b <= {mult.p - 1}, so every product is one of the run's single number "
         f"tokens ({len(examples):,} questions: {sizes['train']:,} train, {sizes['val']:,} validation, "
         f"{sizes['test']:,} test; the paper does not say how it chose its operands). {rec['epochs']} epochs, and the "
@@ -530,7 +529,7 @@ def operations_section(runs: dict, readers: list) -> None:
         + "); the Training page shows the log's, every other page the run's.", gap=True)
 
 
-def fine_tuned_section(runs: dict) -> None:
+def fine_tuned_section(runs: dict, readers: list) -> None:
     ft, llm = runs["fine"], runs["llm"]
     rec, summary, c, design = recipe(ft), summary_of(ft.manifest.get("model") or {}), claims(ft), ft.manifest["design"]
     spec = rec.get("number_tokens") or {}
@@ -552,19 +551,16 @@ def fine_tuned_section(runs: dict) -> None:
         f"{chosen_on_validation(rec).capitalize()} ({pc(summary['rebuilt_val_accuracy_float32'], 2)} rebuilt); the "
         f"test split was read once, after training: {int(ex['correct'].sum()):,} of {len(ex):,}, by answer {by}.")
     say(f"* **Errors: {verdict(ft, 'behaviour')}.** {c['behaviour'].measured.rstrip('.')} (the rule needs "
-        f"{MIN_ERRORS}); "
-        f"{pc(ft.table(Table.ERROR_ANALYSIS).iloc[0]['share_multiple_of_10'], 0)} of them are off by a multiple of 10 "
-        f"and {int(((wrong['prediction'] - wrong['answer']).abs() == 1).sum()) or 'none'} by one.")
+        f"{MIN_ERRORS}); {pc(ft.table(Table.ERROR_ANALYSIS).iloc[0]['share_multiple_of_10'], 0)} of them are off by "
+        f"a multiple of 10 and {int(((wrong['prediction'] - wrong['answer']).abs() == 1).sum()) or 'none'} by one.")
     say(f"* **Approximate first, exact last: {verdict(ft, 'logit_lens')}.** {c['logit_lens'].measured} Only the "
         f"trained top blocks hold the answer: {c['logit_lens'].reason}.")
     out, base_layer = outliers(ft), int(spec.get("layer"))
     n_before = int(summaries.number_spectrum_at(llm.table(Table.NUMBER_SPECTRUM), base_layer, "paper")["outlier"].sum())
     say(f"* **Number rows with periods 2, 2.5, 5, 10: {verdict(ft, 'numbers')}.** {c['numbers'].measured} Strongest "
-        f"periods: {periods(out['period'][:6], ',')}. The rows started as the base model's own representation of each "
-        f"number after block {base_layer}, where it has {n_before} outlying frequencies, "
-        + ("as many as now" if n_before == len(out) else f"against {len(out)} now") + " (how far each row moved: "
-        "[fine-tuning.md](fine-tuning.md#what-training-the-rows-changed)), so these features are pre-training's, kept; "
-        f"but the rule's reason for \"{verdict(ft, 'numbers')}\": {c['numbers'].reason}.")
+        f"periods: {periods(out['period'][:6], ',')}. Where the rows started, the base model's representation after "
+        f"block {base_layer} has {n_before} outlying frequencies, " + ("as many as now" if n_before == len(out) else
+        f"against {len(out)} now") + f". Why \"{verdict(ft, 'numbers')}\": {c['numbers'].reason}.")
     stream, mods = shift_modules(ft)
     top, rest = (kept := mods[mods["draws"] > 0]).iloc[0], kept.iloc[1:]
     tens = module_locks(ft)
@@ -593,7 +589,11 @@ def fine_tuned_section(runs: dict) -> None:
         + f", and the top {L - frozen} blocks learned to add with what reaches them; the Tour's mechanism steps find "
         "Fourier features in the rows and an answer built in the top blocks; against the paper, the verdicts read: "
         f"features in the rows (step 7) {verdict(ft, 'numbers')}, which module kind decides the last digit (step 3) "
-        f"{verdict(ft, 'module_waves')}, Table 1's division of labour (step 6) {verdict(ft, 'ablations')}.")
+        f"{verdict(ft, 'module_waves')}, Table 1's division of labour (step 6) {verdict(ft, 'ablations')}.", gap=True)
+    for w in training_siblings(ft, readers)[:1]:  # the same model fine-tuned the paper's way: each run's own claims
+        say(f"**The same model, {trained_short(w.manifest)} trained** ({pc(w.manifest['accuracy'], 2)} on test): "
+            + "; ".join(f"{label}: {c[1].verdict} (here {c[0].verdict})" for label, c in sibling_rows(ft, [w], claims))
+            + f". {groups_measured(w)} {claims(w)['spectra'].short} [Both runs](results.md#trained-another-way).")
 
 
 if __name__ == "__main__":

@@ -27,12 +27,13 @@ from core.claims.operations import claim_operations, operation_runs
 from core.claims.periods import claim_periods, period_table
 from core.claims.seeds import seed_siblings, verdict_spread
 from core.claims.shift_rule import CAUSAL_SHARE, CONTROL_MAX, STREAM_FLOOR, causal_test, shift_summary
+from core.claims.siblings import sibling_rows, training_siblings
 from core.files import PROJECT_ROOT
 from core.models.source import project_path
 from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2, TABLE1_GPT2_XL, TABLE1_TAU
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs
-from core.runs.origin import run_origin, seed_of_manifest, task_of_manifest
+from core.runs.origin import run_origin, seed_of_manifest, task_of_manifest, trained_part
 from core.runs.period_ablation import PERIOD_DRAWS
 from core.runs.reader import RunReader, Table
 from core.tasks import task_name
@@ -151,6 +152,7 @@ def document(cache_dir: str, tau: int) -> int:
     periods_section(cache_dir, every)
     claims_table(cache_dir, every)
     seeds_section(cache_dir, every)
+    trained_another_way_section(cache_dir, every)
     other_split_section(cache_dir, [r for r in listed if r not in every], every)
     print()
     for r in runs:
@@ -515,6 +517,23 @@ def periods_section(cache_dir: str, runs, heading: bool = True) -> None:
             why = f" *Why: {c.reason}.*" if c.reason else ""
             print(f"**{r.label}** ({r.split} split): **{c.verdict}**. {c.headline}{why}\n")
         markdown_table(period_table(r))
+
+
+def trained_another_way_section(cache_dir: str, runs) -> None:
+    """One pre-trained model fine-tuned two ways (core.claims.siblings): steps 3, 4 and 6 side by side, each cell that
+    run's own verdict and headline."""
+    readers, shown = [run_of(cache_dir, r.name) for r in runs], set()
+    for run in readers:
+        siblings = [r for r in training_siblings(run, readers) if r.name not in shown]
+        if not siblings or run.name in shown:
+            continue
+        print("## Trained another way\n" if not shown else "", end="")
+        shown.update(r.name for r in [run, *siblings])
+        print("| step | " + " | ".join(f"{trained_part(r.manifest)} trained ({r.manifest['accuracy']:.2%} on {r.split})"
+                                       for r in [run, *siblings]) + " |\n" + "| --- " * (len(siblings) + 2) + "|")
+        for label, cells in sibling_rows(run, siblings, claims):
+            print(f"| {label} | " + " | ".join(f"**{c.verdict}**: {c.short}" for c in cells) + " |")
+        print()
 
 
 def other_split_section(cache_dir: str, others, test_runs) -> None:

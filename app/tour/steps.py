@@ -19,11 +19,11 @@ from core.claims.base import VERDICT_LABELS, Claim, pct
 from core.claims.operations import claim_operations, operation_runs, short_name
 from core.claims.periods import claim_periods, period_caption, period_table
 from core.claims.registry import TASK_STEPS, best_run, may_stand_in, run_claims
-from core.claims.siblings import sibling_caption, sibling_table, training_siblings
 from core.claims.shift_rule import causal_test
+from core.claims.siblings import sibling_caption, sibling_table, training_siblings
 from core.paper import ACCURACY, TABLE1_TAU
 from core.runs import summaries, training_summaries
-from core.runs.origin import run_origin, seed_of_manifest, trained_part
+from core.runs.origin import run_origin, seed_of_manifest, trained_part, trained_short
 from core.runs.reader import RunReader, Table
 from core.tasks import expression, expression_of_id, task_name
 
@@ -247,9 +247,15 @@ def waves_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     return [_panel(chart, "tour-waves", one_question(run, example))]
 
 
+#: The key prefix of another run's figure shown beside a step's own (`beside_siblings`): a projector leaves it to the
+#: normal page, where the column is wide enough for its tick labels.
+SIBLING_FIGURE = "sibling-"
+
+
 def beside_siblings(step: str, panels_of: Callable[[RunReader, StepInputs], list[Panel]]):
     """`panels_of` for `step`, followed, where the run's pre-trained model was also fine-tuned another way
-    (`core.claims.siblings`), by two folded panels: both runs' verdicts in one table, and the other run's figure."""
+    (`core.claims.siblings`), by two panels folded under one label: both runs' verdicts in one table, and the other
+    run's figure."""
     def panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
         own = panels_of(run, inputs)
         others = training_siblings(run, inputs.runs)
@@ -257,15 +263,16 @@ def beside_siblings(step: str, panels_of: Callable[[RunReader, StepInputs], list
             return own
         claims_of = inputs.claims_of or run_claims
         table = sibling_table(step, run, others, claims_of)
-        names = "; ".join(r.label for r in [run, *others])
+        names = "; ".join(trained_short(r.manifest) for r in [run, *others])
+        label = f"Trained another way: {trained_part(others[0].manifest)}"
         ways = Panel(None, table, sibling_caption(run, others), f"tour-{step}-siblings",
-                     Evidence(len(table), "runs", run.split, names), folded=f"Trained another way: {table.iloc[1, 0]}")
+                     Evidence(len(table), "runs", run.split, names), folded=label)
         figures = []
         for other in others:
             theirs = panels_of(other, StepInputs(inputs.basis, claims_of(other), inputs.runs, inputs.claims_of))
             if theirs:
-                figures.append(replace(theirs[0], key=f"{theirs[0].key}-{other.name}",
-                                       folded=f"Figure of {trained_part(other.manifest)} trained"))
+                key = f"{SIBLING_FIGURE}{theirs[0].key}-{other.name}"
+                figures.append(replace(theirs[0], key=key, folded=ways.folded))
         return [*own, ways, *figures]
     return panels
 

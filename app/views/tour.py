@@ -17,6 +17,7 @@ from app.tour.classroom import ask_first, handout_button, prediction_note, revea
 from app.tour.steps import (
     NOTHING_TO_COMPARE,
     OVER_RUNS,
+    SIBLING_FIGURE,
     STEPS,
     TOUR_BASIS,
     Panel,
@@ -108,6 +109,8 @@ if choice.switched_from is not None and not hidden:
 
 drawable = not hidden and (step.table is None or shown.has(step.table))
 panels = step.panels(shown, StepInputs(TOUR_BASIS, run_claims(shown), runs, run_claims)) if drawable else []
+if large():  # one screen on a projector: the other run's verdict stays (its table), its figure is on the normal page
+    panels = [p for p in panels if not p.key.startswith(SIBLING_FIGURE)]
 line = run_line(step, claim, shown) if step.key not in OVER_RUNS else None
 seeds = seed_spread_line(shown, step.key, runs) if step.key not in OVER_RUNS else None
 # the words this screen shows, for the terms beside it: every listed word it uses gets its definition here
@@ -180,10 +183,20 @@ with figure, st.container(key="tour-figure"):
             accuracy_metrics()
         if step.key in OVER_RUNS and not panels:
             st.info(NOTHING_TO_COMPARE[step.key])
-        for panel in panels:
-            if panel.folded:
-                with st.expander(panel.folded):
-                    draw(panel)
-            else:
-                draw(panel)
+        for panel in (p for p in panels if not p.folded):
+            draw(panel)
+        folds: dict[str, list[Panel]] = {}  # the folded panels by label: panels that share one open with one click
+        for panel in (p for p in panels if p.folded):
+            folds.setdefault(panel.folded, []).append(panel)
+        if large() and len(folds) > 1:  # on a projector, one click for every detail keeps the step one screen
+            with st.expander(f"More on this step ({len(folds)})"):
+                for label, group in folds.items():
+                    st.markdown(f"**{label}**")
+                    for panel in group:
+                        draw(panel)
+        else:
+            for label, group in folds.items():
+                with st.expander(label):
+                    for panel in group:
+                        draw(panel)
 to_url("step", "best", "reveal")

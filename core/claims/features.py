@@ -63,9 +63,9 @@ PERIOD_MODULUS = {2.0: 2, 2.5: 5, 5.0: 5, 10.0: 10}
 
 
 def separated_moduli(probes: pd.DataFrame, layer: int) -> set[int]:
-    """The moduli whose linear probe separates the numbers at `layer`: the 95% interval of its kappa over the
-    held-out splits (mean ± 2 sd / sqrt(splits)) lies wholly above the interval of every control modulus (mod 3 and
-    mod 7, which the paper's features do not encode)."""
+    """The moduli whose linear probe separates the numbers at `layer`: the split band of its kappa (mean ± 2 sd /
+    sqrt(splits), over its held-out splits: a spread of the splits, not a confidence interval) lies wholly above the
+    band of every control modulus (mod 3 and mod 7, which the paper's features do not encode)."""
     at = probes[probes["layer"] == layer]
     half = 2 * at["kappa_sd"] / np.sqrt(at["n_splits"].clip(lower=1))
     control = (at["role"] == "control").to_numpy()
@@ -80,7 +80,9 @@ def counted_periods(spikes, probes: pd.DataFrame, layer: int) -> list[float]:
     """The paper's periods a features verdict counts: a spectrum outlier (a spike) whose modulus's probe separates
     the numbers at the same layer (`separated_moduli`). A spike alone is not yet a mechanism: the same spikes appear
     in models of every kind and in raw counts of how often numbers occur (Fu et al. 2026), so a spike the probe
-    cannot separate is not counted."""
+    cannot separate is not counted. Its limit: periods 2.5 and 5 share the mod-5 probe, and n mod 10 is fixed by n mod 2
+    and n mod 5, so period 10's probe separates wherever those two do; the gate tells a spike with no linear code
+    from one with a code, not period 10's own feature from the other two."""
     separated = separated_moduli(probes, layer)
     return [float(t) for t in spikes if PERIOD_MODULUS.get(float(t)) in separated]
 
@@ -95,9 +97,9 @@ def spikes_said(spikes, counted) -> str:
 
 
 def _feature_verdict(origin: str, n_short: int, inherited: dict | None = None) -> tuple[str, str]:
-    """(verdict, reason) from how many of periods 2, 2.5, 5, 10 are outliers: planted -> not tested; from scratch ->
-    agrees with none; otherwise (pre-trained, and rows inherited from pre-training: `rows_origin`, whose words the
-    reason gives) agrees with 3 or 4, partly with 1 or 2, does not with none."""
+    """(verdict, reason) from how many of periods 2, 2.5, 5, 10 count (`counted_periods`): planted -> not tested; from
+    scratch -> agrees with none; otherwise (pre-trained, and rows inherited from pre-training: `rows_origin`, whose
+    words the reason gives) agrees with 3 or 4, partly with 1 or 2, does not with none."""
     if origin == "planted":
         return "not tested", "these periods were planted by hand, so finding them proves nothing about pre-training"
     if origin == "scratch":
@@ -136,11 +138,11 @@ def claim_embeddings(run, basis: str = "paper") -> Claim:
     periods 2, 2.5, 5, 10; trained from scratch, none.
     Measured: which of 2, 2.5, 5, 10 are outliers (family-wise null) of the input number rows, and which of those
     the layer-0 probe of their modulus separates (`counted_periods`: only those count).
-    Verdict by origin: planted features -> not tested (we put them there); from scratch -> agrees
-    when none of the four is an outlier; pre-trained, or rows inherited from pre-training (a fine-tuning's or a
-    transplant's, alike: the reason says whose they are and how far training moved them, `rows_origin`) -> agrees
-    with 3 or 4 of them, partly with 1 or 2, does not with none; at most partly where a digit-splitting tokenizer
-    built period 10 in (`digit_derived`)."""
+    Verdict by origin, counting only the periods `counted_periods` keeps: planted features -> not tested (we put
+    them there); from scratch -> agrees when none counts; pre-trained, or rows inherited from pre-training (a fine-
+    tuning's or a transplant's, alike: the reason says whose they are and how far training moved them,
+    `rows_origin`) -> agrees with 3 or 4 of them, partly with 1 or 2, does not with none; at most partly where a
+    digit-splitting tokenizer built period 10 in (`digit_derived`)."""
     spec = run.table(Table.EMBEDDING_SPECTRUM)
     spec = spec[(spec["basis"] == basis) & (spec["matrix"] == "input")]
     outl = spec[spec["outlier"]]
@@ -183,7 +185,7 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
     spectrum outliers (family-wise null), and the probes' kappas there (controls mod 3, 7); a spike counts only where
     its modulus's probe separates the numbers there (`counted_periods`).
     Verdict by origin, as for the embeddings: planted -> not tested; from scratch -> agrees when none
-    of the four is an outlier at layer 0; otherwise (rows inherited from pre-training included, the reason saying
+    of the four counts at layer 0; otherwise (rows inherited from pre-training included, the reason saying
     whose they are and how far they moved) agrees with 3 or 4 of them at the best layer, partly with 1 or 2, does
     not with none; at most partly where digits built period 10 in."""
 
@@ -225,7 +227,8 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
             f"At {where}: periods {', '.join(f'{t:g}' for t in found)} spike and their probes separate them (n mod 10 "
             f"at kappa {kap.get(10, float('nan')):.2f})."
             if found
-            else f"At {where}: spikes at {', '.join(f'{t:g}' for t in s['short_periods'])}, but no probe separates them."
+            else f"At {where}: spikes at {', '.join(f'{t:g}' for t in s['short_periods'])}, but no probe separates "
+            "them."
             if s["short_periods"]
             else f"At {where}: no spectrum outlier at periods 2, 2.5, 5 or 10."
         ),

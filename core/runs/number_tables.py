@@ -84,7 +84,8 @@ def rows_started_from_base(loaded) -> dict | None:
     recipe = recipe_of({"source": loaded.source}) if loaded.local else None
     if not recipe or not recipe.get("number_tokens") or not rows_trained(recipe):
         return None
-    return stage_recipes(recipe)[-1]
+    first = stage_recipes(recipe)[-1]
+    return None if (first.get("lora") or {}).get("init_delta") else first  # an earlier stage's recipe is missing
 
 
 def row_origin_table(loaded, p: int, log) -> pd.DataFrame | None:
@@ -95,11 +96,10 @@ def row_origin_table(loaded, p: int, log) -> pd.DataFrame | None:
     if first is None:
         return None
     try:
-        start = start_rows(first, log=log)
-    except CoreError as exc:
+        moved = rows_moved(loaded.number_embedding(p).cpu().numpy(), start_rows(first, log=log))
+    except (CoreError, OSError) as exc:  # the run is made without it: the reason is in the log
         log(f"number rows against their start: left out ({exc})")
         return None
-    moved = rows_moved(loaded.number_embedding(p).cpu().numpy(), start)
     log(f"number rows against their start ({first.get('init_from')}): median moved {moved['moved'].median():.1%} of "
         "the start's norm")
     return moved

@@ -171,9 +171,14 @@ def trained_part(manifest: dict) -> str:
     L = int(manifest.get("n_layers") or recipe.get("n_layers") or 0)
     frozen = min(int((stage.get("number_tokens") or {}).get("frozen_blocks") or 0) for stage in stage_recipes(recipe))
     if not frozen:
-        return "the whole model"
+        return "the whole model" if rows_trained(recipe) else "every block, not the number rows"
     rows = ", and the number rows" if rows_trained(recipe) else ""
-    return f"the top {L - frozen} of {L} blocks{rows}"
+    return f"the top {L - frozen} of {L} blocks{rows}" if L > frozen else f"the blocks above block {frozen - 1}{rows}"
+
+
+def trained_short(manifest: dict) -> str:
+    """`trained_part` in a few words, for a picker or a table cell: "top 12 of 30 blocks + rows", "whole model"."""
+    return trained_part(manifest).removeprefix("the ").replace(", and the number rows", " + rows")
 
 
 def base_model_of(manifest: dict) -> str:

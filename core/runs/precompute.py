@@ -252,7 +252,8 @@ def _write_stage_tables(
         writer.write("embedding_spectrum", spectrum)
         writer.write("embedding_clusters", clusters)
         writer.write_json("embeddings.json", {"tied": tied})
-    moved = row_origin_table(loaded, p, log) if "embeddings" in stages and not writer.has("number_rows_origin") else None
+    fresh = "embeddings" in stages and not writer.has("number_rows_origin")
+    moved = row_origin_table(loaded, p, log) if fresh else None
     if moved is not None:  # a fine-tuning's trained number rows against their start (core.training.row_start)
         writer.write("number_rows_origin", moved)
     timings["embeddings_s"] = round(time.time() - t2, 2)

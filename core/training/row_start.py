@@ -18,21 +18,25 @@ from core.models.source import project_path
 from core.tasks import number_space
 from core.training.delta import load_base
 from core.training.finetune import initial_number_rows
+from core.training.recipe import NumberTokens
 
 
 def start_rows(first_stage: dict, log=print) -> np.ndarray:
     """The rows a number-token recipe's first stage (`first_stage`, its recipe dict) started from, (p, D) float32,
     computed from its base model (`init_from`) as `core.training.finetune.finetune` computes them."""
-    spec, base_folder = first_stage.get("number_tokens"), first_stage.get("init_from")
-    if not spec or not base_folder:
-        raise CoreError(f"recipe {first_stage.get('name', '?')} does not start number rows from a base model")
-    if not project_path(base_folder).is_dir():
+    name, base_folder = first_stage.get("name", "?"), first_stage.get("init_from")
+    if not first_stage.get("number_tokens") or not base_folder:
+        raise CoreError(f"recipe {name} does not start number rows from a base model")
+    # the typed config: a key the recipe leaves out takes training's default
+    spec = NumberTokens.parse(first_stage["number_tokens"], name, int(first_stage.get("n_layers") or 0))
+    base = project_path(base_folder)
+    if not base.is_dir():
         raise CoreError(f"the base model {base_folder} is not here: import it (python -m core import-model "
                         "smollm2-135m) to compare the trained rows with their start")
     p = number_space(first_stage.get("task", "addition"), int(first_stage.get("max_operand", 260)))
-    base_rows = load_base(base_folder).get_input_embeddings().weight.detach().numpy()
-    return initial_number_rows(load_model(base_folder), p, int(spec.get("layer", 0)),
-                               str(spec.get("context", "{n}")), base_rows, centre=bool(spec.get("centre")), log=log)
+    base_rows = load_base(str(base)).get_input_embeddings().weight.detach().numpy()
+    return initial_number_rows(load_model(str(base)), p, spec.layer, spec.context, base_rows, centre=spec.centre,
+                               log=log)
 
 
 def rows_moved(trained: np.ndarray, start: np.ndarray) -> pd.DataFrame:

@@ -184,7 +184,7 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
     found = sum(bool(np.isclose(es["period"].astype(float), s, atol=0.05).any()) and separates(probes, 0, s)
                 for s in SHORT)
     kind = run_origin(manifest)["kind"]
-    if kind == "planted" or left_out:  # features put there by hand (rows inherited from pre-training are counted)
+    if kind == "planted" or left_out or probes is None:  # put there by hand, or nothing to separate spikes with
         out["embeddings"] = "not tested"
     elif kind == "scratch":
         out["embeddings"] = "agrees" if found == 0 else "does not"
@@ -242,12 +242,17 @@ def relative_causal_verdict(shift, answers, groups=None) -> str:
     judged = [j for j in judged if j is not None]
     if not judged:
         return "not tested"
-    kinds = {kind for j in judged for kind, causal in j if causal}
-    return "agrees" if "attn" in kinds else "partly" if "mlp" in kinds else "does not"
+    verdicts = set()
+    for undecided in (False, True):  # a site too close to the bar to re-derive is read both ways
+        kinds = {kind for j in judged for kind, causal in j if (undecided if causal is None else causal)}
+        verdicts.add("agrees" if "attn" in kinds else "partly" if "mlp" in kinds else "does not")
+    assert len(verdicts) == 1, f"the verdict turns on a site too close to the bar to re-derive: {verdicts}"
+    return verdicts.pop()
 
 
 def relative_causal(shift, answers, keys) -> list | None:
-    """[(kind, computes the last digit)] per site of a shift table (sites told apart by `keys`, kind first), None when
+    """[(kind, computes the last digit: None where too close to the bar to re-derive)] per site of a shift table
+    (sites told apart by `keys`, kind first), None when
     the stream's shift is read at no d: per d, the stream's share (last digit moved, all four short periods) decides
     whether d is read (>= half); a site's share over the stream's on the site's own questions, averaged over the read
     d, its 95% interval from a bootstrap of questions written here afresh (another seed), the random draws' mean of
@@ -276,7 +281,7 @@ def relative_causal(shift, answers, keys) -> list | None:
         boot = np.mean([hits(i)[picks].sum(1) / hits(stream_rows[d])[picks].sum(1)
                         for i, d in zip(edits.index, edits["d"])], axis=0)
         low = np.percentile(boot, 2.5)
-        assert abs(low - 0.5) > 0.01 or ratio < 0.4, f"{kind} {layer}: too close to the bar to re-derive"
+        near = abs(low - 0.5) <= 0.01 and ratio >= 0.4  # within this bootstrap's own error of the bar: undecided
         ctrl = g[g["control"] & g["d"].isin(read)]
         if not len(ctrl):  # read only on the screen: no control, never causal
             causal[(kind, layer)] = False
@@ -288,8 +293,9 @@ def relative_causal(shift, answers, keys) -> list | None:
             control.append(np.mean([hits(i).sum() / hits(stream_rows[d]).sum() for i, d in zip(draw.index, draw["d"])]))
             control_stayed.append(sum(by_condition[i]["stayed"].sum() for i in draw.index)
                                   / sum(len(by_condition[i]) for i in draw.index))
-        causal[(kind, layer)] = low >= 0.5 and np.mean(control) <= 0.15 and np.mean(control_stayed) >= stayed
-    return [(kind, bool(v)) for (kind, _), v in causal.items()]
+        clean = np.mean(control) <= 0.15 and np.mean(control_stayed) >= stayed
+        causal[(kind, layer)] = (None if near else low >= 0.5) if clean else False
+    return [(kind, None if v is None else bool(v)) for (kind, _), v in causal.items()]
 
 
 def expected_causal_verdict(shift) -> str:

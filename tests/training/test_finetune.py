@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from core.analysis.numbers import number_representations
+from core.claims.registry import run_claims
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
 from core.models.importer import import_gguf
@@ -21,7 +22,6 @@ from core.models.loading import load_model
 from core.models.number_tokens import find_number_tokens
 from core.models.parts import find_parts
 from core.models.random_models import write_tiny_llama_gguf
-from core.claims.registry import run_claims
 from core.runs.cache import verify_run
 from core.runs.live_model import live_model_folder
 from core.runs.origin import describe_run, run_origin
@@ -353,7 +353,8 @@ def test_fine_tuned_model_gets_the_whole_pipeline_and_says_what_it_is(tiny_base,
     assert run_origin(m)["kind"] == "fine-tuned"
     # the trained rows against their start, rebuilt from the base model as training built it
     base = load_model(str(tiny_base))
-    start = initial_number_rows(base, 25, 2, "The number {n}", base.model.get_input_embeddings().weight.detach().numpy())
+    own_rows = base.model.get_input_embeddings().weight.detach().numpy()
+    start = initial_number_rows(base, 25, 2, "The number {n}", own_rows)
     trained = load_model(str(result.out)).number_embedding(25).numpy()
     moved = pd.read_parquet(path / "number_rows_origin.parquet")
     expected = np.linalg.norm(trained - start, axis=1) / np.linalg.norm(start, axis=1)

@@ -29,4 +29,4 @@ def test_a_recipe_without_a_base_model_or_number_rows_has_no_start(tmp_path):
     with pytest.raises(CoreError, match="does not start number rows"):
         start_rows({"name": "toy", "freeze": {"kind": "fourier"}})
     with pytest.raises(CoreError, match="is not here: import it"):
-        start_rows({"name": "ft", "init_from": str(tmp_path / "absent"), "number_tokens": {"layer": 5}})
+        start_rows({"name": "ft", "n_layers": 30, "init_from": str(tmp_path / "absent"), "number_tokens": {"layer": 5}})
