@@ -41,6 +41,10 @@ def dashboard_shots(b, base: str, run: str, step: int, out: Path) -> None:
         reveal.wait_for(state="detached")  # the rerun has begun: the revealed step replaces the button
         wait_until_idle(page)
         page.screenshot(path=str(out / f"tour-step-{step}-revealed-1024x768.png"))
+        options = page.get_by_role("button", name="Options")  # presentation mode keeps the button in this popover
+        if options.count():
+            options.first.click()
+            page.wait_for_timeout(400)
         page.get_by_role("button", name="Handout").click()
         page.wait_for_timeout(600)
         page.screenshot(path=str(out / "tour-handout-button-1024x768.png"))
