@@ -482,17 +482,23 @@ def runs_with(cache_dir: str, runs, table: Table) -> list:
     return [r for r in (run_of(cache_dir, r.name) for r in runs) if r.has(table)]
 
 
+def section_runs(cache_dir: str, runs, table: Table, heading: str | None, intro: str) -> list:
+    """The readers of `runs` holding `table`, after printing the section's heading and intro when there are any and
+    `heading` is given (None: a section set inside another, which has its own)."""
+    readers = runs_with(cache_dir, runs, table)
+    if readers and heading:
+        print(f"## {heading}\n\n{intro}\n")
+    return readers
+
+
 def groups_section(cache_dir: str, runs, heading: bool = True) -> None:
     """Step 3's groups: every attention (or MLP) output of a group of layers shifted together, every question."""
-    readers = runs_with(cache_dir, runs, Table.GROUP_SHIFT)
-    if not readers:
-        return
-    if heading:
-        print("## Groups of modules shifted together\n")
-        print("The paper's claim is about attention as a whole. Every attention output, and separately every MLP "
-              "output, of a group of layers shifted in one pass, each by its own capped edit, over every question; "
-              "read against the stream after the group's last layer by the same rule as one module "
-              "(`core.runs.group_shift`, `core.claims.last_digit.group_shift_table`).\n")
+    title = "Groups of modules shifted together" if heading else None
+    readers = section_runs(cache_dir, runs, Table.GROUP_SHIFT, title,
+                           "The paper's claim is about attention as a whole. Every attention output, and separately "
+                           "every MLP output, of a group of layers shifted in one pass, each by its own capped edit, "
+                           "over every question; read against the stream after the group's last layer by the same "
+                           "rule as one module (`core.runs.group_shift`, `core.claims.last_digit.group_shift_table`).")
     for r in readers:
         print(f"**{r.label}** ({r.split} split)\n")
         markdown_table(group_shift_table(r))
@@ -500,15 +506,12 @@ def groups_section(cache_dir: str, runs, heading: bool = True) -> None:
 
 def periods_section(cache_dir: str, runs, heading: bool = True) -> None:
     """Step 6's narrow test: only the paper's periods removed, against energy-matched random controls."""
-    readers = runs_with(cache_dir, runs, Table.PERIOD_ABLATION)
-    if not readers:
-        return
-    if heading:
-        print("## Only the paper's periods removed\n")
-        print("Table 1 with power at any width: only the directions W_U reads at periods 2, 2.5, 5 and 10 (or a low "
-              "or high slice of as many frequencies) removed from every layer's attention or MLP output, over every "
-              f"question, against {PERIOD_DRAWS} energy-matched random draws of the same rank "
-              "(`core.runs.period_ablation`, rule in `core.claims.periods`).\n")
+    title = "Only the paper's periods removed" if heading else None
+    readers = section_runs(cache_dir, runs, Table.PERIOD_ABLATION, title,
+                           "Table 1 with power at any width: only the directions W_U reads at periods 2, 2.5, 5 and "
+                           "10 (or a low or high slice of as many frequencies) removed from every layer's attention "
+                           f"or MLP output, over every question, against {PERIOD_DRAWS} energy-matched random draws of "
+                           "the same rank (`core.runs.period_ablation`, rule in `core.claims.periods`).")
     for r in readers:
         c = claim_periods(r)
         if c is None:  # a multiplication run: the paper's Table 1 is addition's, so no verdict

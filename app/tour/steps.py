@@ -95,6 +95,9 @@ class StepInputs:
     runs: list
     #: a run's claims (the app's, computed once per run); None: computed here (core.claims.registry.run_claims)
     claims_of: Callable | None = None
+    #: whether a step draws the figure of its model trained another way (`beside_siblings`); a projector leaves it to
+    #: the normal page, where the column is wide enough for its tick labels
+    sibling_figures: bool = True
 
 
 @dataclass(frozen=True)
@@ -247,15 +250,10 @@ def waves_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     return [_panel(chart, "tour-waves", one_question(run, example))]
 
 
-#: The key prefix of another run's figure shown beside a step's own (`beside_siblings`): a projector leaves it to the
-#: normal page, where the column is wide enough for its tick labels.
-SIBLING_FIGURE = "sibling-"
-
-
 def beside_siblings(step: str, panels_of: Callable[[RunReader, StepInputs], list[Panel]]):
     """`panels_of` for `step`, followed, where the run's pre-trained model was also fine-tuned another way
     (`core.claims.siblings`), by two panels folded under one label: both runs' verdicts in one table, and the other
-    run's figure."""
+    run's figure (where `inputs.sibling_figures`)."""
     def panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
         own = panels_of(run, inputs)
         others = training_siblings(run, inputs.runs)
@@ -268,11 +266,10 @@ def beside_siblings(step: str, panels_of: Callable[[RunReader, StepInputs], list
         ways = Panel(None, table, sibling_caption(run, others), f"tour-{step}-siblings",
                      Evidence(len(table), "runs", run.split, names), folded=label)
         figures = []
-        for other in others:
+        for other in others if inputs.sibling_figures else []:
             theirs = panels_of(other, StepInputs(inputs.basis, claims_of(other), inputs.runs, inputs.claims_of))
             if theirs:
-                key = f"{SIBLING_FIGURE}{theirs[0].key}-{other.name}"
-                figures.append(replace(theirs[0], key=key, folded=ways.folded))
+                figures.append(replace(theirs[0], key=f"sibling-{theirs[0].key}-{other.name}", folded=ways.folded))
         return [*own, ways, *figures]
     return panels
 

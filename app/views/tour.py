@@ -17,7 +17,6 @@ from app.tour.classroom import ask_first, handout_button, prediction_note, revea
 from app.tour.steps import (
     NOTHING_TO_COMPARE,
     OVER_RUNS,
-    SIBLING_FIGURE,
     STEPS,
     TOUR_BASIS,
     Panel,
@@ -108,9 +107,9 @@ if choice.switched_from is not None and not hidden:
     others = f"On your choice, {chosen.label}: {BADGE[mine.verdict]} {mine.measured}"
 
 drawable = not hidden and (step.table is None or shown.has(step.table))
-panels = step.panels(shown, StepInputs(TOUR_BASIS, run_claims(shown), runs, run_claims)) if drawable else []
-if large():  # one screen on a projector: the other run's verdict stays (its table), its figure is on the normal page
-    panels = [p for p in panels if not p.key.startswith(SIBLING_FIGURE)]
+# one screen on a projector: a model trained another way shows its verdicts there, its figure on the normal page
+inputs = StepInputs(TOUR_BASIS, run_claims(shown), runs, run_claims, sibling_figures=not large())
+panels = step.panels(shown, inputs) if drawable else []
 line = run_line(step, claim, shown) if step.key not in OVER_RUNS else None
 seeds = seed_spread_line(shown, step.key, runs) if step.key not in OVER_RUNS else None
 # the words this screen shows, for the terms beside it: every listed word it uses gets its definition here

@@ -184,11 +184,7 @@ def upgrade_row_origin(writer: RunWriter, loaded, p: int, log) -> bool:
     moved = row_origin_table(loaded, p, log)
     if moved is None:
         return False
-    keep = writer.stage_published()
-    writer.write("number_rows_origin", moved)
-    writer.publish(keep)
-    log(f"run {writer.name}: its number rows compared with their start; nothing else recomputed")
-    return True
+    return amend_table(writer, "number_rows_origin", moved, "its number rows compared with their start", log)
 
 
 def refresh_provenance(writer: RunWriter, loaded, log) -> bool:
@@ -214,10 +210,17 @@ def refresh_training_log(writer: RunWriter, loaded, log) -> bool:
     old = writer.final / "training_log.parquet"
     if old.exists() and pd.read_parquet(old).equals(fresh):
         return False
+    said = f"training log refreshed ({fresh['seed'].nunique()} seed(s))"
+    return amend_table(writer, "training_log", fresh, said, log)
+
+
+def amend_table(writer: RunWriter, table: str, frame: pd.DataFrame, what: str, log) -> bool:
+    """Write (or replace) one table of a published run and publish it again, every other table and the manifest's own
+    keys as they were; the log says `what` was done."""
     keep = writer.stage_published()
-    writer.write("training_log", fresh)
+    writer.write(table, frame)
     writer.publish(keep)
-    log(f"run {writer.name}: training log refreshed ({fresh['seed'].nunique()} seed(s)); nothing else recomputed")
+    log(f"run {writer.name}: {what}; nothing else recomputed")
     return True
 
 

@@ -132,6 +132,12 @@ def rows_trained(recipe: dict) -> bool:
                for stage in stage_recipes(recipe))
 
 
+def never_trained_blocks(recipe: dict) -> int:
+    """How many lower blocks no stage of a number-token recipe's chain (`stage_recipes`) trained: the fewest any stage
+    kept frozen."""
+    return min(int((stage.get("number_tokens") or {}).get("frozen_blocks") or 0) for stage in stage_recipes(recipe))
+
+
 def frozen_stack_sentence(manifest: dict) -> str:
     """One sentence a lecturer can say about a fine-tuning that kept its lower blocks frozen ("" otherwise):
     which part of the model is pre-training's and which was trained to add. A later stage counts only the
@@ -142,8 +148,7 @@ def frozen_stack_sentence(manifest: dict) -> str:
     stages = stage_recipes(recipe)
     if (recipe.get("lora") or {}).get("init_delta") and len(stages) == 1:  # the earlier stage cannot be read
         return ""
-    specs = [r.get("number_tokens") or {} for r in stages]
-    frozen = min(int(spec.get("frozen_blocks") or 0) for spec in specs)
+    frozen = never_trained_blocks(recipe)
     if not frozen or not L:
         return ""
     if rows_trained(recipe):
@@ -169,7 +174,7 @@ def trained_part(manifest: dict) -> str:
         return ""
     recipe = origin["recipe"] or {}
     L = int(manifest.get("n_layers") or recipe.get("n_layers") or 0)
-    frozen = min(int((stage.get("number_tokens") or {}).get("frozen_blocks") or 0) for stage in stage_recipes(recipe))
+    frozen = never_trained_blocks(recipe)
     if not frozen:
         return "the whole model" if rows_trained(recipe) else "every block, not the number rows"
     rows = ", and the number rows" if rows_trained(recipe) else ""
