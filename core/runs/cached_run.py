@@ -18,13 +18,14 @@ from core.errors import CoreError
 from core.files import read_json_file
 from core.models.source import read_provenance
 from core.runs.ablation_grid import redraw_run_controls
-from core.runs.cache import RunWriter, check_table
+from core.runs.cache import RunWriter
 from core.runs.group_shift import GROUP_SHIFT_VERSION, has_group_shift, write_group_tables
 from core.runs.number_tables import row_origin_table, write_number_tables
 from core.runs.period_ablation import PERIOD_VERSION, has_periods, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
 from core.runs.precompute_arguments import options_refusal
 from core.runs.shift_run import SHIFT_VERSION, phase_shift_table, shift_specs
+from core.runs.tables import check_table
 from core.training.train import seed_logs
 
 

@@ -23,7 +23,8 @@ import pandas as pd
 from core.analysis.fourier import fourier_basis
 from core.errors import CoreError
 from core.paper import TABLE1_TAU
-from core.runs.cache import TABLE_COLUMNS, read_manifest, read_table
+from core.runs.cache import read_manifest, read_table
+from core.runs.tables import TABLE_COLUMNS
 
 
 class Table(StrEnum):

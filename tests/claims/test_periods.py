@@ -16,9 +16,9 @@ from core.claims.periods import MIN_DROP, POWER_COST, SPREAD_TIMES, claim_period
 from core.errors import CoreError
 from core.models.random_models import save_random_model
 from core.runs.ablate import open_target
-from core.runs.cache import TABLE_COLUMNS
 from core.runs.period_ablation import PERIOD_DRAWS, period_ablation_table
 from core.runs.reader import Table
+from core.runs.tables import TABLE_COLUMNS
 
 
 def test_the_slices_of_the_paper_number_line():

@@ -12,7 +12,6 @@ from core.analysis.shift_reading import read_shifts
 from core.errors import CoreError
 from core.models.random_models import save_random_model
 from core.runs.ablate import open_target
-from core.runs.cache import TABLE_COLUMNS
 from core.runs.group_shift import (
     LayerGroup,
     group_shift_tables,
@@ -21,6 +20,7 @@ from core.runs.group_shift import (
     shift_groups,
     trained_from,
 )
+from core.runs.tables import TABLE_COLUMNS
 
 
 def test_the_groups_of_the_default_run_and_of_a_two_layer_model():

@@ -17,9 +17,10 @@ from core.files import sha256_file
 from core.models.random_models import save_random_model
 from core.models.vocab import digit_tokenizer
 from core.runs.ablation_grid import CONTROL_DRAWS
-from core.runs.cache import REQUIRED_TABLES, list_runs, read_manifest, read_table, resolve_run, verify_run
+from core.runs.cache import list_runs, read_manifest, read_table, resolve_run, verify_run
 from core.runs.reader import RunReader
 from core.runs.shift_run import SHIFT_VERSION
+from core.runs.tables import REQUIRED_TABLES
 
 # operands 0..93 (15 + 93 in range, p = 187, K = 93); the e2e models are 192 wide, so no filter erases
 FAST = ["--max-operand", "93", "--taus", "5,10", "--n-sample", "4", "--no-progress"]
