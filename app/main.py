@@ -30,6 +30,7 @@ PAGES = [
     st.Page("views/waves.py", title="Waves", icon=":material/waves:", url_path="waves"),
     st.Page("views/ablations.py", title="Ablations", icon=":material/filter_alt:", url_path="ablations"),
     st.Page("views/numbers.py", title="Numbers", icon=":material/scatter_plot:", url_path="embeddings"),
+    st.Page("views/patching.py", title="Patching", icon=":material/swap_horiz:", url_path="patching"),
     st.Page("views/training.py", title="Training", icon=":material/school:", url_path="training"),
     st.Page("views/behaviour.py", title="Behaviour", icon=":material/rule:", url_path="behaviour"),
     st.Page("views/terms.py", title="Terms", icon=":material/menu_book:", url_path="terms"),

@@ -94,9 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--n-sample", type=_positive, default=16, help="examples whose full logits are kept")
     pre.add_argument(
         "--stages", type=_stages, default=None,
-        help="which stages to run, comma-separated, from measure, embeddings, numbers, ablations, shift "
-        "(default: all; measure always runs). A stage left out leaves its tables out, and the dashboard says "
-        "'not tested' where they are needed",
+        help="which stages to run, comma-separated, from measure, embeddings, numbers, ablations, shift, patching, "
+        "heads, helix (default: all; measure always runs). A stage left out leaves its tables out, and the dashboard "
+        "says 'not tested' where they are needed",
     )
     pre.add_argument(
         "--display-order", type=int, default=100, help="position in the dashboard's run list (lower first)"
@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the finished run as JSON on stdout, alone (as `list --json` gives it; the log goes to "
                      "stderr)")
 
-    for name, what in (("ablate", "one Fourier filter"), ("shift", "one phase shift")):
+    for name, what in (("ablate", "one Fourier filter"), ("shift", "one phase shift"),
+                       ("patch", "activation patching between two prompts")):
         cmd = sub.add_parser(
             name, help=f"run {what} now on a run's model (or a model) and print what it does to the answers"
         )
@@ -149,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
                              help="low, high, keep-K (keep one frequency K), or periods (only the paper's periods 2, "
                              "2.5, 5, 10, beside energy-matched random controls; periods:2,5,10 names others)")
             cmd.add_argument("--tau", type=_positive, help="the cutoff of a band (low removes 1..tau-1)")
+        elif name == "patch":
+            cmd.add_argument("--clean", metavar="QUESTION", help="the clean question, as '15 + 93' (without --clean "
+                             "and --corrupt: every question of the split paired with its own, second operand one more)")
+            cmd.add_argument("--corrupt", metavar="QUESTION", help="the corrupted question, as '15 + 94'")
+            cmd.add_argument("--phrasing", type=int, default=None,
+                             help="which of the task's phrasings both questions take (default: 'Put together a and b.' "
+                             "for addition, the first for the others)")
         else:
             cmd.add_argument("--module", required=True, choices=["attn", "mlp", "resid"],
                              help="resid: the residual stream after --layer")
@@ -381,6 +389,35 @@ def run_listing(r) -> dict:
             "accuracy": acc if isinstance(acc, (int, float)) else None, "ok": bool(r.ok), "problems": list(r.problems)}
 
 
+def cmd_patch(args):
+    """`patch`: activation patching computed now (core.runs.patch_command), for one pair or a split's pairs; the run
+    and the questions are checked before torch is imported."""
+    from core.runs.edit_arguments import edit_scope
+    from core.tasks import parse_question
+
+    scope = edit_scope(args.target, args.cache_dir, args.task, args.max_operand, args.split)
+    if (args.clean is None) != (args.corrupt is None):
+        raise CoreError("give both --clean and --corrupt (one pair), or neither (every pair of the split)")
+    for question in (args.clean, args.corrupt):
+        if question is not None:
+            parse_question(scope.task, question, args.phrasing or 0, scope.max_operand)
+
+    from core.runs.ablate import open_target
+    from core.runs.patch_command import patch_command
+    from core.threads import parse_threads
+
+    target = open_target(
+        args.target, args.cache_dir, task=args.task, max_operand=args.max_operand, split=args.split,
+        limit=args.limit, threads=parse_threads(args.threads), trust_remote_code=args.trust_remote_code,
+        model=args.model, device=args.device, dtype=args.dtype,
+    )
+    report = patch_command(target, args.clean, args.corrupt, args.phrasing, False if args.no_progress else None)
+    if args.json:
+        return report.as_json()
+    print(report.text())
+    return 0
+
+
 def cmd_list(args) -> int:
     existing_cache_dir(args.cache_dir)
     runs = list_runs(args.cache_dir, deep=args.deep)
@@ -469,6 +506,7 @@ def main(argv=None) -> int:
         "upgrade": cmd_upgrade,
         "ablate": cmd_edit,
         "shift": cmd_edit,
+        "patch": cmd_patch,
     }
     json_out = sys.stdout
     try:

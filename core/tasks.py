@@ -34,6 +34,8 @@ MULTIPLICATION_PHRASINGS = (
     "{a} multiplied by {b} equals what?",
     "Multiplication of {a} with {b}.",
 )
+PHRASINGS = {"addition": ADDITION_PHRASINGS, "reverse-polish": REVERSE_POLISH_PHRASINGS,
+             "multiplication": MULTIPLICATION_PHRASINGS}
 ANSWER_CUE = " Answer:"
 TASKS = ("addition", "reverse-polish", "multiplication")
 SPLITS = ("train", "val", "test")
@@ -143,6 +145,44 @@ def example_id(task: str, a: int, b: int) -> str:
     return f"{a}*{b}"
 
 
+def answer_of(task: str, a: int, b: int) -> int:
+    """The answer of a question of `task` on the operands a, b."""
+    return a * b if task == "multiplication" else a + b
+
+
+def with_operands(example: Example, a: int, b: int, split: str | None = None) -> Example:
+    """The question `example` asks, on the operands a, b instead, in the same phrasing (a patching pair's other
+    prompt: core.analysis.patching)."""
+    phrasing = PHRASINGS[example.task][example.phrasing]
+    return Example(example_id(example.task, a, b), example.task, split or example.split, int(a), int(b),
+                   answer_of(example.task, a, b), phrasing.format(a=a, b=b), example.phrasing)
+
+
+def parse_question(task: str, text: str, phrasing: int = 0, max_operand: int = PAPER_MAX_OPERAND) -> Example:
+    """A question written as the pages write it ("15 + 93", "15+93", "4 * 7", "4 × 7", "15,93+") as an example of
+    `task` in phrasing number `phrasing`; a text that is not two operands and the task's sign, an operand out of
+    0..max_operand or a phrasing the task lacks is a clear error."""
+    check_task(task, max_operand)
+    sign = {"addition": "+", "multiplication": "*"}.get(task)
+    raw = str(text).strip().replace("×", "*")
+    if task == "reverse-polish":
+        body = raw[:-1] if raw.endswith("+") else raw
+        a, found, b = body.partition(",")
+    else:
+        a, found, b = raw.partition(sign)
+    if not (found and a.strip().isdigit() and b.strip().isdigit()):
+        shape = {"addition": "15 + 93", "reverse-polish": "15,93+", "multiplication": "4 * 7"}[task]
+        raise CoreError(f"cannot read {text!r} as a question of {task}: write two whole numbers the way {shape!r} is")
+    a, b = int(a), int(b)
+    if max(a, b) > max_operand:
+        raise CoreError(f"{text!r}: operands go from 0 to {max_operand} in this task")
+    phrasings = PHRASINGS[task]
+    if not 0 <= phrasing < len(phrasings):
+        raise CoreError(f"phrasing {phrasing}: {task} has phrasings 0..{len(phrasings) - 1}")
+    return Example(example_id(task, a, b), task, "given", a, b, answer_of(task, a, b),
+                   phrasings[phrasing].format(a=a, b=b), phrasing)
+
+
 def running_example_id(task: str, max_operand: int = PAPER_MAX_OPERAND) -> str | None:
     """Id of 15 + 93 for the addition tasks when it is in range, else None."""
     a, b = RUNNING_EXAMPLE
@@ -170,11 +210,7 @@ def build_examples(task: str = "addition", max_operand: int = PAPER_MAX_OPERAND,
 @functools.lru_cache(maxsize=8)
 def _built_examples(task: str, max_operand: int, seed: int) -> tuple[Example, ...]:
     check_task(task, max_operand)
-    phrasings = {
-        "addition": ADDITION_PHRASINGS,
-        "reverse-polish": REVERSE_POLISH_PHRASINGS,
-        "multiplication": MULTIPLICATION_PHRASINGS,
-    }[task]
+    phrasings = PHRASINGS[task]
     rng = random.Random(seed)
     pairs = _pairs(task, max_operand)
     chosen = [rng.randrange(len(phrasings)) for _ in pairs]
@@ -200,7 +236,7 @@ def _built_examples(task: str, max_operand: int, seed: int) -> tuple[Example, ..
     examples = []
     for idx in order:
         a, b = pairs[idx]
-        answer = a * b if task == "multiplication" else a + b
+        answer = answer_of(task, a, b)
         examples.append(
             Example(
                 id=example_id(task, a, b),

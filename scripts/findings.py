@@ -32,6 +32,7 @@ from core.claims.periods import claim_periods
 from core.claims.seeds import seed_siblings, verdict_spread
 from core.claims.shift_rule import CAUSAL_SHARE, causal_test, shift_summary
 from core.claims.siblings import sibling_rows, training_siblings
+from core.claims.successors import INTRO, successor_paragraphs
 from core.files import PROJECT_ROOT
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs
@@ -71,8 +72,7 @@ def run_of(cache_dir: str, name: str) -> RunReader:  # each run's tables read on
 claims = functools.lru_cache(maxsize=None)(registry.run_claims)  # each run's claims, computed once
 
 
-def verdict(run: RunReader, step: str) -> str:  # the step's verdict word
-    return claims(run)[step].verdict
+verdict = lambda run, step: claims(run)[step].verdict  # noqa: E731 (the step's verdict word)
 
 def say(text: str, gap: bool = False) -> None:
     """Print a paragraph or bullet wrapped at WIDTH, no line starting with "+ ", "- " or "* " (a list to markdown)."""
@@ -82,11 +82,9 @@ def say(text: str, gap: bool = False) -> None:
     print(end="\n" if gap else "")
 
 
-def pc(x: float, digits: int = 1) -> str:  # a share as a percentage
-    return f"{100 * x:.{digits}f}%"
+pc = lambda x, digits=1: f"{100 * x:.{digits}f}%"  # noqa: E731 (a share as a percentage)
 
-def word(n: int) -> str:
-    return WORDS.get(int(n), f"{int(n):,}")
+word = lambda n: WORDS.get(int(n), f"{int(n):,}")  # noqa: E731 (a count in words up to twelve)
 
 
 def listed(items, last: str = "and") -> str:  # "a, b and c" ("a, b, c" with last=",")
@@ -108,8 +106,7 @@ def short(run: RunReader) -> str:  # the label without its bracket: "scratch", "
     return run.label.split(" (")[0]
 
 
-def recipe(run: RunReader) -> dict:
-    return run_origin(run.manifest)["recipe"] or {}
+recipe = lambda run: run_origin(run.manifest)["recipe"] or {}  # noqa: E731 (the run's recipe, or none)
 
 
 def outliers(run: RunReader):
@@ -131,6 +128,9 @@ def main(argv=None) -> int:
         two_layer_section(runs, readers)
         operations_section(runs, readers)
         fine_tuned_section(runs, readers)
+        print("## Against the paper's successors\n")
+        for paragraph in [INTRO, *successor_paragraphs(readers)]:
+            say(paragraph, gap=True)
     text = HEADER + "\n" + buf.getvalue().strip() + "\n"
     if args.write:
         FINDINGS.write_text(text, encoding="utf-8")

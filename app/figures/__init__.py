@@ -4,7 +4,9 @@
   style        the look every figure shares (colours, the percentage axis, frequency ticks)
   logits       logit lens, module logits, spectra, waves, Table 1 and error histograms
   numbers      how a run represents numbers: number spectra, probes, embedding spectra, t-SNE
+  helix        the numbers on a helix: held-out variance by layer, the helix seen at an angle
   phase        phase locking and the phase shift
+  heads        attention head by head: heads x layers heatmaps (band share, locking), one head's spectrum
   operations   the Tour's last step: one run of each operation side by side
   training     training curves and the fine-tuning stages
 

@@ -16,6 +16,7 @@ import pandas as pd
 from app.figures import logits, numbers, operations, training
 from app.figures.phase import locking_heatmap, shift_bars
 from core.claims.base import VERDICT_LABELS, Claim, pct
+from core.claims.helix import views_side_by_side
 from core.claims.operations import claim_operations, operation_runs, short_name
 from core.claims.periods import claim_periods, period_caption, period_table
 from core.claims.registry import TASK_STEPS, best_run, may_stand_in, run_claims
@@ -305,9 +306,14 @@ def ablation_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
 def number_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     layer = int(inputs.claims["numbers"].numbers.get("layer", 0))  # the layer the step's claim reads
     evidence = numbers_read(run)
+    helix = []
+    if run.has(Table.HELIX_FIT):
+        table, sentence = views_side_by_side(run, inputs.claims["numbers"].numbers)
+        helix = [Panel(None, table, sentence, f"tour-helix-{run.name}", evidence, folded="The helix view")]
     return [
         _panel(numbers.number_spectrum(run, "paper", layer), f"tour-num-{run.name}", evidence),
         _panel(numbers.probe_kappa(run, layer), f"tour-probes-{run.name}", evidence, "Linear probes by layer"),
+        *helix,
     ]
 
 

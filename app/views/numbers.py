@@ -1,12 +1,14 @@
 import streamlit as st
 
 from app.figures import numbers
+from app.figures.helix import helix_fit_chart, helix_view_chart
 from app.figures.style import task_periods
 from app.furniture import intro, origin_note, show_chart
 from app.glossary import term
 from app.guards.url_state import to_url, url_state
-from app.sidebar import page_view
+from app.sidebar import page_view, short_label
 from core.analysis.embeddings import top_periods
+from core.claims.helix import helix_layers, helix_patch_frame, helix_summary
 from core.runs import summaries
 from core.runs.reader import Table
 
@@ -96,3 +98,30 @@ if single:
         for r in single:
             with st.container():
                 show_chart(*numbers.embedding_map(r, matrix, st.session_state["colour"]), key=f"tsne-{r.name}")
+
+if run.has(Table.HELIX_FIT):
+    st.subheader("The helix view (Kantamneni & Tegmark 2025)")
+    st.markdown(
+        "A later paper reads the same vectors another way: each number sits on a **helix**, a straight line plus "
+        "circles that turn once every 2, 5, 10 and 100 numbers. Fitted on half the numbers, how much of the other "
+        "half's vectors does it explain? And put in for an operand inside a question, does the fit carry what the "
+        "model uses? " + helix_summary(run)
+    )
+    fit_chart = helix_fit_chart(run.table(Table.HELIX_FIT), short_label(run.label))
+    show_chart(*fit_chart, key="helix-fit")
+    url_state("turn", 30, int, bounds=(0, 359))
+    st.slider("Turn the helix (degrees)", 0, 359, key="turn", help="Turns the 3-D view around its vertical axis.")
+    to_url("turn")
+    points = run.table(Table.HELIX_POINTS)
+    view_period = 10 if (points["period"] == 10).any() else float(points["period"].iloc[0])
+    show_chart(*helix_view_chart(points, view_period, st.session_state["turn"], 20.0, short_label(run.label)),
+               key="helix-view", downloads=False)
+    if run.has(Table.HELIX_PATCHING):
+        layers = helix_layers(run)
+        url_state("helixlayer", layers[min(1, len(layers) - 1)], int, layers)
+        st.select_slider("Layer the operand is replaced at", layers, key="helixlayer")
+        to_url("helixlayer")
+        st.dataframe(helix_patch_frame(run, st.session_state["helixlayer"]), hide_index=True)
+        st.caption("Each row: the first operand's vector at that layer replaced by what the row names, in the question "
+                   "whose first operand is one more; the share of the logit difference that comes back "
+                   f"({run.split} split, pairs whose operand the fit never saw).")

@@ -1,11 +1,14 @@
 import streamlit as st
 
 from app.figures import logits
+from app.figures.heads import head_band_heatmap, head_locking_heatmap, head_spectrum
 from app.figures.phase import locking_heatmap
 from app.furniture import BADGE, example_picker, intro, needs, show_chart, why_sentence
 from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
-from app.sidebar import page_view
+from app.sidebar import page_view, short_label
+from core.analysis.heads import head_bands, head_locking_grid
+from core.claims.heads import heads_summary
 from core.claims.last_digit import (
     group_shift_caption,
     group_shift_table,
@@ -67,3 +70,31 @@ if run.has(Table.PHASE_LOCKING):
     st.caption(module_lock_note(run))
     with st.expander("The whole measurement in words"):
         st.markdown(claim.measured)
+
+if run.has(Table.HEAD_LOCKING):
+    st.subheader("Attention, head by head")
+    st.markdown(
+        "The paper reads each layer's attention as a whole. Each **head** writes its own share of it, so a head can "
+        "follow the answer mod T while its layer's sum does not (or the reverse). The same reading, one head at a "
+        "time: " + heads_summary(run, basis)
+    )
+    tau = run.default_tau(basis)
+    label = short_label(run.label)
+    url_state("hperiod", 10.0, float, [2.0, 5.0, 10.0])
+    st.radio("Period T of the heads' waves", [2.0, 5.0, 10.0], key="hperiod", horizontal=True,
+             format_func="{:g}".format)
+    to_url("hperiod")
+    grid = head_locking_grid(run.table(Table.HEAD_LOCKING), st.session_state["hperiod"])
+    show_chart(*head_locking_heatmap(grid, st.session_state["hperiod"], label), key="head-locking")
+    show_chart(*head_band_heatmap(head_bands(run.table(Table.HEAD_SPECTRA), basis, tau), tau, label),
+               key="head-bands")
+    with st.expander("One head's spectrum"):
+        left, right = st.columns(2)
+        url_state("headlayer", run.n_layers, int, bounds=(1, run.n_layers))
+        url_state("headnumber", 0, int, bounds=(0, int(grid["head"].max())))
+        left.number_input("Layer", 1, run.n_layers, key="headlayer")
+        right.number_input("Head (from 0)", 0, int(grid["head"].max()), key="headnumber")
+        to_url("headlayer", "headnumber")
+        layer, head = st.session_state["headlayer"], st.session_state["headnumber"]
+        show_chart(*head_spectrum(run.table(Table.HEAD_SPECTRA), basis, layer, head, tau, run.task, label,
+                                  run.table(Table.MODULE_SPECTRA)), key="head-spectrum")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from core.analysis.filters import (
     ProjectionFilter,
     energy_matched_filter,
@@ -21,7 +23,7 @@ from core.analysis.filters import (
 )
 from core.analysis.fourier import FourierBasis, band_frequencies, check_tau
 from core.errors import CoreError
-from core.models.names import ATTN, BOTH, MLP, MODULE_SETS, RESID, check_modules
+from core.models.names import ATTN, BOTH, MLP, MODULE_SETS, RESID, Z, check_modules
 
 POSITIONS = ("last", "all")
 #: removed = "random-low" / "random-high": a random subspace of the rank of the low / high band filter.
@@ -126,6 +128,41 @@ class FunctionEdit:
 
 
 @dataclass(frozen=True, eq=False)
+class RowPatch:
+    """Activation patching: each prompt's vector at one site replaced by a given one (the same site of the prompt it
+    is paired with, or a fit of it; core.analysis.patching). `values` (prompts, width) is indexed by the prompt's
+    place in the list evaluated, never by batch order; `back` says which token, counted from the end (1: the answer
+    position), one for every prompt or one per prompt; `columns` (first, end) replaces only those columns (a head's
+    slice of the attention's per-head outputs, TransformerLens' hook_z), else the whole vector. It stands where
+    evaluation expects a filter (`width`, `rank`, `erased`)."""
+
+    values: object
+    back: object = 1
+    columns: tuple[int, int] | None = None
+
+    def __post_init__(self):
+        shape = getattr(self.values, "shape", ())
+        if len(shape) != 2 or shape[0] < 1:
+            raise CoreError(f"a patch needs one vector per prompt, (prompts, width); got shape {tuple(shape)}")
+        back = np.asarray(self.back)
+        if back.ndim > 1 or (back.ndim == 1 and len(back) != shape[0]) or (back < 1).any():
+            raise CoreError("a patch's token positions count from the end (1: the answer position): one for every "
+                            f"prompt or one per prompt ({shape[0]}), each at least 1")
+
+    @property
+    def width(self) -> int:
+        return int(self.values.shape[1])
+
+    @property
+    def earliest(self) -> int:
+        """How far from the end the earliest patched token lies (1: the answer position only)."""
+        return int(np.max(self.back))
+
+    rank = 0
+    erased = False
+
+
+@dataclass(frozen=True, eq=False)
 class LayerEdits:
     """An edit of a group of layers: one edit per 1-based layer of one module kind, each its own (a phase shift capped
     at that module's own output, or its random control), all in the same forward pass. It stands where evaluation
@@ -170,9 +207,14 @@ class Condition:
         if isinstance(self.flt, LayerEdits) and (self.layer is not None or self.modules not in (ATTN, MLP, RESID)):
             raise CoreError("a group edit names its own layers, of one kind of module: give no layer beside it, and "
                             "modules 'attn', 'mlp' or 'resid'")
+        if isinstance(self.flt, RowPatch) and self.layer is None:
+            raise CoreError("a patch replaces one site: give the layer whose output it replaces")
         if self.modules == RESID:
             if self.layers is None:
                 raise CoreError("an edit of the residual stream needs the layer after which it acts")
+        elif self.modules == Z:
+            if not isinstance(self.flt, RowPatch) or self.flt.columns is None:
+                raise CoreError("the heads' outputs (z) are edited one head at a time, by a patch of its columns")
         else:
             check_modules(self.modules)
 
@@ -186,4 +228,4 @@ class Condition:
     @property
     def kinds(self) -> tuple[str, ...]:
         """The module outputs this condition edits (`core.models.names`)."""
-        return (RESID,) if self.modules == RESID else MODULE_SETS[self.modules]
+        return (self.modules,) if self.modules in (RESID, Z) else MODULE_SETS[self.modules]

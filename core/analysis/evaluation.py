@@ -19,13 +19,13 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from core.analysis.ablations import Condition, check_positions
+from core.analysis.ablations import Condition, RowPatch, check_positions
 from core.analysis.filter_hooks import ConditionHooks, filtered
 from core.analysis.filters import ProjectionFilter
 from core.errors import CoreError
 from core.models.capture import forward_accepts, forward_batch, prepare_batches, progress_bar
 from core.models.modes import evaluating
-from core.models.names import BOTH, MODULE_OUTPUTS, RESID
+from core.models.names import BOTH, MODULE_OUTPUTS, RESID, Z
 
 
 @dataclass
@@ -39,6 +39,8 @@ class Evaluation:
     rank: int = 0
     width: int = 0
     extra: dict = field(default_factory=dict)  # how it was computed (time, threads), for display
+    #: with `contrast` answers: each prompt's logit of its answer minus that of its contrast answer (number tokens)
+    gaps: np.ndarray | None = None
 
     def __repr__(self) -> str:
         """One line: how many prompts and the accuracy, never every prediction."""
@@ -126,16 +128,19 @@ class GridProgress:
     predictions: np.ndarray  # (C, N) int64
     losses: np.ndarray  # (C, N) float64
     done: np.ndarray  # (N,) bool: rows whose results are final in every condition
+    gaps: np.ndarray | None = None  # (C, N) float64: logit of the answer minus the contrast's (with contrast answers)
 
     @classmethod
     def empty(cls, n_conditions: int, n: int) -> "GridProgress":
-        return cls(np.zeros((n_conditions, n), np.int64), np.zeros((n_conditions, n)), np.zeros(n, bool))
+        return cls(np.zeros((n_conditions, n), np.int64), np.zeros((n_conditions, n)), np.zeros(n, bool),
+                   np.zeros((n_conditions, n)))
 
     def fits(self, n_conditions: int, n: int) -> bool:
         return (
             self.predictions.shape == (n_conditions, n)
             and self.losses.shape == (n_conditions, n)
             and self.done.shape == (n,)
+            and (self.gaps is None or self.gaps.shape == (n_conditions, n))
         )
 
 
@@ -209,6 +214,7 @@ def evaluate_conditions(
     checkpoint_every_s: float = 30.0,
     prefix_cache: PrefixCache | None = None,
     in_order: bool = False,
+    contrast: Sequence[int] | None = None,
 ) -> list[Evaluation]:
     """Evaluate every condition on the same prompts; one `Evaluation` per condition, in order.
 
@@ -223,13 +229,18 @@ def evaluate_conditions(
     `resume` are skipped, and `on_checkpoint` receives the partial results every
     `checkpoint_every_s` seconds. `prefix_cache` keeps the prefixes' key/value caches for the
     next evaluation of the same prompts. `in_order` batches the prompts in the order given instead
-    of by length (a running estimate over a sample whose every prefix is representative).
+    of by length (a running estimate over a sample whose every prefix is representative). `contrast`, a second
+    number per prompt, adds each prompt's logit of its answer minus that of its contrast (`Evaluation.gaps`: the
+    logit difference activation patching reads, core.analysis.patching).
     """
     conditions = list(conditions)
     answers = _checked_inputs(loaded, texts, answers, p, conditions, positions)
+    others = None if contrast is None else _checked_inputs(loaded, texts, contrast, p, conditions, positions)
     number_ids = torch.as_tensor(loaded.numbers.ids_for(p))
     n, C = len(texts), len(conditions)
     state = resume if resume is not None and resume.fits(C, n) else GridProgress.empty(C, n)
+    if others is not None and state.gaps is None:  # a checkpoint made without contrast answers: start again
+        state = GridProgress.empty(C, n)
     prepared = _batches(loaded, texts, batch_size, prefix_cache, by_length=not in_order)
     batches = [(i, b) for i, b in enumerate(prepared) if not state.done[b.indices].all()]
     total_done = int(state.done.sum())
@@ -242,6 +253,10 @@ def evaluate_conditions(
         state.predictions[c, rows] = logits[:, ids].argmax(-1).cpu().numpy()
         target = ids[torch.as_tensor(answers[rows], device=logits.device)]
         state.losses[c, rows] = answer_losses(logits, target).cpu().numpy()
+        if others is not None:
+            other = ids[torch.as_tensor(others[rows], device=logits.device)]
+            picked = logits.float().gather(1, torch.stack([target, other], 1))
+            state.gaps[c, rows] = (picked[:, 0] - picked[:, 1]).cpu().numpy()
 
     try:
         with evaluating(loaded.model):
@@ -284,6 +299,7 @@ def evaluate_conditions(
             erased=bool(cond.flt is not None and cond.flt.erased),
             rank=cond.flt.rank if cond.flt is not None else 0,
             width=loaded.width,
+            gaps=None if others is None else state.gaps[c].copy(),
         )
         for c, cond in enumerate(conditions)
     ]
@@ -294,10 +310,11 @@ def _checked_inputs(loaded, texts, answers, p: int, conditions: list, positions:
     check_positions(positions)
     if not conditions:
         raise CoreError("no conditions to evaluate")
-    if positions == "all" and any(c.layers is not None for c in conditions):
+    if positions == "all" and any(c.layers is not None or isinstance(c.flt, RowPatch) for c in conditions):
         raise CoreError("an edit of one layer (a phase shift) acts at the answer position only: use positions='last'")
     for c in conditions:
-        if c.flt is not None and c.flt.width != loaded.width:
+        in_heads = isinstance(c.flt, RowPatch) and c.flt.columns is not None  # a head's columns of W_O's input
+        if c.flt is not None and not in_heads and c.flt.width != loaded.width:
             raise CoreError(f"the filter was built for width {c.flt.width}, the model has width {loaded.width}")
     answers = np.asarray(answers, dtype=np.int64)
     if len(answers) != len(texts):
@@ -339,8 +356,10 @@ def answer_position_passes(
     With `share_unedited`, what every condition of a call computes alike runs on one copy of the batch and
     its output is copied to every condition before the first edit acts: the first layer's attention for filters
     of every layer, and for edits of one layer (a phase shift) every block before the lowest layer the call edits,
-    and that layer's attention (`first_edited_layer`). The seam an interrupted grid is tested at
-    (tests/runs/test_precompute.py replaces it to stop a grid part way).
+    and that layer's attention (`first_edited_layer`). A patch of a token before the answer position
+    (`RowPatch.back` > 1) changes what the prefix computes: then every position of the batch runs for every
+    condition, no prefix kept. The seam an interrupted grid is tested at (tests/runs/test_precompute.py replaces it
+    to stop a grid part way).
     """
     model = loaded.model
     device = loaded.input_device
@@ -349,9 +368,11 @@ def answer_position_passes(
     pos = batch.position_ids.to(device)
     B, S = ids.shape
     hooks.plan = {}
+    hooks.example_ids = np.asarray(batch.indices)
     prefix = None
     extra = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
-    if S > 1:
+    whole = any(isinstance(c.flt, RowPatch) and c.flt.earliest > 1 for c in conditions)
+    if S > 1 and not whole:
         prefix = stored.cache.get(stored.batch_no) if stored is not None else None
         if prefix is None:
             with torch.no_grad(), evaluating(model):  # the prefix's keys and values are kept, not its logits
@@ -367,17 +388,18 @@ def answer_position_passes(
     for first in range(0, len(conditions), per_call):
         group = conditions[first : first + per_call]
         G = len(group)
-        plan: dict[str, list] = {kind: [] for kind in (*MODULE_OUTPUTS, RESID)}
+        plan: dict[str, list] = {kind: [] for kind in (*MODULE_OUTPUTS, RESID, Z)}
         for g, cond in enumerate(group):
             if cond.flt is None:
                 continue
             for kind in cond.kinds:
                 plan[kind].append((g * B, (g + 1) * B, cond.flt, cond.layers))
+        last = slice(0, S) if whole else slice(S - 1, S)  # every position, or the answer's against the prefix
         kwargs = dict(
-            input_ids=ids[:, -1:].repeat(G, 1),
+            input_ids=ids[:, last].repeat(G, 1),
             attention_mask=mask.repeat(G, 1),
-            position_ids=pos[:, -1:].repeat(G, 1),
-            use_cache=True,
+            position_ids=pos[:, last].repeat(G, 1),
+            use_cache=not whole,
             **extra,
         )
         if copies is not None:
@@ -398,8 +420,10 @@ def answer_position_passes(
 def first_edited_layer(conditions: Sequence[Condition], n_layers: int) -> int:
     """The lowest layer whose output any of `conditions` edits (1-based; 0 for the stream before the first block,
     which is then edited as that block's input and nothing is shared): 1 for a filter of every layer, the
-    condition's lowest layer for an edit of some layers; n_layers + 1 when none edits anything."""
-    layers = [1 if c.layers is None else min(c.layers) for c in conditions if c.flt is not None]
+    condition's lowest layer for an edit of some layers; n_layers + 1 when none edits anything. An edit of the heads'
+    outputs (Z) acts inside its layer's attention, so it counts as an edit of the layer before (that attention runs
+    on every copy)."""
+    layers = [1 if c.layers is None else min(c.layers) - (c.modules == Z) for c in conditions if c.flt is not None]
     return min(layers, default=int(n_layers) + 1)
 
 

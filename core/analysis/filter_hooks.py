@@ -6,20 +6,22 @@ rows [g*B, (g+1)*B) of a call carry condition g, and each block of rows gets its
 the modules (and, for a phase shift, the one layer) its condition names. Both project the output in
 float32 on its own device: x - (x Q) Q^T, or zero when the filter erases the output
 (`core.analysis.filters`); a phase shift adds its least-norm edit (`core.analysis.phase_shift`); a researcher's
-`FunctionEdit` replaces the rows by its function's result.
+`FunctionEdit` replaces the rows by its function's result; a `RowPatch` (activation patching) puts each prompt's own
+given vector at its token, found by the prompt's place in the list evaluated (`ConditionHooks.example_ids`).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
-from core.analysis.ablations import FunctionEdit, LayerEdits, check_positions
+from core.analysis.ablations import FunctionEdit, LayerEdits, RowPatch, check_positions
 from core.analysis.filters import ProjectionFilter
 from core.analysis.phase_shift import PhaseShift
 from core.errors import CoreError
-from core.models.names import ATTN, BOTH, MODULE_OUTPUTS, MODULE_SETS, RESID, check_modules
+from core.models.names import ATTN, BOTH, MODULE_OUTPUTS, MODULE_SETS, RESID, Z, check_modules
 
 
 def device_q(flt: ProjectionFilter, device):
@@ -83,6 +85,23 @@ def edit_rows(rows, edit, layer: int | None = None) -> None:
         project_out(rows, edit)
 
 
+def patch_rows(block, patch: RowPatch, example_ids) -> None:
+    """Patch one condition's rows in place: `block` (rows, positions, width) holds the prompts `example_ids` (their
+    places in the list evaluated); each gets its own vector of `patch.values` at its token `patch.back` from the end
+    (in `patch.columns` only, when it names them)."""
+    rows, positions = block.shape[0], block.shape[1]
+    if example_ids is None or len(example_ids) != rows:
+        raise CoreError("internal: a patch needs the places of the prompts in a batch (ConditionHooks.example_ids)")
+    back = np.broadcast_to(np.asarray(patch.back), (len(patch.values),))[example_ids]
+    if (back > positions).any():
+        raise CoreError(f"internal: a patch {int(back.max())} tokens from the end reached a pass of {positions} "
+                        "token(s); a patch before the answer position runs every position (evaluate_conditions)")
+    values = torch.as_tensor(np.asarray(patch.values)[example_ids], dtype=torch.float32, device=block.device)
+    where = torch.as_tensor(positions - back, device=block.device)
+    first, end = patch.columns or (0, block.shape[2])
+    block[torch.arange(rows, device=block.device), where, first:end] = values.to(block.dtype)
+
+
 def _filter_hook(flt: ProjectionFilter, positions: str):
 
     def hook(module, args, out):
@@ -124,13 +143,24 @@ class ConditionHooks:
 
     `plan` maps ATTN/MLP/RESID (`core.models.names`) to [(first row, end row, edit, layers)], layers None for
     every layer, else the 1-based layers whose outputs are edited (`Condition.layers`; RESID layer 0: the stream
-    before the first block, edited as that block's input); empty while the prefix runs.
+    before the first block, edited as that block's input; Z: the heads' outputs side by side, the input of attention
+    l's output projection, edited by a patch of one head's columns); empty while the prefix runs. `example_ids` are
+    the places, in the list evaluated, of the prompts of one block of rows (the same in every block), for a
+    `RowPatch`.
     """
 
     def __init__(self, loaded):
         self.parts = loaded.parts
         self.plan: dict[str, list] = {}
         self.handles = []
+        self.example_ids = None
+
+    def _edit(self, t, start: int, stop: int, edit, layer: int) -> None:
+        """One condition's edit of its rows of `t` (rows, positions, width) at `layer`."""
+        if isinstance(edit, RowPatch):
+            patch_rows(t[start:stop], edit, self.example_ids)
+        else:
+            edit_rows(t[start:stop, -1, :], edit, layer)
 
     def _hook(self, kind: str, layer: int):
         def hook(module, args, out):
@@ -143,9 +173,8 @@ class ConditionHooks:
             t = out[0] if isinstance(out, tuple) else out
             if t.requires_grad:
                 t = t.clone()
-            last = t[:, -1, :]
             for start, stop, edit, _ in steps:
-                edit_rows(last[start:stop], edit, layer)
+                self._edit(t, start, stop, edit, layer)
             if isinstance(out, tuple):
                 return (t, *out[1:])
             return t
@@ -166,9 +195,24 @@ class ConditionHooks:
                 self.handles.append(mod.register_forward_hook(self._hook(kind, layer)))
         for layer, block in enumerate(self.parts.blocks, start=1):
             self.handles.append(block.register_forward_hook(self._hook(RESID, layer)))
+        if self.parts.has_heads:  # the heads' outputs z (blocks.N.attn.hook_z) are W_O's input: edited there
+            for layer, proj in enumerate(self.parts.out_proj, start=1):
+                self.handles.append(proj.register_forward_pre_hook(self._z_hook(layer)))
         # the stream before block 1 (RESID layer 0, blocks.0.hook_resid_pre) is block 1's input: edited there
         self.handles.append(self.parts.blocks[0].register_forward_pre_hook(self._input_hook, with_kwargs=True))
         return self
+
+    def _z_hook(self, layer: int):
+        def pre_hook(module, args):
+            steps = [s for s in self.plan.get(Z) or () if layer in s[3]]
+            if not steps:
+                return None
+            z = args[0].clone()
+            for start, stop, edit, _ in steps:
+                self._edit(z, start, stop, edit, layer)
+            return (z, *args[1:])
+
+        return pre_hook
 
     def _input_hook(self, module, args, kwargs):
         """Edit the embedding output at the last position (RESID layer 0) as it enters the first block."""
@@ -176,9 +220,8 @@ class ConditionHooks:
         if not steps:
             return None
         hidden = (args[0] if args else kwargs["hidden_states"]).clone()
-        last = hidden[:, -1, :]
         for start, stop, edit, _ in steps:
-            edit_rows(last[start:stop], edit, 0)
+            self._edit(hidden, start, stop, edit, 0)
         if args:
             return (hidden, *args[1:]), kwargs
         return args, {**kwargs, "hidden_states": hidden}
@@ -189,6 +232,7 @@ class ConditionHooks:
         self.handles = []
         self.plan = {}
         self.shared = None
+        self.example_ids = None
 
     #: (copies, rows per copy, first edited layer) while a call runs `copies` conditions whose answer positions are
     #: the same up to the output of that layer's attention (no edit acts before it): every block before it, and its

@@ -10,8 +10,9 @@ model's own training flags as they were (`core.models.modes.evaluating`).
 
 resid[:, l] is h(l): l = 0 is the embedding output (the input of block 0), l = 1..L the output
 of block l. attn[:, l-1] and mlp[:, l-1] are Attn(l), MLP(l), the outputs the block adds to the
-stream (after the output projection). The names "resid", "attn", "mlp" (and their TransformerLens
-hook names) are defined in `core.models.names`.
+stream (after the output projection). With `heads`, z[:, l-1] (B, heads, head_dim) are the heads' outputs in
+block l before the output projection W_O (TransformerLens' hook_z), kept by a pre-hook on W_O's input. The names
+"resid", "attn", "mlp", "z" (and their TransformerLens hook names) are defined in `core.models.names`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,19 @@ from tqdm.auto import tqdm
 
 from core.errors import CoreError
 from core.models.modes import evaluating
-from core.models.names import ATTN, MLP, MODULE_OUTPUTS, RESID, STREAMS, check_streams, hook_name, site_of_hook
+from core.models.names import (
+    ATTN,
+    HEAD,
+    HEAD_SITES,
+    MLP,
+    MODULE_OUTPUTS,
+    RESID,
+    STREAMS,
+    Z,
+    check_streams,
+    hook_name,
+    site_of_hook,
+)
 
 
 @dataclass
@@ -113,17 +126,20 @@ def _output_tensor(out):
 
 
 class LastPositionRecorder:
-    """Forward hooks that keep a copy of the last position of every block, attention and MLP output."""
+    """Forward hooks that keep a copy of the last position of every block, attention and MLP output; with `heads`,
+    also of every attention's per-head outputs z (the input of its output projection, `ModelParts.out_proj`)."""
 
-    def __init__(self, parts, streams: Sequence[str] = STREAMS):
+    def __init__(self, parts, streams: Sequence[str] = STREAMS, heads: bool = False):
         self.parts = parts
-        self.streams = check_streams(streams)
+        self.streams = check_streams(streams) + ((Z,) if heads else ())
+        if heads:
+            parts.require_heads("keeping the attention heads' outputs (hook_z)")
         self.handles = []
         self.reset()
 
     def reset(self):
         L = self.parts.n_layers
-        self.store = {RESID: [None] * (L + 1), ATTN: [None] * L, MLP: [None] * L}
+        self.store = {RESID: [None] * (L + 1), ATTN: [None] * L, MLP: [None] * L, Z: [None] * L}
 
     def _keep(self, stream: str, index: int):
         def hook(module, args, out):
@@ -144,6 +160,14 @@ class LastPositionRecorder:
         hidden = args[0] if args else kwargs.get("hidden_states")
         self.store[RESID][0] = hidden[:, -1, :].detach().clone()
 
+    def _keep_heads(self, index: int):
+        def hook(module, args, kwargs):
+            z = args[0] if args else next(iter(kwargs.values()))
+            last = z[:, -1, :].detach().clone()  # a copy: the whole (B, positions, heads x head_dim) is not kept
+            self.store[Z][index] = last.reshape(z.shape[0], self.parts.n_heads, self.parts.head_dim)
+
+        return hook
+
     def __enter__(self):
         p = self.parts
         if RESID in self.streams:
@@ -154,6 +178,9 @@ class LastPositionRecorder:
             if stream in self.streams:
                 for l, mod in enumerate(p.outputs(stream)):
                     self.handles.append(mod.register_forward_hook(self._keep(stream, l)))
+        if Z in self.streams:
+            for l, proj in enumerate(p.out_proj):
+                self.handles.append(proj.register_forward_pre_hook(self._keep_heads(l), with_kwargs=True))
         return self
 
     def __exit__(self, *exc):
@@ -162,7 +189,8 @@ class LastPositionRecorder:
         self.handles = []
 
     def take(self, device) -> dict:
-        """The batch's vectors stacked per stream, (B, layers, D), on `device`; then forget them."""
+        """The batch's vectors stacked per stream, (B, layers, D), on `device` (z: (B, layers, heads, head_dim));
+        then forget them."""
         out = {}
         for stream in self.streams:
             vecs = self.store[stream]
@@ -185,9 +213,10 @@ class CapturedBatch:
     resid: object | None = None  # (B, L+1, D)
     attn: object | None = None  # (B, L, D)
     mlp: object | None = None  # (B, L, D)
+    z: object | None = None  # (B, L, heads, head_dim)
 
     def __repr__(self) -> str:
-        kept = ", ".join(f"{s} {tuple(getattr(self, s).shape)}" for s in STREAMS if getattr(self, s) is not None)
+        kept = ", ".join(f"{s} {tuple(getattr(self, s).shape)}" for s in (*STREAMS, Z) if getattr(self, s) is not None)
         return f"CapturedBatch({len(self.indices)} prompts; {kept or 'logits only'})"
 
 
@@ -198,8 +227,10 @@ def iter_capture(
     streams: Sequence[str] = STREAMS,
     progress: bool | None = None,
     desc: str = "capture",
+    heads: bool = False,
 ) -> Iterator[CapturedBatch]:
-    """Run the prompts in batches and yield the answer-position vectors of each batch.
+    """Run the prompts in batches and yield the answer-position vectors of each batch (with `heads`, the heads'
+    outputs z too; refused for a model whose heads cannot be read, `ModelParts.require_heads`).
 
     `texts` are the prompts exactly as the model reads them (see `core.models.loading.prompt_texts`).
     """
@@ -207,7 +238,7 @@ def iter_capture(
     target = loaded.model.get_output_embeddings().weight.device
     bar = progress_bar(len(texts), desc, progress)
     try:
-        with LastPositionRecorder(loaded.parts, streams) as rec, evaluating(loaded.model):
+        with LastPositionRecorder(loaded.parts, streams, heads) as rec, evaluating(loaded.model):
             for batch in batches:
                 logits = forward_batch(loaded, batch)
                 vecs = rec.take(target)
@@ -218,15 +249,17 @@ def iter_capture(
 
 
 def capture(
-    loaded, texts: Sequence[str], batch_size: int = 32, streams: Sequence[str] = STREAMS, progress=None
+    loaded, texts: Sequence[str], batch_size: int = 32, streams: Sequence[str] = STREAMS, progress=None,
+    heads: bool = False,
 ) -> dict:
-    """All answer-position vectors at once, in the order of `texts`, as float32 numpy arrays.
+    """All answer-position vectors at once, in the order of `texts`, as float32 numpy arrays (with `heads`, "z" too:
+    (prompts, layers, heads, head_dim)).
 
     Fine for small sets; `iter_capture` streams for large ones.
     """
-    chunks: dict[str, list] = {s: [] for s in ("logits", *streams)}
+    chunks: dict[str, list] = {s: [] for s in ("logits", *streams, *((Z,) if heads else ()))}
     order = []
-    for cb in iter_capture(loaded, texts, batch_size, streams, progress):
+    for cb in iter_capture(loaded, texts, batch_size, streams, progress, heads=heads):
         order.append(cb.indices)
         for s in chunks:
             chunks[s].append(getattr(cb, s).float().cpu().numpy())
@@ -238,13 +271,27 @@ def capture(
 def capture_hooks(loaded, texts: Sequence[str], hooks: Sequence[str], position: str = "answer", batch_size: int = 32,
                   progress=None) -> dict[str, np.ndarray]:
     """The activations at TransformerLens hook names (`core.models.names.site_of_hook`: blocks.N.hook_attn_out,
-    hook_mlp_out, hook_resid_pre, hook_resid_post), each (prompts, width) float32, keyed by the names as given.
+    hook_mlp_out, hook_resid_pre, hook_resid_post, each (prompts, width); blocks.N.attn.hook_z, the heads' outputs
+    before W_O, (prompts, heads, head_dim), and blocks.N.attn.hook_result, each head's z_h @ W_O^h, (prompts, heads,
+    width), whose sum over heads plus W_O's bias is hook_attn_out), float32, keyed by the names as given. The
+    per-head names need a model whose heads can be read (`core.models.parts.ModelParts.require_heads`).
     `position` is explicit: "answer", the position the answer is read at, is the one this project keeps (a capture
     of every position would hold prompts x tokens x layers x width)."""
     if position != "answer":
         raise CoreError(f"position {position!r}: this project's capture keeps the answer position only "
                         "(position=\"answer\")")
-    sites = {h: site_of_hook(h, loaded.n_layers) for h in hooks}
+    sites = {h: site_of_hook(h, loaded.n_layers, heads=True) for h in hooks}
+    heads = any(stream in HEAD_SITES for stream, _ in sites.values())
+    if heads:
+        asked = ", ".join(h for h, (stream, _) in sites.items() if stream in HEAD_SITES)
+        loaded.parts.require_heads(f"capturing {asked}")
     streams = tuple(s for s in STREAMS if any(stream == s for stream, _ in sites.values()))
-    arrays = capture(loaded, texts, batch_size, streams, progress)
-    return {h: arrays[stream][:, layer if stream == RESID else layer - 1] for h, (stream, layer) in sites.items()}
+    arrays = capture(loaded, texts, batch_size, streams, progress, heads=heads)
+    out = {}
+    for h, (stream, layer) in sites.items():
+        if stream == HEAD:
+            weights = loaded.parts.head_weights(layer).cpu().numpy()  # (heads, head_dim, width)
+            out[h] = np.einsum("nhd,hdw->nhw", arrays[Z][:, layer - 1], weights).astype(np.float32)
+        else:
+            out[h] = arrays[stream][:, layer if stream == RESID else layer - 1]
+    return out

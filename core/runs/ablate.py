@@ -74,6 +74,9 @@ class Target:
     run_name: str | None = None
     ids: tuple[str, ...] = ()  # the questions read (their ids), to compare with a cached row only on the same ones
     run_split: str | None = None  # the split the run's tables were computed on
+    task: str = "addition"
+    max_operand: int = 260
+    dataset_seed: int = 0
 
     def __repr__(self) -> str:
         return (f"Target({self.source!r}: {len(self.texts)} of {self.n_split} {self.split} questions, numbers "
@@ -148,7 +151,8 @@ def open_target(
         f"{len(chosen)} of the {len(questions)} {task} {split} questions")
     texts = model_prompts(loaded, chosen, select_split(everything, "train"), shots, dataset_seed)
     return Target(loaded, texts, np.array([e.answer for e in chosen]), p, basis_name, positions, split, source,
-                  len(questions), run_dir, run_name, tuple(e.id for e in chosen), run_split)
+                  len(questions), run_dir, run_name, tuple(e.id for e in chosen), run_split, task, max_operand,
+                  dataset_seed)
 
 
 @dataclass

@@ -20,7 +20,10 @@ from core.models.source import read_provenance
 from core.runs.ablation_grid import redraw_run_controls
 from core.runs.cache import RunWriter
 from core.runs.group_shift import GROUP_SHIFT_VERSION, has_group_shift, write_group_tables
+from core.runs.head_tables import HEAD_VERSION, has_heads, write_head_tables
+from core.runs.helix_tables import HELIX_VERSION, write_helix_tables
 from core.runs.number_tables import row_origin_table, write_number_tables
+from core.runs.patch_run import PATCH_VERSION, write_patch_table
 from core.runs.period_ablation import PERIOD_VERSION, has_periods, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
 from core.runs.precompute_arguments import options_refusal
@@ -45,6 +48,7 @@ def keep_cached_run(
     upgraded = upgrade_groups(writer, loaded, p, opts, examples, texts, log) or upgraded
     upgraded = upgrade_periods(writer, loaded, p, opts, examples, texts, log) or upgraded
     upgraded = upgrade_row_origin(writer, loaded, p, log) or upgraded
+    upgraded = upgrade_successors(writer, loaded, p, opts, examples, texts, log) or upgraded
     upgraded = refresh_provenance(writer, loaded, log) or upgraded
     upgraded = redraw_run_controls(writer, loaded, p, opts, examples, texts, basis, taus, design, log) or upgraded
     if not refresh_training_log(writer, loaded, log) and not upgraded:
@@ -186,6 +190,35 @@ def upgrade_row_origin(writer: RunWriter, loaded, p: int, log) -> bool:
     if moved is None:
         return False
     return amend_table(writer, "number_rows_origin", moved, "its number rows compared with their start", log)
+
+
+def upgrade_successors(writer: RunWriter, loaded, p: int, opts, examples, texts, log) -> bool:
+    """A run of every stage (no `not_computed`) gets the tables of the stages added since it was made, or of an older
+    version: activation patching (core.runs.patch_run), the heads (core.runs.head_tables, where they can be read) and
+    the helix (core.runs.helix_tables), from the model, over every question; nothing else is recomputed."""
+    answers = np.array([e.answer for e in examples])
+    stages = (("patching", "patching", PATCH_VERSION, True,
+               lambda: write_patch_table(writer, loaded, examples, texts, p, opts, log)),
+              ("heads", "head_spectra", HEAD_VERSION, has_heads(loaded, p),
+               lambda: write_head_tables(writer, loaded, texts, answers, p, opts, log)),
+              ("helix", "helix_fit", HELIX_VERSION, True,
+               lambda: write_helix_tables(writer, loaded, examples, texts, p, opts, log)))
+    upgraded = False
+    for key, table, version, applies, write in stages:
+        manifest = read_json_file(writer.final / "manifest.json") or {}
+        tables = manifest.get("tables") or {}
+        current = table in tables and (manifest.get(key) or {}).get("version") == version
+        if manifest.get("not_computed") or "examples" not in tables or current or not applies:
+            continue
+        keep = writer.stage_published()
+        t0 = time.time()
+        keep[key] = write()
+        keep["timings"] = {**(keep.get("timings") or {}), f"{key}_s": round(time.time() - t0, 2)}
+        writer.publish(keep)
+        log(f"run {writer.name}: {key} tables made (version {version}, over its {len(texts)} questions); nothing else "
+            "recomputed")
+        upgraded = True
+    return upgraded
 
 
 def refresh_provenance(writer: RunWriter, loaded, log) -> bool:

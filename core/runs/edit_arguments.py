@@ -90,6 +90,8 @@ class EditScope:
     n_layers: int | None
     split: str
     answers: tuple[int, ...]
+    task: str = "addition"
+    max_operand: int = 260
 
     def check_layer(self, layer: int) -> None:
         if self.n_layers is not None and not 1 <= int(layer) <= self.n_layers:
@@ -114,4 +116,4 @@ def edit_scope(source: str, cache_dir: str | Path, task: str, max_operand: int, 
         resolve_source(source)  # a folder that is no model, or a hub id the hub cannot give, is refused here too
     split = split or "test"
     answers = tuple(e.answer for e in select_split(build_examples(task, max_operand, dataset_seed), split))
-    return EditScope(number_space(task, max_operand), n_layers, split, answers)
+    return EditScope(number_space(task, max_operand), n_layers, split, answers, task, max_operand)

@@ -13,6 +13,10 @@
    before they existed gets them from one more capture pass (core.runs.cached_run).
 5. phase shift (core.runs.shift_run): each module's short waves moved by d (a capped edit), the answers that
    follow, per question for the verdict's set, with random-direction controls of the same norm.
+6. patching (core.runs.patch_run): every question paired with its corrupted partner (the answer's last digit changed),
+   each stream and module site patched from the clean prompt at the answer position, over every pair.
+7. heads (core.runs.head_tables): each attention head's output read as a module's is, its spectrum and locking.
+8. helix (core.runs.helix_tables): the helix fit of the numbers by layer, its 3-D view, and its causal test.
 Then error_analysis, the manifest, and an atomic publish (core.runs.cache).
 
 Before anything is loaded, core.runs.precompute_arguments checks the options and, for a model folder, the run they
@@ -51,8 +55,11 @@ from core.runs.ablation_grid import (
 from core.runs.cache import RunWriter, ensure_cache_dir, run_lock, run_name
 from core.runs.cached_run import keep_cached_run, shift_note, training_log, write_phase_tables
 from core.runs.group_shift import group_note, has_group_shift, run_groups, write_group_tables
+from core.runs.head_tables import has_heads, head_note, write_head_tables
+from core.runs.helix_tables import HELIX_JSON, write_helix_tables
 from core.runs.measure import measure
 from core.runs.number_tables import NUMBERS_JSON, embedding_tables, row_origin_table, write_number_tables
+from core.runs.patch_run import patch_note, write_patch_table
 from core.runs.period_ablation import has_periods, period_note, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_note
 from core.runs.precompute_arguments import (
@@ -91,6 +98,9 @@ STAGE_TABLES = {
     "numbers": ("number_spectrum", "number_probes"),
     "ablations": ("ablations", "ablation_errors", "error_analysis", "period_ablation"),
     "shift": ("phase_shift", "phase_shift_answers", "group_shift", "group_shift_answers"),
+    "patching": ("patching",),
+    "heads": ("head_spectra", "head_locking"),
+    "helix": ("helix_fit", "helix_points", "helix_patching"),
 }
 
 
@@ -287,6 +297,18 @@ def _write_stage_tables(
     if "shift" in stages and groups_pending and has_group_shift(p):
         write_group_tables(writer, loaded, texts, np.array([e.answer for e in examples]), p, opts, log)
     timings["group_shift_s"] = round(time.time() - t5, 2)
+    t6 = time.time()
+    if "patching" in stages and not writer.has("patching"):
+        write_patch_table(writer, loaded, examples, texts, p, opts, log)
+    timings["patching_s"] = round(time.time() - t6, 2)
+    t7 = time.time()
+    if "heads" in stages and not writer.has("head_spectra") and has_heads(loaded, p):
+        write_head_tables(writer, loaded, texts, np.array([e.answer for e in examples]), p, opts, log)
+    timings["heads_s"] = round(time.time() - t7, 2)
+    t8 = time.time()
+    if "helix" in stages and not writer.has("helix_fit"):
+        writer.write_json(HELIX_JSON, write_helix_tables(writer, loaded, examples, texts, p, opts, log))
+    timings["helix_s"] = round(time.time() - t8, 2)
     return timings
 
 
@@ -347,6 +369,9 @@ def _run_manifest(
         **({"phase_shift": shift_note()} if writer.has("phase_shift") else {}),
         **({"group_shift": group_note(run_groups(loaded))} if writer.has("group_shift") else {}),
         **({"period_ablation": period_note()} if writer.has("period_ablation") else {}),
+        **({"patching": patch_note(writer.read("patching"), len(examples))} if writer.has("patching") else {}),
+        **({"heads": head_note(loaded, len(examples))} if writer.has("head_spectra") else {}),
+        **({"helix": writer.read_json(HELIX_JSON)} if writer.has("helix_fit") else {}),
         "display_order": opts.display_order,
         "timings": timings,
         "notes": notes,

@@ -39,10 +39,10 @@ DEFAULT_TAUS = (5, 10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
 PROMPT_FORMAT = "paper phrasings + ' Answer:'"
 #: The stages `--stages` chooses from, in the order they run (core.runs.precompute.STAGE_TABLES: their tables).
 #: "measure" always runs: every other table reads the examples it writes.
-STAGES = ("measure", "embeddings", "numbers", "ablations", "shift")
+STAGES = ("measure", "embeddings", "numbers", "ablations", "shift", "patching", "heads", "helix")
 #: The stages that read the p number tokens' logits (or their rows): none applies to a model whose tokenizer
 #: splits numbers into digits, whose run holds the number representations and k-shot answers only.
-NUMBER_LOGIT_STAGES = ("measure", "embeddings", "ablations", "shift")
+NUMBER_LOGIT_STAGES = ("measure", "embeddings", "ablations", "shift", "patching", "heads", "helix")
 #: What the identity of a digit-splitting run says it is (core.runs.precompute).
 DIGITS_ANALYSIS = "digits: number representations, k-shot generation"
 #: The options a run records (its manifest's `options`) and the flag that sets each, for a refusal to name.

@@ -53,6 +53,12 @@ class Table(StrEnum):
     GROUP_SHIFT_ANSWERS = "group_shift_answers"
     PERIOD_ABLATION = "period_ablation"
     NUMBER_ROWS_ORIGIN = "number_rows_origin"
+    PATCHING = "patching"
+    HEAD_SPECTRA = "head_spectra"
+    HEAD_LOCKING = "head_locking"
+    HELIX_FIT = "helix_fit"
+    HELIX_POINTS = "helix_points"
+    HELIX_PATCHING = "helix_patching"
 
     @property
     def columns(self) -> tuple[str, ...]:

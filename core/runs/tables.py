@@ -50,14 +50,25 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "correct",
     ),
     "number_rows_origin": ("number", "start_norm", "moved", "cosine"),
+    "patching": ("kind", "layer", "head", "n", "recovered", "recovered_low", "recovered_high", "moved", "patched_gap",
+                 "clean_gap", "corrupt_gap"),
+    "head_spectra": ("basis", "layer", "head", "k", "period", "magnitude"),
+    "head_locking": ("layer", "head", "period", "locking", "offset", "energy_share", "null_95", "n"),
+    "helix_fit": ("layer", "model", "rank", "explained_mean", "explained_sd", "n_train", "n_test", "n_splits"),
+    "helix_points": ("layer", "period", "number", "x", "y", "z", "fit_x", "fit_y", "fit_z"),
+    "helix_patching": ("layer", "condition", "draw", "rank", "n", "recovered", "recovered_low", "recovered_high",
+                       "moved"),
 }
 #: Tables a run may lack: the training log (models trained here only), k-shot generations (models whose numbers are
 #: not single tokens), the phase shift (runs cached without the weights here; per-question answers since
 #: core.runs.shift_run.SHIFT_VERSION 2), the group shift and the periods-only ablation (the same, and runs cached
-#: before them), the rows against their start (number-token fine-tunings with trained rows: core.training.row_start).
+#: before them), the rows against their start (number-token fine-tunings with trained rows: core.training.row_start),
+#: activation patching, attention head by head and the helix (runs cached without the weights here, or before them;
+#: a layout whose heads cannot be read has no head tables).
 #: A run also lacks the tables its manifest's `not_applicable` names, each with the reason (see `required_tables`).
 OPTIONAL_TABLES = ("training_log", "generations", "phase_shift", "phase_shift_answers", "group_shift",
-                   "group_shift_answers", "period_ablation", "number_rows_origin")
+                   "group_shift_answers", "period_ablation", "number_rows_origin", "patching", "head_spectra",
+                   "head_locking", "helix_fit", "helix_points", "helix_patching")
 REQUIRED_TABLES = tuple(t for t in TABLE_COLUMNS if t not in OPTIONAL_TABLES)
 
 

@@ -33,6 +33,7 @@ PAGES = {
     "waves": "views/waves.py",
     "ablations": "views/ablations.py",
     "embeddings": "views/numbers.py",
+    "patching": "views/patching.py",
     "training": "views/training.py",
     "behaviour": "views/behaviour.py",
 }

@@ -18,6 +18,7 @@ PAGES = [
     "views/waves.py",
     "views/ablations.py",
     "views/numbers.py",
+    "views/patching.py",
     "views/training.py",
     "views/behaviour.py",
 ]

@@ -36,6 +36,7 @@ PAGES = [
     "views/waves.py",
     "views/ablations.py",
     "views/numbers.py",
+    "views/patching.py",
     "views/training.py",
     "views/behaviour.py",
     "views/terms.py",

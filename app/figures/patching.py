@@ -1,0 +1,72 @@
+"""Activation patching: which layer and module carries what tells two prompts apart (the `patching` table, read by
+core.claims.patching). Heatmaps of layers (y) by site (stream, attention, MLP) and of layers by heads; each returns
+(chart, data, caption), as the other figures do, and reads at 1024 x 768 for 2 layers as for 30."""
+
+from __future__ import annotations
+
+import altair as alt
+
+from app.figures.heads import grid_height, head_ticks, layer_ticks
+from app.figures.style import run_subtitle
+from app.state import large
+from core.claims.patching import head_grid, patching_grid
+from core.runs.reader import RunReader
+
+#: The colour scale of a recovered share: 0 (white) to 1 (dark blue); a share below 0 (the patch pushes the other
+#: way) shows as the palest red.
+SHARE_SCALE = alt.Scale(domain=[-0.2, 0, 1], range=["#f4a582", "#ffffff", "#08306b"], clamp=True)
+
+
+SHARE_LEGEND = alt.Legend(orient="bottom", direction="horizontal", gradientLength=200, format="%")
+
+
+def cells(data, x: alt.X, y: alt.Y) -> alt.Chart:
+    """A heatmap of the recovered share, one cell per site, its interval and the answers moved in the tooltip."""
+    return alt.Chart(data).mark_rect(stroke="#ddd", strokeWidth=0.5).encode(
+        x=x, y=y, color=alt.Color("recovered:Q", title="restored", scale=SHARE_SCALE, legend=SHARE_LEGEND),
+        tooltip=[alt.Tooltip("site:N", title="patched"), alt.Tooltip("recovered:Q", format=".1%", title="restored"),
+                 alt.Tooltip("recovered_low:Q", format=".1%", title="95% interval from"),
+                 alt.Tooltip("recovered_high:Q", format=".1%", title="to"),
+                 alt.Tooltip("moved:Q", format=".0%", title="answers moved back"), alt.Tooltip("n:Q", title="pairs")],
+    )
+
+
+def titled(chart, title: str, run: RunReader):
+    big = large()
+    return chart.properties(title=alt.TitleParams(title, subtitle=run_subtitle(run.label), anchor="start",
+                                                  fontSize=20 if big else 15, subtitleFontSize=16 if big else 12)
+                            ).configure_axis(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12
+                                             ).configure_legend(labelFontSize=14 if big else 11,
+                                                                titleFontSize=14 if big else 12)
+
+
+def site_heatmap(run: RunReader):
+    """Layers x (stream, attention, MLP): the share of the logit difference each site restores when patched."""
+    data = patching_grid(run)
+    n_layers = int(data["layer"].max())
+    chart = cells(
+        data,
+        alt.X("where:N", title=None, sort=["Stream", "Attention", "MLP"], axis=alt.Axis(labelAngle=0, orient="top")),
+        alt.Y("layer:O", title="layer (0: the stream before layer 1)", sort="ascending",
+              axis=alt.Axis(values=[0, *layer_ticks(n_layers)])),
+    ).properties(height=grid_height(n_layers + 1), width=260 if large() else 240)
+    n = int(data["n"].iloc[0])
+    caption = (f"Each cell: one site copied from the clean prompt (e.g. 15 + 93) into the corrupted one (15 + 94) at "
+               f"the answer position; its colour, the share of the logit difference that comes back (0: none, 100%: "
+               f"all), over {n:,} pairs ({run.split} split).")
+    return titled(chart, "Where the difference between two questions lives", run), data, caption
+
+
+def head_heatmap(run: RunReader):
+    """Layers x heads: the share each head restores when its output alone is patched."""
+    data = head_grid(run)
+    n_layers, n_heads = int(data["layer"].max()), int(data["head"].max()) + 1
+    chart = cells(
+        data,
+        alt.X("head:O", title="head (counted from 0)", axis=alt.Axis(values=head_ticks(n_heads), labelAngle=0)),
+        alt.Y("layer:O", title="layer", sort="ascending", axis=alt.Axis(values=layer_ticks(n_layers))),
+    ).properties(height=grid_height(n_layers), width=min(320, 28 * n_heads))
+    caption = (f"Each cell: one attention head's output copied from the clean prompt into the corrupted one, the "
+               f"other heads left alone; the share of the logit difference that comes back, over "
+               f"{int(data['n'].iloc[0]):,} pairs ({run.split} split).")
+    return titled(chart, "Which attention heads carry the difference", run), data, caption

@@ -1,0 +1,27 @@
+import streamlit as st
+
+from app.figures.patching import head_heatmap, site_heatmap
+from app.furniture import intro, needs, show_chart
+from app.sidebar import page_view
+from core.claims.patching import patching_summary
+from core.runs.reader import Table
+
+view = page_view()
+run = view.run
+intro(
+    "Patching: which layer carries the difference between two questions",
+    "Run *Put together 15 and 93* and *Put together 15 and 94*: the answers are 108 and 109. Now run the second "
+    "question again, but copy one piece of the first run into it, at the position where the answer is read: the "
+    "stream after one layer, one attention or MLP output, or one attention head. If the answer moves back toward 108, "
+    "that piece carried the difference. The share that comes back is read on the logit difference, logit(108) - "
+    "logit(109), over every question of the split paired the same way. The paper does not patch: this is the "
+    "field's standard test of where information sits (Meng et al. 2022), shown beside its story, not as a verdict.",
+)
+needs(run, Table.PATCHING)
+show_chart(*site_heatmap(run), key="patching-sites")
+st.markdown(patching_summary(run))
+if (run.table(Table.PATCHING)["kind"] == "head").any():
+    with st.expander("Head by head"):
+        show_chart(*head_heatmap(run), key="patching-heads")
+st.caption("Recompute one pair or a split's pairs from the command line: `python -m core patch RUN --clean "
+           "\"15 + 93\" --corrupt \"15 + 94\"` (prints JSON with --json).")

@@ -1,0 +1,173 @@
+"""The helix's causal test (Kantamneni & Tegmark 2025): does the helix fit of an operand carry what the model uses of
+it? Activation patching (core.analysis.patching) at the first operand's token instead of the answer position.
+
+Pairs: each question (a, b) of the run's split against the same question with its FIRST operand one more (one less at
+the largest operand), the same phrasing, so the answers differ by one. At layer l the corrupted prompt's stream
+h(l) at its first operand's token is replaced by (`CONDITIONS`):
+
+* "activation": the clean prompt's own h(l) there: what any reconstruction of it can restore at most;
+* "helix": the helix fit of a alone, C B(a) + intercept (core.analysis.helix: n, and cos and sin of 2 pi n / T for
+  T = 2, 5, 10, 100), fitted by least squares on the operand vectors of the questions whose a lies in the training
+  half of the numbers (`split_numbers`, stratified by n mod 100), and read only on pairs whose a lies in the other
+  half: it predicts the vector from the number, for numbers it never saw;
+* "pca": the clean h(l) kept in its top-r principal directions (r the helix's rank), fitted on the same training
+  half: mean + (h - mean) P P^T. It reads the clean vector itself, so it bounds what any rank-r subspace can keep;
+* "random": the clean h(l) kept in a random r-dimensional subspace the same way (`RANDOM_DRAWS` seeded draws, each
+  its own row; a reader averages them and shows their spread);
+* "mean": the training half's mean vector, the same for every number: rank 0, the floor.
+
+What is read is activation patching's: the share of the logit difference logit(a + b) - logit(a' + b) recovered,
+(mean patched - mean corrupted) / (mean clean - mean corrupted) over the held-out pairs, with its bootstrap interval,
+and the share of pairs whose answer moves back. At layer 0 the "activation" patch makes the corrupted prompt the
+clean one, so it restores everything there (a test checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from core.analysis.ablations import Condition, RowPatch
+from core.analysis.evaluation import evaluate_conditions
+from core.analysis.helix import (
+    PERIODS,
+    fit_helix,
+    fit_pca,
+    helix_reconstruct,
+    pca_reconstruct,
+    random_subspace,
+    split_numbers,
+)
+from core.analysis.patching import bootstrap_shares, recovered_share, share_interval
+from core.errors import CoreError
+from core.models.capture import capture
+from core.models.names import RESID
+from core.tasks import Example, number_space, with_operands
+
+CONDITIONS = ("activation", "helix", "pca", "random", "mean")
+RANDOM_DRAWS = 3
+RANDOM_SEED = 20250
+SPLIT_SEED = 0
+#: The columns of the helix patching table: one row per layer, condition and draw (draw 0 but for "random").
+HELIX_PATCH_COLUMNS = ("layer", "condition", "draw", "rank", "n", "recovered", "recovered_low", "recovered_high",
+                       "moved")
+
+
+def operand_corrupted(example: Example, max_operand: int) -> Example | None:
+    """`example` with its first operand one more (one less at `max_operand`), the same phrasing; None where the answer
+    stays the same or leaves the task's numbers (a product with an operand 0, or past p - 1)."""
+    a = example.a + 1 if example.a < max_operand else example.a - 1
+    other = with_operands(example, a, example.b)
+    if other.answer == example.answer or other.answer >= number_space(example.task, max_operand):
+        return None
+    return other
+
+
+def operand_prefix(text: str, example: Example) -> str:
+    """The prompt `text` (as the model reads it) cut just after the first operand of its question: its last token is
+    the operand's. The first operand comes first in every phrasing (core.tasks)."""
+    start = text.rfind(example.question)
+    at = example.question.find(str(example.a)) if start >= 0 else -1
+    if at < 0:
+        raise CoreError(f"the prompt {text!r} does not ask {example.question!r} with its first operand {example.a}")
+    return text[: start + at + len(str(example.a))]
+
+
+@dataclass
+class OperandPairs:
+    """The pairs the test reads: the clean and corrupted prompts, their answers, the first operands, and how far from
+    the end each prompt's first-operand token lies (`back`, 1 = the last token)."""
+
+    clean: list[str]
+    corrupt: list[str]
+    clean_answers: np.ndarray
+    corrupt_answers: np.ndarray
+    operands: np.ndarray
+    back: np.ndarray
+    prefixes: list[str]
+
+
+def operand_pairs(tokenizer, examples: Sequence[Example], texts: Sequence[str], max_operand: int) -> OperandPairs:
+    """Every question's pair (`operand_corrupted`) whose two prompts put their first operand at the same token and
+    whose cut prompt tokenizes as the start of the whole one; the others are left out."""
+    kept = {k: [] for k in ("clean", "corrupt", "ca", "ka", "a", "back", "prefix")}
+    for e, text in zip(examples, texts):
+        other = operand_corrupted(e, max_operand)
+        if other is None:
+            continue
+        corrupt = text[: text.rfind(e.question)] + other.question + text[text.rfind(e.question) + len(e.question):]
+        prefix = operand_prefix(text, e)
+        ids, cut, alt = (tokenizer(t)["input_ids"] for t in (text, prefix, corrupt))
+        if len(ids) != len(alt) or ids[: len(cut)] != cut:
+            continue
+        for key, value in zip(kept, (text, corrupt, e.answer, other.answer, e.a, len(ids) - len(cut) + 1, prefix)):
+            kept[key].append(value)
+    if not kept["clean"]:
+        raise CoreError("no question puts its first operand at one token in both prompts of its pair: the helix test "
+                        "needs numbers that are single tokens")
+    return OperandPairs(kept["clean"], kept["corrupt"], np.array(kept["ca"]), np.array(kept["ka"]),
+                        np.array(kept["a"]), np.array(kept["back"]), kept["prefix"])
+
+
+def patch_layers(n_layers: int) -> tuple[int, ...]:
+    """The layers the test patches: 0 and every sixth of the depth up to two thirds (0, 5, 10, 15, 20 of 30)."""
+    return tuple(sorted({0, *(round(n_layers * f / 6) for f in range(1, 5))}))
+
+
+def helix_patching(loaded, pairs: OperandPairs, p: int, n_numbers: int, layers: Sequence[int] | None = None,
+                   periods=PERIODS, batch_size: int = 32, progress=None) -> pd.DataFrame:
+    """The table `HELIX_PATCH_COLUMNS` (module docstring): every condition at every layer of `layers` (default
+    `patch_layers`), over the pairs whose first operand is in the held-out half of the numbers 0..n_numbers-1."""
+    layers = tuple(patch_layers(loaded.n_layers) if layers is None else layers)
+    if any(not 0 <= layer <= loaded.n_layers for layer in layers):
+        raise CoreError(f"layers {layers}: this model's stream is read at layers 0..{loaded.n_layers}")
+    train, test = split_numbers(n_numbers, SPLIT_SEED)
+    fitted, held = np.isin(pairs.operands, train), np.isin(pairs.operands, test)
+    if fitted.sum() <= 2 * len(periods) + 2 or held.sum() < 2:
+        raise CoreError(f"{int(fitted.sum())} questions to fit the helix on and {int(held.sum())} to read it on: too "
+                        "few; use a longer split")
+    vectors = capture(loaded, pairs.prefixes, batch_size, (RESID,), progress)[RESID]  # (questions, L + 1, D)
+    rows, labels = [], []
+    conditions = [Condition(None)]
+    for layer in layers:
+        for condition, draw, values, rank in layer_patches(vectors[:, layer], pairs.operands, fitted, held, periods,
+                                                           n_numbers):
+            conditions.append(Condition(RowPatch(values.astype(np.float32), back=pairs.back[held]), modules=RESID,
+                                        layer=layer))
+            labels.append((layer, condition, draw, rank))
+    texts = [pairs.clean[i] for i in np.flatnonzero(held)], [pairs.corrupt[i] for i in np.flatnonzero(held)]
+    answers, contrast = pairs.clean_answers[held], pairs.corrupt_answers[held]
+    clean = evaluate_conditions(loaded, texts[0], answers, p, [Condition(None)], batch_size=batch_size,
+                                contrast=contrast, progress=progress, desc="helix: clean")[0]
+    runs = evaluate_conditions(loaded, texts[1], answers, p, conditions, batch_size=batch_size, contrast=contrast,
+                               progress=progress, desc="helix patching")
+    patched = np.stack([r.gaps for r in runs[1:]])
+    draws = bootstrap_shares(clean.gaps, runs[0].gaps, patched)
+    for i, (layer, condition, draw, rank) in enumerate(labels):
+        low, high = share_interval(draws[:, i])
+        rows.append({"layer": layer, "condition": condition, "draw": draw, "rank": rank, "n": int(held.sum()),
+                     "recovered": recovered_share(patched[i], clean.gaps, runs[0].gaps), "recovered_low": low,
+                     "recovered_high": high, "moved": float(np.mean(runs[i + 1].predictions == answers))})
+    return pd.DataFrame(rows, columns=list(HELIX_PATCH_COLUMNS))
+
+
+def layer_patches(vectors: np.ndarray, operands: np.ndarray, fitted: np.ndarray, held: np.ndarray, periods,
+                  n_numbers: int):
+    """(condition, draw, values for the held-out pairs, rank) of one layer: the module docstring's conditions, their
+    fits made on the `fitted` questions' vectors alone."""
+    V = vectors.astype(np.float64)
+    helix = fit_helix(V[fitted], operands[fitted], periods, n_max=n_numbers - 1)
+    rank = helix.rank
+    pca = fit_pca(V[fitted], rank)
+    mean = V[fitted].mean(axis=0)
+    clean = V[held]
+    yield "activation", 0, clean, V.shape[1]
+    yield "helix", 0, helix_reconstruct(helix, operands[held]), rank
+    yield "pca", 0, pca_reconstruct(pca, clean), rank
+    for draw in range(RANDOM_DRAWS):
+        R = random_subspace(V.shape[1], rank, RANDOM_SEED + draw)
+        yield "random", draw, mean + (clean - mean) @ R @ R.T, rank
+    yield "mean", 0, np.repeat(mean[None], len(clean), axis=0), 0

@@ -1,0 +1,220 @@
+"""Activation patching between two prompts (Meng et al. 2022): which layer and module carries what tells them apart.
+
+A pair is a clean prompt and a corrupted one that differs from it in one operand ("Put together 15 and 93." and
+"Put together 15 and 94.", answers 108 and 109), in the same phrasing (`pair_examples`). Both run as they are;
+then the corrupted one runs again with one site's output at the answer position replaced by the clean prompt's own
+(`RowPatch`, on the same edit path as every filter and phase shift: core.analysis.filter_hooks). Each prompt is
+paired with its partner by its place in the lists, never by batch order (the evaluation sorts prompts by length).
+
+What is read is the logit difference over the number tokens, g = logit(clean answer) - logit(corrupted answer):
+positive on the clean prompt, negative on the corrupted one when the model answers both. For a site,
+
+    recovered = (mean g_patched - mean g_corrupt) / (mean g_clean - mean g_corrupt)
+
+over the pairs: 0 where the site's clean output changes nothing, 1 where it restores the whole difference. The means
+are taken before the ratio (a pair's own ratio is unstable where its two gaps are close); the interval is a
+bootstrap over pairs (`BOOTSTRAP` resamples of the pairs, the 2.5th and 97.5th percentiles of the ratio); `moved` is
+the share of pairs whose patched run answers the clean answer. No ratio is drawn (NaN) where the clean and
+corrupted gaps do not differ on average (`MIN_SPREAD`): the model does not tell the prompts apart.
+
+Sites (`module_sites`): the stream h(l) at the answer position for l = 0..L (h(0) the embedding output, h(L) the
+last stream the logits read: its patch recovers everything by construction, h(0) nothing when the answer position's
+token is the same in both prompts), Attn(l), MLP(l) for l = 1..L, and where the heads can be read
+(core.models.parts), each head h of each layer: its output z(l, h) before W_O (TransformerLens' hook_z) patched,
+the other heads' left as they are, so what it adds to the stream is the clean prompt's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from core.analysis.ablations import Condition, RowPatch
+from core.analysis.evaluation import evaluate_conditions
+from core.errors import CoreError
+from core.models.capture import capture
+from core.models.names import ATTN, HEAD, MLP, RESID, Z
+from core.tasks import Example, number_space, with_operands
+
+#: Bootstrap resamples of the pairs for a site's interval, and their seed.
+BOOTSTRAP = 1000
+BOOTSTRAP_SEED = 0
+#: Below this mean difference between the clean and corrupted gaps (logits) no share is drawn.
+MIN_SPREAD = 1e-6
+#: The columns of a patching table: one row per site (head -1 for a whole module or the stream).
+PATCH_COLUMNS = ("kind", "layer", "head", "n", "recovered", "recovered_low", "recovered_high", "moved",
+                 "patched_gap", "clean_gap", "corrupt_gap")
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a patch acts: the stream h(layer) (RESID, layer 0..L) or a module's output (ATTN, MLP, layer 1..L);
+    `head` (0-based, TransformerLens' count) names one attention head where heads are read."""
+
+    kind: str
+    layer: int
+    head: int | None = None
+
+    def label(self) -> str:
+        what = {RESID: "stream after layer", ATTN: "attention of layer", MLP: "MLP of layer",
+                HEAD: "attention of layer"}.get(self.kind, self.kind)
+        if self.kind == RESID and self.layer == 0:
+            return "stream before layer 1 (embedding)"
+        return f"{what} {self.layer}" + (f", head {self.head}" if self.head is not None else "")
+
+
+def module_sites(n_layers: int, n_heads: int = 0) -> list[Site]:
+    """Every stream and module site of a model of `n_layers` blocks, layer by layer, and each of its `n_heads` heads
+    per layer (module docstring)."""
+    sites = [Site(RESID, layer) for layer in range(n_layers + 1)]
+    for layer in range(1, n_layers + 1):
+        sites += [Site(ATTN, layer), Site(MLP, layer)]
+    return sites + [Site(HEAD, layer, h) for layer in range(1, n_layers + 1) for h in range(n_heads)]
+
+
+def corrupted(example: Example, max_operand: int) -> Example | None:
+    """The pair's corrupted question: `example` with its second operand one more (one less at `max_operand`), in
+    the same phrasing; None where that leaves the answer's last digit as it was (multiplication by 0 or a multiple
+    of 10), so every pair's two answers differ in their last digit, or puts it beyond the task's numbers."""
+    b = example.b + 1 if example.b < max_operand else example.b - 1
+    other = with_operands(example, example.a, b)
+    if other.answer % 10 == example.answer % 10 or other.answer >= number_space(example.task, max_operand):
+        return None
+    return other
+
+
+def pair_examples(examples: Sequence[Example], max_operand: int) -> list[tuple[Example, Example]]:
+    """(clean, corrupted) for every example whose corrupted question exists (`corrupted`), in the examples' order."""
+    pairs = [(e, corrupted(e, max_operand)) for e in examples]
+    return [(e, c) for e, c in pairs if c is not None]
+
+
+def corrupted_text(text: str, clean: Example, corrupt: Example) -> str:
+    """The corrupted prompt as the model reads it: the clean prompt `text` (shots and all) with its question, the last
+    place it stands, replaced by the corrupted one's."""
+    head, found, tail = text.rpartition(clean.question)
+    if not found:
+        raise CoreError(f"the prompt {text!r} does not ask {clean.question!r}")
+    return head + corrupt.question + tail
+
+
+@dataclass
+class PatchResult:
+    """What patching measured, pair by pair: the clean and corrupted runs' gaps and each site's patched gaps and
+    answers (rows in the order of `sites`)."""
+
+    sites: list[Site]
+    clean_gap: np.ndarray  # (pairs,)
+    corrupt_gap: np.ndarray  # (pairs,)
+    patched_gap: np.ndarray  # (sites, pairs)
+    moved: np.ndarray  # (sites, pairs) bool: the patched run answers the clean answer
+
+    @property
+    def n(self) -> int:
+        return int(len(self.clean_gap))
+
+
+def patch_pairs(loaded, clean_texts: Sequence[str], corrupt_texts: Sequence[str], clean_answers, corrupt_answers,
+                p: int, sites: Sequence[Site] | None = None, batch_size: int = 32, progress=None) -> PatchResult:
+    """Patch every site of `sites` (default: `module_sites`) from each clean prompt into its corrupted partner (the
+    same place in the lists) at the answer position, in one evaluation of every site; the prompts as the model reads
+    them."""
+    if len(clean_texts) != len(corrupt_texts):
+        raise CoreError(f"{len(clean_texts)} clean prompts but {len(corrupt_texts)} corrupted ones: pair them one "
+                        "to one")
+    clean_answers = np.asarray(clean_answers, dtype=np.int64)
+    corrupt_answers = np.asarray(corrupt_answers, dtype=np.int64)
+    if (clean_answers == corrupt_answers).any():
+        raise CoreError("a pair's two prompts have the same answer: patching reads the logit of one answer against "
+                        "the other's")
+    sites = list(module_sites(loaded.n_layers) if sites is None else sites)
+    for site in sites:
+        check_site(site, loaded.n_layers, loaded.parts)
+    clean = evaluate_conditions(loaded, clean_texts, clean_answers, p, [Condition(None)], batch_size=batch_size,
+                                contrast=corrupt_answers, progress=progress, desc="patching: clean")[0]
+    streams = tuple(s for s in (RESID, ATTN, MLP) if any(site.kind == s for site in sites))
+    heads = any(site.kind == HEAD for site in sites)
+    kept = capture(loaded, clean_texts, batch_size, streams, progress, heads=heads) if streams or heads else {}
+    conditions = [Condition(None)] + [site_condition(site, kept) for site in sites]
+    runs = evaluate_conditions(loaded, corrupt_texts, clean_answers, p, conditions, batch_size=batch_size,
+                               contrast=corrupt_answers, progress=progress, desc="patching")
+    return PatchResult(sites, clean.gaps, runs[0].gaps, np.stack([r.gaps for r in runs[1:]]),
+                       np.stack([r.predictions == clean_answers for r in runs[1:]]))
+
+
+def check_site(site: Site, n_layers: int, parts=None) -> None:
+    """A clear error for a site the model (its `parts`, core.models.parts.ModelParts, for a head) does not have."""
+    first = 0 if site.kind == RESID else 1
+    if site.kind not in (RESID, ATTN, MLP, HEAD):
+        raise CoreError(f"cannot patch {site.kind!r}: choose the stream (resid), attn, mlp or a head")
+    if not first <= site.layer <= n_layers:
+        raise CoreError(f"cannot patch the {site.kind} of layer {site.layer}: this model's layers go from {first} "
+                        f"to {n_layers}")
+    if site.kind == HEAD:
+        parts.require_heads("patching one head")
+        if site.head is None or not 0 <= site.head < parts.n_heads:
+            raise CoreError(f"cannot patch head {site.head} of layer {site.layer}: its heads are "
+                            f"0..{parts.n_heads - 1}")
+
+
+def site_condition(site: Site, kept: dict) -> Condition:
+    """The condition that patches `site` with the clean prompts' vectors `kept` (a capture: resid (n, L + 1, D),
+    attn and mlp (n, L, D), z (n, L, heads, head_dim) for a head: its columns of W_O's input)."""
+    if site.kind == HEAD:
+        z = kept[Z][:, site.layer - 1, site.head]
+        columns = (site.head * z.shape[1], (site.head + 1) * z.shape[1])
+        return Condition(RowPatch(z, columns=columns), modules=Z, layer=site.layer)
+    values = kept[site.kind][:, site.layer if site.kind == RESID else site.layer - 1]
+    return Condition(RowPatch(values), modules=site.kind, layer=site.layer)
+
+
+def recovered_share(patched, clean, corrupt) -> float:
+    """(mean patched - mean corrupt) / (mean clean - mean corrupt); NaN where the denominator is below
+    `MIN_SPREAD`."""
+    spread = float(np.mean(clean) - np.mean(corrupt))
+    if not abs(spread) >= MIN_SPREAD:
+        return float("nan")
+    return float((np.mean(patched) - np.mean(corrupt)) / spread)
+
+
+def bootstrap_shares(clean_gap, corrupt_gap, patched_gap, resamples: int = BOOTSTRAP,
+                     seed: int = BOOTSTRAP_SEED) -> np.ndarray:
+    """(resamples, conditions): each condition's recovered share (`recovered_share`) over pairs drawn with
+    replacement, the same draws for every condition; `patched_gap` is (conditions, pairs)."""
+    clean_gap, corrupt_gap = np.asarray(clean_gap, float), np.asarray(corrupt_gap, float)
+    n = len(clean_gap)
+    rng = np.random.default_rng(seed)
+    counts = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(resamples)]).astype(float) / n
+    clean, corrupt = counts @ clean_gap, counts @ corrupt_gap
+    patched = counts @ np.asarray(patched_gap, float).T
+    spread = (clean - corrupt)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(np.abs(spread) >= MIN_SPREAD, (patched - corrupt[:, None]) / spread, np.nan)
+
+
+def share_interval(draws: np.ndarray | None) -> tuple[float, float]:
+    """The 2.5th and 97.5th percentiles of one condition's bootstrap draws (NaN without draws, or where one is)."""
+    if draws is None or not np.isfinite(draws).all():
+        return float("nan"), float("nan")
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def patching_table(result: PatchResult, resamples: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED) -> pd.DataFrame:
+    """One row per site (`PATCH_COLUMNS`): its recovered share with the bootstrap interval over pairs (none for one
+    pair), the share of pairs it moves to the clean answer, and the mean gaps."""
+    draws = None
+    if result.n > 1:
+        draws = bootstrap_shares(result.clean_gap, result.corrupt_gap, result.patched_gap, resamples, seed)
+    rows = []
+    for i, site in enumerate(result.sites):
+        share = recovered_share(result.patched_gap[i], result.clean_gap, result.corrupt_gap)
+        low, high = share_interval(None if draws is None else draws[:, i])
+        rows.append({"kind": site.kind, "layer": site.layer, "head": -1 if site.head is None else site.head,
+                     "n": result.n, "recovered": share, "recovered_low": low, "recovered_high": high,
+                     "moved": float(result.moved[i].mean()), "patched_gap": float(result.patched_gap[i].mean()),
+                     "clean_gap": float(result.clean_gap.mean()), "corrupt_gap": float(result.corrupt_gap.mean())})
+    return pd.DataFrame(rows, columns=list(PATCH_COLUMNS))

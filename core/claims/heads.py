@@ -1,0 +1,57 @@
+"""Attention read head by head (the tables `head_spectra`, `head_locking`: core.analysis.heads), in words computed
+from them, beside what the same run's attention as a whole does (its `phase_locking` and `module_spectra` rows).
+
+The rule for "a head locks" is the modules' own (core.analysis.phase.locked: R above the family-wise shuffle
+threshold, whose family is every head of the model, at least MIN_LOCKING, a phase that moves with the answer, a
+wave that favours it). `heads_summary` counts, for each of the paper's short periods, the heads that lock, names the
+strongest, and says how many layers have a head that locks where the layer's attention as a whole does not (or the
+reverse), since a head's wave can be drowned in its layer's sum or cancelled by another head's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from core.analysis.heads import head_bands, head_locking_grid
+from core.analysis.phase import SHORT_PERIODS, locked
+from core.runs.reader import RunReader, Table
+
+
+def locking_by_head(run: RunReader) -> pd.DataFrame:
+    """Every head at every short period (2, 5, 10 where the run has them), with `locks` by the modules' rule."""
+    table = run.table(Table.HEAD_LOCKING)
+    periods = [T for T in SHORT_PERIODS if np.isclose(table["period"], T).any()]
+    return pd.concat([head_locking_grid(table, T) for T in periods], ignore_index=True)
+
+
+def layers_attention_locks(run: RunReader, period: float) -> set[int]:
+    """The layers whose attention as a whole locks at `period` (the run's phase_locking table)."""
+    t = run.table(Table.PHASE_LOCKING)
+    t = t[(t["kind"] == "attn") & np.isclose(t["period"], period)]
+    return {int(x) for x in t.loc[locked(t), "layer"]}
+
+
+def heads_summary(run: RunReader, basis: str = "paper") -> str:
+    """This run's heads in a few sentences, every number from its tables (module docstring)."""
+    grid = locking_by_head(run)
+    n_heads = grid[["layer", "head"]].drop_duplicates().shape[0]
+    words = []
+    for T, rows in grid.groupby("period", sort=True):
+        locks = rows[rows["locks"]]
+        whole = layers_attention_locks(run, float(T)) if run.has(Table.PHASE_LOCKING) else set()
+        own = set(locks["layer"].astype(int))
+        if len(locks):
+            top = locks.loc[locks["locking"].idxmax()]
+            words.append(f"period {T:g}: {len(locks)} of {n_heads} heads lock (the strongest, head {int(top['head'])} "
+                         f"of layer {int(top['layer'])}, R = {top['locking']:.2f} against a chance threshold of "
+                         f"{top['null_95']:.2f}); {len(own - whole)} layer(s) have a head that locks where the layer's "
+                         f"attention as a whole does not, {len(whole - own)} the reverse")
+        else:
+            words.append(f"period {T:g}: none of the {n_heads} heads locks"
+                         + (f", though the attention of {len(whole)} layer(s) does as a whole" if whole else ""))
+    bands = head_bands(run.table(Table.HEAD_SPECTRA), basis, run.default_tau(basis))
+    text = "Read one by one, by the modules' own rule: " + "; ".join(words) + "."
+    text += (f" Below the cutoff tau = {run.default_tau(basis)} lies a median {100 * bands['low'].median():.0f}% of a "
+             f"head's Fourier energy (from {100 * bands['low'].min():.0f}% to {100 * bands['low'].max():.0f}%).")
+    return text

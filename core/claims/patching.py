@@ -1,0 +1,118 @@
+"""What a run's activation patching shows (the table `patching`, core.analysis.patching), in words computed from it.
+
+The paper does not patch; patching is the field's standard causal test since (Meng et al. 2022), shown here beside the
+paper's story, not as a verdict on it. Each reading is a sentence about this run's own table:
+
+* **where the difference reaches the answer position** (`stream_handover`): the stream at the answer position
+  carries none of what tells "15 + 93" from "15 + 94" at the bottom (the same token " Answer:" in both) and all of
+  it at the top. `HANDOVER_LOW` and `HANDOVER_HIGH` bound the layers between: the last layer whose interval lies
+  wholly below 10% restored, and the first whose interval lies wholly above 50%;
+* **which single sites restore most** (`top_sites`): modules and heads ranked by their recovered share, each with
+  its bootstrap interval over pairs; a site is named only where its interval's low end is above zero.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from core.models.names import ATTN, HEAD, MLP, RESID
+from core.runs.reader import RunReader, Table
+from core.tasks import task_name
+
+#: The stream "carries none yet" below this share (the top of its interval), "half" from this one (its low end).
+HANDOVER_LOW = 0.10
+HANDOVER_HIGH = 0.50
+#: How many sites of each kind a sentence names.
+TOP = 3
+#: How each kind of site is named on screen.
+SITE_NAMES = {RESID: "Stream", ATTN: "Attention", MLP: "MLP", HEAD: "Head"}
+
+
+def patching_table(run: RunReader) -> pd.DataFrame:
+    """The run's patching table, every site named (`site`: "attention of layer 22", "head 5 of layer 22")."""
+    t = run.table(Table.PATCHING).copy()
+    t["site"] = [site_name(k, int(layer), int(h)) for k, layer, h in zip(t["kind"], t["layer"], t["head"])]
+    return t
+
+
+def site_name(kind: str, layer: int, head: int = -1) -> str:
+    """A site as the page names it."""
+    if kind == RESID:
+        return "the stream before layer 1" if layer == 0 else f"the stream after layer {layer}"
+    if kind == HEAD:
+        return f"head {head} of layer {layer}"
+    return f"{'attention' if kind == ATTN else 'the MLP'} of layer {layer}"
+
+
+def stream_handover(table: pd.DataFrame) -> tuple[int | None, int | None]:
+    """(last layer whose stream restores less than `HANDOVER_LOW` for sure, first that restores at least
+    `HANDOVER_HIGH` for sure): the interval's high end below the one, its low end above the other (None when no
+    layer is)."""
+    stream = table[table["kind"] == RESID].sort_values("layer")
+    below = stream[stream["recovered_high"] < HANDOVER_LOW]
+    above = stream[stream["recovered_low"] >= HANDOVER_HIGH]
+    return (int(below["layer"].max()) if len(below) else None, int(above["layer"].min()) if len(above) else None)
+
+
+def top_sites(table: pd.DataFrame, kinds=(ATTN, MLP), top: int = TOP) -> pd.DataFrame:
+    """The `top` sites of `kinds` that restore most, among those whose interval's low end is above zero."""
+    rows = table[table["kind"].isin(kinds) & (table["recovered_low"] > 0)]
+    return rows.sort_values("recovered", ascending=False).head(top)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def site_phrase(row) -> str:
+    return (f"{site_name(row.kind, int(row.layer), int(row.head))} ({pct(row.recovered)}, "
+            f"{pct(row.recovered_low)} to {pct(row.recovered_high)})")
+
+
+def patching_summary(run: RunReader) -> str:
+    """This run's patching in a few sentences, every number from its table (module docstring)."""
+    t = patching_table(run)
+    n = int(t.loc[t["kind"] != HEAD, "n"].iloc[0])
+    low, high = stream_handover(t)
+    words = [f"Over {n:,} pairs of {task_name(run.task)} questions ({run.split} split; each question against the same "
+             "question with its second operand one more, so the answer's last digit differs)"]
+    if low is not None and high is not None:
+        words[0] += (f", the stream at the answer position carries under {pct(HANDOVER_LOW)} of what tells the two "
+                     f"answers apart up to layer {low}, and over {pct(HANDOVER_HIGH)} from layer {high} on: the "
+                     f"difference reaches the answer position between layers {low + 1} and {high}.")
+    else:
+        words[0] += ", the stream at the answer position does not pass from carrying none of the difference to "\
+            "carrying half of it at any clear layer."
+    modules = top_sites(t)
+    if len(modules):
+        best = modules.iloc[0]
+        words.append("The single modules that restore most: " + "; ".join(site_phrase(r) for r in
+                                                                        modules.itertuples()) + "."
+                     + (f" None restores as much as half alone ({pct(best.recovered)} at most): several carry it "
+                        "together." if best.recovered_high < 0.5 else ""))
+    else:
+        words.append("No single attention or MLP output restores a share whose interval lies above zero.")
+    heads = t[t["kind"] == HEAD]
+    if len(heads):
+        shown = top_sites(t, (HEAD,))
+        m = int(heads["n"].iloc[0])
+        lead = f"Of the {len(heads)} heads (each over a sample of {m:,} of the pairs)"
+        words.append(f"{lead}, the most: " + "; ".join(site_phrase(r) for r in shown.itertuples()) + "."
+                     if len(shown) else f"{lead}, none restores a share whose interval lies above zero.")
+    return " ".join(words)
+
+
+def patching_grid(run: RunReader) -> pd.DataFrame:
+    """The figure's frame: one row per stream and module site (layer, `where`: Stream, Attention, MLP), with its
+    share, interval and the share of pairs moved, in words for the tooltip."""
+    t = patching_table(run)
+    t = t[t["kind"] != HEAD].copy()
+    t["where"] = t["kind"].map(SITE_NAMES)
+    return t[["where", "layer", "site", "recovered", "recovered_low", "recovered_high", "moved", "n"]]
+
+
+def head_grid(run: RunReader) -> pd.DataFrame:
+    """The heads' frame for a heads x layers figure: layer, head, share, interval, pairs."""
+    t = patching_table(run)
+    return t[t["kind"] == HEAD][["layer", "head", "site", "recovered", "recovered_low", "recovered_high", "moved",
+                                 "n"]].copy()

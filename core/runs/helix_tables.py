@@ -1,0 +1,100 @@
+"""The helix tables of a run (core.analysis.helix, Kantamneni & Tegmark 2025): `helix_fit`, the held-out variance a
+helix explains by layer against PCA of the same rank and the shuffled helix, and `helix_points`, the 3-D view of the
+best layer. Read off the same number representations as the number stage (core.runs.number_tables): from a model,
+or from the vectors that stage already captured, so that one capture serves both. And `helix_patching`, the helix's
+causal test over the run's questions (core.analysis.helix_patching): the stage `helix` of precompute.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from core.analysis.helix import (
+    N_SPLITS,
+    PERIODS,
+    VIEW_PERIODS,
+    basis_columns,
+    best_layer,
+    helix_fit_table,
+    helix_points,
+)
+from core.analysis.helix_patching import helix_patching, operand_pairs
+from core.analysis.numbers import DEFAULT_N, number_representations
+from core.errors import CoreError
+
+#: The helix tables' version: raised when what they hold or how it is computed changes.
+HELIX_VERSION = 1
+#: Where the staging folder keeps the helix note until the manifest is written.
+HELIX_JSON = "helix.json"
+
+
+def helix_tables_from_vectors(vectors: np.ndarray, seed: int = 0, log=print, periods=PERIODS,
+                              view_periods=VIEW_PERIODS, n_splits: int = N_SPLITS) -> dict[str, pd.DataFrame]:
+    """{"helix_fit": ..., "helix_points": ...} of the numbers' vectors by layer, (L + 1, N, D) with row n the number
+    n (`NumberRepresentations.vectors`); the splits and the shuffles seeded by `seed`."""
+    t0 = time.time()
+    kept, dropped = basis_columns(periods)
+    fit = helix_fit_table(vectors, periods, n_splits=n_splits, seed=seed)
+    layer = best_layer(fit)
+    at = fit[fit["layer"] == layer].set_index("model")["explained_mean"]
+    zero = f"; {', '.join(dropped)} is 0 at every whole n, dropped" if dropped else ""
+    log(f"helix: basis {', '.join(kept)} (rank {len(kept)}{zero}); best layer {layer}: held-out variance explained "
+        f"{at['helix']:.1%} by the helix, {at['pca']:.1%} by PCA of the same rank, {at['helix_shuffled']:.1%} "
+        f"shuffled ({time.time() - t0:.0f}s)")
+    points = helix_points(vectors, layer, periods, view_periods)
+    return {"helix_fit": fit, "helix_points": points}
+
+
+def helix_tables(loaded, n_numbers: int = DEFAULT_N, seed: int = 0, log=print, batch_size: int = 64,
+                 progress=None) -> dict[str, pd.DataFrame]:
+    """`helix_tables_from_vectors` of a model's numbers 0..n_numbers-1, captured by
+    `core.analysis.numbers.number_representations` (its default context)."""
+    t0 = time.time()
+    reps = number_representations(loaded, n_numbers, batch_size=batch_size, progress=progress)
+    log(f"helix: number representations: {reps.describe()} ({time.time() - t0:.0f}s)")
+    periods = fitting_periods(n_numbers)
+    return helix_tables_from_vectors(reps.vectors, seed, log, periods, tuple(T for T in VIEW_PERIODS if T in periods))
+
+
+def fitting_periods(n_numbers: int) -> tuple[float, ...]:
+    """The helix's periods (2, 5, 10, 100) that a line of `n_numbers` numbers can fit (core.analysis.helix: each at
+    most half of them); a shorter line (a demo's 0..186) drops 100."""
+    return tuple(T for T in PERIODS if 2 * T <= n_numbers)
+
+
+def helix_patch_table(loaded, examples, texts, p: int, max_operand: int, batch_size: int = 32, progress=None,
+                      log=print) -> pd.DataFrame | None:
+    """The helix's causal test over the run's questions (core.analysis.helix_patching), or None where no question's
+    first operand is one token in both prompts of its pair (a model that splits numbers into digits)."""
+    t0 = time.time()
+    try:
+        pairs = operand_pairs(loaded.tokenizer, examples, texts, max_operand)
+    except CoreError as exc:
+        log(f"helix patching: left out: {exc}")
+        return None
+    table = helix_patching(loaded, pairs, p, max_operand + 1, periods=fitting_periods(max_operand + 1),
+                           batch_size=batch_size, progress=progress)
+    log(f"helix patching: {table['condition'].nunique()} conditions at layers "
+        f"{', '.join(map(str, sorted(table['layer'].unique())))} over {int(table['n'].iloc[0])} held-out pairs "
+        f"({time.time() - t0:.0f}s)")
+    return table
+
+
+def write_helix_tables(writer, loaded, examples, texts, p: int, opts, log=print) -> dict:
+    """The helix stage: `helix_fit` and `helix_points` over the numbers 0..p-1, and `helix_patching` over the run's
+    questions where it applies, into `writer`'s staging folder; the manifest's note on them."""
+    for name, frame in helix_tables(loaded, p, opts.dataset_seed, log, progress=opts.progress).items():
+        writer.write(name, frame)
+    patched = helix_patch_table(loaded, examples, texts, p, opts.max_operand, opts.batch_size, opts.progress, log)
+    if patched is not None:
+        writer.write("helix_patching", patched)
+    return helix_note(patched, p)
+
+
+def helix_note(patched: pd.DataFrame | None, p: int) -> dict:
+    """What the manifest says of the helix tables: the version, the periods, the causal test's held-out pairs."""
+    return {"version": HELIX_VERSION, "periods": list(fitting_periods(p)),
+            "patching_pairs": int(patched["n"].iloc[0]) if patched is not None and len(patched) else 0}
