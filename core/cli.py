@@ -406,9 +406,10 @@ def cmd_patch(args):
     from core.runs.patch_command import patch_command
     from core.threads import parse_threads
 
-    target = open_target(
+    target = open_target(  # one pair needs none of the split's questions but the one open_target always keeps
         args.target, args.cache_dir, task=args.task, max_operand=args.max_operand, split=args.split,
-        limit=args.limit, threads=parse_threads(args.threads), trust_remote_code=args.trust_remote_code,
+        limit=1 if args.clean else args.limit, threads=parse_threads(args.threads),
+        trust_remote_code=args.trust_remote_code,
         model=args.model, device=args.device, dtype=args.dtype,
     )
     report = patch_command(target, args.clean, args.corrupt, args.phrasing, False if args.no_progress else None)

@@ -15,10 +15,11 @@ from app.shared import share_figures
 
 MODEL_NAMES = {
     "helix": "helix, from n alone",
-    "pca": "PCA of the same rank, from the vector (upper bound)",
+    "pca": "PCA of the same rank, read from the vector",
     "helix_shuffled": "helix, numbers shuffled (null)",
+    "line": "the line alone, no circles",
 }
-MODEL_COLOURS = alt.Scale(domain=list(MODEL_NAMES.values()), range=["#d62728", "#1f77b4", "#7f7f7f"])
+MODEL_COLOURS = alt.Scale(domain=list(MODEL_NAMES.values()), range=["#d62728", "#1f77b4", "#7f7f7f", "#ff7f0e"])
 
 
 def fit_curves(fit: pd.DataFrame) -> pd.DataFrame:
@@ -56,9 +57,9 @@ def helix_fit_chart(fit: pd.DataFrame, label: str = "", layer: int | None = None
     if layer is not None:
         layers.append(alt.Chart(pd.DataFrame({"layer": [layer]})).mark_rule(color="black", strokeDash=[2, 2])
                       .encode(x=alt.X("layer:Q")))
-    rank = int(data["rank"].iloc[0])
+    rank = int(data.loc[data["model"] == "helix", "rank"].iloc[0])
     caption = (f"Share of held-out numbers' variance a rank-{rank} helix predicts from n alone, against {rank} PCA "
-               "directions read from the vector itself (a bound) and the helix with numbers shuffled (the null).")
+               "directions read from the vector itself, the line alone and the helix with numbers shuffled (the null).")
     title = "Does a helix hold the numbers? Held-out variance by layer" + (f" — {label}" if label else "")
     return styled(alt.layer(*layers), title, height=340), data, caption
 

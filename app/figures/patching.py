@@ -9,7 +9,7 @@ import altair as alt
 from app.figures.heads import grid_height, head_ticks, layer_ticks
 from app.figures.style import run_subtitle
 from app.state import large
-from core.claims.patching import head_grid, patching_grid
+from core.claims.patching import example_pair, head_grid, patching_grid
 from core.runs.reader import RunReader
 
 #: The colour scale of a recovered share: 0 (white) to 1 (dark blue); a share below 0 (the patch pushes the other
@@ -51,9 +51,10 @@ def site_heatmap(run: RunReader):
               axis=alt.Axis(values=[0, *layer_ticks(n_layers)])),
     ).properties(height=grid_height(n_layers + 1), width=260 if large() else 240)
     n = int(data["n"].iloc[0])
-    caption = (f"Each cell: one site copied from the clean prompt (e.g. 15 + 93) into the corrupted one (15 + 94) at "
-               f"the answer position; its colour, the share of the logit difference that comes back (0: none, 100%: "
-               f"all), over {n:,} pairs ({run.split} split).")
+    clean, _, corrupt, _ = example_pair(run)
+    caption = (f"Each cell: one site copied from the clean prompt (as \"{clean}\") into the corrupted one (\"{corrupt}"
+               f"\") at the answer position; its colour, the share of the logit difference that comes back (0: none, "
+               f"100%: all), over {n:,} pairs ({run.split} split).")
     return titled(chart, "Where the difference between two questions lives", run), data, caption
 
 

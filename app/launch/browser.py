@@ -33,6 +33,7 @@ PAGES = {
     "waves": "waves",
     "ablations": "ablations",
     "embeddings": "embeddings",
+    "patching": "patching",
     "training": "training",
     "behaviour": "behaviour",
     "terms": "terms",

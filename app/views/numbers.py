@@ -103,7 +103,9 @@ if run.has(Table.HELIX_FIT):
     st.subheader("The helix view (Kantamneni & Tegmark 2025)")
     st.markdown(
         "A later paper reads the same vectors another way: each number sits on a **helix**, a straight line plus "
-        "circles that turn once every 2, 5, 10 and 100 numbers. Fitted on half the numbers, how much of the other "
+        "circles that turn once every few numbers (here every "
+        + ", ".join(f"{T:g}" for T in (run.manifest.get("helix") or {}).get("periods", ()))
+        + " numbers). Fitted on half the numbers, how much of the other "
         "half's vectors does it explain? And put in for an operand inside a question, does the fit carry what the "
         "model uses? " + helix_summary(run)
     )

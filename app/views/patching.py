@@ -3,21 +3,24 @@ import streamlit as st
 from app.figures.patching import head_heatmap, site_heatmap
 from app.furniture import intro, needs, show_chart
 from app.sidebar import page_view
-from core.claims.patching import patching_summary
+from core.claims.patching import example_pair, patching_summary
 from core.runs.reader import Table
 
 view = page_view()
 run = view.run
 intro(
     "Patching: which layer carries the difference between two questions",
-    "Run *Put together 15 and 93* and *Put together 15 and 94*: the answers are 108 and 109. Now run the second "
-    "question again, but copy one piece of the first run into it, at the position where the answer is read: the "
-    "stream after one layer, one attention or MLP output, or one attention head. If the answer moves back toward 108, "
-    "that piece carried the difference. The share that comes back is read on the logit difference, logit(108) - "
-    "logit(109), over every question of the split paired the same way. The paper does not patch: this is the "
-    "field's standard test of where information sits (Meng et al. 2022), shown beside its story, not as a verdict.",
+    "Run a question and the same question with its second operand one more: their answers differ by one, in their "
+    "last digit. Now run the second question again, but copy one piece of the first run into it, at the position "
+    "where the answer is read: the stream after one layer, one attention or MLP output, or one attention head. If the "
+    "answer moves back toward the first one's, that piece carried the difference. The share that comes back is read "
+    "on the logit difference (the first answer's logit minus the second's), over every question of the split paired "
+    "the same way. The paper does not patch: this is the field's standard test of where information sits (Meng et "
+    "al. 2022), shown beside its story, not as a verdict.",
 )
 needs(run, Table.PATCHING)
+clean, clean_answer, corrupt, corrupt_answer = example_pair(run)
+st.markdown(f"For example: *{clean}* ({clean_answer}) against *{corrupt}* ({corrupt_answer}).")
 show_chart(*site_heatmap(run), key="patching-sites")
 st.markdown(patching_summary(run))
 if (run.table(Table.PATCHING)["kind"] == "head").any():

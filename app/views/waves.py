@@ -8,7 +8,7 @@ from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
 from app.sidebar import page_view, short_label
 from core.analysis.heads import head_bands, head_locking_grid
-from core.claims.heads import heads_summary
+from core.claims.heads import head_periods, heads_summary, one_head_locking
 from core.claims.last_digit import (
     group_shift_caption,
     group_shift_table,
@@ -80,9 +80,9 @@ if run.has(Table.HEAD_LOCKING):
     )
     tau = run.default_tau(basis)
     label = short_label(run.label)
-    url_state("hperiod", 10.0, float, [2.0, 5.0, 10.0])
-    st.radio("Period T of the heads' waves", [2.0, 5.0, 10.0], key="hperiod", horizontal=True,
-             format_func="{:g}".format)
+    periods = head_periods(run)
+    url_state("hperiod", periods[-1], float, periods)
+    st.radio("Period T of the heads' waves", periods, key="hperiod", horizontal=True, format_func="{:g}".format)
     to_url("hperiod")
     grid = head_locking_grid(run.table(Table.HEAD_LOCKING), st.session_state["hperiod"])
     show_chart(*head_locking_heatmap(grid, st.session_state["hperiod"], label), key="head-locking")
@@ -98,3 +98,6 @@ if run.has(Table.HEAD_LOCKING):
         layer, head = st.session_state["headlayer"], st.session_state["headnumber"]
         show_chart(*head_spectrum(run.table(Table.HEAD_SPECTRA), basis, layer, head, tau, run.task, label,
                                   run.table(Table.MODULE_SPECTRA)), key="head-spectrum")
+        st.dataframe(one_head_locking(run, layer, head), hide_index=True)
+        st.caption(f"Head {head} of layer {layer}: does its wave of each period follow the answer over every "
+                   f"{run.split} question (the modules' rule, the chance threshold over all heads)?")

@@ -195,6 +195,8 @@ class PrefixCache:
 
 #: Rows of one answer-position pass (conditions x prompts): wide enough that per-call overhead is small.
 ROWS_PER_CALL = 512
+#: A pass over whole prompts (a patch before the answer position) takes as many tokens as this many answer tokens a row.
+WHOLE_PROMPT_TOKENS = 8
 
 
 def evaluate_conditions(
@@ -383,7 +385,8 @@ def answer_position_passes(
             prefix = _cache_tensors(out.past_key_values)
             if stored is not None:
                 stored.cache.put(stored.batch_no, prefix)
-    per_call = max(1, rows_per_call // B)
+    # a call's rows: `rows_per_call` answer tokens, or as many tokens over whole prompts (every position runs)
+    per_call = max(1, rows_per_call * (WHOLE_PROMPT_TOKENS // S if whole else 1) // B)
     copies = _PrefixCopies(prefix, min(per_call, len(conditions)), B) if prefix is not None else None
     for first in range(0, len(conditions), per_call):
         group = conditions[first : first + per_call]

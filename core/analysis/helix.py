@@ -24,8 +24,9 @@ number n on a generalized helix, its vector approximately C @ B(n) + intercept, 
   any rank-r linear reconstruction (Eckart-Young), the helix's included; but PCA reads the vector itself while the
   helix predicts it from n alone. Both are reported; the reading is the ratio helix / PCA (how much of what r
   directions can hold the number's value places there). **Null**: the same helix fit with the basis rows assigned to a
-  seeded random permutation of the numbers ("helix_shuffled"): a layer holds a helix only if the helix explains more
-  than its shuffle.
+  seeded random permutation of the numbers ("helix_shuffled"), and the line alone ("line": n / n_max, rank 1), since
+  the shuffle destroys the line as well as the circles: the circles show only where the helix explains more than the
+  line.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ PERIODS = (2, 5, 10, 100)
 VIEW_PERIODS = (10, 100)
 N_SPLITS = 5
 SPLITS = ("stratified", "random")
-MODELS = ("helix", "pca", "helix_shuffled")
+MODELS = ("helix", "pca", "helix_shuffled", "line")
+#: The periods of the line alone (the helix without its circles): what shuffling the numbers also destroys, so the
+#: circles show only where the helix explains more than the line (core.claims.helix).
+LINE = ()
 #: Why the fits run on one BLAS thread: their matrices are small (N/2 x D), and on a 2-core machine with other work
 #: running OpenBLAS's two threads waited on each other: 4 layers of helix_fit_table took 18 s on 2 threads, 0.9 s on 1.
 ONE_BLAS_THREAD = 1
@@ -101,6 +105,11 @@ def check_periods(periods) -> tuple[float, ...]:
     return periods
 
 
+def periods_or_line(periods) -> tuple[float, ...]:
+    """`check_periods`, or () for the line alone (`LINE`)."""
+    return () if len(tuple(periods)) == 0 else check_periods(periods)
+
+
 def zero_sine(T: float) -> bool:
     """Whether sin(2 pi n / T) is 0 at every whole number n: 2 / T is a whole number (for T >= 2: T = 2 alone)."""
     ratio = 2.0 / T
@@ -111,7 +120,7 @@ def basis_columns(periods=PERIODS) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(kept, dropped) column names of the basis: "n" then "cos T", "sin T" per period, the identically zero
     sin T (`zero_sine`) dropped. For (2, 5, 10, 100): 8 kept, ("sin 2",) dropped."""
     kept, dropped = ["n"], []
-    for T in check_periods(periods):
+    for T in periods_or_line(periods):
         name = f"{T:g}"
         kept.append(f"cos {name}")
         (dropped if zero_sine(T) else kept).append(f"sin {name}")
@@ -122,7 +131,7 @@ def helix_basis(numbers, periods=PERIODS, *, n_max: float) -> np.ndarray:
     """The design matrix (len(numbers), rank) float64: the columns `basis_columns(periods)[0]`, i.e. n / n_max,
     then cos(2 pi n / T) and sin(2 pi n / T) for each period T, without the sine that is 0 at every whole number
     (T = 2). No intercept column: the fits add their own."""
-    periods = check_periods(periods)
+    periods = periods_or_line(periods)
     n = np.asarray(numbers, dtype=np.float64).reshape(-1)
     if not np.isfinite(n_max) or n_max <= 0:
         raise CoreError(f"n_max scales the linear column n / n_max and must be positive, got {n_max}")
@@ -159,7 +168,7 @@ def fit_helix(vectors, numbers, periods=PERIODS, *, n_max: float) -> HelixFit:
         raise CoreError(f"a helix of rank {B.shape[1]} needs more than {B.shape[1] + 1} numbers to fit, got {len(n)}")
     b_mean, v_mean = B.mean(axis=0), V.mean(axis=0)
     coef, *_ = np.linalg.lstsq(B - b_mean, V - v_mean, rcond=None)  # (rank, D)
-    return HelixFit(n.copy(), check_periods(periods), float(n_max), basis_columns(periods)[0], coef.T.copy(),
+    return HelixFit(n.copy(), periods_or_line(periods), float(n_max), basis_columns(periods)[0], coef.T.copy(),
                     v_mean - b_mean @ coef)
 
 
@@ -249,8 +258,9 @@ def layer_scores(V: np.ndarray, periods, n_max: float, train, test, perm) -> dic
     """model -> (held-out explained, training explained) of one layer (N, D) and one split."""
     numbers = np.arange(V.shape[0])
     out = {}
-    for model, labels in (("helix", numbers), ("helix_shuffled", perm)):
-        fit = fit_helix(V[train], labels[train], periods, n_max=n_max)
+    for model, labels, shape in (("helix", numbers, periods), ("helix_shuffled", perm, periods),
+                                 ("line", numbers, LINE)):
+        fit = fit_helix(V[train], labels[train], shape, n_max=n_max)
         centre = V[train].mean(axis=0)
         out[model] = (explained(V[test], helix_reconstruct(fit, labels[test]), centre),
                       explained(V[train], helix_reconstruct(fit, labels[train]), centre))
@@ -283,7 +293,8 @@ def helix_fit_table(vectors, periods=PERIODS, n_splits: int = N_SPLITS, seed: in
         for model in MODELS:
             held = np.array([s[model][0] for s in scores])
             rows.append({
-                "layer": layer, "model": model, "rank": rank, "explained_mean": float(held.mean()),
+                "layer": layer, "model": model, "rank": 1 if model == "line" else rank,
+                "explained_mean": float(held.mean()),
                 "explained_sd": float(held.std(ddof=1)) if n_splits > 1 else 0.0,
                 "train_explained_mean": float(np.mean([s[model][1] for s in scores])),
                 "n_train": len(splits[0][0]), "n_test": len(splits[0][1]), "n_splits": n_splits,

@@ -3,23 +3,27 @@ it? Activation patching (core.analysis.patching) at the first operand's token in
 
 Pairs: each question (a, b) of the run's split against the same question with its FIRST operand one more (one less at
 the largest operand), the same phrasing, so the answers differ by one. At layer l the corrupted prompt's stream
-h(l) at its first operand's token is replaced by (`CONDITIONS`):
+h(l) at its first operand's token is replaced by (`CONDITIONS`), each built on the mean vector of the question's own
+phrasing over the training half (the words before the operand change its vector; a reconstruction from the number
+alone must not be charged for them):
 
 * "activation": the clean prompt's own h(l) there: what any reconstruction of it can restore at most;
-* "helix": the helix fit of a alone, C B(a) + intercept (core.analysis.helix: n, and cos and sin of 2 pi n / T for
-  T = 2, 5, 10, 100), fitted by least squares on the operand vectors of the questions whose a lies in the training
-  half of the numbers (`split_numbers`, stratified by n mod 100), and read only on pairs whose a lies in the other
-  half: it predicts the vector from the number, for numbers it never saw;
-* "pca": the clean h(l) kept in its top-r principal directions (r the helix's rank), fitted on the same training
-  half: mean + (h - mean) P P^T. It reads the clean vector itself, so it bounds what any rank-r subspace can keep;
-* "random": the clean h(l) kept in a random r-dimensional subspace the same way (`RANDOM_DRAWS` seeded draws, each
-  its own row; a reader averages them and shows their spread);
-* "mean": the training half's mean vector, the same for every number: rank 0, the floor.
+* "helix": the phrasing's mean plus the helix fit of a alone, C B(a) + c (core.analysis.helix: n, and cos and sin of
+  2 pi n / T for T = 2, 5, 10, 100), fitted by least squares on the operand vectors, less their phrasing's mean, of
+  the questions whose a lies in the training half of the numbers (`split_numbers`, stratified by n mod 100), and read
+  only on pairs whose a lies in the other half: it predicts the vector from the number, for numbers it never saw;
+* "line": the same with the line alone (n, no circles): what the circles add is helix minus line;
+* "pca": the clean h(l) less its phrasing's mean kept in its top-r principal directions (r the helix's rank), fitted
+  on the same training half: it reads the clean vector itself, not the number;
+* "random": the same in a random r-dimensional subspace (`RANDOM_DRAWS` seeded draws, each its own row; a reader
+  averages them and shows their spread);
+* "mean": the phrasing's mean vector alone, the same for every number: rank 0, the floor.
 
 What is read is activation patching's: the share of the logit difference logit(a + b) - logit(a' + b) recovered,
-(mean patched - mean corrupted) / (mean clean - mean corrupted) over the held-out pairs, with its bootstrap interval,
-and the share of pairs whose answer moves back. At layer 0 the "activation" patch makes the corrupted prompt the
-clean one, so it restores everything there (a test checks it).
+(mean patched - mean corrupted) / (mean clean - mean corrupted) over the held-out pairs, and the share of pairs whose
+answer moves back. Its interval resamples the held-out operands, not the pairs (a cluster bootstrap: every pair of
+one operand shares its vector, so the operands are what a new sample would redraw). At layer 0 the "activation"
+patch makes the corrupted prompt the clean one, so it restores everything there (a test checks it).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import pandas as pd
 from core.analysis.ablations import Condition, RowPatch
 from core.analysis.evaluation import evaluate_conditions
 from core.analysis.helix import (
+    LINE,
     PERIODS,
     fit_helix,
     fit_pca,
@@ -47,7 +52,7 @@ from core.models.capture import capture
 from core.models.names import RESID
 from core.tasks import Example, number_space, with_operands
 
-CONDITIONS = ("activation", "helix", "pca", "random", "mean")
+CONDITIONS = ("activation", "helix", "line", "pca", "random", "mean")
 RANDOM_DRAWS = 3
 RANDOM_SEED = 20250
 SPLIT_SEED = 0
@@ -88,12 +93,13 @@ class OperandPairs:
     operands: np.ndarray
     back: np.ndarray
     prefixes: list[str]
+    contexts: np.ndarray  # the phrasing of each question (its words around the operands)
 
 
 def operand_pairs(tokenizer, examples: Sequence[Example], texts: Sequence[str], max_operand: int) -> OperandPairs:
     """Every question's pair (`operand_corrupted`) whose two prompts put their first operand at the same token and
     whose cut prompt tokenizes as the start of the whole one; the others are left out."""
-    kept = {k: [] for k in ("clean", "corrupt", "ca", "ka", "a", "back", "prefix")}
+    kept = {k: [] for k in ("clean", "corrupt", "ca", "ka", "a", "back", "prefix", "context")}
     for e, text in zip(examples, texts):
         other = operand_corrupted(e, max_operand)
         if other is None:
@@ -103,13 +109,14 @@ def operand_pairs(tokenizer, examples: Sequence[Example], texts: Sequence[str], 
         ids, cut, alt = (tokenizer(t)["input_ids"] for t in (text, prefix, corrupt))
         if len(ids) != len(alt) or ids[: len(cut)] != cut:
             continue
-        for key, value in zip(kept, (text, corrupt, e.answer, other.answer, e.a, len(ids) - len(cut) + 1, prefix)):
+        values = (text, corrupt, e.answer, other.answer, e.a, len(ids) - len(cut) + 1, prefix, e.phrasing)
+        for key, value in zip(kept, values):
             kept[key].append(value)
     if not kept["clean"]:
         raise CoreError("no question puts its first operand at one token in both prompts of its pair: the helix test "
                         "needs numbers that are single tokens")
     return OperandPairs(kept["clean"], kept["corrupt"], np.array(kept["ca"]), np.array(kept["ka"]),
-                        np.array(kept["a"]), np.array(kept["back"]), kept["prefix"])
+                        np.array(kept["a"]), np.array(kept["back"]), kept["prefix"], np.array(kept["context"]))
 
 
 def patch_layers(n_layers: int) -> tuple[int, ...]:
@@ -133,8 +140,8 @@ def helix_patching(loaded, pairs: OperandPairs, p: int, n_numbers: int, layers: 
     rows, labels = [], []
     conditions = [Condition(None)]
     for layer in layers:
-        for condition, draw, values, rank in layer_patches(vectors[:, layer], pairs.operands, fitted, held, periods,
-                                                           n_numbers):
+        for condition, draw, values, rank in layer_patches(vectors[:, layer], pairs.operands, pairs.contexts, fitted,
+                                                           held, periods, n_numbers):
             conditions.append(Condition(RowPatch(values.astype(np.float32), back=pairs.back[held]), modules=RESID,
                                         layer=layer))
             labels.append((layer, condition, draw, rank))
@@ -145,7 +152,7 @@ def helix_patching(loaded, pairs: OperandPairs, p: int, n_numbers: int, layers: 
     runs = evaluate_conditions(loaded, texts[1], answers, p, conditions, batch_size=batch_size, contrast=contrast,
                                progress=progress, desc="helix patching")
     patched = np.stack([r.gaps for r in runs[1:]])
-    draws = bootstrap_shares(clean.gaps, runs[0].gaps, patched)
+    draws = bootstrap_shares(clean.gaps, runs[0].gaps, patched, groups=pairs.operands[held])
     for i, (layer, condition, draw, rank) in enumerate(labels):
         low, high = share_interval(draws[:, i])
         rows.append({"layer": layer, "condition": condition, "draw": draw, "rank": rank, "n": int(held.sum()),
@@ -154,20 +161,32 @@ def helix_patching(loaded, pairs: OperandPairs, p: int, n_numbers: int, layers: 
     return pd.DataFrame(rows, columns=list(HELIX_PATCH_COLUMNS))
 
 
-def layer_patches(vectors: np.ndarray, operands: np.ndarray, fitted: np.ndarray, held: np.ndarray, periods,
-                  n_numbers: int):
+def context_means(V: np.ndarray, contexts: np.ndarray, fitted: np.ndarray) -> np.ndarray:
+    """Each question's phrasing mean over the `fitted` questions (the fitted questions' overall mean for a phrasing
+    none of them has), (questions, D)."""
+    overall = V[fitted].mean(axis=0)
+    means = {c: V[fitted & (contexts == c)].mean(axis=0) if (fitted & (contexts == c)).any() else overall
+             for c in np.unique(contexts)}
+    return np.stack([means[c] for c in contexts])
+
+
+def layer_patches(vectors: np.ndarray, operands: np.ndarray, contexts: np.ndarray, fitted: np.ndarray,
+                  held: np.ndarray, periods, n_numbers: int):
     """(condition, draw, values for the held-out pairs, rank) of one layer: the module docstring's conditions, their
-    fits made on the `fitted` questions' vectors alone."""
+    fits made on the `fitted` questions' vectors alone, less each one's phrasing mean."""
     V = vectors.astype(np.float64)
-    helix = fit_helix(V[fitted], operands[fitted], periods, n_max=n_numbers - 1)
+    base = context_means(V, contexts, fitted)
+    R = V - base
+    helix = fit_helix(R[fitted], operands[fitted], periods, n_max=n_numbers - 1)
+    line = fit_helix(R[fitted], operands[fitted], LINE, n_max=n_numbers - 1)
     rank = helix.rank
-    pca = fit_pca(V[fitted], rank)
-    mean = V[fitted].mean(axis=0)
-    clean = V[held]
-    yield "activation", 0, clean, V.shape[1]
-    yield "helix", 0, helix_reconstruct(helix, operands[held]), rank
-    yield "pca", 0, pca_reconstruct(pca, clean), rank
+    pca = fit_pca(R[fitted], rank)
+    floor, own = base[held] + pca.mean, R[held]
+    yield "activation", 0, V[held], V.shape[1]
+    yield "helix", 0, base[held] + helix_reconstruct(helix, operands[held]), rank
+    yield "line", 0, base[held] + helix_reconstruct(line, operands[held]), 1
+    yield "pca", 0, base[held] + pca_reconstruct(pca, own), rank
     for draw in range(RANDOM_DRAWS):
-        R = random_subspace(V.shape[1], rank, RANDOM_SEED + draw)
-        yield "random", draw, mean + (clean - mean) @ R @ R.T, rank
-    yield "mean", 0, np.repeat(mean[None], len(clean), axis=0), 0
+        Q = random_subspace(V.shape[1], rank, RANDOM_SEED + draw)
+        yield "random", draw, floor + (own - pca.mean) @ Q @ Q.T, rank
+    yield "mean", 0, floor, 0

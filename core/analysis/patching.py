@@ -181,13 +181,21 @@ def recovered_share(patched, clean, corrupt) -> float:
 
 
 def bootstrap_shares(clean_gap, corrupt_gap, patched_gap, resamples: int = BOOTSTRAP,
-                     seed: int = BOOTSTRAP_SEED) -> np.ndarray:
+                     seed: int = BOOTSTRAP_SEED, groups=None) -> np.ndarray:
     """(resamples, conditions): each condition's recovered share (`recovered_share`) over pairs drawn with
-    replacement, the same draws for every condition; `patched_gap` is (conditions, pairs)."""
+    replacement, the same draws for every condition; `patched_gap` is (conditions, pairs). With `groups` (one label
+    per pair) the groups are drawn instead, each drawn group bringing all its pairs (a cluster bootstrap)."""
     clean_gap, corrupt_gap = np.asarray(clean_gap, float), np.asarray(corrupt_gap, float)
     n = len(clean_gap)
     rng = np.random.default_rng(seed)
-    counts = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(resamples)]).astype(float) / n
+    if groups is None:
+        counts = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(resamples)]).astype(float)
+    else:
+        labels, member = np.unique(np.asarray(groups), return_inverse=True)
+        drawn = np.stack([np.bincount(rng.integers(0, len(labels), len(labels)), minlength=len(labels))
+                          for _ in range(resamples)]).astype(float)
+        counts = drawn[:, member]
+    counts /= counts.sum(axis=1, keepdims=True)
     clean, corrupt = counts @ clean_gap, counts @ corrupt_gap
     patched = counts @ np.asarray(patched_gap, float).T
     spread = (clean - corrupt)[:, None]

@@ -18,11 +18,16 @@ from core.analysis.phase import SHORT_PERIODS, locked
 from core.runs.reader import RunReader, Table
 
 
-def locking_by_head(run: RunReader) -> pd.DataFrame:
-    """Every head at every short period (2, 5, 10 where the run has them), with `locks` by the modules' rule."""
+def head_periods(run: RunReader) -> list[float]:
+    """The short periods (2, 2.5, 5, 10) the run's head table has."""
     table = run.table(Table.HEAD_LOCKING)
-    periods = [T for T in SHORT_PERIODS if np.isclose(table["period"], T).any()]
-    return pd.concat([head_locking_grid(table, T) for T in periods], ignore_index=True)
+    return [T for T in SHORT_PERIODS if np.isclose(table["period"], T).any()]
+
+
+def locking_by_head(run: RunReader) -> pd.DataFrame:
+    """Every head at every short period the run has (`head_periods`), with `locks` by the modules' rule."""
+    table = run.table(Table.HEAD_LOCKING)
+    return pd.concat([head_locking_grid(table, T) for T in head_periods(run)], ignore_index=True)
 
 
 def layers_attention_locks(run: RunReader, period: float) -> set[int]:
@@ -39,14 +44,16 @@ def heads_summary(run: RunReader, basis: str = "paper") -> str:
     words = []
     for T, rows in grid.groupby("period", sort=True):
         locks = rows[rows["locks"]]
-        whole = layers_attention_locks(run, float(T)) if run.has(Table.PHASE_LOCKING) else set()
+        measured = run.has(Table.PHASE_LOCKING)
+        whole = layers_attention_locks(run, float(T)) if measured else set()
         own = set(locks["layer"].astype(int))
         if len(locks):
             top = locks.loc[locks["locking"].idxmax()]
+            against = (f"; {len(own - whole)} layer(s) have a head that locks where the layer's attention as a whole "
+                       f"does not, {len(whole - own)} the reverse" if measured else "")
             words.append(f"period {T:g}: {len(locks)} of {n_heads} heads lock (the strongest, head {int(top['head'])} "
                          f"of layer {int(top['layer'])}, R = {top['locking']:.2f} against a chance threshold of "
-                         f"{top['null_95']:.2f}); {len(own - whole)} layer(s) have a head that locks where the layer's "
-                         f"attention as a whole does not, {len(whole - own)} the reverse")
+                         f"{top['null_95']:.2f}){against}")
         else:
             words.append(f"period {T:g}: none of the {n_heads} heads locks"
                          + (f", though the attention of {len(whole)} layer(s) does as a whole" if whole else ""))
@@ -55,3 +62,14 @@ def heads_summary(run: RunReader, basis: str = "paper") -> str:
     text += (f" Below the cutoff tau = {run.default_tau(basis)} lies a median {100 * bands['low'].median():.0f}% of a "
              f"head's Fourier energy (from {100 * bands['low'].min():.0f}% to {100 * bands['low'].max():.0f}%).")
     return text
+
+
+def one_head_locking(run: RunReader, layer: int, head: int) -> pd.DataFrame:
+    """One head's locking at each short period, as the page shows it: R, the chance threshold, where its wave
+    peaks against the answer, and whether it locks by the modules' rule."""
+    rows = locking_by_head(run)
+    rows = rows[(rows["layer"] == int(layer)) & (rows["head"] == int(head))]
+    return pd.DataFrame({"period T": [f"{T:g}" for T in rows["period"]], "locking R": rows["locking"].round(3),
+                         "chance threshold": rows["null_95"].round(3),
+                         "peak at answer + (numbers)": rows["offset"].round(2),
+                         "locks": ["yes" if x else "no" for x in rows["locks"]]})

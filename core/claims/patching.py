@@ -5,19 +5,23 @@ paper's story, not as a verdict on it. Each reading is a sentence about this run
 
 * **where the difference reaches the answer position** (`stream_handover`): the stream at the answer position
   carries none of what tells "15 + 93" from "15 + 94" at the bottom (the same token " Answer:" in both) and all of
-  it at the top. `HANDOVER_LOW` and `HANDOVER_HIGH` bound the layers between: the last layer whose interval lies
-  wholly below 10% restored, and the first whose interval lies wholly above 50%;
+  it at the top. `HANDOVER_LOW` and `HANDOVER_HIGH` bound the layers between: the layer before the first whose
+  interval reaches 10% restored (every layer up to it lies wholly below), and the first layer from which every
+  interval lies wholly above 50%;
 * **which single sites restore most** (`top_sites`): modules and heads ranked by their recovered share, each with
   its bootstrap interval over pairs; a site is named only where its interval's low end is above zero.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from core.analysis.patching import corrupted
+from core.errors import CoreError
 from core.models.names import ATTN, HEAD, MLP, RESID
 from core.runs.reader import RunReader, Table
-from core.tasks import task_name
+from core.tasks import build_examples, running_example_id, task_name
 
 #: The stream "carries none yet" below this share (the top of its interval), "half" from this one (its low end).
 HANDOVER_LOW = 0.10
@@ -45,13 +49,18 @@ def site_name(kind: str, layer: int, head: int = -1) -> str:
 
 
 def stream_handover(table: pd.DataFrame) -> tuple[int | None, int | None]:
-    """(last layer whose stream restores less than `HANDOVER_LOW` for sure, first that restores at least
-    `HANDOVER_HIGH` for sure): the interval's high end below the one, its low end above the other (None when no
-    layer is)."""
+    """(the last layer up to which every stream restores less than `HANDOVER_LOW` for sure, the first layer from
+    which every stream restores at least `HANDOVER_HIGH` for sure): interval high ends below the one, low ends above
+    the other (None where no layer is), so the first is always below the second."""
     stream = table[table["kind"] == RESID].sort_values("layer")
-    below = stream[stream["recovered_high"] < HANDOVER_LOW]
-    above = stream[stream["recovered_low"] >= HANDOVER_HIGH]
-    return (int(below["layer"].max()) if len(below) else None, int(above["layer"].min()) if len(above) else None)
+    layers = stream["layer"].astype(int).to_numpy()
+    reached = np.flatnonzero(~(stream["recovered_high"].to_numpy() < HANDOVER_LOW))
+    low = None if len(reached) and reached[0] == 0 else int(layers[reached[0] - 1] if len(reached) else layers[-1])
+    held = stream["recovered_low"].to_numpy() >= HANDOVER_HIGH
+    falls = np.flatnonzero(~held)
+    start = falls[-1] + 1 if len(falls) else 0
+    high = int(layers[start]) if start < len(layers) else None
+    return low, high
 
 
 def top_sites(table: pd.DataFrame, kinds=(ATTN, MLP), top: int = TOP) -> pd.DataFrame:
@@ -85,11 +94,11 @@ def patching_summary(run: RunReader) -> str:
             "carrying half of it at any clear layer."
     modules = top_sites(t)
     if len(modules):
-        best = modules.iloc[0]
+        reach = float(t.loc[t["kind"].isin((ATTN, MLP)), "recovered_high"].max())
         words.append("The single modules that restore most: " + "; ".join(site_phrase(r) for r in
                                                                         modules.itertuples()) + "."
-                     + (f" None restores as much as half alone ({pct(best.recovered)} at most): several carry it "
-                        "together." if best.recovered_high < 0.5 else ""))
+                     + (f" No single module restores half (the highest interval ends at {pct(reach)})."
+                        if reach < 0.5 else ""))
     else:
         words.append("No single attention or MLP output restores a share whose interval lies above zero.")
     heads = t[t["kind"] == HEAD]
@@ -116,3 +125,16 @@ def head_grid(run: RunReader) -> pd.DataFrame:
     t = patching_table(run)
     return t[t["kind"] == HEAD][["layer", "head", "site", "recovered", "recovered_low", "recovered_high", "moved",
                                  "n"]].copy()
+
+
+def example_pair(run: RunReader) -> tuple[str, int, str, int]:
+    """(clean question, its answer, corrupted question, its answer) of the run's first question that has a partner
+    (15 + 93 first where the run has it): what the page shows as its example."""
+    by_id = {e.id: e for e in build_examples(run.task, run.max_operand, run.dataset_seed)}
+    ids = sorted(run.table(Table.EXAMPLES)["id"], key=lambda i: i != running_example_id(run.task, run.max_operand))
+    for i in ids:
+        clean = by_id[i]
+        other = corrupted(clean, run.max_operand)
+        if other is not None:
+            return clean.question, clean.answer, other.question, other.answer
+    raise CoreError(f"run {run.name}: no question has a partner")

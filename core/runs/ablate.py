@@ -77,6 +77,7 @@ class Target:
     task: str = "addition"
     max_operand: int = 260
     dataset_seed: int = 0
+    shots: int = 0  # solved examples before each question, as the run's prompts have them
 
     def __repr__(self) -> str:
         return (f"Target({self.source!r}: {len(self.texts)} of {self.n_split} {self.split} questions, numbers "
@@ -152,7 +153,7 @@ def open_target(
     texts = model_prompts(loaded, chosen, select_split(everything, "train"), shots, dataset_seed)
     return Target(loaded, texts, np.array([e.answer for e in chosen]), p, basis_name, positions, split, source,
                   len(questions), run_dir, run_name, tuple(e.id for e in chosen), run_split, task, max_operand,
-                  dataset_seed)
+                  dataset_seed, shots)
 
 
 @dataclass

@@ -21,12 +21,12 @@ from core.runs.ablation_grid import redraw_run_controls
 from core.runs.cache import RunWriter
 from core.runs.group_shift import GROUP_SHIFT_VERSION, has_group_shift, write_group_tables
 from core.runs.head_tables import HEAD_VERSION, has_heads, write_head_tables
-from core.runs.helix_tables import HELIX_VERSION, write_helix_tables
+from core.runs.helix_tables import HELIX_VERSION, has_helix, write_helix_tables
 from core.runs.number_tables import row_origin_table, write_number_tables
 from core.runs.patch_run import PATCH_VERSION, write_patch_table
 from core.runs.period_ablation import PERIOD_VERSION, has_periods, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
-from core.runs.precompute_arguments import options_refusal
+from core.runs.precompute_arguments import check_stages, options_refusal
 from core.runs.shift_run import SHIFT_VERSION, phase_shift_table, shift_specs
 from core.runs.tables import check_table
 from core.training.train import seed_logs
@@ -201,14 +201,14 @@ def upgrade_successors(writer: RunWriter, loaded, p: int, opts, examples, texts,
                lambda: write_patch_table(writer, loaded, examples, texts, p, opts, log)),
               ("heads", "head_spectra", HEAD_VERSION, has_heads(loaded, p),
                lambda: write_head_tables(writer, loaded, texts, answers, p, opts, log)),
-              ("helix", "helix_fit", HELIX_VERSION, True,
+              ("helix", "helix_fit", HELIX_VERSION, has_helix(p),
                lambda: write_helix_tables(writer, loaded, examples, texts, p, opts, log)))
-    upgraded = False
+    upgraded, asked = False, check_stages(opts.stages)
     for key, table, version, applies, write in stages:
         manifest = read_json_file(writer.final / "manifest.json") or {}
         tables = manifest.get("tables") or {}
         current = table in tables and (manifest.get(key) or {}).get("version") == version
-        if manifest.get("not_computed") or "examples" not in tables or current or not applies:
+        if manifest.get("not_computed") or "examples" not in tables or current or not applies or key not in asked:
             continue
         keep = writer.stage_published()
         t0 = time.time()

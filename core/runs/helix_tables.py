@@ -59,6 +59,12 @@ def helix_tables(loaded, n_numbers: int = DEFAULT_N, seed: int = 0, log=print, b
     return helix_tables_from_vectors(reps.vectors, seed, log, periods, tuple(T for T in VIEW_PERIODS if T in periods))
 
 
+def has_helix(p: int) -> bool:
+    """Whether the helix stage applies: the number line 0..p-1 fits a circle of period 10 at least (20 numbers); a
+    shorter one (a test's 0..8) has only parity, no helix."""
+    return 10 in fitting_periods(p)
+
+
 def fitting_periods(n_numbers: int) -> tuple[float, ...]:
     """The helix's periods (2, 5, 10, 100) that a line of `n_numbers` numbers can fit (core.analysis.helix: each at
     most half of them); a shorter line (a demo's 0..186) drops 100."""
@@ -72,11 +78,11 @@ def helix_patch_table(loaded, examples, texts, p: int, max_operand: int, batch_s
     t0 = time.time()
     try:
         pairs = operand_pairs(loaded.tokenizer, examples, texts, max_operand)
-    except CoreError as exc:
+        table = helix_patching(loaded, pairs, p, max_operand + 1, periods=fitting_periods(max_operand + 1),
+                               batch_size=batch_size, progress=progress)
+    except CoreError as exc:  # digits, or too few questions on either side of the split: the table is left out
         log(f"helix patching: left out: {exc}")
         return None
-    table = helix_patching(loaded, pairs, p, max_operand + 1, periods=fitting_periods(max_operand + 1),
-                           batch_size=batch_size, progress=progress)
     log(f"helix patching: {table['condition'].nunique()} conditions at layers "
         f"{', '.join(map(str, sorted(table['layer'].unique())))} over {int(table['n'].iloc[0])} held-out pairs "
         f"({time.time() - t0:.0f}s)")
@@ -86,11 +92,12 @@ def helix_patch_table(loaded, examples, texts, p: int, max_operand: int, batch_s
 def write_helix_tables(writer, loaded, examples, texts, p: int, opts, log=print) -> dict:
     """The helix stage: `helix_fit` and `helix_points` over the numbers 0..p-1, and `helix_patching` over the run's
     questions where it applies, into `writer`'s staging folder; the manifest's note on them."""
-    for name, frame in helix_tables(loaded, p, opts.dataset_seed, log, progress=opts.progress).items():
-        writer.write(name, frame)
+    tables = helix_tables(loaded, p, opts.dataset_seed, log, progress=opts.progress)
     patched = helix_patch_table(loaded, examples, texts, p, opts.max_operand, opts.batch_size, opts.progress, log)
     if patched is not None:
-        writer.write("helix_patching", patched)
+        tables["helix_patching"] = patched
+    for name, frame in tables.items():  # all at once, at the end: a stage cut short leaves none, and is run again
+        writer.write(name, frame)
     return helix_note(patched, p)
 
 

@@ -12,11 +12,11 @@ import numpy as np
 
 from core.analysis.patching import module_sites, patch_pairs, patching_table
 from core.errors import CoreError
-from core.models.loading import prompt_texts
 from core.models.names import HEAD, Z, hook_name
 from core.runs.ablate import Target, nan_to_none
 from core.runs.patch_run import PAIR_RULE, patch_run
-from core.tasks import RUNNING_EXAMPLE_PHRASING, build_examples, parse_question
+from core.runs.precompute import model_prompts
+from core.tasks import RUNNING_EXAMPLE_PHRASING, build_examples, parse_question, select_split
 
 #: The sites printed without --json: those that recover most.
 TOP_SITES = 12
@@ -64,7 +64,8 @@ def patch_command(target: Target, clean: str | None = None, corrupt: str | None 
         pair = [parse_question(target.task, q, phrasing, target.max_operand) for q in (clean, corrupt)]
         if max(e.answer for e in pair) >= p:
             raise CoreError(f"an answer is out of this run's numbers 0..{p - 1}")
-        texts = prompt_texts(loaded, [e.prompt for e in pair])
+        pool = select_split(build_examples(target.task, target.max_operand, target.dataset_seed), "train")
+        texts = model_prompts(loaded, pair, pool, target.shots, target.dataset_seed)  # as the run's prompts are
         what = f"{pair[0].question!r} (answer {pair[0].answer}) against {pair[1].question!r} (answer {pair[1].answer})"
         sites = module_sites(loaded.n_layers, loaded.parts.n_heads if loaded.parts.has_heads else 0)
         result = patch_pairs(loaded, texts[:1], texts[1:], [pair[0].answer], [pair[1].answer], p, sites, 32,
@@ -74,6 +75,8 @@ def patch_command(target: Target, clean: str | None = None, corrupt: str | None 
         everything = {e.id: e for e in build_examples(target.task, target.max_operand, target.dataset_seed)}
         examples = [everything[i] for i in target.ids]
         table = patch_run(loaded, examples, target.texts, p, target.max_operand, 32, progress)
+        if table is None:
+            raise CoreError(f"none of the {len(examples)} questions has a partner: {PAIR_RULE}")
         heads = table[table["kind"] == HEAD]
         what = (f"{int(table['n'].iloc[0])} pairs of {len(examples)} {target.split} questions ({PAIR_RULE})"
                 + (f"; each head over a sample of {int(heads['n'].iloc[0])} of them" if len(heads) else ""))

@@ -39,7 +39,7 @@ PAIR_RULE = ("each question paired with the same question, second operand one mo
 
 def patch_run(loaded, examples, texts, p: int, max_operand: int, batch_size: int, progress=None, log=print):
     """The `patching` table over every pair of the run's questions `examples` (their prompts `texts` as the model
-    reads them)."""
+    reads them); None where no question has a partner."""
     t0 = time.time()
     text_of = {e.id: t for e, t in zip(examples, texts)}
     pairs = pair_examples(examples, max_operand)
@@ -53,6 +53,9 @@ def patch_run(loaded, examples, texts, p: int, max_operand: int, batch_size: int
             f"({time.time() - t0:.0f}s)")
         return patching_table(result)
 
+    if not pairs:
+        log(f"patching: left out: none of the {len(examples)} questions has a partner ({PAIR_RULE})")
+        return None
     tables = [patched(pairs, module_sites(loaded.n_layers))]
     if loaded.parts.has_heads:
         tables.append(patched(head_sample(pairs, examples[0].task), head_sites(loaded)))
@@ -84,5 +87,7 @@ def patch_note(table, n_questions: int) -> dict:
 def write_patch_table(writer: RunWriter, loaded, examples, texts, p: int, opts, log) -> dict:
     """The `patching` table into the staging folder; returns the manifest's note on it."""
     table = patch_run(loaded, examples, texts, p, opts.max_operand, opts.batch_size, opts.progress, log)
+    if table is None:
+        return {"version": PATCH_VERSION, "pairs": 0, "questions": len(examples), "rule": PAIR_RULE}
     writer.write("patching", table)
     return patch_note(table, len(examples))

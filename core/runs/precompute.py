@@ -56,7 +56,7 @@ from core.runs.cache import RunWriter, ensure_cache_dir, run_lock, run_name
 from core.runs.cached_run import keep_cached_run, shift_note, training_log, write_phase_tables
 from core.runs.group_shift import group_note, has_group_shift, run_groups, write_group_tables
 from core.runs.head_tables import has_heads, head_note, write_head_tables
-from core.runs.helix_tables import HELIX_JSON, write_helix_tables
+from core.runs.helix_tables import HELIX_JSON, has_helix, write_helix_tables
 from core.runs.measure import measure
 from core.runs.number_tables import NUMBERS_JSON, embedding_tables, row_origin_table, write_number_tables
 from core.runs.patch_run import patch_note, write_patch_table
@@ -306,7 +306,7 @@ def _write_stage_tables(
         write_head_tables(writer, loaded, texts, np.array([e.answer for e in examples]), p, opts, log)
     timings["heads_s"] = round(time.time() - t7, 2)
     t8 = time.time()
-    if "helix" in stages and not writer.has("helix_fit"):
+    if "helix" in stages and not writer.has("helix_fit") and has_helix(p):
         writer.write_json(HELIX_JSON, write_helix_tables(writer, loaded, examples, texts, p, opts, log))
     timings["helix_s"] = round(time.time() - t8, 2)
     return timings

@@ -202,6 +202,15 @@ class RunReader:
         return str((self.manifest.get("task") or {}).get("task", "addition"))
 
     @property
+    def max_operand(self) -> int:
+        """The task's largest operand (its questions' operands go from 0 to it)."""
+        return int((self.manifest.get("task") or {}).get("max_operand", 260))
+
+    @property
+    def dataset_seed(self) -> int:
+        return int((self.manifest.get("task") or {}).get("dataset_seed", 0))
+
+    @property
     def n_examples(self):
         return (self.manifest.get("task") or {}).get("n_examples")
 

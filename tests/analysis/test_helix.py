@@ -57,11 +57,13 @@ def test_basis_drops_the_sine_that_is_zero_at_every_whole_number():
 def test_a_planted_helix_is_explained_on_held_out_numbers_and_beats_its_shuffle():
     layers = np.stack([planted_helix(noise=0.05), np.random.default_rng(1).normal(size=(N, 24))])
     table = helix_fit_table(layers)
-    assert tuple(table.columns) == FIT_COLUMNS and len(table) == 2 * 3
-    assert set(table["rank"]) == {8} and set(table["n_splits"]) == {5}
+    assert tuple(table.columns) == FIT_COLUMNS and len(table) == 2 * 4
+    assert set(table.loc[table["model"] != "line", "rank"]) == {8} and set(table["n_splits"]) == {5}
+    assert set(table.loc[table["model"] == "line", "rank"]) == {1}
     assert (table["n_train"] + table["n_test"] == N).all()
     helix = by_model(table, 0)
     assert helix["helix"] > 0.99 and helix["helix_shuffled"] < 0.1
+    assert helix["line"] < helix["helix"] - 0.3  # the planted circles explain what the line alone cannot
     noise = table[table["layer"] == 1].set_index("model")
     assert abs(noise.loc["helix", "explained_mean"]) < 0.1
     shuffled = noise.loc["helix_shuffled"]
@@ -126,7 +128,7 @@ def test_the_figures_build(n_layers):
     table = helix_fit_table(layers, n_splits=2)
     chart, data, caption = helix_fit_chart(table, "a run", layer=best_layer(table))
     spec = chart.to_dict()
-    assert spec["title"] and caption and len(data) == 3 * n_layers
+    assert spec["title"] and caption and len(data) == 4 * n_layers
     points = helix_points(layers, best_layer(table))
     for period in (10, 100):
         view, shown, words = helix_view_chart(points, period, azimuth=40, elevation=25, label="a run", numbers=(0, 99))
