@@ -155,6 +155,19 @@ def needs(run: RunReader, *tables: Table) -> None:
     st.stop()
 
 
+def not_measured_here(run: RunReader, table: Table, what: str) -> bool:
+    """Say, in one line, why a run lacks the optional table `table` of a view computed from its model (`what`); True
+    when it does (the caller leaves the view out)."""
+    if run.has(table):
+        return False
+    why = run.why_absent(table) or ("its model's weights were not here when its tables were made (the same precompute "
+                                    "adds it where they are)" if run.has(Table.EXAMPLES) else
+                                    "this model writes numbers as several tokens, so there are no number logits")
+    st.info(f"**{what}: not measured for {run.label}.** {why[:1].upper() + why[1:]}. Pick another run in the sidebar "
+            "to see it.")
+    return True
+
+
 def origin_note(run: RunReader) -> None:
     """One line on where a run's model comes from, when it is a real pre-trained model (imported)."""
     prov = (run.manifest.get("model") or {}).get("provenance")

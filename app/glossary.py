@@ -111,6 +111,16 @@ TERMS = {
     "phase shift": "A causal test: change one module's output so that its waves of periods 2, 2.5, 5 and 10 move by "
     "d numbers (the smallest change that does so) and see whether the answer's last digit moves by d too. Random "
     "edits of the same size are its control.",
+    "activation patching": "Run two questions whose answers differ (15 + 93 and 15 + 94); copy one piece of the first "
+    "run, one layer's output at the answer, into the second. If the second answer moves back toward the first's, that "
+    "piece carried the difference. The share that comes back is read on the logit difference.",
+    "logit difference": "The first answer's logit minus the second's: above zero when the model prefers the first.",
+    "attention head": "A layer's attention is several heads side by side: each reads the other positions its own way "
+    "and adds its own share to the stream; their sum is the layer's attention output.",
+    "helix": "A line plus circles: the number n placed at n, and at cos and sin of 2 pi n / T for a few periods T "
+    "(2, 5, 10, 100). A later paper (Kantamneni & Tegmark 2025) finds numbers sit on one inside language models.",
+    "PCA": "Principal component analysis: the few directions along which a set of vectors varies most. Keeping a "
+    "vector's part along the top r of them is the most any r directions can keep of those vectors on average.",
 }
 
 #: Words a class may not know, as the pages write them (regular expressions, matched case-insensitively unless
@@ -172,6 +182,11 @@ JARGON = {
     r"\bFourier-frozen\b": "Fourier-frozen",
     r"\bphase.shift|\bshift\w*\b[^.]{0,40}\bwaves\b": "phase shift",
     r"\bcontrols?\b": "random control",
+    r"\bpatch(es|ing|ed)?\b": "activation patching",
+    r"\blogit difference\b": "logit difference",
+    r"\bheads?\b(?! of the)": "attention head",
+    r"\bhelix\b": "helix",
+    r"\bPCA\b|\bprincipal directions?\b": "PCA",
 }
 
 #: The terms each Tour step uses, shown beside it.

@@ -1,8 +1,8 @@
 """Attention head by head: heatmaps of heads (x) by layers (y), and one head's spectrum.
 
-Data come from `core.analysis.heads` (`head_bands`, `head_locking_grid`, the `head_spectra` table); here only the
-drawing. Each figure returns (chart, data, caption), as the other figures do, and reads at 1024 x 768 for a model of
-2 layers as for one of 30.
+Data come from `core.analysis.head_readings` (`head_bands`, `head_locking_grid`, the `head_spectra` table); here
+only the drawing. Each figure returns (chart, data, caption), as the other figures do, and reads at 1024 x 768 for a
+model of 2 layers as for one of 30.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 import streamlit as st
 
 from app.figures.patching import head_heatmap, site_heatmap
-from app.furniture import intro, needs, show_chart
+from app.furniture import intro, not_measured_here, show_chart
 from app.sidebar import page_view
 from core.claims.patching import example_pair, patching_summary
 from core.runs.reader import Table
@@ -18,7 +18,8 @@ intro(
     "the same way. The paper does not patch: this is the field's standard test of where information sits (Meng et "
     "al. 2022), shown beside its story, not as a verdict.",
 )
-needs(run, Table.PATCHING)
+if not_measured_here(run, Table.PATCHING, "Activation patching"):
+    st.stop()
 clean, clean_answer, corrupt, corrupt_answer = example_pair(run)
 st.markdown(f"For example: *{clean}* ({clean_answer}) against *{corrupt}* ({corrupt_answer}).")
 show_chart(*site_heatmap(run), key="patching-sites")
@@ -27,4 +28,4 @@ if (run.table(Table.PATCHING)["kind"] == "head").any():
     with st.expander("Head by head"):
         show_chart(*head_heatmap(run), key="patching-heads")
 st.caption("Recompute one pair or a split's pairs from the command line: `python -m core patch RUN --clean "
-           "\"15 + 93\" --corrupt \"15 + 94\"` (prints JSON with --json).")
+           "\"15 + 93\" --corrupt \"15 + 94\"` (every site's numbers with `--json`).")

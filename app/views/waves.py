@@ -3,11 +3,11 @@ import streamlit as st
 from app.figures import logits
 from app.figures.heads import head_band_heatmap, head_locking_heatmap, head_spectrum
 from app.figures.phase import locking_heatmap
-from app.furniture import BADGE, example_picker, intro, needs, show_chart, why_sentence
+from app.furniture import BADGE, example_picker, intro, needs, not_measured_here, show_chart, why_sentence
 from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
 from app.sidebar import page_view, short_label
-from core.analysis.heads import head_bands, head_locking_grid
+from core.analysis.head_readings import head_bands, head_locking_grid
 from core.claims.heads import head_periods, heads_summary, one_head_locking
 from core.claims.last_digit import (
     group_shift_caption,
@@ -71,7 +71,9 @@ if run.has(Table.PHASE_LOCKING):
     with st.expander("The whole measurement in words"):
         st.markdown(claim.measured)
 
-if run.has(Table.HEAD_LOCKING):
+if not run.has(Table.HEAD_LOCKING):
+    not_measured_here(run, Table.HEAD_LOCKING, "Attention, head by head")
+else:
     st.subheader("Attention, head by head")
     st.markdown(
         "The paper reads each layer's attention as a whole. Each **head** writes its own share of it, so a head can "

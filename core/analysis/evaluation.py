@@ -386,7 +386,7 @@ def answer_position_passes(
             if stored is not None:
                 stored.cache.put(stored.batch_no, prefix)
     # a call's rows: `rows_per_call` answer tokens, or as many tokens over whole prompts (every position runs)
-    per_call = max(1, rows_per_call * (WHOLE_PROMPT_TOKENS // S if whole else 1) // B)
+    per_call = max(1, (rows_per_call * WHOLE_PROMPT_TOKENS // S if whole else rows_per_call) // B)
     copies = _PrefixCopies(prefix, min(per_call, len(conditions)), B) if prefix is not None else None
     for first in range(0, len(conditions), per_call):
         group = conditions[first : first + per_call]

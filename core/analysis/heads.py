@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from core.analysis.fourier import BASES, band_energy_share, check_basis_name, fourier_basis, frequency_magnitudes
-from core.analysis.phase import NULL_SHUFFLES, PHASE_PERIODS, PhaseAccumulator, locked
+from core.analysis.fourier import BASES, fourier_basis, frequency_magnitudes
+from core.analysis.phase import NULL_SHUFFLES, PHASE_PERIODS, PhaseAccumulator
 from core.errors import CoreError
 from core.models.capture import iter_capture
 from core.models.names import ATTN
@@ -142,34 +142,3 @@ def read_heads(loaded, texts, answers, p: int, batch_size: int = 32, seed: int =
             check_head_sum(cb.z, weights, bias, cb.attn, tolerance)
             sums.add(cb.indices, head_logits(unembed, cb.z, weights).double().cpu().numpy())
     return {"head_spectra": sums.spectra_table(), "head_locking": sums.locking_table(answers, seed, shuffles)}
-
-
-def head_bands(head_spectra: pd.DataFrame, basis: str, tau: int) -> pd.DataFrame:
-    """Per head, the share of its mean spectrum's energy (squared magnitude) below the cutoff tau (low: 1 <= k < tau)
-    and at or above it (high), by `band_energy_share` as a module's bands are: layer, head, low, high."""
-    check_basis_name(basis)
-    sub = head_spectra[head_spectra["basis"] == basis]
-    if sub.empty:
-        raise CoreError(f"the head spectra hold no {basis!r} basis")
-    K = int(sub["k"].max())
-    if not 2 <= int(tau) <= K:
-        raise CoreError(f"cutoff tau = {tau} is out of range: choose 2..{K} (low = 1 <= k < tau, high = k >= tau)")
-    rows = []
-    for (layer, head), g in sub.groupby(["layer", "head"], sort=True):
-        low, high = band_energy_share(g.sort_values("k")["magnitude"].to_numpy(), int(tau))
-        rows.append({"layer": int(layer), "head": int(head), "low": low, "high": high})
-    return pd.DataFrame(rows, columns=["layer", "head", "low", "high"])
-
-
-def head_locking_grid(head_locking: pd.DataFrame, period: float) -> pd.DataFrame:
-    """One period's rows of `head_locking` for the heads x layers heatmap, with `above_null` (R above the family-wise
-    null_95) and `locks` (`locked`: above the null, R >= MIN_LOCKING, a phase that is not constant, a wave that
-    favours the answer)."""
-    periods = sorted(head_locking["period"].unique())
-    sub = head_locking[np.isclose(head_locking["period"], float(period))].copy()
-    if sub.empty:
-        have = ", ".join(f"{t:g}" for t in periods)
-        raise CoreError(f"no locking at period {period:g} in the head table: choose one of its periods ({have})")
-    sub["above_null"] = sub["locking"] > sub["null_95"]
-    sub["locks"] = locked(sub)
-    return sub.sort_values(["layer", "head"]).reset_index(drop=True)

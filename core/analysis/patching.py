@@ -1,7 +1,7 @@
 """Activation patching between two prompts (Meng et al. 2022): which layer and module carries what tells them apart.
 
 A pair is a clean prompt and a corrupted one that differs from it in one operand ("Put together 15 and 93." and
-"Put together 15 and 94.", answers 108 and 109), in the same phrasing (`pair_examples`). Both run as they are;
+"Put together 15 and 94.", answers 108 and 109), in the same phrasing (core.analysis.pairs). Both run as they are;
 then the corrupted one runs again with one site's output at the answer position replaced by the clean prompt's own
 (`RowPatch`, on the same edit path as every filter and phase shift: core.analysis.filter_hooks). Each prompt is
 paired with its partner by its place in the lists, never by batch order (the evaluation sorts prompts by length).
@@ -37,7 +37,6 @@ from core.analysis.evaluation import evaluate_conditions
 from core.errors import CoreError
 from core.models.capture import capture
 from core.models.names import ATTN, HEAD, MLP, RESID, Z
-from core.tasks import Example, number_space, with_operands
 
 #: Bootstrap resamples of the pairs for a site's interval, and their seed.
 BOOTSTRAP = 1000
@@ -73,32 +72,6 @@ def module_sites(n_layers: int, n_heads: int = 0) -> list[Site]:
     for layer in range(1, n_layers + 1):
         sites += [Site(ATTN, layer), Site(MLP, layer)]
     return sites + [Site(HEAD, layer, h) for layer in range(1, n_layers + 1) for h in range(n_heads)]
-
-
-def corrupted(example: Example, max_operand: int) -> Example | None:
-    """The pair's corrupted question: `example` with its second operand one more (one less at `max_operand`), in
-    the same phrasing; None where that leaves the answer's last digit as it was (multiplication by 0 or a multiple
-    of 10), so every pair's two answers differ in their last digit, or puts it beyond the task's numbers."""
-    b = example.b + 1 if example.b < max_operand else example.b - 1
-    other = with_operands(example, example.a, b)
-    if other.answer % 10 == example.answer % 10 or other.answer >= number_space(example.task, max_operand):
-        return None
-    return other
-
-
-def pair_examples(examples: Sequence[Example], max_operand: int) -> list[tuple[Example, Example]]:
-    """(clean, corrupted) for every example whose corrupted question exists (`corrupted`), in the examples' order."""
-    pairs = [(e, corrupted(e, max_operand)) for e in examples]
-    return [(e, c) for e, c in pairs if c is not None]
-
-
-def corrupted_text(text: str, clean: Example, corrupt: Example) -> str:
-    """The corrupted prompt as the model reads it: the clean prompt `text` (shots and all) with its question, the last
-    place it stands, replaced by the corrupted one's."""
-    head, found, tail = text.rpartition(clean.question)
-    if not found:
-        raise CoreError(f"the prompt {text!r} does not ask {clean.question!r}")
-    return head + corrupt.question + tail
 
 
 @dataclass

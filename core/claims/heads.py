@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from core.analysis.heads import head_bands, head_locking_grid
+from core.analysis.head_readings import head_bands, head_locking_grid
 from core.analysis.phase import SHORT_PERIODS, locked
 from core.runs.reader import RunReader, Table
 
@@ -37,28 +37,39 @@ def layers_attention_locks(run: RunReader, period: float) -> set[int]:
     return {int(x) for x in t.loc[locked(t), "layer"]}
 
 
+def count(n: int, what: str) -> str:
+    """ "1 head", "2 heads"."""
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def heads_summary(run: RunReader, basis: str = "paper") -> str:
     """This run's heads in a few sentences, every number from its tables (module docstring)."""
     grid = locking_by_head(run)
     n_heads = grid[["layer", "head"]].drop_duplicates().shape[0]
-    words = []
+    measured = run.has(Table.PHASE_LOCKING)
+    words, alone, drowned = [], 0, 0
     for T, rows in grid.groupby("period", sort=True):
         locks = rows[rows["locks"]]
-        measured = run.has(Table.PHASE_LOCKING)
         whole = layers_attention_locks(run, float(T)) if measured else set()
         own = set(locks["layer"].astype(int))
+        alone, drowned = alone + len(own - whole), drowned + len(whole - own)
         if len(locks):
             top = locks.loc[locks["locking"].idxmax()]
-            against = (f"; {len(own - whole)} layer(s) have a head that locks where the layer's attention as a whole "
-                       f"does not, {len(whole - own)} the reverse" if measured else "")
-            words.append(f"period {T:g}: {len(locks)} of {n_heads} heads lock (the strongest, head {int(top['head'])} "
-                         f"of layer {int(top['layer'])}, R = {top['locking']:.2f} against a chance threshold of "
-                         f"{top['null_95']:.2f}){against}")
+            verb = "locks" if len(locks) == 1 else "lock"
+            words.append(f"at period {T:g}, {count(len(locks), 'head')} {verb} (the strongest, head {int(top['head'])} "
+                         f"of layer {int(top['layer'])}, R = {top['locking']:.2f})")
         else:
-            words.append(f"period {T:g}: none of the {n_heads} heads locks"
-                         + (f", though the attention of {len(whole)} layer(s) does as a whole" if whole else ""))
+            words.append(f"at period {T:g}, no head locks" + (f", though the attention of {count(len(whole), 'layer')} "
+                                                               "does as a whole" if whole else ""))
+    threshold = float(grid["null_95"].max())
+    text = (f"Read one head at a time by the modules' rule (the chance threshold, over all {n_heads} heads, at most "
+            f"R = {threshold:.2f}): " + "; ".join(words) + ".")
+    if measured:
+        text += (" Every layer with a locking head locks as a whole too." if alone == 0 else
+                 f" In {count(alone, 'case')} a head locks where its layer's attention as a whole does not.")
+        if drowned:
+            text += f" In {count(drowned, 'case')} a layer's attention locks as a whole and none of its heads alone."
     bands = head_bands(run.table(Table.HEAD_SPECTRA), basis, run.default_tau(basis))
-    text = "Read one by one, by the modules' own rule: " + "; ".join(words) + "."
     text += (f" Below the cutoff tau = {run.default_tau(basis)} lies a median {100 * bands['low'].median():.0f}% of a "
              f"head's Fourier energy (from {100 * bands['low'].min():.0f}% to {100 * bands['low'].max():.0f}%).")
     return text

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from core.analysis.patching import corrupted
+from core.analysis.pairs import corrupted
 from core.errors import CoreError
 from core.models.names import ATTN, HEAD, MLP, RESID
 from core.runs.reader import RunReader, Table
@@ -88,7 +88,8 @@ def patching_summary(run: RunReader) -> str:
     if low is not None and high is not None:
         words[0] += (f", the stream at the answer position carries under {pct(HANDOVER_LOW)} of what tells the two "
                      f"answers apart up to layer {low}, and over {pct(HANDOVER_HIGH)} from layer {high} on: the "
-                     f"difference reaches the answer position between layers {low + 1} and {high}.")
+                     "difference reaches the answer position "
+                     + (f"at layer {high}." if low + 1 == high else f"between layers {low + 1} and {high}."))
     else:
         words[0] += ", the stream at the answer position does not pass from carrying none of the difference to "\
             "carrying half of it at any clear layer."

@@ -203,7 +203,8 @@ def find_heads(model, attn: list, names: ModuleNames) -> tuple[list | None, int,
     heads, dim = head_shape(model, attn[0])
     sizes = projection_sizes(found[0])
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    width = int(head.weight.shape[1]) if head is not None else sizes[1]  # the stream's width, read by the unembedding
+    weight = getattr(head, "weight", None)  # a training wrapper's head (core.training) may hold no weight of its own
+    width = int(weight.shape[1]) if weight is not None else sizes[1]  # the stream's width, read by the unembedding
     if not heads or not dim or sizes != (heads * dim, width) or any(projection_sizes(f) != sizes for f in found):
         return None, 0, 0, (f"the output projection {type(found[0]).__name__} maps {sizes[0]} to {sizes[1]} numbers, "
                             f"but the config gives {heads} heads of {dim} and a stream {width} wide")

@@ -16,14 +16,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from core.analysis.patching import (
-    Site,
-    corrupted_text,
-    module_sites,
-    pair_examples,
-    patch_pairs,
-    patching_table,
-)
+from core.analysis.pairs import corrupted_text, pair_examples
+from core.analysis.patching import Site, module_sites, patch_pairs, patching_table
 from core.models.names import HEAD
 from core.runs.cache import RunWriter
 from core.tasks import RUNNING_EXAMPLE, example_id, subsample

@@ -49,16 +49,21 @@ LINK_PARAMS = {
     "module": ("spectra", "choice"),
     "k": ("waves", "int"),
     "window": ("waves", "int"),
+    "hperiod": ("waves", "choice"),
+    "headlayer": ("waves", "int"),
+    "headnumber": ("waves", "int"),
     "cell": ("ablations", "choice"),
     "live_modules": ("ablations", "choice"),
     "live_removed": ("ablations", "choice"),
     "nlayer": ("embeddings", "int"),
     "matrix": ("embeddings", "choice"),
     "colour": ("embeddings", "choice"),
+    "turn": ("embeddings", "int"),
+    "helixlayer": ("embeddings", "choice"),
     "curve_split": ("training", "choice"),
     "shots": ("behaviour", "int"),
 }
-PAGES = ["", "logit-lens", "spectra", "waves", "ablations", "embeddings", "training", "behaviour", "terms"]
+PAGES = ["", "logit-lens", "spectra", "waves", "ablations", "embeddings", "patching", "training", "behaviour", "terms"]
 MARKUP = "<b>x</b>[click](https://example.org)**y**"
 #: A hostile value of each kind, by the parameter's type.
 HOSTILE = {

@@ -11,12 +11,11 @@ import torch
 
 from app.figures.heads import head_band_heatmap, head_locking_heatmap, head_spectrum
 from core.analysis.fourier import BASES, band_energy_share, fourier_basis, frequency_magnitudes
+from core.analysis.head_readings import head_bands, head_locking_grid
 from core.analysis.heads import (
     HEAD_LOCKING_COLUMNS,
     HEAD_SPECTRA_COLUMNS,
     HeadSums,
-    head_bands,
-    head_locking_grid,
     head_logits,
     read_heads,
 )

@@ -72,7 +72,8 @@ def test_the_clean_operands_own_embedding_restores_everything_and_the_table_has_
     own = table[(table.layer == 0) & (table.condition == "activation")].iloc[0]
     assert own.recovered == pytest.approx(1.0, abs=1e-3)
     assert set(table.condition) == set(CONDITIONS) and (table.n == table.n.iloc[0]).all()
-    assert (table[table.condition == "helix"]["rank"] == 8).all() and (table[table.condition == "line"]["rank"] == 1).all()
+    assert (table[table.condition == "helix"]["rank"] == 8).all()
+    assert (table[table.condition == "line"]["rank"] == 1).all()
     assert table.recovered_low.le(table.recovered).all() and table.recovered.le(table.recovered_high).all()
     with pytest.raises(CoreError, match="layers"):
         helix_patching(target.loaded, pairs, target.p, 261, layers=(9,), progress=False)

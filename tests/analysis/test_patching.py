@@ -7,16 +7,8 @@ import pytest
 import torch
 
 from core.analysis.ablations import Condition, RowPatch
-from core.analysis.patching import (
-    Site,
-    corrupted,
-    corrupted_text,
-    module_sites,
-    pair_examples,
-    patch_pairs,
-    patching_table,
-    recovered_share,
-)
+from core.analysis.pairs import corrupted, corrupted_text, pair_examples
+from core.analysis.patching import Site, module_sites, patch_pairs, patching_table, recovered_share
 from core.errors import CoreError
 from core.models.capture import capture, forward_batch, prepare_batches
 from core.models.names import ATTN, HEAD, MLP, RESID, Z

@@ -1,0 +1,36 @@
+"""The question pairs activation patching reads (core.analysis.patching), torch-free so the pages can name a run's
+example pair: each question against the same question, second operand one more (one less at the largest operand),
+in the same phrasing, kept where the two answers differ in their last digit and stay among the task's numbers."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from core.errors import CoreError
+from core.tasks import Example, number_space, with_operands
+
+
+def corrupted(example: Example, max_operand: int) -> Example | None:
+    """The pair's corrupted question: `example` with its second operand one more (one less at `max_operand`), in
+    the same phrasing; None where that leaves the answer's last digit as it was (multiplication by 0 or a multiple
+    of 10), so every pair's two answers differ in their last digit, or puts it beyond the task's numbers."""
+    b = example.b + 1 if example.b < max_operand else example.b - 1
+    other = with_operands(example, example.a, b)
+    if other.answer % 10 == example.answer % 10 or other.answer >= number_space(example.task, max_operand):
+        return None
+    return other
+
+
+def pair_examples(examples: Sequence[Example], max_operand: int) -> list[tuple[Example, Example]]:
+    """(clean, corrupted) for every example whose corrupted question exists (`corrupted`), in the examples' order."""
+    pairs = [(e, corrupted(e, max_operand)) for e in examples]
+    return [(e, c) for e, c in pairs if c is not None]
+
+
+def corrupted_text(text: str, clean: Example, corrupt: Example) -> str:
+    """The corrupted prompt as the model reads it: the clean prompt `text` (shots and all) with its question, the last
+    place it stands, replaced by the corrupted one's."""
+    head, found, tail = text.rpartition(clean.question)
+    if not found:
+        raise CoreError(f"the prompt {text!r} does not ask {clean.question!r}")
+    return head + corrupt.question + tail
