@@ -28,9 +28,11 @@ def head_ticks(n_heads: int) -> list[int]:
     return list(range(0, n_heads, step))
 
 
-def grid_height(n_layers: int) -> int:
-    """Pixels for `n_layers` rows: about 15 a layer (10 on a projector), within a 1024 x 768 screen."""
-    return max(80, min(280, 10 * n_layers)) if large() else max(90, min(440, 15 * n_layers))
+def row_step(n_rows: int) -> int:
+    """Pixels a heatmap row takes: about 280 px for the rows in all (about 9 a row for 31 layers), 30 at most. A
+    heatmap is sized by its rows, not given a height: Streamlit fits a stretched chart's whole height, axes and legend
+    included, into the height it is given, which leaves a 2-layer heatmap no room for its rows."""
+    return max(8, min(30, 280 // max(1, int(n_rows))))
 
 
 def head_grid(data: pd.DataFrame, colour: alt.Color, tooltip: list) -> alt.Chart:
@@ -60,7 +62,7 @@ def head_band_heatmap(bands: pd.DataFrame, tau: int, run_label: str = ""):
                f"at frequencies below tau = {tau} (dark: mostly low-frequency, magnitude; pale: mostly high-frequency, "
                "the last digit's periods).")
     title = titled(f"Low-frequency share of each attention head's spectrum (k < {tau})", run_label)
-    return styled(chart, title, height=grid_height(int(bands["layer"].max()))), bands, caption
+    return styled(chart, title, height=None, row_step=row_step(int(bands["layer"].max()))), bands, caption
 
 
 def head_locking_heatmap(grid: pd.DataFrame, period: float, run_label: str = ""):
@@ -85,7 +87,7 @@ def head_locking_heatmap(grid: pd.DataFrame, period: float, run_label: str = "")
                f"family-wise threshold over every head, from {shuffles:,} shuffles); red frame: it locks.")
     title = titled(f"Which attention heads follow the answer mod {period:g}", run_label)
     chart = alt.layer(cells, above, locks)
-    return styled(chart, title, height=grid_height(int(grid["layer"].max()))), grid, caption
+    return styled(chart, title, height=None, row_step=row_step(int(grid["layer"].max()))), grid, caption
 
 
 def head_spectrum(head_spectra: pd.DataFrame, basis: str, layer: int, head: int, tau: int, task: str = "addition",

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import altair as alt
 
-from app.figures.heads import grid_height, head_ticks, layer_ticks
-from app.figures.style import run_subtitle
+from app.figures.heads import head_ticks, layer_ticks, row_step
+from app.figures.style import styled
 from app.state import large
 from core.claims.patching import example_pair, head_grid, patching_grid
 from core.runs.reader import RunReader
@@ -31,13 +31,10 @@ def cells(data, x: alt.X, y: alt.Y) -> alt.Chart:
     )
 
 
-def titled(chart, title: str, run: RunReader):
-    big = large()
-    return chart.properties(title=alt.TitleParams(title, subtitle=run_subtitle(run.label), anchor="start",
-                                                  fontSize=20 if big else 15, subtitleFontSize=16 if big else 12)
-                            ).configure_axis(labelFontSize=16 if big else 11, titleFontSize=18 if big else 12
-                                             ).configure_legend(labelFontSize=14 if big else 11,
-                                                                titleFontSize=14 if big else 12)
+def stream_ticks(n_layers: int) -> list[int]:
+    """Layer ticks from 0 (the stream before layer 1): the heatmaps' ticks, without 1 where 0 and 5 are beside it."""
+    ticks = layer_ticks(n_layers)
+    return [0, *[t for t in ticks if t != 1 or 5 not in ticks]]
 
 
 def site_heatmap(run: RunReader):
@@ -48,14 +45,15 @@ def site_heatmap(run: RunReader):
         data,
         alt.X("where:N", title=None, sort=["Stream", "Attention", "MLP"], axis=alt.Axis(labelAngle=0, orient="top")),
         alt.Y("layer:O", title="layer (0: the stream before layer 1)", sort="ascending",
-              axis=alt.Axis(values=[0, *layer_ticks(n_layers)])),
-    ).properties(height=grid_height(n_layers + 1), width=260 if large() else 240)
+              axis=alt.Axis(values=stream_ticks(n_layers))),
+    ).properties(width=260 if large() else 240)
     n = int(data["n"].iloc[0])
     clean, _, corrupt, _ = example_pair(run)
     caption = (f"Each cell: one site copied from the clean prompt (as \"{clean}\") into the corrupted one (\"{corrupt}"
                f"\") at the answer position; its colour, the share of the logit difference that comes back (0: none, "
                f"100%: all), over {n:,} pairs ({run.split} split).")
-    return titled(chart, "Where the difference between two questions lives", run), data, caption
+    title = f"Where the difference between two questions lives — {run.label}"
+    return styled(chart, title, height=None, row_step=row_step(n_layers + 1)), data, caption
 
 
 def head_heatmap(run: RunReader):
@@ -66,8 +64,9 @@ def head_heatmap(run: RunReader):
         data,
         alt.X("head:O", title="head (counted from 0)", axis=alt.Axis(values=head_ticks(n_heads), labelAngle=0)),
         alt.Y("layer:O", title="layer", sort="ascending", axis=alt.Axis(values=layer_ticks(n_layers))),
-    ).properties(height=grid_height(n_layers), width=min(320, 28 * n_heads))
+    ).properties(width=min(320, 28 * n_heads))
     caption = (f"Each cell: one attention head's output copied from the clean prompt into the corrupted one, the "
                f"other heads left alone; the share of the logit difference that comes back, over "
                f"{int(data['n'].iloc[0]):,} pairs ({run.split} split).")
-    return titled(chart, "Which attention heads carry the difference", run), data, caption
+    title = f"Which attention heads carry the difference — {run.label}"
+    return styled(chart, title, height=None, row_step=row_step(n_layers)), data, caption

@@ -77,8 +77,7 @@ else:
     st.subheader("Attention, head by head")
     st.markdown(
         "The paper reads each layer's attention as a whole. Each **head** writes its own share of it, so a head can "
-        "follow the answer mod T while its layer's sum does not (or the reverse). The same reading, one head at a "
-        "time: " + heads_summary(run, basis)
+        "follow the answer mod T while its layer's sum does not (or the reverse). " + heads_summary(run, basis)
     )
     tau = run.default_tau(basis)
     label = short_label(run.label)

@@ -148,19 +148,17 @@ def views_side_by_side(run: RunReader, fourier: dict) -> tuple[pd.DataFrame, str
     counted = [T for T in fourier.get("short_found", []) if float(T) in (2.0, 5.0, 10.0)]
     kappa = (fourier.get("kappa") or {}).get(10)
     helix_sees, fourier_sees = circles_fit(at), bool(counted)
-    rows = [{"view": "Fourier (this step)", "what it reads": "spikes whose probe separates n mod T",
-             "at this layer": (f"periods {', '.join(f'{T:g}' for T in counted)}" if counted else "none")
-             + (f"; n mod 10 read at kappa {kappa:.2f}" if kappa is not None else "")},
-            {"view": "Helix (Kantamneni & Tegmark 2025)", "what it reads": "a line plus circles, fitted on half the "
-             "numbers", "at this layer": f"{pct(at['helix'][0])} of held-out variance (the line alone "
-             f"{pct(at['line'][0])}, shuffled {pct(at['helix_shuffled'][0])})"}]
+    rows = [{"view": "Fourier spikes a probe separates",
+             "this run": (f"periods {', '.join(f'{T:g}' for T in counted)}" if counted else "none")
+             + (f" (mod 10: kappa {kappa:.2f})" if kappa is not None else "")},
+            {"view": "Helix fit, held-out numbers",
+             "this run": f"{pct(at['helix'][0])} explained (line alone {pct(at['line'][0])})"}]
     if run.has(Table.HELIX_PATCHING):
         patched = run.table(Table.HELIX_PATCHING)
         best = best_patch_layer(patched)
         r = patch_rows(patched, best)
-        rows.append({"view": "Helix, put in for an operand", "what it reads": f"share of the answer restored "
-                     f"(layer {best})", "at this layer": f"{pct(r['helix']['recovered'])} (own activation "
-                     f"{pct(r['activation']['recovered'])}, random subspaces {pct(r['random_mean'])})"})
+        rows.append({"view": f"Helix put in for an operand (layer {best})",
+                     "this run": f"{pct(r['helix']['recovered'])} restored (line alone {pct(r['line']['recovered'])})"})
     agree = helix_sees == fourier_sees
     fourier_words = "counts periods " + ", ".join(f"{T:g}" for T in counted) if fourier_sees else "counts no period"
     helix_words = "circles add to the line" if helix_sees else "circles add nothing clear to the line"
