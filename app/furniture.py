@@ -168,6 +168,15 @@ def not_measured_here(run: RunReader, table: Table, what: str) -> bool:
     return True
 
 
+def measured_section(run: RunReader, table: Table, title: str) -> bool:
+    """A page's section of a view computed from the run's model: its heading, and True, where the run has `table`;
+    else one line saying why not (`not_measured_here`), and False."""
+    if not_measured_here(run, table, title):
+        return False
+    st.subheader(title)
+    return True
+
+
 def origin_note(run: RunReader) -> None:
     """One line on where a run's model comes from, when it is a real pre-trained model (imported)."""
     prov = (run.manifest.get("model") or {}).get("provenance")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import altair as alt
 
-from app.figures.heads import head_ticks, layer_ticks, row_step
+from app.figures.heads import head_grid, layer_ticks, row_step
 from app.figures.style import styled
 from app.state import large
-from core.claims.patching import example_pair, head_grid, patching_grid
+from core.claims.patching import example_pair, heads_patched, patching_grid
 from core.runs.reader import RunReader
 
 #: The colour scale of a recovered share: 0 (white) to 1 (dark blue); a share below 0 (the patch pushes the other
@@ -17,18 +17,13 @@ from core.runs.reader import RunReader
 SHARE_SCALE = alt.Scale(domain=[-0.2, 0, 1], range=["#f4a582", "#ffffff", "#08306b"], clamp=True)
 
 
-SHARE_LEGEND = alt.Legend(orient="bottom", direction="horizontal", gradientLength=200, format="%")
-
-
-def cells(data, x: alt.X, y: alt.Y) -> alt.Chart:
-    """A heatmap of the recovered share, one cell per site, its interval and the answers moved in the tooltip."""
-    return alt.Chart(data).mark_rect(stroke="#ddd", strokeWidth=0.5).encode(
-        x=x, y=y, color=alt.Color("recovered:Q", title="restored", scale=SHARE_SCALE, legend=SHARE_LEGEND),
-        tooltip=[alt.Tooltip("site:N", title="patched"), alt.Tooltip("recovered:Q", format=".1%", title="restored"),
+#: Every patching heatmap's colour (the share restored) and tooltip (the site, its interval, the answers moved).
+SHARE_COLOUR = alt.Color("recovered:Q", title="restored", scale=SHARE_SCALE,
+                         legend=alt.Legend(orient="bottom", direction="horizontal", gradientLength=200, format="%"))
+SHARE_TOOLTIP = [alt.Tooltip("site:N", title="patched"), alt.Tooltip("recovered:Q", format=".1%", title="restored"),
                  alt.Tooltip("recovered_low:Q", format=".1%", title="95% interval from"),
                  alt.Tooltip("recovered_high:Q", format=".1%", title="to"),
-                 alt.Tooltip("moved:Q", format=".0%", title="answers moved back"), alt.Tooltip("n:Q", title="pairs")],
-    )
+                 alt.Tooltip("moved:Q", format=".0%", title="answers moved back"), alt.Tooltip("n:Q", title="pairs")]
 
 
 def stream_ticks(n_layers: int) -> list[int]:
@@ -41,11 +36,11 @@ def site_heatmap(run: RunReader):
     """Layers x (stream, attention, MLP): the share of the logit difference each site restores when patched."""
     data = patching_grid(run)
     n_layers = int(data["layer"].max())
-    chart = cells(
-        data,
-        alt.X("where:N", title=None, sort=["Stream", "Attention", "MLP"], axis=alt.Axis(labelAngle=0, orient="top")),
-        alt.Y("layer:O", title="layer (0: the stream before layer 1)", sort="ascending",
-              axis=alt.Axis(values=stream_ticks(n_layers))),
+    chart = alt.Chart(data).mark_rect(stroke="#ddd", strokeWidth=0.5).encode(
+        x=alt.X("where:N", title=None, sort=["Stream", "Attention", "MLP"], axis=alt.Axis(labelAngle=0, orient="top")),
+        y=alt.Y("layer:O", title="layer (0: the stream before layer 1)", sort="ascending",
+                axis=alt.Axis(values=stream_ticks(n_layers))),
+        color=SHARE_COLOUR, tooltip=SHARE_TOOLTIP,
     ).properties(width=260 if large() else 240)
     n = int(data["n"].iloc[0])
     clean, _, corrupt, _ = example_pair(run)
@@ -58,13 +53,9 @@ def site_heatmap(run: RunReader):
 
 def head_heatmap(run: RunReader):
     """Layers x heads: the share each head restores when its output alone is patched."""
-    data = head_grid(run)
+    data = heads_patched(run)
     n_layers, n_heads = int(data["layer"].max()), int(data["head"].max()) + 1
-    chart = cells(
-        data,
-        alt.X("head:O", title="head (counted from 0)", axis=alt.Axis(values=head_ticks(n_heads), labelAngle=0)),
-        alt.Y("layer:O", title="layer", sort="ascending", axis=alt.Axis(values=layer_ticks(n_layers))),
-    ).properties(width=min(320, 28 * n_heads))
+    chart = head_grid(data, SHARE_COLOUR, SHARE_TOOLTIP).properties(width=min(320, 28 * n_heads))
     caption = (f"Each cell: one attention head's output copied from the clean prompt into the corrupted one, the "
                f"other heads left alone; the share of the logit difference that comes back, over "
                f"{int(data['n'].iloc[0]):,} pairs ({run.split} split).")

@@ -3,7 +3,7 @@ import streamlit as st
 from app.figures import numbers
 from app.figures.helix import helix_fit_chart, helix_view_chart
 from app.figures.style import task_periods
-from app.furniture import intro, not_measured_here, origin_note, show_chart
+from app.furniture import intro, measured_section, origin_note, show_chart
 from app.glossary import term
 from app.guards.url_state import to_url, url_state
 from app.sidebar import page_view, short_label
@@ -99,10 +99,7 @@ if single:
             with st.container():
                 show_chart(*numbers.embedding_map(r, matrix, st.session_state["colour"]), key=f"tsne-{r.name}")
 
-if not run.has(Table.HELIX_FIT):
-    not_measured_here(run, Table.HELIX_FIT, "The helix view (Kantamneni & Tegmark 2025)")
-else:
-    st.subheader("The helix view (Kantamneni & Tegmark 2025)")
+if measured_section(run, Table.HELIX_FIT, "The helix view (Kantamneni & Tegmark 2025)"):
     st.markdown(
         "A later paper reads the same vectors another way: each number sits on a **helix**, a straight line plus "
         "circles that turn once every few numbers (here every "

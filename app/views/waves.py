@@ -3,7 +3,7 @@ import streamlit as st
 from app.figures import logits
 from app.figures.heads import head_band_heatmap, head_locking_heatmap, head_spectrum
 from app.figures.phase import locking_heatmap
-from app.furniture import BADGE, example_picker, intro, needs, not_measured_here, show_chart, why_sentence
+from app.furniture import BADGE, example_picker, intro, measured_section, needs, show_chart, why_sentence
 from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
 from app.sidebar import page_view, short_label
@@ -71,10 +71,7 @@ if run.has(Table.PHASE_LOCKING):
     with st.expander("The whole measurement in words"):
         st.markdown(claim.measured)
 
-if not run.has(Table.HEAD_LOCKING):
-    not_measured_here(run, Table.HEAD_LOCKING, "Attention, head by head")
-else:
-    st.subheader("Attention, head by head")
+if measured_section(run, Table.HEAD_LOCKING, "Attention, head by head"):
     st.markdown(
         "The paper reads each layer's attention as a whole. Each **head** writes its own share of it, so a head can "
         "follow the answer mod T while its layer's sum does not (or the reverse). " + heads_summary(run, basis)

@@ -33,7 +33,7 @@ from core.analysis.phase import NULL_SHUFFLES, PHASE_PERIODS, PhaseAccumulator
 from core.errors import CoreError
 from core.models.capture import iter_capture
 from core.models.names import ATTN
-from core.models.parts import RESIDUAL_TOLERANCE
+from core.models.parts import RESIDUAL_TOLERANCE, worst_layer_gap
 
 #: Columns of the `head_spectra` table.
 HEAD_SPECTRA_COLUMNS = ("basis", "layer", "head", "k", "period", "magnitude")
@@ -106,12 +106,11 @@ def check_head_sum(z, weights, bias, attn, tolerance: float) -> None:
     `tolerance` of its norm): a layout whose output projection is not the last step of its attention module."""
     results = torch.einsum("blhd,lhdw->blw", z.to(weights.device).float(), weights) + bias
     attn = attn.to(weights.device).float()
-    gap = ((results - attn).norm(dim=-1) / attn.norm(dim=-1).clamp_min(1e-12)).max(0).values  # per layer
-    worst = int(gap.argmax())
-    if float(gap[worst]) > tolerance:
+    worst, share = worst_layer_gap(results - attn, attn)
+    if share > tolerance:
         raise CoreError(
             f"the heads' results plus the output projection's bias differ from attention {worst + 1}'s output by "
-            f"{float(gap[worst]):.1%} of it (allowed {tolerance:.1%}): this model's attention does something after "
+            f"{share:.1%} of it (allowed {tolerance:.1%}): this model's attention does something after "
             "its output projection, so its heads cannot be read one by one"
         )
 

@@ -66,8 +66,9 @@ class Claim:
 # ----------------------------------------------------------------------------- helpers
 
 
-def pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
+def pct(x: float, digits: int = 1) -> str:
+    """A share as a percentage, to `digits` decimals."""
+    return f"{100 * x:.{digits}f}%"
 
 
 def seeds(n) -> str:

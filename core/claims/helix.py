@@ -21,26 +21,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from core.analysis.helix import best_layer
+from core.claims.base import pct
 from core.runs.reader import RunReader, Table
 
 #: How many combined standard deviations the helix must clear its shuffle by.
 SHUFFLE_MARGIN = 2.0
 
 
-def pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
 def fit_at(fit: pd.DataFrame, layer: int) -> dict[str, tuple[float, float]]:
     """{model: (mean, sd)} of the held-out variance explained at `layer`."""
     rows = fit[fit["layer"] == layer]
     return {m: (float(r["explained_mean"]), float(r["explained_sd"])) for m, r in rows.set_index("model").iterrows()}
-
-
-def best_fit_layer(fit: pd.DataFrame) -> int:
-    """The layer whose helix explains the most held-out variance (the lowest on a tie)."""
-    helix = fit[fit["model"] == "helix"]
-    return int(helix.loc[helix["explained_mean"] == helix["explained_mean"].max(), "layer"].min())
 
 
 def circles_fit(at: dict[str, tuple[float, float]]) -> bool:
@@ -75,15 +67,15 @@ def best_patch_layer(patched: pd.DataFrame) -> int:
 def helix_summary(run: RunReader) -> str:
     """The helix view of this run in a few sentences, every number from its tables (module docstring)."""
     fit = run.table(Table.HELIX_FIT)
-    layer = best_fit_layer(fit)
+    layer = best_layer(fit)
     at = fit_at(fit, layer)
     (h, _), (pca, _), (shuffled, _), (line, _) = at["helix"], at["pca"], at["helix_shuffled"], at["line"]
     rank = int(fit.loc[(fit["layer"] == layer) & (fit["model"] == "helix"), "rank"].iloc[0])
     periods = (run.manifest.get("helix") or {}).get("periods")
     circles = f"circles of periods {', '.join(f'{T:g}' for T in periods)}" if periods else "circles"
-    words = [f"The helix fits best at layer {layer}: a line plus {circles} (rank {rank}) explains {pct(h)} of the "
-             f"variance of numbers it was not fitted on; the line alone {pct(line)}, the helix on shuffled numbers "
-             f"{pct(shuffled)}, PCA of the same rank read from the vectors themselves {pct(pca)}"
+    words = [f"The helix fits best at layer {layer}: a line plus {circles} (rank {rank}) explains {pct(h, 0)} of the "
+             f"variance of numbers it was not fitted on; the line alone {pct(line, 0)}, the helix on shuffled numbers "
+             f"{pct(shuffled, 0)}, PCA of the same rank read from the vectors themselves {pct(pca, 0)}"
              + (" — the circles add to the line." if circles_fit(at) else " — the circles add nothing clear to the "
                 "line.")]
     if run.has(Table.HELIX_PATCHING):
@@ -93,11 +85,11 @@ def helix_summary(run: RunReader) -> str:
         n, helix = int(r["helix"]["n"]), r["helix"]
         words.append(
             f"Put in for the first operand at layer {best} (over {n:,} pairs whose operand the fit never saw), the "
-            f"helix restores {pct(helix['recovered'])} of the logit difference ({pct(helix['recovered_low'])} to "
-            f"{pct(helix['recovered_high'])}); the line alone {pct(r['line']['recovered'])}, the operand's own "
-            f"activation {pct(r['activation']['recovered'])}, its top {int(r['pca']['rank'])} principal directions "
-            f"{pct(r['pca']['recovered'])}, the phrasing's mean vector alone {pct(r['mean']['recovered'])}, "
-            f"{r['draws']} random subspaces of rank {int(r['pca']['rank'])} {pct(r['random_mean'])} on average.")
+            f"helix restores {pct(helix['recovered'], 0)} of the logit difference ({pct(helix['recovered_low'], 0)} to "
+            f"{pct(helix['recovered_high'], 0)}); the line alone {pct(r['line']['recovered'], 0)}, the operand's own "
+            f"activation {pct(r['activation']['recovered'], 0)}, its top {int(r['pca']['rank'])} principal directions "
+            f"{pct(r['pca']['recovered'], 0)}, the phrasing's mean vector alone {pct(r['mean']['recovered'], 0)}, "
+            f"{r['draws']} random subspaces of rank {int(r['pca']['rank'])} {pct(r['random_mean'], 0)} on average.")
         used = sorted(int(x) for x in patched["layer"].unique() if circles_used(patch_rows(patched, int(x))))
         words.append(f"The circles restore more than the line alone at layer{'s' if len(used) > 1 else ''} "
                      f"{', '.join(map(str, used))}." if used else
@@ -122,12 +114,12 @@ def helix_patch_frame(run: RunReader, layer: int) -> pd.DataFrame:
         if r.empty:
             continue
         if len(r) > 1:
-            span = f"draws {pct(r['recovered'].min())} to {pct(r['recovered'].max())}"
+            span = f"draws {pct(r['recovered'].min(), 0)} to {pct(r['recovered'].max(), 0)}"
         else:
-            span = f"{pct(r['recovered_low'].iloc[0])} to {pct(r['recovered_high'].iloc[0])}"
+            span = f"{pct(r['recovered_low'].iloc[0], 0)} to {pct(r['recovered_high'].iloc[0], 0)}"
         out.append({"put in for the operand": name, "rank": int(r["rank"].iloc[0]),
-                    "restored": pct(r["recovered"].mean()), "95% interval": span,
-                    "answers moved back": pct(r["moved"].mean())})
+                    "restored": pct(r["recovered"].mean(), 0), "95% interval": span,
+                    "answers moved back": pct(r["moved"].mean(), 0)})
     return pd.DataFrame(out)
 
 
@@ -152,17 +144,18 @@ def views_side_by_side(run: RunReader, fourier: dict) -> tuple[pd.DataFrame, str
              "this run": (f"periods {', '.join(f'{T:g}' for T in counted)}" if counted else "none")
              + (f" (mod 10: kappa {kappa:.2f})" if kappa is not None else "")},
             {"view": "Helix fit, held-out numbers",
-             "this run": f"{pct(at['helix'][0])} explained (line alone {pct(at['line'][0])})"}]
+             "this run": f"{pct(at['helix'][0], 0)} explained (line alone {pct(at['line'][0], 0)})"}]
     if run.has(Table.HELIX_PATCHING):
         patched = run.table(Table.HELIX_PATCHING)
         best = best_patch_layer(patched)
         r = patch_rows(patched, best)
         rows.append({"view": f"Helix put in for an operand (layer {best})",
-                     "this run": f"{pct(r['helix']['recovered'])} restored (line alone {pct(r['line']['recovered'])})"})
+                     "this run": f"{pct(r['helix']['recovered'], 0)} restored "
+                                 f"(line alone {pct(r['line']['recovered'], 0)})"})
     agree = helix_sees == fourier_sees
     fourier_words = "counts periods " + ", ".join(f"{T:g}" for T in counted) if fourier_sees else "counts no period"
     helix_words = "circles add to the line" if helix_sees else "circles add nothing clear to the line"
     sentence = (f"At layer {layer} the two views {'agree' if agree else 'disagree'}: the Fourier view {fourier_words}, "
-                f"and the helix's {helix_words} ({pct(at['helix'][0])} against {pct(at['line'][0])} of held-out "
+                f"and the helix's {helix_words} ({pct(at['helix'][0], 0)} against {pct(at['line'][0], 0)} of held-out "
                 "variance).")
     return pd.DataFrame(rows), sentence

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from core.analysis.pairs import corrupted
+from core.claims.base import pct
 from core.errors import CoreError
 from core.models.names import ATTN, HEAD, MLP, RESID
 from core.runs.reader import RunReader, Table
@@ -69,13 +70,9 @@ def top_sites(table: pd.DataFrame, kinds=(ATTN, MLP), top: int = TOP) -> pd.Data
     return rows.sort_values("recovered", ascending=False).head(top)
 
 
-def pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
 def site_phrase(row) -> str:
-    return (f"{site_name(row.kind, int(row.layer), int(row.head))} ({pct(row.recovered)}, "
-            f"{pct(row.recovered_low)} to {pct(row.recovered_high)})")
+    return (f"{site_name(row.kind, int(row.layer), int(row.head))} ({pct(row.recovered, 0)}, "
+            f"{pct(row.recovered_low, 0)} to {pct(row.recovered_high, 0)})")
 
 
 def patching_summary(run: RunReader) -> str:
@@ -86,8 +83,8 @@ def patching_summary(run: RunReader) -> str:
     words = [f"Over {n:,} pairs of {task_name(run.task)} questions ({run.split} split; each question against the same "
              "question with its second operand one more, so the answer's last digit differs)"]
     if low is not None and high is not None:
-        words[0] += (f", the stream at the answer position carries under {pct(HANDOVER_LOW)} of what tells the two "
-                     f"answers apart up to layer {low}, and over {pct(HANDOVER_HIGH)} from layer {high} on: the "
+        words[0] += (f", the stream at the answer position carries under {pct(HANDOVER_LOW, 0)} of what tells the two "
+                     f"answers apart up to layer {low}, and over {pct(HANDOVER_HIGH, 0)} from layer {high} on: the "
                      "difference reaches the answer position "
                      + (f"at layer {high}." if low + 1 == high else f"between layers {low + 1} and {high}."))
     else:
@@ -98,7 +95,7 @@ def patching_summary(run: RunReader) -> str:
         reach = float(t.loc[t["kind"].isin((ATTN, MLP)), "recovered_high"].max())
         words.append("The single modules that restore most: " + "; ".join(site_phrase(r) for r in
                                                                         modules.itertuples()) + "."
-                     + (f" No single module restores half (the highest interval ends at {pct(reach)})."
+                     + (f" No single module restores half (the highest interval ends at {pct(reach, 0)})."
                         if reach < 0.5 else ""))
     else:
         words.append("No single attention or MLP output restores a share whose interval lies above zero.")
@@ -121,7 +118,7 @@ def patching_grid(run: RunReader) -> pd.DataFrame:
     return t[["where", "layer", "site", "recovered", "recovered_low", "recovered_high", "moved", "n"]]
 
 
-def head_grid(run: RunReader) -> pd.DataFrame:
+def heads_patched(run: RunReader) -> pd.DataFrame:
     """The heads' frame for a heads x layers figure: layer, head, share, interval, pairs."""
     t = patching_table(run)
     return t[t["kind"] == HEAD][["layer", "head", "site", "recovered", "recovered_low", "recovered_high", "moved",

@@ -211,6 +211,14 @@ def find_heads(model, attn: list, names: ModuleNames) -> tuple[list | None, int,
     return found, heads, dim, None
 
 
+def worst_layer_gap(gap, reference) -> tuple[int, float]:
+    """(0-based layer, share) where ||gap|| / ||reference|| is largest over the prompts and layers of two
+    (prompts, layers, width) tensors: the checks that hooked parts add up to what they claim to."""
+    share = (gap.norm(dim=-1) / reference.norm(dim=-1).clamp_min(1e-12)).max(0).values  # per layer
+    worst = int(share.argmax())
+    return worst, float(share[worst])
+
+
 #: Largest share of h(l) that h(l) - h(l-1) - Attn(l) - MLP(l) may have (float32; half precisions get more).
 RESIDUAL_TOLERANCE = {"float32": 1e-3, "half": 3e-2}
 
@@ -257,12 +265,10 @@ def check_layout(
         )
     half = model.get_output_embeddings().weight.dtype in (torch.float16, torch.bfloat16)
     tol = RESIDUAL_TOLERANCE["half" if half else "float32"]
-    gap = resid[:, 1:] - resid[:, :-1] - attn - mlp
-    share = (gap.norm(dim=-1) / resid[:, 1:].norm(dim=-1).clamp_min(1e-12)).max(0).values  # per layer
-    worst = int(share.argmax())
-    if float(share[worst]) > tol:
+    worst, share = worst_layer_gap(resid[:, 1:] - resid[:, :-1] - attn - mlp, resid[:, 1:])
+    if share > tol:
         raise CoreError(
-            f"{type(model).__name__}: h(l) - h(l-1) - Attn(l) - MLP(l) is {float(share[worst]):.1%} of h(l) at layer "
+            f"{type(model).__name__}: h(l) - h(l-1) - Attn(l) - MLP(l) is {share:.1%} of h(l) at layer "
             f"{worst + 1} (allowed {tol:.1%}), so the hooked modules ({parts.names}) are not what each block adds to "
             "the residual stream. This happens with post-norm layouts (a norm after each module) hooked before their "
             "norm, or with --modules naming the wrong modules. Name the modules whose outputs are added to the stream "
@@ -283,4 +289,4 @@ def check_layout(
                 "(--modules ...,final_norm=PATH)."
             )
     lens_gap = None if lens_share is None else round(lens_share, 6)
-    return {"residual_gap": round(float(share.max()), 6), "lens_gap": lens_gap}
+    return {"residual_gap": round(share, 6), "lens_gap": lens_gap}
