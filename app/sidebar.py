@@ -48,7 +48,8 @@ def sidebar(page: str = "") -> View | None:
             help="One model on one dataset split, with its accuracy on that split. 'demo': a small model trained "
             "here on a CPU, not a pre-trained LLM.",
         )
-        st.caption(next(r["label"] for r in runs if r["name"] == st.session_state["run"]))
+        chosen = next(r for r in runs if r["name"] == st.session_state["run"])
+        st.caption(chosen["label"] + precision_note(chosen["manifest"]))
         others = ["none"] + [n for n in names if n != st.session_state["run"]]
         default_cmp = _default_comparison(runs, st.session_state["run"])
         url_state("compare", default_cmp, str, others)
@@ -95,6 +96,16 @@ def sidebar(page: str = "") -> View | None:
 _TASK_AND_SPLIT = re.compile(
     r" ((?:addition|multiplication|reverse-Polish addition) )?(train|val|test|all)((?: k-shot| \d+-shot)?)$"
 )
+
+
+def precision_note(manifest: dict) -> str:
+    """What the run picker's caption adds when the run's model ran in another dtype than float32 (its manifest's
+    model.dtype), since its activations were computed at that precision."""
+    dtype = (manifest.get("model") or {}).get("dtype")
+    if not dtype or dtype == "float32":
+        return ""
+    held = "the dtype its files store" if dtype == "auto" else dtype
+    return f" · computed in {held}"
 
 
 def short_label(label: str) -> str:

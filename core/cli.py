@@ -19,6 +19,7 @@ from pathlib import Path
 
 from core.errors import CoreError
 from core.runs.cache import existing_cache_dir, list_runs, resolve_run, verify_run
+from core.runs.run_names import locate_run, run_of_cache
 
 
 def _taus(text: str) -> tuple[int, ...]:
@@ -95,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument(
         "--stages", type=_stages, default=None,
         help="which stages to run, comma-separated, from measure, embeddings, numbers, ablations, shift, patching, "
-        "heads, helix (default: all; measure always runs). A stage left out leaves its tables out, and the dashboard "
-        "says 'not tested' where they are needed",
+        "heads, helix, attribution (default: all; measure always runs). A stage left out leaves its tables out, and "
+        "the dashboard says 'not tested' where they are needed",
     )
     pre.add_argument(
         "--display-order", type=int, default=100, help="position in the dashboard's run list (lower first)"
@@ -145,18 +146,33 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("target", metavar="RUN_OR_MODEL",
                          help="a run of the cache (python -m core list), or a model folder or hub id")
         if name == "ablate":
-            cmd.add_argument("--modules", required=True, choices=["attn", "mlp", "both"])
-            cmd.add_argument("--remove", required=True,
+            cmd.add_argument("--modules", choices=["attn", "mlp", "both"], help="with --remove: the filter's modules")
+            cmd.add_argument("--remove",
                              help="low, high, keep-K (keep one frequency K), or periods (only the paper's periods 2, "
                              "2.5, 5, 10, beside energy-matched random controls; periods:2,5,10 names others)")
             cmd.add_argument("--tau", type=_positive, help="the cutoff of a band (low removes 1..tau-1)")
+            cmd.add_argument("--head", metavar="L.H", help="instead of a filter: ablate head H (counted from 0) of "
+                             "attention layer L (counted from 1, as the docs count), beside the same ablation of the "
+                             "layer's other heads")
+            cmd.add_argument("--mode", choices=["zero", "mean"], default="zero",
+                             help="with --head: set the head's output to zero or to its mean over the questions")
+            cmd.add_argument("--position", default="answer", help="with --head: the token it acts at: answer "
+                             "(default), a token index (0 the first, -1 the last), a or b (an operand's last token), "
+                             "or all")
         elif name == "patch":
-            cmd.add_argument("--clean", metavar="QUESTION", help="the clean question, as '15 + 93' (without --clean "
-                             "and --corrupt: every question of the split paired with its own, second operand one more)")
-            cmd.add_argument("--corrupt", metavar="QUESTION", help="the corrupted question, as '15 + 94'")
+            cmd.add_argument("--clean", metavar="PROMPT", help="the clean prompt: a question as '15 + 93' (in the "
+                             "run's phrasing), or any text, read as given (without --clean and --corrupt: every "
+                             "question of the split paired with its own, second operand one more)")
+            cmd.add_argument("--corrupt", metavar="PROMPT", help="the corrupted prompt, as '15 + 94' or any text of "
+                             "the clean one's token length")
+            cmd.add_argument("--answers", metavar="CLEAN,CORRUPT", help="the two answers whose logits are compared "
+                             "(default: a question's own; for free text, the number the model answers)")
             cmd.add_argument("--phrasing", type=int, default=None,
                              help="which of the task's phrasings both questions take (default: 'Put together a and b.' "
                              "for addition, the first for the others)")
+            cmd.add_argument("--positions", action="store_true",
+                             help="with --clean and --corrupt: patch the stream at every token and layer (a position x "
+                             "layer table; --json prints its cells)")
         else:
             cmd.add_argument("--module", required=True, choices=["attn", "mlp", "resid"],
                              help="resid: the residual stream after --layer")
@@ -184,11 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list the runs in a cache folder")
     ls.add_argument("--cache-dir", default="cache")
-    ls.add_argument("--deep", action="store_true", help="also check every table's checksum")
+    ls.add_argument("--deep", action="store_true",
+                    help="also read every table: its checksum and what it says (as `verify` does; seconds)")
     ls.add_argument("--json", action="store_true", help="print the runs as a JSON list (for a program)")
 
     ver = sub.add_parser("verify", help="re-check a run (or all runs) against its manifest")
-    ver.add_argument("run", nargs="?", help="run name (default: every run)")
+    ver.add_argument("run", nargs="?", help="a run: its folder name or path, its id, label or words of its name "
+                     "(default: every run)")
     ver.add_argument("--cache-dir", default="cache")
 
     tr = sub.add_parser("train", help="train a demo model from a committed recipe")
@@ -334,14 +352,22 @@ def cmd_edit(args):
     """`ablate` and `shift`: one edit, computed now (core.runs.ablate). The run's name and the edit's arguments are
     checked first (core.runs.edit_arguments), before torch is imported: a typo costs a fraction of a second."""
     from core.analysis.period_filters import parse_periods, slice_frequencies
-    from core.runs.edit_arguments import check_edit, check_shift_reaches, edit_scope, parse_removed
+    from core.models.positions import check_position
+    from core.runs.edit_arguments import check_edit, check_shift_reaches, edit_scope, parse_head, parse_removed
 
+    args.target, args.cache_dir = locate_run(args.target, args.cache_dir)  # a path to a run folder names the run
     scope = edit_scope(args.target, args.cache_dir, args.task, args.max_operand, args.split)
-    if args.command == "ablate":
+    head = None
+    if args.command == "ablate" and args.head is not None:
+        head = parse_head(args.head, scope)
+        check_position(args.position)
+    elif args.command == "ablate":
+        if args.modules is None or args.remove is None:
+            raise CoreError("ablate needs --modules and --remove (a filter), or --head L.H (one head)")
         removed, keep_k = parse_removed(args.remove)
         if removed in ("low", "high") and args.tau is None:
             raise CoreError(f"--remove {removed} needs --tau (the cutoff: low removes k < tau, high k >= tau)")
-        check_edit(scope.p, tau=args.tau if removed in ("low", "high") else None, keep_k=keep_k)
+        check_edit(scope.p, tau=args.tau if removed in ("low", "high") else None, keep_k=keep_k, basis=scope.basis)
         if removed == "periods":
             periods = parse_periods(args.remove)
             slice_frequencies(scope.p, periods)  # a period the number line lacks is refused before loading
@@ -356,6 +382,7 @@ def cmd_edit(args):
     from core.runs.ablate import ablate, ablate_periods, open_target, shift  # torch and transformers: seconds
     from core.threads import parse_threads
 
+    check_device_first(args.device)  # before the model loads, and before anything is printed
     threads = parse_threads(args.threads)  # argparse has checked its form (_threads)
 
     target = open_target(
@@ -364,7 +391,11 @@ def cmd_edit(args):
         device=args.device, dtype=args.dtype,
     )
     progress = False if args.no_progress else None
-    if args.command == "ablate":
+    if head is not None:
+        from core.runs.unit_ablation import ablate_head
+
+        report = ablate_head(target, head[0], head[1], args.mode, args.position, progress)
+    elif args.command == "ablate":
         if removed == "periods":
             report = ablate_periods(target, args.modules, periods, progress)
         else:
@@ -390,17 +421,17 @@ def run_listing(r) -> dict:
 
 
 def cmd_patch(args):
-    """`patch`: activation patching computed now (core.runs.patch_command), for one pair or a split's pairs; the run
-    and the questions are checked before torch is imported."""
-    from core.runs.edit_arguments import edit_scope
-    from core.tasks import parse_question
+    """`patch`: activation patching computed now (core.runs.patch_command), for one pair or a split's pairs; the run,
+    the pair (core.runs.edit_arguments.check_pair) and the device are checked before a model is loaded."""
+    from core.runs.edit_arguments import check_pair, edit_scope
 
+    args.target, args.cache_dir = locate_run(args.target, args.cache_dir)  # a path to a run folder names the run
     scope = edit_scope(args.target, args.cache_dir, args.task, args.max_operand, args.split)
-    if (args.clean is None) != (args.corrupt is None):
-        raise CoreError("give both --clean and --corrupt (one pair), or neither (every pair of the split)")
-    for question in (args.clean, args.corrupt):
-        if question is not None:
-            parse_question(scope.task, question, args.phrasing or 0, scope.max_operand)
+    check_pair(scope.task, args.clean, args.corrupt, args.phrasing, scope.max_operand, scope.p, args.answers)
+    if args.positions and args.clean is None:
+        raise CoreError("--positions patches one pair: give --clean and --corrupt (a split's pairs: precompute "
+                        "--stages position_patching)")
+    check_device_first(args.device)
 
     from core.runs.ablate import open_target
     from core.runs.patch_command import patch_command
@@ -412,18 +443,30 @@ def cmd_patch(args):
         trust_remote_code=args.trust_remote_code,
         model=args.model, device=args.device, dtype=args.dtype,
     )
-    report = patch_command(target, args.clean, args.corrupt, args.phrasing, False if args.no_progress else None)
+    report = patch_command(target, args.clean, args.corrupt, args.phrasing, False if args.no_progress else None,
+                           args.answers, positions=args.positions)
     if args.json:
         return report.as_json()
     print(report.text())
     return 0
 
 
+def check_device_first(device: str) -> None:
+    """--device checked before a model loads (a GPU this machine lacks is refused before seconds of loading and
+    before anything is printed): core.models.loading.check_device, whose imports the load needs anyway; the CPU
+    needs no check."""
+    if device == "cpu":
+        return
+    from core.models.loading import check_device
+
+    check_device(device)
+
+
 def cmd_list(args) -> int:
     existing_cache_dir(args.cache_dir)
     runs = list_runs(args.cache_dir, deep=args.deep)
     if args.json:
-        return json.dumps([run_listing(r) for r in runs], indent=1)
+        return json.dumps([{**run_listing(r), "checks": "deep" if args.deep else "shallow"} for r in runs], indent=1)
     if not runs:
         print(f"no runs in {args.cache_dir}: make one with `python -m core precompute --model MODEL`")
         return 0
@@ -438,13 +481,28 @@ def cmd_list(args) -> int:
             f"{r.name}\t{r.label}\t{task.get('task', '?')}/{task.get('split', '?')} n={task.get('n_examples', '?')}\t"
             f"layers={m.get('n_layers', '?')} width={m.get('width', '?')}\taccuracy={acc_s}\t{status}"
         )
+    print(f"({checks_said(args.deep)})")
     return 0
 
 
+def checks_said(deep: bool) -> str:
+    """Which checks `list` ran, in words."""
+    if deep:
+        return ("deep checks: each manifest, every table's checksum, rows and columns, and what the tables say "
+                "(as `verify` checks)")
+    return ("shallow checks: each manifest and that its tables are there; `list --deep` or `verify` also reads every "
+            "table: checksums, and what the tables say against the manifest and each other")
+
+
 def cmd_verify(args) -> int:
+    """`verify [RUN]`: the deep checks (core.runs.cache.verify_run) of one run, named as every command names one
+    (its folder, a path to it, its id, label or words: core.runs.run_names), or of every run."""
+    if args.run:
+        args.run, args.cache_dir = locate_run(args.run, args.cache_dir)
     existing_cache_dir(args.cache_dir)
     if args.run:
-        targets = [(args.run, resolve_run(args.cache_dir, args.run))]
+        name = run_of_cache(args.cache_dir, args.run)
+        targets = [(name, resolve_run(args.cache_dir, name))]
     else:
         targets = [(r.name, r.path) for r in list_runs(args.cache_dir)]
         if not targets:

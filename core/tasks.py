@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from core.errors import CoreError
+from core.errors import CoreError, choices
 
 ADDITION_PHRASINGS = (
     "Total of {a} and {b}.",
@@ -74,7 +74,7 @@ def number_space(task: str, max_operand: int = PAPER_MAX_OPERAND) -> int:
 
 def check_task(task: str, max_operand: int) -> None:
     if task not in TASKS:
-        raise CoreError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
+        raise CoreError(f"unknown task {task!r}: choose one of {choices(TASKS)}")
     if not isinstance(max_operand, int) or isinstance(max_operand, bool) or max_operand < 1:
         raise CoreError(f"max_operand must be a whole number >= 1, got {max_operand!r}")
     if max_operand > MAX_OPERAND_LIMIT:
@@ -257,7 +257,7 @@ def select_split(examples: Iterable[Example], split: str) -> list[Example]:
     if split == "all":
         return list(examples)
     if split not in SPLITS:
-        raise CoreError(f"unknown split {split!r}: choose one of {', '.join(SPLITS)} or 'all'")
+        raise CoreError(f"unknown split {split!r}: choose one of {choices((*SPLITS, 'all'))}")
     return [e for e in examples if e.split == split]
 
 

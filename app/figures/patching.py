@@ -1,5 +1,6 @@
 """Activation patching: which layer and module carries what tells two prompts apart (the `patching` table, read by
-core.claims.patching). Heatmaps of layers (y) by site (stream, attention, MLP) and of layers by heads; each returns
+core.claims.patching). Heatmaps of layers (y) by site (stream, attention, MLP), of layers by heads and of layers by
+tokens (the `position_patching` table); each returns
 (chart, data, caption), as the other figures do, and reads at 1024 x 768 for 2 layers as for 30."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import altair as alt
 from app.figures.heads import head_grid, layer_ticks, row_step
 from app.figures.style import styled
 from app.state import large
-from core.claims.patching import example_pair, heads_patched, patching_grid
+from core.claims.patching import example_pair, heads_patched, patching_grid, position_grid
 from core.runs.reader import RunReader
 
 #: The colour scale of a recovered share: 0 (white) to 1 (dark blue); a share below 0 (the patch pushes the other
@@ -61,3 +62,32 @@ def head_heatmap(run: RunReader):
                f"{int(data['n'].iloc[0]):,} pairs ({run.split} split).")
     title = f"Which attention heads carry the difference — {run.label}"
     return styled(chart, title, height=None, row_step=row_step(n_layers)), data, caption
+
+
+#: The position x layer heatmap's tooltip: the token, its role, the layer, then the share as every heatmap gives it.
+POSITION_TOOLTIP = [alt.Tooltip("label:N", title="token"), alt.Tooltip("what:N", title="role"),
+                    alt.Tooltip("layer:O", title="after layer"), *SHARE_TOOLTIP[1:]]
+
+
+def position_heatmap(run: RunReader):
+    """Tokens (x, each with its text) x layers (y, 0: the embeddings): the share each cell restores when the stream
+    at that token after that layer is patched; the colour scale centred on zero, fitted to the shares shown."""
+    data = position_grid(run)
+    n_layers = int(data["layer"].max())
+    reach = float(max(data["recovered"].abs().max(skipna=True), 1e-6))
+    scale = alt.Scale(domain=[-reach, 0, reach], range=["#b2182b", "#ffffff", "#08306b"])
+    order = list(data.drop_duplicates("position").sort_values("position")["label"])
+    chart = alt.Chart(data).mark_rect(stroke="#ddd", strokeWidth=0.5).encode(
+        x=alt.X("label:N", title="token of the clean prompt (position: text)", sort=order,
+                axis=alt.Axis(labelAngle=-45)),
+        y=alt.Y("layer:O", title="layer (0: the embeddings)", sort="descending",
+                axis=alt.Axis(values=stream_ticks(n_layers))),
+        color=alt.Color("recovered:Q", title="restored", scale=scale,
+                        legend=alt.Legend(orient="bottom", direction="horizontal", gradientLength=200, format="%")),
+        tooltip=POSITION_TOOLTIP,
+    ).properties(width=min(640, 48 * len(order)))
+    caption = (f"Each cell: the stream at one token after one layer copied from the clean prompt into the corrupted "
+               f"one; its colour, the share of the logit difference that comes back, over {int(data['n'].iloc[0]):,} "
+               f"pairs of one phrasing and token layout ({run.split} split).")
+    title = f"Where the operands move into the answer position — {run.label}"
+    return styled(chart, title, height=None, row_step=row_step(n_layers + 1)), data, caption

@@ -1,9 +1,11 @@
 import streamlit as st
 
-from app.figures.patching import head_heatmap, site_heatmap
+from app.figures.attribution import attribution_scatter
+from app.figures.patching import head_heatmap, position_heatmap, site_heatmap
 from app.furniture import intro, not_measured_here, show_chart
 from app.sidebar import page_view
-from core.claims.patching import example_pair, patching_summary
+from core.claims.attribution import attribution_summary
+from core.claims.patching import example_pair, patching_summary, position_summary
 from core.runs.reader import Table
 
 view = page_view()
@@ -27,5 +29,13 @@ st.markdown(patching_summary(run))
 if (run.table(Table.PATCHING)["kind"] == "head").any():
     with st.expander("Head by head"):
         show_chart(*head_heatmap(run), key="patching-heads")
+if run.has(Table.POSITION_PATCHING):  # the stream patched at every token and layer
+    st.subheader("Token by token: where the operands move into the answer position")
+    show_chart(*position_heatmap(run), key="patching-positions")
+    st.markdown(position_summary(run))
+if run.has(Table.ATTRIBUTION):  # attribution patching beside the exact patching it approximates
+    st.subheader("The gradient estimate against exact patching")
+    show_chart(*attribution_scatter(run), key="patching-attribution")
+    st.markdown(attribution_summary(run))
 st.caption("Recompute one pair or a split's pairs from the command line: `python -m core patch RUN --clean "
            "\"15 + 93\" --corrupt \"15 + 94\"` (every site's numbers with `--json`).")

@@ -23,7 +23,8 @@ from core.analysis.filters import (
 )
 from core.analysis.fourier import FourierBasis, band_frequencies, check_tau
 from core.errors import CoreError
-from core.models.names import ATTN, BOTH, MLP, MODULE_SETS, RESID, Z, check_modules
+from core.models.names import ATTN, BOTH, MLP, MODULE_SETS, POST, RESID, Z, check_modules
+from core.models.positions import ANSWER, check_position
 
 POSITIONS = ("last", "all")
 #: removed = "random-low" / "random-high": a random subspace of the rank of the low / high band filter.
@@ -194,16 +195,69 @@ class LayerEdits:
 
 
 @dataclass(frozen=True, eq=False)
+class PlacedEdit:
+    """An edit (a filter, a phase shift, a `FunctionEdit`, a `LayerEdits`) placed where it acts, as
+    core.analysis.filter_hooks.place_conditions makes it from a `Condition`'s position and unit: `back`, per prompt
+    (indexed by its place in the list evaluated) how far from its end the token lies (1: the answer position), or
+    None for every token; `columns` (first, end), the slice of the site it acts on (a head's columns of the heads'
+    outputs z, one neuron of hook_post), else the whole vector; `out_matrix`, for an edit of the stream's width on a
+    head, the head's W_O^h (head_dim, width), through which the edit reaches z (`filter_hooks.placed_rows`).
+    `width` is the model's stream width (checked when placed). It stands where evaluation expects a filter."""
+
+    edit: object
+    back: object = None
+    columns: tuple[int, int] | None = None
+    out_matrix: object | None = None
+    width: int = 0
+
+    @property
+    def earliest(self) -> int:
+        """How far from the end the earliest edited token lies (every token: larger than any prompt)."""
+        return 2**31 if self.back is None else int(np.max(self.back))
+
+    @property
+    def rank(self) -> int:
+        return int(getattr(self.edit, "rank", 0))
+
+    @property
+    def erased(self) -> bool:
+        return bool(getattr(self.edit, "erased", False)) and self.columns is None
+
+
+#: The 1-based layer's unit sites a `Condition` edits one unit at a time (core.models.names): a head's output before
+#: W_O (Z, `unit` the head) and one MLP neuron (POST, `unit` the neuron), both counted from 0.
+UNIT_KINDS = (Z, POST)
+
+
+@dataclass(frozen=True, eq=False)
 class Condition:
     """One edited condition: a filter (None: the model as it is) on the attention and/or MLP outputs of
     every layer, or a phase shift (`core.analysis.phase_shift.PhaseShift`) on one layer's attention, MLP
-    or residual stream (`layer`, 1-based; None: every layer), or a group's `LayerEdits` on the layers it holds."""
+    or residual stream (`layer`, 1-based; None: every layer), or a group's `LayerEdits` on the layers it holds.
+
+    `position` says at which token of each prompt the edit acts (`core.models.positions`: "answer", the default, a
+    token index counted on the prompt's own tokens, the operands "a" and "b", or "all"); `unit`, with modules Z or
+    POST and a layer, edits one head (its output z_h before W_O: an edit of head_dim width, or of the stream's width
+    applied to z_h W_O^h) or one MLP neuron (hook_post: an edit of width 1)."""
 
     flt: object | None
     modules: str = "both"
     layer: int | None = None
+    position: object = "answer"
+    unit: int | None = None
 
     def __post_init__(self):
+        check_position(self.position)
+        if isinstance(self.flt, RowPatch) and self.position != ANSWER:
+            raise CoreError("a patch names its own tokens (RowPatch.back): leave the condition's position 'answer'")
+        if self.unit is not None and (self.modules not in UNIT_KINDS or self.layer is None or int(self.unit) < 0):
+            raise CoreError("one head or neuron (unit, counted from 0) is edited with modules 'z' (a head) or 'post' "
+                            "(a neuron) and its layer")
+        if self.modules in UNIT_KINDS and self.unit is not None:
+            if isinstance(self.flt, (RowPatch, LayerEdits)) or self.flt is None:
+                raise CoreError("a head or neuron is edited by a filter, a phase shift or a function; a patch names "
+                                "its own columns")
+            return
         if isinstance(self.flt, LayerEdits) and (self.layer is not None or self.modules not in (ATTN, MLP, RESID)):
             raise CoreError("a group edit names its own layers, of one kind of module: give no layer beside it, and "
                             "modules 'attn', 'mlp' or 'resid'")
@@ -212,9 +266,10 @@ class Condition:
         if self.modules == RESID:
             if self.layers is None:
                 raise CoreError("an edit of the residual stream needs the layer after which it acts")
-        elif self.modules == Z:
-            if not isinstance(self.flt, RowPatch) or self.flt.columns is None:
-                raise CoreError("the heads' outputs (z) are edited one head at a time, by a patch of its columns")
+        elif self.modules in UNIT_KINDS:
+            if not isinstance(self.flt, (RowPatch, PlacedEdit)) or self.flt.columns is None:
+                raise CoreError(f"the {'heads' if self.modules == Z else 'MLP neurons'} are edited one at a time: "
+                                "give the unit (counted from 0), or a patch of its columns")
         else:
             check_modules(self.modules)
 
@@ -228,4 +283,4 @@ class Condition:
     @property
     def kinds(self) -> tuple[str, ...]:
         """The module outputs this condition edits (`core.models.names`)."""
-        return (self.modules,) if self.modules in (RESID, Z) else MODULE_SETS[self.modules]
+        return (self.modules,) if self.modules in (RESID, *UNIT_KINDS) else MODULE_SETS[self.modules]

@@ -19,13 +19,14 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from core.analysis.ablations import Condition, RowPatch, check_positions
-from core.analysis.filter_hooks import ConditionHooks, filtered
+from core.analysis.ablations import Condition, PlacedEdit, RowPatch, check_positions
+from core.analysis.filter_hooks import ConditionHooks, filtered, place_conditions
 from core.analysis.filters import ProjectionFilter
 from core.errors import CoreError
 from core.models.capture import forward_accepts, forward_batch, prepare_batches, progress_bar
+from core.models.finite import require_finite_losses
 from core.models.modes import evaluating
-from core.models.names import BOTH, MODULE_OUTPUTS, RESID, Z
+from core.models.names import BOTH, MODULE_OUTPUTS, POST, RESID, Z
 
 
 @dataclass
@@ -233,9 +234,10 @@ def evaluate_conditions(
     next evaluation of the same prompts. `in_order` batches the prompts in the order given instead
     of by length (a running estimate over a sample whose every prefix is representative). `contrast`, a second
     number per prompt, adds each prompt's logit of its answer minus that of its contrast (`Evaluation.gaps`: the
-    logit difference activation patching reads, core.analysis.patching).
+    logit difference activation patching reads, core.analysis.patching). NaN or infinite logits or losses stop it
+    with where they start (`core.models.finite`).
     """
-    conditions = list(conditions)
+    conditions = place_conditions(loaded, texts, list(conditions))  # positions and units resolved (filter_hooks)
     answers = _checked_inputs(loaded, texts, answers, p, conditions, positions)
     others = None if contrast is None else _checked_inputs(loaded, texts, contrast, p, conditions, positions)
     number_ids = torch.as_tensor(loaded.numbers.ids_for(p))
@@ -278,6 +280,9 @@ def evaluate_conditions(
                         passes = answer_position_passes(loaded, batch, conditions, hooks, rows_per_call, stored=stored)
                         for c, logits in passes:
                             record(c, batch.indices, logits)
+                            # NaN or infinite logits make the loss NaN: stop, naming where they start (free when fine)
+                            require_finite_losses(loaded, batch, state.losses[c, batch.indices],
+                                                  edited=conditions[c].flt is not None)
                             bar.update(len(batch.indices))
                         state.done[batch.indices] = True
                         total_done += len(batch.indices)
@@ -312,10 +317,11 @@ def _checked_inputs(loaded, texts, answers, p: int, conditions: list, positions:
     check_positions(positions)
     if not conditions:
         raise CoreError("no conditions to evaluate")
-    if positions == "all" and any(c.layers is not None or isinstance(c.flt, RowPatch) for c in conditions):
+    if positions == "all" and any(c.layers is not None or isinstance(c.flt, (RowPatch, PlacedEdit))
+                                  for c in conditions):
         raise CoreError("an edit of one layer (a phase shift) acts at the answer position only: use positions='last'")
     for c in conditions:
-        in_heads = isinstance(c.flt, RowPatch) and c.flt.columns is not None  # a head's columns of W_O's input
+        in_heads = isinstance(c.flt, RowPatch) and c.flt.columns is not None  # a head's or neuron's columns
         if c.flt is not None and not in_heads and c.flt.width != loaded.width:
             raise CoreError(f"the filter was built for width {c.flt.width}, the model has width {loaded.width}")
     answers = np.asarray(answers, dtype=np.int64)
@@ -373,7 +379,7 @@ def answer_position_passes(
     hooks.example_ids = np.asarray(batch.indices)
     prefix = None
     extra = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
-    whole = any(isinstance(c.flt, RowPatch) and c.flt.earliest > 1 for c in conditions)
+    whole = any(isinstance(c.flt, (RowPatch, PlacedEdit)) and c.flt.earliest > 1 for c in conditions)
     if S > 1 and not whole:
         prefix = stored.cache.get(stored.batch_no) if stored is not None else None
         if prefix is None:
@@ -391,7 +397,7 @@ def answer_position_passes(
     for first in range(0, len(conditions), per_call):
         group = conditions[first : first + per_call]
         G = len(group)
-        plan: dict[str, list] = {kind: [] for kind in (*MODULE_OUTPUTS, RESID, Z)}
+        plan: dict[str, list] = {kind: [] for kind in (*MODULE_OUTPUTS, RESID, Z, POST)}
         for g, cond in enumerate(group):
             if cond.flt is None:
                 continue

@@ -17,11 +17,13 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from core.analysis.ablations import FunctionEdit, LayerEdits, RowPatch, check_positions
+from core.analysis.ablations import Condition, FunctionEdit, LayerEdits, PlacedEdit, RowPatch, check_positions
 from core.analysis.filters import ProjectionFilter
 from core.analysis.phase_shift import PhaseShift
 from core.errors import CoreError
-from core.models.names import ATTN, BOTH, MODULE_OUTPUTS, MODULE_SETS, RESID, Z, check_modules
+from core.models.names import ATTN, BOTH, MODULE_OUTPUTS, MODULE_SETS, POST, RESID, Z, check_modules
+from core.models.positions import ALL, ANSWER, steps_back
+from core.models.sublayers import mlp_neurons_module
 
 
 def device_q(flt: ProjectionFilter, device):
@@ -67,8 +69,8 @@ def function_rows(rows, edit: FunctionEdit) -> None:
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(rows.shape):
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise CoreError(f"the edit function must return a tensor of shape {tuple(rows.shape)}, got {got}")
-    if not torch.isfinite(out).all():
-        raise CoreError("the edit function returned NaN or infinite values")
+    if not torch.isfinite(out).all() and torch.isfinite(rows).all():  # rows the model made non-finite: not the
+        raise CoreError("the edit function returned NaN or infinite values")  # edit's doing (core.models.finite)
     rows.copy_(out.to(device=rows.device, dtype=rows.dtype))
 
 
@@ -83,6 +85,74 @@ def edit_rows(rows, edit, layer: int | None = None) -> None:
         function_rows(rows, edit)
     else:
         project_out(rows, edit)
+
+
+def place_conditions(loaded, texts, conditions) -> list:
+    """`conditions` with each edit placed where it acts (`PlacedEdit`): a position other than the answer's resolved
+    to each prompt's own token (`core.models.positions.steps_back`), a head's or a neuron's unit to its columns;
+    the others as given. A unit the model lacks, or an edit of the wrong width for it, is refused."""
+    placed = []
+    for cond in conditions:
+        if cond.flt is None or isinstance(cond.flt, RowPatch) or (cond.position == ANSWER and cond.unit is None):
+            placed.append(cond)
+            continue
+        back = None if cond.position == ALL else steps_back(loaded.tokenizer, texts, cond.position)
+        columns, matrix = None, None
+        if cond.unit is not None:
+            columns, matrix = unit_columns(loaded, cond)
+        elif cond.flt.width != loaded.width:
+            raise CoreError(f"the edit was built for width {cond.flt.width}, the model has width {loaded.width}")
+        edit = PlacedEdit(cond.flt, back, columns, matrix, loaded.width)
+        placed.append(Condition(edit, cond.modules, cond.layer))
+    return placed
+
+
+def unit_columns(loaded, cond) -> tuple[tuple[int, int], object]:
+    """(columns, W_O^h or None) of the head or neuron `cond.unit` of `cond.layer`, checked against the model and the
+    edit's width: a head takes an edit of head_dim (on z_h) or of the stream's width (on z_h W_O^h), a neuron one of
+    width 1."""
+    parts, unit, width = loaded.parts, int(cond.unit), int(cond.flt.width)
+    if cond.modules == Z:
+        parts.require_heads("editing one head")
+        if not 0 <= unit < parts.n_heads:
+            raise CoreError(f"head {unit}: this model's heads are 0..{parts.n_heads - 1} (counted from 0)")
+        dim = parts.head_dim
+        if width not in (dim, loaded.width):
+            raise CoreError(f"an edit of a head acts on its output z_h ({dim} wide) or on what it adds to the stream "
+                            f"({loaded.width} wide), not on {width} numbers")
+        matrix = parts.head_output_matrix(cond.layer, unit) if width != dim else None
+        return (unit * dim, (unit + 1) * dim), matrix
+    neurons = mlp_neurons_module(parts, cond.layer)
+    size = neurons.in_features if isinstance(neurons, torch.nn.Linear) else neurons.weight.shape[0]
+    if not 0 <= unit < size:
+        raise CoreError(f"neuron {unit}: MLP {cond.layer}'s neurons are 0..{size - 1} (counted from 0)")
+    if width != 1:
+        raise CoreError(f"an edit of one neuron acts on its one number, not on {width}")
+    return (unit, unit + 1), None
+
+
+def placed_rows(block, placed: PlacedEdit, example_ids, layer: int) -> None:
+    """Edit one condition's rows `block` (rows, positions, width) in place where `placed` says: at each prompt's own
+    token (or every token), in its columns. An edit of the stream's width on a head reaches z_h through W_O^h: the
+    head's result r = z_h W_O^h is edited to r', and z_h moves by (r' - r) pinv(W_O^h), the least change of z_h
+    whose result is closest to r' (exactly r' when r' - r lies in the head's output space)."""
+    first, end = placed.columns or (0, block.shape[2])
+    if placed.back is None:
+        index = (slice(None), slice(None), slice(first, end))
+    else:
+        back = np.asarray(placed.back)[example_ids]
+        where = torch.as_tensor(block.shape[1] - back, device=block.device)
+        index = (torch.arange(block.shape[0], device=block.device), where, slice(first, end))
+    rows = block[index].clone()
+    if placed.out_matrix is None:
+        edit_rows(rows, placed.edit, layer)
+    else:
+        matrix = torch.as_tensor(placed.out_matrix, dtype=torch.float32, device=rows.device)
+        result = rows.float() @ matrix
+        edited = result.clone()
+        edit_rows(edited, placed.edit, layer)
+        rows = (rows.float() + (edited - result) @ torch.linalg.pinv(matrix)).to(rows.dtype)
+    block[index] = rows
 
 
 def patch_rows(block, patch: RowPatch, example_ids) -> None:
@@ -139,14 +209,15 @@ def filtered(loaded, flt: ProjectionFilter | None, modules: str = BOTH, position
 
 class ConditionHooks:
     """Hooks on every attention and MLP module (and every block, for the residual stream) that edit, per
-    block of rows, the last position.
+    block of rows, the last position (a `PlacedEdit`: the tokens and columns it names).
 
     `plan` maps ATTN/MLP/RESID (`core.models.names`) to [(first row, end row, edit, layers)], layers None for
     every layer, else the 1-based layers whose outputs are edited (`Condition.layers`; RESID layer 0: the stream
     before the first block, edited as that block's input; Z: the heads' outputs side by side, the input of attention
-    l's output projection, edited by a patch of one head's columns); empty while the prefix runs. `example_ids` are
+    l's output projection, edited in one head's columns; POST: the MLP's neurons, its down projection's input, edited
+    in one neuron's column); empty while the prefix runs. `example_ids` are
     the places, in the list evaluated, of the prompts of one block of rows (the same in every block), for a
-    `RowPatch`.
+    `RowPatch` or a `PlacedEdit`.
     """
 
     def __init__(self, loaded):
@@ -159,6 +230,8 @@ class ConditionHooks:
         """One condition's edit of its rows of `t` (rows, positions, width) at `layer`."""
         if isinstance(edit, RowPatch):
             patch_rows(t[start:stop], edit, self.example_ids)
+        elif isinstance(edit, PlacedEdit):
+            placed_rows(t[start:stop], edit, self.example_ids, layer)
         else:
             edit_rows(t[start:stop, -1, :], edit, layer)
 
@@ -198,13 +271,19 @@ class ConditionHooks:
         if self.parts.has_heads:  # the heads' outputs z (blocks.N.attn.hook_z) are W_O's input: edited there
             for layer, proj in enumerate(self.parts.out_proj, start=1):
                 self.handles.append(proj.register_forward_pre_hook(self._z_hook(layer)))
+        for layer in range(1, self.parts.n_layers + 1):  # the MLP's neurons (hook_post): its down projection's input
+            try:
+                down = mlp_neurons_module(self.parts, layer)
+            except CoreError:  # none found: a neuron edit is refused when placed (unit_columns)
+                continue
+            self.handles.append(down.register_forward_pre_hook(self._z_hook(layer, POST)))
         # the stream before block 1 (RESID layer 0, blocks.0.hook_resid_pre) is block 1's input: edited there
         self.handles.append(self.parts.blocks[0].register_forward_pre_hook(self._input_hook, with_kwargs=True))
         return self
 
-    def _z_hook(self, layer: int):
+    def _z_hook(self, layer: int, kind: str = Z):
         def pre_hook(module, args):
-            steps = [s for s in self.plan.get(Z) or () if layer in s[3]]
+            steps = [s for s in self.plan.get(kind) or () if layer in s[3]]
             if not steps:
                 return None
             z = args[0].clone()

@@ -31,9 +31,24 @@ from core.errors import CoreError
 
 def rank_tolerance(s_max: float, shape: tuple[int, int], weight_dtype=None) -> float:
     """Singular values at or below this count as zero: numpy's matrix_rank convention,
-    S.max() * max(M, N) * eps, with eps of the dtype the weights are stored in (their rounding
-    error, not float64's, is what an SVD of the stored weights sees)."""
+    S.max() * max(M, N) * eps, with eps of the dtype W_U is held in (its rounding error, not
+    float64's, is what an SVD of those weights sees). A loaded model's W_U is read from its files
+    and held in float32 whatever dtype the model runs in (`core.models.loading.LoadedModel.unembedding`),
+    so a run in bfloat16 has float32's tolerance and float32's filters."""
     return float(s_max) * max(shape) * _eps(weight_dtype)
+
+
+def check_tolerance(shape: tuple[int, int], weight_dtype) -> None:
+    """Refuse a rank tolerance that is at least the largest singular value (max(M, N) * eps >= 1): every singular
+    value would count as zero and every filter would silently remove nothing (a W_U of 521 number rows held in
+    bfloat16: 521 * 2^-7 > 1)."""
+    if max(shape) * _eps(weight_dtype) >= 1:
+        name = str(weight_dtype).replace("torch.", "")
+        raise CoreError(
+            f"W_U's number rows are held in {name}, too coarse to build a filter from: at {max(shape)} rows {name}'s "
+            "rank tolerance counts every singular value as zero. Load the model with load_model (it reads W_U from "
+            "the model's files, whatever --dtype it runs in) or pass a float32 model (model.float()) to wrap_model."
+        )
 
 
 def _eps(dtype) -> float:
@@ -64,6 +79,7 @@ def _unembedding_matrix(unembedding, weight_dtype=None) -> tuple[np.ndarray, obj
 def _rank(singular_values: np.ndarray, shape: tuple[int, int], weight_dtype) -> int:
     """How many singular values stand above `rank_tolerance`."""
     s = singular_values
+    check_tolerance(shape, weight_dtype)
     return int((s > rank_tolerance(s.max(), shape, weight_dtype)).sum()) if s.size and s.max() > 0 else 0
 
 

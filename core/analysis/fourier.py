@@ -23,7 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from core.errors import CoreError
+from core.errors import CoreError, choices
 
 BASES = ("paper", "dft")
 
@@ -73,7 +73,7 @@ def as_array(matrix) -> np.ndarray:
 
 def check_basis_name(name: str) -> None:
     if name not in BASES:
-        raise CoreError(f"unknown Fourier basis {name!r}: choose one of {', '.join(BASES)}")
+        raise CoreError(f"unknown Fourier basis {name!r}: choose one of {choices(BASES)}")
 
 
 @lru_cache(maxsize=16)

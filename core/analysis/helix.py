@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from core.errors import CoreError
+from core.errors import CoreError, choices
 
 PERIODS = (2, 5, 10, 100)
 VIEW_PERIODS = (10, 100)
@@ -220,7 +220,7 @@ def split_numbers(n_numbers: int, seed, split: str = "stratified", modulus: int 
         half = n_numbers // 2
         return np.sort(order[half:]), np.sort(order[:half])
     if split != "stratified":
-        raise CoreError(f"unknown split {split!r}; use one of {SPLITS}")
+        raise CoreError(f"unknown split {split!r}: choose one of {choices(SPLITS)}")
     side = np.empty(n_numbers, dtype=bool)
     start = 0  # the side that gets a class's first member alternates, so the halves differ by one number at most
     for r in range(modulus):

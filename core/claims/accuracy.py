@@ -104,6 +104,16 @@ def agree_pct(level: float) -> str:
     return f"{100 * level:g}%"
 
 
+def does_the_task(run) -> bool:
+    """Whether the run's model does its task, read from the run's own accuracy on its own split (the examples table,
+    every question): at or above the task's "partly" level (ACCURACY_LEVELS) and above what always giving the
+    commonest answer scores. Never from step 1's verdict, which is "not tested" on a validation split that chose the
+    model although the model answers nearly every question there."""
+    accuracy = float(run.table(Table.EXAMPLES)["correct"].mean())
+    _, common_share = commonest_answer_of(run, (run.manifest.get("task") or {}).get("split", "test"))
+    return accuracy >= ACCURACY_LEVELS[findings_of(run).task][1] and accuracy > common_share
+
+
 def claim_accuracy(run) -> Claim:
     """Step 1. Paper: fine-tuned GPT-2-XL answers 99.74% of the addition test prompts (reverse-Polish runs read the
     same number) and 74.58% of the multiplication validation prompts.

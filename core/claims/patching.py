@@ -9,7 +9,9 @@ paper's story, not as a verdict on it. Each reading is a sentence about this run
   interval reaches 10% restored (every layer up to it lies wholly below), and the first layer from which every
   interval lies wholly above 50%;
 * **which single sites restore most** (`top_sites`): modules and heads ranked by their recovered share, each with
-  its bootstrap interval over pairs; a site is named only where its interval's low end is above zero.
+  its bootstrap interval over pairs; a site is named only where its interval's low end is above zero;
+* **where the operands move into the answer position** (`position_summary`, the table `position_patching`): the first
+  layer from which the stream at the answer position restores more than at any operand token.
 """
 
 from __future__ import annotations
@@ -136,3 +138,48 @@ def example_pair(run: RunReader) -> tuple[str, int, str, int]:
         if other is not None:
             return clean.question, clean.answer, other.question, other.answer
     raise CoreError(f"run {run.name}: no question has a partner")
+
+
+#: The roles of the position x layer table's tokens (core.runs.position_patch_run), as the figure labels them.
+ROLE_NAMES = {"a": "first operand", "b": "second operand", "answer": "answer position"}
+
+
+def position_grid(run: RunReader) -> pd.DataFrame:
+    """The position x layer figure's frame: one row per cell, with `label` the token's text and place ("3: 93") and
+    `what` its role in words."""
+    t = run.table(Table.POSITION_PATCHING).copy()
+    t["label"] = [f"{int(p)}: {tok.strip() or repr(tok)}" for p, tok in zip(t["position"], t["token"])]
+    t["what"] = t["role"].map(ROLE_NAMES).fillna("")
+    return t
+
+
+def position_handover(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Per layer (0: the embeddings), the largest share restored at an operand's token and the share restored at the
+    answer position."""
+    operands = table[table["role"].isin(("a", "b"))].groupby("layer")["recovered"].max()
+    answer = table[table["role"] == "answer"].set_index("layer")["recovered"]
+    return operands.sort_index(), answer.sort_index()
+
+
+def position_summary(run: RunReader) -> str:
+    """Where the operands' digits move into the answer position, in the run's own numbers: the last layer at which an
+    operand's token restores more than the answer position, and the first from which the answer position restores
+    more (no verdict: the paper does not patch)."""
+    table = run.table(Table.POSITION_PATCHING)
+    operands, answer = position_handover(table)
+    n = int(table["n"].iloc[0])
+    layers = [int(x) for x in answer.index if x in operands.index]
+    if not layers:
+        return (f"Over {n:,} pairs the table holds no operand token (the prompts' numbers were not found), so where "
+                "the operands move cannot be read from it.")
+    ahead = [layer for layer in layers if answer[layer] > operands[layer]]
+    if not ahead:
+        return (f"Over {n:,} pairs, an operand's token restores more than the answer position at every layer "
+                f"(at the top, {pct(operands[layers[-1]])} against {pct(answer[layers[-1]])}).")
+    first = ahead[0]
+    before = f"up to layer {first - 1} the stream at an operand's token restores up to {pct(operands[first - 1])} " \
+             f"and the answer position {pct(answer[first - 1])}; " if first > layers[0] else ""
+    return (f"Patched token by token over {n:,} pairs ({run.split} split), {before}from layer {first} on the answer "
+            f"position restores {pct(answer[first])} and the operands' tokens at most {pct(operands[first])}: "
+            f"the difference between the two questions moves from the operands into the answer position between "
+            f"layer {max(first - 1, 0)} and layer {first} (layer 0: the embeddings).")

@@ -10,7 +10,7 @@ import pandas as pd
 
 from core.analysis.period_filters import READINGS
 from core.analysis.phase_shift import wilson_interval
-from core.claims.accuracy import claim_accuracy
+from core.claims.accuracy import does_the_task
 from core.claims.base import Claim, pct
 from core.runs.reader import Table
 
@@ -61,16 +61,17 @@ def _row(summary: pd.DataFrame, modules: str, slice_name: str, reading: str = RE
 def claim_periods(run) -> Claim | None:
     """Table 1 at any width. Paper: removing attention's high frequencies costs far more than removing the MLPs'.
 
-    Rule (read on W_U as the paper reads it, over every question of the split): a removal *matters* when its accuracy
-    is below its energy-matched random controls of the same rank (core.runs.period_ablation) by at least
+    Rule (read on W_U as the paper reads it, over every question of the split): a removal *matters* when its
+    accuracy is below its energy-matched random controls of the same rank (core.runs.period_ablation) by at least
     SPREAD_TIMES times their sd over draws and at least MIN_DROP, and its 95% Wilson interval's upper end is below
     every draw; its *cost* is how far it is below its controls' mean; a removal's test has *power* when its controls
     cost at most POWER_COST below the unedited model. Verdict: not tested when the model does not do the task (its
-    accuracy step below "partly", core.claims.accuracy) or attention's periods test has no power; does not when
-    removing attention's periods does not matter, or when removing the MLPs' periods matters (with power) and costs
-    more than removing attention's (the roles reversed); agrees when attention's periods matter and the MLPs' low
-    slice (the long waves of the answer's size) matters with power; partly otherwise. None for a run without the
-    table, and for a multiplication run (the paper's Table 1 is addition's)."""
+    own accuracy on the run's split below "partly": core.claims.accuracy.does_the_task, never step 1's verdict) or
+    attention's periods test has no power; does not when removing attention's periods does not matter, or when
+    removing the MLPs' periods matters (with power) and costs more than removing attention's (the roles reversed);
+    agrees when attention's periods matter and the MLPs' low slice (the long waves of the answer's size) matters
+    with power; partly otherwise. None for a run without the table, and for a multiplication run (the paper's Table
+    1 is addition's)."""
     summary = period_summary(run)
     if summary is None or run.task == "multiplication" or summary.empty:  # the paper's Table 1 is addition's
         return None
@@ -84,7 +85,7 @@ def claim_periods(run) -> Claim | None:
         return row is not None and row["control_mean"] >= base - POWER_COST
 
     reversed_roles = powered(mlp) and mlp["matters"] and mlp["drop"] > attn["drop"]
-    fails_task = claim_accuracy(run).verdict not in ("agrees", "partly")
+    fails_task = not does_the_task(run)
     if fails_task or not powered(attn):
         verdict = "not tested"
     elif not attn["matters"] or reversed_roles:

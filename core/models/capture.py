@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -27,20 +28,23 @@ import torch
 from tqdm.auto import tqdm
 
 from core.errors import CoreError
+from core.models.finite import require_finite_logits
 from core.models.modes import evaluating
 from core.models.names import (
     ATTN,
-    HEAD,
-    HEAD_SITES,
     MLP,
     MODULE_OUTPUTS,
+    PATTERN,
+    READ_HOOKS,
     RESID,
     STREAMS,
     Z,
     check_streams,
     hook_name,
-    site_of_hook,
+    read_site,
 )
+from core.models.positions import ANSWER, check_position, token_index
+from core.models.site_recorder import SiteRecorder
 
 
 @dataclass
@@ -98,7 +102,8 @@ def forward_accepts(model, name: str) -> bool:
 
 
 def forward_batch(loaded, batch: PreparedBatch):
-    """One forward pass, in eval mode; returns the logits at the last (answer) position, (B, vocab)."""
+    """One forward pass, in eval mode; returns the logits at the last (answer) position, (B, vocab). NaN or infinite
+    logits stop it with where they start (`core.models.finite.require_finite_logits`)."""
     model = loaded.model
     device = loaded.input_device
     kwargs = dict(
@@ -111,7 +116,9 @@ def forward_batch(loaded, batch: PreparedBatch):
         kwargs["logits_to_keep"] = 1
     with torch.no_grad(), evaluating(model):
         out = model(**kwargs)
-    return out.logits[:, -1, :]
+    logits = out.logits[:, -1, :]
+    require_finite_logits(loaded, batch, logits)
+    return logits
 
 
 def progress_bar(total: int, desc: str, enabled: bool | None = None):
@@ -268,30 +275,138 @@ def capture(
 
 
 
-def capture_hooks(loaded, texts: Sequence[str], hooks: Sequence[str], position: str = "answer", batch_size: int = 32,
-                  progress=None) -> dict[str, np.ndarray]:
-    """The activations at TransformerLens hook names (`core.models.names.site_of_hook`: blocks.N.hook_attn_out,
-    hook_mlp_out, hook_resid_pre, hook_resid_post, each (prompts, width); blocks.N.attn.hook_z, the heads' outputs
-    before W_O, (prompts, heads, head_dim), and blocks.N.attn.hook_result, each head's z_h @ W_O^h, (prompts, heads,
-    width), whose sum over heads plus W_O's bias is hook_attn_out), float32, keyed by the names as given. The
-    per-head names need a model whose heads can be read (`core.models.parts.ModelParts.require_heads`).
-    `position` is explicit: "answer", the position the answer is read at, is the one this project keeps (a capture
-    of every position would hold prompts x tokens x layers x width)."""
-    if position != "answer":
-        raise CoreError(f"position {position!r}: this project's capture keeps the answer position only "
-                        "(position=\"answer\")")
-    sites = {h: site_of_hook(h, loaded.n_layers, heads=True) for h in hooks}
-    heads = any(stream in HEAD_SITES for stream, _ in sites.values())
-    if heads:
-        asked = ", ".join(h for h, (stream, _) in sites.items() if stream in HEAD_SITES)
-        loaded.parts.require_heads(f"capturing {asked}")
-    streams = tuple(s for s in STREAMS if any(stream == s for stream, _ in sites.values()))
-    arrays = capture(loaded, texts, batch_size, streams, progress, heads=heads)
-    out = {}
-    for h, (stream, layer) in sites.items():
-        if stream == HEAD:
-            weights = loaded.parts.head_weights(layer).cpu().numpy()  # (heads, head_dim, width)
-            out[h] = np.einsum("nhd,hdw->nhw", arrays[Z][:, layer - 1], weights).astype(np.float32)
+class Activations(dict):
+    """{TransformerLens hook name: float32 array} as `capture_hooks` and `run_with_cache` return them, with what says
+    where they were read: `position` as asked; `index`, per prompt, the token read among the prompt's own tokens (0
+    its first; None for "all"); `mask` (prompts, tokens), True on the prompts' real tokens, for "all" (whose arrays
+    are left-padded with zeros to the longest prompt: a prompt's token i sits at column tokens - length + i), else
+    None; `tokens`, each prompt's tokens as text."""
+
+    position: object = ANSWER
+    index: np.ndarray | None = None
+    mask: np.ndarray | None = None
+    tokens: list | None = None
+
+    def __repr__(self) -> str:
+        kept = ", ".join(f"{k} {tuple(v.shape)}" for k, v in self.items())
+        return f"Activations(position={self.position!r}; {kept})"
+
+
+@contextmanager
+def eager_attention(model, needed: bool = True):
+    """Run `model` with eager attention while the block is active (transformers' sdpa and flash kernels do not return
+    the attention probabilities a pattern is read from), its own implementation given back after."""
+    config = getattr(model, "config", None)
+    before = getattr(config, "_attn_implementation", None)
+    if not needed or before in (None, "eager"):
+        yield
+        return
+    switch = getattr(model, "set_attn_implementation", None)
+    try:
+        if switch is not None:
+            switch("eager")
         else:
-            out[h] = arrays[stream][:, layer if stream == RESID else layer - 1]
-    return out
+            config._attn_implementation = "eager"
+        yield
+    finally:
+        if switch is not None:
+            switch(before)
+        else:
+            config._attn_implementation = before
+
+
+def capture_hooks(loaded, texts: Sequence[str], hooks: Sequence[str], position="answer", batch_size: int = 32,
+                  progress=None) -> Activations:
+    """The activations at TransformerLens hook names (`core.models.names.READ_HOOKS`, blocks counted from 0; what each
+    holds and its shape: `core.models.site_recorder`), float32, keyed by the names as given, at `position`
+    (`core.models.positions`: "answer", a token index counted on each prompt's own tokens, the operands "a" and "b",
+    or "all", which adds a token axis, left-padded with zeros, and sets the result's `mask`). An attention pattern
+    (blocks.N.attn.hook_pattern) at one token is (prompts, heads, keys), its keys left-padded with zeros to the
+    longest prompt like "all"'s tokens; it needs eager attention, which this call switches on for its passes and
+    then gives back. The per-head names need a model whose heads can be read (`ModelParts.require_heads`),
+    hook_resid_mid sequential blocks, hook_post an MLP with a down projection: each refused with why otherwise."""
+    return read_activations(loaded, texts, hooks, position, batch_size, progress, logits=False)[1]
+
+
+def run_with_cache(loaded, texts: Sequence[str], names: Sequence[str] | None = None, position="answer",
+                   batch_size: int = 32, progress=None) -> tuple[np.ndarray, Activations]:
+    """(logits, activations), as TransformerLens' `run_with_cache` gives them, at `position` (`capture_hooks`):
+    the model's logits over its whole vocabulary at that token, (prompts, vocab) (with "all", (prompts, tokens,
+    vocab), left-padded), and every hook this model has (`core.models.names.READ_HOOKS`, block by block) or those
+    `names` list. A hook the model cannot give (the heads of a post-norm layout, hook_resid_mid of parallel blocks)
+    is left out of the default list; asked by name, it is refused with why."""
+    if names is None:
+        names = available_hooks(loaded)
+    return read_activations(loaded, texts, names, position, batch_size, progress, logits=True)
+
+
+def available_hooks(loaded) -> list[str]:
+    """Every TransformerLens name (`READ_HOOKS`) this model can give, block by block."""
+    names = []
+    for block in range(loaded.n_layers):
+        for hook in READ_HOOKS[:-1]:
+            name = hook.replace("N", str(block))
+            try:
+                SiteRecorder(loaded.parts, {name: read_site(name, loaded.n_layers)})
+            except CoreError:
+                continue
+            names.append(name)
+    if loaded.parts.final_norm is not None:
+        names.append(READ_HOOKS[-1])
+    return names
+
+
+def read_activations(loaded, texts: Sequence[str], hooks: Sequence[str], position="answer", batch_size: int = 32,
+                     progress=None, logits: bool = False) -> tuple[np.ndarray | None, Activations]:
+    """What `capture_hooks` and `run_with_cache` share: the sites at `position`, and with `logits` the logits there."""
+    position = check_position(position)
+    sites = {h: read_site(h, loaded.n_layers) for h in hooks}
+    batches = prepare_batches(loaded.tokenizer, texts, batch_size)
+    encoded = loaded.tokenizer(list(texts))["input_ids"]
+    index = token_index(loaded.tokenizer, texts, position, encoded)
+    lengths = np.array([len(e) for e in encoded])
+    longest = int(lengths.max())
+    pattern = any(kind == PATTERN for kind, _ in sites.values())
+    chunks: dict[str, list] = {h: [] for h in hooks}
+    logit_chunks, order = [], []
+    bar = progress_bar(len(texts), "capture", progress)
+    model, device = loaded.model, loaded.input_device
+    try:
+        with SiteRecorder(loaded.parts, sites) as rec, evaluating(model), eager_attention(model, pattern):
+            for batch in batches:
+                width = batch.input_ids.shape[1]
+                where = None if index is None else torch.as_tensor(
+                    width - lengths[batch.indices] + index[batch.indices])
+                rec.where = where
+                with torch.no_grad():
+                    out = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+                                position_ids=batch.position_ids.to(device), use_cache=False)
+                kept = rec.take()
+                for h in hooks:
+                    chunks[h].append(padded(kept[h], longest, where is None, sites[h][0] == PATTERN))
+                if logits:
+                    got = out.logits.float().cpu()
+                    got = got if where is None else got[torch.arange(len(where)), where]
+                    logit_chunks.append(padded(got, longest, where is None, False))
+                order.append(batch.indices)
+                bar.update(len(batch.indices))
+    finally:
+        bar.close()
+    inverse = np.argsort(np.concatenate(order), kind="stable")
+    result = Activations({h: np.concatenate(chunks[h])[inverse] for h in hooks})
+    result.position, result.index = position, index
+    result.tokens = [[loaded.tokenizer.decode([t]) for t in e] for e in encoded]
+    if index is None:
+        result.mask = np.arange(longest)[None, :] >= (longest - lengths)[:, None]
+    return (np.concatenate(logit_chunks)[inverse] if logits else None), result
+
+
+def padded(t, longest: int, every_token: bool, pattern: bool) -> np.ndarray:
+    """A batch's array with its token axes (the one after the rows when `every_token`; a pattern's keys, and its
+    queries too when `every_token`) left-padded with zeros to `longest` tokens."""
+    a = t.numpy()
+    axes = ([2, 3] if every_token else [2]) if pattern else ([1] if every_token else [])
+    widths = [(0, 0)] * a.ndim
+    for axis in axes:
+        widths[axis] = (longest - a.shape[axis], 0)
+    return np.pad(a, widths) if axes else a

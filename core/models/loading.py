@@ -21,12 +21,14 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from core.errors import CoreError
+from core.errors import CoreError, choices
 from core.models.modes import evaluating
 from core.models.names import ModuleNames
 from core.models.number_tokens import NumberTokens, choose_number_tokens, number_token_candidates, require_number_range
 from core.models.parts import ModelParts, check_layout, find_parts
+from core.models.prompt_round_trip import check_round_trip, faithful_tokenizer
 from core.models.source import fingerprint_folder, project_relative, read_provenance, resolve_source
+from core.models.stored_weights import FILTER_DTYPE, StoredRows, read_stored_rows, weight_files
 from core.models.unembed import Unembed, build_unembed
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -58,6 +60,9 @@ class LoadedModel:
     local: bool
     extra: dict = field(default_factory=dict)
     number_candidates: list = field(default_factory=list)  # NumberTokens under each convention
+    #: W_U's number rows (every convention's) and the final norm's gain as the files store them, read before the
+    #: cast to the dtype the model runs in (core.models.stored_weights); None: the model's own rows are used
+    stored: StoredRows | None = field(default=None, repr=False)
 
     @property
     def n_layers(self) -> int:
@@ -93,20 +98,44 @@ class LoadedModel:
         return chosen
 
     def unembed(self, p: int, ids=None) -> Unembed:
-        """The `Unembed` of the number tokens 0..p-1 (or of the token ids `ids`)."""
-        return build_unembed(self.model, self.parts.final_norm, self.numbers.ids_for(p) if ids is None else ids)
+        """The `Unembed` of the number tokens 0..p-1 (or of the token ids `ids`), its W_U rows those of
+        `unembedding` (as the files store them, whatever dtype the model runs in) when they were read."""
+        ids = self.numbers.ids_for(p) if ids is None else ids
+        unembed = build_unembed(self.model, self.parts.final_norm, ids)
+        rows = self.stored.rows(ids) if self.stored is not None else None
+        if rows is not None:
+            unembed.weight, unembed.weight_dtype = rows.to(unembed.weight.device), FILTER_DTYPE
+        return unembed
 
     def unembedding(self, p: int):
-        """W_U: the p rows of the unembedding for the number tokens 0..p-1, float32, (p, D).
+        """W_U: the p rows of the unembedding for the number tokens 0..p-1, float32, (p, D): what every filter
+        and projection is built from.
 
-        The tensor carries `weight_dtype`, the dtype the model stores W_U in, which sets the
-        rank tolerance of the filters built from it (`core.analysis.filters.projection_filter`).
+        A model loaded from files (`load_model`) gives the rows as its files store them, read before the model was
+        cast to the dtype it runs in, so the filters of a run in bfloat16 or float16 are those of the model in
+        float32 (core.models.stored_weights). The tensor carries `weight_dtype`, the dtype whose eps sets the rank
+        tolerance of the filters built from it (`core.analysis.filters.projection_filter`): float32 for rows read
+        from the files; for a model in memory (`wrap_model`), the dtype it holds W_U in.
         """
         ids = torch.as_tensor(self.numbers.ids_for(p))
+        rows = self.stored.rows(ids) if self.stored is not None else None
+        if rows is not None:
+            rows.weight_dtype = FILTER_DTYPE
+            return rows
         weight = self.model.get_output_embeddings().weight
         rows = weight.detach()[ids.to(weight.device)].float()
         rows.weight_dtype = weight.dtype
         return rows
+
+    def final_norm_gain(self):
+        """The final norm's gain g (D,) as a float64 numpy array, as the files store it when they were read (else the
+        model's own); None when the model has no final norm with a weight."""
+        norm = self.parts.final_norm
+        weight = getattr(norm, "weight", None) if norm is not None else None
+        if not isinstance(weight, torch.Tensor):
+            return None
+        stored = self.stored.gain if self.stored is not None else None
+        return (stored if stored is not None else weight.detach()).double().cpu().numpy()
 
     def number_embedding(self, p: int):
         """W_E: the p input-embedding rows of the number tokens 0..p-1, float32, (p, D)."""
@@ -127,7 +156,7 @@ def check_supported(config, source: str) -> None:
 def _torch_dtype(name: str):
     """The torch dtype named `name` (one of `DTYPES`; "auto" stays "auto")."""
     if name not in DTYPES:
-        raise CoreError(f"unknown dtype {name!r}: choose one of {', '.join(DTYPES)}")
+        raise CoreError(f"unknown dtype {name!r}: choose one of {choices(DTYPES)}")
     return "auto" if name == "auto" else getattr(torch, name)
 
 
@@ -146,8 +175,8 @@ def check_device(device: str) -> str:
 
 def load_tokenizer(source: str, trust_remote_code: bool = False, revision: str | None = None):
     """The tokenizer of `source`, padding on the left (with eos or unk as its pad token if it has none)."""
-    return padded_on_the_left(AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code,
-                                                            revision=revision), source)
+    chosen = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, revision=revision)
+    return padded_on_the_left(faithful_tokenizer(chosen, source, revision), source)  # core.models.prompt_round_trip
 
 
 def padded_on_the_left(tok, source: str):
@@ -217,6 +246,7 @@ def load_model(
     if device_map is None:
         model.to(device)
     model.eval()  # this model is the analysis' own: it stays in eval mode
+    files = weight_files(source, folder, local, revision)
     revision_seen = getattr(config, "_commit_hash", None) or revision
     if local:
         fingerprint = fingerprint_folder(folder)
@@ -226,6 +256,7 @@ def load_model(
         model, tokenizer, module_names, source=str(folder.resolve()) if local else source, revision=revision_seen,
         fingerprint=fingerprint, local=local,
         extra={"dtype": dtype, "device": device if device_map is None else f"device_map={device_map}"},
+        files=files,
     )
 
 
@@ -235,7 +266,12 @@ def wrap_model(model, tokenizer, module_names: ModuleNames | None = None, name: 
     reads a folder: its parts found (or named by `module_names`), its number tokens chosen and its layout checked on
     a probe prompt. `name` is how reports call it (default: its class). Its fingerprint is a hash of its weights as
     they are now, so a later change to them is a different model. Its training flag is left as it is: every pass of
-    the analysis runs in eval mode (`LoadedModel.evaluating`) and gives each module its own flag back after."""
+    the analysis runs in eval mode (`LoadedModel.evaluating`) and gives each module its own flag back after.
+
+    Precision: a model in memory has no files, so its filters are built from W_U as it holds it, with the rank
+    tolerance of that dtype: pass a float32 model (`model.float()`) for the filters of `load_model`, which reads W_U
+    from the files whatever dtype the model runs in. Filters on a bfloat16 W_U are refused (bfloat16's tolerance
+    would count every singular value as zero: `core.analysis.filters.rank_tolerance`)."""
     digest = hashlib.sha256()
     for key, w in sorted(model.state_dict().items()):
         digest.update(key.encode())
@@ -248,10 +284,11 @@ def wrap_model(model, tokenizer, module_names: ModuleNames | None = None, name: 
 
 
 def _ready(model, tokenizer, module_names, *, source: str, revision, fingerprint: str, local: bool,
-           extra: dict) -> LoadedModel:
+           extra: dict, files=()) -> LoadedModel:
     """A loaded model's checks and parts (both `load_model` and `wrap_model`): a supported architecture, finite
     weights, its blocks' modules, its number tokens, the layout checked on a probe prompt (in eval mode, the model's
-    own training flags restored after: `check_layout`)."""
+    own training flags restored after: `check_layout`), and W_U's number rows of every convention as the safetensors
+    `files` store them (`read_stored_rows`; none for a model in memory)."""
     check_supported(getattr(model, "config", None), source)
     broken = [name for name, w in model.named_parameters()  # offloaded weights (device "meta") are not read here
               if w.is_floating_point() and not w.is_meta and not torch.isfinite(w).all()]
@@ -264,9 +301,14 @@ def _ready(model, tokenizer, module_names, *, source: str, revision, fingerprint
     parts = find_parts(model, module_names)
     candidates = number_token_candidates(tokenizer)
     numbers = choose_number_tokens(candidates)
+    check_round_trip(tokenizer, source, numbers.P)  # a tokenizer that garbles the prompt is refused, with the reason
     if numbers.P == 0:
         require_number_range(numbers, 1, f"{source}")
     checks = check_layout(model, tokenizer, parts, lambda ids: build_unembed(model, parts.final_norm, ids), numbers.ids)
+    stored = read_stored_rows(model, files, [i for c in candidates for i in c.ids], parts.final_norm) if files else None
+    held = model.get_output_embeddings().weight.dtype
+    filters = stored.describe() if stored is not None else (
+        f"the model's own rows ({str(held).removeprefix('torch.')})")
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
@@ -277,8 +319,9 @@ def _ready(model, tokenizer, module_names, *, source: str, revision, fingerprint
         fingerprint=fingerprint,
         architecture=type(model).__name__,
         local=local,
-        extra={**extra, "layout_check": checks},
+        extra={**extra, "layout_check": checks, "filter_unembedding": filters},
         number_candidates=candidates,
+        stored=stored,
     )
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.errors import CoreError
+from core.errors import CoreError, choices
 
 RESID = "resid"
 ATTN = "attn"
@@ -54,7 +54,7 @@ def hook_name(stream: str, layer: int, n_layers: int | None = None) -> str:
         return f"blocks.{layer}.hook_resid_pre"
     if stream in _HOOK_SUFFIX:
         return f"blocks.{layer - 1}.{_HOOK_SUFFIX[stream]}"
-    raise CoreError(f"unknown stream {stream!r}: choose from {', '.join(STREAMS + HEAD_SITES)}")
+    raise CoreError(f"unknown stream {stream!r}: choose one of {choices(STREAMS + HEAD_SITES)}")
 
 
 #: The TransformerLens hook names `site_of_hook` accepts (N: the block, counted from 0).
@@ -62,13 +62,13 @@ ACCEPTED_HOOKS = ("blocks.N.hook_resid_pre", "blocks.N.hook_resid_post", "blocks
                   "blocks.N.hook_mlp_out")
 #: The per-head TransformerLens names `capture_hooks` also reads (`site_of_hook(..., heads=True)`).
 ACCEPTED_HEAD_HOOKS = ("blocks.N.attn.hook_z", "blocks.N.attn.hook_result")
-_HEADS = ("attention's per-head internals are not kept but for each head's output (hook_z) and what it adds to the "
-          "stream (hook_result); their sum is hook_attn_out")
-_NEURONS = "the MLP's hidden neurons are not kept, only what the MLP adds to the stream (hook_mlp_out)"
+_HEADS = ("attention's queries, keys, values and scores are not kept, only each head's output (hook_z), what it adds "
+          "to the stream (hook_result) and its attention pattern (hook_pattern)")
+_NEURONS = ("the MLP's input side is not kept, only its hidden activation after the nonlinearity (hook_post) and what "
+            "it adds to the stream (hook_mlp_out)")
 _HEAD_INPUT = "per-head copies of the stream attention reads are not kept; the stream itself is hook_resid_pre"
-_NORM = "the blocks' norms are not kept, only the stream they read (hook_resid_pre)"
-_MID = ("the stream between a block's attention and its MLP is not kept; with sequential blocks it is hook_resid_pre "
-        "+ hook_attn_out of the same block, not so with parallel attention and MLP (GPT-J, GPT-NeoX, Phi)")
+_NORM = "the blocks' norms are not kept, only the stream they read (hook_resid_pre, hook_resid_mid)"
+_MID = "the MLP's input is its norm's output, not kept; the stream it normalises is hook_resid_mid"
 #: TransformerLens hook names of sites this project does not read, each with why (docs/api.md lists them).
 UNSUPPORTED_HOOKS = {
     "hook_embed": "the token embedding alone is not kept; token and position embeddings together are "
@@ -76,20 +76,71 @@ UNSUPPORTED_HOOKS = {
     "hook_pos_embed": "the position embedding alone is not kept; token and position embeddings together are "
                       "blocks.0.hook_resid_pre",
     "hook_tokens": "token ids are not activations: the tokenizer gives them",
-    "ln_final.hook_normalized": "the final norm's output is not kept; the logit lens applies the final norm to the "
-                                "last stream itself (core.models.unembed)",
-    "ln_final.hook_scale": "the final norm's scale is not kept; the logit lens applies the final norm itself",
-    "blocks.N.hook_resid_mid": _MID,
+    "ln_final.hook_scale": "the final norm's scale is not kept; its output is ln_final.hook_normalized",
     "blocks.N.hook_mlp_in": _MID,
     "blocks.N.hook_attn_in": _HEAD_INPUT,
     "blocks.N.hook_q_input": _HEAD_INPUT,
     "blocks.N.hook_k_input": _HEAD_INPUT,
     "blocks.N.hook_v_input": _HEAD_INPUT,
     **{f"blocks.N.attn.{h}": _HEADS for h in ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k",
-                                              "hook_attn_scores", "hook_pattern")},
-    **{f"blocks.N.mlp.{h}": _NEURONS for h in ("hook_pre", "hook_pre_linear", "hook_post")},
+                                              "hook_attn_scores")},
+    **{f"blocks.N.mlp.{h}": _NEURONS for h in ("hook_pre", "hook_pre_linear")},
     **{f"blocks.N.{ln}.{h}": _NORM for ln in ("ln1", "ln2") for h in ("hook_scale", "hook_normalized")},
 }
+
+
+#: The sites only read (capture_hooks, run_with_cache), each by the TransformerLens hook name's suffix: attention
+#: patterns, the MLP's neurons, the stream between attention and MLP, the final norm's output.
+PATTERN = "pattern"
+POST = "post"
+RESID_MID = "resid_mid"
+LN_FINAL = "ln_final"
+#: Every TransformerLens name `read_site` accepts, in the order `run_with_cache` lists a block's hooks.
+READ_HOOKS = ("blocks.N.hook_resid_pre", "blocks.N.attn.hook_z", "blocks.N.attn.hook_pattern",
+              "blocks.N.attn.hook_result", "blocks.N.hook_attn_out", "blocks.N.hook_resid_mid",
+              "blocks.N.mlp.hook_post", "blocks.N.hook_mlp_out", "blocks.N.hook_resid_post", "ln_final.hook_normalized")
+_READ_KIND = {"hook_resid_pre": "resid_pre", "attn.hook_z": Z, "attn.hook_pattern": PATTERN, "attn.hook_result": HEAD,
+              "hook_attn_out": ATTN, "hook_resid_mid": RESID_MID, "mlp.hook_post": POST, "hook_mlp_out": MLP,
+              "hook_resid_post": "resid_post"}
+#: The per-unit sites an edit reaches one unit at a time, named with the unit in brackets: a head's output before
+#: W_O (blocks.N.attn.hook_z[H], H counted from 0) and one MLP neuron (blocks.N.mlp.hook_post[I]).
+UNIT_SITES = {"attn.hook_z": Z, "mlp.hook_post": POST}
+
+
+def read_site(name: str, n_layers: int) -> tuple[str, int | None]:
+    """(kind, block counted from 0) of a TransformerLens name `capture_hooks` reads (`READ_HOOKS`; the kinds
+    "resid_pre", "resid_post", ATTN, MLP, Z, HEAD, PATTERN, POST, RESID_MID; LN_FINAL with block None); any other name
+    is refused with why (`UNSUPPORTED_HOOKS`) and the names accepted."""
+    name = str(name)
+    if name == "ln_final.hook_normalized":
+        return LN_FINAL, None
+    parts = name.split(".")
+    in_block = len(parts) >= 3 and parts[0] == "blocks" and parts[1].isdigit()
+    accepted = (f"Accepted: {', '.join(READ_HOOKS)}, N from 0 to {int(n_layers) - 1} (blocks counted from 0, as "
+                "TransformerLens counts)")
+    kind = _READ_KIND.get(".".join(parts[2:])) if in_block else None
+    if kind is None:
+        key = ".".join(["blocks", "N", *parts[2:]]) if in_block else name
+        why = UNSUPPORTED_HOOKS.get(key)
+        raise CoreError(f"hook {name!r} is not a site this project reads" + (f": {why}" if why else "")
+                        + f". {accepted}")
+    if not 0 <= int(parts[1]) < int(n_layers):
+        raise CoreError(f"hook {name!r}: this model has no block {parts[1]}. {accepted}")
+    return kind, int(parts[1])
+
+
+def unit_site(name: str, n_layers: int) -> tuple[str, int, int]:
+    """(Z or POST, 1-based layer, unit) of a per-unit edit site, "blocks.0.attn.hook_z[3]" (head 3 of layer 1) or
+    "blocks.1.mlp.hook_post[17]" (neuron 17 of layer 2's MLP); the unit's range is checked against the model later."""
+    head, bracket, rest = str(name).partition("[")
+    parts = head.split(".")
+    kind = UNIT_SITES.get(".".join(parts[2:])) if len(parts) >= 3 and parts[0] == "blocks" else None
+    if kind is None or not bracket or not rest.endswith("]") or not rest[:-1].isdigit() or not parts[1].isdigit():
+        raise CoreError(f"site {name!r}: a head is named blocks.N.attn.hook_z[H], a neuron blocks.N.mlp.hook_post[I] "
+                        "(N the block and H, I counted from 0, as TransformerLens counts)")
+    if not 0 <= int(parts[1]) < int(n_layers):
+        raise CoreError(f"site {name!r}: this model has no block {parts[1]} (blocks 0 to {int(n_layers) - 1})")
+    return kind, int(parts[1]) + 1, int(rest[:-1])
 
 
 def site_of_hook(name: str, n_layers: int, heads: bool = False) -> tuple[str, int]:
@@ -118,6 +169,10 @@ def site_of_hook(name: str, n_layers: int, heads: bool = False) -> tuple[str, in
             return suffixes[hook], block + 1
         return RESID, block + (hook == "hook_resid_post")
     key = ".".join(["blocks", "N", *parts[2:]]) if in_block else str(name)
+    if key in READ_HOOKS:
+        raise CoreError(f"hook {name!r} is read (core.models.capture.capture_hooks), not edited as one vector per "
+                        "prompt; a head or a neuron is edited as blocks.N.attn.hook_z[H] or blocks.N.mlp.hook_post[I]. "
+                        f"{accepted}")
     why = UNSUPPORTED_HOOKS.get(key)
     raise CoreError(f"hook {name!r} is not a site this project reads" + (f": {why}" if why else "") + f". {accepted}")
 
@@ -126,7 +181,7 @@ def check_streams(streams) -> tuple[str, ...]:
     """`streams` as a tuple, failing clearly on a name that is not one of `STREAMS`."""
     unknown = set(streams) - set(STREAMS)
     if unknown:
-        raise CoreError(f"unknown streams {sorted(unknown)}: choose from {', '.join(STREAMS)}")
+        raise CoreError(f"unknown streams {sorted(unknown)}: choose one of {choices(STREAMS)}")
     return tuple(streams)
 
 

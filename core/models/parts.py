@@ -43,6 +43,8 @@ class ModelParts:
     n_heads: int = 0
     head_dim: int = 0
     heads_missing: str | None = "the attention's output projection was not looked for"
+    #: Why the blocks have no stream between attention and MLP (attention and MLP read the same stream), or None.
+    parallel_blocks: str | None = None
 
     @property
     def n_layers(self) -> int:
@@ -141,6 +143,7 @@ def find_parts(model, names: ModuleNames | None = None) -> ModelParts:
             n_heads=n_heads,
             head_dim=head_dim,
             heads_missing=missing,
+            parallel_blocks=parallel_blocks(model),
         )
     what = (f"the module names you gave ({names})" if names is not None
             else "any known layout (GPT-2, GPT-J, GPT-NeoX, Phi, Llama-style)")
@@ -209,6 +212,18 @@ def find_heads(model, attn: list, names: ModuleNames) -> tuple[list | None, int,
         return None, 0, 0, (f"the output projection {type(found[0]).__name__} maps {sizes[0]} to {sizes[1]} numbers, "
                             f"but the config gives {heads} heads of {dim} and a stream {width} wide")
     return found, heads, dim, None
+
+
+def parallel_blocks(model) -> str | None:
+    """Why `model`'s blocks have no stream between attention and MLP (GPT-J, Phi-1/1.5/2, CodeGen, and GPT-NeoX with
+    use_parallel_residual: attention and MLP both read the block's input), or None for sequential blocks."""
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", "")
+    if kind in ("gptj", "phi", "codegen") or getattr(config, "use_parallel_residual", False) or getattr(
+            config, "parallel_attn", False):
+        return (f"{kind or type(model).__name__}'s blocks run attention and MLP in parallel on the same input, so no "
+                "stream lies between them (hook_resid_mid)")
+    return None
 
 
 def worst_layer_gap(gap, reference) -> tuple[int, float]:

@@ -41,7 +41,7 @@ from core.analysis.phase_shift import (
 )
 from core.errors import CoreError
 from core.models.loading import LoadedModel, load_model
-from core.models.names import ATTN, MLP, RESID, hook_name, site_of_hook
+from core.models.names import ATTN, MLP, RESID, Z, hook_name, site_of_hook, unit_site
 from core.runs.cache import read_manifest, read_table
 from core.runs.edit_arguments import check_edit
 from core.runs.live_model import live_model_folder
@@ -202,7 +202,7 @@ def interval(share: float, n: int) -> str:
 def ablate(target: Target, modules: str, removed: str, tau: int | None = None, keep_k: int | None = None,
            progress=None) -> Report:
     """Accuracy with one filter on every layer's `modules`, beside the unedited model (module docstring)."""
-    check_edit(target.p, tau=tau if removed != "keep" else None, keep_k=keep_k)
+    check_edit(target.p, tau=tau if removed != "keep" else None, keep_k=keep_k, basis=target.basis_name)
     ablation = Ablation(modules, removed, tau, keep_k)
     flt = ablation.build(target.loaded.unembedding(target.p), fourier_basis(target.p, target.basis_name))
     t0 = time.perf_counter()
@@ -260,15 +260,24 @@ def ablate_periods(target: Target, modules: str, periods=PAPER_PERIODS, progress
     return Report(what, target.split, n, target.n_split, float(first["accuracy"]), base, lines, figures)
 
 
-def edit_site(target: Target, site: str, fn, progress=None) -> Report:
+def edit_site(target: Target, site: str, fn, progress=None, head: int | None = None, position="answer") -> Report:
     """Accuracy with a researcher's own edit at one site, beside the unedited model: `site` a TransformerLens hook
     name (blocks.0.hook_mlp_out is MLP 1's output, core.models.names.site_of_hook), `fn` a function of that site's
-    rows at the answer position (a float32 tensor, prompts x width) returning the edited rows."""
-    stream, layer = site_of_hook(site, target.loaded.n_layers)
-    edit = FunctionEdit(fn, target.loaded.width)
+    rows at `position` (the answer position by default; core.models.positions) (a float32 tensor, prompts x width)
+    returning the edited rows. One head: blocks.N.attn.hook_z with `head` (counted from 0), or written
+    blocks.N.attn.hook_z[H]; `fn` then receives z_h, prompts x head_dim. One MLP neuron: blocks.N.mlp.hook_post[I],
+    prompts x 1 (core.models.names.unit_site)."""
+    site = f"{site}[{int(head)}]" if head is not None else site
+    if "[" in site:
+        stream, layer, unit = unit_site(site, target.loaded.n_layers)
+        width = target.loaded.parts.head_dim if stream == Z else 1
+    else:
+        (stream, layer), unit, width = site_of_hook(site, target.loaded.n_layers), None, target.loaded.width
+    edit = FunctionEdit(fn, width)
     t0 = time.perf_counter()
     base, edited = evaluate_conditions(
-        target.loaded, target.texts, target.answers, target.p, [Condition(None), Condition(edit, stream, layer)],
+        target.loaded, target.texts, target.answers, target.p,
+        [Condition(None), Condition(edit, stream, layer, position, unit)],
         "last", progress=progress, desc=f"your edit at {site}",
     )
     seconds = time.perf_counter() - t0
@@ -287,7 +296,7 @@ def edit_site(target: Target, site: str, fn, progress=None) -> Report:
     figures = {"run": target.run_name, "model": target.source, "site": site, "stream": stream, "layer": layer,
                "interval_95": [low, high], "changed": changed, "n_wrong": summary.n_wrong, "seconds": seconds,
                "predictions": [int(x) for x in edited.predictions]}
-    what = f"your edit at {hook_name(stream, layer, target.loaded.n_layers)}"
+    what = f"your edit at {site if unit is not None else hook_name(stream, layer, target.loaded.n_layers)}"
     return Report(what, target.split, n, target.n_split, edited.accuracy, base.accuracy, lines, figures)
 
 
@@ -414,9 +423,8 @@ def shift(target: Target, kind: str, layer, period_set: str, d: int, progress=No
         stream = shift_outcomes(before, evaluations[-1].predictions, int(d), target.p, modulus)
         share = out["residue_moved"] / stream["residue_moved"] if stream["residue_moved"] else float("nan")
         control_share = ctrl_moved / stream["residue_moved"] if stream["residue_moved"] else ctrl_moved * np.nan
-        lines.append(f"positive control, the whole stream after layer {last} shifted by {d}: last digit moved for "
-                     f"{pct(stream['residue_moved'])}; the group moves {pct(share)} of that (random edits "
-                     f"{pct(float(np.mean(control_share)))})")
+        lines.append(positive_control_line(last, int(d), stream["residue_moved"], share,
+                                           float(np.mean(control_share))))
         figures.update({"stream_residue_moved": stream["residue_moved"], "relative": share,
                         "control_relative_mean": float(np.mean(control_share))})
     cached = cached_shift(target, kind, first, period_set, int(d)) if not group else None
@@ -427,6 +435,17 @@ def shift(target: Target, kind: str, layer, period_set: str, d: int, progress=No
     lines.append(f"{seconds:.1f} s for the {len(conditions)} passes")
     return Report(what, target.split, n, target.n_split, evaluations[1].accuracy, evaluations[0].accuracy, lines,
                   figures)
+
+
+def positive_control_line(last: int, d: int, stream_moved: float, share: float, control_share: float) -> str:
+    """The group's positive control in words: the stream after layer `last` shifted by d, and the share of its
+    moved last digits the group moves; where the control moved none, why that share cannot be read (not "nan%")."""
+    said = (f"the group moves {pct(share)} of that (random edits {pct(control_share)})" if stream_moved > 0 else
+            "so the group's share of it cannot be read: the control moved no last digit, and there is nothing to "
+            "take a share of (the stream there does not carry the last digit as waves a shift moves; try an earlier "
+            "layer or another --d)")
+    return (f"positive control, the whole stream after layer {last} shifted by {d}: last digit moved for "
+            f"{pct(stream_moved)}; {said}")
 
 
 def cached_shift(target: Target, kind: str, layer: int, period_set: str, d: int) -> tuple[float, int] | None:

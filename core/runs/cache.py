@@ -35,6 +35,7 @@ from core import SCHEMA_VERSION
 from core.errors import CoreError
 from core.files import read_json_file, sha256_file
 from core.runs.manifest_checks import EDITED, field_problems, table_problems
+from core.runs.table_checks import CROSS_TABLES, content_problems, cross_table_problems
 from core.runs.tables import TABLE_COLUMNS, check_table, required_tables
 
 MANIFEST = "manifest.json"
@@ -422,7 +423,10 @@ def verify_run(path: str | Path, deep: bool = True) -> list[str]:
     required table is listed and present, no file is there that the manifest does not list, the manifest's
     fields agree with each other and its name with the folder's, and (deep) every file's sha256, row count and
     columns match and every manifest field a reader takes for a table's content (n_layers, p, width, taus, split,
-    task, n_examples, accuracy, ...) agrees with the table (core.runs.manifest_checks.table_problems).
+    task, n_examples, accuracy, ...) agrees with the table (core.runs.manifest_checks.table_problems), and what the
+    tables say can be: no NaN where nothing may be missing, layers and heads within the model's shape, shares,
+    counts and intervals as they must be, the unfiltered accuracy the examples table's
+    (core.runs.table_checks).
     """
     path = Path(path)
     if path.is_symlink():
@@ -455,7 +459,7 @@ def verify_run(path: str | Path, deep: bool = True) -> list[str]:
     for t in required_tables(manifest):
         if t not in tables:
             problems.append(f"table {t} is not in the manifest")
-    listed = {MANIFEST}
+    listed, read = {MANIFEST}, {}
     for t, entry in tables.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
             continue
@@ -486,7 +490,10 @@ def verify_run(path: str | Path, deep: bool = True) -> list[str]:
             missing = [c for c in TABLE_COLUMNS[t] if c not in frame.columns]
             if missing:
                 problems.append(f"table {t}: lacks columns {missing}")
-        problems += table_problems(manifest, t, frame)
+        problems += table_problems(manifest, t, frame) + content_problems(manifest, t, frame)
+        if t in CROSS_TABLES:
+            read[t] = frame
+    problems += cross_table_problems(read)
     extra = sorted(f.name for f in path.iterdir() if f.name not in listed)
     if extra:
         problems.append(

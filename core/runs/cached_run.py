@@ -18,6 +18,7 @@ from core.errors import CoreError
 from core.files import read_json_file
 from core.models.source import read_provenance
 from core.runs.ablation_grid import redraw_run_controls
+from core.runs.attribution_run import ATTRIBUTION_VERSION, write_attribution_table
 from core.runs.cache import RunWriter
 from core.runs.group_shift import GROUP_SHIFT_VERSION, has_group_shift, write_group_tables
 from core.runs.head_tables import HEAD_VERSION, has_heads, write_head_tables
@@ -26,6 +27,7 @@ from core.runs.number_tables import row_origin_table, write_number_tables
 from core.runs.patch_run import PATCH_VERSION, write_patch_table
 from core.runs.period_ablation import PERIOD_VERSION, has_periods, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
+from core.runs.position_patch_run import POSITION_VERSION, write_position_table
 from core.runs.precompute_arguments import check_stages, options_refusal
 from core.runs.shift_run import SHIFT_VERSION, phase_shift_table, shift_specs
 from core.runs.tables import check_table
@@ -194,15 +196,20 @@ def upgrade_row_origin(writer: RunWriter, loaded, p: int, log) -> bool:
 
 def upgrade_successors(writer: RunWriter, loaded, p: int, opts, examples, texts, log) -> bool:
     """A run of every stage (no `not_computed`) gets the tables of the stages added since it was made, or of an older
-    version: activation patching (core.runs.patch_run), the heads (core.runs.head_tables, where they can be read) and
-    the helix (core.runs.helix_tables), from the model, over every question; nothing else is recomputed."""
+    version: activation patching (core.runs.patch_run), the heads (core.runs.head_tables, where they can be read),
+    the helix (core.runs.helix_tables) and attribution patching (core.runs.attribution_run), from the model, over
+    every question; nothing else is recomputed."""
     answers = np.array([e.answer for e in examples])
     stages = (("patching", "patching", PATCH_VERSION, True,
                lambda: write_patch_table(writer, loaded, examples, texts, p, opts, log)),
               ("heads", "head_spectra", HEAD_VERSION, has_heads(loaded, p),
                lambda: write_head_tables(writer, loaded, texts, answers, p, opts, log)),
               ("helix", "helix_fit", HELIX_VERSION, has_helix(p),
-               lambda: write_helix_tables(writer, loaded, examples, texts, p, opts, log)))
+               lambda: write_helix_tables(writer, loaded, examples, texts, p, opts, log)),
+              ("attribution", "attribution", ATTRIBUTION_VERSION, True,
+               lambda: write_attribution_table(writer, loaded, examples, texts, p, opts, log)),
+              ("position_patching", "position_patching", POSITION_VERSION, True,
+               lambda: write_position_table(writer, loaded, examples, texts, p, opts, log)))
     upgraded, asked = False, check_stages(opts.stages)
     for key, table, version, applies, write in stages:
         manifest = read_json_file(writer.final / "manifest.json") or {}

@@ -34,13 +34,6 @@ PERIOD_VERSION = 1
 PERIOD_MODULES = (ATTN, MLP)
 
 
-def final_gain(loaded):
-    """The final norm's gain g (D,) as a float64 array; None when the model has no final norm with a weight."""
-    norm = loaded.parts.final_norm
-    weight = getattr(norm, "weight", None) if norm is not None else None
-    return None if weight is None else weight.detach().double().cpu().numpy()
-
-
 def period_filters(loaded, p: int, basis_name: str, second_moments: dict, periods=PAPER_PERIODS,
                    modules=PERIOD_MODULES, slices=SLICES, draws: int = PERIOD_DRAWS) -> list[tuple[dict, object]]:
     """[(spec, filter)] of every condition (module docstring): spec has modules, slice, reading, control, draw,
@@ -48,7 +41,7 @@ def period_filters(loaded, p: int, basis_name: str, second_moments: dict, period
     unembedding = loaded.unembedding(p)
     weight_dtype = getattr(unembedding, "weight_dtype", None)
     W_U = unembedding.double().cpu().numpy()
-    gain = final_gain(loaded)
+    gain = loaded.final_norm_gain()  # as the files store it, like W_U (whatever dtype the model runs in)
     readings = {READINGS[0]: W_U, **({READINGS[1]: gain_weighted(W_U, gain)} if gain is not None else {})}
     basis = fourier_basis(p, basis_name)
     out = []

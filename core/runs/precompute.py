@@ -17,6 +17,10 @@
    each stream and module site patched from the clean prompt at the answer position, over every pair.
 7. heads (core.runs.head_tables): each attention head's output read as a module's is, its spectrum and locking.
 8. helix (core.runs.helix_tables): the helix fit of the numbers by layer, its 3-D view, and its causal test.
+9. attribution (core.runs.attribution_run): attribution patching, the gradient estimate of stage 6 at every site and
+   head, over every pair.
+10. position_patching (core.runs.position_patch_run): the stream patched at every token of the question and every
+    layer, over the pairs of the running example's token layout (a seeded 300 on deep models).
 Then error_analysis, the manifest, and an atomic publish (core.runs.cache).
 
 Before anything is loaded, core.runs.precompute_arguments checks the options and, for a model folder, the run they
@@ -52,6 +56,7 @@ from core.runs.ablation_grid import (
     read_energy,
     write_energy,
 )
+from core.runs.attribution_run import attribution_note, write_attribution_table
 from core.runs.cache import RunWriter, ensure_cache_dir, run_lock, run_name
 from core.runs.cached_run import keep_cached_run, shift_note, training_log, write_phase_tables
 from core.runs.group_shift import group_note, has_group_shift, run_groups, write_group_tables
@@ -62,6 +67,7 @@ from core.runs.number_tables import NUMBERS_JSON, embedding_tables, row_origin_t
 from core.runs.patch_run import patch_note, write_patch_table
 from core.runs.period_ablation import has_periods, period_note, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_note
+from core.runs.position_patch_run import position_note, write_position_table
 from core.runs.precompute_arguments import (
     NUMBER_LOGIT_STAGES,
     STAGES,
@@ -76,6 +82,7 @@ from core.runs.precompute_arguments import (
     run_label,
     run_options,
 )
+from core.runs.run_timings import StageTimings
 from core.runs.sampled_design import design_for
 from core.runs.shift_run import phase_shift_table, shift_specs
 from core.tasks import build_examples, running_example_id, select_split, subsample, with_shots
@@ -101,6 +108,8 @@ STAGE_TABLES = {
     "patching": ("patching",),
     "heads": ("head_spectra", "head_locking"),
     "helix": ("helix_fit", "helix_points", "helix_patching"),
+    "attribution": ("attribution",),
+    "position_patching": ("position_patching",),
 }
 
 
@@ -206,11 +215,10 @@ def _precompute_run(
         return keep_cached_run(writer, loaded, p, opts, examples, texts, options, log, basis, taus, design)
     if writer.resumed:
         log(f"resuming {writer.name} from its unfinished tables")
-    timings = {"load_s": round(time.time() - t0, 2), "threads": torch.get_num_threads()}
+    timings = StageTimings(writer)  # every part of a run interrupted and resumed, summed (core.runs.run_timings)
+    timings.update({"load_s": round(time.time() - t0, 2), "threads": torch.get_num_threads()})
     with torch.no_grad():
-        timings.update(
-            _write_stage_tables(writer, loaded, examples, texts, p, basis, taus, running, opts, log, design)
-        )
+        _write_stage_tables(writer, loaded, examples, texts, p, basis, taus, running, opts, log, design, timings)
 
     examples_frame = writer.read("examples")
     ablations = writer.read("ablations") if writer.has("ablations") else None
@@ -238,12 +246,12 @@ def _precompute_run(
 
 def _write_stage_tables(
     writer: RunWriter, loaded, examples, texts, p: int, basis, taus, running, opts: PrecomputeOptions, log,
-    design=None,
+    design=None, timings: dict | None = None,
 ) -> dict:
     """Stages 1-5 (the module docstring) that `opts.stages` asks for, each skipped when the staging folder has its
-    tables; returns the seconds each took."""
+    tables; returns the seconds each took, set on `timings` as each stage ends (a StageTimings keeps them)."""
     stages = check_stages(opts.stages)
-    timings = {}
+    timings = {} if timings is None else timings
     t1 = time.time()
     grid_pending = "ablations" in stages and not (writer.has("ablations") and writer.has("ablation_errors"))
     if not all(writer.has(t) for t in MEASURE_TABLES):
@@ -309,6 +317,14 @@ def _write_stage_tables(
     if "helix" in stages and not writer.has("helix_fit") and has_helix(p):
         writer.write_json(HELIX_JSON, write_helix_tables(writer, loaded, examples, texts, p, opts, log))
     timings["helix_s"] = round(time.time() - t8, 2)
+    t9 = time.time()
+    if "attribution" in stages and not writer.has("attribution"):
+        write_attribution_table(writer, loaded, examples, texts, p, opts, log)
+    timings["attribution_s"] = round(time.time() - t9, 2)
+    t10 = time.time()
+    if "position_patching" in stages and not writer.has("position_patching"):
+        write_position_table(writer, loaded, examples, texts, p, opts, log)
+    timings["position_patching_s"] = round(time.time() - t10, 2)
     return timings
 
 
@@ -372,6 +388,10 @@ def _run_manifest(
         **({"patching": patch_note(writer.read("patching"), len(examples))} if writer.has("patching") else {}),
         **({"heads": head_note(loaded, len(examples))} if writer.has("head_spectra") else {}),
         **({"helix": writer.read_json(HELIX_JSON)} if writer.has("helix_fit") else {}),
+        **({"attribution": attribution_note(writer.read("attribution"), len(examples))}
+           if writer.has("attribution") else {}),
+        **({"position_patching": position_note(writer.read("position_patching"), len(examples))}
+           if writer.has("position_patching") else {}),
         "display_order": opts.display_order,
         "timings": timings,
         "notes": notes,

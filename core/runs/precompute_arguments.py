@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.analysis.fourier import check_basis_name, check_tau, fourier_basis
-from core.errors import CoreError
+from core.errors import CoreError, choices
 from core.files import read_json_file
 from core.models.names import ModuleNames
 from core.models.source import fingerprint_folder, read_recipe_label, resolve_source, weight_files
@@ -39,10 +39,12 @@ DEFAULT_TAUS = (5, 10, 20, 30, 40, 50, 75, 100, 150, 200, 250)
 PROMPT_FORMAT = "paper phrasings + ' Answer:'"
 #: The stages `--stages` chooses from, in the order they run (core.runs.precompute.STAGE_TABLES: their tables).
 #: "measure" always runs: every other table reads the examples it writes.
-STAGES = ("measure", "embeddings", "numbers", "ablations", "shift", "patching", "heads", "helix")
+STAGES = ("measure", "embeddings", "numbers", "ablations", "shift", "patching", "heads", "helix", "attribution",
+          "position_patching")
 #: The stages that read the p number tokens' logits (or their rows): none applies to a model whose tokenizer
 #: splits numbers into digits, whose run holds the number representations and k-shot answers only.
-NUMBER_LOGIT_STAGES = ("measure", "embeddings", "ablations", "shift", "patching", "heads", "helix")
+NUMBER_LOGIT_STAGES = ("measure", "embeddings", "ablations", "shift", "patching", "heads", "helix",
+                       "attribution", "position_patching")
 #: What the identity of a digit-splitting run says it is (core.runs.precompute).
 DIGITS_ANALYSIS = "digits: number representations, k-shot generation"
 #: The options a run records (its manifest's `options`) and the flag that sets each, for a refusal to name.
@@ -94,7 +96,7 @@ def check_stages(stages) -> tuple[str, ...]:
         stages = tuple(s.strip() for s in stages.split(",") if s.strip())
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
-        raise CoreError(f"--stages: no stage named {', '.join(map(repr, unknown))}; choose from {', '.join(STAGES)} "
+        raise CoreError(f"--stages: no stage named {', '.join(map(repr, unknown))}; choose from {choices(STAGES)} "
                         "(measure always runs)")
     return tuple(s for s in STAGES if s == "measure" or s in stages)
 
@@ -121,7 +123,10 @@ def check_arguments(opts: PrecomputeOptions) -> tuple[int, tuple[int, ...], tupl
     taus = run_taus(opts, p)
     basis = fourier_basis(p, opts.basis)
     for t in taus:
-        check_tau(basis, t)
+        try:
+            check_tau(basis, t)  # the one rule and message `ablate --tau` gives too (core.runs.edit_arguments)
+        except CoreError as exc:
+            raise CoreError(f"--taus {','.join(map(str, taus))}: {exc}") from None
     if opts.module_names:
         ModuleNames.parse(opts.module_names)
     return p, taus, stages

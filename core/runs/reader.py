@@ -59,6 +59,8 @@ class Table(StrEnum):
     HELIX_FIT = "helix_fit"
     HELIX_POINTS = "helix_points"
     HELIX_PATCHING = "helix_patching"
+    ATTRIBUTION = "attribution"
+    POSITION_PATCHING = "position_patching"
 
     @property
     def columns(self) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from core.errors import CoreError
+from core.errors import CoreError, choices
 from core.files import PROJECT_ROOT
 
 RECIPE_DIR = PROJECT_ROOT / "recipes"
@@ -63,7 +63,7 @@ class Freeze:
     def parse(cls, spec: dict, name: str = "") -> "Freeze":
         where = f"recipe {name}" if name else "freeze"
         if spec.get("kind") not in FREEZE_KINDS:
-            raise CoreError(f"{where}: freeze.kind must be one of {', '.join(FREEZE_KINDS)}")
+            raise CoreError(f"{where}: freeze.kind must be one of {choices(FREEZE_KINDS)}")
         _known_keys(cls, spec, f"{where}: freeze")
         if spec["kind"] == "representation":
             missing = [k for k in ("source", "layer") if k not in spec]
@@ -262,7 +262,7 @@ class Recipe:
         if self.width % self.heads:
             raise CoreError(f"recipe {self.name}: width {self.width} is not divisible by heads {self.heads}")
         if self.select not in SELECT_RULES:
-            raise CoreError(f"recipe {self.name}: select must be one of {', '.join(SELECT_RULES)}, got {self.select!r}")
+            raise CoreError(f"recipe {self.name}: select must be one of {choices(SELECT_RULES)}, got {self.select!r}")
         if self.precision not in ("bfloat16", "float32"):
             raise CoreError(f"recipe {self.name}: precision must be bfloat16 or float32")
         if self.lora is not None and self.number_tokens is None:

@@ -199,5 +199,5 @@ def test_the_patch_command_prints_every_site_as_json_for_a_pair_and_for_a_split(
                                               if s["kind"] == "resid" and s["layer"] == N_LAYERS)
     assert main(["patch", str(folder), "--clean", "15 + 93"]) == 2
     assert "give both --clean and --corrupt" in capsys.readouterr().err
-    assert main(["patch", str(folder), "--clean", "15 plus 93", "--corrupt", "15 + 94"]) == 2
-    assert "cannot read '15 plus 93'" in capsys.readouterr().err
+    assert main(["patch", str(folder), "--clean", "15 plus 93", "--corrupt", "15 + 94"]) == 2  # free text, as given
+    assert "the clean prompt is 3 tokens and the corrupted one" in capsys.readouterr().err  # not of the same length

@@ -15,7 +15,7 @@ import streamlit as st
 from screen_text import spec_strings
 from streamlit.testing.v1 import AppTest
 
-from app.sidebar import picker_label, picker_labels
+from app.sidebar import picker_label, picker_labels, precision_note
 from app.tour.steps import ONE_OF_THEM, OVER_RUNS, STEPS, settings_note
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
@@ -182,3 +182,8 @@ def test_two_runs_with_one_label_are_told_apart_by_their_ids():
     assert len(set(labels.values())) == 3
     assert labels[twins[0]["name"]].endswith("aaaaaaaaaa")
     assert not labels[SHIPPED[1].name].endswith(SHIPPED[1].name[-10:])  # a label of its own keeps no id
+
+
+def test_the_run_picker_says_when_a_run_was_computed_in_another_dtype_than_float32():
+    assert precision_note({"model": {"dtype": "bfloat16"}}) == " · computed in bfloat16"
+    assert all(precision_note(r.manifest) == "" for r in SHIPPED)  # every shipped run: float32, said nowhere

@@ -65,7 +65,7 @@ def test_the_table_of_a_tiny_model(tmp_path):
 @pytest.fixture(autouse=True)
 def a_model_that_does_the_task(monkeypatch):
     """The hand-made runs below do the task (their accuracy step is not what these tests read)."""
-    monkeypatch.setattr(periods_mod, "claim_accuracy", lambda run: SimpleNamespace(verdict="agrees"))
+    monkeypatch.setattr(periods_mod, "does_the_task", lambda run: True)
 
 
 def _run(rows):
@@ -156,3 +156,17 @@ def test_a_model_that_does_not_do_the_task_is_not_tested_by_the_narrow_test(monk
     run = RunReader("cache", find_run("cache", "scratch-demo-trained-here-addition-test"))
     claim = claim_periods(run)
     assert claim.verdict == "not tested" and "does not do the task" in claim.reason
+
+
+def test_the_validation_twin_reads_the_narrow_test_as_its_test_run_does(monkeypatch):
+    """Step 1 is "not tested" on a validation split that chose the model; the narrow test reads the model's own
+    accuracy there (99.6%), so the twin's verdict is its test run's, not "the model does not do the task"."""
+    monkeypatch.undo()  # the real accuracy reading
+    from core.runs.reader import RunReader
+    from core.runs.run_names import find_run
+
+    default = "smollm2-135m-fine-tuned-number-tokens-real-llm-rows-blocks-1-"
+    test_run, twin = (RunReader("cache", find_run("cache", default + tail)) for tail in ("882bc8ee3b", "6efea0d3e1"))
+    assert twin.split == "val" and test_run.split == "test"
+    assert claim_periods(twin).verdict == claim_periods(test_run).verdict == "does not"
+    assert "does not do the task" not in claim_periods(twin).reason

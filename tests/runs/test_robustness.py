@@ -22,6 +22,7 @@ from core.models.number_tokens import NumberTokens, require_number_range
 from core.models.random_models import number_tokenizer
 from core.models.source import fingerprint_folder
 from core.runs.cache import list_runs, read_manifest, read_table, resolve_run, run_lock, verify_run
+from core.runs.run_timings import TIMINGS_FILE
 
 #: The stages these tests read (the number probes and the phase shift are other tests' business: seconds saved each)
 SMALL = ["--max-operand", "20", "--limit", "30", "--taus", "5", "--n-sample", "2", "--no-progress",
@@ -317,6 +318,8 @@ def test_interrupted_recompute_resumes_and_keeps_the_old_run(model_dir, good_run
     assert (run / "manifest.json").read_bytes() == before and verify_run(run) == []  # the old run is untouched
     (staging,) = [p for p in cache.iterdir() if p.name.startswith(".staging-")]
     assert (staging / "examples.parquet").exists()
+    first = json.loads((staging / TIMINGS_FILE).read_text())  # the interrupted part's seconds, kept as they ended
+    assert first["parts"] == 1 and first["measurements_s"] > 0
     # a temporary file of a write that was killed is never published
     (staging / ".examples.parquet.tmp-99999").write_bytes(b"half")
     # the same --recompute again resumes: the measurements are not recomputed
@@ -325,6 +328,9 @@ def test_interrupted_recompute_resumes_and_keeps_the_old_run(model_dir, good_run
     assert precompute_cli(model_dir("gpt2"), cache, "--recompute") == 0
     assert verify_run(run) == [] and (run / "manifest.json").read_bytes() != before
     assert sorted(p.name for p in cache.iterdir()) == [run.name]  # no staging, lock, .old or .tmp left
+    timings = read_manifest(cache, run.name)["timings"]  # the whole run: both parts summed, not the resumed one's
+    assert timings["parts"] == 2 and timings["measurements_s"] >= first["measurements_s"]
+    assert timings["load_s"] >= first["load_s"] and TIMINGS_FILE not in {p.name for p in run.iterdir()}
 
 
 def test_a_fresh_recompute_does_not_resume_an_older_ordinary_staging(model_dir, good_run, tmp_path, monkeypatch):

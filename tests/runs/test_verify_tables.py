@@ -1,0 +1,107 @@
+"""`verify` checks what a run's tables say, not only their checksums (issue 68): a table edited and its checksum
+recomputed the way the writer computes it passes every checksum, so only these checks can catch it: NaN where
+nothing may be missing, a patching row past the model's layers, an unfiltered accuracy the examples table does not
+give. A run is named to `verify` as to every other command (words, id, a path to its folder), and `list` says which
+checks it ran."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from core.cli import main
+from core.files import PROJECT_ROOT, sha256_file
+from core.runs.cache import MANIFEST, verify_run
+from core.runs.run_names import locate_run, run_of_cache
+
+CACHE = PROJECT_ROOT / "cache"
+RUN = "scratch-multiplication-demo-trained-here-multiplication-test-f68a05f30b"  # 2 layers, 8 heads, 168 questions
+
+needs_shipped = pytest.mark.skipif(not (CACHE / RUN).is_dir(), reason="the shipped cache")
+
+
+def copy_run(tmp_path: Path) -> Path:
+    run = tmp_path / "cache" / RUN
+    shutil.copytree(CACHE / RUN, run)
+    return run
+
+
+def rewrite_table(run: Path, table: str, edit) -> None:
+    """`edit(frame)` applied to one table, written as the writer writes it, its checksum and rows recomputed."""
+    manifest = json.loads((run / MANIFEST).read_text())
+    entry = manifest["tables"][table]
+    path = run / entry["file"]
+    frame = pd.read_parquet(path)
+    edit(frame)
+    frame.reset_index(drop=True).to_parquet(path, index=False, compression="zstd")
+    entry.update(rows=len(frame), sha256=sha256_file(path))
+    (run / MANIFEST).write_text(json.dumps(manifest, indent=1))
+
+
+def nan_accuracy(frame):
+    frame.loc[frame.index[3], "accuracy"] = np.nan
+
+
+def layer_5(frame):
+    frame.loc[frame["kind"] == "mlp", "layer"] = 5
+
+
+def unfiltered_99(frame):
+    frame.loc[(frame["modules"] == "none") & (frame["removed"] == "none"), "accuracy"] = 0.99
+
+
+def interval_off(frame):
+    frame.loc[frame.index[0], "recovered_low"] = frame["recovered"].iloc[0] + 0.5
+
+
+EDITS = {
+    "NaN in a column that is never missing": (
+        "ablations", nan_accuracy,
+        "table ablations: column accuracy is NaN or empty in 1 row of"),
+    "a patching row past the model's layers": (
+        "patching", layer_5,
+        "table patching: 2 rows at layer 5..5, outside the model's 2 layers: modules and heads of 1..2"),
+    "an unfiltered accuracy the examples do not give": (
+        "ablations", unfiltered_99,
+        "table ablations: the unfiltered accuracy (modules none, removed none) 99.00% is not the examples table's "
+        "13.69% (the mean of correct over the same 168 test questions)"),
+    "a point outside its interval": ("patching", interval_off, "table patching: recovered lies outside its interval"),
+}
+
+
+@needs_shipped
+@pytest.mark.parametrize("what", list(EDITS))
+def test_a_table_edited_with_its_checksum_recomputed_fails_verify(what, tmp_path):
+    table, edit, line = EDITS[what]
+    run = copy_run(tmp_path)
+    rewrite_table(run, table, edit)
+    problems = verify_run(run, deep=True)
+    assert not any("sha256" in p for p in problems)  # the checksum passes: only what the table says can catch it
+    assert any(line in p for p in problems), problems
+    assert all("\n" not in p and p.endswith("recompute the run") or "float32" in p for p in problems), problems
+    assert verify_run(run, deep=False) == []  # the shallow check reads no table: `list` says so
+
+
+@needs_shipped
+def test_verify_names_a_run_as_every_command_does(tmp_path, capsys):
+    run = copy_run(tmp_path)
+    cache = str(run.parent)
+    for name, given in (("scratch-multiplication", cache), ("f68a05f30b", cache), (str(run), "elsewhere")):
+        name, found_in = locate_run(name, given)  # a path to a run folder names its own cache folder
+        assert run_of_cache(found_in, name) == RUN
+    assert main(["verify", "scratch-multiplication", "--cache-dir", cache]) == 0
+    assert capsys.readouterr().out.strip() == f"{RUN}: ok"
+    assert main(["verify", "scratch-multiplikation", "--cache-dir", cache]) == 2
+    assert f"did you mean {RUN}" in capsys.readouterr().err
+    assert main(["verify", "trained-gpt2", "--cache-dir", cache]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no run named 'trained-gpt2'") and f"did you mean {RUN}" in err
+    assert main(["list", "--json", "--cache-dir", cache]) == 0
+    assert [r["checks"] for r in json.loads(capsys.readouterr().out)] == ["shallow"]
+    assert main(["list", "--cache-dir", cache]) == 0
+    assert "shallow checks" in capsys.readouterr().out
