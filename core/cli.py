@@ -19,6 +19,7 @@ from pathlib import Path
 
 from core.errors import CoreError
 from core.runs.cache import existing_cache_dir, list_runs, resolve_run, verify_run
+from core.runs.precompute_arguments import STAGES
 from core.runs.run_names import locate_run, run_of_cache
 
 
@@ -95,9 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--n-sample", type=_positive, default=16, help="examples whose full logits are kept")
     pre.add_argument(
         "--stages", type=_stages, default=None,
-        help="which stages to run, comma-separated, from measure, embeddings, numbers, ablations, shift, patching, "
-        "heads, helix, attribution (default: all; measure always runs). A stage left out leaves its tables out, and "
-        "the dashboard says 'not tested' where they are needed",
+        help=f"which stages to run, comma-separated, from {', '.join(STAGES)} (default: all; measure always runs). A "
+        "stage left out leaves its tables out, and the dashboard says 'not tested' where they are needed",
     )
     pre.add_argument(
         "--display-order", type=int, default=100, help="position in the dashboard's run list (lower first)"
@@ -152,8 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "2.5, 5, 10, beside energy-matched random controls; periods:2,5,10 names others)")
             cmd.add_argument("--tau", type=_positive, help="the cutoff of a band (low removes 1..tau-1)")
             cmd.add_argument("--head", metavar="L.H", help="instead of a filter: ablate head H (counted from 0) of "
-                             "attention layer L (counted from 1, as the docs count), beside the same ablation of the "
-                             "layer's other heads")
+                             "attention layer L (counted from 1, as the docs count; or blocks.N.attn.hook_z[H], N from "
+                             "0), beside the same ablation of the layer's other heads")
             cmd.add_argument("--mode", choices=["zero", "mean"], default="zero",
                              help="with --head: set the head's output to zero or to its mean over the questions")
             cmd.add_argument("--position", default="answer", help="with --head: the token it acts at: answer "

@@ -6,15 +6,18 @@ The rule (`agreement`, then `agreement_sentence`):
 
 * **sites compared**: those both tables hold (the same kind, layer and head) with a finite share in both;
 * **rank correlation** (Spearman's rho): the Pearson correlation of the two shares' ranks (ties share their mean rank)
-  over the stream sites, the attention and MLP outputs, the heads, and all of them; none where fewer than
+  over the stream sites, the attention and MLP outputs, the heads, the modules and heads together ("inner"), and all
+  of them; none where fewer than
   `MIN_SITES` sites or either share does not vary;
 * **top sites**: each table's `TOP` attention, MLP or head sites by share (the stream is left out: its top layer
   restores everything by construction, in both);
 * **where they disagree most**: the `TOP` sites whose two shares differ most, each with its rank in each table (1:
   restores most), named only where the shares differ by at least `MIN_GAP` (the ranks of sites that restore next
   to nothing shuffle with noise, so a difference of rank alone is not named);
-* **the words** follow rho over all sites: at least `CLOSE` "orders the sites almost as exact patching does", at
-  least `BROAD` "orders them broadly as exact patching does", below that "orders them differently"; the top sites are
+* **the words** follow rho over the attention, MLP and head sites ("inner"; the stream is left out: its sites are
+  ordered alike in both tables by construction, 0 before layer 1 and near 1 after the last, which would lift rho): at
+  least `CLOSE` "orders the attention, MLP and head sites almost as exact patching does", at least `BROAD` "...
+  broadly as ...", below that "... differently from ..."; the top sites are
   "both" where the first site is the same; the stream after a layer of the first quarter of the model (layer 1 to
   L / 4, L its last layer; the stream before layer 1 is the same token in both prompts, 0 in both tables) among the
   disagreements is called "the stream near the embeddings", where attribution is known to fail (its change passes
@@ -34,10 +37,11 @@ from core.models.names import ATTN, HEAD, MLP, RESID
 from core.runs.reader import RunReader, Table
 
 #: The groups of sites a correlation is read over, by name, and the kinds each holds (None: every kind).
-GROUPS = {"stream": (RESID,), "modules": (ATTN, MLP), "heads": (HEAD,), "all": None}
+GROUPS = {"stream": (RESID,), "modules": (ATTN, MLP), "heads": (HEAD,), "inner": (ATTN, MLP, HEAD), "all": None}
 #: Fewer sites than this: no correlation.
 MIN_SITES = 3
-#: rho over all sites from which attribution "orders the sites almost as" exact patching does, and "broadly".
+#: rho over the attention, MLP and head sites from which attribution orders them "almost as" exact patching does, and
+#: "broadly".
 CLOSE = 0.9
 BROAD = 0.5
 #: How many top sites and disagreements a sentence names.
@@ -104,14 +108,14 @@ def agreement(patching: pd.DataFrame, attribution: pd.DataFrame) -> Agreement:
 
 
 def ordering_words(rho: float) -> str:
-    """How attribution orders the sites, by rho over all of them (module docstring)."""
+    """How attribution orders the attention, MLP and head sites, by their rho (module docstring)."""
     if not np.isfinite(rho):
         return "cannot be ranked against exact patching (too few sites, or shares that do not vary)"
     if rho >= CLOSE:
-        return "orders the sites almost as exact patching does"
+        return "orders the attention, MLP and head sites almost as exact patching does"
     if rho >= BROAD:
-        return "orders them broadly as exact patching does"
-    return "orders them differently from exact patching"
+        return "orders the attention, MLP and head sites broadly as exact patching does"
+    return "orders the attention, MLP and head sites differently from exact patching"
 
 
 def share(x: float) -> str:
@@ -128,11 +132,13 @@ def agreement_sentence(found: Agreement) -> str:
     if not len(found.sites):
         return "Attribution and exact patching share no site with a share in both: nothing to compare."
     rho, counts = found.rho, found.counts
-    groups = [f"{g} {rho[g]:+.2f} over {counts[g]}" for g in ("stream", "modules", "heads")
+    groups = [f"{g} {rho[g]:+.2f} over {counts[g]}" for g in ("modules", "heads", "stream", "all")
               if counts[g] and np.isfinite(rho[g])]
     words = [f"Attribution patching (one forward and backward pass per pair, over {found.pairs_attributed:,} pairs) "
-             f"{ordering_words(rho['all'])}: Spearman's rho {rho['all']:+.2f} over the {counts['all']} sites both "
-             "measured" + (f" ({'; '.join(groups)})" if groups else "") + "."]
+             f"{ordering_words(rho['inner'])}: Spearman's rho "
+             + (f"{rho['inner']:+.2f}" if np.isfinite(rho["inner"]) else "not defined")
+             + f" over the {counts['inner']} of them both measured"
+             + (f" (by group: {'; '.join(groups).replace('all ', 'every site ')})" if groups else "") + "."]
     if found.top_exact is not None and len(found.top_exact):
         first_exact, first_estimate = found.top_exact.iloc[0], found.top_attributed.iloc[0]
         if first_exact["site"] == first_estimate["site"]:
@@ -146,7 +152,8 @@ def agreement_sentence(found: Agreement) -> str:
         last = int(found.sites["layer"].max())
         near = moved[(moved["kind"] == RESID) & (moved["layer"] >= 1) & (moved["layer"] <= NEAR_EMBEDDINGS * last)]
         words.append("They differ most at " + "; ".join(
-            f"{both_shares(r)}, ranked {r.rank_exact} and {r.rank_attributed}" for r in moved.itertuples()) + "."
+            f"{both_shares(r)}, ranked {r.rank_exact} by exact patching and {r.rank_attributed} by attribution"
+            for r in moved.itertuples()) + "."
             + (" The stream near the embeddings is among them: its change passes through every norm of the model, "
                "where a first-order estimate is known to fail." if len(near) else ""))
     else:

@@ -162,9 +162,11 @@ def position_handover(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
 
 def position_summary(run: RunReader) -> str:
-    """Where the operands' digits move into the answer position, in the run's own numbers: the last layer at which an
-    operand's token restores more than the answer position, and the first from which the answer position restores
-    more (no verdict: the paper does not patch)."""
+    """Where the operands' digits move into the answer position, in the run's own numbers (no verdict: the paper does
+    not patch). Rule, on the cells' point estimates (each with its bootstrap interval on the page): `first` is the
+    layer after the last one at which an operand's token restores at least as much as the answer position, so from
+    `first` on the answer position restores more at every layer; the sentence quotes both at `first - 1` and at
+    `first`. Where the answer position is ahead at every layer, or never at the top, it says so."""
     table = run.table(Table.POSITION_PATCHING)
     operands, answer = position_handover(table)
     n = int(table["n"].iloc[0])
@@ -172,14 +174,18 @@ def position_summary(run: RunReader) -> str:
     if not layers:
         return (f"Over {n:,} pairs the table holds no operand token (the prompts' numbers were not found), so where "
                 "the operands move cannot be read from it.")
-    ahead = [layer for layer in layers if answer[layer] > operands[layer]]
-    if not ahead:
-        return (f"Over {n:,} pairs, an operand's token restores more than the answer position at every layer "
-                f"(at the top, {pct(operands[layers[-1]])} against {pct(answer[layers[-1]])}).")
-    first = ahead[0]
-    before = f"up to layer {first - 1} the stream at an operand's token restores up to {pct(operands[first - 1])} " \
-             f"and the answer position {pct(answer[first - 1])}; " if first > layers[0] else ""
-    return (f"Patched token by token over {n:,} pairs ({run.split} split), {before}from layer {first} on the answer "
-            f"position restores {pct(answer[first])} and the operands' tokens at most {pct(operands[first])}: "
-            f"the difference between the two questions moves from the operands into the answer position between "
-            f"layer {max(first - 1, 0)} and layer {first} (layer 0: the embeddings).")
+    opening = f"Patched token by token over {n:,} pairs ({run.split} split)"
+    behind = [layer for layer in layers if operands[layer] >= answer[layer]]
+    if not behind:
+        return (f"{opening}, the answer position restores more than any operand's token at every layer, from the "
+                f"embeddings ({pct(answer[layers[0]])} against {pct(operands[layers[0]])}) on.")
+    if behind[-1] == layers[-1]:
+        return (f"{opening}, an operand's token restores at least as much as the answer position even after the last "
+                f"layer ({pct(operands[layers[-1]])} against {pct(answer[layers[-1]])}).")
+    last = behind[-1]
+    first = layers[layers.index(last) + 1]
+    return (f"{opening}, the stream at an operand's token restores {pct(operands[last])} after layer {last} and the "
+            f"answer position {pct(answer[last])}; after layer {first} the answer position restores "
+            f"{pct(answer[first])} and the operands' tokens at most {pct(operands[first])}, and from there on the "
+            f"answer position stays ahead: the difference between the two questions moves from the operands into the "
+            f"answer position between layer {last} and layer {first} (layer 0: the embeddings).")

@@ -382,12 +382,16 @@ def read_activations(loaded, texts: Sequence[str], hooks: Sequence[str], positio
                     out = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
                                 position_ids=batch.position_ids.to(device), use_cache=False)
                 kept = rec.take()
+                real = batch.attention_mask.bool()
                 for h in hooks:
-                    chunks[h].append(padded(kept[h], longest, where is None, sites[h][0] == PATTERN))
+                    is_pattern = sites[h][0] == PATTERN
+                    chunks[h].append(padded(zero_padding(kept[h], real, where is None, is_pattern), longest,
+                                            where is None, is_pattern))
                 if logits:
                     got = out.logits.float().cpu()
                     got = got if where is None else got[torch.arange(len(where)), where]
-                    logit_chunks.append(padded(got, longest, where is None, False))
+                    logit_chunks.append(padded(zero_padding(got, real, where is None, False), longest, where is None,
+                                               False))
                 order.append(batch.indices)
                 bar.update(len(batch.indices))
     finally:
@@ -399,6 +403,22 @@ def read_activations(loaded, texts: Sequence[str], hooks: Sequence[str], positio
     if index is None:
         result.mask = np.arange(longest)[None, :] >= (longest - lengths)[:, None]
     return (np.concatenate(logit_chunks)[inverse] if logits else None), result
+
+
+def zero_padding(t, real, every_token: bool, pattern: bool):
+    """A batch's activations with every pad token's entries set to zero (`real`: the attention mask, (B, tokens)):
+    a pad token's row is computed by the model but means nothing (a fully masked query can even be NaN), so "left-
+    padded with zeros" holds for a prompt shorter than its batch too. A pattern's pad keys (and, with `every_token`,
+    its pad queries) are zeroed; other arrays' pad tokens when `every_token`."""
+    if pattern and every_token:  # (rows, heads, queries, keys)
+        keep = real[:, None, None, :] & real[:, None, :, None]
+    elif pattern:  # one query a row: (rows, heads, keys)
+        keep = real[:, None, :]
+    elif every_token:
+        keep = real.reshape(*real.shape, *([1] * (t.dim() - 2)))
+    else:
+        return t
+    return torch.where(keep.to(t.device), t, torch.zeros((), dtype=t.dtype, device=t.device))
 
 
 def padded(t, longest: int, every_token: bool, pattern: bool) -> np.ndarray:

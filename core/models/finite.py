@@ -98,6 +98,9 @@ def nonfinite_error(loaded, batch, what: str = "the model's logits", edited: boo
     else:
         todo = ("its activations overflow even in float32: check its weights (one scaled far too large? a "
                 "diverged training run?) or use a checkpoint at a smaller scale")
+    if edited:  # the hooks of the edit may still be on while the site is sought: it may be the edit's doing
+        todo = (f"an edit (a filter, patch or shift) was on, and the check may have run with it: run the model without "
+                f"the edit first; if it is NaN there too, {todo}")
     return NonFiniteError(f"{loaded.source}: NaN or infinite activations, {where}, on {n} prompt(s) ({what} are "
                           f"not finite); {todo}")
 

@@ -134,16 +134,24 @@ def edit_scope(source: str, cache_dir: str | Path, task: str, max_operand: int, 
 
 
 def parse_head(text: str, scope: EditScope) -> tuple[int, int]:
-    """--head L.H: (layer counted from 1, head counted from 0), the layer checked against the run's model; the head's
-    range is checked once the model is loaded."""
-    layer, dot, head = str(text).partition(".")
-    if not dot or not layer.isdigit() or not head.isdigit():
-        raise CoreError(f"--head {text!r}: write L.H, the layer counted from 1 and the head from 0 (e.g. 1.0: head 0 "
-                        "of layer 1)")
-    scope.check_layer(int(layer))
-    if int(layer) < 1:
-        raise CoreError(f"--head {text!r}: layers are counted from 1")
-    return int(layer), int(head)
+    """--head L.H (the layer counted from 1, as the docs count, the head from 0) or the head's TransformerLens name
+    `blocks.N.attn.hook_z[H]` (N counted from 0): (layer counted from 1, head), the layer checked against the run's
+    model; the head's range is checked once the model is loaded."""
+    text = str(text).strip()
+    named = re.fullmatch(r"blocks\.(\d+)\.attn\.hook_z\[(\d+)\]", text)
+    if named:
+        layer, head = int(named.group(1)) + 1, int(named.group(2))
+    else:
+        layer, dot, head = text.partition(".")
+        if not dot or not layer.isdigit() or not head.isdigit():
+            raise CoreError(f"--head {text!r}: write L.H, the layer counted from 1 and the head from 0 (1.0: head 0 of "
+                            "layer 1), or the head's TransformerLens name, blocks.N.attn.hook_z[H] (N counted from 0)")
+        layer, head = int(layer), int(head)
+        if layer < 1:
+            raise CoreError(f"--head {text!r}: layers are counted from 1 here (layer 1 is blocks.0); for "
+                            "TransformerLens' numbering write blocks.N.attn.hook_z[H]")
+    scope.check_layer(layer)
+    return layer, head
 
 
 def read_prompt(task: str, text: str, phrasing: int, max_operand: int) -> Example | None:

@@ -35,11 +35,9 @@ from core.tasks import RUNNING_EXAMPLE_PHRASING, build_examples, select_split
 #: The sites printed without --json: those that recover most.
 TOP_SITES = 12
 
-
 #: A cached site's recovered share agrees with the one computed now over the same pairs to this much (float32
 #: kernels batch the pairs differently from the pass that filled the cache).
 AGREE_SHARE = 0.01
-
 
 
 @dataclass
@@ -131,7 +129,9 @@ def patch_command(target: Target, clean: str | None = None, corrupt: str | None 
     if clean is not None:
         texts, chosen, what = pair_prompts(target, clean, corrupt, phrasing, answers)
         if positions:
-            return position_report(loaded, texts[0], texts[1], chosen[0], chosen[1], p, what, progress)
+            report = position_report(loaded, texts[0], texts[1], chosen[0], chosen[1], p, what, progress)
+            report.cached, report.cached_line = cached_position_line(target)
+            return report
         sites = module_sites(loaded.n_layers, loaded.parts.n_heads if loaded.parts.has_heads else 0)
         result = patch_pairs(loaded, texts[:1], texts[1:], chosen[:1], chosen[1:], p, sites, 32, progress)
         table = patching_table(result)
@@ -185,6 +185,21 @@ def cached_comparison(target: Target, table, pair: bool) -> tuple[dict | None, s
                    sites_compared=int(len(gaps)))
     said = "agrees" if figures["agrees"] else "DIFFERS"
     return figures, f"{head} ({said}: largest difference {largest:.4f} over {len(gaps)} sites)"
+
+
+def cached_position_line(target: Target) -> tuple[dict | None, str | None]:
+    """(figures, line): the run's cached `position_patching` table, named beside one pair's cells but not compared
+    (the cache reads many pairs of one layout, this patch one pair given on the command line). None for a model that
+    is no run, or a run without the table."""
+    if (target.run_name is None
+            or "position_patching" not in read_manifest(target.run_dir, target.run_name).get("tables", {})):
+        return None, None
+    cached = read_table(target.run_dir, target.run_name, "position_patching", columns=["n"])
+    pairs = int(cached["n"].iloc[0])
+    figures = {"table": "position_patching", "run": target.run_name, "pairs": pairs, "split": target.run_split,
+               "same_questions": False, "agrees": None}
+    return figures, (f"cached position patching of run {target.run_name}: {pairs:,} pairs of its {target.run_split} "
+                     "questions (not compared: this patch read one pair given on the command line)")
 
 
 def site_hook(kind: str, layer: int, head: int, n_layers: int) -> str:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from core.analysis.pairs import corrupted_text, pair_examples
 from core.analysis.position_patching import position_patch, position_table
+from core.errors import CoreError
 from core.models.positions import token_ends
 from core.runs.cache import RunWriter
 from core.runs.patch_run import PAIR_RULE
@@ -41,6 +42,9 @@ LAYOUT_RULE = ("the running example's pair and every pair whose question has its
 def question_start(tokenizer, text: str, question: str) -> int:
     """The index of the first token of `text` that holds part of `question` (its last occurrence)."""
     start = text.rfind(question)
+    if start < 0:
+        raise CoreError(f"the question {question!r} is not in its prompt {text!r}: position patching cannot tell "
+                        "which tokens are the question's")
     ends = token_ends(tokenizer, text, tokenizer([text])["input_ids"][0])
     return next(i for i, end in enumerate(ends) if end > start)
 
@@ -118,6 +122,10 @@ class PositionPatchReport:
     clean_gap: float
     corrupt_gap: float
     cells: list[dict] = field(default_factory=list)
+    split: str = "given"  # a pair given on the command line (as `patch`'s PatchReport says it)
+    #: the run's cached position_patching table beside this one; None for a model that is no run
+    cached: dict | None = None
+    cached_line: str | None = None
 
     def text(self) -> str:
         """A compact table: one row per layer (0: the embeddings), one column per token."""
@@ -131,13 +139,18 @@ class PositionPatchReport:
                  "  layer " + " ".join(f"{h:>7}" for h in heads)]
         for layer, row in grid.iterrows():
             lines.append(f"  {layer:>5} " + " ".join(f"{v:>7.3f}" if np.isfinite(v) else f"{'-':>7}" for v in row))
+        if self.cached_line:
+            lines.append(f"  {self.cached_line}")
         lines.append("  (layer 0: the embeddings; --json prints every cell)")
         return "\n".join(lines)
 
     def as_json(self) -> str:
+        """Every field (as `patch --json` without --positions: the split, the text's `lines`, the `cached`
+        comparison), NaN as null."""
         clean = [{k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in c.items()}
                  for c in self.cells]
-        return json.dumps({**asdict(self), "cells": clean}, indent=1, allow_nan=False)
+        fields = {k: v for k, v in asdict(self).items() if k != "cached_line"}
+        return json.dumps({**fields, "cells": clean, "lines": self.text().splitlines()}, indent=1, allow_nan=False)
 
 
 def position_report(loaded, clean_text: str, corrupt_text: str, clean_answer: int, corrupt_answer: int, p: int,

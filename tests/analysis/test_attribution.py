@@ -67,6 +67,8 @@ def test_the_estimate_is_exact_where_the_gap_is_linear_in_the_site(tiny):
         exact = patch_pairs(loaded, clean, corrupt, ca, ka, p, sites, 3, False)
     finally:
         setattr(holder, name, norm)
+    np.testing.assert_allclose(estimate.clean_gap, exact.clean_gap, atol=1e-4)  # the share's denominator too
+    np.testing.assert_allclose(estimate.corrupt_gap, exact.corrupt_gap, atol=1e-4)
     moved = np.abs(exact.patched_gap - exact.corrupt_gap).max(axis=1)
     error = np.abs(estimate.patched_gap - exact.patched_gap).max(axis=1)
     assert (moved > 1e-4).all()

@@ -38,6 +38,8 @@ def test_the_command_prints_cells_and_refuses_positions_without_a_pair(model_dir
     assert "--positions patches one pair" in capsys.readouterr().err
     assert main(["patch", folder, "--clean", "15 + 93", "--corrupt", "15 + 94", "--positions", "--json",
                  "--threads", "1", "--no-progress"]) == 0
-    cells = json.loads(capsys.readouterr().out)["cells"]
+    printed = json.loads(capsys.readouterr().out)
+    cells = printed["cells"]
+    assert printed["split"] == "given" and "(answer 108)" in printed["lines"][0] and "cached" in printed
     assert {"position", "token", "layer", "recovered"} <= set(cells[0])
     assert len({c["layer"] for c in cells}) == 3

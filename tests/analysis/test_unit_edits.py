@@ -11,6 +11,7 @@ from core.analysis.evaluation import evaluate_conditions
 from core.errors import CoreError
 from core.models.capture import capture_hooks
 from core.models.positions import steps_back
+from core.runs.edit_arguments import EditScope, parse_head
 
 PROMPTS = ["Put together 15 and 93. Answer:", "Total of 1 and 2. Answer:", "Calculate 100 + 7. Answer:",
            "Add together 9 and 250. Answer:"]
@@ -60,3 +61,12 @@ def test_a_head_ablation_reports_its_effect_beside_its_control(model_dir):
     assert np.isfinite(control["mean"]) and {"change", "loss_change"} <= set(report.figures) and "change" in control
     with pytest.raises(CoreError, match="heads are 0..3"):
         ablate_head(target, 1, 4, progress=False)
+
+
+def test_a_head_is_named_as_the_docs_count_or_as_transformerlens_names_it():
+    scope = EditScope(p=600, n_layers=2, split="test", answers=())
+    assert parse_head("2.3", scope) == parse_head("blocks.1.attn.hook_z[3]", scope) == (2, 3)
+    for bad, said in (("0.1", "counted from 1"), ("3.0", "layers 1..2"), ("blocks.2.attn.hook_z[0]", "layers 1..2"),
+                      ("1-2", "write L.H")):
+        with pytest.raises(CoreError, match=said):
+            parse_head(bad, scope)

@@ -7,7 +7,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core.claims.patching import HANDOVER_HIGH, HANDOVER_LOW, patching_summary, stream_handover, top_sites
+from core.claims.base import pct
+from core.claims.patching import (
+    HANDOVER_HIGH,
+    HANDOVER_LOW,
+    patching_summary,
+    position_summary,
+    stream_handover,
+    top_sites,
+)
 from core.runs.cache import list_runs
 from core.runs.reader import RunReader, Table
 
@@ -79,3 +87,31 @@ def test_each_shipped_runs_sentence_is_its_tables_rule(name):
     n = int(t.loc[t["kind"] != "head", "n"].iloc[0])
     assert re.search(rf"Over {n:,} pairs", text)
     assert np.isfinite(t["recovered"]).all()
+
+
+def position_run(operand_by_layer, answer_by_layer):
+    """A run whose position x layer table holds one operand token and the answer position, layer by layer."""
+    rows = [dict(position=p, token=tok, role=role, layer=layer, n=50, recovered=v, recovered_low=v - 0.01,
+                 recovered_high=v + 0.01, moved=0.0, patched_gap=0.0, clean_gap=1.0, corrupt_gap=-1.0)
+            for p, tok, role, values in ((2, " 93", "b", operand_by_layer), (5, ":", "answer", answer_by_layer))
+            for layer, v in enumerate(values)]
+    frame = pd.DataFrame(rows)
+    return type("PositionRun", (), {"split": "test", "table": lambda self, name: frame})()
+
+
+@pytest.mark.parametrize("operand, answer, expected", [
+    ([1.0, 0.9, 0.5, 0.1, 0.0], [0.0, 0.1, 0.4, 0.9, 1.0], (2, 3)),  # monotone: behind at 2, ahead from 3
+    ([1.0, 0.2, 0.6, 0.1, 0.0], [0.0, 0.5, 0.4, 0.9, 1.0], (2, 3)),  # ahead at 1, behind again at 2: the last counts
+    ([0.0, 0.0, 0.0], [0.5, 0.8, 1.0], None),  # ahead everywhere
+    ([1.0, 1.0, 1.0], [0.0, 0.1, 0.2], None),  # never ahead
+])
+def test_the_position_handover_is_after_the_last_layer_an_operand_leads(operand, answer, expected):
+    text = position_summary(position_run(operand, answer))
+    last = max((i for i, (o, a) in enumerate(zip(operand, answer)) if o >= a), default=None)  # the rule, afresh
+    if expected is None:
+        assert "between layer" not in text
+        assert ("at every layer" in text) == (last is None) and ("even after the last" in text) == (last is not None)
+    else:
+        assert (last, last + 1) == expected
+        assert f"between layer {last} and layer {last + 1}" in text
+        assert f"after layer {last + 1} the answer position restores {pct(answer[last + 1])}" in text

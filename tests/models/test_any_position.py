@@ -19,7 +19,13 @@ def test_one_position_is_the_same_token_as_in_every_position(loaded_model):
     every = capture_hooks(lm, PROMPTS, [name], position="all")
     lengths = every.mask.sum(1)
     width = every.mask.shape[1]
+    assert len(set(lengths)) > 1  # prompts shorter than their batch: their pad tokens are computed, then zeroed
     assert every[name].shape == (3, width, lm.width) and (every[name][~every.mask] == 0).all()  # left-padded zeros
+    pattern = capture_hooks(lm, PROMPTS, ["blocks.0.attn.hook_pattern"], position="all")["blocks.0.attn.hook_pattern"]
+    assert np.isfinite(pattern).all() and np.allclose(pattern.sum(-1)[every.mask.repeat(pattern.shape[1], 0)
+                                                                        .reshape(3, -1, width)], 1, atol=1e-5)
+    assert (pattern.transpose(0, 2, 1, 3)[~every.mask] == 0).all() and (pattern.transpose(0, 3, 1, 2)[~every.mask]
+                                                                        == 0).all()
     for position in ("answer", "a", "b", 0, -3):
         one = capture_hooks(lm, PROMPTS, [name], position=position)
         columns = width - lengths + one.index
