@@ -15,7 +15,9 @@ from core.runs.reader import RunReader
 
 #: The colour scale of a recovered share: 0 (white) to 1 (dark blue); a share below 0 (the patch pushes the other
 #: way) shows as the palest red.
-SHARE_SCALE = alt.Scale(domain=[-0.2, 0, 1], range=["#f4a582", "#ffffff", "#08306b"], clamp=True)
+#: Diverging scales interpolate in Lab: Vega-Lite's default (hcl) turns a share of -0.00001 as pink as one of -0.1 (hue
+#: is undefined at white), so a site that restores nothing looked as if it hurt.
+SHARE_SCALE = alt.Scale(domain=[-0.2, 0, 1], range=["#f4a582", "#ffffff", "#08306b"], clamp=True, interpolate="lab")
 
 
 #: Every patching heatmap's colour (the share restored) and tooltip (the site, its interval, the answers moved).
@@ -75,11 +77,11 @@ def position_heatmap(run: RunReader):
     data = position_grid(run)
     n_layers = int(data["layer"].max())
     reach = float(max(data["recovered"].abs().max(skipna=True), 1e-6))
-    scale = alt.Scale(domain=[-reach, 0, reach], range=["#b2182b", "#ffffff", "#08306b"])
+    scale = alt.Scale(domain=[-reach, 0, reach], range=["#b2182b", "#ffffff", "#08306b"], interpolate="lab")
     order = list(data.drop_duplicates("position").sort_values("position")["label"])
     chart = alt.Chart(data).mark_rect(stroke="#ddd", strokeWidth=0.5).encode(
-        x=alt.X("label:N", title="token of the clean prompt (position: text)", sort=order,
-                axis=alt.Axis(labelAngle=-45)),
+        x=alt.X("label:N", title="token of the clean prompt, first to last (its place: its text)", sort=order,
+                axis=alt.Axis(labelAngle=0, labelLimit=90)),
         y=alt.Y("layer:O", title="layer (0: the embeddings)", sort="descending",
                 axis=alt.Axis(values=stream_ticks(n_layers))),
         color=alt.Color("recovered:Q", title="restored", scale=scale,

@@ -70,7 +70,8 @@ EDITS = {
         "ablations", unfiltered_99,
         "table ablations: the unfiltered accuracy (modules none, removed none) 99.00% is not the examples table's "
         "13.69% (the mean of correct over the same 168 test questions)"),
-    "a point outside its interval": ("patching", interval_off, "table patching: recovered lies far outside its interval"),
+    "a point outside its interval": ("patching", interval_off,
+                                     "table patching: recovered lies far outside its interval"),
 }
 
 
