@@ -44,6 +44,7 @@ from core.analysis.patching import (
     Site,
     bootstrap_shares,
     check_site,
+    checked_pairs,
     module_sites,
     recovered_share,
     share_interval,
@@ -90,20 +91,7 @@ def attribute_pairs(loaded, clean_texts: Sequence[str], corrupt_texts: Sequence[
     """Estimate every site of `sites` (default: `every_site`) patched from each clean prompt into its corrupted
     partner (the same place in the lists) at the answer position (module docstring); the prompts as the model reads
     them."""
-    if len(clean_texts) != len(corrupt_texts):
-        raise CoreError(f"{len(clean_texts)} clean prompts but {len(corrupt_texts)} corrupted ones: pair them one "
-                        "to one")
-    clean_answers = np.asarray(clean_answers, dtype=np.int64)
-    corrupt_answers = np.asarray(corrupt_answers, dtype=np.int64)
-    if len(clean_answers) != len(clean_texts) or len(corrupt_answers) != len(clean_texts):
-        raise CoreError(f"{len(clean_texts)} pairs but {len(clean_answers)} clean and {len(corrupt_answers)} "
-                        "corrupted answers: give one answer per prompt")
-    if (clean_answers == corrupt_answers).any():
-        raise CoreError("a pair's two prompts have the same answer: attribution reads the logit of one answer against "
-                        "the other's")
-    both = np.concatenate([clean_answers, corrupt_answers])
-    if len(both) and (both.min() < 0 or both.max() >= p):
-        raise CoreError(f"an answer is off the number line 0..{p - 1}: attribution reads the number tokens' logits")
+    clean_answers, corrupt_answers = checked_pairs(clean_texts, corrupt_texts, clean_answers, corrupt_answers, p)
     sites = list(every_site(loaded) if sites is None else sites)
     for site in sites:
         check_site(site, loaded.n_layers, loaded.parts)

@@ -90,19 +90,34 @@ class PatchResult:
         return int(len(self.clean_gap))
 
 
+def checked_pairs(clean_texts: Sequence[str], corrupt_texts: Sequence[str], clean_answers, corrupt_answers,
+                  p: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The two answer lists as int arrays, once every pair is checked: as many clean prompts as corrupted ones (at
+    least one), an answer for each, the two answers of a pair different (the logit difference reads one against
+    the other) and, with `p`, on the number line 0..p-1. Exact, position and attribution patching read pairs alike."""
+    if len(clean_texts) != len(corrupt_texts) or not len(clean_texts):
+        raise CoreError(f"{len(clean_texts)} clean prompts but {len(corrupt_texts)} corrupted ones: pair them one "
+                        "to one")
+    clean_answers = np.asarray(clean_answers, dtype=np.int64)
+    corrupt_answers = np.asarray(corrupt_answers, dtype=np.int64)
+    if len(clean_answers) != len(clean_texts) or len(corrupt_answers) != len(clean_texts):
+        raise CoreError(f"{len(clean_texts)} pairs but {len(clean_answers)} clean and {len(corrupt_answers)} "
+                        "corrupted answers: give one answer per prompt")
+    if (clean_answers == corrupt_answers).any():
+        raise CoreError("a pair's two prompts have the same answer: patching reads the logit of one answer against "
+                        "the other's")
+    both = np.concatenate([clean_answers, corrupt_answers])
+    if p is not None and (both.min() < 0 or both.max() >= p):
+        raise CoreError(f"an answer is off the number line 0..{p - 1}: patching reads the number tokens' logits")
+    return clean_answers, corrupt_answers
+
+
 def patch_pairs(loaded, clean_texts: Sequence[str], corrupt_texts: Sequence[str], clean_answers, corrupt_answers,
                 p: int, sites: Sequence[Site] | None = None, batch_size: int = 32, progress=None) -> PatchResult:
     """Patch every site of `sites` (default: `module_sites`) from each clean prompt into its corrupted partner (the
     same place in the lists) at the answer position, in one evaluation of every site; the prompts as the model reads
     them."""
-    if len(clean_texts) != len(corrupt_texts):
-        raise CoreError(f"{len(clean_texts)} clean prompts but {len(corrupt_texts)} corrupted ones: pair them one "
-                        "to one")
-    clean_answers = np.asarray(clean_answers, dtype=np.int64)
-    corrupt_answers = np.asarray(corrupt_answers, dtype=np.int64)
-    if (clean_answers == corrupt_answers).any():
-        raise CoreError("a pair's two prompts have the same answer: patching reads the logit of one answer against "
-                        "the other's")
+    clean_answers, corrupt_answers = checked_pairs(clean_texts, corrupt_texts, clean_answers, corrupt_answers)
     sites = list(module_sites(loaded.n_layers) if sites is None else sites)
     for site in sites:
         check_site(site, loaded.n_layers, loaded.parts)

@@ -24,7 +24,14 @@ import pandas as pd
 
 from core.analysis.ablations import Condition, RowPatch
 from core.analysis.evaluation import evaluate_conditions
-from core.analysis.patching import BOOTSTRAP, BOOTSTRAP_SEED, bootstrap_shares, recovered_share, share_interval
+from core.analysis.patching import (
+    BOOTSTRAP,
+    BOOTSTRAP_SEED,
+    bootstrap_shares,
+    checked_pairs,
+    recovered_share,
+    share_interval,
+)
 from core.errors import CoreError
 from core.models.capture import capture_hooks
 from core.models.names import RESID, hook_name
@@ -92,14 +99,7 @@ def position_patch(loaded, clean_texts: Sequence[str], corrupt_texts: Sequence[s
     """Patch the stream at each of the last `span` tokens (default: every token) and each layer 0..L from each clean
     prompt into its corrupted partner (the same place in the lists); module docstring. The prompts as the model
     reads them, every one with the same number of tokens (`token_layout`)."""
-    if len(clean_texts) != len(corrupt_texts) or not len(clean_texts):
-        raise CoreError(f"{len(clean_texts)} clean prompts but {len(corrupt_texts)} corrupted ones: give pairs, one "
-                        "to one")
-    clean_answers = np.asarray(clean_answers, dtype=np.int64)
-    corrupt_answers = np.asarray(corrupt_answers, dtype=np.int64)
-    if (clean_answers == corrupt_answers).any():
-        raise CoreError("a pair's two prompts have the same answer: patching reads the logit of one answer against "
-                        "the other's")
+    clean_answers, corrupt_answers = checked_pairs(clean_texts, corrupt_texts, clean_answers, corrupt_answers)
     lengths = token_layout(loaded.tokenizer, clean_texts, corrupt_texts)
     shortest = int(lengths.min())
     span = shortest if span is None else min(int(span), shortest)
