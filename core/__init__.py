@@ -9,7 +9,7 @@ module imports only its own layer and the ones above it in this list.
   core.training   training from scratch, fine-tuning, and the delta format a fine-tuned run ships as
   core.runs       the cache and its reader, the precompute stages that fill it, summaries, live ablations
   core.claims     each finding of the paper as a rule on a run's tables, with its verdict
-  core.cli        `python -m core`
+  core.cli        `python -m core` (core.cli.arguments: its parser)
 
 Nothing here imports Streamlit. The modules the dashboard reads at page load (the run reader,
 summaries, claims) import no torch; the modules that compute import it at their top.

@@ -10,7 +10,7 @@ The layers, lowest first (a module may import its own layer and the ones below i
   training    core.training.*  training, fine-tuning and the delta format
   runs        core.runs.*      the cache and its reader, the precompute stages, summaries, live ablations
   claims      core.claims.*    the paper's findings as rules on a run's tables
-  interface   core.cli, core.__main__
+  interface   core.cli (its parser: core.cli.arguments), core.__main__
 and app/ sits on top of core; core never imports app.
 
 Inside app/ (app/__init__.py draws them), lowest first; the folders of one row do not import each other:
@@ -64,7 +64,7 @@ def layer_of(module: str) -> str:
         return "app"
     if module in FOUNDATION:
         return "foundation"
-    if module in ("core.cli", "core.__main__"):
+    if module in ("core.cli", "core.__main__") or module.startswith("core.cli."):
         return "interface"
     parts = module.split(".")
     if len(parts) >= 2 and parts[1] in LAYERS:
@@ -297,7 +297,7 @@ def test_nothing_edits_sys_path():
 #: The only places an import may sit inside a function: the command line loads a subcommand's
 #: module when that subcommand runs (so `python -m core list` does not load torch), and the
 #: dashboard loads the live-ablation engine (torch) only when a user asks for a live computation.
-LOCAL_IMPORTS_ALLOWED = {"core.cli", "app.live.ablation"}
+LOCAL_IMPORTS_ALLOWED = {"core.cli", "app.live.ablation"}  # core.cli.arguments imports at its top
 
 
 def test_imports_sit_at_the_top_of_each_file():

@@ -129,7 +129,7 @@ def loaded_identity(opts: PrecomputeOptions, loaded) -> dict:
 def precompute(opts: PrecomputeOptions, log=print) -> Path:
     """Compute and publish a run; returns its folder. Raises CoreError on bad input."""
 
-    check_precompute(opts)  # every refusal that needs no model (cli.py makes it before torch is imported, too)
+    check_precompute(opts)  # every refusal that needs no model (core.cli makes it before torch is imported, too)
     p, taus, stages = check_arguments(opts)
     ensure_cache_dir(opts.cache_dir)
     all_examples = build_examples(opts.task, opts.max_operand, opts.dataset_seed)
