@@ -83,6 +83,13 @@ case "${1:-}" in
       echo "run.sh app: port $want is already in use (another dashboard?): choose another with --port PORT" >&2; exit 2
     fi
     setup_python
+    # live computations in a process of their own, as under serve (app/live/runner.py; restarted should it stop),
+    # which preloads the warmed models; the live path warmed in the background at the lowest priority
+    # (app/live/warmup_runner.py): the default run's weights rebuilt when missing, its live sample's and every demo's
+    # prefixes written, so that the first click costs what a later one costs
+    export FOURIER_LIVE_DIR="$(mktemp -d -t fourier-live-XXXXXX)" FOURIER_LIVE_RUNNER=external
+    ( while kill -0 $$ 2>/dev/null; do "$PY" -m app.live.runner --parent $$; sleep 1; done ) &
+    "$PY" -m app.live.warmup_runner --parent $$ &
     exec "$PY" -m streamlit run app/main.py "${port[@]}" ;;
   handout)
     setup_python
@@ -91,6 +98,7 @@ case "${1:-}" in
   serve)
     setup_python; setup_proxy || exit 1
     shift
+    "$PY" -m app.live.warmup_runner --parent $$ &  # as for `app`: the live path warmed at the lowest priority
     exec "$PY" -m scripts.hall serve "$@" ;;
   *)
     echo "usage: bash run.sh app|serve|handout|test|setup" >&2; exit 2 ;;

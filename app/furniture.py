@@ -80,10 +80,13 @@ BADGE_COLOURS = {
 BADGE = {v: f":{BADGE_COLOURS[v]}-badge[{VERDICT_LABELS[v]}]" for v in VERDICTS}
 
 
-def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
+def intro(title: str, what_to_look_for: str, claim: str | None = None, shown_tau: int | None = None,
+          why_shown: str = "") -> None:
     """The page's title, what to look for, and (with `claim`, a key of core.claims.registry.RUN_CLAIMS) the
     paper's finding beside what the chosen run measures, with the verdict. A page about the chosen run (one with
-    `claim`) names its task in the title: "Spectra (multiplication): ..."."""
+    `claim`) names its task in the title: "Spectra (multiplication): ...". `shown_tau`: the cutoff the page's figures
+    use when it is not the sidebar's (a precomputed grid's nearest), `why_shown` saying why, so that the one line
+    under the verdict names each cutoff once."""
     v = current_view()
     if claim and v is not None:
         name, colon, rest = title.partition(":")
@@ -101,11 +104,15 @@ def intro(title: str, what_to_look_for: str, claim: str | None = None) -> None:
             return
         claim_box(c, seeds=seed_spread_line(v.run, claim))
         said = re.search(r"tau = (\d+)", c.measured)
-        if said and int(said.group(1)) != v.tau:  # the verdict's cutoff is not the sidebar's: say which is which
-            st.caption(
-                f":material/tune: The verdict above is judged at the paper's cutoff tau = {said.group(1)}; the figures "
-                f"below use the sidebar's tau = {v.tau}."
-            )
+        shown = v.tau if shown_tau is None else int(shown_tau)
+        verdict = f"The verdict above is judged at the paper's cutoff tau = {said.group(1)}" if said else ""
+        if said and int(said.group(1)) == shown:
+            verdict = ""
+        if verdict or shown != v.tau:  # the verdict's cutoff or the figures' is not the sidebar's: say which is which
+            figures = (f"the figures below use the sidebar's tau = {v.tau}" if shown == v.tau else
+                       f"the figures below use tau = {shown}" + (f", {why_shown}" if why_shown else ""))
+            line = f"{verdict}; {figures}." if verdict else f"{figures[0].upper()}{figures[1:]}."
+            st.caption(f":material/tune: {line}")
 
 
 def claim_box(c, who: str = "This run", line: str | None = None, details=None, seeds: str | None = None,

@@ -119,6 +119,10 @@ TERMS = {
     "and adds its own share to the stream; their sum is the layer's attention output.",
     "helix": "A line plus circles: the number n placed at n, and at cos and sin of 2 pi n / T for a few periods T "
     "(2, 5, 10, 100). A later paper (Kantamneni & Tegmark 2025) finds numbers sit on one inside language models.",
+    "sd": "Standard deviation: how far, typically, one draw lies from the mean of all the draws. '70.0 ± 9.0' is a "
+    "mean of 70.0 whose draws typically lie 9 points either side of it.",
+    "95% interval": "The range a share counted on some questions most likely lies in: ranges made this way hold the "
+    "true share 95 times in 100. '40.0 (37.1-43.0)' reads 40.0%, most likely between 37.1% and 43.0%.",
     "PCA": "Principal component analysis: the few directions along which a set of vectors varies most. Keeping a "
     "vector's part along the top r of them is the most any r directions can keep of those vectors on average.",
 }
@@ -187,6 +191,8 @@ JARGON = {
     r"\bheads?\b(?! of the)": "attention head",
     r"\bhelix\b": "helix",
     r"\bPCA\b|\bprincipal directions?\b": "PCA",
+    r"\bsd\b": "sd",
+    r"\bWilson\b|\b95% intervals?\b": "95% interval",
 }
 
 #: The terms each Tour step uses, shown beside it.

@@ -65,10 +65,12 @@ def head_band_heatmap(bands: pd.DataFrame, tau: int, run_label: str = ""):
     return styled(chart, title, height=None, row_step=row_step(int(bands["layer"].max()))), bands, caption
 
 
-def head_locking_heatmap(grid: pd.DataFrame, period: float, run_label: str = ""):
+def head_locking_heatmap(grid: pd.DataFrame, period: float, run_label: str = "", threshold: float | None = None):
     """Per head and layer, the phase locking R of the head's wave of period `period` to the answer
-    (`head_locking_grid`), cells above the family-wise chance threshold framed, those that lock framed in red."""
-    null = float(grid["null_95"].iloc[0])
+    (`head_locking_grid`), cells above the family-wise chance threshold framed, those that lock framed in red.
+    `threshold`: the one chance threshold the section quotes (the largest over its periods); the caption gives it as
+    a bound ("at most R = 0.06") so the section names one number. Without it, this period's."""
+    null = float(grid["null_95"].max())
     colour = alt.Color("locking:Q", title="locking R", scale=alt.Scale(domain=[0, 1], scheme="blues"),
                        legend=alt.Legend(orient="bottom", direction="horizontal", gradientLength=200))
     tooltip = [alt.Tooltip("layer"), alt.Tooltip("head"),
@@ -82,12 +84,33 @@ def head_locking_heatmap(grid: pd.DataFrame, period: float, run_label: str = "")
                                                                   strokeDash=[3, 2])
     locks = cells.transform_filter("datum.locks").mark_rect(fill=None, stroke="#d62728", strokeWidth=2.5)
     shuffles = int(grid["shuffles"].iloc[0]) if "shuffles" in grid else 0
+    bound = f" (R > {null:.2f})" if threshold is None else f", at most R = {max(threshold, null):.2f} at any period"
     caption = (f"Locking R (0 to 1, no unit) of each head's period-{period:g} wave to the answer, over "
-               f"{int(grid['n'].iloc[0]):,} questions. Dashed frame: above chance (R > {null:.2f}, the 95% "
-               f"family-wise threshold over every head, from {shuffles:,} shuffles); red frame: it locks.")
+               f"{int(grid['n'].iloc[0]):,} questions. Dashed frame: above chance, R above the 95% family-wise "
+               f"threshold over every head{bound}, from {shuffles:,} shuffles; red frame: it locks.")
     title = titled(f"Which attention heads follow the answer mod {period:g}", run_label)
     chart = alt.layer(cells, above, locks)
     return styled(chart, title, height=None, row_step=row_step(int(grid["layer"].max()))), grid, caption
+
+
+def opening_reason(ranked: pd.DataFrame) -> str:
+    """Why the heads' heatmap opens at the period it does, from `periods_by_locking`'s ranking (best first)."""
+    first, rest = ranked.iloc[0], ranked.iloc[1:]
+    at, heads = f"period {first['period']:g}", int(first["heads"])
+    locks, above = int(first["locks"]), int(first["above_null"])
+    counts = ", ".join(f"{r.period:g}: {int(r.locks)}" for r in rest.itertuples())
+    if locks:
+        why = f"Opens at {at}, where the most heads lock: {locks} of {heads}"
+        tied = rest[rest["locks"] == locks]
+        if len(tied):
+            others = " and ".join(f"{T:g}" for T in tied["period"])
+            longest = " and the longest period" if (tied["above_null"] == above).any() else ""
+            why += (f", as at period{'s' if len(tied) > 1 else ''} {others}; of these it has the most heads above "
+                    f"chance ({above}){longest}")
+        return why + (f" (heads that lock at the other periods: {counts})." if counts else ".")
+    if above:
+        return f"No head locks at any period; opens at {at}, where the most heads are above chance: {above} of {heads}."
+    return f"No head locks or is above chance at any period; opens at {at}, the longest of them."
 
 
 def head_spectrum(head_spectra: pd.DataFrame, basis: str, layer: int, head: int, tau: int, task: str = "addition",

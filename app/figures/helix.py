@@ -40,14 +40,18 @@ def helix_fit_chart(fit: pd.DataFrame, label: str = "", layer: int | None = None
     base = alt.Chart(data).encode(
         x=alt.X("layer:Q", title="layer (0 = embedding)", scale=alt.Scale(domain=[0, n_layers - 1], nice=False),
                 axis=alt.Axis(tickMinStep=1, labelAngle=0)),
-        color=alt.Color("series:N", title="fit", scale=MODEL_COLOURS,
-                        legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolType="circle")),
     )
+    # the legend is the lines' (a stroke swatch in each line's colour), never the pale bands'
+    legend = alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolType="stroke", symbolStrokeWidth=3,
+                        symbolSize=300)
     scale = alt.Scale(domain=[bottom, 1.03], nice=False)
     y = alt.Y("explained_mean:Q", title="held-out variance explained (%)", scale=scale, axis=alt.Axis(format="%"))
-    band = base.mark_area(opacity=0.15).encode(y=alt.Y("low:Q", scale=scale), y2=alt.Y2("high:Q"))
+    band = base.mark_area(opacity=0.15).encode(
+        y=alt.Y("low:Q", scale=scale), y2=alt.Y2("high:Q"),
+        color=alt.Color("series:N", scale=MODEL_COLOURS, legend=None),
+    )
     line = base.mark_line(point=alt.OverlayMarkDef(size=25 if n_layers > 12 else 50)).encode(
-        y=y,
+        y=y, color=alt.Color("series:N", title="fit", scale=MODEL_COLOURS, legend=legend),
         tooltip=[alt.Tooltip("series:N", title="fit"), alt.Tooltip("layer:Q"),
                  alt.Tooltip("explained_mean:Q", format=".1%", title="explained"),
                  alt.Tooltip("explained_sd:Q", format=".1%", title="sd"), alt.Tooltip("rank:Q")],
@@ -59,9 +63,10 @@ def helix_fit_chart(fit: pd.DataFrame, label: str = "", layer: int | None = None
                       .encode(x=alt.X("layer:Q")))
     rank = int(data.loc[data["model"] == "helix", "rank"].iloc[0])
     caption = (f"Share of held-out numbers' variance a rank-{rank} helix predicts from n alone, against {rank} PCA "
-               "directions read from the vector itself, the line alone and the helix with numbers shuffled (the null).")
+               "directions read from the vector itself, the line alone and the helix with numbers shuffled (the null); "
+               f"pale bands: one standard deviation over the {int(data['n_splits'].iloc[0])} splits.")
     title = "Does a helix hold the numbers? Held-out variance by layer" + (f" — {label}" if label else "")
-    return styled(alt.layer(*layers), title, height=340), data, caption
+    return styled(alt.layer(*layers).resolve_scale(color="independent"), title, height=340), data, caption
 
 
 def view_projection(points: pd.DataFrame, azimuth: float, elevation: float) -> pd.DataFrame:
@@ -100,7 +105,8 @@ def helix_view_chart(points: pd.DataFrame, period: float = 10, azimuth: float = 
                                       for cols in (("x", "y", "z"), ("fit_x", "fit_y", "fit_z"))]))
     reach = float(lengths.max() if len(lengths) else 1.0) * 1.05
     domain = alt.Scale(domain=[-reach, reach], nice=False)
-    h_title, v_title = "across the view (stream units)", "up the view (stream units)"
+    # the model's own units of length: the same scale on both axes, so distances on screen compare
+    h_title, v_title = "sideways (length in the model's vector space)", "up (length in the model's vector space)"
     curve = alt.Chart(data).mark_line(color="#444", strokeWidth=1.2, opacity=0.7).encode(
         x=alt.X("fit_h:Q", title=h_title, scale=domain), y=alt.Y("fit_v:Q", title=v_title, scale=domain),
         order=alt.Order("number:Q"),

@@ -20,31 +20,34 @@ from app.figures.style import (
     task_periods,
 )
 from app.shared import share_figures
+from core.claims.spectra import spectra_by_layer
 from core.runs import summaries
 from core.runs.reader import RunReader, Table
 from core.tasks import expression, task_name
 
 
 def accuracy_by_layer(run: RunReader, final_norm: bool):
+    """The logit lens: each layer's share of the run's questions answered exactly, within ±2 and within ±10, with one
+    legend (colour; the marks' shapes and dashes follow it) under the plot, so the plot keeps the column's width."""
     data = summaries.accuracy_by_layer(run.table(Table.LAYER_ACCURACY), final_norm)
     how = "final norm applied" if final_norm else "no final norm (the paper's reading)"
+    order = ["exact", "within ±2", "within ±10"]
     chart = (
         alt.Chart(data)
         .mark_line(point=alt.OverlayMarkDef(size=90, filled=True))
         .encode(
             x=alt.X("layer:Q", title="layer (0 = embeddings)", axis=alt.Axis(tickMinStep=1)),
-            y=alt.Y("accuracy:Q", title="accuracy (share of test prompts)", axis=PCT_AXIS, scale=PCT_SCALE),
-            color=alt.Color("measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]),
-            shape=alt.Shape("measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]),
-            strokeDash=alt.StrokeDash(
-                "measure:N", title="answer counted if", sort=["exact", "within ±2", "within ±10"]
-            ),
+            y=alt.Y("accuracy:Q", title=f"% of {run.split} questions", axis=PCT_AXIS, scale=PCT_SCALE),
+            color=alt.Color("measure:N", title="answer counted if", sort=order,
+                            legend=alt.Legend(orient="bottom", direction="horizontal")),
+            shape=alt.Shape("measure:N", sort=order, legend=None),
+            strokeDash=alt.StrokeDash("measure:N", sort=order, legend=None),
             tooltip=[alt.Tooltip("layer"), alt.Tooltip("measure"), alt.Tooltip("accuracy:Q", format=".1%")],
         )
     )
     caption = (
-        f"Logit lens, {how}: each layer's residual stream read through W_U. Where the ±10 line rises layers before the "
-        "exact line, the model approximates the answer first (as GPT-2-XL does on addition in its layers 20-30)."
+        f"Logit lens, {how}: each layer read through W_U. Where the ±10 line rises layers before the exact line, the "
+        "model gets near the answer first (as GPT-2-XL does on addition, layers 20-30)."
     )
     return styled(chart, f"Logit-lens accuracy by layer — {run.label}"), data, caption
 
@@ -143,7 +146,7 @@ def final_logits(run: RunReader, example: pd.Series):
         .mark_line(strokeWidth=1.5, color="#1f5fa8")
         .encode(
             x=alt.X("number:Q", title="number on the number line", scale=alt.Scale(domain=[0, run.p - 1], nice=False)),
-            y=alt.Y("centred:Q", title="final logit − mean"),
+            y=alt.Y("centred:Q", title="score above its average (logit)"),
             tooltip=[alt.Tooltip("number"), alt.Tooltip("centred:Q", format=".3f")],
         )
     )
@@ -155,7 +158,8 @@ def final_logits(run: RunReader, example: pd.Series):
     peak = int(data.loc[data["logit"].idxmax(), "number"])
     right = "the right answer" if peak == int(example["answer"]) else f"not the right answer {example['answer']}"
     caption = (
-        f"The model's final logits over every number 0..{run.p - 1}: the highest is {peak}, {right} (red dashed line)."
+        f"The model's final score (logit) for every number 0..{run.p - 1}, drawn above or below the average score over "
+        f"those numbers: the highest is {peak}, {right} (red dashed line)."
     )
     return (
         styled(
@@ -255,11 +259,25 @@ def _k_ticks(K: int, task: str = "addition") -> list[int]:
     return [t for t in ticks if t <= K]
 
 
+def uncrowded_labels(data: pd.DataFrame, min_gap: int) -> pd.DataFrame:
+    """`data` with the label of a peak cleared where a taller labelled peak sits within `min_gap` frequencies of it
+    (slanted labels of neighbouring bars, T=32.5 and T=24.8, would print over each other)."""
+    out = data.copy()
+    kept: list[int] = []
+    for i in out[out["label"] != ""].sort_values("magnitude", ascending=False).index:
+        if any(abs(int(out.at[i, "k"]) - k) < min_gap for k in kept):
+            out.at[i, "label"] = ""
+        else:
+            kept.append(int(out.at[i, "k"]))
+    return out
+
+
 def layer_spectrum(run: RunReader, basis: str, module: str, layer: int, tau: int):
     data = summaries.layer_spectrum(
         run.table(Table.MODULE_SPECTRA), basis, module, layer, tau, baseline=run.table(Table.MODULE_SPECTRA_BASELINE)
     )
     k_max = run.basis(basis).k_max
+    data = uncrowded_labels(data, max(2, k_max // 20))
     base = alt.Chart(data).encode(
         x=alt.X("k:Q", title="frequency k", scale=alt.Scale(domain=[0, k_max + 1], nice=False), axis=k_axis(k_max))
     )
@@ -411,15 +429,23 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
 
 
 def top_periods_bars(
-    run: RunReader, basis: str, last_layers: int = 15, top: int = 6, low_share: dict | None = None, tau: int = 50
+    run: RunReader, basis: str, last_layers: int = 15, top: int = 6, low_share: dict | None = None, tau: int = 50,
+    bar_levels: pd.DataFrame | None = None,
 ):
     """MLP and attention side by side at the periods either of them carries most (mean over the last
     layers), as grouped bars: readable on a projector, unlike a heatmap of 260 thin columns. `low_share`
-    (module -> share of the mean spectrum's energy below `tau`, the step 4 claim's numbers) goes into the legend."""
+    (module -> share of the mean spectrum's energy below `tau`, the step 4 claim's numbers) goes into the legend.
+    `bar_levels` (module "mlp"/"attn", k, level: core.claims.spectra.mean_bar_levels) draws, as a black tick on each
+    bar, the W_U baseline's bar that module must reach there to count as carrying that period."""
     n = min(last_layers, run.n_layers)
     data, order = summaries.strongest_periods(
         run.table(Table.MODULE_SPECTRA), basis, n, run.basis(basis).k_max, top, also=task_periods(run.task)
     )
+    ticks = None
+    if bar_levels is not None and len(bar_levels):
+        names = summaries.MODULE_NAMES
+        levels = bar_levels.assign(module=bar_levels["module"].map(names))
+        data = data.merge(levels.rename(columns={"level": "W_U bar"}), on=["module", "k"], how="left")
     legend = alt.Legend(orient="top")
     if low_share:
         names = summaries.MODULE_NAMES
@@ -446,14 +472,66 @@ def top_periods_bars(
             ],
         )
     )
+    if "W_U bar" in data.columns:
+        ticks = alt.Chart(data).mark_tick(color="black", thickness=3, size=14).encode(
+            x=alt.X("period T:N", sort=order),
+            xOffset=alt.XOffset("module:N"),
+            y=alt.Y("W_U bar:Q"),
+            tooltip=[alt.Tooltip("module"), alt.Tooltip("period:Q", format=".3g", title="period T"),
+                     alt.Tooltip("W_U bar:Q", format=".1f", title="W_U baseline's bar")],
+        )
     shown = ", ".join(f"{t:.3g}" for t in task_periods(run.task))
     caption = (
-        f"Each module's top {top} periods (mean of the last {n} layer{'s' if n > 1 else ''}) and the paper's for "
-        f"{task_name(run.task)} ({shown}): short ones tell the last digit, long ones the size."
+        f"Each module's top {top} periods, mean of the last {n} layer{'s' if n > 1 else ''} (the paper's for "
+        f"{task_name(run.task)}: {shown}); short ones tell the last digit, long ones the size."
     )
+    if ticks is not None:
+        caption += " Black tick: the W_U bar (below it, W_U's own shape)."
     if low_share:
-        caption += f" Legend: each module's share of energy below tau = {tau}."
-    return styled(chart, f"Strongest periods, MLP vs attention — {run.label}", height=280), data, caption
+        caption += f" Legend: share of energy below tau = {tau}."
+    drawn = chart if ticks is None else alt.layer(chart, ticks)
+    return styled(drawn, f"Strongest periods, MLP vs attention — {run.label}", height=280), data, caption
+
+
+def layer_low_gaps(run: RunReader, tau: int = 50):
+    """Step 4's first count layer by layer (core.claims.spectra.spectra_by_layer): each layer's MLP share of energy
+    below tau minus its attention's, in points, with the rule's +10 and -10 lines."""
+    rows = spectra_by_layer(run, tau)
+    wide = rows.pivot(index="layer", columns="module", values="low_share")
+    data = pd.DataFrame({"layer": wide.index, "gap": 100 * (wide["mlp"] - wide["attn"]).to_numpy()})
+    bars = alt.Chart(data).mark_bar(color="#4c78a8").encode(
+        x=alt.X("layer:O", title="layer"),
+        y=alt.Y("gap:Q", title="MLP minus attention (points)"),
+        tooltip=[alt.Tooltip("layer"), alt.Tooltip("gap:Q", format=".1f", title="points")])
+    lines = alt.Chart(pd.DataFrame({"y": [10.0, -10.0]})).mark_rule(color="black", strokeDash=[4, 3]).encode(
+        y=alt.Y("y:Q"))
+    caption = (f"Each layer on its own: above the dashed +10 line, its MLP holds 10 points more of its energy below "
+               f"tau = {tau} than its attention; below -10, the reverse.")
+    title = f"Low band in each of the last {len(data)} layers: MLP's share minus attention's — {run.label}"
+    return styled(alt.layer(bars, lines), title, height=220), data, caption
+
+
+def layer_short_ratios(run: RunReader, tau: int = 50):
+    """Step 4's second count layer by layer: for each layer and module, its strongest of periods 2, 2.5, 5, 10 as a
+    multiple of the W_U baseline's bar there (core.claims.spectra.spectra_by_layer, the rows step 4's verdict
+    counts); the bar itself is the line at 1."""
+    names = summaries.MODULE_NAMES
+    data = spectra_by_layer(run, tau)[["module", "layer", "short_over_bar", "short_best_period"]].copy()
+    data["module"] = data["module"].map(names)
+    n = data["layer"].nunique()
+    points = alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=60, filled=True)).encode(
+        x=alt.X("layer:Q", title="layer", axis=alt.Axis(tickMinStep=1), scale=alt.Scale(zero=False)),
+        y=alt.Y("short_over_bar:Q", title="strongest short period ÷ W_U bar (x)"),
+        color=alt.Color("module:N", title=None, scale=MODULE_COLOURS, legend=alt.Legend(orient="top")),
+        tooltip=[alt.Tooltip("module"), alt.Tooltip("layer"),
+                 alt.Tooltip("short_best_period:Q", format=".3g", title="period T"),
+                 alt.Tooltip("short_over_bar:Q", format=".2f", title="÷ bar")],
+    )
+    bar = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="black", strokeDash=[4, 3]).encode(y=alt.Y("y:Q"))
+    caption = ("Each layer on its own: its strongest of periods 2, 2.5, 5, 10 divided by the W_U bar; at or above the "
+               "dashed line at 1, the module carries that period in that layer.")
+    title = f"Periods 2, 2.5, 5, 10 in each of the last {n} layers, against the W_U bar — {run.label}"
+    return styled(alt.layer(points, bar), title, height=240), data, caption
 
 
 def table1_bars(run: RunReader, tau: int):

@@ -6,27 +6,50 @@ tokens (the `position_patching` table); each returns
 from __future__ import annotations
 
 import altair as alt
+import numpy as np
+import pandas as pd
 
 from app.figures.heads import head_grid, layer_ticks, row_step
 from app.figures.style import styled
 from app.state import large
-from core.claims.patching import example_pair, heads_patched, patching_grid, position_grid
+from core.analysis.patch_table import DENOISE, NOISE
+from core.claims.patching import groups_patched, heads_patched, patching_grid, position_grid
+from core.runs.patch_groups import trained_layers_of
 from core.runs.reader import RunReader
 
-#: The colour scale of a recovered share: 0 (white) to 1 (dark blue); a share below 0 (the patch pushes the other
-#: way) shows as the palest red.
-#: Diverging scales interpolate in Lab: Vega-Lite's default (hcl) turns a share of -0.00001 as pink as one of -0.1 (hue
-#: is undefined at white), so a site that restores nothing looked as if it hurt.
-SHARE_SCALE = alt.Scale(domain=[-0.2, 0, 1], range=["#f4a582", "#ffffff", "#08306b"], clamp=True, interpolate="lab")
+#: The diverging colours of a share: red where the patch pushes the other way, white at 0, blue where it moves the
+#: answer. Scales interpolate in Lab: Vega-Lite's default (hcl) turns a share of -0.00001 as pink as one of -0.1 (hue
+#: is undefined at white), so a site that moves nothing looked as if it hurt.
+DIVERGING = ["#b2182b", "#ffffff", "#08306b"]
+#: The smallest reach of a colour scale (a map of shares all near 0 is not stretched to noise).
+MIN_REACH = 0.02
+#: The colour of a frozen (never trained) layer's label.
+FROZEN_GREY = "#9a9a9a"
+#: Each direction's word for its share, on a legend and a tooltip.
+SHARE_WORD = {DENOISE: "restored", NOISE: "taken away"}
 
 
-#: Every patching heatmap's colour (the share restored) and tooltip (the site, its interval, the answers moved).
-SHARE_COLOUR = alt.Color("recovered:Q", title="restored", scale=SHARE_SCALE,
-                         legend=alt.Legend(orient="bottom", direction="horizontal", gradientLength=200, format="%"))
-SHARE_TOOLTIP = [alt.Tooltip("site:N", title="patched"), alt.Tooltip("recovered:Q", format=".1%", title="restored"),
-                 alt.Tooltip("recovered_low:Q", format=".1%", title="95% interval from"),
-                 alt.Tooltip("recovered_high:Q", format=".1%", title="to"),
-                 alt.Tooltip("moved:Q", format=".0%", title="answers moved back"), alt.Tooltip("n:Q", title="pairs")]
+def share_colour(data: pd.DataFrame, direction: str = DENOISE) -> alt.Color:
+    """The share's colour on a diverging scale centred on zero and fitted to the shares shown: -r..r, r the largest
+    |share| in `data` (at least `MIN_REACH`), so the strongest site shown is the darkest, whatever its size."""
+    values = data["recovered"].to_numpy(dtype=float)
+    values = values[np.isfinite(values)]
+    reach = max(float(np.abs(values).max()) if len(values) else 0.0, MIN_REACH)
+    scale = alt.Scale(domain=[-reach, 0, reach], range=DIVERGING, interpolate="lab")
+    return alt.Color("recovered:Q", title=SHARE_WORD[direction], scale=scale,
+                     legend=alt.Legend(orient="bottom", direction="horizontal", gradientLength=200, format="%"))
+
+
+def share_tooltip(direction: str = DENOISE) -> list:
+    """Every patching heatmap's tooltip: the site, its share with its interval, the answers moved, the pairs."""
+    word = SHARE_WORD[direction]
+    return [alt.Tooltip("site:N", title="patched"), alt.Tooltip("recovered:Q", format=".1%", title=word),
+            alt.Tooltip("recovered_low:Q", format=".1%", title="95% interval from"),
+            alt.Tooltip("recovered_high:Q", format=".1%", title="to"),
+            alt.Tooltip("moved:Q", format=".0%",
+                        title="answers moved to the clean one" if direction == DENOISE else
+                        "answers moved to the corrupted one"),
+            alt.Tooltip("n:Q", title="pairs")]
 
 
 def stream_ticks(n_layers: int) -> list[int]:
@@ -35,40 +58,101 @@ def stream_ticks(n_layers: int) -> list[int]:
     return [0, *[t for t in ticks if t != 1 or 5 not in ticks]]
 
 
-def site_heatmap(run: RunReader):
-    """Layers x (stream, attention, MLP): the share of the logit difference each site restores when patched."""
-    data = patching_grid(run)
+def layer_axis(run: RunReader, title: str, values: list[int]) -> alt.Axis:
+    """The layer axis, its frozen layers' labels grey (core.runs.patch_groups: the recipe's blocks never trained),
+    the title short enough for a heatmap's height (`frozen_words` says the rest in the caption)."""
+    first, _, from_recipe = trained_layers_of(run.manifest)
+    if not from_recipe:
+        return alt.Axis(values=values, title=title)
+    return alt.Axis(values=values, title=f"{title} (grey: frozen)",
+                    labelColor={"condition": {"test": f"datum.value < {first}", "value": FROZEN_GREY},
+                                "value": "#000"})
+
+
+def frozen_words(run: RunReader) -> str:
+    """The caption's words on the frozen layers ("" for a model trained in every layer)."""
+    first, _, from_recipe = trained_layers_of(run.manifest)
+    return f" Layers 1-{first - 1} (grey labels) were never trained: frozen." if from_recipe else ""
+
+
+def reading_words(direction: str, contrast: int) -> str:
+    """A reading in a caption's words."""
+    how = ("one site copied from the clean prompt into the corrupted one" if direction == DENOISE else
+           "one site copied from the corrupted prompt into the clean one")
+    return f"{how}, the second operand {contrast} more"
+
+
+def site_heatmap(run: RunReader, direction: str = DENOISE, contrast: int = 1, table: pd.DataFrame | None = None,
+                 pair: str | None = None):
+    """Layers x (stream, attention, MLP): the share of the logit difference each site moves when patched, in one
+    reading of the run's table (or of `table`, one pair computed now: `pair` says which)."""
+    data = patching_grid(run, direction, contrast, table)
     n_layers = int(data["layer"].max())
+    colour, tooltip = share_colour(data, direction), share_tooltip(direction)
     chart = alt.Chart(data).mark_rect(stroke="#ddd", strokeWidth=0.5).encode(
         x=alt.X("where:N", title=None, sort=["Stream", "Attention", "MLP"], axis=alt.Axis(labelAngle=0, orient="top")),
-        y=alt.Y("layer:O", title="layer (0: the stream before layer 1)", sort="ascending",
-                axis=alt.Axis(values=stream_ticks(n_layers))),
-        color=SHARE_COLOUR, tooltip=SHARE_TOOLTIP,
+        y=alt.Y("layer:O", sort="ascending", axis=layer_axis(run, "layer", stream_ticks(n_layers))),
+        color=colour, tooltip=tooltip,
     ).properties(width=260 if large() else 240)
     n = int(data["n"].iloc[0])
-    clean, _, corrupt, _ = example_pair(run)
-    caption = (f"Each cell: one site copied from the clean prompt (as \"{clean}\") into the corrupted one (\"{corrupt}"
-               f"\") at the answer position; its colour, the share of the logit difference that comes back (0: none, "
-               f"100%: all), over {n:,} pairs ({run.split} split).")
+    word = SHARE_WORD[direction]
+    over = f"for the one pair {pair}" if pair else f"over {n:,} pairs ({run.split} split)"
+    caption = (f"Each cell: {reading_words(direction, contrast)}, at the answer position; its colour, the share of the "
+               f"logit difference {word} (the scale runs to the largest shown), {over}. Layer 0: the stream before "
+               f"layer 1.{frozen_words(run)}")
     title = f"Where the difference between two questions lives — {run.label}"
     return styled(chart, title, height=None, row_step=row_step(n_layers + 1)), data, caption
 
 
-def head_heatmap(run: RunReader):
-    """Layers x heads: the share each head restores when its output alone is patched."""
-    data = heads_patched(run)
+def head_heatmap(run: RunReader, direction: str = DENOISE, contrast: int = 1, table: pd.DataFrame | None = None,
+                 pair: str | None = None):
+    """Layers x heads: the share each head moves when its output alone is patched, coloured on a scale fitted to
+    the heads shown (the strongest head is the darkest)."""
+    data = heads_patched(run, direction, contrast, table)
     n_layers, n_heads = int(data["layer"].max()), int(data["head"].max()) + 1
-    chart = head_grid(data, SHARE_COLOUR, SHARE_TOOLTIP).properties(width=min(320, 28 * n_heads))
-    caption = (f"Each cell: one attention head's output copied from the clean prompt into the corrupted one, the "
-               f"other heads left alone; the share of the logit difference that comes back, over "
-               f"{int(data['n'].iloc[0]):,} pairs ({run.split} split).")
+    chart = head_grid(data, share_colour(data, direction), share_tooltip(direction)).encode(
+        y=alt.Y("layer:O", sort="ascending", axis=layer_axis(run, "layer", layer_ticks(n_layers))),
+    ).properties(width=min(320, 28 * n_heads))
+    over = f"for the one pair {pair}" if pair else f"over {int(data['n'].iloc[0]):,} pairs ({run.split} split)"
+    reach = float(np.nanmax(np.abs(data["recovered"].to_numpy(dtype=float))))
+    how = "from the clean prompt into the corrupted one" if direction == DENOISE else \
+        "from the corrupted prompt into the clean one"
+    caption = (f"Each cell: one attention head's output copied {how} (second operand {contrast} more), the other heads "
+               f"left alone; the share of the logit difference {SHARE_WORD[direction]}, {over}. The colours run to "
+               f"the strongest head shown ({reach:.0%}).{frozen_words(run)}")
     title = f"Which attention heads carry the difference — {run.label}"
     return styled(chart, title, height=None, row_step=row_step(n_layers)), data, caption
 
 
+def group_bars(run: RunReader, table: pd.DataFrame | None = None, pair: str | None = None):
+    """The groups (the trained layers' attention together, their MLPs together) in every reading: each group's share
+    with its interval, a tick at the sum of its layers' single shares."""
+    data = groups_patched(run, table)
+    data["label"] = [f"{r}: {site}" for r, site in zip(data["reading"], data["site"])]
+    bars = alt.Chart(data).mark_bar(color="#4c78a8").encode(
+        x=alt.X("recovered:Q", title="share of the logit difference moved (%)", axis=alt.Axis(format="%")),
+        y=alt.Y("label:N", title=None, sort=list(data["label"]), axis=alt.Axis(labelLimit=400)),
+        tooltip=[alt.Tooltip("site:N", title="patched"), alt.Tooltip("reading:N"),
+                 alt.Tooltip("recovered:Q", format=".1%", title="moved"),
+                 alt.Tooltip("recovered_low:Q", format=".1%", title="95% interval from"),
+                 alt.Tooltip("recovered_high:Q", format=".1%", title="to"),
+                 alt.Tooltip("single_sum:Q", format=".1%", title="its layers one at a time, summed"),
+                 alt.Tooltip("n:Q", title="pairs")],
+    )
+    sums = alt.Chart(data).mark_tick(color="#000", thickness=2, size=18).encode(x=alt.X("single_sum:Q"), y=alt.Y(
+        "label:N", sort=list(data["label"])))
+    chart = (bars + sums).properties(width=260 if large() else 300)
+    over = f"for the one pair {pair}" if pair else f"over the {run.split} split's pairs (how many: the tooltip)"
+    caption = ("Each bar: a group of layers patched together in one pass, in each reading (denoise: restored; noise: "
+               f"taken away; +1 or +10: how much more the second operand is), {over}; the black tick: the same layers "
+               "patched one at a time, added up.")
+    title = f"Layers patched together — {run.label}"
+    return styled(chart, title, height=None, row_step=26), data, caption
+
+
 #: The position x layer heatmap's tooltip: the token, its role, the layer, then the share as every heatmap gives it.
 POSITION_TOOLTIP = [alt.Tooltip("label:N", title="token"), alt.Tooltip("what:N", title="role"),
-                    alt.Tooltip("layer:O", title="after layer"), *SHARE_TOOLTIP[1:]]
+                    alt.Tooltip("layer:O", title="after layer"), *share_tooltip()[1:]]
 
 
 def position_heatmap(run: RunReader):

@@ -229,9 +229,9 @@ def shift_bars(run: RunReader):
                    + (f"; the other {silent} moved none." if silent else "."))
     if len(groups):  # the groups first, over every question
         first = groups.iloc[0]
-        caption = (f"Blue: last digit moved by shifting short waves (stream = 100%; black: 95% interval); "
-                   f"{int(first['first_layer'])}-{int(first['layer'])}: those layers all at once, on all "
-                   f"{int(groups['n'].max()):,} questions. Grey: same-size random edits.")
+        caption = (f"Blue: last digit moved by shifting short waves (95% interval in black); "
+                   f"{int(first['first_layer'])}-{int(first['layer'])}: those layers at once. Grey: same-size random "
+                   "edits.")
     return chart, data, caption
 
 

@@ -461,3 +461,88 @@ def walk_slides(page, look) -> int:
         look(label)
         page.keyboard.press("ArrowRight")
     raise AssertionError(f"the slides did not end after {MAX_SLIDES} presses of the arrow key: {seen[-4:]}")
+
+
+#: A chart's own words as drawn (`chart_text_problems`): its titles and subtitles, axis titles, legend titles and
+#: entries, facet headers and text marks (a peak's label), read from the rendered SVG of each chart under `root`.
+#: One is *cut* where Vega shortened it ("…") or where it runs past what shows of its chart: the chart's own frame,
+#: any box above it that clips what overflows, and the window's width; two *overlap* where their drawn boxes
+#: (rotation included, less half a pixel) intersect. Tick labels are `layout_problems`'.
+_CHART_TEXT_JS = r"""
+(root) => {
+  const out = [];
+  const ROLES = ['title-text', 'title-subtitle', 'axis-title', 'legend-title', 'legend-label', 'column-header',
+                 'row-header', 'column-title', 'row-title', 'facet-header', 'mark'];
+  const role = (t) => {
+    const g = t.closest('g[class*="role-"]');
+    const m = g && /role-([a-z-]+)/.exec(g.getAttribute('class'));
+    return m ? m[1] : '';
+  };
+  const seen = (t) => t.textContent.trim() !== '' && t.getClientRects().length > 0
+    && getComputedStyle(t).visibility !== 'hidden' && parseFloat(getComputedStyle(t).opacity || '1') > 0
+    && !(t.closest('g[opacity="0"]'));
+  const corners = (t) => {
+    const b = t.getBBox(), m = t.getScreenCTM();
+    return [[b.x + .5, b.y + .5], [b.x + b.width - .5, b.y + .5], [b.x + b.width - .5, b.y + b.height - .5],
+            [b.x + .5, b.y + b.height - .5]].map(([x, y]) => [m.a * x + m.c * y + m.e, m.b * x + m.d * y + m.f]);
+  };
+  const intersect = (p, q) => {
+    for (const poly of [p, q])
+      for (let i = 0; i < 4; i++) {
+        const [x1, y1] = poly[i], [x2, y2] = poly[(i + 1) % 4], nx = y1 - y2, ny = x2 - x1;
+        const a = p.map(([x, y]) => x * nx + y * ny), c = q.map(([x, y]) => x * nx + y * ny);
+        if (Math.max(...a) <= Math.min(...c) || Math.max(...c) <= Math.min(...a)) return false;
+      }
+    return true;
+  };
+  document.querySelectorAll(root).forEach((svg, i) => {
+    if (svg.getClientRects().length === 0) return;  // a folded figure: not drawn now
+    let f = svg.getBoundingClientRect();
+    let frame = {left: f.left, right: f.right, top: f.top, bottom: f.bottom};
+    for (let a = svg.parentElement; a && a !== document.body; a = a.parentElement) {
+      const st = getComputedStyle(a);
+      if (st.overflowX === 'visible' && st.overflowY === 'visible') continue;
+      const r = a.getBoundingClientRect();
+      if (st.overflowX !== 'visible') {
+        frame.left = Math.max(frame.left, r.left);
+        frame.right = Math.min(frame.right, r.right);
+      }
+      if (st.overflowY !== 'visible') {
+        frame.top = Math.max(frame.top, r.top);
+        frame.bottom = Math.min(frame.bottom, r.bottom);
+      }
+    }
+    frame.left = Math.max(frame.left, 0);
+    frame.right = Math.min(frame.right, window.innerWidth);
+    const texts = [...svg.querySelectorAll('text')].filter(seen).map((t) => ({t, role: role(t), text: t.textContent}))
+      .filter((x) => ROLES.includes(x.role));
+    const titles = texts.filter((x) => x.role === 'title-text').map((x) => x.text);
+    const name = titles.length ? titles.join(' ') : (svg.getAttribute('aria-label') || `chart ${i + 1}`).slice(0, 60);
+    for (const x of texts) {
+      const b = x.t.getBoundingClientRect();
+      const where = [b.left < frame.left - 1 && 'left', b.right > frame.right + 1 && 'right',
+                     b.top < frame.top - 1 && 'top', b.bottom > frame.bottom + 1 && 'bottom'].filter(Boolean);
+      if (x.text.endsWith('…') || where.length)
+        out.push(`"${name}": ${x.role.replace('-', ' ')} "${x.text}" cut short`
+                 + (where.length ? ` (past its ${where.join(', ')} edge)` : ''));
+    }
+    const boxes = texts.map((x) => ({...x, c: corners(x.t)}));
+    for (let a = 0; a < boxes.length; a++)
+      for (let b = a + 1; b < boxes.length; b++) {
+        const p = boxes[a], q = boxes[b];
+        if (intersect(p.c, q.c)) out.push(`"${name}": ${p.role.replace('-', ' ')} "${p.text}" overlaps ` +
+                                          `${q.role.replace('-', ' ')} "${q.text}"`);
+      }
+  });
+  return [...new Set(out)];
+}
+"""
+#: The charts of a dashboard page, and of the HTML handout (its slides show the projector-size copies).
+APP_CHARTS, HANDOUT_CHARTS = ".vega-embed svg.marks", "section.step figure svg"
+
+
+def chart_text_problems(page, root: str = APP_CHARTS) -> list[str]:
+    """The chart words a class could not read as drawn now (`_CHART_TEXT_JS`): a title, subtitle, axis title,
+    legend title or entry, facet header or text mark cut short or overlapping another, in each visible chart
+    matched by `root`."""
+    return page.evaluate(_CHART_TEXT_JS, root)

@@ -17,12 +17,16 @@ from app.live.queue import LiveQueue, LiveRefused, LiveStatus, live_root, reques
 from app.live.rebuild import STARTING, RebuildStatus, rebuild_command, rebuild_status, start_rebuild
 from core.errors import CoreError
 from core.runs.live_model import live_model_folder
+from core.runs.live_targets import warm_targets
 from core.runs.reader import RunReader
 
 #: Seconds a page follows one request before it says to come back (user clicks end the wait at once anyway).
 MAX_WAIT_S = 600
-#: How often a waiting page looks at the queue.
+#: How often a waiting page looks at the queue: often for the first FAST_POLL_FOR_S seconds (a warm filter answers in
+#: one to three: a look every 0.4 s added up to 0.4 s to each), then less (each look reads a few small files).
 POLL_S = 0.4
+FAST_POLL_S = 0.05
+FAST_POLL_FOR_S = 4.0
 #: Seconds between two looks at a running rebuild (the page goes on meanwhile: only its progress bar runs again).
 REBUILD_POLL_S = 1.0
 #: Seconds a rebuild's end (its error, or that it is done) is shown to whoever opens the page.
@@ -90,6 +94,37 @@ def rebuild_weights(folder, progress, log):
     from core.training.delta import rebuild
 
     return rebuild(folder, log=log, progress=progress)
+
+
+def warm_run(cache_dir, target, folder, on_batch=None, threads=1) -> dict:
+    """core.runs.live_warmup.warm_prefixes (imported here, like the live engine: the warm-up process,
+    app/live/warmup_runner.py, walks through this module's door to torch)."""
+    from core.runs.live_warmup import warm_prefixes
+
+    return warm_prefixes(cache_dir, target, folder, on_batch=on_batch, threads=threads)
+
+
+def preload_warmed(cache_dir, log=print) -> list[str]:
+    """In the process that computes live requests, once the warm-up (app/live/warmup_runner.py) has written the
+    prefixes: load the default run's model and the first demo's (as many as a process keeps,
+    core.runs.live_ablation.MAX_LIVE_MODELS) and read their prefixes from disk into memory, so that the first click
+    finds what a later one finds. Returns the runs preloaded; a run that cannot be is skipped (its click computes)."""
+    from core.runs.live_ablation import MAX_LIVE_MODELS
+
+    done = []
+    for target in warm_targets(cache_dir)[:MAX_LIVE_MODELS]:
+        folder, why = target.folder()
+        if folder is None:
+            continue
+        try:
+            out = warm_run(cache_dir, target, folder, threads=threads_for(1))
+        except Exception as exc:  # noqa: BLE001 - a preload only saves time: its failure is said, never fatal
+            log(f"live_runner: {target.label} not preloaded ({type(exc).__name__})")
+            continue
+        log(f"live_runner: {target.label} preloaded in {out['seconds']:.1f} s ({out['sources']['disk']} batches of "
+            f"prefixes read from disk, {out['sources']['computed']} computed)")
+        done.append(target.run)
+    return done
 
 
 # ----------------------------------------------------------------------------- the page's side
@@ -168,7 +203,7 @@ def follow_live(request: dict, label: str) -> LiveStatus:
             else:
                 box.progress(fraction, text=line)
             shown = (line, fraction)
-        time.sleep(POLL_S)
+        time.sleep(FAST_POLL_S if time.monotonic() - start < FAST_POLL_FOR_S else POLL_S)
         status = queue.status(request["key"])
     box.empty()
     return status
@@ -237,3 +272,29 @@ def follow_rebuild(folder: str) -> None:
         st.progress(status.fraction, text=rebuild_line(status))
         return
     st.rerun()  # it ended (done, failed, or another's started): the whole page, which follows a running one only
+
+
+# ----------------------------------------------------------------------------- one patching pair, computed now
+
+@st.cache_resource(show_spinner=False, max_entries=2)
+def _patch_target(cache_dir: str, name: str, created: str, folder: str):
+    """The run's model loaded once per server for the Patching page (torch and the model load only when a user asks
+    for one pair); one question kept, as `python -m core patch --clean` keeps it."""
+    from core.runs.ablate import open_target
+
+    return open_target(name, cache_dir, limit=1, threads=threads_for("auto"), log=lambda *_: None, model=folder)
+
+
+def live_patch(run: RunReader, folder, clean: str, corrupt: str, phrasing: int, direction: str,
+               contrast: int) -> pd.DataFrame:
+    """One pair patched now at every site, through the one-pair code of `python -m core patch`
+    (core.runs.patch_command): its table (the patching table's columns, with each site's `hook` and `site` label;
+    one pair has no interval: NaN)."""
+    from core.runs.patch_command import patch_command
+
+    target = _patch_target(run.cache_dir, run.name, run.created, str(folder))
+    report = patch_command(target, clean, corrupt, phrasing, progress=False, direction=direction, contrast=contrast)
+    frame = pd.DataFrame(report.sites)
+    for column in ("recovered", "recovered_low", "recovered_high"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    return frame.drop(columns=["site"])

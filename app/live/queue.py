@@ -237,12 +237,15 @@ class LiveQueue:
                     continue
             time.sleep(0.5)  # another process computes; take over if it dies
 
-    def serve_forever(self, stop: threading.Event | None = None, poll_s: float = 0.3) -> None:
-        """Compute the queue as requests come, until `stop` (the live-computation process of `serve`)."""
+    def serve_forever(self, stop: threading.Event | None = None, poll_s: float = 0.05, idle=None) -> None:
+        """Compute the queue as requests come, until `stop` (the live-computation process of `serve`); `idle()`, when
+        given, is called whenever the queue is empty (one short step of work a request may wait for: a preload)."""
         stop = stop or threading.Event()
         while not stop.is_set():
             if self._tickets():
                 self._run()
+            elif idle is not None:
+                idle()
             stop.wait(poll_s)
 
     def _next(self) -> tuple[Path, dict] | None:

@@ -13,50 +13,41 @@ from dataclasses import dataclass, field, replace
 import altair as alt
 import pandas as pd
 
-from app.figures import logits, numbers, operations, training
+from app.figures import logits, numbers, operations, recipes, training, wave_sum
 from app.figures.phase import locking_heatmap, shift_bars
+from app.tour.evidence import (
+    Evidence,
+    bars_questions,
+    numbers_read,
+    one_question,
+    operation_evidence,
+    over,
+    phase_questions,
+    questions,
+    table_questions,
+    training_runs,
+)
 from core.claims.base import VERDICT_LABELS, Claim, pct
 from core.claims.helix import views_side_by_side
-from core.claims.operations import claim_operations, operation_runs, short_name
-from core.claims.periods import claim_periods, period_caption, period_table
+from core.claims.operations import (
+    claim_operations,
+    kind_name,
+    missing_of_kind,
+    model_kind,
+    operation_runs,
+    short_name,
+)
+from core.claims.periods import claim_periods, period_table
 from core.claims.registry import TASK_STEPS, best_run, may_stand_in, run_claims
-from core.claims.shift_rule import causal_test
-from core.claims.siblings import sibling_caption, sibling_table, training_siblings
+from core.claims.shift_rule import CAUSAL_SHARE, causal_test
+from core.claims.siblings import recipe_bars, recipe_sentence, training_siblings
+from core.claims.spectra import mean_bar_levels
 from core.paper import ACCURACY, TABLE1_TAU
 from core.runs import summaries, training_summaries
+from core.runs.cache import list_runs
 from core.runs.origin import run_origin, seed_of_manifest, trained_part, trained_short
 from core.runs.reader import RunReader, Table
-from core.tasks import expression, expression_of_id, task_name
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What a figure rests on, counted from the table it reads: `count` items (`unit`: "test questions",
-    "numbers", ...) of the `split`, out of `total` in the split where the figure reads only some of them, for
-    the run labelled `run`. `sample`: why only some (the run's cached sample), when so."""
-
-    count: int
-    unit: str
-    split: str
-    run: str
-    total: int | None = None
-    sample: str = ""
-
-    def sentence(self, name_runs: bool = True) -> str:
-        """One line under the caption: "From 16 of the 3,419 test questions (...); run: X."; without the run where
-        the screen names it already (`name_runs` False: a Tour step on a projector)."""
-        of = f" of the {self.total:,}" if self.total is not None and self.total != self.count else ""
-        unit = self.unit if self.count != 1 or of else self.unit.removesuffix("s")
-        why = f" ({self.sample})" if self.sample else ""
-        runs = f"; {self.runs_said}" if name_runs else ""
-        if self.unit == "questions":  # "16 of the 3,419 test questions"
-            return f"From {self.count:,}{of} {self.split} {unit}{why}{runs}."
-        split = f" on the {self.split} split" if self.split else ""
-        return f"From {self.count:,}{of} {unit}{why}{split}{runs}."
-
-    @property
-    def runs_said(self) -> str:
-        return f"runs: {self.run}" if ";" in self.run else f"run: {self.run}"
+from core.tasks import expression_of_id, task_name
 
 
 @dataclass(frozen=True)
@@ -82,7 +73,8 @@ class Panel:
 
     @property
     def projector_caption(self) -> str:
-        """The caption as a projector shows it: what the figure rests on without the run, which the step names."""
+        """The caption as the Tour shows it under a chart: what the figure rests on without the run, which the step and
+        the chart's subtitle name (the handout, whose figures are apart from the page, keeps `full_caption`)."""
         return f"{self.caption} {self.evidence.sentence(name_runs=False)}".strip()
 
 
@@ -96,9 +88,6 @@ class StepInputs:
     runs: list
     #: a run's claims (the app's, computed once per run); None: computed here (core.claims.registry.run_claims)
     claims_of: Callable | None = None
-    #: whether a step draws the figure of its model trained another way (`beside_siblings`); a projector leaves it to
-    #: the normal page, where the column is wide enough for its tick labels
-    sibling_figures: bool = True
 
 
 @dataclass(frozen=True)
@@ -126,76 +115,18 @@ def _panel(result, key: str, evidence: Evidence, folded: str | None = None) -> P
     return Panel(chart, data, caption, key, evidence, folded)
 
 
-# ----------------------------------------------------------------------------- what each figure rests on
-
-
-def questions(run: RunReader, count: int, sample: str = "") -> Evidence:
-    """`count` questions of the run's split (of all the split's questions, the examples table's rows)."""
-    total = len(run.table(Table.EXAMPLES))
-    return Evidence(int(count), "questions", run.split, run.label, total, sample if count != total else "")
-
-
-def one_question(run: RunReader, example: pd.Series) -> Evidence:
-    """A figure of one question (the running example 15 + 93)."""
-    return questions(run, 1, f"{expression(run.task, example['a'], example['b'])} = {example['answer']}")
-
-
-def phase_questions(run: RunReader) -> Evidence:
-    """The questions the phase tables read: the `n` of the phase_locking table, and why only a sample when so
-    (the manifest's `phase_locking` note)."""
-    n = int(run.table(Table.PHASE_LOCKING)["n"].iloc[0])
-    note = run.manifest.get("phase_locking") or {}
-    return questions(run, n, note.get("why") or "the run's cached sample")
-
-
-def sampled_questions(run: RunReader, table: Table) -> int:
-    """How many questions a per-example table (module_logits, final_waves) holds."""
-    return int(run.table(table)["example_id"].nunique())
-
-
-def table_questions(run: RunReader, frame: pd.DataFrame) -> Evidence:
-    """The questions behind a table whose rows carry their count in an `n` column (layer_accuracy, ablations)."""
-    counts = frame["n"].unique()
-    if len(counts) != 1:  # rows over different numbers of questions: name the largest, say it varies
-        return questions(run, int(counts.max()), "rows over different numbers of questions")
-    return questions(run, int(counts[0]))
-
-
-def numbers_read(run: RunReader) -> Evidence:
-    """The numbers whose representations step 7 reads (the manifest's `number_representations`)."""
-    reps = run.number_representations
-    n = int(reps.get("n_numbers", run.p))
-    context = reps.get("context")
-    sample = f"0..{n - 1} in the text “{context.replace('{n}', 'n')}”" if context else ""
-    return Evidence(n, "numbers", "", run.label, sample=sample)
-
-
-def training_runs(logs: dict[str, pd.DataFrame]) -> Evidence:
-    """Step 8's curves: one training run per model and seed, scored on the validation split."""
-    n = sum(int(log["seed"].nunique()) for log in logs.values())
-    return Evidence(n, "training runs", "validation", "; ".join(logs), sample=f"{len(logs)} models, each seed a run")
-
-
 # ----------------------------------------------------------------------------- figures of each step
-
-
-def over(e: Evidence) -> str:
-    """ "all 3,419 test questions", or "16 of the 3,419 test questions (a sample)"."""
-    if e.total == e.count:
-        return f"all {e.count:,} {e.split} questions"
-    return f"{e.count:,} of the {e.total:,} {e.split} questions (a sample)"
 
 
 def locking_question(run: RunReader) -> str:
     """Step 3's question, over the questions the run's tables read (all of the split's, or a sample): the causal
-    test (phase_shift) where the run has it, the locking (phase_locking) otherwise."""
+    test (phase_shift) where the run has it, the locking (phase_locking) otherwise. The causal test's bars may each
+    be over their own questions (a layer group over the whole split, a single layer over a sample): its question
+    names no count, and the line under its figure says what each bar is over (`bars_questions`)."""
     locking = "does an attention or MLP layer's wave of period T peak at the answer mod T (locking R)?"
     if causal_test(run):
-        shift, locked = over(table_questions(run, run.table(Table.PHASE_SHIFT))), over(phase_questions(run))
-        moved = "if one module's waves of periods 2, 2.5, 5 and 10 are shifted, does the answer's last digit follow"
-        if shift == locked:
-            return f"Over {shift}: {moved}, and do those waves peak at the answer mod T (locking R)?"
-        return f"Over {shift}: {moved}? Over {locked}: do those waves peak at the answer mod T (locking R)?"
+        return ("If one module's waves of periods 2, 2.5, 5 and 10 are shifted, does the answer's last digit follow, "
+                "and do those waves peak at the answer mod T (locking R)?")
     if not run.has(Table.PHASE_LOCKING):
         return f"Across the questions, {locking}"
     return f"Over {over(phase_questions(run))}: {locking}"
@@ -226,11 +157,12 @@ def logit_lens_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
 
 def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
     if causal_test(run):  # the causal test first, the correlation beside it
-        shifted, locked = table_questions(run, run.table(Table.PHASE_SHIFT)), phase_questions(run)
-        return [
-            _panel(shift_bars(run), "tour-shift", shifted),
-            _panel(locking_heatmap(run), "tour-locking", locked, "Phase locking: which waves follow the answer"),
-        ]
+        shift = _panel(shift_bars(run), "tour-shift", questions(run, 0))
+        bar = pct(CAUSAL_SHARE, 0)
+        shift = replace(shift, evidence=bars_questions(run, shift.data), caption=(
+            f"{shift.caption} Dashed: {bar}, the rule's line."))
+        return [shift, _panel(locking_heatmap(run), "tour-locking", phase_questions(run),
+                              "Phase locking: which waves follow the answer")]
     if run.has(Table.PHASE_LOCKING):
         return [_panel(locking_heatmap(run), "tour-locking", phase_questions(run))]
     example = example_of(run)
@@ -241,37 +173,46 @@ def spectrum_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     # module_spectra holds the mean over every question of the split (core.runs.measure): the examples table's rows
     evidence = questions(run, len(run.table(Table.EXAMPLES)))
     shares = inputs.claims["spectra"].numbers.get("low_share")  # the numbers the step's line quotes, in the legend
-    chart = logits.top_periods_bars(run, inputs.basis, low_share=shares, tau=TABLE1_TAU)
-    return [_panel(chart, "tour-spec", evidence)]
+    # the bar the reason cites (W_U alone on random vectors of the same energy), drawn on each bar as a tick
+    chart = logits.top_periods_bars(run, inputs.basis, low_share=shares, tau=TABLE1_TAU,
+                                    bar_levels=mean_bar_levels(run, inputs.basis))
+    panels = [_panel(chart, "tour-spec", evidence)]
+    if run.has(Table.MODULE_SPECTRA_BASELINE) and run.task != "multiplication":  # what the verdict counts
+        panels.append(_panel(logits.layer_low_gaps(run, TABLE1_TAU), "tour-spec-gaps", evidence,
+                             "Layer by layer: the low band"))
+        panels.append(_panel(logits.layer_short_ratios(run, TABLE1_TAU), "tour-spec-layers", evidence,
+                             "Layer by layer: periods 2 to 10"))
+    return panels
 
 
 def waves_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
+    """The sum of the 5 strongest waves over the whole number line, its peak and the answer marked (the sentence
+    names that peak), and folded beside it a zoom to the answer ± 25."""
     example = example_of(run)
-    chart = logits.waves(run, example, inputs.basis, 5, window=25)
-    return [_panel(chart, "tour-waves", one_question(run, example))]
+    whole, zoom = wave_sum.waves_line(run, example, inputs.basis, 5, window=25)
+    evidence = one_question(run, example)
+    return [_panel(whole, "tour-waves", evidence), _panel(zoom, "tour-waves-zoom", evidence, "Zoom around the answer")]
 
 
 def beside_siblings(step: str, panels_of: Callable[[RunReader, StepInputs], list[Panel]]):
     """`panels_of` for `step`, followed, where the run's pre-trained model was also fine-tuned another way
-    (`core.claims.siblings`), by two panels folded under one label: both runs' verdicts in one table, and the other
-    run's figure (where `inputs.sibling_figures`)."""
+    (`core.claims.siblings`), by one figure folded under one label: the bars `step`'s verdict rests on, one panel a
+    run under its own verdict (app.figures.recipes), and one sentence saying where they differ."""
     def panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
         own = panels_of(run, inputs)
         others = training_siblings(run, inputs.runs)
         if not own or not others:
             return own
-        claims_of = inputs.claims_of or run_claims
-        table = sibling_table(step, run, others, claims_of)
+        bars = recipe_bars(step, [run, *others], inputs.claims_of or run_claims)
+        if bars.empty:
+            return own
+        model = run.label.split(" (")[0]  # the model both recipes trained, as the chart's subtitle
+        chart, data, caption = recipes.recipe_chart(step, bars, subtitle=f"{model}: {1 + len(others)} recipes")
         names = "; ".join(trained_short(r.manifest) for r in [run, *others])
-        label = f"Trained another way: {trained_part(others[0].manifest)}"
-        ways = Panel(None, table, sibling_caption(run, others), f"tour-{step}-siblings",
-                     Evidence(len(table), "runs", run.split, names), folded=label)
-        figures = []
-        for other in others if inputs.sibling_figures else []:
-            theirs = panels_of(other, StepInputs(inputs.basis, claims_of(other), inputs.runs, inputs.claims_of))
-            if theirs:
-                figures.append(replace(theirs[0], key=f"sibling-{theirs[0].key}-{other.name}", folded=ways.folded))
-        return [*own, ways, *figures]
+        ways = Panel(chart, data, f"{recipe_sentence(step, bars)} {caption}".strip(), f"tour-{step}-siblings",
+                     Evidence(1 + len(others), "runs", run.split, names),
+                     folded=f"Trained another way: {trained_part(others[0].manifest)}")
+        return [*own, ways]
     return panels
 
 
@@ -279,7 +220,7 @@ def beside_siblings(step: str, panels_of: Callable[[RunReader, StepInputs], list
 ABLATION_COLUMNS = ["filter", "paper GPT-2-XL accuracy %", "accuracy %", "random control accuracy %"]
 
 
-def ablation_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
+def ablation_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     ab = run.table(Table.ABLATIONS)
     tau = summaries.nearest_tau(ab, TABLE1_TAU)
     table = summaries.table1(ab, tau)
@@ -297,10 +238,14 @@ def ablation_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
     narrow = period_table(run)
     claim = claim_periods(run)
     periods = [] if narrow.empty or claim is None else [Panel(
-        None, narrow, f"Narrow test, {claim.verdict}: {claim.headline} {claim.reason}".strip() + " "
-        + period_caption(run), "tour-periods", questions(run, len(run.table(Table.EXAMPLES))),
+        None, narrow, f"Narrow test, {claim.verdict}: {claim.headline}".strip(), "tour-periods",
+        questions(run, len(run.table(Table.EXAMPLES))),
         folded="Only the paper's periods removed")]
-    return [_panel(logits.table1_bars(run, tau), "tour-ablate", evidence), numbers, *periods]
+    table1_panel = _panel(logits.table1_bars(run, tau), "tour-ablate", evidence)
+    if periods and inputs.claims["ablations"].numbers.get("decided_by") == "the narrow test":
+        # the badge is the narrow test's (Table 1 has no power here): its table first and open, Table 1 beside it
+        return [replace(periods[0], folded=None), table1_panel, numbers]
+    return [table1_panel, numbers, *periods]
 
 
 def number_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
@@ -317,14 +262,6 @@ def number_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     ]
 
 
-def operation_evidence(shown: dict) -> Evidence:
-    """Step 9's figures: one run per operation, each over its own split's questions."""
-    counts = ", ".join(f"{len(r.table(Table.EXAMPLES)):,}" for r in shown.values())
-    split = next(iter(shown.values())).split if shown else ""
-    return Evidence(len(shown), "runs", "", "; ".join(f"{short_name(r)} ({task_name(t)})" for t, r in shown.items()),
-                    sample=f"{split} questions: {counts}")
-
-
 def operation_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     shown = operation_runs(inputs.runs, run)
     if not shown:
@@ -338,9 +275,37 @@ def operation_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     ]
 
 
+def runs_beside(run: RunReader) -> list[RunReader]:
+    """The valid runs of `run`'s cache and split (manifests only: the step's question reads what each run is), `run`
+    itself among them: the runs step 9 chooses from."""
+    infos = [i for i in list_runs(run.cache_dir) if i.ok and i.manifest["task"]["split"] == run.split]
+    return [run if i.name == run.name else RunReader(run.cache_dir, i.name, i.manifest) for i in infos]
+
+
+#: How many runs step 9's question names, in words.
+COUNT_WORDS = {1: "One", 2: "Two", 3: "Three", 4: "Four"}
+
+
 def operation_question(run: RunReader) -> str:
-    """Step 9's question, naming the runs it compares."""
-    return "The same kind of model, trained on another operation: do its module logits carry the same waves?"
+    """Step 9's question, whose first words say which models it shows, computed from the runs it shows
+    (`operation_runs` over the run's split): how many, of which kind (`kind_name`), and, where that is not the run's
+    own kind, the run's kind and the operations it has no run of here."""
+    runs = runs_beside(run)
+    shown = operation_runs(runs, run)
+    ask = "Do their module logits carry the same waves?"
+    if not shown:
+        return f"One run per operation. {ask}"
+    kinds = list(dict.fromkeys(kind_name(r) for r in shown.values()))
+    count = COUNT_WORDS.get(len(shown), str(len(shown)))
+    what = (f"{count} {kinds[0]} run{'s' if len(shown) > 1 else ''}" if len(kinds) == 1
+            else f"{count} runs ({'; '.join(kinds)})")
+    ops = ", ".join(task_name(t) for t in shown)
+    each = f"one per operation ({ops})" if len(shown) > 1 else f"of {ops} only"
+    if all(model_kind(r) == model_kind(run) for r in shown.values()):
+        return f"{what}, {each}, this run's kind of model. {ask}"
+    missing = " or ".join(task_name(t) for t in missing_of_kind(runs, run))
+    return (f"{what}, {each}: not this run's kind of model ({kind_name(run)}), which has no run of {missing} "
+            f"here. {ask}")
 
 
 def training_panels(_run: RunReader, inputs: StepInputs) -> list[Panel]:
@@ -348,7 +313,7 @@ def training_panels(_run: RunReader, inputs: StepInputs) -> list[Panel]:
     if not logs:
         return []
     curves = training_summaries.training_curves(logs, "val")
-    return [_panel(training.training_curves(curves, "val"), "tour-train", training_runs(logs))]
+    return [_panel(training.training_curves(curves, "val"), "tour-train", training_runs(curves, logs))]
 
 
 STEPS = [
@@ -471,12 +436,14 @@ def trained_here(runs: list[RunReader]) -> list[RunReader]:
 
 
 def training_logs_of(runs: list[RunReader]) -> dict[str, pd.DataFrame]:
-    """Training logs of the small models trained here on addition (not of a fine-tuned real LLM), by short model
-    name: step 8 is the paper's addition experiment; the other tasks' runs are compared in step 9."""
+    """Training logs of the small models trained here on addition (not of a fine-tuned real LLM, nor of a control
+    built with its modules held to bands), by short model name: step 8 is the paper's addition experiment, pre-trained
+    against from-scratch number embeddings; the other tasks' runs are compared in step 9."""
     return {
         r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table(Table.TRAINING_LOG)
         for r in trained_here(runs)
         if run_origin(r.manifest)["kind"] != "fine-tuned" and r.task == "addition"
+        and not (run_origin(r.manifest)["recipe"] or {}).get("module_bands")
     }
 
 
@@ -547,8 +514,8 @@ def settings_note(step: Step, run: RunReader, tau: int, basis: str, runs_of_step
         return "This step compares the small models trained here; the run chosen in the sidebar is not used."
     if step.key == "operations":
         shown = operation_runs(runs_of_step, run) if runs_of_step else {}
-        mine = ", the sidebar's among them" if run in shown.values() else ""
-        return (f"One run of each operation, the same kind of model{mine}: "
+        mine = " (the sidebar's run among them)" if run in shown.values() else " (the sidebar's run is not among them)"
+        return (f"One run of each operation{mine}: "
                 + "; ".join(f"{task_name(t)}: {short_name(r)}" for t, r in shown.items()) + ".")
     fixed = FIXED_SETTINGS.get(step.key, ())
     mine = {"tau": step_tau(step, run), "basis": TOUR_BASIS}

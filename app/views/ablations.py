@@ -3,7 +3,7 @@ import streamlit as st
 
 from app.figures import logits
 from app.furniture import BADGE, intro, needs, scroll_into_view, show_chart, why_sentence
-from app.glossary import term
+from app.glossary import jargon_in, term
 from app.guards.url_state import to_url, url_state
 from app.live.ablation import (
     follow_live,
@@ -14,9 +14,12 @@ from app.live.ablation import (
     result_frame,
     submit_live,
 )
+from app.live.warmup import warmup_note
+from app.run_loading import run_claims
 from app.shared import shared_view
 from app.sidebar import page_view
 from app.state import large
+from app.views.neurons_section import neurons_section
 from core.analysis.ablations import Ablation
 from core.claims.periods import claim_periods as period_claim
 from core.claims.periods import period_caption, period_table
@@ -29,25 +32,26 @@ from core.runs.sampled_design import sampled_cells_note
 
 view = page_view()
 run, tau, basis = view.run, view.tau, view.basis
+# the cutoff the figures show: the grid's nearest to the sidebar's, said once, in the line under the verdict
+grid = run.table(Table.ABLATIONS) if run.has(Table.ABLATIONS) else None
+shown_tau = summaries.nearest_tau(grid, tau) if grid is not None else tau
+held = " and ".join(map(str, summaries.cached_taus(grid))) if grid is not None else ""
+why_shown = (f"the cutoff nearest the sidebar's {tau} among the ones this run's precomputed grid holds ({held}); the "
+             "live computation at the bottom takes any")
 intro(
     "Ablations: which frequencies does the model need?",
     "Filter every layer's attention and/or MLP output so that the unembedding reads nothing in one band, and measure "
     "accuracy, next to a random-subspace control of the same size. Compare this run's table with the paper's.",
     claim="ablations",
+    shown_tau=shown_tau,
+    why_shown=why_shown,
 )
 needs(run, Table.ABLATIONS)
 ablations = run.table(Table.ABLATIONS)
 errors = run.table(Table.ABLATION_ERRORS)
 run_basis = run.run_basis
-shown_tau = summaries.nearest_tau(ablations, tau)
-if shown_tau != tau:
-    st.info(
-        f"This run's precomputed grid holds the cutoffs tau = {', '.join(map(str, summaries.cached_taus(ablations)))} "
-        "only; showing the "
-        "nearest, tau = "
-        f"{shown_tau}. "
-        "Live computation below can use any tau."
-    )
+if shown_tau != tau and run_claims(run)["ablations"].verdict == "does not apply":  # no verdict box: no line under it
+    st.caption(f":material/tune: The figures below use tau = {shown_tau}, {why_shown}.")
 if basis != run_basis:
     st.caption(
         f"The filters of this run were computed in the '{run_basis}' basis (the sidebar's basis changes the spectra "
@@ -76,7 +80,7 @@ order = [
 ]
 if large():  # a projector shows the accuracies whole; loss, change and rank are in the normal view and its CSV
     order = order[:4]
-shown = t1[[c for c in order if c in t1.columns]].copy()
+shown = t1[[c for c in order if c in t1.columns]].copy().rename(columns={"erased": "nothing left"})
 # a column with an empty cell (no control for "none", no paper figure at another tau) is shown as text, so that the
 # cell reads "—" (a number column shows "None")
 formats = {
@@ -125,6 +129,9 @@ st.dataframe(
                                             help="The same share for the random control (mean over its draws)."),
         "paper GPT-2-XL accuracy %": numeric("paper GPT-2-XL accuracy %", "%.2f"),
         "paper GPT-2-XL loss": numeric("paper GPT-2-XL loss", "%.4f"),
+        "nothing left": st.column_config.CheckboxColumn(
+            help="The filter removes every direction of the module outputs: nothing of the modules is left, so the "
+                 "row measures the modules switched off, not a frequency filter."),
     },
 )
 matched_on = "rank and energy" if (t1["control matched on"] == "rank and energy").any() else "rank"
@@ -173,9 +180,21 @@ if narrow is not None:
         "frequencies) and compares each with random directions that take away as much of the modules' energy."
     )
     st.markdown(f"{BADGE[narrow.verdict]} **This run:** {narrow.headline}  \n**Why:** {why_sentence(narrow)}")
-    st.dataframe(period_table(run), hide_index=True,
-                 column_config={"what": st.column_config.TextColumn(pinned=True)})
-    st.caption(period_caption(run))
+    st.dataframe(period_table(run), hide_index=True, column_config={
+        "what": st.column_config.TextColumn(pinned=True),
+        "accuracy %": st.column_config.TextColumn(
+            "accuracy % (95% interval)",
+            help="Accuracy with the removal; in brackets, lowest-highest, the range it lies in with 95% confidence "
+                 "(a 95% interval)."),
+        "random, same energy %": st.column_config.TextColumn(
+            help="The random directions' mean accuracy ± their sd (standard deviation over the draws): how far one "
+                 "draw typically lies from that mean."),
+    })
+    caption = period_caption(run)
+    # the statistics' words it uses, in plain words right under it (a class reads no tooltip on a projector)
+    st.caption(caption)
+    for name in [n for n in jargon_in(caption) if n in ("sd", "95% interval")]:
+        st.caption(f"**{name}**: {term(name)}")
 
 st.subheader("Errors under one filter")
 cells = {
@@ -214,7 +233,8 @@ else:
 
 st.subheader("Keep one frequency")
 keep = summaries.keep_one_results(ablations)
-keep_view = keep.rename(columns={"keep_k": "k kept", "keep_period": "period T", "parity_match": "right parity"})
+keep_view = keep.rename(columns={"keep_k": "k kept", "keep_period": "period T", "parity_match": "right parity",
+                                 "erased": "nothing left"})
 st.dataframe(
     keep_view,
     hide_index=True,
@@ -233,6 +253,7 @@ st.caption(
 )
 
 st.subheader("Compute a filter live", anchor="live-result")  # app.live.ablation imports torch only when one starts
+warmup_note()  # the live path warmed when the dashboard started: its progress while it runs
 folder, why = live_folder(run)
 rebuildable = rebuildable_folder(run.manifest) if folder is None else None
 if folder is None:
@@ -324,7 +345,8 @@ else:
         )
         if result.get("interval"):
             low, high = result["interval"]
-            c1.caption(f"95% interval {low:.1%} to {high:.1%} (Wilson, {result['n']:,} questions)")
+            c1.caption(f"From these {result['n']:,} questions, the accuracy over every question most likely lies "
+                       f"between {low:.1%} and {high:.1%} (a 95% interval).")
         c2.metric("loss", f"{result['loss']:.4f}")
         c3.metric(
             "errors that are multiples of 10",
@@ -341,3 +363,5 @@ else:
                 ),
                 key="live-hist",
             )
+
+neurons_section(run)

@@ -8,7 +8,7 @@ from app.glossary import term
 from app.guards.url_state import to_url, url_state
 from app.sidebar import page_view, short_label
 from core.analysis.embeddings import top_periods
-from core.claims.helix import helix_layers, helix_patch_frame, helix_summary
+from core.claims.helix import chosen_patch_layer, helix_layers, helix_patch_frame, helix_summary
 from core.runs import summaries
 from core.runs.reader import Table
 
@@ -119,10 +119,13 @@ if measured_section(run, Table.HELIX_FIT, "The helix view (Kantamneni & Tegmark 
                key="helix-view", downloads=False)
     if run.has(Table.HELIX_PATCHING):
         layers = helix_layers(run)
-        url_state("helixlayer", layers[min(1, len(layers) - 1)], int, layers)
+        # opens at the layer the summary reads (chosen from the fit, before any outcome)
+        url_state("helixlayer", chosen_patch_layer(run.table(Table.HELIX_FIT), run.table(Table.HELIX_PATCHING)), int,
+                  layers)
         st.select_slider("Layer the operand is replaced at", layers, key="helixlayer")
         to_url("helixlayer")
         st.dataframe(helix_patch_frame(run, st.session_state["helixlayer"]), hide_index=True)
         st.caption("Each row: the first operand's vector at that layer replaced by what the row names, in the question "
-                   "whose first operand is one more; the share of the logit difference that comes back "
-                   f"({run.split} split, pairs whose operand the fit never saw).")
+                   "whose first operand is one more; the share of the score gap that comes back "
+                   f"({run.split} split, operands the fit never saw). The phrasing's mean vector holds no number: it "
+                   "gives the floor.")

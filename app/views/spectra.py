@@ -8,6 +8,7 @@ from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
 from app.shared import shared_view
 from app.sidebar import page_view
+from core.claims.spectra import mean_bar_levels
 from core.paper import TABLE1_TAU, paper_findings
 from core.runs import summaries
 from core.runs.reader import Table
@@ -42,9 +43,13 @@ to_url("module")
 module = st.session_state["module"]
 spectra_claim = run_claims(run)["spectra"]  # the box above quotes its shares: the legend shows them too
 show_chart(
-    *logits.top_periods_bars(run, basis, low_share=spectra_claim.numbers.get("low_share"), tau=TABLE1_TAU),
+    *logits.top_periods_bars(run, basis, low_share=spectra_claim.numbers.get("low_share"), tau=TABLE1_TAU,
+                             bar_levels=mean_bar_levels(run, basis)),
     key="spec-top",
 )
+if run.has(Table.MODULE_SPECTRA_BASELINE) and run.task != "multiplication":  # what step 4's verdict counts
+    show_chart(*logits.layer_low_gaps(run, TABLE1_TAU), key="spec-gaps")
+    show_chart(*logits.layer_short_ratios(run, TABLE1_TAU), key="spec-layers")
 show_chart(*logits.spectrum_heatmap(run, basis, module, tau), key="spec-heat")
 
 layers = summaries.module_layers(run.table(Table.MODULE_SPECTRA), module)

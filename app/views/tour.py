@@ -53,10 +53,11 @@ def draw(panel: Panel) -> None:
             width="stretch",
             column_config={c: st.column_config.NumberColumn(format=f) for c, f in panel.formats.items()},
         )
+        st.caption(panel.projector_caption if large() else panel.full_caption)  # a table's caption says what it is
     elif large():  # on a projector: the run is named on the step, the downloads are on the normal pages
         show_chart(panel.chart, panel.data, panel.projector_caption, key=panel.key, downloads=False)
-    else:
-        show_chart(panel.chart, panel.data, panel.full_caption, key=panel.key)
+    else:  # the chart's subtitle names its run (a comparison's headers, its recipes): the caption need not again
+        show_chart(panel.chart, panel.data, panel.projector_caption, key=panel.key)
 
 
 if not large():
@@ -107,8 +108,7 @@ if choice.switched_from is not None and not hidden:
     others = f"On your choice, {chosen.label}: {BADGE[mine.verdict]} {mine.measured}"
 
 drawable = not hidden and (step.table is None or shown.has(step.table))
-# one screen on a projector: a model trained another way shows its verdicts there, its figure on the normal page
-inputs = StepInputs(TOUR_BASIS, run_claims(shown), runs, run_claims, sibling_figures=not large())
+inputs = StepInputs(TOUR_BASIS, run_claims(shown), runs, run_claims)
 panels = step.panels(shown, inputs) if drawable else []
 line = run_line(step, claim, shown) if step.key not in OVER_RUNS else None
 seeds = seed_spread_line(shown, step.key, runs) if step.key not in OVER_RUNS else None

@@ -74,10 +74,12 @@ if not tuned:
     )
 else:
     stages = training_summaries.fine_tuning_stages(tuned, split, earlier=fine_tuning_history(tuned))
-    show_chart(
-        *training.fine_tuning_stages(stages, split, ACCURACY["GPT-2-XL fine-tuned"] / 100),
-        key="training-stages",
-    )
+    default = tuned[0][0]  # the split's runs come in display order: the first is the one the dashboard opens with
+    roles = training_summaries.fine_tuning_roles(stages, default)
+    finals = training_summaries.fine_tuning_finals(roles, tuned, default)
+    paper = ACCURACY["GPT-2-XL fine-tuned"] / 100
+    show_chart(*training.fine_tuning_finals(finals, split, paper), key="training-finals")
+    show_chart(*training.fine_tuning_stages(roles, split, paper), key="training-stages")
     st.caption("Each model and stage above, from its training log (a later stage counts its epochs on from the "
                "stage it continues):")
     st.dataframe(training_summaries.stages_table(stages, split), hide_index=True)

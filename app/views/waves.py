@@ -1,13 +1,13 @@
 import streamlit as st
 
 from app.figures import logits
-from app.figures.heads import head_band_heatmap, head_locking_heatmap, head_spectrum
+from app.figures.heads import head_band_heatmap, head_locking_heatmap, head_spectrum, opening_reason
 from app.figures.phase import locking_heatmap
 from app.furniture import BADGE, example_picker, intro, measured_section, needs, show_chart, why_sentence
 from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
 from app.sidebar import page_view, short_label
-from core.analysis.head_readings import head_bands, head_locking_grid
+from core.analysis.head_readings import head_bands, head_locking_grid, periods_by_locking
 from core.claims.heads import head_periods, heads_summary, one_head_locking
 from core.claims.last_digit import (
     group_shift_caption,
@@ -79,11 +79,14 @@ if measured_section(run, Table.HEAD_LOCKING, "Attention, head by head"):
     tau = run.default_tau(basis)
     label = short_label(run.label)
     periods = head_periods(run)
-    url_state("hperiod", periods[-1], float, periods)
+    ranked = periods_by_locking(run.table(Table.HEAD_LOCKING), periods)
+    url_state("hperiod", float(ranked["period"].iloc[0]), float, periods)
     st.radio("Period T of the heads' waves", periods, key="hperiod", horizontal=True, format_func="{:g}".format)
     to_url("hperiod")
+    st.caption(opening_reason(ranked))
     grid = head_locking_grid(run.table(Table.HEAD_LOCKING), st.session_state["hperiod"])
-    show_chart(*head_locking_heatmap(grid, st.session_state["hperiod"], label), key="head-locking")
+    show_chart(*head_locking_heatmap(grid, st.session_state["hperiod"], label, float(ranked["null_95"].max())),
+               key="head-locking")
     show_chart(*head_band_heatmap(head_bands(run.table(Table.HEAD_SPECTRA), basis, tau), tau, label),
                key="head-bands")
     with st.expander("One head's spectrum"):
@@ -96,6 +99,7 @@ if measured_section(run, Table.HEAD_LOCKING, "Attention, head by head"):
         layer, head = st.session_state["headlayer"], st.session_state["headnumber"]
         show_chart(*head_spectrum(run.table(Table.HEAD_SPECTRA), basis, layer, head, tau, run.task, label,
                                   run.table(Table.MODULE_SPECTRA)), key="head-spectrum")
-        st.dataframe(one_head_locking(run, layer, head), hide_index=True)
+        st.dataframe(one_head_locking(run, layer, head), hide_index=True, column_config={
+            "chance threshold": st.column_config.NumberColumn("chance threshold at this period", format="%.3f")})
         st.caption(f"Head {head} of layer {layer}: does its wave of each period follow the answer over every "
                    f"{run.split} question (the modules' rule, the chance threshold over all heads)?")

@@ -227,7 +227,10 @@ class ConditionHooks:
         self.example_ids = None
 
     def _edit(self, t, start: int, stop: int, edit, layer: int) -> None:
-        """One condition's edit of its rows of `t` (rows, positions, width) at `layer`."""
+        """One condition's edit of its rows of `t` (rows, positions, width) at `layer` (a group's patch: its own
+        layer's `RowPatch`)."""
+        if isinstance(edit, LayerEdits) and isinstance(edit.at(layer), RowPatch):
+            edit = edit.at(layer)
         if isinstance(edit, RowPatch):
             patch_rows(t[start:stop], edit, self.example_ids)
         elif isinstance(edit, PlacedEdit):

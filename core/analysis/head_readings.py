@@ -41,3 +41,19 @@ def head_locking_grid(head_locking: pd.DataFrame, period: float) -> pd.DataFrame
     sub["above_null"] = sub["locking"] > sub["null_95"]
     sub["locks"] = locked(sub)
     return sub.sort_values(["layer", "head"]).reset_index(drop=True)
+
+
+def periods_by_locking(head_locking: pd.DataFrame, periods: list[float]) -> pd.DataFrame:
+    """Per period of `periods`, how many heads lock and how many are above chance (`head_locking_grid`'s rule), with
+    the period's chance threshold (null_95, the largest over its rows): period, heads, locks, above_null, null_95.
+    Ranked best first: most heads that lock, then most above chance, then the longer period (10 before 2), so the
+    first row is the period where most heads lock, the one a page opens at."""
+    if not len(periods):
+        raise CoreError("no period to rank: the head table holds none of the periods asked for")
+    rows = []
+    for T in periods:
+        grid = head_locking_grid(head_locking, T)
+        rows.append({"period": float(T), "heads": len(grid), "locks": int(grid["locks"].sum()),
+                     "above_null": int(grid["above_null"].sum()), "null_95": float(grid["null_95"].max())})
+    table = pd.DataFrame(rows, columns=["period", "heads", "locks", "above_null", "null_95"])
+    return table.sort_values(["locks", "above_null", "period"], ascending=False).reset_index(drop=True)

@@ -119,6 +119,39 @@ def operand_pairs(tokenizer, examples: Sequence[Example], texts: Sequence[str], 
                         np.array(kept["a"]), np.array(kept["back"]), kept["prefix"], np.array(kept["context"]))
 
 
+def answer_pairs(tokenizer, examples: Sequence[Example], texts: Sequence[str], max_operand: int) -> OperandPairs:
+    """The Clock test's pairs (Kantamneni & Tegmark's "Clock": does the answer position hold the answer, a + b, on a
+    helix?): each question against the same question with its SECOND operand one more (one less at `max_operand`), the
+    same phrasing, so the answers differ by one. The site is the answer position (`back` 1), the number fitted there
+    is the clean question's answer (a + b for addition), and the "prefix" captured is the whole prompt (its last token
+    is the answer position). Pairs whose two prompts differ in token length are left out."""
+    kept = {k: [] for k in ("clean", "corrupt", "ca", "ka", "n", "prefix", "context")}
+    for e, text in zip(examples, texts):
+        b = e.b + 1 if e.b < max_operand else e.b - 1
+        other = with_operands(e, e.a, b)
+        if other.answer == e.answer or other.answer >= number_space(e.task, max_operand):
+            continue
+        at = text.rfind(e.question)
+        corrupt = text[:at] + other.question + text[at + len(e.question):]
+        if len(tokenizer(text)["input_ids"]) != len(tokenizer(corrupt)["input_ids"]):
+            continue
+        for key, value in zip(kept, (text, corrupt, e.answer, other.answer, e.answer, text, e.phrasing)):
+            kept[key].append(value)
+    if not kept["clean"]:
+        raise CoreError("no question's pair (second operand one more) keeps its prompt's token length: the Clock test "
+                        "needs numbers that are single tokens")
+    return OperandPairs(kept["clean"], kept["corrupt"], np.array(kept["ca"]), np.array(kept["ka"]),
+                        np.array(kept["n"]), np.ones(len(kept["clean"]), dtype=np.int64), kept["prefix"],
+                        np.array(kept["context"]))
+
+
+def clock_layers(n_layers: int) -> tuple[int, ...]:
+    """The layers the Clock test patches at the answer position: every sixth of the depth from half of it to the end
+    (15, 20, 25, 30 of 30; 1, 2 of 2), where the answer is being computed (before, the answer position's stream is
+    the same in both prompts but for what attention has brought in)."""
+    return tuple(sorted({max(1, round(n_layers * f / 6)) for f in range(3, 7)}))
+
+
 def patch_layers(n_layers: int) -> tuple[int, ...]:
     """The layers the test patches: 0 and every sixth of the depth up to two thirds (0, 5, 10, 15, 20 of 30)."""
     return tuple(sorted({0, *(round(n_layers * f / 6) for f in range(1, 5))}))

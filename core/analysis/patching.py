@@ -7,21 +7,36 @@ then the corrupted one runs again with one site's output at the answer position 
 paired with its partner by its place in the lists, never by batch order (the evaluation sorts prompts by length).
 
 What is read is the logit difference over the number tokens, g = logit(clean answer) - logit(corrupted answer):
-positive on the clean prompt, negative on the corrupted one when the model answers both. For a site,
+positive on the clean prompt, negative on the corrupted one when the model answers both. Two directions
+(`DIRECTIONS`):
 
-    recovered = (mean g_patched - mean g_corrupt) / (mean g_clean - mean g_corrupt)
+* **denoising** (the corrupted prompt runs with one site's output taken from the clean one): for a site,
 
-over the pairs: 0 where the site's clean output changes nothing, 1 where it restores the whole difference. The means
-are taken before the ratio (a pair's own ratio is unstable where its two gaps are close); the interval is a
+      recovered = (mean g_patched - mean g_corrupt) / (mean g_clean - mean g_corrupt)
+
+  the share of the difference the site's clean output restores: 0 where it changes nothing, 1 where it restores
+  the whole difference (the site is sufficient to carry it);
+* **noising** (the clean prompt runs with one site's output taken from the corrupted one):
+
+      lost = (mean g_clean - mean g_patched) / (mean g_clean - mean g_corrupt)
+
+  the share of the clean answer's margin the site's corrupted output takes away: 0 where it changes nothing, 1 where
+  the clean run ends exactly where the corrupted one does (the site is necessary). Both are stored in the column
+  `recovered` ("the share moved"), each read in its own direction; a site that carries everything reads 1 in both.
+
+The means are taken before the ratio (a pair's own ratio is unstable where its two gaps are close); the interval is a
 bootstrap over pairs (`BOOTSTRAP` resamples of the pairs, the 2.5th and 97.5th percentiles of the ratio); `moved` is
-the share of pairs whose patched run answers the clean answer. No ratio is drawn (NaN) where the clean and
+the share of pairs whose patched run answers the other prompt's answer (denoising: the clean one; noising: the
+corrupted one). No ratio is drawn (NaN) where the clean and
 corrupted gaps do not differ on average (`MIN_SPREAD`): the model does not tell the prompts apart.
 
 Sites (`module_sites`): the stream h(l) at the answer position for l = 0..L (h(0) the embedding output, h(L) the
 last stream the logits read: its patch recovers everything by construction, h(0) nothing when the answer position's
 token is the same in both prompts), Attn(l), MLP(l) for l = 1..L, and where the heads can be read
 (core.models.parts), each head h of each layer: its output z(l, h) before W_O (TransformerLens' hook_z) patched,
-the other heads' left as they are, so what it adds to the stream is the clean prompt's.
+the other heads' left as they are, so what it adds to the stream is the clean prompt's. A group (`group_site`) is
+one kind of module (attention or MLP) of the layers first..last patched together, in one forward pass: the
+collective claim (a layer range carries the difference between them) that no single site can test.
 """
 
 from __future__ import annotations
@@ -32,8 +47,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from core.analysis.ablations import Condition, RowPatch
+from core.analysis.ablations import Condition, LayerEdits, RowPatch
 from core.analysis.evaluation import evaluate_conditions
+from core.analysis.patch_table import DENOISE, DIRECTIONS, GROUP, NOISE, PATCH_COLUMNS
 from core.errors import CoreError
 from core.models.capture import capture
 from core.models.names import ATTN, HEAD, MLP, RESID, Z
@@ -43,21 +59,30 @@ BOOTSTRAP = 1000
 BOOTSTRAP_SEED = 0
 #: Below this mean difference between the clean and corrupted gaps (logits) no share is drawn.
 MIN_SPREAD = 1e-6
-#: The columns of a patching table: one row per site (head -1 for a whole module or the stream).
-PATCH_COLUMNS = ("kind", "layer", "head", "n", "recovered", "recovered_low", "recovered_high", "moved",
-                 "patched_gap", "clean_gap", "corrupt_gap")
-
-
 @dataclass(frozen=True)
 class Site:
     """Where a patch acts: the stream h(layer) (RESID, layer 0..L) or a module's output (ATTN, MLP, layer 1..L);
-    `head` (0-based, TransformerLens' count) names one attention head where heads are read."""
+    `head` (0-based, TransformerLens' count) names one attention head where heads are read; a GROUP is the outputs
+    of `modules` (ATTN or MLP) of layers `first`..`layer` together (`group_site`)."""
 
     kind: str
     layer: int
     head: int | None = None
+    first: int | None = None
+    modules: str | None = None
+
+    @property
+    def from_layer(self) -> int:
+        return self.layer if self.first is None else self.first
+
+    @property
+    def module_kind(self) -> str:
+        return self.modules if self.modules is not None else self.kind
 
     def label(self) -> str:
+        if self.kind == GROUP:
+            return (f"{'attention' if self.modules == ATTN else 'MLPs'} of layers {self.from_layer} to "
+                    f"{self.layer} together")
         what = {RESID: "stream after layer", ATTN: "attention of layer", MLP: "MLP of layer",
                 HEAD: "attention of layer"}.get(self.kind, self.kind)
         if self.kind == RESID and self.layer == 0:
@@ -74,6 +99,15 @@ def module_sites(n_layers: int, n_heads: int = 0) -> list[Site]:
     return sites + [Site(HEAD, layer, h) for layer in range(1, n_layers + 1) for h in range(n_heads)]
 
 
+def group_site(modules: str, first: int, last: int) -> Site:
+    """The outputs of `modules` (ATTN or MLP) of the 1-based layers `first`..`last`, patched together."""
+    if modules not in (ATTN, MLP):
+        raise CoreError(f"a group of sites is attention or MLP outputs, not {modules!r}")
+    if not 1 <= first <= last:
+        raise CoreError(f"a group of layers {first}..{last}: give 1 <= first <= last")
+    return Site(GROUP, int(last), None, int(first), modules)
+
+
 @dataclass
 class PatchResult:
     """What patching measured, pair by pair: the clean and corrupted runs' gaps and each site's patched gaps and
@@ -83,7 +117,8 @@ class PatchResult:
     clean_gap: np.ndarray  # (pairs,)
     corrupt_gap: np.ndarray  # (pairs,)
     patched_gap: np.ndarray  # (sites, pairs)
-    moved: np.ndarray  # (sites, pairs) bool: the patched run answers the clean answer
+    moved: np.ndarray  # (sites, pairs) bool: the patched run answers the other prompt's answer
+    direction: str = DENOISE
 
     @property
     def n(self) -> int:
@@ -113,31 +148,39 @@ def checked_pairs(clean_texts: Sequence[str], corrupt_texts: Sequence[str], clea
 
 
 def patch_pairs(loaded, clean_texts: Sequence[str], corrupt_texts: Sequence[str], clean_answers, corrupt_answers,
-                p: int, sites: Sequence[Site] | None = None, batch_size: int = 32, progress=None) -> PatchResult:
-    """Patch every site of `sites` (default: `module_sites`) from each clean prompt into its corrupted partner (the
-    same place in the lists) at the answer position, in one evaluation of every site; the prompts as the model reads
-    them."""
+                p: int, sites: Sequence[Site] | None = None, batch_size: int = 32, progress=None,
+                direction: str = DENOISE) -> PatchResult:
+    """Patch every site of `sites` (default: `module_sites`) at the answer position, in one evaluation of every
+    site: denoising, from each clean prompt into its corrupted partner (the same place in the lists); noising, from
+    the corrupted prompt into the clean one (module docstring). The prompts as the model reads them."""
     clean_answers, corrupt_answers = checked_pairs(clean_texts, corrupt_texts, clean_answers, corrupt_answers)
+    if direction not in DIRECTIONS:
+        raise CoreError(f"cannot patch in direction {direction!r}: choose {' or '.join(DIRECTIONS)}")
     sites = list(module_sites(loaded.n_layers) if sites is None else sites)
     for site in sites:
         check_site(site, loaded.n_layers, loaded.parts)
-    clean = evaluate_conditions(loaded, clean_texts, clean_answers, p, [Condition(None)], batch_size=batch_size,
-                                contrast=corrupt_answers, progress=progress, desc="patching: clean")[0]
-    streams = tuple(s for s in (RESID, ATTN, MLP) if any(site.kind == s for site in sites))
+    source, target = (clean_texts, corrupt_texts) if direction == DENOISE else (corrupt_texts, clean_texts)
+    other = clean_answers if direction == DENOISE else corrupt_answers  # the answer a patch moves the target run to
+    plain = evaluate_conditions(loaded, source, clean_answers, p, [Condition(None)], batch_size=batch_size,
+                                contrast=corrupt_answers, progress=progress, desc=f"patching: {direction} source")[0]
+    streams = tuple(s for s in (RESID, ATTN, MLP) if any(site.module_kind == s for site in sites))
     heads = any(site.kind == HEAD for site in sites)
-    kept = capture(loaded, clean_texts, batch_size, streams, progress, heads=heads) if streams or heads else {}
+    kept = capture(loaded, source, batch_size, streams, progress, heads=heads) if streams or heads else {}
     conditions = [Condition(None)] + [site_condition(site, kept) for site in sites]
-    runs = evaluate_conditions(loaded, corrupt_texts, clean_answers, p, conditions, batch_size=batch_size,
-                               contrast=corrupt_answers, progress=progress, desc="patching")
-    return PatchResult(sites, clean.gaps, runs[0].gaps, np.stack([r.gaps for r in runs[1:]]),
-                       np.stack([r.predictions == clean_answers for r in runs[1:]]))
+    runs = evaluate_conditions(loaded, target, clean_answers, p, conditions, batch_size=batch_size,
+                               contrast=corrupt_answers, progress=progress, desc=f"patching: {direction}")
+    clean_gap, corrupt_gap = (plain.gaps, runs[0].gaps) if direction == DENOISE else (runs[0].gaps, plain.gaps)
+    return PatchResult(sites, clean_gap, corrupt_gap, np.stack([r.gaps for r in runs[1:]]),
+                       np.stack([r.predictions == other for r in runs[1:]]), direction)
 
 
 def check_site(site: Site, n_layers: int, parts=None) -> None:
     """A clear error for a site the model (its `parts`, core.models.parts.ModelParts, for a head) does not have."""
     first = 0 if site.kind == RESID else 1
-    if site.kind not in (RESID, ATTN, MLP, HEAD):
-        raise CoreError(f"cannot patch {site.kind!r}: choose the stream (resid), attn, mlp or a head")
+    if site.kind not in (RESID, ATTN, MLP, HEAD, GROUP):
+        raise CoreError(f"cannot patch {site.kind!r}: choose the stream (resid), attn, mlp, a head or a group")
+    if site.kind == GROUP:
+        group_site(site.module_kind, site.from_layer, site.layer)  # its own checks
     if not first <= site.layer <= n_layers:
         raise CoreError(f"cannot patch the {site.kind} of layer {site.layer}: this model's layers go from {first} "
                         f"to {n_layers}")
@@ -155,6 +198,10 @@ def site_condition(site: Site, kept: dict) -> Condition:
         z = kept[Z][:, site.layer - 1, site.head]
         columns = (site.head * z.shape[1], (site.head + 1) * z.shape[1])
         return Condition(RowPatch(z, columns=columns), modules=Z, layer=site.layer)
+    if site.kind == GROUP:
+        edits = tuple((layer, RowPatch(kept[site.modules][:, layer - 1]))
+                      for layer in range(site.from_layer, site.layer + 1))
+        return Condition(LayerEdits(edits), modules=site.modules)
     values = kept[site.kind][:, site.layer if site.kind == RESID else site.layer - 1]
     return Condition(RowPatch(values), modules=site.kind, layer=site.layer)
 
@@ -199,18 +246,32 @@ def share_interval(draws: np.ndarray | None) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def patching_table(result: PatchResult, resamples: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED) -> pd.DataFrame:
-    """One row per site (`PATCH_COLUMNS`): its recovered share with the bootstrap interval over pairs (none for one
-    pair), the share of pairs it moves to the clean answer, and the mean gaps."""
+def moved_share(patched, clean, corrupt, direction: str = DENOISE) -> float:
+    """The share of the difference a patch moves, in its direction: denoising, the share restored
+    (`recovered_share`); noising, the share of the clean margin lost, (mean clean - mean patched) / (mean clean -
+    mean corrupt), one minus it."""
+    share = recovered_share(patched, clean, corrupt)
+    return share if direction == DENOISE else 1.0 - share
+
+
+def patching_table(result: PatchResult, resamples: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED,
+                   contrast: int = 1) -> pd.DataFrame:
+    """One row per site (`PATCH_COLUMNS`): the share it moves in the result's direction (`moved_share`) with the
+    bootstrap interval over pairs (none for one pair), the share of pairs it moves to the other prompt's answer, the
+    mean gaps, the direction and the `contrast` the pairs were built with."""
     draws = None
     if result.n > 1:
         draws = bootstrap_shares(result.clean_gap, result.corrupt_gap, result.patched_gap, resamples, seed)
+        if result.direction == NOISE:
+            draws = 1.0 - draws
     rows = []
     for i, site in enumerate(result.sites):
-        share = recovered_share(result.patched_gap[i], result.clean_gap, result.corrupt_gap)
+        share = moved_share(result.patched_gap[i], result.clean_gap, result.corrupt_gap, result.direction)
         low, high = share_interval(None if draws is None else draws[:, i])
         rows.append({"kind": site.kind, "layer": site.layer, "head": -1 if site.head is None else site.head,
                      "n": result.n, "recovered": share, "recovered_low": low, "recovered_high": high,
                      "moved": float(result.moved[i].mean()), "patched_gap": float(result.patched_gap[i].mean()),
-                     "clean_gap": float(result.clean_gap.mean()), "corrupt_gap": float(result.corrupt_gap.mean())})
+                     "clean_gap": float(result.clean_gap.mean()), "corrupt_gap": float(result.corrupt_gap.mean()),
+                     "direction": result.direction, "contrast": int(contrast), "from_layer": site.from_layer,
+                     "modules": site.module_kind})
     return pd.DataFrame(rows, columns=list(PATCH_COLUMNS))

@@ -31,12 +31,21 @@ def shipped_epoch(log: pd.DataFrame, recipe: dict) -> int:
     return int(val.sort_values(["accuracy", "loss", "epoch"], ascending=[False, True, True])["epoch"].iloc[0])
 
 
-def chosen_on_validation(recipe: dict) -> str:
+def chosen_on_validation(recipe: dict, summary: dict | None = None) -> str:
     """How validation chose the shipped weights, or "" when it did not: an epoch picked on it (`select: "val"`) or
-    training stopped by a validation rule (`stop_at_val_accuracy`, in the recipe or its number-token block)."""
+    training stopped by a validation rule (`stop_at_val_accuracy`, in the recipe or its number-token block). Where the
+    model's training summary says it ran every epoch of its recipe, the rule did not stop it: the words say so, and
+    that validation chose it among the runs trained where the summary says it did (`chosen_by_validation`)."""
     if recipe.get("select") == "val":
         return "its epoch was chosen on validation"
     stop = recipe.get("stop_at_val_accuracy") or (recipe.get("number_tokens") or {}).get("stop_at_val_accuracy")
+    summary = summary or {}
+    ran = summary.get("epochs_run")
+    if stop and ran is not None and ran == recipe.get("epochs"):
+        read = (f"validation was read after every epoch to stop at {agree_pct(float(stop))}, though it ran all "
+                f"{ran} epochs")
+        return (f"validation chose it among the runs trained ({read})" if summary.get("chosen_by_validation")
+                else read)
     if stop:
         return f"its training stopped once validation reached {agree_pct(float(stop))}"
     return ""
@@ -133,7 +142,8 @@ def claim_accuracy(run) -> Claim:
     test_acc = float(ex["correct"].mean())
     split = (run.manifest.get("task") or {}).get("split", "test")
     val, where = validation_accuracy(run)
-    chosen = chosen_on_validation(run_origin(run.manifest)["recipe"] or {}) if val is not None else ""
+    recipe, summary = run_origin(run.manifest)["recipe"] or {}, summary_of(run.manifest.get("model") or {})
+    chosen = chosen_on_validation(recipe, summary) if val is not None else ""
     reads_val = val is not None and not chosen
     score = val if reads_val else test_acc
     judged_split = "val" if reads_val else split
@@ -143,39 +153,41 @@ def claim_accuracy(run) -> Claim:
     beats = score > common_share
     verdict = "agrees" if score >= agree and beats else "partly" if score >= partly and beats else "does not"
     origin = run_origin(run.manifest)
-    reason = ""
+    level = "validation" if reads_val else split
+    # the reason states its measurement first (the score against the rule's levels), then what explains it
     if chosen and split == "val":  # a run of the very split that chose the model: no held-out figure here
         verdict = "not tested"
-        reason = f"{chosen}, so this run's validation score is not a held-out figure: the test split's run is"
-    if verdict != "agrees" and origin["kind"] == "scratch":
+        measure = f"{chosen}, so this run's validation score is not a held-out figure: the test split's run is"
+    elif not beats:
+        measure = (f"{pct(score)} on {level} is no more than the {pct(common_share)} that always answering {common} "
+                   "scores")
+    elif verdict == "agrees":
+        measure = (f"{pct(score)} on {level} reaches the {agree_pct(agree)} that 'agrees' needs, above the "
+                   f"{pct(common_share)} that always answering {common} scores")
+    elif verdict == "partly":
+        measure = (f"{pct(score)} on {level} is above the {agree_pct(partly)} that 'partly' needs but below the "
+                   f"{agree_pct(agree)} that 'agrees' needs")
+    else:
+        measure = f"{pct(score)} on {level} is below the {agree_pct(partly)} that 'partly' needs"
+    cause = ""
+    if verdict not in ("agrees", "not tested") and origin["kind"] == "scratch":
         epochs = (origin["recipe"] or {}).get("epochs")
-        reason = "trained from scratch without Fourier features" + (f", {epochs} epochs on a CPU" if epochs else "") + (
+        cause = "trained from scratch without Fourier features" + (f", {epochs} epochs on a CPU" if epochs else "") + (
             f"; the paper's from-scratch GPT-2-small also stays low ({ACCURACY['GPT-2-small from scratch']}%)"
             if findings.task == "addition" else ""
         )
-    elif verdict != "agrees" and origin["kind"] == "self-pretrained":
-        reason = (
+    elif verdict not in ("agrees", "not tested") and origin["kind"] == "self-pretrained":
+        cause = (
             "pre-trained here on a small synthetic corpus, then fine-tuned for a few CPU epochs: no Fourier features "
             "appeared in its embeddings (step 7)"
         )
     elif (
-        verdict != "agrees"
+        verdict not in ("agrees", "not tested")
         and origin["kind"] == "planted"
         and not run.manifest.get("model", {}).get("tied_embeddings", True)
     ):
-        reason = "the sinusoids are on the input side only; the output rows were learned from scratch"
-    level = "validation" if reads_val else split
-    if verdict == "not tested":
-        pass
-    elif not reason and verdict == "partly":  # the rule's own reason: where the score sits between its levels
-        reason = (f"{pct(score)} on {level} is above the {agree_pct(partly)} that 'partly' needs but below the "
-                  f"{agree_pct(agree)} that 'agrees' needs")
-    elif not reason and verdict == "does not" and beats:
-        reason = f"{pct(score)} on {level} is below the {agree_pct(partly)} that 'partly' needs"
-    if not beats and verdict != "not tested":
-        reason = (f"{reason}; " if reason else "") + (
-            f"always answering {common} would score {pct(common_share)}, as much as this run"
-        )
+        cause = "the sinusoids are on the input side only; the output rows were learned from scratch"
+    reason = f"{measure}; {cause}" if cause else measure
     note = selection_note(run)
     if note:
         reason = f"{reason}; {note}" if reason else note

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from core.analysis.patch_table import DENOISE, GROUP
 from core.claims.base import pct
-from core.claims.patching import SITE_NAMES, site_name
+from core.claims.patching import SITE_NAMES, reading, site_name
 from core.models.names import ATTN, HEAD, MLP, RESID
 from core.runs.reader import RunReader, Table
 
@@ -68,10 +69,12 @@ class Agreement:
 
 
 def side_by_side(patching: pd.DataFrame, attribution: pd.DataFrame) -> pd.DataFrame:
-    """One row per site both tables hold with a finite share in both: kind, layer, head, `recovered` (exact),
+    """One row per site both tables hold with a finite share in both (exact patching's denoising at contrast 1, the
+    reading attribution estimates; no group): kind, layer, head, `recovered` (exact),
     `attributed`, the pairs each read (`n_exact`, `n_attributed`), the site's name and `where` (Stream, Attention,
     MLP, Head)."""
-    exact = patching[KEYS + ["recovered", "n"]].rename(columns={"n": "n_exact"})
+    exact = reading(patching, DENOISE, 1)  # attribution estimates denoising at contrast 1, site by site
+    exact = exact[exact["kind"] != GROUP][KEYS + ["recovered", "n"]].rename(columns={"n": "n_exact"})
     estimate = attribution[KEYS + ["attributed", "n"]].rename(columns={"n": "n_attributed"})
     both = exact.merge(estimate, on=KEYS, how="inner")
     both = both[np.isfinite(both["recovered"]) & np.isfinite(both["attributed"])].reset_index(drop=True)

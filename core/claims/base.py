@@ -3,6 +3,7 @@ same way everywhere (core.claims.registry explains the claims; a run is read by 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -26,7 +27,8 @@ VERDICT_LABELS = {
     "does not apply": "Does not apply",
 }
 VERDICT_MEANINGS = {
-    "agrees": "This run shows what the paper found, by the step's rule (the Terms page gives each verdict's meaning).",
+    "agrees": "This run's measurement meets the step's test of the paper's finding; the reason beside the badge "
+    "quotes the measurement that meets it.",
     "partly": "This run shows part of what the paper found; the reason says which part differs.",
     "does not": "This run could show the paper's finding, was measured, and does not show it.",
     "not tested": "This run was measured but cannot decide the question: too few examples, too few errors, or "
@@ -52,6 +54,8 @@ class Claim:
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise CoreError(f"internal: unknown verdict {self.verdict!r}")
+        if not self.reason.strip():  # every reason states its evidence: at least the measurement's first clause
+            self.reason = measured_clause(self.measured)
 
     @property
     def short(self) -> str:
@@ -64,6 +68,33 @@ class Claim:
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def measured_clause(measured: str) -> str:
+    """A measured text's first sentence without its full stop (a decimal point, "99.5%", does not end a sentence):
+    the evidence a claim whose rule gives no reason of its own states as its reason."""
+    first = re.split(r"(?<=[.!?])\s+(?=[A-Z0-9“\"])", measured.strip(), maxsplit=1)[0]
+    return unnested(first.rstrip(".").strip())
+
+
+def unnested(text: str) -> str:
+    """`text` with brackets inside brackets written as a clause instead ("(10 is 2 tokens ('1' + '0'))" becomes
+    "(10 is 2 tokens, '1' + '0')"), so a reason reads with one level of brackets."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+            if depth > 1:
+                while out and out[-1] == " ":
+                    out.pop()
+                out.append(", ")
+                continue
+        elif ch == ")":
+            depth -= 1
+            if depth >= 1:
+                continue
+        out.append(ch)
+    return "".join(out)
 
 
 def pct(x: float, digits: int = 1) -> str:

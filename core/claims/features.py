@@ -53,9 +53,9 @@ def origin_sentence(o: dict) -> str:
     elif o["moved"] == 0.0 and o["cosine"] == 1.0:
         moved = "they were kept frozen: moved 0%"
     else:
-        moved = (f"training moved them by a median {o['moved']:.0%} of their norm (cosine {o['cosine']:.2f} with "
-                 "where they started)")
-    return f"the rows are inherited from pre-training's representation ({o['source']}); {moved}"
+        moved = (f"training moved them by a median {o['moved']:.0%} of their norm, and they still point almost "
+                 f"where they started (cosine {o['cosine']:.2f}, where 1 is the same direction)")
+    return f"the rows are inherited from pre-training's representation, {o['source']}; {moved}"
 
 
 #: The probe that reads each of the paper's periods: n mod T for T = 2, 5, 10; period 2.5 is a harmonic of n mod 5.
@@ -116,8 +116,8 @@ def digit_derived(run) -> str:
     inherited = ((origin["kind"] == "fine-tuned" and recipe.get("number_tokens"))
                  or (origin["kind"] == "transplanted" and (recipe.get("freeze") or {}).get("kind") == "representation"))
     if inherited:
-        return ("that representation is read at the last digit token of a model that reads numbers digit by digit, so "
-                "period 10 (and 5, 2.5, 2) is partly built in by its tokenizer")
+        return ("that representation is read at the last digit token of a model that reads numbers digit by digit, "
+                "so it holds the last digit by construction: periods 10, 5, 2.5 and 2 are built in by its tokenizer")
     if (run.manifest.get("number_representations") or {}).get("single_token") is False:
         return (
             "its tokenizer writes numbers as digits, so the vector at a number's last token depends on its last digit "
@@ -126,11 +126,19 @@ def digit_derived(run) -> str:
     return ""
 
 
-def _cap_digits(run, verdict: str, reason: str) -> tuple[str, str]:
+def digit_verdict(run, verdict: str, reason: str, kappa: dict | None = None) -> tuple[str, str]:
+    """Where a digit-splitting tokenizer built the periods in (`digit_derived`), finding them could not have failed:
+    "agrees" and "partly" become "not tested", the reason's measured clause first (the probes' Cohen's kappa for
+    n mod 2, 5, 10, where the run has them), then why, then whose rows they are. "does not" stays (it could fail)."""
     why = digit_derived(run)
-    if not why:
-        return verdict, reason
-    return ("partly" if verdict == "agrees" else verdict), (f"{reason}; {why}" if reason else why)
+    if not why or verdict not in ("agrees", "partly"):
+        return verdict, (f"{reason}; {why}" if reason and why else reason or why)
+    mods = [m for m in (2, 5, 10) if kappa and m in kappa]
+    first = (f"linear probes read n mod {', '.join(map(str, mods))} at Cohen's kappa "
+             f"{', '.join(f'{kappa[m]:.2f}' for m in mods)} (1 is perfect, 0 is guessing); " if mods else "")
+    said = (f"{first}this could not have failed here: {why}, and a vector that holds the last digit has energy only at "
+            "periods 10/j whatever pre-training did")
+    return "not tested", (f"{said}; {reason}" if reason else said)
 
 
 def claim_embeddings(run, basis: str = "paper") -> Claim:
@@ -141,8 +149,9 @@ def claim_embeddings(run, basis: str = "paper") -> Claim:
     Verdict by origin, counting only the periods `counted_periods` keeps: planted features -> not tested (we put
     them there); from scratch -> agrees when none counts; pre-trained, or rows inherited from pre-training (a fine-
     tuning's or a transplant's, alike: the reason says whose they are and how far training moved them,
-    `rows_origin`) -> agrees with 3 or 4 of them, partly with 1 or 2, does not with none; at most partly where a
-    digit-splitting tokenizer built period 10 in (`digit_derived`)."""
+    `rows_origin`) -> agrees with 3 or 4 of them, partly with 1 or 2, does not with none; where a
+    digit-splitting tokenizer built the periods in (`digit_derived`), "not tested" in place of agrees or partly:
+    finding them could not have failed (`digit_verdict`)."""
     spec = run.table(Table.EMBEDDING_SPECTRUM)
     spec = spec[(spec["basis"] == basis) & (spec["matrix"] == "input")]
     outl = spec[spec["outlier"]]
@@ -153,7 +162,9 @@ def claim_embeddings(run, basis: str = "paper") -> Claim:
     verdict, reason = _feature_verdict(origin, len(found), rows_origin(run))
     if origin == "self-pretrained" and verdict != "agrees":
         reason = "pre-training a 2-layer model on a small synthetic corpus did not produce them"
-    verdict, reason = _cap_digits(run, verdict, reason)
+    probes = run.table(Table.NUMBER_PROBES)
+    at0 = probes[(probes["layer"] == 0) & (probes["role"] != "control")]
+    verdict, reason = digit_verdict(run, verdict, reason, dict(zip(at0["modulus"].astype(int), at0["kappa_mean"])))
     measured = (
         f"{len(outl)} of {len(spec)} frequencies of the input number rows stand above the shuffled-numbers threshold"
         + (f" (top periods {periods(top)})" if top else "")
@@ -187,7 +198,9 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
     Verdict by origin, as for the embeddings: planted -> not tested; from scratch -> agrees when none
     of the four counts at layer 0; otherwise (rows inherited from pre-training included, the reason saying
     whose they are and how far they moved) agrees with 3 or 4 of them at the best layer, partly with 1 or 2, does
-    not with none; at most partly where digits built period 10 in."""
+    not with none; "not tested" in place of agrees or partly where a digit-splitting tokenizer built the periods in
+    (`digit_verdict`: a vector read at the last digit's token holds that digit, so the periods and the probes for n mod
+    2, 5, 10 could not have failed); "does not" stays."""
 
     spectrum, probes = run.table(Table.NUMBER_SPECTRUM), run.table(Table.NUMBER_PROBES)
     origin = run_origin(run.manifest)["kind"]
@@ -195,8 +208,8 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
     s = number_summary(spectrum, probes, layer, basis)
     found = counted_periods(s["short_periods"], probes, layer)
     verdict, reason = _feature_verdict(origin, len(found), rows_origin(run))
-    verdict, reason = _cap_digits(run, verdict, reason)
     kap = s["kappa"]
+    verdict, reason = digit_verdict(run, verdict, reason, {int(m): float(k) for m, k in kap.items()})
     reads = ", ".join(f"mod {t} {kap[t]:.2f}" for t in sorted(kap) if t not in s["controls"])
     ctl = ", ".join(f"mod {t} {kap[t]:.2f}" for t in s["controls"])
     info = run.manifest.get("number_representations") or {}
@@ -205,7 +218,9 @@ def claim_numbers(run, basis: str = "paper") -> Claim:
         f"At {where}{' (where the probes read best)' if origin != 'scratch' else ''}: {s['n_outliers']} of "
         f"{s['n_frequencies']} frequencies above the shuffled-numbers threshold; of 2, 2.5, 5 and 10: "
         f"{spikes_said(s['short_periods'], found)}. Probe kappa {reads} "
-        f"(controls, which should read nothing: {ctl})"
+        f"(Cohen's kappa: 1 is perfect, 0 is guessing; the controls {ctl}"
+        + (": below 0, the nearest numbers in this representation do not share n's remainder)"
+           if min(kap[t] for t in s["controls"]) < 0 else ", which should read nothing)")
         + (f", numbers read in {info['context']!r}." if info.get("context") else ".")
     )
     return Claim(
@@ -243,7 +258,9 @@ def claim_training(runs) -> Claim:
     reaches >= 95% and beats the scratch run of the same width by >= 20 points, with features
     transplanted from a pre-trained model; partly when the same holds with planted sinusoids (the
     rescue, but not by pre-trained features); does not when no frozen run beats scratch so. Only runs of the
-    paper's task (addition in words) count: runs of the other tasks are compared on the Tour's last step."""
+    paper's task (addition in words) count: runs of the other tasks are compared on the Tour's last step; a control
+    built with its modules held to bands (a recipe's `module_bands`) is not one of the paper's models and does not
+    count."""
     rows = []
     for r in runs:
         if Table.TRAINING_LOG not in (r.manifest.get("tables") or {}) or task_of(r) != "addition":
@@ -251,6 +268,8 @@ def claim_training(runs) -> Claim:
         if seed_of_manifest(r.manifest) is not None:  # its log is in its shipped model's run
             continue
         origin = run_origin(r.manifest)
+        if (origin["recipe"] or {}).get("module_bands"):  # a control built with its modules held to bands
+            continue
         log = r.table(Table.TRAINING_LOG)
         log = log[log["split"] == "val"]
         if log.empty:

@@ -69,10 +69,34 @@ def heads_summary(run: RunReader, basis: str = "paper") -> str:
                  f" In {count(alone, 'case')} a head locks where its layer's attention as a whole does not.")
         if drowned:
             text += f" In {count(drowned, 'case')} a layer's attention locks as a whole and none of its heads alone."
+    text += " " + locking_is_correlation(run, grid)
     bands = head_bands(run.table(Table.HEAD_SPECTRA), basis, run.default_tau(basis))
     text += (f" Below the cutoff tau = {run.default_tau(basis)} lies a median {100 * bands['low'].median():.0f}% of a "
              f"head's Fourier energy (from {100 * bands['low'].min():.0f}% to {100 * bands['low'].max():.0f}%).")
     return text
+
+
+def locking_is_correlation(run: RunReader, grid: pd.DataFrame) -> str:
+    """A head that locks has a wave that moves with the answer: a correlation, not a cause. Where the run patched
+    heads (its `patching` table's head rows: a head's output from the clean prompt into the corrupted one), what the
+    most strongly locking head restores, beside the head that restores most."""
+    said = "Locking is a correlation: a head's wave moves with the answer, which does not show that the model uses it."
+    locks = grid[grid["locks"]]
+    if locks.empty or not run.has(Table.PATCHING):
+        return said
+    heads = run.table(Table.PATCHING)
+    heads = heads[heads["kind"] == "head"]
+    top = locks.loc[locks["locking"].idxmax()]
+    mine = heads[(heads["layer"] == int(top["layer"])) & (heads["head"] == int(top["head"]))]
+    if mine.empty:
+        return said
+    best = heads.loc[heads["recovered"].idxmax()]
+    one = mine.iloc[0]
+    return (f"{said} Patched from a clean prompt into a corrupted one (over {int(one['n'])} pairs of {run.split} "
+            f"questions), head {int(top['head'])} of layer {int(top['layer'])}, the strongest lock "
+            f"(R = {top['locking']:.2f}), restores "
+            f"{100 * one['recovered']:.0f}% of the logit difference; the head that restores most, head "
+            f"{int(best['head'])} of layer {int(best['layer'])}, {100 * best['recovered']:.0f}%.")
 
 
 def one_head_locking(run: RunReader, layer: int, head: int) -> pd.DataFrame:

@@ -8,8 +8,12 @@ Two readings, each with its rule:
   the splits. The shuffle and PCA of the same rank (read from the vectors themselves, not from n) are shown beside.
 * **the causal test** (`helix_patching`): put in for the first operand, do the circles carry what the model uses?
   `circles_used`: the helix's recovered share's interval lies wholly above the line's (the same fit without its
-  circles). The operand's own activation is what any reconstruction can restore at most; the phrasing's mean vector
-  (rank 0) is the floor; the random subspaces of the helix's rank keep about rank / width of the vector, so they sit
+  circles). The summary reads one patched layer, chosen from the fit alone before any outcome
+  (`chosen_patch_layer`: the patched layer nearest the layer the helix fits best), states each share against the
+  floor and puts PCA of the same rank beside the helix, at that layer and over every patched layer. The operand's
+  own activation is what any reconstruction can restore at most; the phrasing's mean vector (rank 0, the average
+  operand vector of questions worded the same way: no number in it) is the floor; the random subspaces of the
+  helix's rank keep about rank / width of the vector, so they sit
   near that floor and are shown, not tested against.
 
 The Fourier view's side is step 7's (core.claims.features: a period counts where its probe separates the numbers);
@@ -58,10 +62,57 @@ def circles_used(layer_rows: dict) -> bool:
     return float(layer_rows["helix"]["recovered_low"]) > float(layer_rows["line"]["recovered_high"])
 
 
-def best_patch_layer(patched: pd.DataFrame) -> int:
-    """The patched layer where the helix restores most."""
-    helix = patched[patched["condition"] == "helix"]
-    return int(helix.loc[helix["recovered"].idxmax(), "layer"])
+def chosen_patch_layer(fit: pd.DataFrame, patched: pd.DataFrame) -> int:
+    """The patched layer the summary reads, chosen before any patching outcome is read: the patched layer nearest the
+    layer the helix FITS best (`best_layer` of `helix_fit`, held-out variance of the numbers), the lower on a tie.
+    Never the layer where the helix happens to restore most (a choice by the outcome would flatter it)."""
+    target = best_layer(fit)
+    layers = sorted(int(x) for x in patched["layer"].unique())
+    return min(layers, key=lambda x: (abs(x - target), x))
+
+
+def points(delta: float) -> str:
+    """A difference of shares in words: "9 points above" / "3 points below" / "level with"."""
+    n = round(100 * float(delta))
+    return "level with" if n == 0 else f"{abs(n)} point{'s' * (abs(n) != 1)} {'above' if n > 0 else 'below'}"
+
+
+def span_points(values) -> str:
+    """A range of differences of shares in points: "9 to 45 points" (one value: "9 points")."""
+    low, high = (round(100 * float(v)) for v in (min(values), max(values)))
+    return f"{low} points" if low == high else f"{low} to {high} points"
+
+
+def span(values) -> str:
+    """A range of shares as "52-56%" (one value: "52%")."""
+    low, high = (round(100 * float(v)) for v in (min(values), max(values)))
+    return f"{low}%" if low == high else f"{low}-{high}%"
+
+
+def patch_sentences(fit: pd.DataFrame, patched: pd.DataFrame) -> list[str]:
+    """The causal test in words: at the layer `chosen_patch_layer` picks, each condition's share, the helix's and
+    PCA's gains above the floor (the phrasing's mean vector alone), and the same three over every patched layer."""
+    layer = chosen_patch_layer(fit, patched)
+    r = patch_rows(patched, layer)
+    n, helix, rank = int(r["helix"]["n"]), r["helix"], int(r["pca"]["rank"])
+    floor, pca = float(r["mean"]["recovered"]), float(r["pca"]["recovered"])
+    layers = sorted(int(x) for x in patched["layer"].unique())
+    by = {c: [float(patch_rows(patched, x)[c]["recovered"]) for x in layers] for c in ("helix", "pca", "mean")}
+    return [
+        f"Put in for the first operand at layer {layer} (the patched layer nearest the layer the helix fits best, "
+        f"chosen before any patch was read; {n:,} pairs whose operand the fit never saw), the phrasing's mean vector "
+        f"alone (the average first-operand vector of the questions worded the same way: it holds no number) already "
+        f"restores {pct(floor, 0)} of the logit difference: that is the floor. The helix restores "
+        f"{pct(helix['recovered'], 0)} ({pct(helix['recovered_low'], 0)} to {pct(helix['recovered_high'], 0)}), "
+        f"{points(float(helix['recovered']) - floor)} the floor; PCA of the same rank {rank}, read from the vector "
+        f"itself, {pct(pca, 0)} ({points(pca - floor)}); the line alone "
+        f"{pct(r['line']['recovered'], 0)}, the operand's own activation {pct(r['activation']['recovered'], 0)}, "
+        f"{r['draws']} random subspaces of rank {rank} {pct(r['random_mean'], 0)} on average.",
+        f"Over the patched layers {', '.join(map(str, layers))}, above a floor of {span(by['mean'])}: the helix adds "
+        f"{span_points([h - f for h, f in zip(by['helix'], by['mean'])])}, PCA of rank {rank} "
+        f"{span_points([q - f for q, f in zip(by['pca'], by['mean'])])} (the helix restores {span(by['helix'])}, PCA "
+        f"{span(by['pca'])}).",
+    ]
 
 
 def helix_summary(run: RunReader) -> str:
@@ -80,27 +131,36 @@ def helix_summary(run: RunReader) -> str:
                 "line.")]
     if run.has(Table.HELIX_PATCHING):
         patched = run.table(Table.HELIX_PATCHING)
-        best = best_patch_layer(patched)
-        r = patch_rows(patched, best)
-        n, helix = int(r["helix"]["n"]), r["helix"]
-        words.append(
-            f"Put in for the first operand at layer {best} (over {n:,} pairs whose operand the fit never saw), the "
-            f"helix restores {pct(helix['recovered'], 0)} of the logit difference ({pct(helix['recovered_low'], 0)} to "
-            f"{pct(helix['recovered_high'], 0)}); the line alone {pct(r['line']['recovered'], 0)}, the operand's own "
-            f"activation {pct(r['activation']['recovered'], 0)}, its top {int(r['pca']['rank'])} principal directions "
-            f"{pct(r['pca']['recovered'], 0)}, the phrasing's mean vector alone {pct(r['mean']['recovered'], 0)}, "
-            f"{r['draws']} random subspaces of rank {int(r['pca']['rank'])} {pct(r['random_mean'], 0)} on average.")
+        words += patch_sentences(fit, patched)
         used = sorted(int(x) for x in patched["layer"].unique() if circles_used(patch_rows(patched, int(x))))
         words.append(f"The circles restore more than the line alone at layer{'s' if len(used) > 1 else ''} "
                      f"{', '.join(map(str, used))}." if used else
                      "At no patched layer do the circles restore more than the line alone.")
+    if run.has(Table.HELIX_CLOCK):
+        words.append(clock_sentence(run.table(Table.HELIX_CLOCK)))
     return " ".join(words)
+
+
+def clock_sentence(clock: pd.DataFrame) -> str:
+    """The Clock test (`helix_clock`: the helix of the answer a + b at the answer position) in one sentence: at every
+    layer it patched, the shares the helix, PCA of the same rank, the floor (the phrasing's mean) and the position's
+    own stream restore, each layer's in the same order."""
+    layers = sorted(int(x) for x in clock["layer"].unique())
+    rows = [patch_rows(clock, x) for x in layers]
+    each = lambda c: ", ".join(pct(r[c]["recovered"], 0) for r in rows)  # noqa: E731
+    rank = int(rows[0]["pca"]["rank"])
+    return (f"The Clock test (does the answer position hold a + b on a helix? {int(rows[0]['helix']['n']):,} pairs, "
+            f"the second operand one more, whose answer the fit never saw): put in at the answer position at layers "
+            f"{', '.join(map(str, layers))}, the helix of a + b restores {each('helix')} of the logit difference; PCA "
+            f"of the same rank {rank} {each('pca')}; the phrasing's mean vector alone (the floor: no number in it) "
+            f"{each('mean')}; the position's own stream {each('activation')}.")
 
 
 #: How the causal test's conditions are named on screen.
 CONDITION_NAMES = {"activation": "the operand's own activation", "helix": "its helix fit (from the number alone)",
                    "line": "the line alone (no circles)", "pca": "its top principal directions (same rank)",
-                   "random": "a random subspace (same rank)", "mean": "the phrasing's mean vector (rank 0)"}
+                   "random": "a random subspace (same rank)",
+                   "mean": "the phrasing's mean vector, no number in it (rank 0: the floor)"}
 
 
 def helix_patch_frame(run: RunReader, layer: int) -> pd.DataFrame:
@@ -147,11 +207,12 @@ def views_side_by_side(run: RunReader, fourier: dict) -> tuple[pd.DataFrame, str
              "this run": f"{pct(at['helix'][0], 0)} explained (line alone {pct(at['line'][0], 0)})"}]
     if run.has(Table.HELIX_PATCHING):
         patched = run.table(Table.HELIX_PATCHING)
-        best = best_patch_layer(patched)
+        best = chosen_patch_layer(fit, patched)
         r = patch_rows(patched, best)
-        rows.append({"view": f"Helix put in for an operand (layer {best})",
-                     "this run": f"{pct(r['helix']['recovered'], 0)} restored "
-                                 f"(line alone {pct(r['line']['recovered'], 0)})"})
+        rows.append({"view": f"Helix put in for an operand (layer {best}, nearest the best fit)",
+                     "this run": f"{pct(r['helix']['recovered'], 0)} restored (no-number floor "
+                                 f"{pct(r['mean']['recovered'], 0)}, PCA of the same rank "
+                                 f"{pct(r['pca']['recovered'], 0)})"})
     agree = helix_sees == fourier_sees
     fourier_words = "counts periods " + ", ".join(f"{T:g}" for T in counted) if fourier_sees else "counts no period"
     helix_words = "circles add to the line" if helix_sees else "circles add nothing clear to the line"

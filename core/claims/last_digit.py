@@ -255,8 +255,8 @@ def _group_headline(groups: pd.DataFrame, n_split: int, split: str) -> str:
     """The headline groups (MLPs first), each as a share of the stream's shift, with their random edits."""
     rows = headline_groups(groups).sort_values("kind", ascending=False).to_dict("records")
     said = "; ".join(f"{group_name(r)}, {pct(r['read'])} (random edits {pct(r['read_control'])})" for r in rows)
-    return (f"Shifted together, over all {n_split:,} {split} questions, short waves move the last digit this often, "
-            f"as a share of the whole stream's: {said}.")
+    return (f"Over all {n_split:,} {split} questions, shifting a group's short waves together moves the last digit "
+            f"this often, counting what shifting the whole stream's short waves does as 100%: {said}.")
 
 
 def _by_d(row, prefix: str, ds) -> str:
@@ -338,8 +338,11 @@ def _causal_reason(verdict: str, mlp: pd.DataFrame, sites: pd.DataFrame, stream:
     elif verdict == "partly":  # the MLP site named: a headline group where one computes it, else the strongest
         grouped = mlp[mlp["group"].isin(["trained", "every layer"])] if "group" in mlp else mlp.iloc[:0]
         named = (grouped if len(grouped) else mlp).iloc[0].to_dict()
-        reason = (f"the short waves compute the last digit, as in GPT-2-XL, but through {site_name(named)}, not "
-                  "attention")
+        moved = (f"shifting the short waves of {site_name(named)} moves the last digit {pct(named['read'])}"
+                 + (" as often as shifting the whole stream's does" if relative else " of the time")
+                 + (f" (95% interval from {pct(named['read_low'])})" if "read_low" in named else "")
+                 + f", above the {pct(CAUSAL_SHARE, 0)} bar")
+        reason = f"{moved}: the short waves compute the last digit, as in GPT-2-XL, but through MLPs, not attention"
     elif verdict == "does not":
         counted = sites[sites["control_works"].astype(bool)] if "control_works" in sites else sites
         best = (counted if len(counted) else sites).sort_values("read", ascending=False).iloc[0].to_dict()

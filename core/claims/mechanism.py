@@ -1,5 +1,6 @@
-"""The claims about the mechanism (Tour steps 2, 4-6): logit lens, spectra, waves, ablations (step 1 is
-core.claims.accuracy's, step 3 core.claims.last_digit's). A step the paper did not measure on the run's task is
+"""The claims about the mechanism (Tour steps 2, 5, 6): logit lens, waves, ablations (step 1 is
+core.claims.accuracy's, step 3 core.claims.last_digit's, step 4 core.claims.spectra's, imported here for old
+callers). A step the paper did not measure on the run's task is
 "not tested" (core.claims.base.unreported). Each rule is written in its function's docstring and
 re-derived from the raw tables by tests/claims/test_tour.py."""
 
@@ -8,23 +9,21 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from core.analysis.fourier import BASELINE_RATIO, band_energy_share, ratio_bar, reachable_ratio
 from core.analysis.phase_shift import wilson_interval
 from core.claims.base import (
     Claim,
-    findings_of,
-    is_short,
     judged,
     pct,
     periods,
     running_example_of,
-    same_period,
     structural_reason,
 )
+from core.claims.periods import claim_periods
+from core.claims.spectra import claim_multiplication_spectra as claim_multiplication_spectra  # step 4, re-exported
+from core.claims.spectra import claim_spectra as claim_spectra
 from core.paper import TABLE1_GPT2_XL, TABLE1_TAU
-from core.runs.origin import run_origin
 from core.runs.reader import Table
-from core.runs.summaries import error_distribution, nearest_tau, table1, top_periods_by_module
+from core.runs.summaries import error_distribution, nearest_tau, table1
 from core.tasks import expression_of_id
 
 #: The approximate-before-exact gap must open by this fraction of the depth (GPT-2-XL: layers 20-30 of 48).
@@ -117,179 +116,6 @@ def claim_logit_lens(run, final_norm: bool = False) -> Claim:
             f"At layer {int(best['layer'])} of {L}: {pct(best['within_10'])} within ±10, {pct(best['exact'])} exact."
         ),
     ), run)
-
-
-def spectra_reading(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> dict:
-    """What step 4 reads of a run's module spectra (paper basis, mean over its last min(15, L) layers): `shares`
-    (each module's energy share below tau), `tops` (each module's raw top-5 periods), `above` (per module, the
-    periods at which its mean magnitude reaches the bar times what W_U alone gives random vectors of the same energy:
-    BASELINE_RATIO, or sqrt of the most a module could reach there where that is lower, core.analysis.fourier.ratio_bar;
-    {} without the `module_spectra_baseline` table), `bars` (per module, the bar at each period), `layers` and
-    `k_max`."""
-    spec = run.table(Table.MODULE_SPECTRA)
-    spec = spec[spec["basis"] == "paper"]
-    L = int(run.manifest["n_layers"])
-    keep = list(range(max(1, L - last_layers + 1), L + 1))
-    shares, tops = {}, {}
-    for m in ("mlp", "attn"):  # the same mean spectra as the Tour's bar chart (summaries.top_periods_by_module)
-        mean = top_periods_by_module(spec, "paper", m, last_layers=len(keep), top=int(spec["k"].max()))
-        shares[m] = band_energy_share(mean.sort_values("k")["magnitude"].to_numpy(), tau)[0]
-        tops[m] = [float(t) for t in mean["period"].head(5)]
-    above, bars = {}, {}
-    if Table.MODULE_SPECTRA_BASELINE in (run.manifest.get("tables") or {}):
-        base = run.table(Table.MODULE_SPECTRA_BASELINE)
-        base = base[(base["basis"] == "paper") & base["layer"].isin(keep)]
-        merged = spec[spec["layer"].isin(keep)].merge(
-            base[["module", "layer", "k", "magnitude"]].rename(columns={"magnitude": "baseline"}),
-            on=["module", "layer", "k"],
-        )
-        period_of = spec.drop_duplicates("k").set_index("k")["period"]
-        for m in ("mlp", "attn"):
-            mean = merged[merged["module"] == m].groupby("k")[["magnitude", "baseline"]].mean()
-            bar = ratio_bar(reachable_ratio(mean["baseline"]))
-            above[m] = [float(t) for t in period_of.loc[mean.index[mean["magnitude"] >= bar * mean["baseline"]]]]
-            bars[m] = pd.Series(bar, index=period_of.loc[mean.index].to_numpy())
-    return {"shares": shares, "tops": tops, "above": above, "bars": bars, "layers": keep,
-            "k_max": int(spec["k"].max())}
-
-
-def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
-    """Step 4. Paper (addition; reverse-Polish runs read the same): the module logits of GPT-2-XL's last 15 layers
-    have outliers at T = 2, 2.5, 5, 10; MLPs carry strong low frequencies, attention does not.
-    Measured (paper basis, last min(15, L) layers, `spectra_reading`): the share of energy below tau for MLP and
-    attention, and the frequencies at which a module's mean magnitude reaches the bar times what W_U alone gives
-    random vectors of the same energy (`module_spectra_baseline`): a raw top period may be W_U's own shape, not the
-    module's choice. The bar is BASELINE_RATIO (2x), or sqrt(r) where a module could reach at most r times the
-    baseline at that period (all its energy there, core.analysis.fourier.ratio_bar): tied frozen rows leave r at about
-    2 to 2.6, where a 2x bar could not be passed. Verdict: agrees when the MLP's low share exceeds attention's by 10
-    points or more and attention carries 2, 2.5, 5 or 10 above the baseline; partly when one of the two
-    holds; else does not. A run without the baseline table reads attention's raw top-5 periods instead,
-    and says so. A multiplication run is judged by the paper's multiplication spectra instead
-    (`claim_multiplication_spectra`)."""
-    if findings_of(run).task == "multiplication":
-        return claim_multiplication_spectra(run, tau, last_layers)
-    read = spectra_reading(run, tau, last_layers)
-    shares, tops, above, keep = read["shares"], read["tops"], read["above"], read["layers"]
-    mlp_low = shares["mlp"] >= shares["attn"] + 0.10
-    attn_short = any(is_short(t) for t in (above["attn"] if above else tops["attn"]))
-    verdict = "agrees" if (mlp_low and attn_short) else "partly" if (mlp_low or attn_short) else "does not"
-    measured = _spectra_sentences(read, tau)
-    return judged(Claim(
-        "spectra",
-        "In GPT-2-XL's last 15 layers the module logits have outliers at periods 2, 2.5, 5 and 10; MLPs also carry "
-        "strong low frequencies (size), attention does not (last digit).",
-        measured,
-        verdict,
-        (structural_reason(run, spectra=True) if verdict != "agrees" else "")
-        or spectra_rule_reason(mlp_low, attn_short, shares, verdict),
-        {"low_share": shares, "top_periods": tops, "above_baseline": above, "layers": keep},
-        headline=f"Below tau = {tau}: {pct(shares['mlp'])} of the MLPs' energy, {pct(shares['attn'])} of attention's.",
-    ), run)
-
-
-def spectra_rule_reason(mlp_low: bool, attn_short: bool, shares: dict, verdict: str) -> str:
-    """Which of the rule's two tests failed (`claim_spectra`), in words; "" when both pass."""
-    if verdict == "agrees":
-        return ""
-    said = []
-    if not mlp_low:
-        said.append(f"the MLPs' low-band share ({pct(shares['mlp'])}) is not 10 points above attention's "
-                    f"({pct(shares['attn'])})")
-    if not attn_short:
-        said.append("attention carries none of periods 2, 2.5, 5, 10 more strongly than W_U alone gives random vectors "
-                    "of the same energy (the Spectra page draws that baseline)")
-    return "; ".join(said)
-
-
-def _spectra_sentences(read: dict, tau: int) -> str:
-    shares, tops, above, keep = read["shares"], read["tops"], read["above"], read["layers"]
-    layers = f"layer {keep[0]}" if len(keep) == 1 else f"layers {keep[0]}-{keep[-1]}"
-    measured = (
-        f"Over {layers}: {pct(shares['mlp'])} of the MLP's energy and {pct(shares['attn'])} of attention's lies below "
-        f"tau = {tau}; top periods MLP {periods(tops['mlp'])}, attention {periods(tops['attn'])}."
-    )
-    if not above:
-        return measured + " (No W_U baseline is cached for this run: the raw top periods are read instead.)"
-
-    def listed(ts):
-        return f"{len(ts)}" + (
-            f" (periods {periods(sorted(ts, reverse=True)[:6])}{' …' if len(ts) > 6 else ''})" if ts else ""
-        )
-
-    low_bars = [float(v) for b in read.get("bars", {}).values() for v in b if v < BASELINE_RATIO]
-    bar = ("at least twice" if not low_bars else
-           f"at least twice (or, where W_U leaves less room, the square root of the most a module could reach: "
-           f"{min(low_bars):.2f}x to {max(low_bars):.2f}x here)")
-    return measured + (
-        f" Frequencies with {bar} what W_U alone gives random vectors of the same energy: MLP "
-        f"{listed(above['mlp'])}, attention {listed(above['attn'])}, of {read['k_max']}."
-    )
-
-
-def carried_periods(read: dict, wanted) -> list[float]:
-    """Which of the periods `wanted` either module carries (above the W_U baseline; its raw top 5 without one)."""
-    pool = (read["above"]["mlp"] + read["above"]["attn"]) if read["above"] else read["tops"]["mlp"] + read["tops"][
-        "attn"]
-    return [t for t in wanted if any(same_period(t, x) for x in pool)]
-
-
-#: Multiplication agrees with at least this many of the paper's five periods, 3.33 among them.
-MULTIPLICATION_PERIODS_AGREE = 4
-
-
-def claim_multiplication_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
-    """Step 4 for multiplication. Paper (appendix): fine-tuned GPT-2-XL's module logits on multiplication have
-    outliers at T = 2, 2.5, 3.33, 5 and 10 (3.33 is new: addition's have none there); which module carries which is
-    not reported. Measured as for addition (`spectra_reading`): which of the five periods the MLPs or attention carry
-    at >= 2x the W_U baseline (their raw top-5 periods without one). Verdict: agrees with at least 4 of the five,
-    3.33 among them; partly with at least one; does not with none; not tested when the run's unembedding cannot
-    write 3.33 (number rows tied and frozen to sinusoids without that period: every logit is a sum of those
-    sinusoids, so 3.33 can be neither found nor missed)."""
-    findings = findings_of(run)
-    read = spectra_reading(run, tau, last_layers)
-    wanted = findings.module_periods
-    found = carried_periods(read, wanted)
-    new = findings.new_periods
-    blind = unwritable_periods(run, new)
-    if blind:
-        verdict = "not tested"
-    elif len(found) >= MULTIPLICATION_PERIODS_AGREE and all(t in found for t in new):
-        verdict = "agrees"
-    else:
-        verdict = "partly" if found else "does not"
-    said = ", ".join(f"{t:.3g}" for t in found) or "none"
-    measured = _spectra_sentences(read, tau) + f" Of the paper's periods {periods(wanted)}: {said}."
-    reason = ""
-    if blind:
-        reason = (f"its number rows are tied and frozen to sinusoids of other periods, so every logit is a sum of "
-                  f"those and period {periods(blind)} cannot appear in its logits")
-    elif verdict != "agrees":
-        missing = [t for t in wanted if t not in found]
-        reason = f"periods {periods(missing)} are not carried above the W_U baseline"
-        if structural_reason(run, spectra=True):
-            reason += f"; {structural_reason(run, spectra=True)}"
-    return judged(Claim(
-        "spectra",
-        f"Fine-tuned GPT-2-XL's module logits on multiplication have outliers at periods {periods(wanted)} (3.33 is "
-        "new: addition's have none there); the paper does not say which module carries which.",
-        measured,
-        verdict,
-        reason,
-        {"low_share": read["shares"], "top_periods": read["tops"], "above_baseline": read["above"],
-         "layers": read["layers"], "paper_periods": list(wanted), "found": found},
-        headline=f"Of the paper's multiplication periods {periods(wanted)}, the modules carry {said} above the W_U "
-        "baseline.",
-    ), run)
-
-
-def unwritable_periods(run, wanted) -> list[float]:
-    """The periods of `wanted` that no logit of the run can contain: its number rows are tied (W_U = W_E) and frozen
-    to sinusoids of other periods (core.runs.origin "planted"), so W_U's columns, and every logit, are sums of those."""
-    origin = run_origin(run.manifest)
-    if origin["kind"] != "planted" or not (run.manifest.get("model") or {}).get("tied_embeddings"):
-        return []
-    planted = [float(t) for t in ((origin["recipe"] or {}).get("freeze") or {}).get("periods", [])]
-    return [t for t in wanted if not any(same_period(t, x) for x in planted)]
 
 
 #: Share of examples whose top-5 sum must peak at the answer for "agrees"; for "partly", the top-10 sum's
@@ -424,6 +250,27 @@ def ablation_pattern(cells: dict, base: float) -> dict:
     return out
 
 
+def informative_cells(ab: pd.DataFrame, tau, cells: dict, modules: list[str]) -> list[dict]:
+    """The cells of the `modules` whose Table 1 test has no power that still say something: the band removed leaves
+    at least max(10 points, 2 sd) less than its random control of two draws or more (matched to rank and energy, or,
+    where that control is itself near the floor, the rank-only one): dicts of module, band, accuracy, control, sd,
+    matched_on."""
+    out = []
+    for m in modules:
+        for band in ("low", "high"):
+            acc = cells.get((m, band), (np.nan,))[0]
+            for kind, on in ((f"matched-{band}", "rank and energy"), (f"random-{band}", "rank")):
+                draws = ab[(ab["modules"] == m) & (ab["removed"] == kind) & (ab["tau"] == tau)]["accuracy"]
+                if len(draws) < 2:
+                    continue
+                mean, sd = float(draws.mean()), float(draws.std(ddof=1))
+                if acc <= mean - max(DROP, 2 * sd):
+                    out.append({"module": m, "band": band, "accuracy": float(acc), "control": mean, "sd": sd,
+                                "matched_on": on})
+                    break
+    return out
+
+
 def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     """Step 6. Paper (Table 1, tau = 50): removing the MLPs' low frequencies leaves GPT-2-XL 35.89% and
     attention's high ones 78.36%, while the opposite bands cost almost nothing (attention low 99.12%,
@@ -447,7 +294,11 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     whose control is already within the margin of zero; a module whose only failures are such is "no
     power", not "does not".
     Verdict: agrees when both modules show it, partly when one does, not tested when neither module's
-    test has power, else does not (the reason names a module whose test had no power). The error shapes
+    test has power, else does not (the reason names a module whose test had no power). Where neither module's
+    test has power, the badge is the narrow test's (core.claims.periods.claim_periods: only the paper's periods
+    removed, which random directions of the same energy do not break) unless that is "not tested" too, and Table 1
+    stands beside it (`table1_verdict`); the cells of a module without power that still fall max(10, 2 sd) points
+    below a random control are stated (`informative_cells`). The error shapes
     (multiples of 10 under MLP-low, below 6
     under attention-high) are reported beside it."""
 
@@ -547,8 +398,10 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
             )
         elif opposite == "no power":  # no yardstick: the paper cell itself fell short of its control
             spread = f" ± {100 * sd_paper:.1f}" if np.isfinite(sd_paper) else ""
-            bits.append(f"removing {name} {paper_band} band leaves {pct(acc_paper)}, not clearly below as many random "
-                        f"directions ({pct(ctrl_paper)}{spread})")
+            need = max(DROP, 2 * sd_paper) if np.isfinite(sd_paper) else DROP
+            bits.append(f"removing {name} {paper_band} band leaves {pct(acc_paper)}, only "
+                        f"{100 * (ctrl_paper - acc_paper):.1f} points below removing as many random directions "
+                        f"({pct(ctrl_paper)}{spread}), where the rule asks {100 * need:.1f}")
         elif opposite == "harmful":
             bits.append(f"removing {name} {other} band is not harmless ({pct(acc_other)})")
         else:
@@ -559,6 +412,21 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     reason = "; ".join(bits) if bits else ""
     if verdict != "agrees" and structural_reason(run):
         reason = f"{reason}; {structural_reason(run)}" if reason else structural_reason(run)
+    table1_verdict, decided_by = verdict, "Table 1"
+    informative = informative_cells(ab, t, cells, [m for m, v in pattern.items() if v is None])
+    if informative:
+        measured += " Cells that say something where the test has no power: " + "; ".join(
+            f"removing {'the MLPs' if c['module'] == 'mlp' else 'attention'}'{'' if c['module'] == 'mlp' else 's'} "
+            f"{c['band']} band leaves "
+            f"{pct(c['accuracy'])} against {pct(c['control'])} ± {100 * c['sd']:.1f} for random directions of the "
+            f"same {c['matched_on']}" for c in informative) + "."
+    narrow = claim_periods(run) if verdict == "not tested" else None
+    if narrow is not None and narrow.verdict != "not tested":  # the powered test decides where Table 1 cannot
+        verdict, decided_by = narrow.verdict, "the narrow test"
+        measured = (f"Decided by the narrow test (only the periods 2, 2.5, 5, 10 removed), since Table 1 has no "
+                    f"power here: {narrow.headline} Table 1 beside it: {measured}")
+        reason = (f"{narrow.reason}; Table 1 cannot tell: as many random directions as a band already break the "
+                  "model") if narrow.reason else ""
     return judged(Claim(
         "ablations",
         f"In GPT-2-XL (tau = 50) removing the MLPs' low frequencies leaves {paper[('mlp', 'low')][1]}% and attention's "
@@ -580,6 +448,9 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
             "unmatched_controls": [f"{m}-{r}" for m, r, _, _ in unmatched],
             "pattern": pattern,
             "error_shape": shape,
+            "table1_verdict": table1_verdict,
+            "decided_by": decided_by,
+            "informative": informative,
         },
         headline=f"MLP low removed: {cell('mlp', 'low')}; attention high removed: {cell('attn', 'high')}.",
     ), run)

@@ -54,6 +54,34 @@ def operation_runs(runs: list, chosen) -> dict:
     return {t: rs[0] for t, rs in by_task.items()}
 
 
+#: A kind of model (core.runs.origin kind) in a few words.
+KIND_WORDS = {
+    "planted": "Fourier-frozen",
+    "transplanted": "frozen pre-trained rows",
+    "self-pretrained": "pre-trained here",
+    "scratch": "from-scratch",
+    "fine-tuned": "fine-tuned real LLM",
+    "external": "pre-trained real LLM",
+}
+
+
+def kind_name(run) -> str:
+    """A run's kind of model (`model_kind`) in words, with its depth: "2-layer Fourier-frozen (...), tied"."""
+    kind, tied = model_kind(run)
+    ties = {True: ", tied", False: ", untied"}.get(tied, "") if kind in ("planted", "transplanted") else ""
+    return f"{run.n_layers}-layer {KIND_WORDS.get(kind, kind)}{ties}"
+
+
+def missing_of_kind(runs: list, chosen) -> list[str]:
+    """The tasks of OPERATIONS (other than `chosen`'s own) with no usable run (module spectra and examples) of
+    `chosen`'s kind of model among `runs`: why `operation_runs` shows runs of another kind. Empty when every task has
+    one."""
+    usable = [r for r in runs if r.has(Table.MODULE_SPECTRA) and r.has(Table.EXAMPLES)]
+    kind = model_kind(chosen)
+    return [t for t in OPERATIONS if t != task_of(chosen)
+            and not any(task_of(r) == t and model_kind(r) == kind for r in usable)]
+
+
 def short_name(run) -> str:
     """A run's model as the step names it: its label without "(demo, trained here)" and without the task."""
     label = str(run.manifest.get("label", run.name)).replace(" (demo, trained here)", "")
@@ -206,11 +234,15 @@ def claim_operations(shown: dict, claims_of: Callable) -> Claim:
     else:
         judged = claims_of(mult)["spectra"]
         verdict = judged.verdict
-        reason = "the verdict is the multiplication run's against the paper's multiplication periods" + (
-            f": {judged.reason}" if judged.reason else "")
+        carried, wanted = found.get("multiplication"), periods(MULTIPLICATION_OUTLIER_PERIODS)
+        reason = (  # the evidence first: what the multiplication run carries, then its own step-4 reason
+            f"the multiplication run ({short_name(mult)}) carries "
+            + (f"{periods(carried) if carried else 'none'} of the paper's periods {wanted} above the W_U baseline"
+               if carried is not None else f"periods {wanted} with no W_U baseline cached to read them against")
+            + (f"; its spectra verdict: {judged.reason}" if judged.reason else ""))
     headline = (
         ("Shifting one module's short waves moves the last digit"
-         + (", as a share of the whole stream's shift: " if any(relative) else ": ") if shifted
+         + (", counting what shifting the whole stream does as 100%: " if any(relative) else ": ") if shifted
          else "Strongest lock to a short period: ")
         + ", ".join(moved) + "."
     )

@@ -178,6 +178,6 @@ def period_caption(run) -> str:
     if summary is None or summary.empty:
         return ""
     return (f"Each removal acts on every layer's output at the answer position, over all {int(summary['n'].max()):,} "
-            f"{run.split} questions (95% Wilson intervals); random: directions W_U reads that remove as much of the "
-            f"outputs' energy, {int(summary['draws'].max())} draws. Beyond random: at least {SPREAD_TIMES:g} sd and "
-            f"{100 * MIN_DROP:g} point below their mean, the interval under every draw.")
+            f"{run.split} questions; random: as much energy removed in directions W_U reads, "
+            f"{int(summary['draws'].max())} draws; beyond random means {SPREAD_TIMES:g} standard deviations and "
+            f"{100 * MIN_DROP:g} point below the draws' mean.")

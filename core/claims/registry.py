@@ -19,7 +19,8 @@ from core.claims.accuracy import claim_accuracy
 from core.claims.base import STEP_MEASURES, Claim, task_of, unreported
 from core.claims.features import claim_behaviour, claim_embeddings, claim_numbers
 from core.claims.last_digit import claim_module_waves
-from core.claims.mechanism import claim_ablations, claim_logit_lens, claim_spectra, claim_waves
+from core.claims.mechanism import claim_ablations, claim_logit_lens, claim_waves
+from core.claims.spectra import claim_spectra
 from core.errors import CoreError
 from core.paper import ACCURACY, MULTIPLICATION_ACCURACY_VAL, MULTIPLICATION_OUTLIER_PERIODS, paper_findings
 from core.tasks import task_name

@@ -1,4 +1,5 @@
-"""`python -m core ...`: precompute, list, verify, upgrade, train, import-model, rebuild, standin, ablate, shift.
+"""`python -m core ...`: precompute, list, verify, upgrade, train, import-model, rebuild, standin, ablate, shift,
+neurons.
 
 Errors the user can fix are printed as one line starting with "error:" and exit with status 2 (the argument
 parser's too); nothing already cached is touched by a failed command. A command returns its exit status, or the
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 from core.cli.arguments import build_parser, one_line
+from core.cli.neurons import parse_ks, parse_span
 from core.errors import CoreError
 from core.runs.cache import existing_cache_dir, list_runs, resolve_run, verify_run
 from core.runs.run_names import locate_run, run_of_cache
@@ -202,10 +204,31 @@ def cmd_patch(args):
         model=args.model, device=args.device, dtype=args.dtype,
     )
     report = patch_command(target, args.clean, args.corrupt, args.phrasing, False if args.no_progress else None,
-                           args.answers, positions=args.positions)
+                           args.answers, positions=args.positions, direction=args.direction,
+                           contrast=args.contrast)
     if args.json:
         return report.as_json()
     print(report.text())
+    return 0
+
+
+def cmd_neurons(args) -> int:
+    """`neurons RUN`: the neuron-level test (core.runs.neuron_run) written into the run; the run, the layers, the k's
+    and the device are checked before the model loads."""
+    args.target, args.cache_dir = locate_run(args.target, args.cache_dir)
+    layers, ks = parse_span(args.layers), parse_ks(args.ks)
+    check_device_first(args.device)
+
+    from core.runs.ablate import open_target
+    from core.runs.neuron_run import N_ABLATE, RANDOM_DRAWS, neuron_lines, run_neurons
+    from core.threads import parse_threads
+
+    target = open_target(args.target, args.cache_dir, limit=args.limit, threads=parse_threads(args.threads),
+                         model=args.model, device=args.device)
+    if target.run_name is None:
+        raise CoreError(f"{args.target} is not a run of {args.cache_dir}: the neuron tables are written into a run")
+    tables = run_neurons(target, layers, ks, args.ablate or N_ABLATE, args.draws or RANDOM_DRAWS, args.batch_size)
+    print("\n".join(neuron_lines(tables)))
     return 0
 
 
@@ -324,6 +347,7 @@ def main(argv=None) -> int:
         "ablate": cmd_edit,
         "shift": cmd_edit,
         "patch": cmd_patch,
+        "neurons": cmd_neurons,
     }
     json_out = sys.stdout
     try:

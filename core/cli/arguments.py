@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from core.cli.neurons import add_neurons_parser
 from core.runs.precompute_arguments import STAGES
 
 
@@ -157,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--positions", action="store_true",
                              help="with --clean and --corrupt: patch the stream at every token and layer (a position x "
                              "layer table; --json prints its cells)")
+            cmd.add_argument("--direction", choices=["denoise", "noise"], default="denoise",
+                             help="denoise (default): the clean prompt's output into the corrupted run, the share "
+                             "restored; noise: the corrupted prompt's into the clean run, the share of its margin lost")
+            cmd.add_argument("--contrast", type=int, choices=[1, 10], default=1,
+                             help="without --clean: pair each question with its second operand 1 (default) or 10 more")
         else:
             cmd.add_argument("--module", required=True, choices=["attn", "mlp", "resid"],
                              help="resid: the residual stream after --layer")
@@ -245,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     sti.add_argument("--base", default=None, help="the imported base model (default: the recipe's)")
     sti.add_argument("--out", default="models/smollm2-standin")
     sti.add_argument("--force", action="store_true", help="make it again over an existing folder")
+    add_neurons_parser(sub, _positive, _threads)
     return parser
 
 

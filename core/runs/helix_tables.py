@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pandas as pd
+import torch
 
 from core.analysis.helix import (
     N_SPLITS,
@@ -21,9 +22,11 @@ from core.analysis.helix import (
     helix_fit_table,
     helix_points,
 )
-from core.analysis.helix_patching import helix_patching, operand_pairs
+from core.analysis.helix_patching import answer_pairs, clock_layers, helix_patching, operand_pairs
 from core.analysis.numbers import DEFAULT_N, number_representations
 from core.errors import CoreError
+from core.runs.cache import RunWriter, read_manifest, run_lock
+from core.tasks import build_examples
 
 #: The helix tables' version: raised when what they hold or how it is computed changes.
 HELIX_VERSION = 1
@@ -89,6 +92,26 @@ def helix_patch_table(loaded, examples, texts, p: int, max_operand: int, batch_s
     return table
 
 
+def helix_clock_table(loaded, examples, texts, p: int, max_operand: int, batch_size: int = 32, progress=None,
+                      log=print) -> pd.DataFrame | None:
+    """The Clock test (core.analysis.helix_patching.answer_pairs): the helix of the answer a + b, fitted on the
+    answer position's stream of the questions whose answer is in one half of 0..p-1, put in at that position on the
+    pairs (second operand one more) whose answer is in the other half, at `clock_layers`; the table has the columns
+    of `helix_patching`. None where no pair keeps its token length (a model that splits numbers into digits)."""
+    t0 = time.time()
+    try:
+        pairs = answer_pairs(loaded.tokenizer, examples, texts, max_operand)
+        table = helix_patching(loaded, pairs, p, p, layers=clock_layers(loaded.n_layers),
+                               periods=fitting_periods(p), batch_size=batch_size, progress=progress)
+    except CoreError as exc:
+        log(f"helix clock: left out: {exc}")
+        return None
+    log(f"helix clock: {table['condition'].nunique()} conditions at the answer position, layers "
+        f"{', '.join(map(str, sorted(table['layer'].unique())))}, over {int(table['n'].iloc[0])} held-out pairs "
+        f"({time.time() - t0:.0f}s)")
+    return table
+
+
 def write_helix_tables(writer, loaded, examples, texts, p: int, opts, log=print) -> dict:
     """The helix stage: `helix_fit` and `helix_points` over the numbers 0..p-1, and `helix_patching` over the run's
     questions where it applies, into `writer`'s staging folder; the manifest's note on them."""
@@ -96,12 +119,45 @@ def write_helix_tables(writer, loaded, examples, texts, p: int, opts, log=print)
     patched = helix_patch_table(loaded, examples, texts, p, opts.max_operand, opts.batch_size, opts.progress, log)
     if patched is not None:
         tables["helix_patching"] = patched
+    clock = helix_clock_table(loaded, examples, texts, p, opts.max_operand, opts.batch_size, opts.progress, log)
+    if clock is not None:
+        tables["helix_clock"] = clock
     for name, frame in tables.items():  # all at once, at the end: a stage cut short leaves none, and is run again
         writer.write(name, frame)
-    return helix_note(patched, p)
+    return helix_note(patched, p, clock)
 
 
-def helix_note(patched: pd.DataFrame | None, p: int) -> dict:
-    """What the manifest says of the helix tables: the version, the periods, the causal test's held-out pairs."""
-    return {"version": HELIX_VERSION, "periods": list(fitting_periods(p)),
+def helix_note(patched: pd.DataFrame | None, p: int, clock: pd.DataFrame | None = None) -> dict:
+    """What the manifest says of the helix tables: the version, the periods, the causal test's and the Clock test's
+    held-out pairs (the latter only where the Clock test was made)."""
+    note = {"version": HELIX_VERSION, "periods": list(fitting_periods(p)),
             "patching_pairs": int(patched["n"].iloc[0]) if patched is not None and len(patched) else 0}
+    if clock is not None and len(clock):
+        note["clock_pairs"] = int(clock["n"].iloc[0])
+    return note
+
+
+def add_helix_clock(target, batch_size: int = 32, log=print) -> pd.DataFrame | None:
+    """The Clock test (`helix_clock_table`) of a run cached before it (`core.runs.ablate.Target` of the run: its model
+    and its questions), written into the run as `helix_clock` with the manifest's helix note's `clock_pairs`; nothing
+    else of the run changes. None (and nothing written) where it does not apply."""
+    if target.run_name is None:
+        raise CoreError("the Clock test is written into a run: name a run of the cache, not a model")
+    everything = {e.id: e for e in build_examples(target.task, target.max_operand, target.dataset_seed)}
+    examples = [everything[i] for i in target.ids]
+    with torch.no_grad():
+        clock = helix_clock_table(target.loaded, examples, target.texts, target.p, target.max_operand, batch_size,
+                                  log=log)
+    if clock is None:
+        return None
+    with run_lock(target.run_dir, target.run_name, log):
+        manifest = read_manifest(target.run_dir, target.run_name)
+        writer = RunWriter(target.run_dir, target.run_name, manifest.get("identity") or {},
+                           manifest.get("options") or {})
+        keep = writer.stage_published()
+        writer.write("helix_clock", clock)
+        keep["helix"] = {**(keep.get("helix") or {}), "clock_pairs": int(clock["n"].iloc[0])}
+        writer.publish(keep)
+    log(f"run {target.run_name}: table helix_clock written; nothing else recomputed")
+    return clock
+

@@ -15,6 +15,7 @@ key/value caches are kept in memory with the model and, with a cache folder, on 
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from contextlib import contextmanager
@@ -121,6 +122,27 @@ def live_slot(on_wait=None):
         _LIVE_LOCK.release()
 
 
+#: Prefix keys remembered per loaded model (one per set of prompts and batching: a few runs' splits and samples).
+MAX_PREFIX_KEYS = 32
+
+
+def live_prefix_key(loaded, prompts: list[str], batch_size: int, by_length: bool, dtype: str) -> str:
+    """`core.runs.prefix_store.prefix_key` of these prompts on this loaded model, remembered with the model for the
+    next filter: the key hashes the prompts' token ids, and tokenizing a demo's 3,419 prompts again took about 1 s of
+    every warm click (a third of it). The memo's own key is the model's stamp (its weights files' sizes and times:
+    a model rewritten on disk is keyed afresh), a digest of the prompts' texts and the batching; the tokenizer is the
+    loaded model's own, so the same texts give the same token ids."""
+    stamp = model_stamp(loaded.fingerprint, loaded.source)
+    texts = hashlib.sha256("\0".join(prompts).encode()).hexdigest()
+    memo = loaded.extra.setdefault("prefix_keys", {})
+    known = (stamp, texts, len(prompts), batch_size, by_length, dtype)
+    if known not in memo:
+        if len(memo) >= MAX_PREFIX_KEYS:
+            memo.pop(next(iter(memo)))
+        memo[known] = prefix_key(stamp, loaded.tokenizer(prompts)["input_ids"], batch_size, by_length, dtype)
+    return memo[known]
+
+
 def live_filter(loaded, p: int, basis_name: str, ablation):
     """The ablation's filter, built once per loaded model (kept with it for the next request)."""
 
@@ -156,9 +178,11 @@ def live_ablation(
     cache), keeping the prefixes with the model and, given `cache_dir`, on disk (core.runs.prefix_store).
     The result carries in `extra`: `compute_s` (seconds, model already loaded), `threads`,
     `prefix_reused` (every prefix came from memory or disk), `prefix_sources` (batches whose prefix came
-    from memory, from disk, or was computed), `sample` (a sample was read), `split_n` (questions in the
-    split) and, when `examples` has the run's `correct` column, `unfiltered_accuracy`: the unfiltered
-    model's accuracy on the same questions, from the run's table (a paired comparison).
+    from memory, from disk, or was computed), `prefix_on_disk` (batches the prefix store holds for these
+    prompts after the call: fewer than the batches when the disk had no room), `sample` (a sample was read),
+    `split_n` (questions in the split) and, when `examples` has the run's `correct` column,
+    `unfiltered_accuracy`: the unfiltered model's accuracy on the same questions, from the run's table (a
+    paired comparison).
     """
 
     used = use_threads(threads)
@@ -177,8 +201,7 @@ def live_ablation(
         store = None
         if cache_dir is not None:
             dtype = str(next(loaded.model.parameters()).dtype)
-            ids = loaded.tokenizer(prompts)["input_ids"]
-            key = prefix_key(model_stamp(loaded.fingerprint, loaded.source), ids, batch_size, not sample, dtype)
+            key = live_prefix_key(loaded, prompts, batch_size, not sample, dtype)
             store = PrefixStore(cache_dir, key, n_layers=loaded.n_layers)
 
         def estimate(state):  # after every batch (checkpoint_every_s=0): the accuracy so far, on the sample
@@ -209,9 +232,10 @@ def live_ablation(
             cache.store = None
         if store is not None:
             store.touch()
+        on_disk = store.batches_on_disk() if store is not None else 0
         sources = {k: cache.counts[k] - before.get(k, 0) for k in cache.counts}
     else:
-        sources = {"memory": 0, "disk": 0, "computed": 0}
+        sources, on_disk = {"memory": 0, "disk": 0, "computed": 0}, 0
         ev = evaluate(loaded, prompts, answers, p, flt, modules, positions, batch_size=LIVE_BATCH, progress=False,
                       on_batch=on_batch)
     ev.extra = {
@@ -219,6 +243,7 @@ def live_ablation(
         "threads": used,
         "prefix_reused": sources["computed"] == 0 and positions == "last",
         "prefix_sources": sources,
+        "prefix_on_disk": on_disk,
         "sample": sample,
         "split_n": split_n,
         "unfiltered_accuracy": float(examples["correct"].mean()) if "correct" in examples else None,

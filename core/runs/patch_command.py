@@ -2,6 +2,11 @@
 (or a model), for one pair of prompts or for every pair of a split's questions (the pairing rule of the run's
 patching stage, core.runs.patch_run), as text or as JSON.
 
+Sites are named as the docs count layers, from 1, with TransformerLens' name (its blocks count from 0) beside:
+"MLP 23 (blocks.22.hook_mlp_out)", "head 4 of attention 23 (blocks.22.attn.hook_z[4])" (heads count from 0), "MLPs
+19-30 together (blocks.18-29.hook_mlp_out)". `--direction noise` patches the corrupted prompt's output into the clean
+run (the share of the clean margin lost); `--contrast 10` pairs a split's questions with the second operand ten more.
+
 A prompt of the pair is a question written as the pages write it ("15 + 93": the task's phrasing number
 `--phrasing` and " Answer:" around it, its answer the task's) or any other text, read as given (free text; its
 answer is `--answers`' or else the number the model answers to it). The two prompts must differ, in their answers
@@ -20,14 +25,15 @@ import numpy as np
 
 from core.analysis.ablations import Condition
 from core.analysis.evaluation import evaluate_conditions
+from core.analysis.patch_table import CONTRASTS, DENOISE, DIRECTIONS, GROUP, with_defaults
 from core.analysis.patching import module_sites, patch_pairs, patching_table
 from core.errors import CoreError
 from core.models.loading import prompt_texts
-from core.models.names import HEAD, Z, hook_name
+from core.models.names import ATTN, HEAD, MLP, RESID, Z, hook_name
 from core.runs.ablate import Target, nan_to_none
 from core.runs.cache import read_manifest, read_table
 from core.runs.edit_arguments import check_pair, parse_answers, read_prompt
-from core.runs.patch_run import PAIR_RULE, patch_run
+from core.runs.patch_run import PAIR_RULE, TENS_RULE, group_sites, patch_run
 from core.runs.position_patch_run import PositionPatchReport, position_report
 from core.runs.precompute import model_prompts
 from core.tasks import RUNNING_EXAMPLE_PHRASING, build_examples, select_split
@@ -53,19 +59,30 @@ class PatchReport:
     #: the run's cached patching beside this one (`cached_comparison`); None for a model that is no run
     cached: dict | None = None
     cached_line: str | None = None
+    direction: str = DENOISE
+    contrast: int = 1
 
     def text(self, top: int = TOP_SITES) -> str:
-        """The pair(s), the two gaps and the sites that recover most, one line each."""
+        """The pair(s), the two gaps and the sites that move most, one line each (layers counted from 1 as the docs
+        count them, TransformerLens' name in brackets)."""
         over = " over pairs, 95% bootstrap interval" if self.pairs > 1 else ""
+        if self.direction == DENOISE:
+            how = ("patching a site's output from the clean prompt into the corrupted one restores this share of the "
+                   "difference (0: nothing, 1: all of it)")
+            moved = "answers moved to the clean one"
+        else:
+            how = ("patching a site's output from the corrupted prompt into the clean one takes away this share of "
+                   "the clean answer's margin (0: nothing, 1: all of it)")
+            moved = "answers moved to the corrupted one"
         lines = [f"{self.what}: logit(clean answer) - logit(corrupted answer) is {self.clean_gap:+.2f} on the clean "
-                 f"prompt, {self.corrupt_gap:+.2f} on the corrupted one; patching one site from clean into corrupted "
-                 f"recovers (0: nothing, 1: all of it){over}:"]
+                 f"prompt, {self.corrupt_gap:+.2f} on the corrupted one; {how}{over} (layers counted from 1, heads "
+                 "from 0, TransformerLens' block names from 0):"]
         ranked = sorted(self.sites, key=lambda r: -np.nan_to_num(r["recovered"], nan=-np.inf))[:top]
+        width = max((len(r["site"]) for r in ranked), default=0)
         for r in ranked:
             span = (f" ({r['recovered_low']:.2f} to {r['recovered_high']:.2f})"
                     if r["recovered_low"] is not None else "")
-            lines.append(f"  {r['hook']:<28} {r['recovered']:.3f}{span}, answers moved to the clean one: "
-                         f"{r['moved']:.0%}")
+            lines.append(f"  {r['site']:<{width}} {r['recovered']:.3f}{span}, {moved}: {r['moved']:.0%}")
         if self.cached_line:
             lines.append(f"  {self.cached_line}")
         lines.append(f"  ({len(self.sites)} sites in all; --json prints every one)")
@@ -117,14 +134,21 @@ def pair_prompts(target: Target, clean: str, corrupt: str, phrasing: int | None,
 
 
 def patch_command(target: Target, clean: str | None = None, corrupt: str | None = None, phrasing: int | None = None,
-                  progress=None, answers: str | None = None, positions: bool = False
-                  ) -> PatchReport | PositionPatchReport:
+                  progress=None, answers: str | None = None, positions: bool = False, direction: str = DENOISE,
+                  contrast: int = 1) -> PatchReport | PositionPatchReport:
     """`python -m core patch`: with `clean` and `corrupt` (questions like "15 + 93" in the same phrasing,
     `phrasing`, by default the running example's for addition, else the first; or any texts: `pair_prompts`),
     that one pair; without them, every pair of the target's questions (core.runs.patch_run: the stage's pairs,
     each head over its sample of them). `answers` ("108,109") names the two answers compared. With `positions`, the
-    pair's stream patched at every token and layer instead (core.runs.position_patch_run.position_report)."""
+    pair's stream patched at every token and layer instead (core.runs.position_patch_run.position_report).
+    `direction` (denoise, noise) and, for a split, `contrast` (1 or 10: the partner's second operand that much more)
+    choose which reading is printed."""
     loaded, p = target.loaded, target.p
+    if direction not in DIRECTIONS:
+        raise CoreError(f"--direction {direction!r}: choose {' or '.join(DIRECTIONS)}")
+    if int(contrast) not in CONTRASTS:
+        raise CoreError(f"--contrast {contrast}: choose {' or '.join(map(str, CONTRASTS))} (how much more the "
+                        "corrupted question's second operand is)")
     check_pair(target.task, clean, corrupt, phrasing, target.max_operand, p, answers)
     if clean is not None:
         texts, chosen, what = pair_prompts(target, clean, corrupt, phrasing, answers)
@@ -133,18 +157,25 @@ def patch_command(target: Target, clean: str | None = None, corrupt: str | None 
             report.cached, report.cached_line = cached_position_line(target)
             return report
         sites = module_sites(loaded.n_layers, loaded.parts.n_heads if loaded.parts.has_heads else 0)
-        result = patch_pairs(loaded, texts[:1], texts[1:], chosen[:1], chosen[1:], p, sites, 32, progress)
-        table = patching_table(result)
+        sites += group_sites(loaded)
+        result = patch_pairs(loaded, texts[:1], texts[1:], chosen[:1], chosen[1:], p, sites, 32, progress,
+                             direction)
+        table = patching_table(result, contrast=contrast)
     else:
         everything = {e.id: e for e in build_examples(target.task, target.max_operand, target.dataset_seed)}
         examples = [everything[i] for i in target.ids]
         table = patch_run(loaded, examples, target.texts, p, target.max_operand, 32, progress)
         if table is None:
             raise CoreError(f"none of the {len(examples)} questions has a partner: {PAIR_RULE}")
+        table = table[(table["direction"] == direction) & (table["contrast"] == int(contrast))]
         heads = table[table["kind"] == HEAD]
-        what = (f"{int(table['n'].iloc[0])} pairs of {len(examples)} {target.split} questions ({PAIR_RULE})"
+        rule = TENS_RULE if int(contrast) == 10 else PAIR_RULE
+        what = (f"{direction}, {int(table['n'].iloc[0])} pairs of {len(examples)} {target.split} questions ({rule})"
                 + (f"; each head over a sample of {int(heads['n'].iloc[0])} of them" if len(heads) else ""))
-    sites = [{"hook": site_hook(row.kind, int(row.layer), int(row.head), loaded.n_layers), **row._asdict()}
+    sites = [{"hook": site_hook(row.kind, int(row.layer), int(row.head), loaded.n_layers, int(row.from_layer),
+                                row.modules),
+              "site": site_label(row.kind, int(row.layer), int(row.head), loaded.n_layers, int(row.from_layer),
+                                 row.modules), **row._asdict()}
              for row in table.drop(columns=["clean_gap", "corrupt_gap"]).itertuples(index=False)]
     for s in sites:
         if s["recovered_low"] is not None and not np.isfinite(s["recovered_low"]):
@@ -152,7 +183,7 @@ def patch_command(target: Target, clean: str | None = None, corrupt: str | None 
     first = table.iloc[0]
     cached, line = cached_comparison(target, table, pair=clean is not None)
     return PatchReport(what, int(first["n"]), float(first["clean_gap"]), float(first["corrupt_gap"]), sites,
-                       "given" if clean is not None else target.split, cached, line)
+                       "given" if clean is not None else target.split, cached, line, direction, int(contrast))
 
 
 def cached_comparison(target: Target, table, pair: bool) -> tuple[dict | None, str | None]:
@@ -161,8 +192,13 @@ def cached_comparison(target: Target, table, pair: bool) -> tuple[dict | None, s
     questions; otherwise the line says why not. None for a model that is no run, or a run without the table."""
     if target.run_name is None or "patching" not in read_manifest(target.run_dir, target.run_name).get("tables", {}):
         return None, None
-    cached = read_table(target.run_dir, target.run_name, "patching")
-    pairs = int(cached.loc[cached["kind"] != HEAD, "n"].iloc[0])
+    cached = with_defaults(read_table(target.run_dir, target.run_name, "patching"))
+    table = with_defaults(table)
+    first = table.iloc[0]
+    same = cached[(cached["direction"] == first["direction"]) & (cached["contrast"] == first["contrast"])]
+    if not len(same):
+        return None, None
+    pairs = int(same.loc[~same["kind"].isin((HEAD, GROUP)), "n"].iloc[0])
     figures = {"table": "patching", "run": target.run_name, "pairs": pairs, "split": target.run_split,
                "same_questions": False, "agrees": None, "largest_difference": None, "sites_compared": 0}
     head = f"cached patching of run {target.run_name}: {pairs:,} pairs of its {target.run_split} questions"
@@ -174,7 +210,7 @@ def cached_comparison(target: Target, table, pair: bool) -> tuple[dict | None, s
     examples = read_table(target.run_dir, target.run_name, "examples", columns=["id"])
     if set(examples["id"]) != set(target.ids):
         return figures, f"{head} (not compared: this patch read {len(target.ids):,} questions, not the same set)"
-    keys = ["kind", "layer", "head"]
+    keys = ["kind", "layer", "head", "from_layer", "modules", "direction", "contrast"]
     both = table.merge(cached, on=keys, suffixes=("", "_cached"))
     both = both[both["n"] == both["n_cached"]]
     gaps = (both["recovered"] - both["recovered_cached"]).abs().dropna()
@@ -202,8 +238,30 @@ def cached_position_line(target: Target) -> tuple[dict | None, str | None]:
                      "questions (not compared: this patch read one pair given on the command line)")
 
 
-def site_hook(kind: str, layer: int, head: int, n_layers: int) -> str:
-    """The TransformerLens name of a patched site; a head's is its layer's hook_z with the head in brackets."""
+def site_hook(kind: str, layer: int, head: int, n_layers: int, first: int | None = None,
+              modules: str | None = None) -> str:
+    """The TransformerLens name of a patched site (blocks counted from 0); a head's is its layer's hook_z with the
+    head in brackets, a group's its blocks' range ("blocks.18-29.hook_mlp_out")."""
     if kind == HEAD:
         return f"{hook_name(Z, layer)}[{head}]"
+    if kind == GROUP:
+        one = hook_name(modules, layer, n_layers)
+        return one.replace(f"blocks.{layer - 1}.", f"blocks.{first - 1}-{layer - 1}.", 1)
     return hook_name(kind, layer, n_layers)
+
+
+def site_label(kind: str, layer: int, head: int, n_layers: int, first: int | None = None,
+               modules: str | None = None) -> str:
+    """A site as the docs count it (layers from 1) with its TransformerLens name beside: "MLP 23
+    (blocks.22.hook_mlp_out)", "stream after layer 22 (blocks.22.hook_resid_pre)", "head 4 of attention 23
+    (blocks.22.attn.hook_z[4])", "MLPs 19-30 together (blocks.18-29.hook_mlp_out)"."""
+    hook = site_hook(kind, layer, head, n_layers, first, modules)
+    if kind == RESID:
+        words = "stream before layer 1" if layer == 0 else f"stream after layer {layer}"
+    elif kind == HEAD:
+        words = f"head {head} of attention {layer}"
+    elif kind == GROUP:
+        words = f"{'attention' if modules == ATTN else 'MLPs'} {first}-{layer} together"
+    else:
+        words = f"{'attention' if kind == ATTN else 'MLP' if kind == MLP else kind} {layer}"
+    return f"{words} ({hook})"

@@ -68,12 +68,13 @@ class PrefixStore:
     """One key's batches on disk (see the module doc); `load`/`save` are what `PrefixCache` calls."""
 
     def __init__(self, cache_dir: str | Path, key: str, n_layers: int | None = None,
-                 max_bytes: int = PREFIX_DISK_BYTES):
+                 max_bytes: int | None = None):
         self.root = Path(cache_dir) / PREFIX_FOLDER
         self.key = key
         self.folder = self.root / key
         self.n_layers = n_layers
-        self.max_bytes = max_bytes
+        # read at each store's making, not at import: a test or a server may lower it
+        self.max_bytes = PREFIX_DISK_BYTES if max_bytes is None else max_bytes
 
     def _file(self, batch_no: int) -> Path:
         return self.folder / f"batch-{batch_no:04d}.safetensors"

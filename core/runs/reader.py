@@ -59,8 +59,11 @@ class Table(StrEnum):
     HELIX_FIT = "helix_fit"
     HELIX_POINTS = "helix_points"
     HELIX_PATCHING = "helix_patching"
+    HELIX_CLOCK = "helix_clock"
     ATTRIBUTION = "attribution"
     POSITION_PATCHING = "position_patching"
+    NEURON_FITS = "neuron_fits"
+    NEURONS = "neurons"
 
     @property
     def columns(self) -> tuple[str, ...]:

@@ -50,6 +50,8 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "correct",
     ),
     "number_rows_origin": ("number", "start_norm", "moved", "cosine"),
+    # patching since version 2 also carries direction, contrast, from_layer and modules (core.analysis.patch_table);
+    # a version-1 table lacks them and reads as denoising at contrast 1 (with_defaults), so they are not required
     "patching": ("kind", "layer", "head", "n", "recovered", "recovered_low", "recovered_high", "moved", "patched_gap",
                  "clean_gap", "corrupt_gap"),
     "head_spectra": ("basis", "layer", "head", "k", "period", "magnitude"),
@@ -62,17 +64,23 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
                           "moved", "patched_gap", "clean_gap", "corrupt_gap"),
     "attribution": ("kind", "layer", "head", "n", "attributed", "attributed_low", "attributed_high", "effect",
                     "clean_gap", "corrupt_gap"),
+    "helix_clock": ("layer", "condition", "draw", "rank", "n", "recovered", "recovered_low", "recovered_high", "moved"),
+    "neuron_fits": ("layer", "neuron", "helix_r2", "heuristic_r2", "n_fit", "n_scored"),
+    "neurons": ("selection", "k", "draw", "n", "accuracy", "last_digit_shift", "helix_r2_mean", "heuristic_r2_mean",
+                "overlap"),
 }
 #: Tables a run may lack: the training log (models trained here only), k-shot generations (models whose numbers are
 #: not single tokens), the phase shift (runs cached without the weights here; per-question answers since
 #: core.runs.shift_run.SHIFT_VERSION 2), the group shift and the periods-only ablation (the same, and runs cached
 #: before them), the rows against their start (number-token fine-tunings with trained rows: core.training.row_start),
 #: activation patching, attribution patching, attention head by head and the helix (runs cached without the weights
-#: here, or before them; a layout whose heads cannot be read has no head tables).
+#: here, or before them; a layout whose heads cannot be read has no head tables), and the neuron-level test (written
+#: by `python -m core neurons RUN` alone, core.runs.neuron_run).
 #: A run also lacks the tables its manifest's `not_applicable` names, each with the reason (see `required_tables`).
 OPTIONAL_TABLES = ("training_log", "generations", "phase_shift", "phase_shift_answers", "group_shift",
                    "group_shift_answers", "period_ablation", "number_rows_origin", "patching", "head_spectra",
-                   "head_locking", "helix_fit", "helix_points", "helix_patching", "attribution", "position_patching")
+                   "head_locking", "helix_fit", "helix_points", "helix_patching", "attribution", "position_patching",
+                   "helix_clock", "neuron_fits", "neurons")
 REQUIRED_TABLES = tuple(t for t in TABLE_COLUMNS if t not in OPTIONAL_TABLES)
 
 #: The columns of each table that may be null (NaN or None), and why; every other column of a table (the extra ones
@@ -114,6 +122,11 @@ NULLABLE_COLUMNS: dict[str, dict[str, str]] = {
         "recovered_low": "one pair (no bootstrap), or a draw whose gaps are too close",
         "recovered_high": "one pair (no bootstrap), or a draw whose gaps are too close",
     },
+    "helix_clock": {
+        "recovered": "clean and corrupted gaps too close to divide by",
+        "recovered_low": "one pair (no bootstrap), or a draw whose gaps are too close",
+        "recovered_high": "one pair (no bootstrap), or a draw whose gaps are too close",
+    },
     "phase_locking": {"locking": "one example cannot lock", "null_95": "one example cannot lock"},
     "head_locking": {"locking": "one example cannot lock", "null_95": "one example cannot lock"},
     **{
@@ -125,6 +138,8 @@ NULLABLE_COLUMNS: dict[str, dict[str, str]] = {
         for table in ("phase_shift", "group_shift")
     },
     "number_rows_origin": {"cosine": "a row that starts or ends at zero"},
+    "neurons": {"helix_r2_mean": "the unedited model's row ablates no neuron",
+                "heuristic_r2_mean": "the unedited model's row ablates no neuron"},
 }
 #: Columns that are shares (in [0, 1]) in each table.
 SHARE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -140,15 +155,18 @@ SHARE_COLUMNS: dict[str, tuple[str, ...]] = {
     "period_ablation": ("accuracy", "energy_share"),
     "patching": ("moved",),
     "helix_patching": ("moved",),
+    "helix_clock": ("moved",),
     "position_patching": ("moved",),
+    "neurons": ("accuracy", "last_digit_shift"),
 }
 #: Tables whose rows each count questions, pairs or examples read (`n` > 0).
 COUNTED_TABLES = ("layer_accuracy", "ablations", "error_analysis", "phase_locking", "head_locking", "period_ablation",
-                  "patching", "helix_patching", "attribution", "position_patching")
+                  "patching", "helix_patching", "helix_clock", "attribution", "position_patching", "neurons")
 #: Point estimates with their interval (point, low, high) in each table: low <= point <= high within rounding.
 INTERVALS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "patching": (("recovered", "recovered_low", "recovered_high"),),
     "helix_patching": (("recovered", "recovered_low", "recovered_high"),),
+    "helix_clock": (("recovered", "recovered_low", "recovered_high"),),
     "attribution": (("attributed", "attributed_low", "attributed_high"),),
     "position_patching": (("recovered", "recovered_low", "recovered_high"),),
 }

@@ -200,3 +200,67 @@ def stages_table(stages: pd.DataFrame, split: str) -> pd.DataFrame:
             accuracy: f"{g['accuracy'].iloc[-1]:.1%}",
         })
     return pd.DataFrame(rows, columns=["model", "is", "stage", "epochs", "trained on", accuracy])
+
+
+#: What each line of `fine_tuning_stages` is, as the Training page's chart colours it (`fine_tuning_roles`).
+ROLE_DEFAULT, ROLE_SHIPPED = "the default run", "another shipped run"
+ROLE_REPLACED, ROLE_EARLIER = "replaced (history)", "an earlier stage (log only)"
+
+
+def short_name(label: str) -> str:
+    """A fine-tuning's label shortened to what tells it from the others (`LABEL_DETAIL`): "rows + blocks 18..29
+    trained" for "SmolLM2-135M fine-tuned, number tokens (real LLM, rows + blocks 18..29 trained)"."""
+    detail = LABEL_DETAIL.search(label)
+    return detail.group(1) if detail else label
+
+
+def fine_tuning_roles(stages: pd.DataFrame, default: str | None) -> pd.DataFrame:
+    """The frame of `fine_tuning_stages` with two columns more: `short`, each line's `short_name` (its model's,
+    numbered "(2)", "(3)" where lines share one), and `role`: ROLE_DEFAULT for the cached run labelled
+    `default` (the run the dashboard opens with), ROLE_SHIPPED for another cached run, ROLE_REPLACED for history (a
+    model or variant a shipped one replaced), ROLE_EARLIER for an earlier stage of a shipped model."""
+    out = stages.copy()
+    role = {}
+    for run, g in out.groupby("run", sort=False):
+        cached, history = bool(g["cached"].iloc[0]), bool(g["history"].iloc[0])
+        role[run] = (ROLE_DEFAULT if cached and run == default else ROLE_SHIPPED if cached else
+                     ROLE_REPLACED if history else ROLE_EARLIER)
+    short, seen = {}, {}
+    for run, g in out.groupby("run", sort=False):
+        name = short_name(g["model"].iloc[0])
+        seen[name] = seen.get(name, 0) + 1
+        short[run] = name if seen[name] == 1 else f"{name} ({seen[name]})"
+    out["short"] = out["run"].map(short)
+    out["role"] = out["run"].map(role)
+    return out
+
+
+def fine_tuning_finals(roles: pd.DataFrame, runs: list[tuple[str, dict, pd.DataFrame]],
+                       default: str | None = None) -> pd.DataFrame:
+    """One row per line of `fine_tuning_roles` (each model or stage): short, role, stage, last_epoch (counted over
+    all stages), accuracy (at its last epoch, on the split the frame was made for) and test_once: a shipped run's one
+    test score, taken after training on the model rebuilt from its delta (its training summary, as `scored_once`
+    reads it; NaN for the others and for a run whose log read the test split every epoch). A shipped run whose log
+    has no row of the split (its log never read the test split) still gets its row, with its test score and no
+    accuracy (NaN), its role from `default` as `fine_tuning_roles` gives it. Best first (accuracy, else test score)."""
+    once = {}
+    for label, manifest, log in runs:
+        score = summary_of(manifest.get("model") or {}).get("rebuilt_test_accuracy_float32")
+        if score is not None and not (log["split"] == "test").any():
+            once[label] = float(score)
+    rows = []
+    for run, g in roles.sort_values("epoch").groupby("run", sort=False):
+        last = g.iloc[-1]
+        rows.append({"short": last["short"], "role": last["role"], "stage": int(last["stage"]),
+                     "last_epoch": int(last["epoch"]), "accuracy": float(last["accuracy"]),
+                     "test_once": once.get(run, float("nan"))})
+    drawn = set(roles["run"])
+    for label, _, log in runs:
+        if label not in drawn and label in once:
+            rows.append({"short": short_name(label), "role": ROLE_DEFAULT if label == default else ROLE_SHIPPED,
+                         "stage": 1, "last_epoch": int(log["epoch"].max()) if len(log) else 0,
+                         "accuracy": float("nan"), "test_once": once[label]})
+    cols = ["short", "role", "stage", "last_epoch", "accuracy", "test_once"]
+    table = pd.DataFrame(rows, columns=cols)
+    best = table["accuracy"].fillna(table["test_once"])
+    return table.iloc[best.sort_values(ascending=False, kind="stable").index].reset_index(drop=True)

@@ -8,6 +8,7 @@ pre-trained model, and the delta format a fine-tuned run ships as.
   optimiser      AdamW, the learning-rate schedule, the step bar
   checkpoint     saving and restoring a run's progress (and which tensors of a state dict are one tensor)
   number_rows    a demo model's number rows: their ids, what they are frozen to, the hook that keeps them
+  module_bands   the controls' constraint: each module's output map held to one Fourier band
   pretraining    the number corpus and next-token pre-training
   finetune       number-token fine-tuning of a pre-trained model, top to bottom
   lora           the model fine-tuning trains: new rows, LoRA factors, the delta's tensors

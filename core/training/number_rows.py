@@ -35,7 +35,8 @@ def number_token_ids(tokenizer, p: int) -> np.ndarray:
 def frozen_values(freeze: Freeze, tokenizer, n_numbers: int, width: int, seed: int, log=print) -> np.ndarray:
     """The rows the numbers 0..n_numbers-1 are frozen to, as the recipe's `freeze` says."""
     if freeze.kind == "fourier":
-        return fourier_embedding(n_numbers, width, freeze.periods, freeze.scale, seed)
+        periods = freeze.periods + tuple((n_numbers - 1) / k for k in freeze.frequencies)  # the paper's basis: p - 1
+        return fourier_embedding(n_numbers, width, periods, freeze.scale, seed)
     if freeze.kind == "representation":
         return representation_rows(freeze, n_numbers, width, log)
     return transplant_rows(freeze.source, tokenizer, n_numbers, width)

@@ -7,7 +7,8 @@ in the JSON are read through typed configs that hold every default once and chec
 * `Freeze` (`freeze`): which number-token embedding rows of a demo model are frozen, and to what;
 * `Pretrain` (`pretrain`): the optional next-token pre-training on the number corpus;
 * `NumberTokens` (`number_tokens`): one new token per number added to a pre-trained model, fine-tuned;
-* `LoRA` (`lora`): what of that model's blocks is trained, and how it ships in the delta.
+* `LoRA` (`lora`): what of that model's blocks is trained, and how it ships in the delta;
+* `ModuleBands` (`module_bands`): which Fourier band each module's output may carry (the controls' constraint).
 
 JSON and the standard library only: the dashboard reads recipes without loading torch.
 """
@@ -30,6 +31,8 @@ FREEZE_KINDS = ("fourier", "transplant", "representation")
 #: with the best validation accuracy (ties: the lower validation loss), whose test split is then scored once
 SELECT_RULES = ("last", "val")
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+#: the bands a module's output may be held to by `module_bands`: "low" (1 <= k < tau), "high" (k >= tau), or "any"
+MODULE_BANDS = ("low", "high", "any")
 
 
 def _is_number(value) -> bool:
@@ -53,6 +56,7 @@ class Freeze:
 
     kind: str
     periods: tuple[float, ...] = ()  # fourier: the periods T of the sinusoids
+    frequencies: tuple[int, ...] = ()  # fourier: frequencies k of the paper's basis on p numbers (T = (p - 1) / k)
     scale: float = 1.0  # fourier: every row's norm
     source: str | None = None  # transplant, representation: the donor model's folder
     layer: int | None = None  # representation: the donor's layer
@@ -71,11 +75,16 @@ class Freeze:
                 raise CoreError(f"{where}: a 'representation' freeze needs {missing} (source model folder, layer)")
         if spec["kind"] == "transplant" and "source" not in spec:
             raise CoreError(f"{where}: a 'transplant' freeze needs its source (the donor model's folder)")
-        if spec["kind"] == "fourier" and not spec.get("periods"):
-            raise CoreError(f"{where}: a 'fourier' freeze needs its periods (a list of periods T, e.g. [2, 5, 10])")
+        if spec["kind"] == "fourier" and not (spec.get("periods") or spec.get("frequencies")):
+            raise CoreError(f"{where}: a 'fourier' freeze needs its periods (a list of periods T, e.g. [2, 5, 10]) or "
+                            "its frequencies (whole numbers k >= 1, period (p - 1) / k)")
+        ks = spec.get("frequencies", ())
+        if not isinstance(ks, list | tuple) or not all(_is_whole(k) and k >= 1 for k in ks):
+            raise CoreError(f"{where}: freeze.frequencies must be a list of whole numbers k >= 1, got {ks!r}")
         return cls(
             kind=spec["kind"],
             periods=tuple(float(t) for t in spec.get("periods", ())),
+            frequencies=tuple(int(k) for k in spec.get("frequencies", ())),
             scale=float(spec.get("scale", 1.0)),
             source=spec.get("source"),
             layer=None if spec.get("layer") is None else int(spec["layer"]),
@@ -188,6 +197,44 @@ class LoRA:
         return self.train == "full"
 
 
+@dataclass(frozen=True)
+class ModuleBands:
+    """The `module_bands` part: the band of frequencies each module's output keeps, at every layer and position.
+
+    After every optimiser step (and once before the first) the output map of every attention (and of every MLP)
+    is projected so that what W_U reads off its output has nothing in the other band: W <- W P, b <- b P with P the
+    project's own band filter (core.analysis.filters.low_pass / high_pass at `tau`, on the `basis`), so the
+    filter that removes that band from the trained model (the ablation of step 6) removes nothing. "any": the
+    module is left free. W_U must stay fixed while training (tied number rows, frozen): the filters are built
+    from it once."""
+
+    attn: str = "any"  # the band attention's outputs keep: "low", "high" or "any"
+    mlp: str = "any"  # the band the MLPs' outputs keep
+    tau: int = 50  # the cutoff between the bands (the paper's Table 1)
+    basis: str = "paper"  # the Fourier basis the bands are read on (core.analysis.fourier)
+
+    @classmethod
+    def parse(cls, spec: dict, name: str = "") -> "ModuleBands":
+        where = f"recipe {name}: module_bands" if name else "module_bands"
+        _known_keys(cls, spec, where)
+        for key in ("attn", "mlp"):
+            if spec.get(key, "any") not in MODULE_BANDS:
+                raise CoreError(f"{where}.{key} (the band its outputs keep) must be one of {choices(MODULE_BANDS)}, "
+                                f"got {spec[key]!r}")
+        tau = spec.get("tau", cls.tau)
+        if not _is_whole(tau) or tau < 2:
+            raise CoreError(f"{where}.tau (the cutoff frequency) must be a whole number >= 2, got {tau!r}")
+        basis = spec.get("basis", cls.basis)
+        if not isinstance(basis, str):
+            raise CoreError(f"{where}.basis must be a basis name such as 'paper', got {basis!r}")
+        return cls(attn=spec.get("attn", cls.attn), mlp=spec.get("mlp", cls.mlp), tau=tau, basis=basis)
+
+    def removed(self, module: str) -> str | None:
+        """The band removed from `module`'s ("attn" or "mlp") outputs; None when it keeps every frequency."""
+        keep = getattr(self, module)
+        return None if keep == "any" else ("low" if keep == "high" else "high")
+
+
 @dataclass
 class Recipe:
     name: str
@@ -209,6 +256,7 @@ class Recipe:
     number_tokens: dict | None = None  # `NumberTokens`: add single number tokens and fine-tune
     lora: dict | None = None  # `LoRA`, with number_tokens: {"rank": 8, "alpha": 16, "targets": [...]}
     pretrain: dict | None = None  # `Pretrain`: {"epochs": 3, "n_sequences": 60000, "lr": 1e-3}
+    module_bands: dict | None = None  # `ModuleBands`: {"attn": "high", "mlp": "low", "tau": 50}
     epochs: int = 10
     batch_size: int = 64
     lr: float = 1e-3
@@ -270,8 +318,12 @@ class Recipe:
         if self.number_tokens is not None and not self.init_from:
             raise CoreError(f"recipe {self.name}: number_tokens fine-tunes a pre-trained model: set init_from to its "
                             "folder")
-        for part in (self.freeze_config, self.pretrain_config, self.number_token_config, self.lora_config):
+        for part in (self.freeze_config, self.pretrain_config, self.number_token_config, self.lora_config,
+                     self.module_band_config):
             part()
+        if self.module_bands is not None and (not self.tied or self.freeze is None or self.init_from):
+            raise CoreError(f"recipe {self.name}: module_bands builds its filters from W_U once, so W_U must not "
+                            "change: use tied number rows (tied: true) frozen by a freeze, on a model trained here")
 
     def freeze_config(self) -> Freeze | None:
         return Freeze.parse(self.freeze, self.name) if self.freeze else None
@@ -284,6 +336,10 @@ class Recipe:
         if self.number_tokens is None:
             return None
         return NumberTokens.parse(self.number_tokens, self.name, self.n_layers)
+
+    def module_band_config(self) -> ModuleBands | None:
+        """The typed `module_bands` (None: every module's output is free)."""
+        return ModuleBands.parse(self.module_bands, self.name) if self.module_bands is not None else None
 
     def lora_config(self) -> LoRA:
         """The typed `lora` (its defaults when the recipe has none)."""

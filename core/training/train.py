@@ -11,6 +11,8 @@ trains it, top to bottom in `train`:
 * frozen number rows (`core.training.number_rows`): they get no gradient and are restored after
   every optimiser step. With tied embeddings (GPT-2's default) the output rows are the same rows and
   are frozen too; `tied: false` trains a separate output matrix;
+* an optional band for each module's output (`module_bands`, `core.training.module_bands`): the output maps are
+  projected after every optimiser step so that W_U reads nothing of the other band off them (the controls);
 * loss on the answer token only (`core.training.answers`), AdamW with warm-up and linear decay
   (`core.training.optimiser`), bfloat16 autocast (about 5x faster matrix products on this CPU),
   float32 master weights, on the CPU or with `--device cuda` on a GPU (not bit for bit the CPU's numbers);
@@ -41,6 +43,7 @@ from core.models.vocab import number_tokenizer
 from core.tasks import build_examples, number_space, select_split
 from core.training.answers import AdditionBatches, answer_loss, evaluate_split, training_device
 from core.training.checkpoint import CHECKPOINT, load_checkpoint, restore_optimizer, save_checkpoint, unique_tensors
+from core.training.module_bands import band_constraint
 from core.training.number_rows import FrozenRows, frozen_values, number_token_ids
 from core.training.optimiser import lr_schedule, step_bar, whole_model_optimizer
 from core.training.pretraining import PRETRAIN_WORDS, pretrain
@@ -112,6 +115,8 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
     if freeze is not None:
         values = frozen_values(freeze, tokenizer, p, model.config.n_embd, recipe.seed, log)
         frozen = FrozenRows(model, number_ids, values)
+    # module_bands: each module's output map held to its band (core.training.module_bands), from the frozen W_U
+    constraint = band_constraint(recipe, model, number_ids)
 
     # the optimiser, and where a resumed run stopped
     steps_per_epoch = math.ceil(len(data["train"]) / recipe.batch_size)
@@ -144,6 +149,8 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
             sched.step()
             if frozen is not None:
                 frozen.restore()
+            if constraint is not None:
+                constraint.apply()
             bar.update(1)
         elapsed += time.time() - t0
         row = {"seed": recipe.seed, "width": recipe.width, "epoch": epoch + 1, "seconds": round(elapsed, 1)}

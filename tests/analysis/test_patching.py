@@ -3,12 +3,22 @@ site's output at the answer position set to its own clean partner's, on every ti
 the stream recover all and nothing; pairs follow their places in the lists, not the batches."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from core.analysis.ablations import Condition, RowPatch
 from core.analysis.pairs import corrupted, corrupted_text, pair_examples
-from core.analysis.patching import Site, module_sites, patch_pairs, patching_table, recovered_share
+from core.analysis.patch_table import DENOISE, GROUP, NOISE, with_defaults
+from core.analysis.patching import (
+    Site,
+    checked_pairs,
+    group_site,
+    module_sites,
+    patch_pairs,
+    patching_table,
+    recovered_share,
+)
 from core.errors import CoreError
 from core.models.capture import capture, forward_batch, prepare_batches
 from core.models.names import ATTN, HEAD, MLP, RESID, Z
@@ -193,11 +203,143 @@ def test_the_patch_command_prints_every_site_as_json_for_a_pair_and_for_a_split(
     assert hooks["blocks.0.hook_resid_pre"]["recovered"] == pytest.approx(0.0, abs=1e-3)
     assert any(h.startswith("blocks.0.attn.hook_z[") for h in hooks)
     assert all(s["recovered_low"] is None for s in pair["sites"])  # one pair: no interval
+    # layers as the docs count them (from 1), TransformerLens' block (from 0) beside; the groups too
+    labels = {s["hook"]: s["site"] for s in pair["sites"]}
+    assert labels[f"blocks.{N_LAYERS - 1}.hook_mlp_out"] == f"MLP {N_LAYERS} (blocks.{N_LAYERS - 1}.hook_mlp_out)"
+    assert labels["blocks.0.attn.hook_z[1]"] == "head 1 of attention 1 (blocks.0.attn.hook_z[1])"
+    assert labels[f"blocks.0-{N_LAYERS - 1}.hook_mlp_out"] == f"MLPs 1-{N_LAYERS} together (blocks.0-{N_LAYERS - 1}" \
+        ".hook_mlp_out)"
+    best = max(pair["sites"], key=lambda r: r["recovered"] if r["recovered"] is not None else -np.inf)
+    assert best["site"] in pair["lines"][1]  # the text prints the label, not the 0-based hook alone
+    assert main(["patch", str(folder), "--clean", "15 + 93", "--corrupt", "15 + 94", "--json", "--threads", "1",
+                 "--no-progress", "--direction", "noise"]) == 0
+    noised = json.loads(capsys.readouterr().out)
+    top = {s["hook"]: s for s in noised["sites"]}[f"blocks.{N_LAYERS - 1}.hook_resid_post"]
+    assert noised["direction"] == "noise" and top["recovered"] == pytest.approx(1.0, abs=1e-3)  # all of it lost
+    assert "takes away" in noised["lines"][0]
     assert main(["patch", str(folder), "--limit", "30", "--json", "--threads", "1", "--no-progress"]) == 0
     split = json.loads(capsys.readouterr().out)
     assert 20 <= split["pairs"] <= 30 and all(s["recovered_low"] is not None for s in split["sites"]
                                               if s["kind"] == "resid" and s["layer"] == N_LAYERS)
+    assert main(["patch", str(folder), "--limit", "30", "--json", "--threads", "1", "--no-progress", "--contrast",
+                 "10", "--direction", "noise"]) == 0
+    tens = json.loads(capsys.readouterr().out)
+    assert tens["contrast"] == 10 and {s["direction"] for s in tens["sites"]} == {"noise"}
+    assert "ten more" in tens["lines"][0]
     assert main(["patch", str(folder), "--clean", "15 + 93"]) == 2
     assert "give both --clean and --corrupt" in capsys.readouterr().err
     assert main(["patch", str(folder), "--clean", "15 plus 93", "--corrupt", "15 + 94"]) == 2  # free text, as given
     assert "the clean prompt is 3 tokens and the corrupted one" in capsys.readouterr().err  # not of the same length
+
+
+def gap_with(loaded, text, answer, other, p, values_by_module):
+    """The definition of a patch of several sites at once: one prompt alone, every position computed, each named
+    module output ((kind, layer) -> vector) replaced at the last token."""
+    handles = []
+    for (kind, layer), value in values_by_module.items():
+        v = torch.as_tensor(value, dtype=torch.float32)
+
+        def put(module, args, out, v=v):
+            t = (out[0] if isinstance(out, tuple) else out).clone()
+            t[:, -1, :] = v.to(t.dtype)
+            return (t, *out[1:]) if isinstance(out, tuple) else t
+
+        mod = loaded.parts.blocks[layer - 1] if kind == RESID else loaded.parts.outputs(kind)[layer - 1]
+        handles.append(mod.register_forward_hook(put))
+    try:
+        with torch.no_grad():
+            logits = forward_batch(loaded, prepare_batches(loaded.tokenizer, [text], 1)[0])[0]
+    finally:
+        for h in handles:
+            h.remove()
+    ids = loaded.numbers.ids_for(p)
+    return float(logits[ids[answer]] - logits[ids[other]])
+
+
+def test_noising_puts_the_corrupted_output_into_the_clean_run_and_the_stream_loses_all_at_the_top_none_at_the_bottom(
+        tiny):
+    loaded, p = tiny.loaded, tiny.p
+    pairs, clean, corrupt = pairs_of(tiny)
+    ca = np.array([c.answer for c, _ in pairs])
+    ka = np.array([k.answer for _, k in pairs])
+    sites = module_sites(loaded.n_layers)
+    result = patch_pairs(loaded, clean, corrupt, ca, ka, p, sites, batch_size=3, progress=False, direction=NOISE)
+    assert result.direction == NOISE
+    kept = capture(loaded, corrupt, 3, (RESID, ATTN, MLP), False)
+    for i in (0, len(pairs) - 1):
+        assert result.clean_gap[i] == pytest.approx(gap_alone(loaded, clean[i], ca[i], ka[i], p), abs=1e-3)
+        assert result.corrupt_gap[i] == pytest.approx(gap_alone(loaded, corrupt[i], ca[i], ka[i], p), abs=1e-3)
+        for j, site in enumerate(sites):
+            if site.kind == RESID and site.layer == 0:
+                continue  # the embedding's input: the definition's pre-hook is the first test's
+            index = site.layer if site.kind == RESID else site.layer - 1
+            value = kept[site.kind][i, index]
+            want = gap_alone(loaded, clean[i], ca[i], ka[i], p, site, value)
+            assert result.patched_gap[j, i] == pytest.approx(want, abs=1e-3), (site, i)
+    table = patching_table(result)
+    stream = table[table["kind"] == RESID].set_index("layer")["recovered"]
+    # the last stream carries everything: noising it leaves the clean run where the corrupted one is (100% lost);
+    # the stream before layer 1 at the answer position is the same token in both prompts: nothing lost
+    assert stream[loaded.n_layers] == pytest.approx(1.0, abs=1e-4)
+    assert stream[0] == pytest.approx(0.0, abs=1e-4)
+    assert set(table["direction"]) == {NOISE} and set(table["contrast"]) == {1}
+    # the share lost is one minus the share the noised run keeps, by its definition
+    for j in range(len(sites)):
+        kept_share = recovered_share(result.patched_gap[j], result.clean_gap, result.corrupt_gap)
+        assert table["recovered"].iloc[j] == pytest.approx(1 - kept_share, abs=1e-9)
+        if np.isfinite(table["recovered_low"].iloc[j]):
+            assert table["recovered_low"].iloc[j] <= table["recovered_high"].iloc[j]
+    moved = result.patched_gap  # the answers moved are those the noised run gives as the corrupted answer
+    assert moved.shape == result.moved.shape
+
+
+def test_a_group_patches_its_layers_together_as_its_definition_and_one_layer_alone_as_that_site(tiny):
+    loaded, p = tiny.loaded, tiny.p
+    pairs, clean, corrupt = pairs_of(tiny, n=12)
+    ca = np.array([c.answer for c, _ in pairs])
+    ka = np.array([k.answer for _, k in pairs])
+    L = loaded.n_layers
+    sites = [group_site(MLP, 1, L), group_site(ATTN, 1, L), group_site(MLP, L, L), Site(MLP, L)]
+    kept = capture(loaded, clean, 3, (ATTN, MLP), False)
+    for direction in (DENOISE, NOISE):
+        source, target = (clean, corrupt) if direction == DENOISE else (corrupt, clean)
+        kept = capture(loaded, source, 3, (ATTN, MLP), False)
+        result = patch_pairs(loaded, clean, corrupt, ca, ka, p, sites, batch_size=3, progress=False,
+                             direction=direction)
+        for i in (0, len(pairs) - 1):
+            for j, kind in ((0, MLP), (1, ATTN)):
+                want = gap_with(loaded, target[i], ca[i], ka[i], p,
+                                {(kind, layer): kept[kind][i, layer - 1] for layer in range(1, L + 1)})
+                assert result.patched_gap[j, i] == pytest.approx(want, abs=1e-3), (direction, kind, i)
+        # a group of one layer is that layer's site, exactly
+        np.testing.assert_allclose(result.patched_gap[2], result.patched_gap[3], atol=1e-5)
+        table = patching_table(result)
+        groups = table[table["kind"] == GROUP]
+        assert list(groups["from_layer"]) == [1, 1, L] and list(groups["modules"]) == [MLP, ATTN, MLP]
+
+
+def test_the_tens_contrast_changes_the_answers_tens_digit_and_its_pairs_pass_the_checks():
+    examples = build_examples("addition", 260, 0)
+    pairs = pair_examples(examples, 260, step=10)
+    assert len(pairs) > 1000
+    for clean, other in pairs:
+        assert abs(other.b - clean.b) == 10 and other.a == clean.a and other.phrasing == clean.phrasing
+        assert (other.answer // 10) % 10 != (clean.answer // 10) % 10
+    ca, ka = checked_pairs([c.question for c, _ in pairs], [k.question for _, k in pairs],
+                           [c.answer for c, _ in pairs], [k.answer for _, k in pairs], p=521)
+    assert (ca != ka).all() and len(ca) == len(pairs)
+    q = parse_question("addition", "15 + 93")
+    assert corrupted(q, 260, 10).answer == 118
+    assert corrupted(parse_question("addition", "15 + 255"), 260, 10).b == 245  # ten less past the largest operand
+    # a pair whose two prompts share an answer is refused
+    with pytest.raises(CoreError, match="same answer"):
+        checked_pairs(["a"], ["b"], [108], [108])
+
+
+def test_a_table_cached_before_the_directions_reads_as_denoising_at_contrast_one():
+    old = pd.DataFrame({"kind": [RESID, MLP], "layer": [0, 2], "head": [-1, -1], "n": [5, 5]})
+    t = with_defaults(old)
+    assert list(t["direction"]) == [DENOISE, DENOISE] and list(t["contrast"]) == [1, 1]
+    assert list(t["from_layer"]) == [0, 2] and list(t["modules"]) == [RESID, MLP]
+    t2 = old.assign(direction=[NOISE, NOISE], contrast=[10, 10], from_layer=[0, 1], modules=[RESID, MLP])
+    assert list(with_defaults(t2)["direction"]) == [NOISE, NOISE]

@@ -137,21 +137,25 @@ def test_spectra_controls(app, app_env):
     widget(app, "radio", "module").set_value("attn").run()
     top = chart_data(charts(app)[0])  # the strongest periods of both modules, as bars
     assert set(top["module"]) == {"MLP", "Attention"}
-    assert chart_title(charts(app)[1]).startswith("Attention")
+    titles = [chart_title(c) for c in charts(app)]
+    # step 4's two counts layer by layer, then the chosen module's spectrum
+    assert titles[1].startswith("Low band in each of the last"), titles
+    assert titles[2].startswith("Periods 2, 2.5, 5, 10"), titles
+    module = next(i for i, t in enumerate(titles) if t.startswith("Attention"))
     widget(app, "slider", "tau").set_value(30).run()
     energy = summaries.energy_by_band(read_table(app_env["cache"], run.name, "module_spectra"), "paper", 30)
     layer = widget(app, "select_slider", "layer").value
     want = energy[(energy["module"] == "attn") & (energy["layer"] == layer)].iloc[0]["low"]
     metric = next(m for m in app.metric if m.label == f"Attention layer {layer} alone: energy below tau = 30")
     assert metric.value == f"{want:.1%}"
-    data = chart_data(charts(app)[2]).dropna(subset=["band"])
+    data = chart_data(charts(app)[module + 1]).dropna(subset=["band"])
     assert (
         set(data["band"]) == {"low (k < tau)", "high (k ≥ tau)"}
         and (data[data["k"] < 30]["band"] == "low (k < tau)").all()
     )
     widget(app, "radio", "basis").set_value("dft").run()
     assert app.query_params["basis"] == "dft"
-    assert "period T = 201/k" in charts(app)[1].proto.spec
+    assert "period T = 201/k" in charts(app)[module].proto.spec
 
 
 def test_waves_k_slider(app):

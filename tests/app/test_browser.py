@@ -75,21 +75,22 @@ LAST = len(STEPS)
 
 
 def projector_views(base: str, default: str, small: str | None) -> list[list[browser.View]]:
-    """The projector walk's views, as three pages' queues: the Tour by Next in normal then presentation mode (one
-    page); every step in presentation mode with the sidebar opened (a page of its own: the sidebar stays open on the
-    page that opened it); and every view opened by its link, shared between the first page and a third."""
+    """The projector walk's views, as three pages' queues: the Tour by Next in presentation mode (one page: the
+    charts redrawn in place, not opened afresh); every step in presentation mode with the sidebar opened (a page of
+    its own: the sidebar stays open on the page that opened it); and every other view opened by its link (each Tour
+    step in normal mode, every page in both modes), shared between the first page and a third. Each view is drawn
+    once: a step by Next in presentation mode is not opened again by its link."""
     View = browser.View
     by_next, links = [], []
+    query = f"run={default}&large=1"
+    by_next.append(View("presentation, step 1", url=f"{base}/?{query}&step=1", large=True))
+    by_next += [View(f"presentation, step {step} by Next", button="Next ▶", large=True) for step in range(2, LAST + 1)]
+    links += [View(f"normal, step {step} by link", url=f"{base}/?run={default}&step={step}")
+              for step in range(1, LAST + 1)]
     for large in (False, True):
         mode = "presentation" if large else "normal"
-        query = f"run={default}" + ("&large=1" if large else "")
-        by_next.append(View(f"{mode}, step 1", url=f"{base}/?{query}&step=1", large=large))
-        # by Next: the charts are redrawn in place, not opened afresh
-        by_next += [View(f"{mode}, step {step} by Next", button="Next ▶", large=large) for step in range(2, LAST + 1)]
-        links += [View(f"{mode}, step {step} by link", url=f"{base}/?{query}&step={step}", large=large)
-                  for step in range(2, LAST + 1)]
-        links += [View(f"{mode}, page {name}", url=f"{base}/{path}?{query}", large=large)
-                  for name, path in browser.PAGES.items() if path]
+        links += [View(f"{mode}, page {name}", url=f"{base}/{path}?run={default}" + ("&large=1" if large else ""),
+                       large=large) for name, path in browser.PAGES.items() if path]
     # a lecturer opens the sidebar to change the run
     sidebar = [View(f"sidebar open, presentation, step {step}", url=f"{base}/?run={default}&large=1&step={step}",
                     sidebar=True, large=True) for step in range(1, LAST + 1)]
@@ -129,6 +130,8 @@ def projector_walk() -> tuple[str, ...]:
             problems.append(f"{view.where}: a chart still changed size 2 s after drawing")
         problems.extend(f"{view.where}: {p}" for p in projector_problems(page, view.large))
         problems.extend(f"{view.where}: {p}" for p in browser.cut_text(page))
+        # inside the charts, read from the drawn SVG: a title, axis title, legend entry or header cut or overlapping
+        problems.extend(f"{view.where}: {p}" for p in browser.chart_text_problems(page))
         # a Tour step on a projector is one screen: the claim, the verdict with its reason and the figure together
         if view.large and not view.sidebar and " step " in f" {view.where} " and (over := browser.scrolls(page)):
             problems.append(f"{view.where}: the step runs {over} px past the 768 px screen")

@@ -67,7 +67,7 @@ def number(text: str) -> int:
 def table_count(run, step_key: str, panel_key: str) -> tuple[int, str]:
     """(how many items the panel's figure rests on, their unit), from the raw table it reads."""
     name, manifest = run.name, run.manifest
-    if panel_key in ("tour-final", "tour-waves", "tour-heat"):  # one question: the running example
+    if panel_key in ("tour-final", "tour-waves", "tour-waves-zoom", "tour-heat"):  # one question: the running example
         return 1, "question"
     if step_key == "logit_lens":
         return int(read_table(CACHE, name, "layer_accuracy")["n"].max()), "questions"
@@ -89,9 +89,11 @@ def table_count(run, step_key: str, panel_key: str) -> tuple[int, str]:
         seeds = 0
         for r in RUNS:
             if ("training_log" in r.manifest["tables"] and run_origin(r.manifest)["kind"] != "fine-tuned"
+                    and not (run_origin(r.manifest)["recipe"] or {}).get("module_bands")  # a built control
                     and r.manifest["task"].get("task", "addition") == "addition"
                     and seed_of_manifest(r.manifest) is None):  # a seed's log is in its shipped model's run
-                seeds += read_table(CACHE, r.name, "training_log")["seed"].nunique()
+                log = read_table(CACHE, r.name, "training_log")  # a curve per width, each seed of it a run
+                seeds += int(log.groupby("width")["seed"].nunique().sum())
         return seeds, "training runs"
     raise AssertionError(f"no count rule for {step_key} {panel_key}")
 
@@ -140,10 +142,20 @@ def test_every_caption_counts_what_its_table_holds(run):
 
 
 def test_step_three_says_how_many_questions_on_the_default_run():
+    """The locking alone: its question says over how many questions. With the causal test, each bar may be over its
+    own questions: the question names no count and the line under the figure counts each bar's."""
     run = pick_run(RUNS, None)
-    n = int(read_table(CACHE, run.name, "phase_locking")["n"].max())
     total = len(read_table(CACHE, run.name, "examples"))
     question = STEPS[2].question(run)
+    if run.has(Table.PHASE_SHIFT):
+        assert not QUESTION_COUNT.search(question), question
+        panels = STEPS[2].panels(run, StepInputs("paper", claims_of(run), [run]))
+        shift = next(p for p in panels if p.key == "tour-shift")
+        counts = {int(n) for n in shift.data["n"]}  # the bars drawn
+        for n in counts:
+            assert f"{n:,}" in shift.full_caption, (n, shift.full_caption)
+        return
+    n = int(read_table(CACHE, run.name, "phase_locking")["n"].max())
     said = f"{n:,} of the {total:,} {run.split} questions (a sample)" if n < total else f"all {total:,} {run.split}"
     assert f"Over {said}" in question or f"over {said}" in question, question
 

@@ -49,7 +49,7 @@ def chart_values(chart) -> tuple[list[float], list[float], list[str]]:
             if len(col) and col.min() >= -0.001 and col.max() <= 1.001:
                 shares += [float(x) for x in col]
             if not pd.api.types.is_numeric_dtype(f[c]):  # labels such as period "47.3" or a run's "640 wide"
-                numbers += [float(x.replace(",", "")) for v in f[c].astype(str) for x, _ in NUMBER.findall(v)]
+                numbers += [float(x.replace(",", "")) for v in f[c].dropna().astype(str) for x, _ in NUMBER.findall(v)]
     return shares, numbers, spec_strings(spec)
 
 

@@ -121,7 +121,8 @@ def walk(name: str) -> tuple[list[str], list[tuple]]:
         at.run()
         assert not at.exception, (page, step, [e.message for e in at.exception])
         texts += shown_text(at)
-        long_captions += [(page, step, c.value[:80]) for c in at.caption if len(c.value.split()) > MAX_CAPTION_WORDS]
+        long_captions += [(page, step, len(c.value.split()), c.value) for c in at.caption
+                          if len(c.value.split()) > MAX_CAPTION_WORDS]
     return texts, long_captions
 
 

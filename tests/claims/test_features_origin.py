@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from core.claims.features import counted_periods, rows_origin, separated_moduli
+from core.claims.features import counted_periods, digit_derived, digit_verdict, rows_origin, separated_moduli
 from core.claims.registry import run_claims
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
@@ -53,15 +53,33 @@ def test_inherited_rows_say_whose_they_are_and_how_far_they_moved(run):
 
 
 def test_the_default_and_smollm2_frozen_are_judged_by_one_rule():
-    """Both runs' rows are SmolLM2's representation after block 5: their features verdicts come from the same rule
-    (counted, capped by the digit clause), not one 'partly' and one 'not tested'."""
+    """Both runs' rows are SmolLM2's representation after block 5, read at the last digit's token: their features
+    verdicts come from the same rule, and it says "can't tell" (not tested) with why, since a vector holding the last
+    digit has the periods and perfect mod 2, 5, 10 probes by construction (issue 67 item 4)."""
     smol = [r for r in SHIPPED if r.split == "test" and rows_origin(r)["inherited"]
             and "number_spectrum" not in (r.manifest.get("not_computed") or {})]
     if len({run_origin(r.manifest)["kind"] for r in smol}) < 2:
         pytest.skip("needs a shipped fine-tuning and a shipped transplant of SmolLM2's rows")
     for r in smol:
         claim = run_claims(r)["numbers"]
-        assert claim.verdict != "not tested" and "digit by digit" in claim.reason, (r.name, claim.reason)
+        assert claim.verdict == "not tested", (r.name, claim.verdict)
+        assert "digit by digit" in claim.reason and "could not have failed" in claim.reason, (r.name, claim.reason)
+        assert claim.reason.startswith("linear probes read n mod 2, 5, 10 at Cohen's kappa")  # measured clause first
+
+
+def test_the_digit_clause_leaves_does_not_and_turns_agrees_into_cannot_tell():
+    """The rule can still fail on a digit-splitting model ("does not" stays), and a model whose rows are not
+    digit-derived keeps its verdict."""
+    from_digits = [r for r in SHIPPED if digit_derived(r)]
+    if not from_digits:
+        pytest.skip("no digit-derived run shipped")
+    r = from_digits[0]
+    assert digit_verdict(r, "does not", "")[0] == "does not"
+    assert digit_verdict(r, "agrees", "", {2: 1.0, 5: 1.0, 10: 1.0})[0] == "not tested"
+    assert digit_verdict(r, "partly", "")[0] == "not tested"
+    plain = [r for r in SHIPPED if not digit_derived(r)]
+    if plain:
+        assert digit_verdict(plain[0], "agrees", "") == ("agrees", "")
 
 
 def probes_table(kappas: dict[int, tuple[float, float]], layer: int = 0):

@@ -48,7 +48,13 @@ def nan_accuracy(frame):
 
 
 def layer_5(frame):
-    frame.loc[frame["kind"] == "mlp", "layer"] = 5
+    """The MLP sites of one direction and contrast only: 2 rows (one per layer) moved to layer 5."""
+    first = frame["kind"] == "mlp"
+    if "direction" in frame:
+        first &= frame["direction"] == frame["direction"].iloc[0]
+    if "contrast" in frame:
+        first &= frame["contrast"] == frame["contrast"].iloc[0]
+    frame.loc[first, "layer"] = 5
 
 
 def unfiltered_99(frame):
@@ -65,7 +71,7 @@ EDITS = {
         "table ablations: column accuracy is NaN or empty in 1 row of"),
     "a patching row past the model's layers": (
         "patching", layer_5,
-        "table patching: 2 rows at layer 5..5, outside the model's 2 layers: modules and heads of 1..2"),
+        "rows at layer 5..5, outside the model's 2 layers: modules and heads of 1..2"),
     "an unfiltered accuracy the examples do not give": (
         "ablations", unfiltered_99,
         "table ablations: the unfiltered accuracy (modules none, removed none) 99.00% is not the examples table's "

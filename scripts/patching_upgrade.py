@@ -1,0 +1,61 @@
+"""Give cached runs the patching table of core.runs.patch_run's current version, from their weights, and nothing else:
+every other table and the manifest's own keys are published again as they were (core.runs.cache.RunWriter's
+stage_published and publish); the manifest's `patching` note and `timings.patching_s` are replaced. Rows of the older
+table read over the very pairs this version reads are kept (core.runs.patch_run.patch_run's `previous`).
+
+    .venv/bin/python scripts/patching_upgrade.py RUN [RUN ...] [--threads N] [--extra-pairs N]
+
+A run whose model is not here is refused with what to do; a run that fails loses nothing (the staging folder is
+published only once the table is written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from core.errors import CoreError
+from core.files import read_json_file
+from core.runs.ablate import open_target
+from core.runs.cache import RunWriter
+from core.runs.patch_run import EXTRA_PAIRS, PATCH_VERSION, write_patch_table
+from core.tasks import build_examples
+
+
+def upgrade(name: str, cache_dir: str, threads: int, extra_pairs: int = EXTRA_PAIRS) -> None:
+    manifest = read_json_file(Path(cache_dir) / name / "manifest.json")
+    if not manifest:
+        raise CoreError(f"no run {name!r} in {cache_dir}: name one `python -m core list` shows")
+    t0 = time.time()
+    target = open_target(name, cache_dir, threads=threads)
+    everything = {e.id: e for e in build_examples(target.task, target.max_operand, target.dataset_seed)}
+    examples = [everything[i] for i in target.ids]
+    writer = RunWriter(cache_dir, name, manifest["identity"], manifest["options"])
+    keep = writer.stage_published()
+    opts = SimpleNamespace(max_operand=target.max_operand, batch_size=32, progress=False)
+    keep["patching"] = write_patch_table(writer, target.loaded, examples, target.texts, target.p, opts, print,
+                                         extra_pairs)
+    keep["timings"] = {**(keep.get("timings") or {}), "patching_s": round(time.time() - t0, 2)}
+    writer.publish(keep)
+    print(f"run {name}: patching table of version {PATCH_VERSION} published ({time.time() - t0:.0f}s); nothing else "
+          "recomputed")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+")
+    parser.add_argument("--cache-dir", default="cache")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--extra-pairs", type=int, default=EXTRA_PAIRS,
+                        help="the seeded sample of pairs noising and the contrast 10 read (default %(default)s)")
+    args = parser.parse_args()
+    for name in args.runs:
+        upgrade(name, args.cache_dir, args.threads, args.extra_pairs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
