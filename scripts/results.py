@@ -417,7 +417,7 @@ def claims_table(cache_dir: str, runs) -> None:
         first = next((r for r in test_runs if r.has(Table.MODULE_SPECTRA)), test_runs[0])
         o = claim_operations(operation_runs(test_runs, first), claims)
         why = f" *Why: {o.reason}.*" if o.reason else ""
-        print(f"\n**operations** (one run of each task: the sidebar run's kind of model where one was trained on each task, else the Fourier-frozen demos, named first). Paper: {o.paper}\n\n"
+        print(f"\n**operations** (one run of each task, named in the step's first words). Paper: {o.paper}\n\n"
               f"- **{o.verdict}**. {o.measured}{why}")
 
 

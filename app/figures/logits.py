@@ -500,7 +500,7 @@ def layer_low_gaps(run: RunReader, tau: int = 50):
     wide = rows.pivot(index="layer", columns="module", values="low_share")
     data = pd.DataFrame({"layer": wide.index, "gap": 100 * (wide["mlp"] - wide["attn"]).to_numpy()})
     bars = alt.Chart(data).mark_bar(color="#4c78a8").encode(
-        x=alt.X("layer:O", title="layer"),
+        x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0, labelOverlap="greedy")),
         y=alt.Y("gap:Q", title="MLP minus attention (points)"),
         tooltip=[alt.Tooltip("layer"), alt.Tooltip("gap:Q", format=".1f", title="points")])
     lines = alt.Chart(pd.DataFrame({"y": [10.0, -10.0]})).mark_rule(color="black", strokeDash=[4, 3]).encode(

@@ -83,7 +83,7 @@ def ablation_chart(table: pd.DataFrame, label: str = ""):
     bars = enc.mark_bar().encode(
         y=alt.Y("share:Q", title="share of the questions (%)", axis=alt.Axis(format="%"),
                 scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("set:N", title="neurons set to their mean", scale=SET_COLOURS,
+        color=alt.Color("set:N", title="neurons averaged", scale=SET_COLOURS,
                         legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
         tooltip=[alt.Tooltip("set:N"), alt.Tooltip("group:N"), alt.Tooltip("share:Q", format=".1%"),
                  alt.Tooltip("draws:Q")],

@@ -42,14 +42,20 @@ def _wave_layers(frame: pd.DataFrame, lo: int, hi: int, answer: int, peak: int, 
     comp = alt.Chart(waves_only).mark_line(strokeWidth=0.8 if faint else 1.2, opacity=0.45 if faint else 0.8).encode(
         x=x,
         y=alt.Y("value:Q", title="added to the number's logit"),
-        color=alt.Color("wave:N", title="wave (period T)", sort=list(dict.fromkeys(waves_only["wave"]))),
+            # the legend under the plot in rows of two: beside it, it takes the width a narrow column cannot spare
+        color=alt.Color("wave:N", title="wave (period T)", sort=list(dict.fromkeys(waves_only["wave"])),
+                        legend=alt.Legend(orient="bottom", direction="horizontal", columns=2)),
         tooltip=[alt.Tooltip("wave"), alt.Tooltip("number"), alt.Tooltip("value:Q", format=".3f")],
     )
     line = alt.Chart(total).mark_line(color="black", strokeWidth=2 if faint else 2.5).encode(
         x=x, y=alt.Y("value:Q"), tooltip=[alt.Tooltip("number"), alt.Tooltip("value:Q", format=".3f")])
     low = float(frame["value"].min())
-    # a name near the right end is written leftwards from its mark, so that it stays inside the plot
-    side = lambda n: dict(align="right", dx=-8) if n > lo + 0.7 * (hi - lo) else dict(align="left", dx=8)  # noqa: E731
+    # a name is written away from the nearer end of the plot (centred above its mark in the middle third), so that it
+    # stays inside the plot however narrow the column
+    def side(n: int) -> dict:
+        at = (n - lo) / max(hi - lo, 1)
+        return (dict(align="right", dx=-8) if at > 2 / 3 else dict(align="left", dx=8) if at < 1 / 3
+                else dict(align="center", dy=-14))
     at_peak = total[total["number"] == peak].assign(
         label=f"{peak_words} {peak}" + (", the answer" if peak == answer else ""))
     dot = alt.Chart(at_peak).mark_point(size=140, filled=True, color="black").encode(x=x, y=alt.Y("value:Q"))
@@ -90,6 +96,6 @@ def waves_line(run: RunReader, example: pd.Series, basis: str, top: int, window:
         f"The figure above between {lo} and {hi} (the answer ± {window}): here the sum is highest at {inside}; over "
         f"the whole line 0..{last} it peaks at {peak}."
     )
-    zoom = styled(_wave_layers(near, lo, hi, answer, local, False, "highest in this zoom:"),
+    zoom = styled(_wave_layers(near, lo, hi, answer, local, False, "highest here:"),
                   f"Zoom: numbers {lo}..{hi} around the answer {answer} — {run.label}")
     return (whole, frame, caption), (zoom, near, zoom_caption)

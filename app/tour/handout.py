@@ -131,6 +131,22 @@ def run_accuracy(run: RunReader) -> tuple[float, int, str]:
     return float(answers["correct"].mean()), len(answers), source
 
 
+def legends_beside(spec):
+    """`spec` with every legend the page lays under or over its plot (a narrow column has no width to spare) put
+    beside it in one column: a slide has the width, not the height those rows would add. The printed copy keeps them
+    under the plot: beside, they would widen the figure and shrink its print."""
+    if isinstance(spec, list):
+        return [legends_beside(x) for x in spec]
+    if not isinstance(spec, dict):
+        return spec
+    out = {k: legends_beside(v) for k, v in spec.items()}
+    legend = out.get("legend")
+    if isinstance(legend, dict) and legend.get("orient") in ("bottom", "top"):
+        out["legend"] = {**{k: v for k, v in legend.items() if k not in ("columns", "direction")},
+                         "orient": "right", "direction": "vertical"}
+    return out
+
+
 def sized(chart) -> dict:
     """A figure's Vega-Lite spec with a fixed width (the page stretches figures to their column; a file cannot)."""
     spec = chart.to_dict()
@@ -282,7 +298,7 @@ def step_html(step: HandoutStep) -> str:
         if f.spec is None:
             body = table_html(f)
         else:  # the printed size, and presentation mode's type for the slides (the style sheet shows one of them)
-            large = f.large_spec if f.large_spec is not None else f.spec
+            large = legends_beside(f.large_spec if f.large_spec is not None else f.spec)
             body = (f'<div class="print-size">{figure_svg(f.spec, f"s{step.number}f{i}")}</div>'
                     f'<div class="projector-size">{figure_svg(large, f"s{step.number}f{i}L")}</div>')
         figure = f"<figure>{body}<figcaption>{html.escape(f.caption)}</figcaption></figure>"

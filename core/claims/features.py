@@ -116,8 +116,8 @@ def digit_derived(run) -> str:
     inherited = ((origin["kind"] == "fine-tuned" and recipe.get("number_tokens"))
                  or (origin["kind"] == "transplanted" and (recipe.get("freeze") or {}).get("kind") == "representation"))
     if inherited:
-        return ("that representation is read at the last digit token of a model that reads numbers digit by digit, "
-                "so it holds the last digit by construction: periods 10, 5, 2.5 and 2 are built in by its tokenizer")
+        return ("the rows are read at the last digit's token of a model that reads numbers digit by digit, so they "
+                "hold the last digit, and with it periods 10, 5, 2.5 and 2")
     if (run.manifest.get("number_representations") or {}).get("single_token") is False:
         return (
             "its tokenizer writes numbers as digits, so the vector at a number's last token depends on its last digit "
@@ -129,16 +129,15 @@ def digit_derived(run) -> str:
 def digit_verdict(run, verdict: str, reason: str, kappa: dict | None = None) -> tuple[str, str]:
     """Where a digit-splitting tokenizer built the periods in (`digit_derived`), finding them could not have failed:
     "agrees" and "partly" become "not tested", the reason's measured clause first (the probes' Cohen's kappa for
-    n mod 2, 5, 10, where the run has them), then why, then whose rows they are. "does not" stays (it could fail)."""
+    n mod 2, 5, 10, where the run has them), then why. "does not" stays (it could fail); the rows' origin (`reason`)
+    is then left to the step's numbers: a class reads the reason whole on one screen."""
     why = digit_derived(run)
     if not why or verdict not in ("agrees", "partly"):
         return verdict, (f"{reason}; {why}" if reason and why else reason or why)
     mods = [m for m in (2, 5, 10) if kappa and m in kappa]
     first = (f"linear probes read n mod {', '.join(map(str, mods))} at Cohen's kappa "
              f"{', '.join(f'{kappa[m]:.2f}' for m in mods)} (1 is perfect, 0 is guessing); " if mods else "")
-    said = (f"{first}this could not have failed here: {why}, and a vector that holds the last digit has energy only at "
-            "periods 10/j whatever pre-training did")
-    return "not tested", (f"{said}; {reason}" if reason else said)
+    return "not tested", f"{first}this could not have failed here: {why}, whatever pre-training did"
 
 
 def claim_embeddings(run, basis: str = "paper") -> Claim:

@@ -338,8 +338,7 @@ def _causal_reason(verdict: str, mlp: pd.DataFrame, sites: pd.DataFrame, stream:
     elif verdict == "partly":  # the MLP site named: a headline group where one computes it, else the strongest
         grouped = mlp[mlp["group"].isin(["trained", "every layer"])] if "group" in mlp else mlp.iloc[:0]
         named = (grouped if len(grouped) else mlp).iloc[0].to_dict()
-        moved = (f"shifting the short waves of {site_name(named)} moves the last digit {pct(named['read'])}"
-                 + (" as often as shifting the whole stream's does" if relative else " of the time")
+        moved = (f"{site_name(named)}: {pct(named['read'])}"
                  + (f" (95% interval from {pct(named['read_low'])})" if "read_low" in named else "")
                  + f", above the {pct(CAUSAL_SHARE, 0)} bar")
         reason = f"{moved}: the short waves compute the last digit, as in GPT-2-XL, but through MLPs, not attention"

@@ -130,8 +130,6 @@ def projector_walk() -> tuple[str, ...]:
             problems.append(f"{view.where}: a chart still changed size 2 s after drawing")
         problems.extend(f"{view.where}: {p}" for p in projector_problems(page, view.large))
         problems.extend(f"{view.where}: {p}" for p in browser.cut_text(page))
-        # inside the charts, read from the drawn SVG: a title, axis title, legend entry or header cut or overlapping
-        problems.extend(f"{view.where}: {p}" for p in browser.chart_text_problems(page))
         # a Tour step on a projector is one screen: the claim, the verdict with its reason and the figure together
         if view.large and not view.sidebar and " step " in f" {view.where} " and (over := browser.scrolls(page)):
             problems.append(f"{view.where}: the step runs {over} px past the 768 px screen")

@@ -417,10 +417,6 @@ def test_the_slides_and_the_pdf_read_from_the_back_of_the_room(handouts, tmp_pat
 
             def look(at: str) -> None:
                 problems.extend(f"{layers} layers, {at}: {p}" for p in browser_mod.slide_problems(page))
-                # inside the slide's charts (their drawn SVG): a title, axis title, legend entry or header cut short
-                # or overlapping another
-                problems.extend(f"{layers} layers, {at}: {p}"
-                                for p in browser_mod.chart_text_problems(page, browser_mod.HANDOUT_CHARTS))
                 step, both = page.evaluate(VERDICT_WITH_FIGURE)
                 together[step] = together.get(step, False) or both
 
