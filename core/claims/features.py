@@ -27,12 +27,12 @@ def rows_origin(run) -> dict:
     spec, freeze = recipe.get("number_tokens"), recipe.get("freeze") or {}
     if origin["kind"] == "fine-tuned" and spec:
         base = ((run.manifest.get("model") or {}).get("provenance") or {}).get("base_provenance") or {}
-        source = (f"{base.get('model') or recipe.get('init_from', '?')}'s representation after block "
-                  f"{spec.get('layer', '?')} of {spec.get('context', '?')!r}")
+        model = str(base.get("model") or recipe.get("init_from", "?")).split(" (")[0]  # its maker's name left out
+        source = f"{model}'s after block {spec.get('layer', '?')} of {spec.get('context', '?')!r}"
         frozen = not rows_trained(recipe)
     elif origin["kind"] == "transplanted":
         donor = str(freeze.get("source", "?")).rstrip("/").split("/")[-1]  # models/smollm2-135m: smollm2-135m
-        source = (f"{donor}'s representation after block {freeze.get('layer', '?')} of {freeze.get('context', '?')!r}"
+        source = (f"{donor}'s after block {freeze.get('layer', '?')} of {freeze.get('context', '?')!r}"
                   if freeze.get("kind") == "representation" else f"{donor}'s number embeddings")
         frozen = True
     else:
@@ -53,8 +53,7 @@ def origin_sentence(o: dict) -> str:
     elif o["moved"] == 0.0 and o["cosine"] == 1.0:
         moved = "they were kept frozen: moved 0%"
     else:
-        moved = (f"training moved them by a median {o['moved']:.0%} of their norm, and they still point almost "
-                 f"where they started (cosine {o['cosine']:.2f}, where 1 is the same direction)")
+        moved = f"training moved them by a median {o['moved']:.0%} of their norm"
     return f"the rows are inherited from pre-training's representation, {o['source']}; {moved}"
 
 
@@ -117,7 +116,7 @@ def digit_derived(run) -> str:
                  or (origin["kind"] == "transplanted" and (recipe.get("freeze") or {}).get("kind") == "representation"))
     if inherited:
         return ("the rows are read at the last digit's token of a model that reads numbers digit by digit, so they "
-                "hold the last digit, and with it periods 10, 5, 2.5 and 2")
+                "hold the last digit and its periods 10, 5, 2.5, 2")
     if (run.manifest.get("number_representations") or {}).get("single_token") is False:
         return (
             "its tokenizer writes numbers as digits, so the vector at a number's last token depends on its last digit "
@@ -129,15 +128,16 @@ def digit_derived(run) -> str:
 def digit_verdict(run, verdict: str, reason: str, kappa: dict | None = None) -> tuple[str, str]:
     """Where a digit-splitting tokenizer built the periods in (`digit_derived`), finding them could not have failed:
     "agrees" and "partly" become "not tested", the reason's measured clause first (the probes' Cohen's kappa for
-    n mod 2, 5, 10, where the run has them), then why. "does not" stays (it could fail); the rows' origin (`reason`)
-    is then left to the step's numbers: a class reads the reason whole on one screen."""
+    n mod 2, 5, 10, where the run has them), then why, then whose rows they are (`reason`). "does not" stays (it
+    could fail)."""
     why = digit_derived(run)
     if not why or verdict not in ("agrees", "partly"):
         return verdict, (f"{reason}; {why}" if reason and why else reason or why)
     mods = [m for m in (2, 5, 10) if kappa and m in kappa]
     first = (f"linear probes read n mod {', '.join(map(str, mods))} at Cohen's kappa "
              f"{', '.join(f'{kappa[m]:.2f}' for m in mods)} (1 is perfect, 0 is guessing); " if mods else "")
-    return "not tested", f"{first}this could not have failed here: {why}, whatever pre-training did"
+    said = f"{first}this could not have failed: {why}"
+    return "not tested", (f"{said}; {reason}" if reason else said)
 
 
 def claim_embeddings(run, basis: str = "paper") -> Claim:
