@@ -21,17 +21,14 @@ torch here: the page's side is in app/live/ablation.py, the rebuild itself in th
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import json
-import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.live.job_files import job_root, lock_held, read_json_status, write_json_status
 from core.files import PROJECT_ROOT, models_root
 from core.models.source import project_path
 from core.training.stages import DELTA_FILE, delta_metadata
@@ -79,42 +76,21 @@ class RebuildStatus:
 def rebuild_root(create: bool = False) -> Path:
     """The rebuild's files: one folder per user and models folder on this machine (every dashboard process that
     loads models from the same folder shares it); made by the first rebuild (`create`), not by a page that looks."""
-    key = hashlib.sha256(str(models_root()).encode()).hexdigest()[:12]
-    root = Path(tempfile.gettempdir()) / f"fourier-rebuild-{os.getuid()}-{key}"
-    if create:
-        root.mkdir(mode=0o700, exist_ok=True)
-    return root
+    return job_root("rebuild", str(models_root()), create)
 
 
 def write_status(root: Path, status: RebuildStatus) -> None:
     """status.json, whole or not at all (a reader never sees half a file)."""
-    path = root / "status.json"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(status.__dict__))
-    os.replace(tmp, path)
+    write_json_status(root, status)
 
 
 def read_status(root: Path) -> RebuildStatus:
-    try:
-        data = json.loads((root / "status.json").read_text())
-    except (OSError, ValueError):
-        return RebuildStatus()
-    if not isinstance(data, dict):
-        return RebuildStatus()
-    return RebuildStatus(**{k: v for k, v in data.items() if k in RebuildStatus.__dataclass_fields__})
+    return read_json_status(root, RebuildStatus)
 
 
 def lock_is_held(root: Path) -> bool:
-    """Whether a rebuild holds job.lock now (tried for a moment with a shared lock, then let go)."""
-    if not (root / "job.lock").exists():
-        return False
-    with open(root / "job.lock", "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fh, fcntl.LOCK_UN)
-        return False
+    """Whether a rebuild holds job.lock now."""
+    return lock_held(root / "job.lock")
 
 
 def rebuild_status() -> RebuildStatus:

@@ -15,17 +15,13 @@ No torch and no computation here: the page reads the status, the runner (its own
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import streamlit as st
 
+from app.live.job_files import job_root, lock_held, read_json_status, write_json_status
 from app.state import cache_dir
 from core.files import models_root
 
@@ -63,48 +59,21 @@ class WarmStatus:
 
 def warmup_root(create: bool = False, cache: str | Path | None = None) -> Path:
     """The warm-up's files: one folder per user, models folder and cache folder on this machine."""
-    where = f"{models_root()}|{Path(cache or cache_dir()).resolve()}"
-    key = hashlib.sha256(where.encode()).hexdigest()[:12]
-    root = Path(tempfile.gettempdir()) / f"fourier-warmup-{os.getuid()}-{key}"
-    if create:
-        root.mkdir(mode=0o700, exist_ok=True)
-    return root
+    return job_root("warmup", f"{models_root()}|{Path(cache or cache_dir()).resolve()}", create)
 
 
 def write_warm_status(root: Path, status: WarmStatus) -> None:
     """status.json, whole or not at all."""
-    path = root / "status.json"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(status.__dict__))
-    os.replace(tmp, path)
+    write_json_status(root, status)
 
 
 def read_warm_status(root: Path) -> WarmStatus:
     """The warm-up's status; one that says running while nobody holds run.lock (its process was killed) is failed."""
-    try:
-        data = json.loads((root / "status.json").read_text())
-    except (OSError, ValueError):
-        return WarmStatus()
-    if not isinstance(data, dict):
-        return WarmStatus()
-    status = WarmStatus(**{k: v for k, v in data.items() if k in WarmStatus.__dataclass_fields__})
-    if status.running and not warm_lock_held(root):
+    status = read_json_status(root, WarmStatus)
+    if status.running and not lock_held(root / "run.lock"):
         status.state, status.message = "failed", "its process stopped before it finished"
         status.finished = status.finished or time.time()
     return status
-
-
-def warm_lock_held(root: Path) -> bool:
-    """Whether a warm-up holds run.lock now (tried for a moment with a shared lock, then let go)."""
-    if not (root / "run.lock").exists():
-        return False
-    with open(root / "run.lock", "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fh, fcntl.LOCK_UN)
-        return False
 
 
 def warmup_line(status: WarmStatus, now: float | None = None) -> str | None:

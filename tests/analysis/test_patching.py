@@ -46,6 +46,19 @@ def tiny(request, tmp_path_factory):
     return open_target(str(folder), limit=40, threads=1, log=lambda *_: None)
 
 
+def gap_through(loaded, text, answer, other, p, handles) -> float:
+    """The logit of `answer` minus that of `other` for one prompt alone, with the hooks `handles` in place (removed
+    after)."""
+    try:
+        with torch.no_grad():
+            logits = forward_batch(loaded, prepare_batches(loaded.tokenizer, [text], 1)[0])[0]
+    finally:
+        for h in handles:
+            h.remove()
+    ids = loaded.numbers.ids_for(p)
+    return float(logits[ids[answer]] - logits[ids[other]])
+
+
 def gap_alone(loaded, text, answer, other, p, site=None, value=None):
     """The definition: one prompt alone, every position computed, the site's output at the last token replaced."""
     handles = []
@@ -68,14 +81,7 @@ def gap_alone(loaded, text, answer, other, p, site=None, value=None):
         else:
             mod = parts.blocks[site.layer - 1] if site.kind == RESID else parts.outputs(site.kind)[site.layer - 1]
             handles.append(mod.register_forward_hook(put))
-    try:
-        with torch.no_grad():
-            logits = forward_batch(loaded, prepare_batches(loaded.tokenizer, [text], 1)[0])[0]
-    finally:
-        for h in handles:
-            h.remove()
-    ids = loaded.numbers.ids_for(p)
-    return float(logits[ids[answer]] - logits[ids[other]])
+    return gap_through(loaded, text, answer, other, p, handles)
 
 
 def test_every_site_patched_as_its_definition_with_the_stream_recovering_all_at_the_top_and_none_at_the_bottom(tiny):
@@ -246,14 +252,7 @@ def gap_with(loaded, text, answer, other, p, values_by_module):
 
         mod = loaded.parts.blocks[layer - 1] if kind == RESID else loaded.parts.outputs(kind)[layer - 1]
         handles.append(mod.register_forward_hook(put))
-    try:
-        with torch.no_grad():
-            logits = forward_batch(loaded, prepare_batches(loaded.tokenizer, [text], 1)[0])[0]
-    finally:
-        for h in handles:
-            h.remove()
-    ids = loaded.numbers.ids_for(p)
-    return float(logits[ids[answer]] - logits[ids[other]])
+    return gap_through(loaded, text, answer, other, p, handles)
 
 
 def test_noising_puts_the_corrupted_output_into_the_clean_run_and_the_stream_loses_all_at_the_top_none_at_the_bottom(

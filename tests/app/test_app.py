@@ -39,16 +39,20 @@ PAGES = {
 }
 
 
-@pytest.fixture
-def app(app_env, monkeypatch):
+def open_app(app_env, monkeypatch, timeout: float = 120) -> AppTest:
+    """The dashboard on the test fixture's cache and models, opened once (each script run may take `timeout` s)."""
     monkeypatch.setenv("FOURIER_CACHE_DIR", str(app_env["cache"]))
     monkeypatch.setenv("FOURIER_MODELS_DIR", str(app_env["models"]))
     monkeypatch.setenv("STREAMLIT_CLIENT_SHOW_ERROR_DETAILS", "full")
-
     st.cache_data.clear()
-    at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
+    at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=timeout)
     at.run()
     return at
+
+
+@pytest.fixture
+def app(app_env, monkeypatch):
+    return open_app(app_env, monkeypatch)
 
 
 def goto(at, page):

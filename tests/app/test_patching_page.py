@@ -8,26 +8,17 @@ import json
 
 import numpy as np
 import pytest
-import streamlit as st
-from streamlit.testing.v1 import AppTest
 
 from core.analysis.patch_table import with_defaults
-from core.files import PROJECT_ROOT
 from core.runs.cache import read_table
-from tests.app.test_app import chart_data, charts, goto, widget
+from tests.app.test_app import chart_data, charts, goto, open_app, widget
 
 ONE_PAIR = "one pair, computed now"
 
 
 @pytest.fixture
 def app(app_env, monkeypatch):
-    monkeypatch.setenv("FOURIER_CACHE_DIR", str(app_env["cache"]))
-    monkeypatch.setenv("FOURIER_MODELS_DIR", str(app_env["models"]))
-    monkeypatch.setenv("STREAMLIT_CLIENT_SHOW_ERROR_DETAILS", "full")
-    st.cache_data.clear()
-    at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=180)
-    at.run()
-    return at
+    return open_app(app_env, monkeypatch, timeout=180)  # a one-pair patch computed live takes longer than a page
 
 
 def open_patching(app, app_env, label="tiny trained"):
