@@ -244,7 +244,9 @@ def ablation_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     table1_panel = _panel(logits.table1_bars(run, tau), "tour-ablate", evidence)
     if periods and inputs.claims["ablations"].numbers.get("decided_by") == "the narrow test":
         # the badge is the narrow test's (Table 1 has no power here): its table first and open, Table 1 beside it
-        return [replace(periods[0], folded=None), table1_panel, numbers]
+        # Table 1 folded beside it: the step stays one screen
+        return [replace(periods[0], folded=None), replace(table1_panel, folded="Table 1: one whole band removed"),
+                numbers]
     return [table1_panel, numbers, *periods]
 
 

@@ -116,7 +116,7 @@ def digit_derived(run) -> str:
                  or (origin["kind"] == "transplanted" and (recipe.get("freeze") or {}).get("kind") == "representation"))
     if inherited:
         return ("the rows are read at the last digit's token of a model that reads numbers digit by digit, so they "
-                "hold the last digit and its periods 10, 5, 2.5, 2")
+                "hold the last digit (periods 10, 5, 2.5, 2)")
     if (run.manifest.get("number_representations") or {}).get("single_token") is False:
         return (
             "its tokenizer writes numbers as digits, so the vector at a number's last token depends on its last digit "
@@ -135,7 +135,7 @@ def digit_verdict(run, verdict: str, reason: str, kappa: dict | None = None) -> 
         return verdict, (f"{reason}; {why}" if reason and why else reason or why)
     mods = [m for m in (2, 5, 10) if kappa and m in kappa]
     first = (f"linear probes read n mod {', '.join(map(str, mods))} at Cohen's kappa "
-             f"{', '.join(f'{kappa[m]:.2f}' for m in mods)} (1 is perfect, 0 is guessing); " if mods else "")
+             f"{', '.join(f'{kappa[m]:.2f}' for m in mods)}; " if mods else "")
     said = f"{first}this could not have failed: {why}"
     return "not tested", (f"{said}; {reason}" if reason else said)
 

@@ -171,7 +171,7 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
         {"low_share": read["shares"], "top_periods": read["tops"], "above_baseline": read["above"],
          "layers": read["layers"], "mlp_low_layers": counts["mlp_low"], "attn_low_layers": counts["attn_low"],
          "attn_short_layers": sorted(counts["attn_short"]), "mlp_short_layers": sorted(counts["mlp_short"])},
-        headline=(f"Layer by layer: the MLP holds more of its energy below tau = {tau} than attention in "
+        headline=(f"Layer by layer, the MLP leads attention below tau = {tau} in "
                   f"{len(counts['mlp_low'])} of "
                   f"{n} layers; attention carries period 2, 2.5, 5 or 10 above the W_U bar in "
                   f"{len(counts['attn_short'])} of {n}."),
@@ -187,12 +187,11 @@ def spectra_rule_reason(mlp_low: bool, attn_short: bool, counts: dict, verdict: 
     n, said = counts["n"], []
     if not mlp_low:
         need = int(np.ceil(MLP_LOW_LAYERS * n))
-        said.append(f"the MLP holds 10 points more of its energy in the low band than the same layer's attention in "
-                    f"{len(counts['mlp_low'])} of {n} layers (attention more than the MLP in "
-                    f"{len(counts['attn_low'])}; the rule asks at least {need})")
+        said.append(f"the MLP leads its layer's attention by 10 points in the low band in {len(counts['mlp_low'])} of "
+                    f"{n} layers (the rule asks {need}; attention leads in {len(counts['attn_low'])})")
     if not attn_short:
-        said.append(("no attention layer carries period 2, 2.5, 5 or 10 above what W_U alone gives random vectors of "
-                     "the same energy (the bar drawn on the chart)" if counts.get("baseline", True) else
+        said.append(("no attention layer carries period 2, 2.5, 5 or 10 above the W_U bar drawn"
+                     if counts.get("baseline", True) else
                      "no attention layer has period 2, 2.5, 5 or 10 among its top 5 (no W_U baseline cached)")
                     if not counts["attn_short"] else
                     f"only {len(counts['attn_short'])} attention layer(s) of {n} carry period 2, 2.5, 5 or 10 above "
@@ -200,11 +199,10 @@ def spectra_rule_reason(mlp_low: bool, attn_short: bool, counts: dict, verdict: 
     notes = []
     m = run.manifest if run is not None else {}
     if isinstance(m.get("n_layers"), int) and m["n_layers"] <= 4:
-        notes.append(f"with only {m['n_layers']} layers each module may have to do both jobs")
+        notes.append(f"with {m['n_layers']} layers each module may do both jobs")
     rank = m.get("unembedding_rank")
     if isinstance(rank, int) and rank <= LOW_RANK:
-        notes.append(f"W_U's number rows have rank {rank}, so every spectrum is sparse, but the bar is read through "
-                     "the same W_U: this is a measured difference, not a blind spot")
+        notes.append(f"W_U's rank {rank} limits every spectrum, the bar's too")
     return "; ".join(said) + (f". Note: {'; '.join(notes)}." if notes and said else "")
 
 
