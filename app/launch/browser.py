@@ -134,14 +134,15 @@ TOUR_BUTTONS = {"Next ▶": 1, "◀ Back": -1}
 @dataclass(frozen=True)
 class View:
     """One view a walk looks at: `url` opened afresh, or one of the Tour's `TOUR_BUTTONS` pressed on the page's current
-    step (exactly one of the two); then, with `sidebar`, the sidebar opened. `where` names the view in a report and
-    must be unique in a walk; `large`: presentation mode."""
+    step (exactly one of the two); then, with `sidebar`, the sidebar opened; with `folds`, every closed fold (expander)
+    opened. `where` names the view in a report and must be unique in a walk; `large`: presentation mode."""
 
     where: str
     url: str | None = None
     button: str | None = None
     sidebar: bool = False
     large: bool = False
+    folds: bool = False
 
     def __post_init__(self):
         if (self.url is None) == (self.button is None):
@@ -214,7 +215,23 @@ def _finish(page, view: View, step: str | None, timeout_ms: int) -> bool:
     settled = page.evaluate(CHARTS_STILL_JS) if step is not None else True
     if view.sidebar:
         settled = open_sidebar(page) and settled
+    if view.folds:
+        settled = open_folds(page) and settled
     return settled
+
+
+#: A fold (Streamlit expander) still closed.
+CLOSED_FOLD = '[data-testid="stExpander"] details:not([open]) > summary'
+
+
+def open_folds(page, timeout_ms: int = 10000) -> bool:
+    """Open every closed fold on the page and wait until its charts are drawn at the column's width. Whether the
+    charts settled (`CHARTS_STILL_JS`)."""
+    closed = page.locator(CLOSED_FOLD)
+    for _ in range(closed.count()):  # each click leaves one fewer closed; a fold inside a fold opens in its turn
+        closed.first.click()
+    wait_until_idle(page, timeout_ms)
+    return page.evaluate(CHARTS_STILL_JS)
 
 
 def open_sidebar(page, timeout_ms: int = 10000) -> bool:
@@ -329,7 +346,9 @@ _LAYOUT_JS = r"""
     const op = parseFloat(t.getAttribute('opacity') ?? (g && g.getAttribute('opacity')) ?? '1');
     return op > 0 && t.textContent.trim() !== '' && getComputedStyle(t).visibility !== 'hidden';
   };
-  document.querySelectorAll('.vega-embed svg.marks').forEach((svg, i) => {
+  // a chart in a closed fold is not what a class sees (and keeps the size it was first drawn at until opened)
+  [...document.querySelectorAll('.vega-embed')].filter((e) => e.checkVisibility())
+    .map((e) => e.querySelector('svg.marks')).filter(Boolean).forEach((svg, i) => {
     const frame = box(svg);
     const titles = Array.from(svg.querySelectorAll('.role-title-text text')).map((t) => t.textContent);
     const name = titles.length ? titles.sort((a, b) => b.length - a.length)[0] : `chart ${i + 1}`;
@@ -369,7 +388,8 @@ _LAYOUT_JS = r"""
 def layout_problems(page, large: bool) -> list[str]:
     """What a projector audience could not read on the page as drawn now: a chart title cut or wider than its
     chart, overlapping tick labels, a legend value with more digits than a reader needs, an error box, and
-    (presentation mode) axis or legend text under 14 px."""
+    (presentation mode) axis or legend text under 14 px. Charts in a closed fold are left out: hidden, they keep
+    the width they were first drawn at and are drawn afresh when opened."""
     return page.evaluate(_LAYOUT_JS, 14 if large else 0)
 
 

@@ -65,7 +65,8 @@ PROJECTOR, MAX_CHART_HEIGHT = {"width": 1024, "height": 768}, 700
 def projector_problems(page, large: bool) -> list[str]:
     """What a class could not read on the page as drawn: app.launch.browser.layout_problems, and a chart taller than the
     screen."""
-    heights = [round(box["height"]) for e in page.locator(".vega-embed").all() if (box := e.bounding_box())]
+    heights = [round(box["height"]) for e in page.locator(".vega-embed").all()
+               if e.evaluate("e => e.checkVisibility()") and (box := e.bounding_box())]
     tall = [f"a chart {h} px tall (the screen is 768)" for h in heights if h > MAX_CHART_HEIGHT]
     return browser.layout_problems(page, large) + tall
 
@@ -76,8 +77,8 @@ LAST = len(STEPS)
 
 def projector_views(base: str, default: str, small: str | None) -> list[list[browser.View]]:
     """The projector walk's views, as three pages' queues: the Tour by Next in presentation mode (one page: the
-    charts redrawn in place, not opened afresh); every step in presentation mode with the sidebar opened (a page of
-    its own: the sidebar stays open on the page that opened it); and every other view opened by its link (each Tour
+    charts redrawn in place, not opened afresh); every step in presentation mode with the sidebar and every fold
+    opened (a page of its own: the sidebar stays open on the page that opened it); and every other view opened by its link (each Tour
     step in normal mode, every page in both modes), shared between the first page and a third. Each view is drawn
     once: a step by Next in presentation mode is not opened again by its link."""
     View = browser.View
@@ -91,9 +92,9 @@ def projector_views(base: str, default: str, small: str | None) -> list[list[bro
         mode = "presentation" if large else "normal"
         links += [View(f"{mode}, page {name}", url=f"{base}/{path}?run={default}" + ("&large=1" if large else ""),
                        large=large) for name, path in browser.PAGES.items() if path]
-    # a lecturer opens the sidebar to change the run
+    # a lecturer opens the sidebar to change the run, and a fold to show what it holds: the narrowest column
     sidebar = [View(f"sidebar open, presentation, step {step}", url=f"{base}/?run={default}&large=1&step={step}",
-                    sidebar=True, large=True) for step in range(1, LAST + 1)]
+                    sidebar=True, large=True, folds=True) for step in range(1, LAST + 1)]
     if small is not None:
         links += [View(f"2 layers, normal, step {step}", url=f"{base}/?run={small}&step={step}")
                   for step in range(1, LAST + 1)]
@@ -112,7 +113,7 @@ def projector_views(base: str, default: str, small: str | None) -> list[list[bro
 def projector_walk() -> tuple[str, ...]:
     """Chromium at 1024 x 768 on the default shipped run (30 layers), in normal and presentation mode: every Tour
     step reached with Next and opened by its link, and every page; every step in presentation mode with the sidebar
-    opened; the 2-layer demo run's steps and pages by link in presentation mode and its Tour steps in normal mode
+    and its folds opened; the 2-layer demo run's steps and pages by link in presentation mode and its Tour steps in normal mode
     too (`projector_views`). Every problem a class would see (`projector_problems`), with where it was seen."""
     runs = [r for r in list_runs(PROJECT_ROOT / "cache") if r.ok]
     if not runs:
