@@ -33,7 +33,7 @@ from core.models.source import project_path
 from core.paper import ACCURACY, PARITY_KEEP_PERIOD_2, TABLE1_GPT2_XL, TABLE1_TAU
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs
-from core.runs.origin import run_origin, seed_of_manifest, task_of_manifest, trained_part
+from core.runs.origin import built_control, run_origin, seed_of_manifest, task_of_manifest, trained_part
 from core.runs.period_ablation import PERIOD_DRAWS
 from core.runs.reader import RunReader, Table
 from core.tasks import task_name
@@ -144,7 +144,9 @@ def document(cache_dir: str, tau: int) -> int:
         "paper's column is addition's: it reports no Table 1 for multiplication.)\n"
     )
     for task in dict.fromkeys(task_of_manifest(r.manifest) for r in runs):
-        training_section(cache_dir, [r for r in runs if task_of_manifest(r.manifest) == task], task)
+        of_task = [r for r in runs if task_of_manifest(r.manifest) == task]
+        training_section(cache_dir, [r for r in of_task if not built_control(r.manifest)], task)
+        training_section(cache_dir, [r for r in of_task if built_control(r.manifest)], task, controls=True)
     finetuned_section(cache_dir, runs, digit_runs, tau)
     numbers_section(cache_dir, every, digit_runs)
     causal_section(cache_dir, every)
@@ -172,13 +174,20 @@ def document(cache_dir: str, tau: int) -> int:
     return 0
 
 
+def ordinal(n: int) -> str:
+    """2 -> "2nd", 3 -> "3rd", 11 -> "11th"."""
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 #: A training table shows at most about this many epochs (every n-th, the last and each run's shipped epoch).
 MAX_EPOCH_COLUMNS = 12
 
 
-def training_section(cache_dir: str, runs, task: str = "addition") -> None:
+def training_section(cache_dir: str, runs, task: str = "addition", controls: bool = False) -> None:
     """Validation accuracy by epoch of every run of one task with a training log: mean over seeds, and the
-    lowest and highest seed, per width; a long log at every n-th epoch, its last and its shipped one."""
+    lowest and highest seed, per width; a long log at every n-th epoch, its last and its shipped one. `controls`:
+    the runs are controls built with their modules held to bands (`built_control`), in a table of their own so that
+    their longer logs do not thin the models' columns."""
 
     runs = [r for r in runs if seed_of_manifest(r.manifest) is None]  # a seed's log is in its shipped model's run
     logs = {
@@ -199,9 +208,12 @@ def training_section(cache_dir: str, runs, task: str = "addition") -> None:
     if len(epochs) > MAX_EPOCH_COLUMNS:
         step = -(-len(epochs) // MAX_EPOCH_COLUMNS)
         epochs = sorted({*epochs[step - 1::step], epochs[-1], *chosen.values()})
-    print("## Training\n" if task == "addition" else f"## Training: {task_name(task)}\n")
+    if controls:
+        print("### Training: the controls built with their modules held to bands\n")
+    else:
+        print("## Training\n" if task == "addition" else f"## Training: {task_name(task)}\n")
     print("Validation accuracy by epoch (`training_log`): mean over seeds, lowest to highest seed in brackets"
-          + (f"; every {step}th epoch, the last and the one chosen on validation" if len(epochs) <
+          + (f"; every {ordinal(step)} epoch, the last and the one chosen on validation" if len(epochs) <
              curves["epoch"].nunique() else "") + (" (*: the epoch chosen on validation, whose weights ship)"
                                                    if chosen else "") + ".\n")
     print("| run | " + " | ".join(f"epoch {e}" for e in epochs) + " |")

@@ -280,9 +280,12 @@ class LiveQueue:
             _write_json(progress, {"pid": os.getpid(), "done": int(done), "total": int(total), "estimate": estimate})
 
         on_progress(0, 0)
+        # when the request was queued (its ticket's name) and when its computation began, for a click's split into
+        # queue, compute and redraw (scripts/bench_click.py)
+        times = {"submitted_at": int(path.stem.split("-", 1)[0]) / 1e9, "started_at": time.time()}
         t0 = time.perf_counter()
         try:
-            result = dict(self.compute(ticket["request"], on_progress))
+            result = {**dict(self.compute(ticket["request"], on_progress)), **times}
             result.setdefault("compute_s", time.perf_counter() - t0)
         except LiveRefused as exc:
             result = {"error": str(exc)}

@@ -45,7 +45,7 @@ from core.claims.spectra import mean_bar_levels
 from core.paper import ACCURACY, TABLE1_TAU
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs
-from core.runs.origin import run_origin, seed_of_manifest, trained_part, trained_short
+from core.runs.origin import built_control, run_origin, seed_of_manifest, trained_part, trained_short
 from core.runs.reader import RunReader, Table
 from core.tasks import expression_of_id, task_name
 
@@ -445,7 +445,7 @@ def training_logs_of(runs: list[RunReader]) -> dict[str, pd.DataFrame]:
         r.manifest.get("label", r.label).replace(" (demo, trained here)", ""): r.table(Table.TRAINING_LOG)
         for r in trained_here(runs)
         if run_origin(r.manifest)["kind"] != "fine-tuned" and r.task == "addition"
-        and not (run_origin(r.manifest)["recipe"] or {}).get("module_bands")
+        and not built_control(r.manifest)
     }
 
 
@@ -459,7 +459,8 @@ def choose_run(
 ) -> StepChoice:
     """The run `step` shows: the sidebar's (`chosen`), or with `best` the shipped run that shows the step best among
     those that may stand in for it (`core.claims.registry.may_stand_in`: the same task, and on a step about doing
-    the task, a model that does it) and can draw it; with its claim. Step 8's claim is over every run with a
+    the task, a model that does it; never a built control, `core.runs.origin.built_control`) and can draw it; with
+    its claim. Step 8's claim is over every run with a
     training log."""
     if step.key == "training":
         return StepChoice(chosen, training_claim(trained_here(runs)))
@@ -467,7 +468,8 @@ def choose_run(
         return StepChoice(chosen, claim_operations(operation_runs(runs, chosen), claims_of))
     if best:
         runs = [r for r in runs if r.name == chosen.name
-                or may_stand_in(step.key, r.task, chosen.task, claims_of(r)["accuracy"])]
+                or (not built_control(r.manifest)
+                    and may_stand_in(step.key, r.task, chosen.task, claims_of(r)["accuracy"]))]
     by_name = {r.name: r for r in runs}
     per_run = {r.name: claims_of(r)[step.key] for r in runs}
     drawable = {n: c for n, c in per_run.items() if step.table is None or by_name[n].has(step.table)} or per_run

@@ -10,7 +10,7 @@ from scipy.stats import binomtest
 
 from core.claims.base import Claim, judged, pct, periods, seeds, task_of
 from core.paper import ACCURACY, OUTLIER_PERIODS
-from core.runs.origin import rows_trained, run_origin, seed_of_manifest
+from core.runs.origin import built_control, rows_trained, run_origin, seed_of_manifest
 from core.runs.reader import Table
 from core.runs.summaries import best_probe_layer, number_summary
 
@@ -266,8 +266,7 @@ def claim_training(runs) -> Claim:
             continue
         if seed_of_manifest(r.manifest) is not None:  # its log is in its shipped model's run
             continue
-        origin = run_origin(r.manifest)
-        if (origin["recipe"] or {}).get("module_bands"):  # a control built with its modules held to bands
+        if built_control(r.manifest):
             continue
         log = r.table(Table.TRAINING_LOG)
         log = log[log["split"] == "val"]
@@ -279,7 +278,7 @@ def claim_training(runs) -> Claim:
             rows.append(
                 {
                     "label": r.manifest.get("label", "?"),
-                    "kind": origin["kind"],
+                    "kind": run_origin(r.manifest)["kind"],
                     "tied": (r.manifest.get("model") or {}).get("tied_embeddings"),
                     "width": int(w),
                     "accuracy": float(final["accuracy"].mean()),

@@ -210,6 +210,24 @@ def waves_reason(s5: float, s10: float, top: int = 5) -> str:
 #: this far (accuracy, absolute) below both their opposite cell and their random control.
 KEEP_SHARE, DROP = 0.90, 0.10
 
+#: A module whose opposite band holds less than this share of the energy its two bands remove together carries
+#: (nearly) nothing W_U reads outside its paper band: a control matched to that band's energy must remove the band
+#: itself, so the paper cell cannot fall below it (no power, `ablation_pattern`).
+SOLE_BAND_SHARE = 0.01
+
+
+def sole_band_modules(energy: dict) -> set[str]:
+    """The modules whose paper band (MLP: low, attention: high) holds all but SOLE_BAND_SHARE of what their two bands
+    remove: `energy` is {(module, band removed): (share of the module's output energy the band removes, its
+    control's)}."""
+    out = set()
+    for module, paper_band, other_band in (("mlp", "low", "high"), ("attn", "high", "low")):
+        if (module, paper_band) in energy and (module, other_band) in energy:
+            own, other = energy[(module, paper_band)][0], energy[(module, other_band)][0]
+            if own > 0 and other < SOLE_BAND_SHARE * (own + other):
+                out.add(module)
+    return out
+
 
 def opposite_cell(acc: float, ctrl: float, sd: float, base: float) -> str:
     """How a module's opposite-band cell reads (`claim_ablations` gives the rule): "harmless" (keeps 90% of the
@@ -223,13 +241,15 @@ def opposite_cell(acc: float, ctrl: float, sd: float, base: float) -> str:
     return "no power" if ctrl < KEEP_SHARE * base else "harmful"
 
 
-def ablation_pattern(cells: dict, base: float) -> dict:
+def ablation_pattern(cells: dict, base: float, sole: set[str] = frozenset()) -> dict:
     """Per module, whether it shows the paper's division of labour: True, False, or None (no power).
 
     cells: {(module, band): (accuracy, random-control accuracy (mean over draws), control sd (NaN: one draw))},
     band = the band removed. A failed test "has no power" where the random control of the same rank
     already breaks the model as much, unless the cell falls well below that control (then the band matters
-    more than any: evidence against, not silence); `claim_ablations` gives the rule.
+    more than any: evidence against, not silence), and for the modules in `sole` (`sole_band_modules`: the paper
+    band is all the module writes that W_U reads, so its energy-matched control is that band); `claim_ablations`
+    gives the rule.
     """
     out = {}
     for module, paper_band, other_band in (("mlp", "low", "high"), ("attn", "high", "low")):
@@ -240,7 +260,8 @@ def ablation_pattern(cells: dict, base: float) -> dict:
         opposite_ok, opposite_powerless = opposite == "harmless", opposite == "no power"
         # below the opposite cell too, unless that cell has no power (then it is no yardstick)
         paper_ok = acc <= ctrl - margin and (acc <= other - DROP or opposite_powerless)
-        paper_powerless = not paper_ok and ctrl < margin  # the control is at the floor: no room to fall below it
+        # the control is at the floor, or is the band itself (`sole`): no room to fall below it
+        paper_powerless = not paper_ok and (ctrl < margin or module in sole)
         if opposite_ok and paper_ok:
             out[module] = True
         elif (opposite_ok or opposite_powerless) and (paper_ok or paper_powerless):
@@ -291,7 +312,9 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     points below that control, measured over two draws or more (the band the paper calls harmless
     matters more than as many random directions: evidence against the paper, and the reason says so;
     against one draw the reason says how far below it the cell is), and neither has a paper cell
-    whose control is already within the margin of zero; a module whose only failures are such is "no
+    whose control is already within the margin of zero, nor one whose band is all the module writes that W_U reads
+    (its opposite band under SOLE_BAND_SHARE of the two bands' energy, controls matched on energy: a control
+    removing as much energy is the band itself, `sole_band_modules`); a module whose only failures are such is "no
     power", not "does not".
     Verdict: agrees when both modules show it, partly when one does, not tested when neither module's
     test has power, else does not (the reason names a module whose test had no power). Where neither module's
@@ -321,7 +344,12 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
             )
     draws = int(t1["random control draws"].max()) if "random control draws" in t1.columns else 1
     matched_on = "rank and energy" if (t1.get("control matched on") == "rank and energy").any() else "rank"
-    pattern = ablation_pattern(cells, base)
+    energy = {(m, r): (float(t1.loc[(m, r), "energy removed %"]) / 100,
+                       float(t1.loc[(m, r), "control energy removed %"]) / 100)
+              for m in ("attn", "mlp") for r in ("low", "high")
+              if (m, r) in t1.index and {"energy removed %", "control energy removed %"} <= set(t1.columns)}
+    sole = sole_band_modules(energy) if matched_on == "rank and energy" else set()
+    pattern = ablation_pattern(cells, base, sole)
     shown = [v for v in pattern.values() if v]
     if len(shown) == len(pattern):
         verdict = "agrees"
@@ -349,10 +377,6 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         spread = f" ± {100 * sd:.1f}" if np.isfinite(sd) else ""
         return f"{pct(acc)} (random control {pct(ctrl)}{spread})"
 
-    energy = {(m, r): (float(t1.loc[(m, r), "energy removed %"]) / 100,
-                       float(t1.loc[(m, r), "control energy removed %"]) / 100)
-              for m in ("attn", "mlp") for r in ("low", "high")
-              if (m, r) in t1.index and {"energy removed %", "control energy removed %"} <= set(t1.columns)}
     # a matched control whose draws, on average, did not reach the band's share within half a point
     unmatched = [(m, r, band, ctrl) for (m, r), (band, ctrl) in energy.items() if abs(band - ctrl) > 0.005]
     measured = (
@@ -384,7 +408,12 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         acc_paper, ctrl_paper, sd_paper = cells[(m, paper_band := "low" if m == "mlp" else "high")]
         other_ctrl, other_sd = cells[(m, other)][1], cells[(m, other)][2]
         opposite = opposite_cell(acc_other, other_ctrl, other_sd, base)
-        if pattern[m] is None:
+        if pattern[m] is None and m in sole:
+            said = (f"{name} test has no power here: its {paper_band} band is all it writes that W_U reads (the "
+                    f"{other} band {pct(energy[(m, other)][0], 2)} of its energy), so random directions removing as "
+                    "much energy remove that band itself")
+            bits.append(said)
+        elif pattern[m] is None:
             said = f"{name} test has no power here: as many random directions removed already break the model"
             if not np.isfinite(other_sd) and acc_other <= other_ctrl - DROP:
                 said += (f" (removing its {other} band leaves {pct(acc_other)}, {100 * (other_ctrl - acc_other):.1f} "
@@ -425,8 +454,9 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         verdict, decided_by = narrow.verdict, "the narrow test"
         measured = (f"Decided by the narrow test (only the periods 2, 2.5, 5, 10 removed), since Table 1 has no "
                     f"power here: {narrow.headline} Table 1 beside it: {measured}")
-        reason = (f"{narrow.reason}; Table 1 cannot tell: as many random directions as a band already break the "
-                  "model") if narrow.reason else ""
+        why = ("a module's band is all it writes that W_U reads" if sole else
+               "as many random directions as a band already break the model")
+        reason = f"{narrow.reason}; Table 1 cannot tell: {why}" if narrow.reason else ""
     return judged(Claim(
         "ablations",
         f"In GPT-2-XL (tau = 50) removing the MLPs' low frequencies leaves {paper[('mlp', 'low')][1]}% and attention's "

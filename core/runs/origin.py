@@ -81,6 +81,12 @@ def run_origin(manifest: dict) -> dict:
     return {"kind": kind, "trained_here": True, "recipe": recipe, "source": model.get("source", "?")}
 
 
+def built_control(manifest: dict) -> bool:
+    """Whether the run's model is a control built with its modules held to bands (its recipe's `module_bands`): not
+    one of the paper's models, so it never stands in for one (step 8's curves, a step's "best run")."""
+    return bool((run_origin(manifest)["recipe"] or {}).get("module_bands"))
+
+
 def recipe_of(model: dict) -> dict | None:
     """The recipe.json in the model's folder (a model trained here), or None."""
     return _model_file(model, "recipe.json")

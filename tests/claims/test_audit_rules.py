@@ -6,7 +6,14 @@ import pandas as pd
 import pytest
 
 from core.analysis.phase import locked
-from core.claims.mechanism import ablation_pattern, claim_ablations, claim_logit_lens, claim_spectra, claim_waves
+from core.claims.mechanism import (
+    ablation_pattern,
+    claim_ablations,
+    claim_logit_lens,
+    claim_spectra,
+    claim_waves,
+    sole_band_modules,
+)
 from core.runs.reader import Table
 
 
@@ -180,6 +187,25 @@ def test_a_test_whose_control_already_breaks_the_model_has_no_power():
     # opposite cell is no yardstick, the control is
     pattern = ablation_pattern({("mlp", "low"): (0.10, 0.90, np.nan), ("mlp", "high"): (0.05, 0.04, np.nan)}, 1.0)
     assert pattern["mlp"] is None  # its opposite band cannot be shown harmless: no power, not agreement
+
+
+def test_a_band_that_is_all_a_module_writes_has_no_power():
+    """The positive control built with its modules held to their bands: removing the MLPs' low band left 12.4%, and its
+    control matched to the same energy 12.4% +- 0.0, because the MLPs' high band holds 5e-15 of their energy: random
+    directions removing as much energy as the low band are the low band. The old rule read this 'does not' on a model
+    built to agree; a test that cannot pass has no power. A module with 2% of its energy in the opposite band has
+    power again, and a band that falls well below its control still shows the pattern."""
+    cells = {("mlp", "low"): (0.124, 0.124, 0.0), ("mlp", "high"): (1.0, 1.0, 0.0),
+             ("attn", "high"): (0.256, 0.256, 0.0), ("attn", "low"): (1.0, 1.0, 0.0)}
+    energy = {("mlp", "low"): (0.49, 0.49), ("mlp", "high"): (5e-15, 5e-15),
+              ("attn", "high"): (0.50, 0.50), ("attn", "low"): (9e-15, 9e-15)}
+    assert ablation_pattern(cells, 1.0) == {"mlp": False, "attn": False}
+    sole = sole_band_modules(energy)
+    assert sole == {"mlp", "attn"}
+    assert ablation_pattern(cells, 1.0, sole) == {"mlp": None, "attn": None}
+    assert sole_band_modules({**energy, ("mlp", "high"): (0.01, 0.01)}) == {"attn"}  # 2% of the two bands' energy
+    assert ablation_pattern({**cells, ("mlp", "low"): (0.124, 0.70, 0.01)}, 1.0, sole)["mlp"] is True
+    assert ablation_pattern({**cells, ("mlp", "high"): (0.5, 0.9, 0.01)}, 1.0, sole)["mlp"] is False  # the opposite band matters
 
 
 def test_a_harmless_band_that_costs_more_than_its_broken_control_is_evidence_against():

@@ -30,7 +30,14 @@ from core.files import PROJECT_ROOT
 from core.models.source import project_path
 from core.runs import summaries
 from core.runs.cache import list_runs, read_table
-from core.runs.origin import describe_run, frozen_stack_sentence, run_origin, stage_recipes, summary_of
+from core.runs.origin import (
+    built_control,
+    describe_run,
+    frozen_stack_sentence,
+    run_origin,
+    stage_recipes,
+    summary_of,
+)
 from core.runs.reader import RunReader, Table
 from core.tasks import build_examples
 
@@ -493,6 +500,28 @@ def test_best_run_never_swaps_in_another_task_or_a_model_that_fails_the_task(mon
             assert task[shown] == "addition" and verdicts[shown]["accuracy"] in ("agrees", "partly"), (step, shown)
             swaps += 1
     assert swaps  # the toggle did swap runs somewhere: the rule was exercised
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
+def test_best_run_never_shows_a_built_control(monkeypatch):
+    """The positive control (modules held to their bands in training) reads "agrees" on steps 3 and 4, where no model
+    of the paper's kind here does: "best run" must still show one of those models, never the control built to agree."""
+    monkeypatch.setenv("FOURIER_CACHE_DIR", str(CACHE))
+    st.cache_data.clear()
+    controls = [r for r in SHIPPED if built_control(r.manifest)]
+    if not controls:
+        pytest.skip("no built control shipped")
+    labels = {r.name: r.manifest.get("run_label") or r.label for r in SHIPPED}
+    default = min((r for r in SHIPPED if r.manifest["task"]["split"] == "test"),
+                  key=lambda r: (r.manifest.get("display_order", 100), r.manifest.get("label", "")))
+    for step, key in (("3", "module_waves"), ("4", "spectra")):
+        assert any(run_claims(RunReader(CACHE, c.name))[key].verdict == "agrees" for c in controls), step
+        at = AppTest.from_file(str(PROJECT_ROOT / "app" / "main.py"), default_timeout=120)
+        at.query_params.update({"run": default.name, "step": step, "best": "1"})
+        at.run()
+        assert not at.exception, [e.message for e in at.exception]
+        banner = " ".join(w.value for w in at.warning if "shows this step best" in w.value)
+        assert not any(f"**This step shows {labels[c.name]}**" in banner for c in controls), (step, banner[:200])
 
 
 @pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
