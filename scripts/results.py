@@ -174,11 +174,6 @@ def document(cache_dir: str, tau: int) -> int:
     return 0
 
 
-def ordinal(n: int) -> str:
-    """2 -> "2nd", 3 -> "3rd", 11 -> "11th"."""
-    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
-
-
 #: A training table shows at most about this many epochs (every n-th, the last and each run's shipped epoch).
 MAX_EPOCH_COLUMNS = 12
 
@@ -212,10 +207,10 @@ def training_section(cache_dir: str, runs, task: str = "addition", controls: boo
         print("### Training: the controls built with their modules held to bands\n")
     else:
         print("## Training\n" if task == "addition" else f"## Training: {task_name(task)}\n")
+    nth = f"{step}{ {2: 'nd', 3: 'rd'}.get(step, 'th')}" if len(epochs) < curves["epoch"].nunique() else ""
     print("Validation accuracy by epoch (`training_log`): mean over seeds, lowest to highest seed in brackets"
-          + (f"; every {ordinal(step)} epoch, the last and the one chosen on validation" if len(epochs) <
-             curves["epoch"].nunique() else "") + (" (*: the epoch chosen on validation, whose weights ship)"
-                                                   if chosen else "") + ".\n")
+          + (f"; every {nth} epoch, the last and the one chosen on validation" if nth else "")
+          + (" (*: the epoch chosen on validation, whose weights ship)" if chosen else "") + ".\n")
     print("| run | " + " | ".join(f"epoch {e}" for e in epochs) + " |")
     print("| --- | " + " | ".join("---" for _ in epochs) + " |")
     for run, g in curves.groupby("run", sort=False):

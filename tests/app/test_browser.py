@@ -78,9 +78,9 @@ LAST = len(STEPS)
 def projector_views(base: str, default: str, small: str | None) -> list[list[browser.View]]:
     """The projector walk's views, as three pages' queues: the Tour by Next in presentation mode (one page: the
     charts redrawn in place, not opened afresh); every step in presentation mode with the sidebar and every fold
-    opened (a page of its own: the sidebar stays open on the page that opened it); and every other view opened by its link (each Tour
-    step in normal mode, every page in both modes), shared between the first page and a third. Each view is drawn
-    once: a step by Next in presentation mode is not opened again by its link."""
+    opened (a page of its own: the sidebar stays open on the page that opened it); and every other view opened by
+    its link (each Tour step in normal mode, every page in both modes), shared between the first page and a third.
+    Each view is drawn once: a step by Next in presentation mode is not opened again by its link."""
     View = browser.View
     by_next, links = [], []
     query = f"run={default}&large=1"
@@ -113,8 +113,9 @@ def projector_views(base: str, default: str, small: str | None) -> list[list[bro
 def projector_walk() -> tuple[str, ...]:
     """Chromium at 1024 x 768 on the default shipped run (30 layers), in normal and presentation mode: every Tour
     step reached with Next and opened by its link, and every page; every step in presentation mode with the sidebar
-    and its folds opened; the 2-layer demo run's steps and pages by link in presentation mode and its Tour steps in normal mode
-    too (`projector_views`). Every problem a class would see (`projector_problems`), with where it was seen."""
+    and its folds opened; the 2-layer demo run's steps and pages by link in presentation mode and its Tour steps in
+    normal mode too (`projector_views`). Every problem a class would see (`projector_problems`), with where it was
+    seen."""
     runs = [r for r in list_runs(PROJECT_ROOT / "cache") if r.ok]
     if not runs:
         pytest.skip("no shipped runs")

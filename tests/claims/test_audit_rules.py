@@ -205,7 +205,8 @@ def test_a_band_that_is_all_a_module_writes_has_no_power():
     assert ablation_pattern(cells, 1.0, sole) == {"mlp": None, "attn": None}
     assert sole_band_modules({**energy, ("mlp", "high"): (0.01, 0.01)}) == {"attn"}  # 2% of the two bands' energy
     assert ablation_pattern({**cells, ("mlp", "low"): (0.124, 0.70, 0.01)}, 1.0, sole)["mlp"] is True
-    assert ablation_pattern({**cells, ("mlp", "high"): (0.5, 0.9, 0.01)}, 1.0, sole)["mlp"] is False  # the opposite band matters
+    # the opposite band matters more than its control: evidence against, sole or not
+    assert ablation_pattern({**cells, ("mlp", "high"): (0.5, 0.9, 0.01)}, 1.0, sole)["mlp"] is False
 
 
 def test_a_harmless_band_that_costs_more_than_its_broken_control_is_evidence_against():

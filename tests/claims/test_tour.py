@@ -145,8 +145,8 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
     tau = min(taus, key=lambda x: (abs(x - 50), x))
     base = float(ab[ab["removed"] == "none"]["accuracy"].iloc[0])
 
-    def acc_of(m, r):
-        return ab[(ab["modules"] == m) & (ab["removed"] == r) & (ab["tau"] == tau)]["accuracy"]
+    def acc_of(m, r, column="accuracy"):
+        return ab[(ab["modules"] == m) & (ab["removed"] == r) & (ab["tau"] == tau)][column]
 
     shows = []
     for m, band, other in (("mlp", "low", "high"), ("attn", "high", "low")):
@@ -161,7 +161,12 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
         opposite_no_power = (not opposite_ok and opp_ctrl.mean() < 0.9 * base
                              and (len(opp_ctrl) < 2 or opp > opp_ctrl.mean() - opp_margin))
         paper_ok = acc <= ctrl.mean() - margin and (acc <= opp - 0.10 or opposite_no_power)
-        no_power = (opposite_ok or opposite_no_power) and (paper_ok or ctrl.mean() < margin)
+        # the paper band is all the module writes that W_U reads: a control of the same energy is that band
+        sole = False
+        if len(acc_of(m, f"matched-{band}")):  # controls matched on energy (a run cached with its weights)
+            own_e, opp_e = (float(acc_of(m, b, "energy_removed").iloc[0]) for b in (band, other))
+            sole = own_e > 0 and opp_e < 0.01 * (own_e + opp_e)
+        no_power = (opposite_ok or opposite_no_power) and (paper_ok or ctrl.mean() < margin or sole)
         shows.append(True if opposite_ok and paper_ok else None if no_power else False)
     out["ablations"] = (
         "agrees" if all(shows) else "partly" if any(shows) else "not tested" if all(v is None for v in shows)
