@@ -125,6 +125,19 @@ def shared_view(run: RunReader, func, table: Table, *args, **kwargs):
     )
 
 
+def shared_on_run(func, run: RunReader, *args, **kwargs):
+    """`func(run, *args, **kwargs)` computed once per process for a run version and the arguments, for all sessions:
+    for the readings of `core.claims` a page shows of a run (tables, sentences, pairs: read, never changed)."""
+    if not sharing():
+        return func(run, *args, **kwargs)
+    try:
+        key = (str(cache_dir()), _key(run), tuple(_key(a) for a in args),
+               tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+    except Unkeyable:
+        return func(run, *args, **kwargs)
+    return _read_only(_build(f"{func.__module__}.{func.__qualname__}", key, func, (run, *args), kwargs))
+
+
 def _on_table(run, func, table, args, kwargs):
     return func(run.table(table), *args, **kwargs)
 

@@ -14,6 +14,8 @@ done), and split by the times the live queue stores with each answer (app/live/q
     compute         the computation itself (model loaded, prefixes in memory)
     to the screen   the answer stored until the page shows it with its chart (the page's polling and redraw)
 
+`--threads N` gives the live computation N threads (as `serve`'s FOURIER_LIVE_MAX_THREADS does); by default it takes
+the page's "auto" (the cores the 1-minute load average leaves free: one, while the browser and the server draw).
 `demo` is the Fourier-frozen demo (every test question); `default` is the default run (its 512-question sample;
 its weights rebuilt here first: `python -m core rebuild models/smollm2-addition-rows-blocks-18-29`). Printed: each
 click's parts, then per run the median of each part and of the whole.
@@ -89,13 +91,16 @@ def click(page, base: str, run: str, settings: dict, live_dir: Path, timeout_s: 
         "to the screen": t_drawn - result["at"],
         "whole": t_drawn - t_click,
         "questions": result.get("n"),
+        "threads": result.get("threads"),
     }
 
 
-def bench(which: list[str], clicks: int, cache_dir: Path) -> None:
+def bench(which: list[str], clicks: int, cache_dir: Path, threads: int | None) -> None:
     names = chosen_runs(cache_dir)
     live_dir = Path(tempfile.mkdtemp(prefix="bench-click-live-"))
     os.environ.update(FOURIER_LIVE_DIR=str(live_dir), FOURIER_LIVE_RUNNER="external")
+    if threads:  # as `serve` caps them: the page's "auto" then takes this many
+        os.environ["FOURIER_LIVE_MAX_THREADS"] = str(threads)
     runner = subprocess.Popen([sys.executable, "-m", "app.live.runner", "--parent", str(os.getpid())],
                               cwd=PROJECT_ROOT, env=dict(os.environ, FOURIER_CACHE_DIR=str(cache_dir)))
     try:
@@ -111,7 +116,7 @@ def bench(which: list[str], clicks: int, cache_dir: Path) -> None:
                     rows.append(row)
                     parts = ", ".join(f"{p} {row[p]:.2f} s" for p in PARTS)
                     print(f"  {settings['live_modules']}/{settings['live_removed']}: whole {row['whole']:.2f} s = "
-                          f"{parts}")
+                          f"{parts} ({row['questions']} questions, {row['threads']} thread(s))")
                 med = {p: statistics.median(r[p] for r in rows) for p in (*PARTS, "whole")}
                 print(f"{name}: median of {len(rows)} warm clicks: whole {med['whole']:.2f} s; "
                       + ", ".join(f"{p} {med[p]:.2f} s" for p in PARTS)
@@ -125,11 +130,13 @@ def main() -> int:
     ap.add_argument("--runs", default="demo,default", help="comma-separated: demo, default")
     ap.add_argument("--clicks", type=int, default=5, help="timed warm clicks per run (after one warming click)")
     ap.add_argument("--cache-dir", default=str(PROJECT_ROOT / "cache"))
+    ap.add_argument("--threads", type=int, default=None,
+                    help="the live computation's threads (default: the page's 'auto', the cores the load leaves free)")
     args = ap.parse_args()
     which = [w.strip() for w in args.runs.split(",") if w.strip()]
     if unknown := [w for w in which if w not in ("demo", "default")]:
         ap.error(f"unknown runs {unknown}: choose from demo, default")
-    bench(which, args.clicks, Path(args.cache_dir))
+    bench(which, args.clicks, Path(args.cache_dir), args.threads)
     return 0
 
 

@@ -9,6 +9,7 @@ import altair as alt
 import pandas as pd
 
 from app.figures.style import styled
+from app.shared import share_figures
 from core.claims.attribution import attribution_agreement
 from core.runs.reader import RunReader
 
@@ -52,3 +53,6 @@ def attribution_scatter(run: RunReader):
                f"{found.pairs_attributed:,} pairs, {run.split} split); on the dashed line the two agree.")
     title = f"Attribution patching against exact patching — {run.label}"
     return styled(agree + dots, title, height=360), data, caption
+
+
+share_figures(globals(), names=["attribution_scatter"])

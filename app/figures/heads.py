@@ -2,7 +2,8 @@
 
 Data come from `core.analysis.head_readings` (`head_bands`, `head_locking_grid`, the `head_spectra` table); here
 only the drawing. Each figure returns (chart, data, caption), as the other figures do, and reads at 1024 x 768 for a
-model of 2 layers as for one of 30.
+model of 2 layers as for one of 30. The pages call the run's figures (`head_bands_figure`, `head_locking_figure`,
+`one_head_figure`), built once per run version and choice for every session (`app.shared`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ import altair as alt
 import pandas as pd
 
 from app.figures.style import k_axis, period_marks, styled, task_periods
+from app.shared import share_figures
 from app.state import large
+from core.analysis.head_readings import head_bands, head_locking_grid
 from core.errors import CoreError
 from core.runs import summaries
+from core.runs.reader import RunReader, Table
 
 
 def layer_ticks(n_layers: int) -> list[int]:
@@ -151,3 +155,22 @@ def head_spectrum(head_spectra: pd.DataFrame, basis: str, layer: int, head: int,
     title = titled(f"Attention {layer}, head {head}: Fourier spectrum of the head's logits", run_label)
     return styled(alt.layer(*layers), title), data, caption
 
+
+def head_bands_figure(run: RunReader, basis: str, tau: int, run_label: str = ""):
+    """`head_band_heatmap` of the run's heads (`head_bands` of its head_spectra table)."""
+    return head_band_heatmap(head_bands(run.table(Table.HEAD_SPECTRA), basis, tau), tau, run_label)
+
+
+def head_locking_figure(run: RunReader, period: float, run_label: str = "", threshold: float | None = None):
+    """`head_locking_heatmap` of the run's heads at `period` (`head_locking_grid` of its head_locking table)."""
+    return head_locking_heatmap(head_locking_grid(run.table(Table.HEAD_LOCKING), period), period, run_label,
+                                threshold)
+
+
+def one_head_figure(run: RunReader, basis: str, layer: int, head: int, tau: int, run_label: str = ""):
+    """`head_spectrum` of one head of the run, beside its layer's whole attention."""
+    return head_spectrum(run.table(Table.HEAD_SPECTRA), basis, layer, head, tau, run.task, run_label,
+                         run.table(Table.MODULE_SPECTRA))
+
+
+share_figures(globals(), names=["head_bands_figure", "head_locking_figure", "one_head_figure"])

@@ -11,6 +11,7 @@ import pandas as pd
 
 from app.figures.heads import head_grid, layer_ticks, row_step
 from app.figures.style import styled
+from app.shared import share_figures
 from app.state import large
 from core.analysis.patch_table import DENOISE, NOISE
 from core.claims.patching import groups_patched, heads_patched, patching_grid, position_grid
@@ -177,3 +178,6 @@ def position_heatmap(run: RunReader):
                f"pairs of one phrasing and token layout ({run.split} split).")
     title = f"Where the operands move into the answer position — {run.label}"
     return styled(chart, title, height=None, row_step=row_step(n_layers + 1)), data, caption
+
+
+share_figures(globals(), names=["site_heatmap", "head_heatmap", "group_bars", "position_heatmap"])

@@ -155,6 +155,13 @@ def submit_live(request: dict) -> LiveStatus:
     return live_queue().submit({k: v for k, v in request.items() if k != "key"})
 
 
+def press_live(request: dict) -> None:
+    """The live button's callback: queue `request` and follow it on this page (`follow_live`). A callback runs before
+    the page's script, so the computation starts while the page above the button is drawn again."""
+    submit_live(request)
+    st.session_state["live_waiting"] = request["key"]
+
+
 def status_line(status: LiveStatus, label: str, waited_s: float) -> tuple[str, float | None]:
     """(one line for a waiting request, the progress bar's fraction or None). The seconds waited so far are in the
     line, so the page visibly moves every second while it waits."""
@@ -289,10 +296,17 @@ def live_patch(run: RunReader, folder, clean: str, corrupt: str, phrasing: int, 
                contrast: int) -> pd.DataFrame:
     """One pair patched now at every site, through the one-pair code of `python -m core patch`
     (core.runs.patch_command): its table (the patching table's columns, with each site's `hook` and `site` label;
-    one pair has no interval: NaN)."""
+    one pair has no interval: NaN). Kept per run version, pair and reading, so that the page's other controls do
+    not patch it again."""
+    return _patched(run.cache_dir, run.name, run.created, str(folder), clean, corrupt, phrasing, direction, contrast)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _patched(cache_dir: str, name: str, created: str, folder: str, clean: str, corrupt: str, phrasing: int,
+             direction: str, contrast: int) -> pd.DataFrame:
     from core.runs.patch_command import patch_command
 
-    target = _patch_target(run.cache_dir, run.name, run.created, str(folder))
+    target = _patch_target(cache_dir, name, created, folder)
     report = patch_command(target, clean, corrupt, phrasing, progress=False, direction=direction, contrast=contrast)
     frame = pd.DataFrame(report.sites)
     for column in ("recovered", "recovered_low", "recovered_high"):

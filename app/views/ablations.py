@@ -10,9 +10,9 @@ from app.live.ablation import (
     live_folder,
     live_request,
     offer_rebuild,
+    press_live,
     rebuilt_note,
     result_frame,
-    submit_live,
 )
 from app.live.warmup import warmup_note
 from app.run_loading import run_claims
@@ -293,10 +293,9 @@ else:
     request = live_request(run, folder, *settings[1:5], threads=st.session_state["live_threads"], whole=whole)
     label = Ablation(*settings[1:4]).label()
     asked = f"all {run.n_examples:,} questions" if whole else f"the {LIVE_SAMPLE}-question sample"
-    if st.button(f"Run {asked} with this filter", type="primary"):
-        # one queue for the whole server: the same request from many students is computed once (app/live/queue.py)
-        submit_live(request)
-        st.session_state["live_waiting"] = request["key"]
+    # submitted by the button's callback, before the page above is drawn again: the computation runs meanwhile. One
+    # queue for the whole server: the same request from many students is computed once (app/live/queue.py)
+    st.button(f"Run {asked} with this filter", type="primary", on_click=press_live, args=(request,))
     if st.session_state.get("live_waiting") == request["key"]:
         status = follow_live(request, label)  # its place in the queue, counting down, then the progress bar
         if status.state == "done":

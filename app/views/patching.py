@@ -4,6 +4,7 @@ from app.figures.attribution import attribution_scatter
 from app.figures.patching import group_bars, head_heatmap, position_heatmap, site_heatmap
 from app.furniture import intro, not_measured_here, show_chart
 from app.live.ablation import live_folder, live_patch
+from app.shared import shared_on_run
 from app.sidebar import page_view
 from core.analysis.patch_table import DENOISE
 from core.claims.attribution import attribution_summary
@@ -64,7 +65,7 @@ if folder is None:
 
 live, pair = None, None
 if source == ONE_PAIR and folder is not None:
-    pairs = split_pairs(run, contrast)
+    pairs = shared_on_run(split_pairs, run, contrast)
     chosen = st.selectbox(f"The pair ({len(pairs):,} questions of the {run.split} split have a partner)", list(pairs),
                           key=f"patching-pair-{contrast}",
                           format_func=lambda i: f"{short_form(pairs[i][0])} against {short_form(pairs[i][1])}")
@@ -78,7 +79,7 @@ if source == ONE_PAIR and folder is not None:
         st.stop()
     st.markdown(f"The pair: {pair}.")
 else:
-    clean, other = next(iter(split_pairs(run, contrast).values()))
+    clean, other = next(iter(shared_on_run(split_pairs, run, contrast).values()))
     st.markdown(f"For example: {pair_words(clean, other)}.")
 
 if kind not in site_kinds(reading(live if live is not None else table, direction, contrast)):
@@ -94,18 +95,18 @@ if live is not None:
     over = f"{task_name(run.task)} questions (computed now"
     st.markdown(reading_summary(name_sites(live), direction, contrast, over))
 elif kind == "groups":
-    st.markdown(groups_summary(run))
+    st.markdown(shared_on_run(groups_summary, run))
 else:
-    st.markdown(patching_summary(run, direction, contrast, extras=False))
+    st.markdown(shared_on_run(patching_summary, run, direction, contrast, extras=False))
 
 if run.has(Table.POSITION_PATCHING):  # the stream patched at every token and layer
     st.subheader("Token by token: where the operands move into the answer position")
     show_chart(*position_heatmap(run), key="patching-positions")
-    st.markdown(position_summary(run))
+    st.markdown(shared_on_run(position_summary, run))
 if run.has(Table.ATTRIBUTION):  # attribution patching beside the exact patching it approximates
     st.subheader("The gradient estimate against exact patching")
     show_chart(*attribution_scatter(run), key="patching-attribution")
-    st.markdown(attribution_summary(run))
+    st.markdown(shared_on_run(attribution_summary, run))
 st.caption("Recompute one pair or a split's pairs from the command line: `python -m core patch RUN --clean "
            "\"15 + 93\" --corrupt \"15 + 94\"` (`--direction noise`, `--contrast 10`; every site's numbers with "
            "`--json`; it counts layers from 1, as this page does, each hook's block number, from 0, beside).")

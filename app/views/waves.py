@@ -1,13 +1,14 @@
 import streamlit as st
 
 from app.figures import logits
-from app.figures.heads import head_band_heatmap, head_locking_heatmap, head_spectrum, opening_reason
+from app.figures.heads import head_bands_figure, head_locking_figure, one_head_figure, opening_reason
 from app.figures.phase import locking_heatmap
 from app.furniture import BADGE, example_picker, intro, measured_section, needs, show_chart, why_sentence
 from app.guards.url_state import to_url, url_state
 from app.run_loading import run_claims
+from app.shared import shared_on_run, shared_view
 from app.sidebar import page_view, short_label
-from core.analysis.head_readings import head_bands, head_locking_grid, periods_by_locking
+from core.analysis.head_readings import periods_by_locking
 from core.claims.heads import head_periods, heads_summary, one_head_locking
 from core.claims.last_digit import (
     group_shift_caption,
@@ -54,19 +55,19 @@ if run.has(Table.PHASE_LOCKING):
     show_chart(*locking_heatmap(run), key="locking")
     claim = run_claims(run)["module_waves"]
     st.markdown(f"{BADGE[claim.verdict]} **This run:** {claim.short}  \n**Why:** {why_sentence(claim)}")
-    groups = group_shift_table(run)
+    groups = shared_on_run(group_shift_table, run)
     if len(groups):
         st.markdown("**Groups of modules shifted together** (the paper's claim is about attention as a whole):")
         st.dataframe(groups, hide_index=True,
                      column_config={"shifted together": st.column_config.TextColumn(pinned=True)})
-        st.caption(group_shift_caption(run))
-    shifted = module_shift_table(run)
+        st.caption(shared_on_run(group_shift_caption, run))
+    shifted = shared_on_run(module_shift_table, run)
     if len(shifted):
         if len(groups):
             st.markdown("**One module at a time:**")
         st.dataframe(shifted, hide_index=True)
-        st.caption(module_shift_caption(run))
-    st.dataframe(module_lock_table(run), hide_index=True)
+        st.caption(shared_on_run(module_shift_caption, run))
+    st.dataframe(shared_on_run(module_lock_table, run), hide_index=True)
     st.caption(module_lock_note(run))
     with st.expander("The whole measurement in words"):
         st.markdown(claim.measured)
@@ -74,21 +75,21 @@ if run.has(Table.PHASE_LOCKING):
 if measured_section(run, Table.HEAD_LOCKING, "Attention, head by head"):
     st.markdown(
         "The paper reads each layer's attention as a whole. Each **head** writes its own share of it, so a head can "
-        "follow the answer mod T while its layer's sum does not (or the reverse). " + heads_summary(run, basis)
+        "follow the answer mod T while its layer's sum does not (or the reverse). "
+        + shared_on_run(heads_summary, run, basis)
     )
     tau = run.default_tau(basis)
     label = short_label(run.label)
     periods = head_periods(run)
-    ranked = periods_by_locking(run.table(Table.HEAD_LOCKING), periods)
+    ranked = shared_view(run, periods_by_locking, Table.HEAD_LOCKING, periods)
     url_state("hperiod", float(ranked["period"].iloc[0]), float, periods)
     st.radio("Period T of the heads' waves", periods, key="hperiod", horizontal=True, format_func="{:g}".format)
     to_url("hperiod")
     st.caption(opening_reason(ranked))
-    grid = head_locking_grid(run.table(Table.HEAD_LOCKING), st.session_state["hperiod"])
-    show_chart(*head_locking_heatmap(grid, st.session_state["hperiod"], label, float(ranked["null_95"].max())),
-               key="head-locking")
-    show_chart(*head_band_heatmap(head_bands(run.table(Table.HEAD_SPECTRA), basis, tau), tau, label),
-               key="head-bands")
+    chart, grid, caption = head_locking_figure(run, st.session_state["hperiod"], label,
+                                               float(ranked["null_95"].max()))
+    show_chart(chart, grid, caption, key="head-locking")
+    show_chart(*head_bands_figure(run, basis, tau, label), key="head-bands")
     with st.expander("One head's spectrum"):
         left, right = st.columns(2)
         url_state("headlayer", run.n_layers, int, bounds=(1, run.n_layers))
@@ -97,9 +98,8 @@ if measured_section(run, Table.HEAD_LOCKING, "Attention, head by head"):
         right.number_input("Head (from 0)", 0, int(grid["head"].max()), key="headnumber")
         to_url("headlayer", "headnumber")
         layer, head = st.session_state["headlayer"], st.session_state["headnumber"]
-        show_chart(*head_spectrum(run.table(Table.HEAD_SPECTRA), basis, layer, head, tau, run.task, label,
-                                  run.table(Table.MODULE_SPECTRA)), key="head-spectrum")
-        st.dataframe(one_head_locking(run, layer, head), hide_index=True, column_config={
+        show_chart(*one_head_figure(run, basis, layer, head, tau, label), key="head-spectrum")
+        st.dataframe(shared_on_run(one_head_locking, run, layer, head), hide_index=True, column_config={
             "chance threshold": st.column_config.NumberColumn("chance threshold at this period", format="%.3f")})
         st.caption(f"Head {head} of layer {layer}: does its wave of each period follow the answer over every "
                    f"{run.split} question (the modules' rule, the chance threshold over all heads)?")

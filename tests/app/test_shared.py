@@ -9,6 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.figures import logits
 from app.run_loading import open_run, valid_runs
+from app.shared import shared_on_run
 from core.files import PROJECT_ROOT
 
 PAGES = [
@@ -63,6 +64,23 @@ def test_a_shared_figure_is_built_once_and_its_data_cannot_be_changed_through_it
     data1["accuracy"] = -1.0  # a page that scribbles on its data changes its own copy only
     assert (data2["accuracy"] >= 0).all()
     assert isinstance(logits.accuracy_by_layer.unshared(run, False)[1], pd.DataFrame)
+
+
+def test_a_reading_shared_on_a_run_is_computed_once_per_run_and_arguments(app_env, monkeypatch):
+    monkeypatch.setenv("FOURIER_CACHE_DIR", str(app_env["cache"]))
+    monkeypatch.setenv("FOURIER_SHARED_FIGURES", "1")
+    good, _ = valid_runs(str(app_env["cache"]))
+    run = open_run(good[0])
+    calls = []
+
+    def reading(r, n):
+        calls.append(n)
+        return pd.DataFrame({"run": [r.name], "n": [n]})
+
+    first, again, other = (shared_on_run(reading, run, n) for n in (3, 3, 4))
+    assert calls == [3, 4] and first.equals(reading(run, 3)) and other["n"].iloc[0] == 4
+    first["n"] = -1  # a page's change stays its own
+    assert again["n"].iloc[0] == 3
 
 
 def test_the_run_list_is_checked_again_when_a_table_changes(app_env, tmp_path):
