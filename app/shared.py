@@ -3,8 +3,8 @@
 A class that opens the same link asks for the same figures. Building an Altair chart (every
 channel is validated against the Vega-Lite schema) and converting it to the spec Streamlit sends
 cost most of a rerun, and they are the same for every session. So each figure function of
-`app.figures.logits` (and `app.figures.numbers`, `app.figures.training`, `app.figures.phase`) is wrapped by
-`shared_figure`: its result is kept in one `st.cache_resource` per
+`app.figures.logits` (and of `numbers`, `training`, `phase`, `operations`, and named ones of `helix`, `heads`,
+`patching`, `attribution`) is wrapped by `shared_figure`: its result is kept in one `st.cache_resource` per
 server process, keyed by the function, its arguments (a run by its cache folder, name and
 creation time, so a rebuilt run is drawn afresh) and presentation mode (which changes font
 sizes), together with the chart already converted to Streamlit's Vega-Lite spec. `vega_spec`
@@ -12,8 +12,9 @@ hands that spec to `st.vega_lite_chart`, which then writes exactly the element `
 would have written (tests/app/test_shared.py compares them byte for byte).
 
 Shared objects are read-only: a figure's DataFrames are handed out as shallow copies (pandas
-copies on write, so a page that changes one changes its own copy), and a chart is never changed
-after it is built (Altair's methods return new charts).
+copies on write, so a page that changes one changes its own copy), a dict as a read-only view, and a chart is never
+changed after it is built (Altair's methods return new charts). `shared_view` and `shared_on_run` share a run's
+readings (a summary of one of its tables; a sentence, table or pairs of `core.claims`) the same way.
 
 FOURIER_SHARED_FIGURES=0 turns the sharing off (every rerun builds its own figures, as before).
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from types import MappingProxyType
 
 import pandas as pd
 import streamlit as st
@@ -99,6 +101,8 @@ def sharing() -> bool:
 def _read_only(result):
     if isinstance(result, pd.DataFrame):
         return result.copy(deep=False)
+    if isinstance(result, dict):  # e.g. a run's pairs: every session reads the one dict, none may change it
+        return MappingProxyType(result)
     if not isinstance(result, tuple):
         return result
     return tuple(x.copy(deep=False) if isinstance(x, pd.DataFrame) else x for x in result)

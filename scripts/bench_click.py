@@ -9,9 +9,9 @@ live filter's modules and band, set through the page's address as a link sets th
 none found stored), are timed from the click to the answer drawn (its line and its chart on screen, the script
 done), and split by the times the live queue stores with each answer (app/live/queue.py):
 
-    page to queue   the click until the request is queued (the page's rerun up to `submit_live`)
+    page to queue   the click until the request is queued (the button's callback, `press_live`)
     queue           queued until its computation starts (the live process looking at the queue)
-    compute         the computation itself (model loaded, prefixes in memory)
+    compute         the computation (model loaded, prefixes in memory), and storing its answer
     to the screen   the answer stored until the page shows it with its chart (the page's polling and redraw)
 
 `--threads N` gives the live computation N threads (as `serve`'s FOURIER_LIVE_MAX_THREADS does); by default it takes
@@ -111,7 +111,7 @@ def bench(which: list[str], clicks: int, cache_dir: Path, threads: int | None) -
                 first = click(page, base, run, SETTINGS[0], live_dir)
                 print(f"{name} ({run}): warming click {first['whole']:.2f} s (compute {first['compute']:.2f} s)")
                 rows = []
-                for settings in itertools.islice(itertools.cycle(SETTINGS[1:]), clicks):
+                for settings in SETTINGS[1:clicks + 1]:
                     row = click(page, base, run, settings, live_dir)
                     rows.append(row)
                     parts = ", ".join(f"{p} {row[p]:.2f} s" for p in PARTS)
@@ -136,6 +136,8 @@ def main() -> int:
     which = [w.strip() for w in args.runs.split(",") if w.strip()]
     if unknown := [w for w in which if w not in ("demo", "default")]:
         ap.error(f"unknown runs {unknown}: choose from demo, default")
+    if not 1 <= args.clicks < len(SETTINGS):  # each timed click needs settings not answered before
+        ap.error(f"--clicks must be 1 to {len(SETTINGS) - 1} (the settings not used by the warming click)")
     bench(which, args.clicks, Path(args.cache_dir), args.threads)
     return 0
 

@@ -1,9 +1,10 @@
 """Attention head by head: heatmaps of heads (x) by layers (y), and one head's spectrum.
 
-Data come from `core.analysis.head_readings` (`head_bands`, `head_locking_grid`, the `head_spectra` table); here
-only the drawing. Each figure returns (chart, data, caption), as the other figures do, and reads at 1024 x 768 for a
-model of 2 layers as for one of 30. The pages call the run's figures (`head_bands_figure`, `head_locking_figure`,
-`one_head_figure`), built once per run version and choice for every session (`app.shared`).
+Data come from `core.analysis.head_readings` (`head_bands`, `head_locking_grid`, the `head_spectra` table); here the
+drawing, and the run's figures that read those tables first. Each figure returns (chart, data, caption), as the other
+figures do, and reads at 1024 x 768 for a model of 2 layers as for one of 30. The pages call the run's figures
+(`head_bands_figure`, `head_locking_figure`, `one_head_figure`), built once per run version and choice for every
+session (`app.shared`).
 """
 
 from __future__ import annotations

@@ -156,10 +156,21 @@ def submit_live(request: dict) -> LiveStatus:
 
 
 def press_live(request: dict) -> None:
-    """The live button's callback: queue `request` and follow it on this page (`follow_live`). A callback runs before
-    the page's script, so the computation starts while the page above the button is drawn again."""
+    """The live button's callback: queue `request` (the settings the button was drawn with) and follow it on this page
+    (`follow_live`). A callback runs before the page's script, so the computation starts while the page above the
+    button is drawn again; the page queues its own request too should a setting have changed with the click
+    (`pressed_live`)."""
     submit_live(request)
     st.session_state["live_waiting"] = request["key"]
+    st.session_state["live_pressed"] = True
+
+
+def pressed_live(request: dict) -> None:
+    """After a press of the live button (`press_live`), on the page's run: the request of the settings as they are now
+    queued and followed, should they differ from those the button was drawn with."""
+    if st.session_state.pop("live_pressed", False) and st.session_state.get("live_waiting") != request["key"]:
+        submit_live(request)
+        st.session_state["live_waiting"] = request["key"]
 
 
 def status_line(status: LiveStatus, label: str, waited_s: float) -> tuple[str, float | None]:

@@ -11,6 +11,7 @@ from app.live.ablation import (
     live_request,
     offer_rebuild,
     press_live,
+    pressed_live,
     rebuilt_note,
     result_frame,
 )
@@ -296,6 +297,7 @@ else:
     # submitted by the button's callback, before the page above is drawn again: the computation runs meanwhile. One
     # queue for the whole server: the same request from many students is computed once (app/live/queue.py)
     st.button(f"Run {asked} with this filter", type="primary", on_click=press_live, args=(request,))
+    pressed_live(request)
     if st.session_state.get("live_waiting") == request["key"]:
         status = follow_live(request, label)  # its place in the queue, counting down, then the progress bar
         if status.state == "done":

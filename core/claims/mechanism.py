@@ -247,9 +247,9 @@ def ablation_pattern(cells: dict, base: float, sole: set[str] = frozenset()) -> 
     cells: {(module, band): (accuracy, random-control accuracy (mean over draws), control sd (NaN: one draw))},
     band = the band removed. A failed test "has no power" where the random control of the same rank
     already breaks the model as much, unless the cell falls well below that control (then the band matters
-    more than any: evidence against, not silence), and for the modules in `sole` (`sole_band_modules`: the paper
-    band is all the module writes that W_U reads, so its energy-matched control is that band); `claim_ablations`
-    gives the rule.
+    more than any: evidence against, not silence), and for the modules in `sole` whose paper cell hurts
+    (`sole_band_modules`: the paper band is all the module writes that W_U reads, so a control matched to its energy
+    removes all of that too); `claim_ablations` gives the rule.
     """
     out = {}
     for module, paper_band, other_band in (("mlp", "low", "high"), ("attn", "high", "low")):
@@ -260,8 +260,9 @@ def ablation_pattern(cells: dict, base: float, sole: set[str] = frozenset()) -> 
         opposite_ok, opposite_powerless = opposite == "harmless", opposite == "no power"
         # below the opposite cell too, unless that cell has no power (then it is no yardstick)
         paper_ok = acc <= ctrl - margin and (acc <= other - DROP or opposite_powerless)
-        # the control is at the floor, or is the band itself (`sole`): no room to fall below it
-        paper_powerless = not paper_ok and (ctrl < margin or module in sole)
+        # the control is at the floor, or removes all the module writes that W_U reads (`sole`, and the band's removal
+        # hurts: a harmless removal says "does not" whatever the control does): no room to fall below it
+        paper_powerless = not paper_ok and (ctrl < margin or (module in sole and acc < KEEP_SHARE * base))
         if opposite_ok and paper_ok:
             out[module] = True
         elif (opposite_ok or opposite_powerless) and (paper_ok or paper_powerless):
@@ -312,10 +313,10 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
     points below that control, measured over two draws or more (the band the paper calls harmless
     matters more than as many random directions: evidence against the paper, and the reason says so;
     against one draw the reason says how far below it the cell is), and neither has a paper cell
-    whose control is already within the margin of zero, nor one whose band is all the module writes that W_U reads
-    (its opposite band under SOLE_BAND_SHARE of the two bands' energy, controls matched on energy: a control
-    removing as much energy is the band itself, `sole_band_modules`); a module whose only failures are such is "no
-    power", not "does not".
+    whose control is already within the margin of zero, nor one that hurts (under KEEP_SHARE of the unfiltered
+    accuracy) while its band is all the module writes that W_U reads (its opposite band under SOLE_BAND_SHARE of the
+    two bands' energy, controls matched on energy: a control removing as much energy removes all of that too,
+    `sole_band_modules`); a module whose only failures are such is "no power", not "does not".
     Verdict: agrees when both modules show it, partly when one does, not tested when neither module's
     test has power, else does not (the reason names a module whose test had no power). Where neither module's
     test has power, the badge is the narrow test's (core.claims.periods.claim_periods: only the paper's periods
@@ -411,7 +412,7 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         if pattern[m] is None and m in sole:
             said = (f"{name} test has no power here: its {paper_band} band is all it writes that W_U reads (the "
                     f"{other} band {pct(energy[(m, other)][0], 2)} of its energy), so random directions removing as "
-                    "much energy remove that band itself")
+                    "much energy remove all of that too")
             bits.append(said)
         elif pattern[m] is None:
             said = f"{name} test has no power here: as many random directions removed already break the model"
@@ -454,8 +455,12 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         verdict, decided_by = narrow.verdict, "the narrow test"
         measured = (f"Decided by the narrow test (only the periods 2, 2.5, 5, 10 removed), since Table 1 has no "
                     f"power here: {narrow.headline} Table 1 beside it: {measured}")
-        why = ("a module's band is all it writes that W_U reads" if sole else
-               "as many random directions as a band already break the model")
+        def silent_because(m: str) -> str:  # why module m's test had no power
+            hurts = cells[(m, "low" if m == "mlp" else "high")][0] < KEEP_SHARE * base
+            return ("a module's band is all it writes that W_U reads" if m in sole and hurts
+                    else "as many random directions as a band already break the model")
+
+        why = "; ".join(dict.fromkeys(silent_because(m) for m, v in pattern.items() if v is None))
         reason = f"{narrow.reason}; Table 1 cannot tell: {why}" if narrow.reason else ""
     return judged(Claim(
         "ablations",

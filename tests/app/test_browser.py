@@ -90,8 +90,9 @@ def projector_views(base: str, default: str, small: str | None) -> list[list[bro
               for step in range(1, LAST + 1)]
     for large in (False, True):
         mode = "presentation" if large else "normal"
+        # in presentation mode every fold of the page opened: its charts are measured as a class sees them opened
         links += [View(f"{mode}, page {name}", url=f"{base}/{path}?run={default}" + ("&large=1" if large else ""),
-                       large=large) for name, path in browser.PAGES.items() if path]
+                       large=large, folds=large) for name, path in browser.PAGES.items() if path]
     # a lecturer opens the sidebar to change the run, and a fold to show what it holds: the narrowest column
     sidebar = [View(f"sidebar open, presentation, step {step}", url=f"{base}/?run={default}&large=1&step={step}",
                     sidebar=True, large=True, folds=True) for step in range(1, LAST + 1)]

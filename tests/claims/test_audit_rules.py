@@ -190,11 +190,12 @@ def test_a_test_whose_control_already_breaks_the_model_has_no_power():
 
 
 def test_a_band_that_is_all_a_module_writes_has_no_power():
-    """The positive control built with its modules held to their bands: removing the MLPs' low band left 12.4%, and its
-    control matched to the same energy 12.4% +- 0.0, because the MLPs' high band holds 5e-15 of their energy: random
-    directions removing as much energy as the low band are the low band. The old rule read this 'does not' on a model
-    built to agree; a test that cannot pass has no power. A module with 2% of its energy in the opposite band has
-    power again, and a band that falls well below its control still shows the pattern."""
+    """A control built with its modules held to their bands (the first positive control): removing the MLPs' low band
+    left 12.4%, and its control matched to the same energy 12.4% +- 0.0, because the MLPs' high band holds 5e-15 of
+    their energy: random directions removing as much energy remove all the MLPs write that W_U reads. The old rule read
+    this 'does not' on a model built to agree; a test that cannot pass has no power. A module with 2% of its energy in
+    the opposite band has power again, a band that falls well below its control still shows the pattern, and a band
+    whose removal is harmless still does not."""
     cells = {("mlp", "low"): (0.124, 0.124, 0.0), ("mlp", "high"): (1.0, 1.0, 0.0),
              ("attn", "high"): (0.256, 0.256, 0.0), ("attn", "low"): (1.0, 1.0, 0.0)}
     energy = {("mlp", "low"): (0.49, 0.49), ("mlp", "high"): (5e-15, 5e-15),
@@ -205,6 +206,8 @@ def test_a_band_that_is_all_a_module_writes_has_no_power():
     assert ablation_pattern(cells, 1.0, sole) == {"mlp": None, "attn": None}
     assert sole_band_modules({**energy, ("mlp", "high"): (0.01, 0.01)}) == {"attn"}  # 2% of the two bands' energy
     assert ablation_pattern({**cells, ("mlp", "low"): (0.124, 0.70, 0.01)}, 1.0, sole)["mlp"] is True
+    # removing the band is harmless: the module does not need it, whatever its control does
+    assert ablation_pattern({**cells, ("mlp", "low"): (0.99, 0.99, 0.0)}, 1.0, sole)["mlp"] is False
     # the opposite band matters more than its control: evidence against, sole or not
     assert ablation_pattern({**cells, ("mlp", "high"): (0.5, 0.9, 0.01)}, 1.0, sole)["mlp"] is False
 

@@ -165,7 +165,7 @@ def expected_verdicts(name: str, manifest: dict) -> dict[str, str]:
         sole = False
         if len(acc_of(m, f"matched-{band}")):  # controls matched on energy (a run cached with its weights)
             own_e, opp_e = (float(acc_of(m, b, "energy_removed").iloc[0]) for b in (band, other))
-            sole = own_e > 0 and opp_e < 0.01 * (own_e + opp_e)
+            sole = own_e > 0 and opp_e < 0.01 * (own_e + opp_e) and acc < 0.9 * base
         no_power = (opposite_ok or opposite_no_power) and (paper_ok or ctrl.mean() < margin or sole)
         shows.append(True if opposite_ok and paper_ok else None if no_power else False)
     out["ablations"] = (
