@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
+from core import threads
 from core.analysis.ablations import Ablation, Condition
 from core.analysis.evaluation import (
     GridProgress,
@@ -240,6 +241,25 @@ def test_threads_option(monkeypatch):
         assert use_threads(1) == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_auto_threads_leave_out_this_process_own_load(monkeypatch):
+    """The live process computes click after click: its own last computations raise the load average, and 'auto'
+    must not read them as another job's (two cores, load 1.4 of which this process made 0.9: two threads, not one)."""
+    clock = {"t": 1000.0, "cpu": 50.0}
+    monkeypatch.setattr(threads.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(threads.time, "process_time", lambda: clock["cpu"])
+    monkeypatch.setattr(threads, "_CPU_SAMPLES", threads.deque([(1000.0, 50.0)]))
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    clock.update(t=1070.0, cpu=50.0 + 0.9 * 70)  # 70 s later, 63 CPU seconds used: 0.9 of the load
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (1.4, 1.0, 1.0))
+    assert threads.own_load() == pytest.approx(0.9)
+    assert threads.auto_threads() == 2  # busy 1.4 - 0.9 = 0.5 rounds to 0 ... both cores free
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (2.0, 1.0, 1.0))
+    assert threads.auto_threads() == 1  # another job's load of about 1.1 remains: one core left
+    clock.update(t=1200.0)  # idle for two minutes: nothing of its own in the last window
+    assert threads.own_load() == pytest.approx(0.0)
 
 
 def test_cli_rejects_bad_threads(model_dir, tmp_path, capsys):
