@@ -112,37 +112,30 @@ def shared_view(run: RunReader, func, table: Table, *args, **kwargs):
     """`func(run.table(table), *args, **kwargs)` computed once per process for a run version and the
     arguments, for all sessions: for the pure functions of `core.runs.summaries` a page calls on one of a
     run's tables (keyed by the run, not by hashing the table's content)."""
-    if not sharing():
-        return func(run.table(table), *args, **kwargs)
-    try:
-        key = (
-            str(cache_dir()),
-            _key(run),
-            Table(table).value,
-            tuple(_key(a) for a in args),
-            tuple(sorted((k, _key(v)) for k, v in kwargs.items())),
-        )
-    except Unkeyable:
-        return func(run.table(table), *args, **kwargs)
-    return _read_only(
-        _build(f"{func.__module__}.{func.__qualname__}", key, _on_table, (run, func, table, args, kwargs), {})
-    )
+    return _shared_on_run(f"{func.__module__}.{func.__qualname__}", _on_table, run, (func, Table(table)), args,
+                          kwargs, key=(Table(table).value,))
 
 
 def shared_on_run(func, run: RunReader, *args, **kwargs):
     """`func(run, *args, **kwargs)` computed once per process for a run version and the arguments, for all sessions:
     for the readings of `core.claims` a page shows of a run (tables, sentences, pairs: read, never changed)."""
+    return _shared_on_run(f"{func.__module__}.{func.__qualname__}", func, run, (), args, kwargs)
+
+
+def _shared_on_run(name: str, call, run: RunReader, fixed: tuple, args: tuple, kwargs: dict, key: tuple = ()):
+    """`call(run, *fixed, *args, **kwargs)` built once per process (`_build`), keyed by `name`, the cache folder, the
+    run's version, `key` and the arguments; computed unshared when sharing is off or an argument has no key."""
     if not sharing():
-        return func(run, *args, **kwargs)
+        return call(run, *fixed, *args, **kwargs)
     try:
-        key = (str(cache_dir()), _key(run), tuple(_key(a) for a in args),
-               tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
+        full = (str(cache_dir()), _key(run), *key, tuple(_key(a) for a in args),
+                tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
     except Unkeyable:
-        return func(run, *args, **kwargs)
-    return _read_only(_build(f"{func.__module__}.{func.__qualname__}", key, func, (run, *args), kwargs))
+        return call(run, *fixed, *args, **kwargs)
+    return _read_only(_build(name, full, call, (run, *fixed, *args), kwargs))
 
 
-def _on_table(run, func, table, args, kwargs):
+def _on_table(run, func, table, *args, **kwargs):
     return func(run.table(table), *args, **kwargs)
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from app.launch import browser
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
+from core.runs.live_targets import sidebar_order
 
 #: The live filter's settings a click is made with, in the page's own address keys.
 SETTINGS = [dict(live_modules=m, live_removed=r) for m, r in itertools.product(["both", "attn", "mlp"],
@@ -46,10 +47,10 @@ PARTS = ("page to queue", "queue", "compute", "to the screen")
 
 def chosen_runs(cache_dir: Path) -> dict[str, str]:
     """{'demo': the Fourier-frozen demo's test run, 'default': the dashboard's default run} by folder name."""
-    runs = [r for r in list_runs(cache_dir) if r.ok and r.manifest["task"].get("split") == "test"]
-    default = min(runs, key=lambda r: (r.manifest.get("display_order", 100), r.manifest.get("label", "")))
-    demo = next(r for r in runs if r.name.startswith("fourier-frozen-tied-demo-trained-here-addition-test"))
-    return {"demo": demo.name, "default": default.name}
+    manifests = {r.name: r.manifest for r in list_runs(cache_dir) if r.ok}
+    order = sidebar_order(manifests)  # the dashboard opens on the first
+    demo = next(n for n in order if n.startswith("fourier-frozen-tied-demo-trained-here-addition-test"))
+    return {"demo": demo, "default": order[0]}
 
 
 def answers(live_dir: Path) -> dict[str, dict]:
