@@ -23,7 +23,7 @@ from core.claims.seeds import seed_siblings, verdict_spread
 from core.files import models_root
 from core.runs import cache as run_cache
 from core.runs import training_summaries
-from core.runs.origin import display_label, run_origin, seed_of_manifest
+from core.runs.origin import built_control, display_label, run_origin, seed_of_manifest
 from core.runs.reader import RunReader, Table, read_run_table
 
 
@@ -156,13 +156,21 @@ def _trained_runs(split: str, fine_tuned: bool) -> list[RunReader]:
     return [r for r in runs if (run_origin(r.manifest)["kind"] == "fine-tuned") == fine_tuned]
 
 
+#: the key under which `training_logs` puts the controls built with their modules held to bands
+BUILT_CONTROLS = "built controls"
+
+
 def training_logs(split: str) -> dict[str, dict[str, pd.DataFrame]]:
     """Training logs of the small models trained here (valid runs of `split`), by task (addition first: each
-    task's epochs get their own axis) and short model name; the fine-tuned real LLM's are `fine_tuned_training`'s."""
+    task's epochs get their own axis) and short model name, the controls built with their modules held to bands
+    under BUILT_CONTROLS, last (their 30 epochs would squeeze the demos' 8 on a shared axis, and they are not the
+    paper's models); the fine-tuned real LLM's are `fine_tuned_training`'s."""
     by_task: dict[str, dict[str, pd.DataFrame]] = {}
-    for r in sorted(_trained_runs(split, False), key=lambda r: task_of(r) != "addition"):
+    runs = sorted(_trained_runs(split, False), key=lambda r: (built_control(r.manifest), task_of(r) != "addition"))
+    for r in runs:
         label = r.manifest.get("label", r.label).replace(" (demo, trained here)", "")
-        by_task.setdefault(task_of(r), {})[label] = r.table(Table.TRAINING_LOG)
+        group = BUILT_CONTROLS if built_control(r.manifest) else task_of(r)
+        by_task.setdefault(group, {})[label] = r.table(Table.TRAINING_LOG)
     return by_task
 
 

@@ -28,7 +28,7 @@ from core.tasks import task_name
 #: The site kinds the page draws, by the label of its control.
 KINDS = {"Stream, attention and MLP": "sites", "Heads": "heads", "Layers together": "groups"}
 #: Each reading in the control's words.
-DIRECTION_LABELS = {DENOISE: "restore: clean into corrupted", "noise": "take away: corrupted into clean"}
+DIRECTION_LABELS = {DENOISE: "restore", "noise": "take away"}  # short: a projector's third of the page
 CACHED, ONE_PAIR = "every pair of the split (cached)", "one pair, computed now"
 
 view = page_view()
@@ -52,9 +52,10 @@ folder, why_not = live_folder(run)
 left, middle, right = st.columns(3)
 direction, contrast = left.selectbox(
     "Reading", readings(table), key="patching-reading",
-    format_func=lambda dc: f"{DIRECTION_LABELS[dc[0]]}, second operand +{dc[1]}",
-    help="denoise: the clean run's piece copied into the corrupted run (the share restored); noise: the corrupted "
-         "run's piece copied into the clean run (the share of the clean answer's margin taken away)")
+    format_func=lambda dc: f"{DIRECTION_LABELS[dc[0]]}, second number + {dc[1]}",
+    help="restore: a piece of the first question's run copied into the second's (the share of the difference it "
+         "brings back); take away: the second's piece copied into the first's (the share of the first answer's lead "
+         "it removes); + 1 or + 10: how the second question's second number differs from the first's")
 present = site_kinds(table)  # in any reading: the choices stay while the reading changes (a reading without the
 kinds = [k for k, v in KINDS.items() if v in present]  # kind chosen says so below)
 kind = KINDS[middle.radio("Sites", kinds, key="patching-kind")]

@@ -4,7 +4,7 @@ from app.figures import training
 from app.figures.training import SPLIT_NAMES
 from app.furniture import intro, show_chart
 from app.guards.url_state import to_url, url_state
-from app.run_loading import fine_tuned_training, fine_tuning_history, training_logs
+from app.run_loading import BUILT_CONTROLS, fine_tuned_training, fine_tuning_history, training_logs
 from app.sidebar import page_view
 from core.claims.accuracy import selection_note_of
 from core.paper import ACCURACY
@@ -42,9 +42,14 @@ if not by_task:
     )
 else:
     # one chart per task, each on its own epoch axis (multiplication trains for 120 epochs, addition for 8)
-    tabs = st.tabs([task_name(t) for t in by_task]) if len(by_task) > 1 else [st.container()]
+    names = [t if t == BUILT_CONTROLS else task_name(t) for t in by_task]
+    tabs = st.tabs(names) if len(by_task) > 1 else [st.container()]
     for tab, (task, logs) in zip(tabs, by_task.items()):
         with tab:
+            if task == BUILT_CONTROLS:
+                st.caption("Two 2-layer models trained here on addition with each module held to one band of "
+                           "frequencies: the paper's division of labour built in (positive control) or swapped "
+                           "(negative), to show what the Tour's rules say of each. Not the paper's models.")
             curves = training_summaries.training_curves(logs, split)
             show_chart(*training.training_curves(curves, split), key=f"training-{task}")
             final = training_summaries.final_accuracies(curves)

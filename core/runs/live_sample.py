@@ -15,10 +15,11 @@ from core.analysis.phase_shift import wilson_interval
 
 #: A live filter on a larger split reads this many questions (a fixed stratified sample) unless asked for all.
 LIVE_SAMPLE = 512
-#: Batches of the sample: small enough that the first running estimate comes within seconds on a 30-layer model, large
-#: enough that each answer-position call's matrix products run near full speed (docs/speed.md: 64 rather than 32
-#: takes a further filter on the stand-in from 2.5-3.1 s to 2.0 s).
-LIVE_SAMPLE_BATCH = 64
+#: Batches of the sample: few, since each batch pays the 30 layers' per-call overhead again, yet more than one, so a
+#: running estimate comes before the end (docs/speed.md: a warm filter of the default run on one thread took 2.41 s
+#: in batches of 64, 2.05 s in 128, 1.70 s in 256 and 1.72 s in 512; the first estimate from nothing comes with
+#: the first of the two batches, about 4 s on two threads).
+LIVE_SAMPLE_BATCH = 256
 #: Strata of the sample: the answer's range cut into this many equal bins.
 SAMPLE_STRATA = 10
 #: Models at least this large (about 12 x layers x width^2 parameters in their blocks) read the sample: on the

@@ -206,6 +206,20 @@ def test_the_training_page_draws_the_shipped_default_and_the_whole_model():
             assert score in {v["value"] for v in drawn if v["short"] == short}, short
 
 
+def test_the_built_controls_have_a_tab_of_their_own():
+    """Their 30 epochs would squeeze the demos' 8 on a shared axis, and they are not the paper's models: every run
+    built with its modules held to bands is under the controls' tab, none of them under a task's."""
+    from app.run_loading import BUILT_CONTROLS, training_logs
+    from core.runs.origin import built_control
+
+    controls = {r.manifest.get("label", r.label) for r in SHIPPED if built_control(r.manifest)}
+    if not controls:
+        pytest.skip("no built control in the cache")
+    by_task = training_logs("test")
+    assert set(by_task[BUILT_CONTROLS]) == controls and list(by_task)[-1] == BUILT_CONTROLS
+    assert not any(set(logs) & controls for task, logs in by_task.items() if task != BUILT_CONTROLS)
+
+
 def test_the_small_models_legend_is_one_column_so_a_projector_column_holds_it(monkeypatch):
     curves = pd.DataFrame({"run": ["Fourier-frozen, untied control (1 seed)", "scratch, 256 wide (3 seeds)"],
                            "width": [640, 256], "epoch": [1, 1], "mean": [0.5, 0.2], "low": [0.4, 0.1],
