@@ -11,6 +11,7 @@ import pandas as pd
 from core.analysis.phase import SHORT_PERIODS
 from core.errors import CoreError
 from core.paper import TaskFindings, paper_findings
+from core.runs.origin import built_control
 from core.runs.reader import Table
 from core.runs.summaries import running_example
 from core.tasks import task_name
@@ -130,10 +131,11 @@ LOW_RANK = 32
 
 
 def structural_reason(run, spectra: bool = False) -> str:
-    """What about this model limits what it can show: few layers; for spectra, a low-rank unembedding."""
+    """What about this model limits what it can show: few layers (not for a control built with each module held to
+    one band, whose modules do one job each by construction); for spectra, a low-rank unembedding."""
     m = run.manifest
     bits = []
-    if isinstance(m.get("n_layers"), int) and m["n_layers"] <= 4:
+    if isinstance(m.get("n_layers"), int) and m["n_layers"] <= 4 and not built_control(m):
         bits.append(f"only {m['n_layers']} layers, so each module has to do both jobs")
     rank = m.get("unembedding_rank")
     if spectra and isinstance(rank, int) and rank <= LOW_RANK:

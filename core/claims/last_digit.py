@@ -155,7 +155,8 @@ def _causal_claim(run, locks, lock_sentence: str, split: str, n: int, whole: boo
     if groups is not None:
         said = _group_sentence(groups, n_split, split) + " One module at a time. " + said
     measured = said + " " + lock_sentence
-    reason = _causal_reason(verdict, mlp, judged_sites, stream, relative, groups is not None)
+    reason = _causal_reason(verdict, attn if verdict == "agrees" else mlp, judged_sites, stream, relative,
+                            groups is not None)
     top = ranked.iloc[0]
     sample = f"a {questions}-question sample" if design else f"{questions} questions"
     if groups is not None and bool(groups["read_d"].iloc[0]):
@@ -327,21 +328,24 @@ def site_name(row) -> str:
     return group_name(row) if isinstance(row.get("group"), str) else _who(row["kind"], row["layer"])
 
 
-def _causal_reason(verdict: str, mlp: pd.DataFrame, sites: pd.DataFrame, stream: pd.DataFrame,
+def _causal_reason(verdict: str, computes: pd.DataFrame, sites: pd.DataFrame, stream: pd.DataFrame,
                    relative: bool, with_groups: bool = False) -> str:
-    """Why the verdict: the MLP site that computes the last digit (partly), the strongest site short of the rule (does
-    not), the stream without hold (not tested); and any site whose random edits break the model more than its shift.
-    `sites`: the groups (with_groups) and the single modules judged."""
+    """Why the verdict: the site that computes the last digit (`computes`: the attention sites that do, agrees; the
+    MLP sites, partly), the strongest site short of the rule (does not), the stream without hold (not tested); and any
+    site whose random edits break the model more than its shift. `sites`: the groups (with_groups) and the single
+    modules judged."""
     what = "group or single layer" if with_groups else "single attention or MLP layer"
-    if verdict == "agrees":
-        reason = ""
-    elif verdict == "partly":  # the MLP site named: a headline group where one computes it, else the strongest
-        grouped = mlp[mlp["group"].isin(["trained", "every layer"])] if "group" in mlp else mlp.iloc[:0]
-        named = (grouped if len(grouped) else mlp).iloc[0].to_dict()
+    if verdict in ("agrees", "partly"):  # the site named: a headline group where one computes it, else the strongest
+        grouped = (computes[computes["group"].isin(["trained", "every layer"])] if "group" in computes
+                   else computes.iloc[:0])
+        named = (grouped if len(grouped) else computes).iloc[0].to_dict()
         moved = (f"{site_name(named)}: {pct(named['read'])}"
+                 + (" of the stream's" if relative else "")
                  + (f" (95% interval from {pct(named['read_low'])})" if "read_low" in named else "")
                  + f", above the {pct(CAUSAL_SHARE, 0)} bar")
-        reason = f"{moved}: the short waves compute the last digit, as in GPT-2-XL, but through MLPs, not attention"
+        reason = (f"{moved}: attention's short waves compute the last digit, as in GPT-2-XL" if verdict == "agrees"
+                  else f"{moved}: the short waves compute the last digit, as in GPT-2-XL, but through MLPs, not "
+                  "attention")
     elif verdict == "does not":
         counted = sites[sites["control_works"].astype(bool)] if "control_works" in sites else sites
         best = (counted if len(counted) else sites).sort_values("read", ascending=False).iloc[0].to_dict()

@@ -401,8 +401,14 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         )
     paper = TABLE1_GPT2_XL
     bits = []
+    alone = [m for m in ("mlp", "attn") if pattern[m] is None and m in sole]
+    if len(alone) == 2:  # one clause for both, not the same clause twice
+        bits.append("neither module's test has power here: each writes nothing W_U reads outside its paper band (the "
+                    f"MLPs' high band {pct(energy[('mlp', 'high')][0], 2)} of their energy, attention's low band "
+                    f"{pct(energy[('attn', 'low')][0], 2)}), so random directions removing as much energy remove "
+                    "that band itself")
     for m, other in (("mlp", "high"), ("attn", "low")):
-        if pattern[m]:
+        if pattern[m] or len(alone) == 2 and m in alone:
             continue
         acc_other = cells[(m, other)][0]
         name = "the MLPs'" if m == "mlp" else "attention's"

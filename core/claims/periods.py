@@ -126,9 +126,26 @@ def _said(r) -> str:
             + (", beyond them" if r["matters"] else ""))
 
 
+#: Controls that land on the removal itself: their draws' sd and their mean's distance from its accuracy both under
+#: this share (half a point): the module writes nothing W_U reads outside what is removed.
+SAME_AS_CONTROLS = 0.005
+
+
+def same_as_controls(row) -> bool:
+    """Whether the removal's energy-matched controls are the removal itself (SAME_AS_CONTROLS), over two draws or
+    more."""
+    return bool(row["draws"] > 1 and row["control_sd"] < SAME_AS_CONTROLS
+                and abs(row["control_mean"] - row["accuracy"]) < SAME_AS_CONTROLS)
+
+
 def _reason(verdict: str, attn, mlp, mlp_low, low_powered: bool) -> str:
     if verdict == "agrees":
         return ""
+    if verdict == "not tested" and same_as_controls(attn):
+        return (f"every random draw that removes as much of attention's energy as its periods leaves what they leave "
+                f"({pct(attn['control_mean'])} ± {100 * attn['control_sd']:.1f} against {pct(attn['accuracy'])}): "
+                "attention writes nothing else W_U reads, so the draws are these periods themselves and cannot "
+                "tell them from any directions")
     if verdict == "not tested":
         return (f"random directions that remove as much of attention's energy as its periods already leave only "
                 f"{pct(attn['control_mean'])}, so the test cannot tell the periods from any directions of that size")

@@ -21,7 +21,7 @@ from core.claims.base import (
     structural_reason,
 )
 from core.paper import TABLE1_TAU
-from core.runs.origin import run_origin
+from core.runs.origin import built_control, run_origin
 from core.runs.reader import Table
 from core.runs.summaries import top_periods_by_module
 
@@ -198,7 +198,7 @@ def spectra_rule_reason(mlp_low: bool, attn_short: bool, counts: dict, verdict: 
                     "that bar")
     notes = []
     m = run.manifest if run is not None else {}
-    if isinstance(m.get("n_layers"), int) and m["n_layers"] <= 4:
+    if isinstance(m.get("n_layers"), int) and m["n_layers"] <= 4 and not built_control(m):
         notes.append(f"with {m['n_layers']} layers each module may do both jobs")
     rank = m.get("unembedding_rank")
     if isinstance(rank, int) and rank <= LOW_RANK:

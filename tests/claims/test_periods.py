@@ -12,7 +12,7 @@ import core.claims.periods as periods_mod
 from core.analysis.filters import projection_filter
 from core.analysis.fourier import fourier_basis
 from core.analysis.period_filters import PAPER_PERIODS, READINGS, gain_weighted, parse_periods, slice_frequencies
-from core.claims.periods import MIN_DROP, POWER_COST, SPREAD_TIMES, claim_periods, period_summary
+from core.claims.periods import MIN_DROP, POWER_COST, SPREAD_TIMES, claim_periods, period_summary, same_as_controls
 from core.errors import CoreError
 from core.models.random_models import save_random_model
 from core.runs.ablate import open_target
@@ -132,6 +132,22 @@ def test_the_rule_passes_and_fails_as_written(case):
     summary = period_summary(_run(rows))
     assert (summary["draws"] == 3).all()
     assert claim.verdict == "agrees" or claim.reason  # every verdict short of agreement says why
+
+
+def test_controls_that_land_on_the_periods_themselves_are_named_so():
+    """A module that writes nothing else W_U reads: every energy-matched draw is the periods' own subspace and scores
+    what they score (sd and distance under half a point); the reason says that, not that random directions break
+    the model. Draws that merely break it as much keep the older reason."""
+    coincide = [("attn", "periods", 0.425, [0.4245, 0.4247, 0.4249]), ("mlp", "periods", 1.0, [1.0, 1.0, 1.0]),
+                ("mlp", "low slice", 0.65, [0.73, 0.74, 0.72])]
+    broken = CASES["no power"]
+    for rows, said in ((coincide, "the draws are these periods themselves"), (broken, "already leave only")):
+        claim = claim_periods(_run(rows))
+        assert claim.verdict == "not tested" and said in claim.reason, claim.reason
+        summary = period_summary(_run(rows))
+        row = summary[(summary["modules"] == "attn") & (summary["slice"] == "periods")].iloc[0]
+        by_hand = (row["control_sd"] < 0.005 and abs(row["control_mean"] - row["accuracy"]) < 0.005)
+        assert same_as_controls(row) == by_hand == (rows is coincide)
 
 
 def test_the_shipped_default_run_is_read_by_the_rule():

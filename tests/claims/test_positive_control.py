@@ -64,3 +64,21 @@ def test_table_1s_matched_controls_coincide_with_a_band_that_holds_a_whole_modul
         cell = float(at[(at["modules"] == module) & (at["removed"] == band)]["accuracy"].iloc[0])
         draws = at[(at["modules"] == module) & (at["removed"] == f"matched-{band}")]["accuracy"]
         assert len(draws) >= 2 and cell < 0.9 and (draws - cell).abs().max() < 1e-9
+
+
+def test_the_controls_reasons_state_their_own_evidence():
+    """Step 3's agreement names the attention site that computes the last digit with its share of the stream's (as
+    "partly" names an MLP site); step 6 says once that neither module writes anything W_U reads outside its band; no
+    reason on a control calls its modules ones that "have to do both jobs" (each does one job by construction)."""
+    from core.claims.last_digit import site_name
+    from core.claims.registry import run_claims
+
+    claims = run_claims(control_run(POSITIVE))
+    waves = claims["module_waves"]
+    assert waves.verdict == "agrees" and "attention" in waves.reason.split(":")[0]
+    computing = [r for r in waves.numbers["groups"] or [] if r["kind"] == "attn" and r["causal"]]
+    assert any(waves.reason.startswith(f"{site_name(r)}: {100 * r['read']:.1f}% of the stream's") for r in computing)
+    ablations = claims["ablations"]
+    assert ablations.reason.count("has no power") + ablations.reason.count("have power") <= 1
+    for run in (control_run(POSITIVE), control_run(NEGATIVE)):
+        assert not any("both jobs" in c.reason for c in run_claims(run).values()), run.name
