@@ -25,6 +25,7 @@ from core.runs import cache as run_cache
 from core.runs import training_summaries
 from core.runs.origin import built_control, display_label, run_origin, seed_of_manifest
 from core.runs.reader import RunReader, Table, read_run_table
+from core.tasks import task_name
 
 
 def valid_runs(cache_dir: str) -> tuple[list[dict], list[dict]]:
@@ -162,14 +163,17 @@ BUILT_CONTROLS = "built controls"
 
 def training_logs(split: str) -> dict[str, dict[str, pd.DataFrame]]:
     """Training logs of the small models trained here (valid runs of `split`), by task (addition first: each
-    task's epochs get their own axis) and short model name, the controls built with their modules held to bands
-    under BUILT_CONTROLS, last (their 30 epochs would squeeze the demos' 8 on a shared axis, and they are not the
-    paper's models); the fine-tuned real LLM's are `fine_tuned_training`'s."""
+    task's epochs get their own axis) and short model name; the controls built with their modules held to bands come
+    last, under BUILT_CONTROLS (with the task's name after it for a task other than addition): their 30 epochs would
+    squeeze the demos' 8 on a shared axis, and they are not the paper's models. The fine-tuned real LLM's logs are
+    `fine_tuned_training`'s."""
     by_task: dict[str, dict[str, pd.DataFrame]] = {}
     runs = sorted(_trained_runs(split, False), key=lambda r: (built_control(r.manifest), task_of(r) != "addition"))
     for r in runs:
         label = r.manifest.get("label", r.label).replace(" (demo, trained here)", "")
-        group = BUILT_CONTROLS if built_control(r.manifest) else task_of(r)
+        task = task_of(r)
+        group = (task if not built_control(r.manifest)
+                 else BUILT_CONTROLS if task == "addition" else f"{BUILT_CONTROLS} ({task_name(task)})")
         by_task.setdefault(group, {})[label] = r.table(Table.TRAINING_LOG)
     return by_task
 

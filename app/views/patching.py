@@ -28,15 +28,15 @@ from core.tasks import task_name
 #: The site kinds the page draws, by the label of its control.
 KINDS = {"Stream, attention and MLP": "sites", "Heads": "heads", "Layers together": "groups"}
 #: Each reading in the control's words.
-DIRECTION_LABELS = {DENOISE: "restore", "noise": "take away"}  # short: a projector's third of the page
+DIRECTION_LABELS = {DENOISE: "restore (denoising)", "noise": "take away (noising)"}  # short: a projector's third
 CACHED, ONE_PAIR = "every pair of the split (cached)", "one pair, computed now"
 
 view = page_view()
 run = view.run
 intro(
     "Patching: which layer carries the difference between two questions",
-    "Run a question and the same question with its second operand one more: their answers differ by one, in their "
-    "last digit (or ten more: they differ in the tens digit). Now run the second question again, but copy one piece "
+    "Run a question a + b and the same question with b one more: their answers differ by one, in their "
+    "last digit (or b ten more: they differ in the tens digit). Now run the second question again, but copy one piece "
     "of the first run into it, at the position where the answer is read: the stream after one layer, one attention "
     "or MLP output, one attention head, or a group of layers at once. If the answer moves back toward the first "
     "one's, that piece carried the difference (denoising); copying the other way, from the second run into the "
@@ -52,10 +52,11 @@ folder, why_not = live_folder(run)
 left, middle, right = st.columns(3)
 direction, contrast = left.selectbox(
     "Reading", readings(table), key="patching-reading",
-    format_func=lambda dc: f"{DIRECTION_LABELS[dc[0]]}, second number + {dc[1]}",
-    help="restore: a piece of the first question's run copied into the second's (the share of the difference it "
-         "brings back); take away: the second's piece copied into the first's (the share of the first answer's lead "
-         "it removes); + 1 or + 10: how the second question's second number differs from the first's")
+    format_func=lambda dc: f"{DIRECTION_LABELS[dc[0]]}, b ± {dc[1]}",
+    help="restore (denoising): a piece of the first question's run copied into the second's, read as the share of "
+         "the gap between the two runs it closes; take away (noising): the second's piece copied into the first's, "
+         "the share of that gap it opens; b ± 1 or b ± 10: the second question's second number is one (or ten) more "
+         "than the first's, or less where more would leave the number line")
 present = site_kinds(table)  # in any reading: the choices stay while the reading changes (a reading without the
 kinds = [k for k, v in KINDS.items() if v in present]  # kind chosen says so below)
 kind = KINDS[middle.radio("Sites", kinds, key="patching-kind")]
@@ -84,7 +85,7 @@ else:
     st.markdown(f"For example: {pair_words(clean, other)}.")
 
 if kind not in site_kinds(reading(live if live is not None else table, direction, contrast)):
-    st.info("This reading holds none of these sites: the heads are read denoising with the second operand one more "
+    st.info("This reading holds none of these sites: the heads are read restoring (denoising) with b one more "
             "over all pairs; one pair computed now reads them in every reading.")
 elif kind == "sites":
     show_chart(*site_heatmap(run, direction, contrast, live, pair), key="patching-sites")

@@ -42,14 +42,14 @@ if not by_task:
     )
 else:
     # one chart per task, each on its own epoch axis (multiplication trains for 120 epochs, addition for 8)
-    names = [t if t == BUILT_CONTROLS else task_name(t) for t in by_task]
+    names = [t if t.startswith(BUILT_CONTROLS) else task_name(t) for t in by_task]
     tabs = st.tabs(names) if len(by_task) > 1 else [st.container()]
     for tab, (task, logs) in zip(tabs, by_task.items()):
         with tab:
-            if task == BUILT_CONTROLS:
-                st.caption("Two 2-layer models trained here on addition with each module held to one band of "
-                           "frequencies: the paper's division of labour built in (positive control) or swapped "
-                           "(negative), to show what the Tour's rules say of each. Not the paper's models.")
+            if task.startswith(BUILT_CONTROLS):
+                st.caption(f"{len(logs)} model{'s' if len(logs) > 1 else ''} trained here with each module held to "
+                           "one band of frequencies (the paper's division of labour built in, or swapped), to show "
+                           "what the Tour's rules say of each. Not the paper's models.")
             curves = training_summaries.training_curves(logs, split)
             show_chart(*training.training_curves(curves, split), key=f"training-{task}")
             final = training_summaries.final_accuracies(curves)

@@ -336,14 +336,20 @@ def _causal_reason(verdict: str, computes: pd.DataFrame, sites: pd.DataFrame, st
     modules judged."""
     what = "group or single layer" if with_groups else "single attention or MLP layer"
     if verdict in ("agrees", "partly"):  # the site named: a headline group where one computes it, else the strongest
+        # single module or group of several layers (a group of one layer is that layer's own module, named so)
         grouped = (computes[computes["group"].isin(["trained", "every layer"])] if "group" in computes
                    else computes.iloc[:0])
-        named = (grouped if len(grouped) else computes).iloc[0].to_dict()
+        one_layer = (computes["group"].apply(lambda g: isinstance(g, str))
+                     & (computes["first_layer"] == computes["layer"])
+                     if {"group", "first_layer"} <= set(computes.columns) else pd.Series(False, index=computes.index))
+        strongest = computes[~one_layer] if (~one_layer).any() else computes
+        named = (grouped if len(grouped) else strongest).iloc[0].to_dict()
         moved = (f"{site_name(named)}: {pct(named['read'])}"
                  + (" of the stream's" if relative else "")
                  + (f" (95% interval from {pct(named['read_low'])})" if "read_low" in named else "")
                  + f", above the {pct(CAUSAL_SHARE, 0)} bar")
-        reason = (f"{moved}: attention's short waves compute the last digit, as in GPT-2-XL" if verdict == "agrees"
+        reason = (f"{moved}: {site_name(named)}'s short waves compute the last digit, as in GPT-2-XL"
+                  if verdict == "agrees"
                   else f"{moved}: the short waves compute the last digit, as in GPT-2-XL, but through MLPs, not "
                   "attention")
     elif verdict == "does not":

@@ -12,7 +12,9 @@ from core.analysis.period_filters import READINGS
 from core.analysis.phase_shift import wilson_interval
 from core.claims.accuracy import does_the_task
 from core.claims.base import Claim, pct
+from core.paper import TABLE1_TAU
 from core.runs.reader import Table
+from core.runs.summaries import nearest_tau, table1
 
 #: A removal matters when it costs at least this many times the controls' spread below their mean ...
 SPREAD_TIMES = 2.0
@@ -105,7 +107,8 @@ def claim_periods(run) -> Claim | None:
     if gained:
         measured += " Read through the final norm's gain: " + "; ".join(_said(r) for r in gained) + "."
     reason = (f"the model does not do the task ({base_sentence(run)}): it shows nothing of how the task is done"
-              if fails_task else _reason(verdict, attn, mlp, mlp_low, powered(mlp_low)))
+              if fails_task else _reason(verdict, attn, mlp, mlp_low, powered(mlp_low),
+                                         same_as_controls(attn) and periods_hold_what_w_u_reads(run, attn)))
     headline = (f"Removing only the periods 2, 2.5, 5, 10 from attention leaves {pct(attn['accuracy'])} (random "
                 f"directions of the same size: {pct(attn['control_mean'])}); from the MLPs, {pct(mlp['accuracy'])} "
                 f"({pct(mlp['control_mean'])}).")
@@ -132,20 +135,37 @@ SAME_AS_CONTROLS = 0.005
 
 
 def same_as_controls(row) -> bool:
-    """Whether the removal's energy-matched controls are the removal itself (SAME_AS_CONTROLS), over two draws or
-    more."""
+    """Whether the removal's energy-matched controls score what the removal scores (SAME_AS_CONTROLS), over two draws
+    or more: the draws are the removal itself where it also holds all that W_U reads of the module
+    (`periods_hold_what_w_u_reads`); a floor (every removal of that energy breaking the model) scores alike too."""
     return bool(row["draws"] > 1 and row["control_sd"] < SAME_AS_CONTROLS
                 and abs(row["control_mean"] - row["accuracy"]) < SAME_AS_CONTROLS)
 
 
-def _reason(verdict: str, attn, mlp, mlp_low, low_powered: bool) -> str:
+def periods_hold_what_w_u_reads(run, row) -> bool:
+    """Whether the removal `row` (a module's periods) holds all but SAME_AS_CONTROLS of what W_U reads of that module's
+    output: its energy share against the module's two Table 1 bands together (the ablation table's energy at the tau
+    nearest TABLE1_TAU; False for a run without it)."""
+    if not run.has(Table.ABLATIONS):
+        return False
+    ab = run.table(Table.ABLATIONS)
+    t1 = table1(ab, nearest_tau(ab, TABLE1_TAU)).set_index(["modules", "removed"])
+    bands = [(row["modules"], band) for band in ("low", "high")]
+    if "energy removed %" not in t1.columns or not all(b in t1.index for b in bands):
+        return False
+    read = sum(float(t1.loc[b, "energy removed %"]) for b in bands) / 100
+    return read > 0 and float(row["energy_share"]) >= (1 - SAME_AS_CONTROLS) * read
+
+
+def _reason(verdict: str, attn, mlp, mlp_low, low_powered: bool, coincide: bool = False) -> str:
     if verdict == "agrees":
         return ""
-    if verdict == "not tested" and same_as_controls(attn):
+    if verdict == "not tested" and coincide:
         return (f"every random draw that removes as much of attention's energy as its periods leaves what they leave "
                 f"({pct(attn['control_mean'])} ± {100 * attn['control_sd']:.1f} against {pct(attn['accuracy'])}): "
-                "attention writes nothing else W_U reads, so the draws are these periods themselves and cannot "
-                "tell them from any directions")
+                "the periods hold all of attention's output that W_U reads (the rest lies in directions W_U ignores), "
+                "so the draws are these periods themselves and cannot tell them from other directions of that "
+                "energy")
     if verdict == "not tested":
         return (f"random directions that remove as much of attention's energy as its periods already leave only "
                 f"{pct(attn['control_mean'])}, so the test cannot tell the periods from any directions of that size")

@@ -58,12 +58,16 @@ class PreparedBatch:
         return f"PreparedBatch({len(self.indices)} prompts x {self.input_ids.shape[-1]} tokens)"
 
 
-def prepare_batches(tokenizer, texts: Sequence[str], batch_size: int, by_length: bool = True) -> list[PreparedBatch]:
+def prepare_batches(tokenizer, texts: Sequence[str], batch_size: int | Sequence[int],
+                    by_length: bool = True) -> list[PreparedBatch]:
     """Tokenize, sort by length, batch, left-pad; position ids start at 0 on the first real token.
 
-    With `by_length=False` the batches follow the prompts' own order (a sample whose every prefix is
-    representative stays so batch by batch), at the cost of some padding."""
-    if batch_size < 1:
+    `batch_size`: one size for every batch, or the sizes of the first batches in order, the last repeated (the live
+    sample's (64, 448): a small first batch for a quick first estimate, then the rest at once). With
+    `by_length=False` the batches follow the prompts' own order (a sample whose every prefix is representative stays
+    so batch by batch), at the cost of some padding."""
+    sizes = [batch_size] if isinstance(batch_size, int) else [int(b) for b in batch_size]
+    if not sizes or min(sizes) < 1:
         raise CoreError(f"batch size must be at least 1, got {batch_size}")
     if len(texts) == 0:
         raise CoreError("no prompts to run")
@@ -72,10 +76,12 @@ def prepare_batches(tokenizer, texts: Sequence[str], batch_size: int, by_length:
     if lengths.min() == 0:
         raise CoreError("a prompt tokenized to nothing")
     order = np.argsort(lengths, kind="stable") if by_length else np.arange(len(lengths))
-    batches = []
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
+    batches, start = [], 0
+    while start < len(order):
+        size = sizes[min(len(batches), len(sizes) - 1)]
+        idx = order[start : start + size]
         batches.append(PreparedBatch(idx, *left_pad([encoded[i] for i in idx], tokenizer.pad_token_id)))
+        start += size
     return batches
 
 

@@ -15,11 +15,11 @@ from core.analysis.phase_shift import wilson_interval
 
 #: A live filter on a larger split reads this many questions (a fixed stratified sample) unless asked for all.
 LIVE_SAMPLE = 512
-#: Batches of the sample: few, since each batch pays the 30 layers' per-call overhead again, yet more than one, so a
-#: running estimate comes before the end (docs/speed.md: a warm filter of the default run on one thread took 2.41 s
-#: in batches of 64, 2.05 s in 128, 1.70 s in 256 and 1.72 s in 512; the first estimate from nothing comes with
-#: the first of the two batches, about 4 s on two threads).
-LIVE_SAMPLE_BATCH = 256
+#: The sizes of the sample's batches (core.models.capture.prepare_batches): a first batch of 64 (stratified on its
+#: own, `live_sample`) for a running estimate within seconds even with no prefix stored, then the other 448 at once,
+#: since each batch pays the 30 layers' per-call overhead again (docs/speed.md: a warm filter of the default run on
+#: one thread took 2.41 s in batches of 64, 1.70 s in 256, 1.72 s in 512).
+LIVE_SAMPLE_BATCH = (64, LIVE_SAMPLE - 64)
 #: Strata of the sample: the answer's range cut into this many equal bins.
 SAMPLE_STRATA = 10
 #: Models at least this large (about 12 x layers x width^2 parameters in their blocks) read the sample: on the

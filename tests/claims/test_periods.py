@@ -14,10 +14,12 @@ from core.analysis.fourier import fourier_basis
 from core.analysis.period_filters import PAPER_PERIODS, READINGS, gain_weighted, parse_periods, slice_frequencies
 from core.claims.periods import MIN_DROP, POWER_COST, SPREAD_TIMES, claim_periods, period_summary, same_as_controls
 from core.errors import CoreError
+from core.files import PROJECT_ROOT
 from core.models.random_models import save_random_model
 from core.runs.ablate import open_target
+from core.runs.cache import list_runs
 from core.runs.period_ablation import PERIOD_DRAWS, period_ablation_table
-from core.runs.reader import Table
+from core.runs.reader import RunReader, Table
 from core.runs.tables import TABLE_COLUMNS
 
 
@@ -134,20 +136,40 @@ def test_the_rule_passes_and_fails_as_written(case):
     assert claim.verdict == "agrees" or claim.reason  # every verdict short of agreement says why
 
 
-def test_controls_that_land_on_the_periods_themselves_are_named_so():
-    """A module that writes nothing else W_U reads: every energy-matched draw is the periods' own subspace and scores
-    what they score (sd and distance under half a point); the reason says that, not that random directions break
-    the model. Draws that merely break it as much keep the older reason."""
+@pytest.mark.parametrize("holds_all", [True, False])
+def test_controls_that_land_on_the_periods_themselves_are_named_so(monkeypatch, holds_all):
+    """Draws that score what the periods score (sd and distance under half a point) are the periods themselves only
+    where the periods hold all that W_U reads of attention (`periods_hold_what_w_u_reads`, from Table 1's energy);
+    otherwise (a floor: every removal of that energy breaks the model) the reason is the draws' cost, as for draws
+    that merely break the model as much."""
+    monkeypatch.setattr(periods_mod, "periods_hold_what_w_u_reads", lambda run, row: holds_all)
     coincide = [("attn", "periods", 0.425, [0.4245, 0.4247, 0.4249]), ("mlp", "periods", 1.0, [1.0, 1.0, 1.0]),
                 ("mlp", "low slice", 0.65, [0.73, 0.74, 0.72])]
     broken = CASES["no power"]
-    for rows, said in ((coincide, "the draws are these periods themselves"), (broken, "already leave only")):
+    for rows in (coincide, broken):
         claim = claim_periods(_run(rows))
-        assert claim.verdict == "not tested" and said in claim.reason, claim.reason
         summary = period_summary(_run(rows))
         row = summary[(summary["modules"] == "attn") & (summary["slice"] == "periods")].iloc[0]
         by_hand = (row["control_sd"] < 0.005 and abs(row["control_mean"] - row["accuracy"]) < 0.005)
         assert same_as_controls(row) == by_hand == (rows is coincide)
+        said = ("the draws are these periods themselves" if by_hand and holds_all else "already leave only")
+        assert claim.verdict == "not tested" and said in claim.reason, claim.reason
+
+
+def test_the_periods_hold_all_that_w_u_reads_only_on_the_built_control():
+    """Read from each shipped run's own Table 1 energy: the positive control's attention writes nothing W_U reads
+    outside the periods; the default run's attention does."""
+    found = {}
+    for r in list_runs(PROJECT_ROOT / "cache"):
+        if not r.ok or not r.name.startswith(("positive-control", "smollm2-135m-fine-tuned")):
+            continue
+        run = RunReader(PROJECT_ROOT / "cache", r.name)
+        summary = period_summary(run)
+        if summary is None:
+            continue
+        row = summary[(summary["modules"] == "attn") & (summary["slice"] == "periods")].iloc[0]
+        found[r.name.split("-")[0]] = periods_mod.periods_hold_what_w_u_reads(run, row)
+    assert found.get("positive") is True and found.get("smollm2") is False, found
 
 
 def test_the_shipped_default_run_is_read_by_the_rule():

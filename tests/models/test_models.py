@@ -52,6 +52,20 @@ def test_left_padded_batches_match_single_prompts(loaded_model, arch):
             assert np.allclose(batched[key][i], single[key][0], atol=1e-4), (arch, key, i)
 
 
+def test_batches_of_given_sizes_take_the_prompts_in_order_the_last_size_repeated(loaded_model):
+    """(64, 448) for the live sample: a list of sizes gives the first batches in order and repeats the last; every
+    prompt once, in order when not sorted by length; a size below 1 is refused."""
+    lm = loaded_model("gpt2")
+    prompts = [f"{i} plus {i}" for i in range(11)]
+    for sizes, expect in (((2, 4), [2, 4, 4, 1]), ((3,), [3, 3, 3, 2]), (5, [5, 5, 1]), ((20, 1), [11])):
+        batches = prepare_batches(lm.tokenizer, prompts, sizes, by_length=False)
+        assert [len(b.indices) for b in batches] == expect, sizes
+        assert np.concatenate([b.indices for b in batches]).tolist() == list(range(11))
+    for bad in (0, (), (4, 0)):
+        with pytest.raises(CoreError, match="batch size must be at least 1"):
+            prepare_batches(lm.tokenizer, prompts, bad)
+
+
 def test_final_norm_logit_lens_equals_model_output(loaded_model):
     lm = loaded_model("gpt2")
     got = capture(lm, PROMPTS)
