@@ -413,17 +413,17 @@ def claims_table(cache_dir: str, runs) -> None:
                 c = per_run[r.name][step]
                 if c.paper != paper:
                     continue
-                why = f" *Why: {c.reason}.*" if c.reason else ""
+                why = f" *Why: {c.reason.rstrip('.')}.*" if c.reason else ""
                 print(f"- {r.label}: **{c.verdict}**. {c.measured}{why}")
             print()
     t = claim_training(table_runs)
-    why = f" *Why: {t.reason}.*" if t.reason else ""
+    why = f" *Why: {t.reason.rstrip('.')}.*" if t.reason else ""
     print(f"**training.** Paper: {t.paper}\n\n- **{t.verdict}**. {t.measured}{why}")
     test_runs = [r for r in table_runs if r.split == "test"]
     if test_runs:
         first = next((r for r in test_runs if r.has(Table.MODULE_SPECTRA)), test_runs[0])
         o = claim_operations(operation_runs(test_runs, first), claims)
-        why = f" *Why: {o.reason}.*" if o.reason else ""
+        why = f" *Why: {o.reason.rstrip('.')}.*" if o.reason else ""
         print(f"\n**operations** (one run of each task, named in the step's first words). Paper: {o.paper}\n\n"
               f"- **{o.verdict}**. {o.measured}{why}")
 
@@ -524,7 +524,7 @@ def periods_section(cache_dir: str, runs, heading: bool = True) -> None:
         if c is None:  # a multiplication run: the paper's Table 1 is addition's, so no verdict
             print(f"**{r.label}** ({r.split} split): no verdict (the paper measured Table 1 on addition only)\n")
         else:
-            why = f" *Why: {c.reason}.*" if c.reason else ""
+            why = f" *Why: {c.reason.rstrip('.')}.*" if c.reason else ""
             print(f"**{r.label}** ({r.split} split): **{c.verdict}**. {c.headline}{why}\n")
         markdown_table(period_table(r))
 
