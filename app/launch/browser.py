@@ -417,6 +417,12 @@ _CUT_JS = r"""
   for (const t of document.querySelectorAll('svg text')) {
     if (seen(t) && /…$/.test(t.textContent)) out.push(`chart label cut short: "${t.textContent}"`);
   }
+  // a control's shown value (a select box's choice is an input's value, not a text node) wider than its box; not
+  // the sidebar's, whose run picker is cut by design with its full label the caption under it (app/sidebar.py)
+  for (const i of document.querySelectorAll('[data-testid="stMain"] input')) {
+    if (seen(i) && i.value && i.type !== 'range' && i.scrollWidth > i.clientWidth + 1)
+      out.push(`a control's value cut short: "${i.value.slice(0, 70)}"`);
+  }
   return [...new Set(out)];
 }
 """

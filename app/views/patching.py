@@ -28,7 +28,7 @@ from core.tasks import task_name
 #: The site kinds the page draws, by the label of its control.
 KINDS = {"Stream, attention and MLP": "sites", "Heads": "heads", "Layers together": "groups"}
 #: Each reading in the control's words.
-DIRECTION_LABELS = {DENOISE: "restore (denoising)", "noise": "take away (noising)"}  # short: a projector's third
+DIRECTION_LABELS = {DENOISE: "restore", "noise": "take away"}  # short: a third of the page beside the sidebar
 CACHED, ONE_PAIR = "every pair of the split (cached)", "one pair, computed now"
 
 view = page_view()

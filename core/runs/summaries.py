@@ -19,7 +19,7 @@ from core.paper import TABLE1_GPT2_XL, TABLE1_TAU
 
 MODULE_NAMES = {"attn": "Attention", "mlp": "MLP", "resid": "Residual stream (logit lens)", "final": "Final logits"}
 ABLATION_MODULES = {"both": "Attn + MLP", "attn": "Attn", "mlp": "MLP"}
-BAND_NAMES = {"low": "the low frequencies (k < tau)", "high": "the high frequencies (k ≥ tau)"}  # as a picker says
+BAND_NAMES = {"low": "low (k < tau)", "high": "high (k ≥ tau)"}  # as a picker says (short: a column's width)
 
 
 # ----------------------------------------------------------------------------- logit lens

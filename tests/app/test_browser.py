@@ -160,3 +160,17 @@ def test_every_tour_step_and_page_reads_on_a_projector():
 def test_the_2_layer_tour_reads_in_normal_mode():
     problems = [p for p in projector_walk() if p.startswith("2 layers, normal")]
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:60])
+
+
+def test_the_cut_text_measure_sees_a_control_s_value_cut_short():
+    """A select box shows its choice as an input's value, which no text-node measure sees: a value wider than its box
+    in the main area is reported, one that fits is not, nor one in the sidebar (its run picker is cut by design, the
+    full label the caption under it)."""
+    html = """<div data-testid="stSidebar"><input style="width:60px" value="a run picker's long label, cut"></div>
+      <div data-testid="stMain"><input style="width:80px" value="restore: clean into corrupted, second operand +1">
+      <input style="width:300px" value="restore, b ± 1"></div>"""
+    with browser.browser() as b:
+        page = b.new_page(viewport=PROJECTOR)
+        page.set_content(html)
+        cut = 'a control\'s value cut short: "restore: clean into corrupted, second operand +1"'
+        assert browser.cut_text(page) == [cut]

@@ -38,7 +38,7 @@ def colour_domain(el) -> list[float]:
 def test_each_reading_and_kind_draws_its_own_rows_on_a_scale_centred_on_zero_fitted_to_them(app, app_env):
     run, table = open_patching(app, app_env)
     reading = widget(app, "selectbox", "patching-reading")
-    assert ("noise", 1) in reading.options or "take away (noising), b ± 1" in reading.options
+    assert ("noise", 1) in reading.options or "take away, b ± 1" in reading.options
     for direction, contrast in (("denoise", 1), ("noise", 1), ("denoise", 10), ("noise", 10)):
         widget(app, "selectbox", "patching-reading").set_value((direction, contrast)).run()
         assert not app.exception, [e.message for e in app.exception]
