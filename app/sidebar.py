@@ -121,11 +121,16 @@ def picker_labels(runs: list[dict]) -> dict[str, str]:
             for name, label in labels.items()}
 
 
+#: The characters the closed run picker shows of its choice in presentation mode at 1024 x 768 (measured in Chromium:
+#: "SmolLM2-135M fine-tuned" and no more); the picker's labels differ within them.
+PICKER_SHOWS = 22
+
+
 def picker_label(manifest: dict, label: str) -> str:
     """A run as the run picker lists it: what tells it from the other runs first (the stage of a fine-tuned
-    model, "demo", the shots of a prompted model), then its task (unless the name says it), then its accuracy on
-    its split, so that labels differ within their first 32 characters; the full label is the caption under the
-    picker."""
+    model, the seed of a recipe trained again, "demo", the shots of a prompted model), then its task (unless the name
+    says it), then its accuracy on its split, so that labels differ within their first PICKER_SHOWS characters (what
+    the closed picker shows in presentation mode); the full label is the caption under the picker."""
     base, _, detail = label.partition(" (")
     shots = int((manifest.get("task") or {}).get("shots") or 0)
     stage = re.search(r"stage (\d+)", detail)
@@ -133,11 +138,11 @@ def picker_label(manifest: dict, label: str) -> str:
         name = f"{base.split('-')[0]} stage {stage.group(1)}, {base.split(',')[0].split()[-1]}"
     elif "demo" in detail:
         seed = seed_of_manifest(manifest)  # a recipe trained again: the seed early, inside 32 characters
-        name = f"{base} (demo)" if seed is None else f"{base} seed {seed} (demo)"
+        name = f"{base} (demo)" if seed is None else f"Seed {seed}: {base} (demo)"
     elif shots:
         name = f"{base}{' pre-trained' if 'pre-trained' in detail else ''}, {shots}-shot"
-    elif part := trained_short(manifest):  # one model fine-tuned two ways: what was trained, early
-        name = f"{base.split(',')[0]}, {part}"
+    elif part := trained_short(manifest):  # one model fine-tuned two ways: what was trained, early (no size)
+        name = f"{base.split()[0].split('-')[0]} fine-tuned, {part}"
     else:
         name = base
     task = task_name(task_of_manifest(manifest))

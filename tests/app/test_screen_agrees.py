@@ -15,7 +15,7 @@ import streamlit as st
 from screen_text import spec_strings
 from streamlit.testing.v1 import AppTest
 
-from app.sidebar import picker_label, picker_labels, precision_note
+from app.sidebar import PICKER_SHOWS, picker_label, picker_labels, precision_note
 from app.tour.steps import ONE_OF_THEM, OVER_RUNS, STEPS, settings_note
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
@@ -148,11 +148,13 @@ def test_the_tour_shows_the_settings_note_and_its_figure_the_tau_its_line_quotes
     assert "tau = 50" in line and "tau = 50" in legend and "tau = 40" not in line + legend
 
 
-def test_the_run_picker_tells_every_shipped_run_apart_in_32_characters():
+def test_the_run_picker_tells_every_shipped_run_apart_in_what_it_shows():
+    """The closed picker shows about PICKER_SHOWS characters of its choice in presentation mode: every shipped run's
+    label differs from the others of its split within them."""
     by_split: dict[str, list[str]] = {}
     for r in SHIPPED:
         label = picker_label(r.manifest, RunReader(CACHE, r.name).label)
-        by_split.setdefault(r.manifest["task"]["split"], []).append(label[:32])
+        by_split.setdefault(r.manifest["task"]["split"], []).append(label[:PICKER_SHOWS])
     for split, labels in by_split.items():
         assert len(set(labels)) == len(labels), (split, sorted(labels))
 
