@@ -168,11 +168,10 @@ def training_logs(split: str) -> dict[str, dict[str, pd.DataFrame]]:
     squeeze the demos' 8 on a shared axis, and they are not the paper's models. The fine-tuned real LLM's logs are
     `fine_tuned_training`'s."""
     by_task: dict[str, dict[str, pd.DataFrame]] = {}
-    runs = sorted(_trained_runs(split, False), key=lambda r: (built_control(r.manifest), task_of(r) != "addition"))
-    for r in runs:
+    runs = [(built_control(r.manifest), task_of(r), r) for r in _trained_runs(split, False)]
+    for control, task, r in sorted(runs, key=lambda c: (c[0], c[1] != "addition")):
         label = r.manifest.get("label", r.label).replace(" (demo, trained here)", "")
-        task = task_of(r)
-        group = (task if not built_control(r.manifest)
+        group = (task if not control
                  else BUILT_CONTROLS if task == "addition" else f"{BUILT_CONTROLS} ({task_name(task)})")
         by_task.setdefault(group, {})[label] = r.table(Table.TRAINING_LOG)
     return by_task

@@ -339,10 +339,8 @@ def _causal_reason(verdict: str, computes: pd.DataFrame, sites: pd.DataFrame, st
         # single module or group of several layers (a group of one layer is that layer's own module, named so)
         grouped = (computes[computes["group"].isin(["trained", "every layer"])] if "group" in computes
                    else computes.iloc[:0])
-        one_layer = (computes["group"].apply(lambda g: isinstance(g, str))
-                     & (computes["first_layer"] == computes["layer"])
-                     if {"group", "first_layer"} <= set(computes.columns) else pd.Series(False, index=computes.index))
-        strongest = computes[~one_layer] if (~one_layer).any() else computes
+        several = computes["first_layer"] != computes["layer"] if "first_layer" in computes else None  # NaN: a module
+        strongest = computes[several] if several is not None and several.any() else computes
         named = (grouped if len(grouped) else strongest).iloc[0].to_dict()
         moved = (f"{site_name(named)}: {pct(named['read'])}"
                  + (" of the stream's" if relative else "")

@@ -23,7 +23,7 @@ from core.claims.spectra import claim_multiplication_spectra as claim_multiplica
 from core.claims.spectra import claim_spectra as claim_spectra
 from core.paper import TABLE1_GPT2_XL, TABLE1_TAU
 from core.runs.reader import Table
-from core.runs.summaries import error_distribution, nearest_tau, table1
+from core.runs.summaries import error_distribution, nearest_tau, table1, table1_energy
 from core.tasks import expression_of_id
 
 #: The approximate-before-exact gap must open by this fraction of the depth (GPT-2-XL: layers 20-30 of 48).
@@ -345,10 +345,7 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
             )
     draws = int(t1["random control draws"].max()) if "random control draws" in t1.columns else 1
     matched_on = "rank and energy" if (t1.get("control matched on") == "rank and energy").any() else "rank"
-    energy = {(m, r): (float(t1.loc[(m, r), "energy removed %"]) / 100,
-                       float(t1.loc[(m, r), "control energy removed %"]) / 100)
-              for m in ("attn", "mlp") for r in ("low", "high")
-              if (m, r) in t1.index and {"energy removed %", "control energy removed %"} <= set(t1.columns)}
+    energy = table1_energy(t1.reset_index())
     sole = sole_band_modules(energy) if matched_on == "rank and energy" else set()
     pattern = ablation_pattern(cells, base, sole)
     shown = [v for v in pattern.values() if v]
@@ -408,7 +405,7 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
                     f"{pct(energy[('attn', 'low')][0], 2)}), so random directions removing as much energy remove "
                     "that band itself")
     for m, other in (("mlp", "high"), ("attn", "low")):
-        if pattern[m] or len(alone) == 2 and m in alone:
+        if pattern[m] or len(alone) == 2:  # shown, or said above for both
             continue
         acc_other = cells[(m, other)][0]
         name = "the MLPs'" if m == "mlp" else "attention's"

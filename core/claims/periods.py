@@ -14,7 +14,7 @@ from core.claims.accuracy import does_the_task
 from core.claims.base import Claim, pct
 from core.paper import TABLE1_TAU
 from core.runs.reader import Table
-from core.runs.summaries import nearest_tau, table1
+from core.runs.summaries import nearest_tau, table1, table1_energy
 
 #: A removal matters when it costs at least this many times the controls' spread below their mean ...
 SPREAD_TIMES = 2.0
@@ -149,11 +149,11 @@ def periods_hold_what_w_u_reads(run, row) -> bool:
     if not run.has(Table.ABLATIONS):
         return False
     ab = run.table(Table.ABLATIONS)
-    t1 = table1(ab, nearest_tau(ab, TABLE1_TAU)).set_index(["modules", "removed"])
+    energy = table1_energy(table1(ab, nearest_tau(ab, TABLE1_TAU)))
     bands = [(row["modules"], band) for band in ("low", "high")]
-    if "energy removed %" not in t1.columns or not all(b in t1.index for b in bands):
+    if not all(b in energy for b in bands):
         return False
-    read = sum(float(t1.loc[b, "energy removed %"]) for b in bands) / 100
+    read = sum(energy[b][0] for b in bands)
     return read > 0 and float(row["energy_share"]) >= (1 - SAME_AS_CONTROLS) * read
 
 
