@@ -18,12 +18,12 @@ from core.claims.base import (
     running_example_of,
     structural_reason,
 )
-from core.claims.periods import claim_periods
+from core.claims.periods import claim_periods, table1_energy
 from core.claims.spectra import claim_multiplication_spectra as claim_multiplication_spectra  # step 4, re-exported
 from core.claims.spectra import claim_spectra as claim_spectra
 from core.paper import TABLE1_GPT2_XL, TABLE1_TAU
 from core.runs.reader import Table
-from core.runs.summaries import error_distribution, nearest_tau, table1, table1_energy
+from core.runs.summaries import error_distribution, nearest_tau, table1
 from core.tasks import expression_of_id
 
 #: The approximate-before-exact gap must open by this fraction of the depth (GPT-2-XL: layers 20-30 of 48).

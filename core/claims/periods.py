@@ -14,7 +14,7 @@ from core.claims.accuracy import does_the_task
 from core.claims.base import Claim, pct
 from core.paper import TABLE1_TAU
 from core.runs.reader import Table
-from core.runs.summaries import nearest_tau, table1, table1_energy
+from core.runs.summaries import nearest_tau, table1
 
 #: A removal matters when it costs at least this many times the controls' spread below their mean ...
 SPREAD_TIMES = 2.0
@@ -140,6 +140,18 @@ def same_as_controls(row) -> bool:
     (`periods_hold_what_w_u_reads`); a floor (every removal of that energy breaking the model) scores alike too."""
     return bool(row["draws"] > 1 and row["control_sd"] < SAME_AS_CONTROLS
                 and abs(row["control_mean"] - row["accuracy"]) < SAME_AS_CONTROLS)
+
+
+def table1_energy(t1: pd.DataFrame) -> dict:
+    """{(modules, band removed): (the share of the module outputs' energy the band removes, its control's)} of a
+    `table1` frame, for attention and the MLPs and each band, where the run measured them (empty for runs cached
+    before)."""
+    if not {"energy removed %", "control energy removed %"} <= set(t1.columns):
+        return {}
+    rows = t1.set_index(["modules", "removed"])
+    return {(m, r): (float(rows.loc[(m, r), "energy removed %"]) / 100,
+                     float(rows.loc[(m, r), "control energy removed %"]) / 100)
+            for m in ("attn", "mlp") for r in ("low", "high") if (m, r) in rows.index}
 
 
 def periods_hold_what_w_u_reads(run, row) -> bool:

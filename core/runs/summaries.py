@@ -295,18 +295,6 @@ def table1(ablations: pd.DataFrame, tau: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def table1_energy(t1: pd.DataFrame) -> dict:
-    """{(modules, band removed): (the share of the module outputs' energy the band removes, its control's)} of a
-    `table1` frame, for attention and the MLPs and each band, where the run measured them (empty for runs cached
-    before)."""
-    if not {"energy removed %", "control energy removed %"} <= set(t1.columns):
-        return {}
-    rows = t1.set_index(["modules", "removed"])
-    return {(m, r): (float(rows.loc[(m, r), "energy removed %"]) / 100,
-                     float(rows.loc[(m, r), "control energy removed %"]) / 100)
-            for m in ("attn", "mlp") for r in ("low", "high") if (m, r) in rows.index}
-
-
 def _energy(frame) -> float:
     """Mean `energy_removed` of some ablation rows, in percent (NaN where the run did not measure it)."""
     if frame is None or "energy_removed" not in frame or not len(frame):
