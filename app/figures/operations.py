@@ -148,7 +148,7 @@ def carrier_bars(runs: tuple[RunReader, ...]):
     control = alt.Chart(data).mark_tick(color="black", thickness=2).encode(
         y=alt.Y("module:N", sort=alt.EncodingSortField("value", op="max", order="descending")),
         yOffset=alt.YOffset("operation:N", sort=list(OPERATION_COLOURS.domain)), x=alt.X("control:Q"))
-    return (styled(bars + control, "Which module carries the short waves?", height=60 * data["module"].nunique()),
+    return (styled(bars + control, "Which module carries the short waves?", height=48 * data["module"].nunique()),
             data, caption)
 
 

@@ -50,6 +50,13 @@ def period_marks(periods, span: int, top: float, labelled=()) -> alt.LayerChart:
 #: The narrowest a chart is drawn at 1024 x 768 (a Tour or comparison column), in pixels: normal, presentation mode
 #: (a Tour step's figure column with the sidebar open).
 NARROWEST = {False: 250, True: 340}
+#: The width a title's lines are counted at to size its plot (`styled`): a Tour step's figure column at 1024 x 768
+#: (normal, presentation mode). In a narrower column the title takes more lines and the chart grows by them.
+TITLE_COLUMN = {False: 250, True: 500}
+#: Room in pixels an x axis takes below a plot (its labels and title), normal and presentation mode; and the least
+#: height a plot is given, whatever its chart's title and axes take.
+AXIS_ROOM = {False: 40, True: 52}
+MIN_PLOT = {False: 100, True: 130}
 #: Average width of a title character, as a share of its font size (bold sans-serif, generous).
 CHAR_WIDTH = 0.6
 
@@ -61,22 +68,26 @@ def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int
     split: the run's name goes to a subtitle. The title wraps to the chart's drawn width in the browser
     (`wrapped_title`), so it is never cut, however narrow the column the chart is drawn in."""
     big = large()
-    # on a projector a row of a heatmap, and a short chart, grow with the type; a tall chart (300 px or more) shrinks a
-    # little, so that a Tour step's claim and figure share one 1024x768 screen (`shrink_on_projector` False: a page's
-    # chart whose labels need its whole height)
+    # on a projector a row of a heatmap grows with the type, and a chart shrinks a little, so that a Tour step's claim
+    # and figure share one 1024x768 screen (`shrink_on_projector` False: a page's chart whose labels need its whole
+    # height)
     row_scale = 1.1 if big else 1
-    height_scale = (0.9 if (height or 0) >= 300 and shrink_on_projector else 1.1) if big else 1
+    height_scale = 0.9 if big and shrink_on_projector else 1
     what, _, run = title.partition(" — ")
     run = run_subtitle(run)
     size_px, sub_px = (20, 16) if big else (15, 12)
     params = dict(fontSize=size_px, anchor="start", limit=10_000)  # no cut: the text wraps instead
-    # the height Streamlit gives a stretched chart includes its title: add the title's lines (at the narrowest) to it
-    extra = (len(_lines(what, NARROWEST[big], size_px)) - 1) * int(size_px * 1.2)
+    lines = len(_lines(what, TITLE_COLUMN[big], size_px))
     if run:
         sub = _lines(run, NARROWEST[big], sub_px)
         params.update(subtitle=sub if len(sub) > 1 else sub[0], subtitleFontSize=sub_px, subtitleColor="#555")
-        extra += len(sub) * int(sub_px * 1.25)
-    size = alt.Step(int(row_step * row_scale)) if row_step else int(height * height_scale) + extra
+    # `height` is the whole chart's; the plot gets what the title's lines (in a Tour step's figure column), the
+    # subtitle's and the x axis leave of it. The chart is fitted to its column's width only (`fit-x`): its height is
+    # the plot's and whatever Vega lays out around it, so a title is never drawn above the chart's top (under `fit`,
+    # Vega reserved less room above the plot than a title took, and clipped up to 46 px of it on a projector) and a
+    # plot is never squeezed by a legend below it.
+    around = lines * int(size_px * 1.2) + (len(sub) * int(sub_px * 1.25) if run else 0) + AXIS_ROOM[big]
+    size = alt.Step(int(row_step * row_scale)) if row_step else max(MIN_PLOT[big], int(height * height_scale) - around)
     # one copy of the chart (each `configure_*` call would deep-copy the whole chart again); the chart brings no
     # configuration of its own, which this would replace
     assert chart.config is alt.Undefined, "styled() sets the chart's configuration: configure it through styled"
@@ -85,7 +96,8 @@ def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int
         legend=alt.LegendConfig(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12),
         text=alt.MarkConfig(fontSize=16 if big else 11),
     )
-    return chart.properties(title=alt.TitleParams(wrapped_title(what, size_px), **params), height=size, config=config)
+    return chart.properties(title=alt.TitleParams(wrapped_title(what, size_px), **params), height=size, config=config,
+                            autosize=alt.AutoSizeParams(type="fit-x", contains="padding", resize=True))
 
 
 def run_subtitle(label: str) -> str:

@@ -10,7 +10,6 @@ import pandas as pd
 
 from app.figures.style import PCT_AXIS, PCT_SCALE, styled
 from app.shared import share_figures
-from app.state import large
 from core.paper import ACCURACY
 from core.runs import training_summaries
 
@@ -49,11 +48,7 @@ def training_curves(curves: pd.DataFrame, split: str):
         f"{ACCURACY['GPT-2-small, frozen pre-trained embeddings']:g}%, "
         f"from scratch {ACCURACY['GPT-2-small from scratch']:g}%)."
     )
-    # a legend of one column is as many rows as curves: on a projector the chart grows by the rows a two-column
-    # legend would not need (about 20 px each), so that the plot keeps its height
-    entries = curves["run"].nunique()
-    height = 360 + (20 * (entries - (entries + 1) // 2) if large() else 0)
-    return styled(band + line, f"{said.capitalize()} accuracy during training", height=height), curves, caption
+    return styled(band + line, f"{said.capitalize()} accuracy during training", height=265), curves, caption
 
 
 #: The colours of the fine-tunings' roles (`training_summaries.fine_tuning_roles`): the default run blue, other

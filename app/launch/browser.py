@@ -157,8 +157,9 @@ def walk(pages: list, queues: list[list[View]], look, timeout_ms: int = 60000) -
     the pages' work overlapped: while one page opens its next link (its renderer and the server at work), another's
     view is waited for and looked at, so both cores of a small machine work. A button press is waited for and looked
     at at once, so the charts it redraws are watched from their redrawing. For each view, once it is drawn,
-    `look(page, view, settled)`; `settled` is False when a chart still changed size 2 s after a button press or the
-    sidebar opening (see `CHARTS_STILL_JS`). A button press waits for the exact step it leads to (no fixed wait).
+    `look(page, view, settled)`; `settled` is False when a chart still changed size 2 s after the view was drawn (by a
+    link or a button press) or the sidebar opened (see `CHARTS_STILL_JS`). A button press waits for the exact step it
+    leads to (no fixed wait).
 
     Each page should have a browser context of its own (`Browser.new_page` gives one): Playwright's Chromium keeps
     drawing pages that are not in front, and the sidebar a page opened stays its own. A view that fails raises with
@@ -212,7 +213,9 @@ def _finish(page, view: View, step: str | None, timeout_ms: int) -> bool:
         page.wait_for_function(f"(step) => ({TOUR_STEP_JS})() === step", arg=step, timeout=timeout_ms,
                                polling=POLL_MS)
     wait_until_idle(page, timeout_ms)
-    settled = page.evaluate(CHARTS_STILL_JS) if step is not None else True
+    # a link's charts too: Vega may lay a chart out again (its title wrapped anew to the drawn width) after Streamlit
+    # is idle
+    settled = page.evaluate(CHARTS_STILL_JS)
     if view.sidebar:
         settled = open_sidebar(page) and settled
     if view.folds:
@@ -270,11 +273,13 @@ CHARTS_STILL_JS = """
 
 
 def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: int = 2600) -> dict:
-    """Open `url` in a new browser page (a context of its own) and `report` on it once drawn."""
+    """Open `url` in a new browser page (a context of its own) and `report` on it once drawn and its charts laid out
+    (`CHARTS_STILL_JS`)."""
     page = b.new_page(viewport={"width": width, "height": height})
     try:
         page.goto(url)
         wait_until_idle(page)
+        page.evaluate(CHARTS_STILL_JS)
         return report(page, out_png)
     finally:
         page.close()
@@ -318,7 +323,7 @@ def upload(b, url: str, file: Path) -> str:
         page.close()
 
 
-#: What `layout_problems` measures in the page (JavaScript): each drawn chart's titles against its width, its
+#: What `layout_problems` measures in the page (JavaScript): each drawn chart's titles against its width and top, its
 #: axis and legend text sizes, and its tick labels that overlap their neighbours on the same axis.
 _LAYOUT_JS = r"""
 (minPx) => {
@@ -357,6 +362,9 @@ _LAYOUT_JS = r"""
       if (t.textContent.endsWith('…') || b.right > frame.right + 1 || b.left < frame.left - 1)
         out.push(`title cut or wider than its chart (${Math.round(b.width)} px in ${Math.round(frame.width)}): ` +
                  `"${t.textContent}"`);
+      // drawn above the chart's top edge, the line is clipped there (a glyph's box may reach a few px past it)
+      if (b.top < frame.top - 4)
+        out.push(`title clipped at the chart's top (${Math.round(frame.top - b.top)} px above it): "${t.textContent}"`);
     });
     if (minPx) {
       svg.querySelectorAll('.role-axis-label text, .role-axis-title text, .role-legend-label text, ' +
@@ -386,10 +394,10 @@ _LAYOUT_JS = r"""
 
 
 def layout_problems(page, large: bool) -> list[str]:
-    """What a projector audience could not read on the page as drawn now: a chart title cut or wider than its
-    chart, overlapping tick labels, a legend value with more digits than a reader needs, an error box, and
-    (presentation mode) axis or legend text under 14 px. Charts in a closed fold are left out: hidden, they keep
-    the width they were first drawn at and are drawn afresh when opened."""
+    """What a projector audience could not read on the page as drawn now: a chart title cut, wider than its chart or
+    drawn above its top (clipped there), overlapping tick labels, a legend value with more digits than a reader
+    needs, an error box, and (presentation mode) axis or legend text under 14 px. Charts in a closed fold are left
+    out: hidden, they keep the width they were first drawn at and are drawn afresh when opened."""
     return page.evaluate(_LAYOUT_JS, 14 if large else 0)
 
 

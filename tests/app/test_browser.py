@@ -174,3 +174,19 @@ def test_the_cut_text_measure_sees_a_control_s_value_cut_short():
         page.set_content(html)
         cut = 'a control\'s value cut short: "restore: clean into corrupted, second operand +1"'
         assert browser.cut_text(page) == [cut]
+
+
+def test_the_layout_measure_sees_a_title_clipped_at_the_chart_s_top():
+    """A chart's title drawn above its SVG's top edge is clipped there on screen: one 20 px above is reported, one
+    inside is not, nor a glyph's box reaching 2 px above (the check allows 4)."""
+    def chart(title: str, top: int) -> str:
+        return (f'<div class="vega-embed" style="margin-top:60px"><svg class="marks" width="400" height="200" '
+                f'style="overflow:visible"><g class="role-title-text"><text y="{top}" font-size="20">{title}</text>'
+                f'</g></svg></div>')
+    html = chart("Above the top", -20 + 16) + chart("Inside", 24) + chart("A glyph's box", 16)
+    with browser.browser() as b:
+        page = b.new_page(viewport=PROJECTOR)
+        page.set_content(html)
+        problems = browser.layout_problems(page, False)
+    clipped = [p for p in problems if p.startswith("title clipped at the chart's top")]
+    assert len(clipped) == 1 and clipped[0].endswith('"Above the top"'), problems
