@@ -5,6 +5,7 @@ presentation mode's large type.
 
 from __future__ import annotations
 
+import json
 import re
 
 import altair as alt
@@ -293,13 +294,29 @@ def show_chart(chart: alt.Chart, data: pd.DataFrame, caption: str, *, key: str, 
     # one button that keeps its word on a narrow column; the files are made only when one is clicked
     # (vl-convert renders the same Vega-Lite spec as the screen)
     files = (
-        ("Chart as PNG", lambda: _png(chart.to_json()), "png", "image/png"),
-        ("Chart as SVG", lambda: _svg(chart.to_json()), "svg", "image/svg+xml"),
+        ("Chart as PNG", lambda: _png(json.dumps(file_spec(chart))), "png", "image/png"),
+        ("Chart as SVG", lambda: _svg(json.dumps(file_spec(chart))), "svg", "image/svg+xml"),
         ("Data as CSV", lambda: csv_text(data), "csv", "text/csv"),  # cells a spreadsheet would run are escaped
     )
     with st.popover("Download", icon=":material/download:"):
         for label, make, ext, mime in files:
             st.download_button(label, make, f"{name}.{ext}", mime, key=f"{key}-{ext}", on_click="ignore")
+
+
+#: How a file draws a chart (a download, the handout): its plot as wide as the chart says, the title, axes and legends
+#: laid out around it (`pad`). On the page a chart is fitted to its column's width instead (app.figures.style.styled:
+#: `fit-x`), and a file has no column to fit.
+FILE_AUTOSIZE = {"type": "pad"}
+
+
+def file_spec(chart, width: int | None = None) -> dict:
+    """The chart's Vega-Lite spec as a file draws it (`FILE_AUTOSIZE`), its plot `width` pixels wide where given (a
+    single or layered chart: a facet's or a concatenation's width is its parts')."""
+    spec = chart.to_dict()
+    spec["autosize"] = dict(FILE_AUTOSIZE)
+    if width is not None and "facet" not in spec and not any(k in spec for k in ("hconcat", "vconcat", "concat")):
+        spec["width"] = width
+    return spec
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

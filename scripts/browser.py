@@ -49,10 +49,10 @@ def main(argv=None) -> int:
             url = f"{base}/{path}" + (f"?{q}" if q else "")
             r = visit(b, url, Path(args.out) / f"{name}{suffix}.png", width=width, height=height)
             drawn = r["charts"] or name == "terms"  # the Terms page is text
-            status = "ok" if not r["errors"] and drawn and not r["layout"] else "PROBLEM"
+            status = "ok" if not r["errors"] and drawn and not r["layout"] and r["settled"] else "PROBLEM"
             bad += status != "ok"
             print(f"{status:7s} {name:12s} charts={r['charts']:2d} title={r['title']!r} errors={r['errors'][:1]}")
-            for problem in r["layout"]:
+            for problem in r["layout"] + ([] if r["settled"] else ["a chart still changed size 2 s after drawing"]):
                 print(f"        {problem}")
     return 1 if bad else 0
 

@@ -35,8 +35,8 @@ def head_ticks(n_heads: int) -> list[int]:
 
 def row_step(n_rows: int) -> int:
     """Pixels a heatmap row takes: about 280 px for the rows in all (about 9 a row for 31 layers), 30 at most. A
-    heatmap is sized by its rows, not given a height: Streamlit fits a stretched chart's whole height, axes and legend
-    included, into the height it is given, which leaves a 2-layer heatmap no room for its rows."""
+    heatmap is sized by its rows, not given a height, so that a 2-layer heatmap's rows are as readable as a 30-layer
+    one's."""
     return max(8, min(30, 280 // max(1, int(n_rows))))
 
 

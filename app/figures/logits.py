@@ -212,7 +212,9 @@ def spectrum_heatmap(run: RunReader, basis: str, module: str, tau: int):
                 title=f"frequency k (period T = {span}/k)",
                 axis=alt.Axis(values=_k_ticks(fourier.k_max, run.task), labelAngle=0),
             ),
-            y=alt.Y("layer:O", title="layer", sort="descending"),
+            # every layer named while its row is taller than its label, else every fifth (30 rows of 10 px)
+            y=alt.Y("layer:O", title="layer", sort="descending", axis=alt.Axis(
+                values=alt.Undefined if run.n_layers <= 16 else [1, *range(5, run.n_layers + 1, 5)])),
             color=alt.Color(
                 "shown:Q",
                 title="mean |Fourier| (log)",
@@ -546,7 +548,8 @@ def table1_bars(run: RunReader, tau: int):
                 "filter:N",
                 title=None,
                 sort=list(dict.fromkeys(data["filter"])),
-                axis=alt.Axis(labelAngle=-30, labelLimit=0),
+                # at 45 degrees the seven labels clear each other in a Tour column with the sidebar open
+                axis=alt.Axis(labelAngle=-45, labelLimit=0),
             ),
             xOffset=alt.XOffset("source:N", sort=order),
             y=alt.Y("accuracy:Q", title="accuracy", axis=PCT_AXIS, scale=PCT_SCALE),
@@ -555,7 +558,7 @@ def table1_bars(run: RunReader, tau: int):
                 title=None,
                 sort=order,
                 scale=alt.Scale(domain=order, range=["#1f77b4", "#9ecae1", "#7f7f7f"]),
-                legend=alt.Legend(orient="top", labelLimit=0),
+                legend=alt.Legend(orient="top", labelLimit=0, columns=2),  # three in a row overran a narrow column
             ),
             tooltip=[
                 alt.Tooltip("filter"),
@@ -583,7 +586,7 @@ def table1_bars(run: RunReader, tau: int):
         )
         chart = alt.layer(chart, spread)
         caption += " Dark ticks: the control's spread (± one sd over its random draws)."
-    return styled(chart, f"Accuracy with one band removed (Table 1) — {run.label}", height=345), data, caption
+    return styled(chart, f"Accuracy with one band removed (Table 1) — {run.label}", height=320), data, caption
 
 
 # Every figure above is built once per process for a run version and its choices, and shared by all

@@ -112,8 +112,8 @@ def period_ratio_bars(runs: tuple[RunReader, ...]):
         f"scale). A bar reaching its black tick carries the period ({BASELINE_RATIO:g}x, less where W_U leaves less "
         "room). 3.33 is multiplication's new one."
     )
-    # Streamlit gives a stretched chart this height for title, legend, axes and bars together: at 190 the bars had
-    # no room left in presentation mode (an empty chart on a projector)
+    # the title, axes and bars in this height, the legend below them (at 190 for all four, the bars had no room left
+    # in presentation mode)
     return styled(bars + one + line, "The same waves? Short periods in each operation's module logits",
                   height=320), data, caption
 

@@ -50,9 +50,6 @@ def period_marks(periods, span: int, top: float, labelled=()) -> alt.LayerChart:
 #: The narrowest a chart is drawn at 1024 x 768 (a Tour or comparison column), in pixels: normal, presentation mode
 #: (a Tour step's figure column with the sidebar open).
 NARROWEST = {False: 250, True: 340}
-#: The width a title's lines are counted at to size its plot (`styled`): a Tour step's figure column at 1024 x 768
-#: (normal, presentation mode). In a narrower column the title takes more lines and the chart grows by them.
-TITLE_COLUMN = {False: 250, True: 500}
 #: Room in pixels an x axis takes below a plot (its labels and title), normal and presentation mode; and the least
 #: height a plot is given, whatever its chart's title and axes take.
 AXIS_ROOM = {False: 40, True: 52}
@@ -63,10 +60,11 @@ CHAR_WIDTH = 0.6
 
 def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int | None = None,
            shrink_on_projector: bool = True) -> alt.Chart:
-    """Title, size and font sizes (bigger in presentation mode). `row_step`: pixels per row of a
-    chart with a discrete y axis (a heatmap), instead of a fixed height. A title "what — run" is
-    split: the run's name goes to a subtitle. The title wraps to the chart's drawn width in the browser
-    (`wrapped_title`), so it is never cut, however narrow the column the chart is drawn in."""
+    """Title, size and font sizes (bigger in presentation mode). `height`: the chart's height without its legends,
+    subtitle and title lines after the first (less in presentation mode); `row_step`: pixels per row of a chart with a
+    discrete y axis (a heatmap) instead. A title "what — run" is split: the run's name goes to a subtitle. The title
+    wraps to the chart's drawn width in the browser (`wrapped_title`), so it is never cut, however narrow the column
+    the chart is drawn in."""
     big = large()
     # on a projector a row of a heatmap grows with the type, and a chart shrinks a little, so that a Tour step's claim
     # and figure share one 1024x768 screen (`shrink_on_projector` False: a page's chart whose labels need its whole
@@ -77,17 +75,16 @@ def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int
     run = run_subtitle(run)
     size_px, sub_px = (20, 16) if big else (15, 12)
     params = dict(fontSize=size_px, anchor="start", limit=10_000)  # no cut: the text wraps instead
-    lines = len(_lines(what, TITLE_COLUMN[big], size_px))
     if run:
         sub = _lines(run, NARROWEST[big], sub_px)
         params.update(subtitle=sub if len(sub) > 1 else sub[0], subtitleFontSize=sub_px, subtitleColor="#555")
-    # `height` is the whole chart's; the plot gets what the title's lines (in a Tour step's figure column), the
-    # subtitle's and the x axis leave of it. The chart is fitted to its column's width only (`fit-x`): its height is
-    # the plot's and whatever Vega lays out around it, so a title is never drawn above the chart's top (under `fit`,
-    # Vega reserved less room above the plot than a title took, and clipped up to 46 px of it on a projector) and a
-    # plot is never squeezed by a legend below it.
-    around = lines * int(size_px * 1.2) + (len(sub) * int(sub_px * 1.25) if run else 0) + AXIS_ROOM[big]
-    size = alt.Step(int(row_step * row_scale)) if row_step else max(MIN_PLOT[big], int(height * height_scale) - around)
+    # `height` is the chart's without its legends, its subtitle and its title's lines after the first: the plot gets
+    # what one title line and the x axis leave of it, and the other lines and a legend above or below add theirs. The
+    # chart is fitted to its column's width only (`fit-x`): its height is the plot's and whatever Vega lays out around
+    # it, so a title is never drawn above the chart's top (under `fit`, Vega reserved less room above the plot than a
+    # title took, and clipped up to 46 px of it on a projector) and a plot is never squeezed by a legend below it.
+    size = (alt.Step(int(row_step * row_scale)) if row_step else
+            max(MIN_PLOT[big], int(height * height_scale) - int(size_px * 1.2) - AXIS_ROOM[big]))
     # one copy of the chart (each `configure_*` call would deep-copy the whole chart again); the chart brings no
     # configuration of its own, which this would replace
     assert chart.config is alt.Undefined, "styled() sets the chart's configuration: configure it through styled"
@@ -96,8 +93,11 @@ def styled(chart: alt.Chart, title: str, height: int | None = 320, row_step: int
         legend=alt.LegendConfig(labelFontSize=16 if big else 11, titleFontSize=16 if big else 12),
         text=alt.MarkConfig(fontSize=16 if big else 11),
     )
+    # drawn as SVG however many marks (Streamlit draws a chart of more than 2,000 data points on a canvas, where Vega
+    # left a heatmap's title lines above the top after wrapping it to the column)
     return chart.properties(title=alt.TitleParams(wrapped_title(what, size_px), **params), height=size, config=config,
-                            autosize=alt.AutoSizeParams(type="fit-x", contains="padding", resize=True))
+                            autosize=alt.AutoSizeParams(type="fit-x", contains="padding", resize=True),
+                            usermeta={"embedOptions": {"renderer": "svg"}})
 
 
 def run_subtitle(label: str) -> str:
@@ -107,9 +107,13 @@ def run_subtitle(label: str) -> str:
 
 
 def wrapped_title(text: str, font_px: int) -> alt.ExprRef:
-    """A title as a Vega expression that breaks it into lines fitting the chart's drawn width (the `width`
-    signal, which Streamlit sets to the column's width), so it wraps instead of being cut with an ellipsis."""
-    chars = f"max(8, floor((isFinite(width) ? width : 600) / {CHAR_WIDTH * font_px:g}))"
+    """A title as a Vega expression that breaks it into lines fitting the chart's drawn width, so it wraps instead of
+    being cut with an ellipsis: the width of the chart's container on a page (Streamlit's column), else (a file) the
+    `width` signal. Not the `width` signal on a page: Vega sets it to the plot's width after laying the chart out, and
+    a title wrapped again then was drawn with more lines than the layout had room for, above the chart's top, until
+    the next event laid it out again."""
+    drawn = "(containerSize()[0] > 0 ? containerSize()[0] : isFinite(width) ? width : 600)"
+    chars = f"max(8, floor({drawn} / {CHAR_WIDTH * font_px:g}))"
     pattern = "regexp('(.{1,' + " + chars + " + '})( +|$)', 'g')"  # breaks at plain spaces only
     kept = re.sub(r" ([+=−-]) ", "\u00a0\\1\u00a0", text)  # "15 + 93" stays on one line
     return alt.ExprRef(f"split(trim(replace({json.dumps(kept, ensure_ascii=False)}, {pattern}, '$1\\n')), '\\n')")

@@ -87,7 +87,7 @@ def waves_line(run: RunReader, example: pd.Series, basis: str, top: int, window:
         f"0..{last}; it {where} {answer} (red dashed line).{model}"
     )
     whole = styled(_wave_layers(frame, 0, last, answer, peak, True, "sum peaks at"),
-                   f"The {top} strongest waves and their sum over 0..{last}, for {question} — {run.label}")
+                   f"The {top} strongest waves and their sum over 0..{last}, for {question} — {run.label}", height=280)
     lo, hi = summaries.number_window(answer, window, run.p)
     near = frame[frame["number"].between(lo, hi)].reset_index(drop=True)
     local = sum_peak(near)
@@ -97,5 +97,5 @@ def waves_line(run: RunReader, example: pd.Series, basis: str, top: int, window:
         f"the whole line 0..{last} it peaks at {peak}."
     )
     zoom = styled(_wave_layers(near, lo, hi, answer, local, False, "highest here:"),
-                  f"Zoom: numbers {lo}..{hi} around the answer {answer} — {run.label}")
+                  f"Zoom: numbers {lo}..{hi} around the answer {answer} — {run.label}", height=280)
     return (whole, frame, caption), (zoom, near, zoom_caption)

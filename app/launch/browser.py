@@ -253,12 +253,14 @@ def open_sidebar(page, timeout_ms: int = 10000) -> bool:
     return page.evaluate(CHARTS_STILL_JS)
 
 
-#: Resolves true once every chart's drawing has kept its size for five animation frames in a row (a chart redrawn to
-#: a new column width has settled), false when one still changes size after two seconds.
+#: Resolves true once every chart's drawing has kept its size and its title's place for five animation frames in a
+#: row (a chart redrawn to a new column width, its title wrapped anew, has settled), false when one still changes after
+#: two seconds.
 CHARTS_STILL_JS = """
 () => new Promise(resolve => {
   const sizes = () => [...document.querySelectorAll('.vega-embed svg, .vega-embed canvas')]
-    .map(e => { const b = e.getBoundingClientRect(); return `${b.width}x${b.height}`; }).join();
+    .map(e => { const b = e.getBoundingClientRect(), t = e.querySelector('.role-title-text text');
+                return `${b.width}x${b.height}@${t ? t.getBoundingClientRect().top - b.top : ''}`; }).join();
   let last = sizes(), still = 0;
   const until = performance.now() + 2000;
   const tick = () => {
@@ -273,14 +275,14 @@ CHARTS_STILL_JS = """
 
 
 def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: int = 2600) -> dict:
-    """Open `url` in a new browser page (a context of its own) and `report` on it once drawn and its charts laid out
-    (`CHARTS_STILL_JS`)."""
+    """Open `url` in a new browser page (a context of its own) and `report` on it once drawn and its charts laid out,
+    with "settled": False when a chart still changed size two seconds after (`CHARTS_STILL_JS`)."""
     page = b.new_page(viewport={"width": width, "height": height})
     try:
         page.goto(url)
         wait_until_idle(page)
-        page.evaluate(CHARTS_STILL_JS)
-        return report(page, out_png)
+        settled = page.evaluate(CHARTS_STILL_JS)
+        return {**report(page, out_png), "settled": settled}
     finally:
         page.close()
 

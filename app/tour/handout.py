@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 import pandas as pd
 import vl_convert as vlc
 
-from app.furniture import why_sentence
+from app.furniture import file_spec, why_sentence
 from app.glossary import TERMS, step_term_names
 from app.sidebar import short_label
 from app.state import projector_sizes
@@ -148,11 +148,9 @@ def legends_beside(spec):
 
 
 def sized(chart) -> dict:
-    """A figure's Vega-Lite spec with a fixed width (the page stretches figures to their column; a file cannot)."""
-    spec = chart.to_dict()
-    if "facet" not in spec and not any(k in spec for k in ("hconcat", "vconcat", "concat")):
-        spec["width"] = FIGURE_WIDTH
-    return spec
+    """A figure's Vega-Lite spec as the handout draws it: its plot FIGURE_WIDTH wide, laid out around it (the page
+    stretches figures to their column; a file cannot: `app.furniture.file_spec`)."""
+    return file_spec(chart, FIGURE_WIDTH)
 
 
 def step_words(step: Step, shown: RunReader, claim, figures: tuple, extra: str = "") -> str:
