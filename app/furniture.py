@@ -312,7 +312,8 @@ FILE_AUTOSIZE = {"type": "pad"}
 def file_spec(chart, width: int | None = None) -> dict:
     """The chart's Vega-Lite spec as a file draws it (`FILE_AUTOSIZE`), its plot `width` pixels wide where given (a
     single or layered chart: a facet's or a concatenation's width is its parts')."""
-    spec = chart.to_dict()
+    with alt.data_transformers.disable_max_rows():  # a 30-layer heatmap holds 7,800 cells (Altair stops at 5,000)
+        spec = chart.to_dict()
     spec["autosize"] = dict(FILE_AUTOSIZE)
     if width is not None and "facet" not in spec and not any(k in spec for k in ("hconcat", "vconcat", "concat")):
         spec["width"] = width

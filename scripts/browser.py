@@ -52,7 +52,8 @@ def main(argv=None) -> int:
             status = "ok" if not r["errors"] and drawn and not r["layout"] and r["settled"] else "PROBLEM"
             bad += status != "ok"
             print(f"{status:7s} {name:12s} charts={r['charts']:2d} title={r['title']!r} errors={r['errors'][:1]}")
-            for problem in r["layout"] + ([] if r["settled"] else ["a chart still changed size 2 s after drawing"]):
+            unsettled = [] if r["settled"] else ["a chart still changed size or moved its title 2 s after drawing"]
+            for problem in r["layout"] + unsettled:
                 print(f"        {problem}")
     return 1 if bad else 0
 

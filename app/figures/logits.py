@@ -212,9 +212,11 @@ def spectrum_heatmap(run: RunReader, basis: str, module: str, tau: int):
                 title=f"frequency k (period T = {span}/k)",
                 axis=alt.Axis(values=_k_ticks(fourier.k_max, run.task), labelAngle=0),
             ),
-            # every layer named while its row is taller than its label, else every fifth (30 rows of 10 px)
+            # beyond 16 layers every fifth named (30 rows of 10 px); fewer, every other one dropped while rows are
+            # thinner than their labels
             y=alt.Y("layer:O", title="layer", sort="descending", axis=alt.Axis(
-                values=alt.Undefined if run.n_layers <= 16 else [1, *range(5, run.n_layers + 1, 5)])),
+                values=alt.Undefined if run.n_layers <= 16 else [1, *range(5, run.n_layers + 1, 5)],
+                labelOverlap="parity")),
             color=alt.Color(
                 "shown:Q",
                 title="mean |Fourier| (log)",
@@ -510,7 +512,7 @@ def layer_low_gaps(run: RunReader, tau: int = 50):
     caption = (f"Each layer on its own: above the dashed +10 line, its MLP holds 10 points more of its energy below "
                f"tau = {tau} than its attention; below -10, the reverse.")
     title = f"Low band in each of the last {len(data)} layers: MLP's share minus attention's — {run.label}"
-    return styled(alt.layer(bars, lines), title, height=220), data, caption
+    return styled(alt.layer(bars, lines), title, height=300), data, caption
 
 
 def layer_short_ratios(run: RunReader, tau: int = 50):
@@ -533,7 +535,7 @@ def layer_short_ratios(run: RunReader, tau: int = 50):
     caption = ("Each layer on its own: its strongest of periods 2, 2.5, 5, 10 divided by the W_U bar; at or above the "
                "dashed line at 1, the module carries that period in that layer.")
     title = f"Periods 2, 2.5, 5, 10 in each of the last {n} layers, against the W_U bar — {run.label}"
-    return styled(alt.layer(points, bar), title, height=240), data, caption
+    return styled(alt.layer(points, bar), title, height=300), data, caption
 
 
 def table1_bars(run: RunReader, tau: int):

@@ -112,7 +112,7 @@ def wrapped_title(text: str, font_px: int) -> alt.ExprRef:
     `width` signal. Not the `width` signal on a page: Vega sets it to the plot's width after laying the chart out, and
     a title wrapped again then was drawn with more lines than the layout had room for, above the chart's top, until
     the next event laid it out again."""
-    drawn = "(containerSize()[0] > 0 ? containerSize()[0] : isFinite(width) ? width : 600)"
+    drawn = "(containerSize()[0] > 0 ? containerSize()[0] - 10 : isFinite(width) ? width : 600)"  # less the padding
     chars = f"max(8, floor({drawn} / {CHAR_WIDTH * font_px:g}))"
     pattern = "regexp('(.{1,' + " + chars + " + '})( +|$)', 'g')"  # breaks at plain spaces only
     kept = re.sub(r" ([+=−-]) ", "\u00a0\\1\u00a0", text)  # "15 + 93" stays on one line

@@ -17,7 +17,7 @@ from core.runs import training_summaries
 SPLIT_NAMES = {"val": "validation", "train": "training", "test": "test"}
 
 
-def training_curves(curves: pd.DataFrame, split: str):
+def training_curves(curves: pd.DataFrame, split: str, height: int = 265):
     said = SPLIT_NAMES.get(split, split)
     base = alt.Chart(curves).encode(
         x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1)),
@@ -48,7 +48,7 @@ def training_curves(curves: pd.DataFrame, split: str):
         f"{ACCURACY['GPT-2-small, frozen pre-trained embeddings']:g}%, "
         f"from scratch {ACCURACY['GPT-2-small from scratch']:g}%)."
     )
-    return styled(band + line, f"{said.capitalize()} accuracy during training", height=265), curves, caption
+    return styled(band + line, f"{said.capitalize()} accuracy during training", height=height), curves, caption
 
 
 #: The colours of the fine-tunings' roles (`training_summaries.fine_tuning_roles`): the default run blue, other

@@ -276,7 +276,7 @@ CHARTS_STILL_JS = """
 
 def visit(b, url: str, out_png: Path | None = None, width: int = 1400, height: int = 2600) -> dict:
     """Open `url` in a new browser page (a context of its own) and `report` on it once drawn and its charts laid out,
-    with "settled": False when a chart still changed size two seconds after (`CHARTS_STILL_JS`)."""
+    with "settled": False when a chart still changed size or moved its title two seconds after (`CHARTS_STILL_JS`)."""
     page = b.new_page(viewport={"width": width, "height": height})
     try:
         page.goto(url)

@@ -51,7 +51,7 @@ else:
                            "one band of frequencies (the paper's division of labour built in, or swapped), to show "
                            "what the Tour's rules say of each. Not the paper's models.")
             curves = training_summaries.training_curves(logs, split)
-            show_chart(*training.training_curves(curves, split), key=f"training-{task}")
+            show_chart(*training.training_curves(curves, split, height=360), key=f"training-{task}")  # a Tour step: 265
             final = training_summaries.final_accuracies(curves)
             st.dataframe(
                 final.rename(columns={"mean": "final accuracy (mean)", "low": "lowest seed", "high": "highest seed"}),

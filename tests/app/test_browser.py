@@ -184,7 +184,7 @@ def test_the_layout_measure_sees_a_title_clipped_at_the_chart_s_top():
                 f'style="overflow:visible"><g class="role-title-text"><text y="{top}" font-size="20">{title}</text>'
                 f'</g></svg></div>')
     # the baseline at y: the glyphs' box reaches about one font size (20 px) above it, a little more in some fonts
-    html = chart("Above the top", -4) + chart("Inside", 30) + chart("A glyph's box", 19)
+    html = chart("Above the top", -4) + chart("Inside", 30) + chart("A glyph's box", 17)
     with browser.browser() as b:
         page = b.new_page(viewport=PROJECTOR)
         page.set_content(html)

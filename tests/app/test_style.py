@@ -57,3 +57,11 @@ def test_a_file_draws_the_plot_as_wide_as_asked_with_the_axis_and_legend_around_
     made = chart("Accuracy by layer")
     assert drawn_width(file_spec(made, 400)) > 400 + 60
     assert drawn_width({**made.to_dict(), "width": 400}) <= 400
+
+
+def test_a_file_holds_a_chart_of_more_cells_than_altair_s_limit():
+    """The 30-layer run's Spectra heatmap has 7,800 cells; Altair refuses more than 5,000 unless told not to."""
+    cells = pd.DataFrame({"layer": [i // 260 for i in range(7_800)], "k": [i % 260 for i in range(7_800)],
+                          "value": 1.0})
+    heatmap = style.styled(alt.Chart(cells).mark_rect().encode(x="k:O", y="layer:O", color="value:Q"), "Heatmap")
+    assert len(file_spec(heatmap)["datasets"].popitem()[1]) == 7_800
