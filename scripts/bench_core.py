@@ -64,7 +64,13 @@ from core.models.capture import forward_batch, iter_capture, prepare_batches
 from core.models.loading import load_model, prompt_texts
 from core.models.random_models import save_random_model
 from core.runs.ablate import open_target
-from core.runs.ablation_grid import ablation_specs, build_filters, filter_key, module_second_moments
+from core.runs.ablation_grid import (
+    GRID_ROWS_PER_CALL,
+    ablation_specs,
+    build_filters,
+    filter_key,
+    module_second_moments,
+)
 from core.runs.live_ablation import LIVE_SAMPLE, live_ablation, live_filter
 from core.runs.live_sample import live_sample
 from core.runs.precompute import PrecomputeOptions, precompute
@@ -116,11 +122,12 @@ def bench_model(name: str, lm, n_prompts: int, batch_size: int, rounds: int, ful
     def ablated():
         evaluate(lm, texts, answers, p, flt, "both", "last", batch_size, progress=False)
 
-    def grid():
-        evaluate_conditions(lm, texts, answers, p, conditions, "last", batch_size, progress=False)
+    def grid():  # as the precompute runs it (GRID_ROWS_PER_CALL)
+        evaluate_conditions(lm, texts, answers, p, conditions, "last", batch_size, GRID_ROWS_PER_CALL, progress=False)
 
     def grid_with_controls():
-        evaluate_conditions(lm, texts, answers, p, all_conditions, "last", batch_size, progress=False)
+        evaluate_conditions(lm, texts, answers, p, all_conditions, "last", batch_size, GRID_ROWS_PER_CALL,
+                            progress=False)
 
     def full_recompute_3():  # the old grid: every position recomputed, one condition after another
         for cond in conditions[1:4]:

@@ -26,7 +26,7 @@ from core.errors import CoreError
 from core.models.capture import forward_accepts, forward_batch, prepare_batches, progress_bar
 from core.models.finite import require_finite_losses
 from core.models.modes import evaluating
-from core.models.names import BOTH, MODULE_OUTPUTS, POST, RESID, Z
+from core.models.names import ATTN, BOTH, MLP, MODULE_OUTPUTS, POST, RESID, Z
 
 
 @dataclass
@@ -364,10 +364,11 @@ def answer_position_passes(
     With `share_unedited`, what every condition of a call computes alike runs on one copy of the batch and
     its output is copied to every condition before the first edit acts: the first layer's attention for filters
     of every layer, and for edits of one layer (a phase shift) every block before the lowest layer the call edits,
-    and that layer's attention (`first_edited_layer`). A patch of a token before the answer position
-    (`RowPatch.back` > 1) changes what the prefix computes: then every position of the batch runs for every
-    condition, no prefix kept. The seam an interrupted grid is tested at (tests/runs/test_precompute.py replaces it
-    to stop a grid part way).
+    and that layer's attention (`first_edited_layer`); and each MLP runs once per distinct input among the call's
+    conditions (`mlp_sharing`: a filter of the MLPs alone leaves the first MLP's input unedited). A patch of a
+    token before the answer position (`RowPatch.back` > 1) changes what the prefix computes: then every position of
+    the batch runs for every condition, no prefix kept. The seam an interrupted grid is tested at
+    (tests/runs/test_precompute.py replaces it to stop a grid part way).
     """
     model = loaded.model
     device = loaded.input_device
@@ -416,14 +417,55 @@ def answer_position_passes(
         hooks.plan = plan
         share = G > 1 and copies is not None and share_unedited
         hooks.shared = (G, B, first_edited_layer(group, loaded.n_layers)) if share else None
+        hooks.mlp_share = mlp_sharing(group, loaded.n_layers, B) if G > 1 and share_unedited else {}
         try:
             with torch.no_grad(), evaluating(model):
                 logits = model(**kwargs).logits[:, -1, :]
         finally:
-            hooks.plan = {}
-            hooks.shared = None
+            hooks.end_call()
         for g in range(G):
             yield first + g, logits[g * B : (g + 1) * B]
+
+
+def edited_before_mlp(cond: Condition, layer: int, n_layers: int) -> frozenset | None:
+    """The sites (kind, layer) `cond` edits before the input of MLP `layer` (1-based) is read: attention and the heads
+    of layers up to it, MLPs and neurons of the layers below it, the stream after the blocks below it; None when it
+    edits that MLP's own neurons (its output is then its own whatever its input)."""
+    if cond.flt is None:
+        return frozenset()
+    layers = range(1, n_layers + 1) if cond.layers is None else cond.layers
+    if POST in cond.kinds and layer in layers:
+        return None
+    before = {ATTN: layer + 1, Z: layer + 1, MLP: layer, POST: layer, RESID: layer}  # edited layers below these
+    return frozenset((kind, j) for kind in cond.kinds for j in layers if j < before[kind])
+
+
+def mlp_sharing(conditions: Sequence[Condition], n_layers: int, rows: int) -> dict[int, tuple]:
+    """{layer: (kept, inverse, copies, rows)} for each MLP that some of a call's `conditions` (one copy of `rows`
+    rows each) give the same input: the same edit (the same object, position and unit) at the same sites before it,
+    or none (`edited_before_mlp`). The MLP then runs once per distinct input (`ConditionHooks.mlp_share`). Left out:
+    a layer where every condition's input is its own, and a layer whose neurons some condition edits (that edit acts
+    inside the MLP, on its rows of the whole call)."""
+    out = {}
+    for layer in range(1, n_layers + 1):
+        keys = []
+        for cond in conditions:
+            sites = edited_before_mlp(cond, layer, n_layers)
+            if sites is None:
+                break
+            keys.append(None if not sites else (id(cond.flt), repr(cond.position), cond.unit, sites))
+        if len(keys) < len(conditions):  # a neuron edit of this layer: its MLP runs on every copy
+            continue
+        first = {}
+        for g, key in enumerate(keys):
+            first.setdefault(key, g)
+        if len(first) == len(keys):
+            continue
+        kept = sorted(first.values())
+        slot = {g: i for i, g in enumerate(kept)}
+        inverse = [slot[first[key]] for key in keys]
+        out[layer] = (torch.as_tensor(kept), torch.as_tensor(inverse), len(keys), rows)  # moved to each MLP's device
+    return out
 
 
 def first_edited_layer(conditions: Sequence[Condition], n_layers: int) -> int:

@@ -21,7 +21,7 @@ from core.analysis.ablations import Condition, FunctionEdit, LayerEdits, PlacedE
 from core.analysis.filters import ProjectionFilter
 from core.analysis.phase_shift import PhaseShift
 from core.errors import CoreError
-from core.models.names import ATTN, BOTH, MODULE_OUTPUTS, MODULE_SETS, POST, RESID, Z, check_modules
+from core.models.names import ATTN, BOTH, MLP, MODULE_OUTPUTS, MODULE_SETS, POST, RESID, Z, check_modules
 from core.models.positions import ALL, ANSWER, steps_back
 from core.models.sublayers import mlp_neurons_module
 
@@ -225,6 +225,11 @@ class ConditionHooks:
         self.plan: dict[str, list] = {}
         self.handles = []
         self.example_ids = None
+        #: {1-based layer: (kept, inverse, copies, rows per copy)} while a call runs conditions of which some give
+        #: that layer's MLP the same input: the MLP runs on the copies `kept` only, and copy g's output is that of
+        #: copy kept[inverse[g]] (`core.analysis.evaluation.mlp_sharing` finds them)
+        self.mlp_share: dict[int, tuple] = {}
+        self._cut: set[int] = set()
 
     def _edit(self, t, start: int, stop: int, edit, layer: int) -> None:
         """One condition's edit of its rows of `t` (rows, positions, width) at `layer` (a group's patch: its own
@@ -266,6 +271,9 @@ class ConditionHooks:
         for layer, attn in enumerate(self.parts.outputs(ATTN), start=1):
             self.handles.append(attn.register_forward_pre_hook(self._one_copy(layer, False), with_kwargs=True))
             self.handles.append(attn.register_forward_hook(self._every_copy(layer, False), prepend=True))
+        for layer, mlp in enumerate(self.parts.outputs(MLP), start=1):
+            self.handles.append(mlp.register_forward_pre_hook(self._mlp_in(layer), with_kwargs=True))
+            self.handles.append(mlp.register_forward_hook(self._mlp_out(layer), prepend=True))
         for kind in MODULE_OUTPUTS:
             for layer, mod in enumerate(self.parts.outputs(kind), start=1):
                 self.handles.append(mod.register_forward_hook(self._hook(kind, layer)))
@@ -283,6 +291,33 @@ class ConditionHooks:
         # the stream before block 1 (RESID layer 0, blocks.0.hook_resid_pre) is block 1's input: edited there
         self.handles.append(self.parts.blocks[0].register_forward_pre_hook(self._input_hook, with_kwargs=True))
         return self
+
+    def _mlp_in(self, layer: int):
+        def pre_hook(module, args, kwargs):
+            share = self.mlp_share.get(layer)
+            x = args[0] if args else kwargs.get("hidden_states")
+            if share is None or x is None or x.shape[0] != share[2] * share[3]:
+                return None
+            kept, _, copies, rows = share
+            x = x.view(copies, rows, *x.shape[1:])[kept.to(x.device)].reshape(-1, *x.shape[1:])
+            self._cut.add(layer)
+            if args:
+                return (x, *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": x}
+
+        return pre_hook
+
+    def _mlp_out(self, layer: int):
+        def hook(module, args, out):
+            if layer not in self._cut:
+                return None
+            self._cut.discard(layer)
+            _, inverse, copies, rows = self.mlp_share[layer]
+            t = out[0] if isinstance(out, tuple) else out
+            t = t.view(-1, rows, *t.shape[1:])[inverse.to(t.device)].reshape(copies * rows, *t.shape[1:])
+            return (t, *out[1:]) if isinstance(out, tuple) else t
+
+        return hook
 
     def _z_hook(self, layer: int, kind: str = Z):
         def pre_hook(module, args):
@@ -308,12 +343,18 @@ class ConditionHooks:
             return (hidden, *args[1:]), kwargs
         return args, {**kwargs, "hidden_states": hidden}
 
+    def end_call(self) -> None:
+        """Forget one call's plan, sharing and cut MLPs (after it ends, or fails part way)."""
+        self.plan = {}
+        self.shared = None
+        self.mlp_share = {}
+        self._cut = set()
+
     def __exit__(self, *exc):
         for h in self.handles:
             h.remove()
         self.handles = []
-        self.plan = {}
-        self.shared = None
+        self.end_call()
         self.example_ids = None
 
     #: (copies, rows per copy, first edited layer) while a call runs `copies` conditions whose answer positions are

@@ -23,7 +23,7 @@ import torch
 
 from core.analysis.ablations import MATCHED_CONTROLS, Ablation, Condition
 from core.analysis.behaviour import error_histogram, error_summary
-from core.analysis.evaluation import GridProgress, evaluate_conditions
+from core.analysis.evaluation import ROWS_PER_CALL, GridProgress, evaluate_conditions
 from core.analysis.filters import MATCH_DRAW_VERSION, MATCH_TOLERANCE, removed_energy_share
 from core.files import read_json_file
 from core.models.capture import iter_capture
@@ -37,6 +37,10 @@ from core.runs.sampled_design import reads_every_question
 CONTROL_DRAWS = 5
 #: The key, in a grid's partial results, of the unfiltered model on a sampled design's sample.
 SAMPLE_BASE = "sample-base"
+#: Answer-position rows of one grid call (conditions x prompts): twice an evaluation's (ROWS_PER_CALL), so that more of
+#: a call's conditions share what they compute alike (the first layers' attention and MLPs,
+#: core.analysis.evaluation.mlp_sharing): 0.85 of the time per condition on the Fourier-frozen demo (docs/speed.md).
+GRID_ROWS_PER_CALL = 2 * ROWS_PER_CALL
 
 
 def table1_cutoff(taus) -> int | None:
@@ -220,6 +224,7 @@ def _evaluate_group(loaded, texts, answers, p, basis, W_U, pending, extra, secon
         conditions,
         opts.positions,
         opts.batch_size,
+        rows_per_call=GRID_ROWS_PER_CALL,
         progress=opts.progress,
         desc=f"ablations ({len(conditions)} conditions)",
         resume=resume,

@@ -13,6 +13,14 @@ the rows rounded to the dtype the weights are saved in, held in float32 and tagg
 the filters' rank tolerance: core.analysis.filters.rank_tolerance), so the precomputed ablation removes the very
 subspace training kept out; the recipe check refuses `module_bands` where W_U could change (untied or unfrozen
 number rows).
+
+Two more parts serve the positive control's step 6 (docs/fine-tuning.md, "Controls"). A cancelling pair
+(`core.training.recipe.CancellingPair`) is a fixed vector v in a module's other band, added to the output bias of
+one layer and taken away at a later one: energy that W_U reads and the band's filter removes, yet that no answer
+needs, so step 6's random controls of the band's energy can take it instead of the answer's waves. `PairNoise`
+teaches the layers between the two to ignore it. A plain final norm (`plain_final_norm`) holds the final norm's
+gain the same in every direction (its mean; the scale is learnt) and its bias at 0, so the model reads the stream
+through W_U as the filters and the phase shift do, up to its scale and the norm's mean subtraction.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from core.analysis.filters import ProjectionFilter, high_pass, low_pass
+from core.analysis.filters import ProjectionFilter, high_pass, low_pass, projection_filter
 from core.analysis.fourier import fourier_basis
 from core.errors import CoreError
 from core.models.stored_weights import FILTER_DTYPE
@@ -48,17 +56,43 @@ def band_filters(unembedding, bands: ModuleBands, weight_dtype) -> dict[str, Pro
     return out
 
 
+def saved_rows(model, number_ids, save_dtype: str) -> np.ndarray:
+    """W_U's number rows (p, D) as the saved run's files will hold them (rounded to `save_dtype`), in float32."""
+    rows = model.get_output_embeddings().weight.detach()[torch.as_tensor(np.asarray(number_ids))]
+    return rows.to(getattr(torch, save_dtype)).float().cpu().numpy()
+
+
+def pair_vectors(unembedding, bands: ModuleBands, weight_dtype) -> list[np.ndarray]:
+    """Each cancelling pair's vector v (D,): `size` times the first direction W_U reads at the pair's frequency."""
+    W_U = torch.as_tensor(np.asarray(unembedding, dtype=np.float32))
+    W_U.weight_dtype = weight_dtype
+    basis = fourier_basis(W_U.shape[0], bands.basis)
+    out = []
+    for pair in bands.pairs:
+        read = projection_filter(W_U, basis, [pair.k])
+        if read.rank == 0:
+            raise CoreError(f"module_bands: W_U reads nothing at k = {pair.k}, so a pair there would be no control")
+        out.append(pair.size * read.q[:, 0])
+    return out
+
+
 class BandConstraint:
-    """Holds every constrained module's output map to its band (module docstring)."""
+    """Holds every constrained module's output map to its band (module docstring), and adds each cancelling pair's
+    vector to its two layers' output biases (+v at the first, -v at the second) once the band is kept."""
 
     def __init__(self, model, number_ids, bands: ModuleBands, save_dtype: str):
-        dtype = getattr(torch, save_dtype)
-        rows = model.get_output_embeddings().weight.detach()[torch.as_tensor(np.asarray(number_ids))]
-        W_U = rows.to(dtype).float().cpu().numpy()  # as the saved run's files hold them
+        W_U = saved_rows(model, number_ids, save_dtype)
         self.filters = band_filters(W_U, bands, FILTER_DTYPE)
         blocks = getattr(getattr(model, "transformer", None), "h", None)
         if blocks is None:
             raise CoreError("module_bands constrains GPT-2 blocks (transformer.h): only arch 'gpt2' trained here")
+        self.pairs = []  # (output map, the vector its bias gets: +v or -v)
+        # a plain final norm: W_U reads the stream itself (up to a scale), as the filters and shifts do
+        self.final_norm = model.transformer.ln_f if bands.plain_final_norm else None
+        for pair, v in zip(bands.pairs, pair_vectors(W_U, bands, FILTER_DTYPE)):
+            part, name = OUTPUT_MAPS[pair.module]
+            for layer, sign in zip(pair.layers, (1.0, -1.0)):
+                self.pairs.append((getattr(getattr(blocks[layer - 1], part), name), torch.as_tensor(sign * v).float()))
         self.maps = []
         for module, flt in self.filters.items():
             if flt.erased:
@@ -78,6 +112,11 @@ class BandConstraint:
             conv.weight.copy_(conv.weight @ p)
             if conv.bias is not None:
                 conv.bias.copy_(conv.bias @ p)
+        for conv, v in self.pairs:  # the band kept, the pair's vector (in the other band) is added back whole
+            conv.bias.add_(v.to(device=conv.bias.device, dtype=conv.bias.dtype))
+        if self.final_norm is not None:  # one gain for every direction (the scale is learnt), no bias
+            self.final_norm.weight.fill_(float(self.final_norm.weight.mean()))
+            self.final_norm.bias.zero_()
 
 
 def band_constraint(recipe, model, number_ids) -> BandConstraint | None:
@@ -88,3 +127,74 @@ def band_constraint(recipe, model, number_ids) -> BandConstraint | None:
     constraint = BandConstraint(model, number_ids, bands, recipe.save_dtype)
     constraint.apply()
     return constraint
+
+
+class PairNoise:
+    """While the model trains, at the answer position (the last), the stream between a cancelling pair's two layers
+    loses a random part r of the pair's vector v, per question: with a third each, nothing, all of v, or v's
+    projection on a random subspace (Haar, of a random rank) of the directions W_U reads, as step 6's filters and
+    their random controls remove it. r is taken from the first layer's output and given back at the second's, so the
+    final stream is unchanged and the modules in between learn to read the same with or without it."""
+
+    def __init__(self, model, number_ids, bands: ModuleBands, save_dtype: str, seed: int):
+        W_U = saved_rows(model, number_ids, save_dtype)
+        basis = fourier_basis(W_U.shape[0], bands.basis)
+        W = torch.as_tensor(W_U)
+        W.weight_dtype = FILTER_DTYPE
+        self.read = torch.as_tensor(projection_filter(W, basis, basis.frequencies).q).float()  # (D, r_w)
+        self.seed = int(seed)
+        self.generator = torch.Generator().manual_seed(self.seed + 4099)
+        self.handles, self.removed = [], {}
+        blocks = model.transformer.h
+        for i, (pair, v) in enumerate(zip(bands.pairs, pair_vectors(W_U, bands, FILTER_DTYPE))):
+            v = torch.as_tensor(v).float()
+            part = OUTPUT_MAPS[pair.module][0]
+            first, second = (getattr(blocks[layer - 1], part) for layer in pair.layers)
+            self.handles.append(first.register_forward_hook(self._hook(i, v, -1.0)))
+            self.handles.append(second.register_forward_hook(self._hook(i, v, 1.0)))
+
+    def start_epoch(self, epoch: int) -> None:
+        """Seed the epoch's draws from (seed, epoch), as its batch order is: a resumed run draws what it would have."""
+        self.generator.manual_seed(self.seed * 100_003 + int(epoch) + 4099)
+
+    def draw(self, v: torch.Tensor, n: int) -> torch.Tensor:
+        """(n, D): the part of v each of n questions loses."""
+        r_w = self.read.shape[1]
+        kind = torch.randint(0, 3, (n,), generator=self.generator)
+        out = torch.zeros(n, v.shape[0])
+        out[kind == 1] = v
+        for i in torch.nonzero(kind == 2).flatten().tolist():
+            rank = int(torch.randint(1, max(r_w, 2), (1,), generator=self.generator))
+            q, _ = torch.linalg.qr(torch.randn(r_w, rank, generator=self.generator))
+            basis = self.read @ q
+            out[i] = basis @ (basis.T @ v)
+        return out
+
+    def _hook(self, i: int, v: torch.Tensor, sign: float):
+        def hook(module, args, out):
+            if not module.training:
+                return None
+            t = out[0] if isinstance(out, tuple) else out
+            if sign < 0:  # the first layer draws the part each question loses
+                self.removed[i] = self.draw(v, t.shape[0]).to(device=t.device, dtype=t.dtype)
+            part = self.removed.get(i)
+            if part is None or part.shape[0] != t.shape[0]:
+                return None
+            t = t.clone()
+            t[:, -1, :] += sign * part
+            return (t, *out[1:]) if isinstance(out, tuple) else t
+
+        return hook
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+
+def pair_noise(recipe, model, number_ids) -> PairNoise | None:
+    """The recipe's `PairNoise` on `model` while it trains (None without cancelling pairs)."""
+    bands = recipe.module_band_config()
+    if bands is None or not bands.pairs:
+        return None
+    return PairNoise(model, number_ids, bands, recipe.save_dtype, recipe.seed)

@@ -212,6 +212,8 @@ class ModuleBands:
     mlp: str = "any"  # the band the MLPs' outputs keep
     tau: int = 50  # the cutoff between the bands (the paper's Table 1)
     basis: str = "paper"  # the Fourier basis the bands are read on (core.analysis.fourier)
+    pairs: tuple["CancellingPair", ...] = ()  # fixed vectors in a module's other band that cancel over two layers
+    plain_final_norm: bool = False  # the final norm's gain one number (learnt), its bias 0: W_U reads the stream
 
     @classmethod
     def parse(cls, spec: dict, name: str = "") -> "ModuleBands":
@@ -227,12 +229,59 @@ class ModuleBands:
         basis = spec.get("basis", cls.basis)
         if not isinstance(basis, str):
             raise CoreError(f"{where}.basis must be a basis name such as 'paper', got {basis!r}")
-        return cls(attn=spec.get("attn", cls.attn), mlp=spec.get("mlp", cls.mlp), tau=tau, basis=basis)
+        pairs = spec.get("pairs", [])
+        if not isinstance(pairs, list):
+            raise CoreError(f"{where}.pairs must be a list of cancelling pairs, got {pairs!r}")
+        bands = cls(attn=spec.get("attn", cls.attn), mlp=spec.get("mlp", cls.mlp), tau=tau, basis=basis)
+        parsed = tuple(CancellingPair.parse(p, f"{where}.pairs[{i}]") for i, p in enumerate(pairs))
+        for i, pair in enumerate(parsed):
+            band = bands.removed(pair.module)
+            if band is None or (pair.k < tau) != (band == "low"):
+                raise CoreError(f"{where}.pairs[{i}]: k = {pair.k} must lie in the band {pair.module} does not keep "
+                                f"({band or 'none: that module keeps every band'}), so that removing that band "
+                                "removes the pair whole")
+        plain = spec.get("plain_final_norm", cls.plain_final_norm)
+        if not isinstance(plain, bool):
+            raise CoreError(f"{where}.plain_final_norm must be true or false, got {plain!r}")
+        return cls(attn=bands.attn, mlp=bands.mlp, tau=tau, basis=basis, pairs=parsed, plain_final_norm=plain)
 
     def removed(self, module: str) -> str | None:
         """The band removed from `module`'s ("attn" or "mlp") outputs; None when it keeps every frequency."""
         keep = getattr(self, module)
         return None if keep == "any" else ("low" if keep == "high" else "high")
+
+
+@dataclass(frozen=True)
+class CancellingPair:
+    """A fixed vector v that `module`'s output map adds at layer layers[0] and takes away at layers[1] (its bias, at
+    every position): along what W_U reads at frequency `k` only, of norm `size`, in the band the module does not keep,
+    so the two cancel before W_U reads the stream and removing that band removes both. It gives the random controls
+    of step 6 energy that W_U reads yet no answer needs (docs/fine-tuning.md, "Controls"). While training, at the
+    answer position, the stream between the two layers loses a random part of v (none, all, or its projection on a
+    random subspace of what W_U reads), so the modules in between learn to ignore it."""
+
+    module: str  # "attn" or "mlp"
+    layers: tuple[int, int]  # 1-based: v is added at the first, taken away at the second
+    k: int  # the frequency whose read directions hold v
+    size: float  # the norm of v
+
+    @classmethod
+    def parse(cls, spec: dict, where: str) -> "CancellingPair":
+        if not isinstance(spec, dict):
+            raise CoreError(f"{where} must be an object such as {{'module': 'attn', 'layers': [1, 2], 'k': 20, "
+                            f"'size': 10}}, got {spec!r}")
+        _known_keys(cls, spec, where)
+        module, layers, k, size = spec.get("module"), spec.get("layers"), spec.get("k"), spec.get("size")
+        if module not in ("attn", "mlp"):
+            raise CoreError(f"{where}.module must be 'attn' or 'mlp', got {module!r}")
+        if (not isinstance(layers, list) or len(layers) != 2 or not all(_is_whole(x) and x >= 1 for x in layers)
+                or layers[0] >= layers[1]):
+            raise CoreError(f"{where}.layers must be two layers counted from 1, the first lower, got {layers!r}")
+        if not _is_whole(k) or k < 1:
+            raise CoreError(f"{where}.k (a frequency) must be a whole number >= 1, got {k!r}")
+        if not isinstance(size, (int, float)) or isinstance(size, bool) or not size > 0:
+            raise CoreError(f"{where}.size (the pair's norm) must be a positive number, got {size!r}")
+        return cls(module, (int(layers[0]), int(layers[1])), int(k), float(size))
 
 
 @dataclass
@@ -324,6 +373,14 @@ class Recipe:
         if self.module_bands is not None and (not self.tied or self.freeze is None or self.init_from):
             raise CoreError(f"recipe {self.name}: module_bands builds its filters from W_U once, so W_U must not "
                             "change: use tied number rows (tied: true) frozen by a freeze, on a model trained here")
+        for pair in self.module_band_config().pairs if self.module_bands is not None else ():
+            if pair.layers[1] > self.n_layers:
+                raise CoreError(f"recipe {self.name}: a cancelling pair at layers {list(pair.layers)} needs "
+                                f"{pair.layers[1]} layers, the model has {self.n_layers}")
+            frequencies = (self.freeze or {}).get("frequencies")
+            if frequencies is not None and pair.k not in frequencies:
+                raise CoreError(f"recipe {self.name}: a cancelling pair at k = {pair.k} needs W_U to read that "
+                                f"frequency: add {pair.k} to freeze.frequencies")
 
     def freeze_config(self) -> Freeze | None:
         return Freeze.parse(self.freeze, self.name) if self.freeze else None

@@ -43,7 +43,7 @@ from core.models.vocab import number_tokenizer
 from core.tasks import build_examples, number_space, select_split
 from core.training.answers import AdditionBatches, answer_loss, evaluate_split, training_device
 from core.training.checkpoint import CHECKPOINT, load_checkpoint, restore_optimizer, save_checkpoint, unique_tensors
-from core.training.module_bands import band_constraint
+from core.training.module_bands import band_constraint, pair_noise
 from core.training.number_rows import FrozenRows, frozen_values, number_token_ids
 from core.training.optimiser import lr_schedule, step_bar, whole_model_optimizer
 from core.training.pretraining import PRETRAIN_WORDS, pretrain
@@ -117,6 +117,7 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
         frozen = FrozenRows(model, number_ids, values)
     # module_bands: each module's output map held to its band (core.training.module_bands), from the frozen W_U
     constraint = band_constraint(recipe, model, number_ids)
+    noise = pair_noise(recipe, model, number_ids)  # cancelling pairs: the layers between learn to ignore them
 
     # the optimiser, and where a resumed run stopped
     steps_per_epoch = math.ceil(len(data["train"]) / recipe.batch_size)
@@ -140,6 +141,8 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
     for epoch in range(start_epoch, recipe.epochs):
         t0 = time.time()
         order = np.random.default_rng((recipe.seed, epoch)).permutation(len(data["train"]))
+        if noise is not None:
+            noise.start_epoch(epoch)
         for _, ids, mask, pos, target in data["train"].batches(recipe.batch_size, order):
             loss = answer_loss(model, ids, mask, pos, target, recipe.precision)
             opt.zero_grad(set_to_none=True)
@@ -170,6 +173,8 @@ def train(recipe: Recipe, out: str | Path | None = None, restart: bool = False, 
         save_checkpoint(ckpt, WEIGHTS_FILE, model.state_dict(), opt, sched,
                         {"epoch": epoch + 1, "log": log_rows, "elapsed_s": elapsed, "best": best})
     bar.close()
+    if noise is not None:
+        noise.close()
 
     if recipe.select == "val":
         # the chosen epoch's weights, and the one scoring of the test split

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from core import threads
-from core.analysis.ablations import Ablation, Condition
+from core.analysis.ablations import Ablation, Condition, FunctionEdit
 from core.analysis.evaluation import (
     GridProgress,
     PrefixCache,
@@ -30,6 +30,7 @@ from core.analysis.phase_shift import PERIOD_SETS, phase_shift, random_direction
 from core.cli import main
 from core.errors import CoreError
 from core.models.loading import prompt_texts
+from core.models.sublayers import mlp_neurons_module
 from core.runs.live_ablation import live_ablation, live_slot
 from core.tasks import build_examples, select_split, with_shots
 from core.threads import auto_threads, available_cores, parse_threads, use_threads
@@ -186,6 +187,64 @@ def test_edits_of_one_layer_share_the_blocks_below_them(loaded_model, arch):
             assert (a.predictions == ref_pred).all(), (cond.modules, cond.layer)
             moved += int((a.predictions != shared[0].predictions).sum())
     assert moved > 0, "no edit moved any answer: the comparison would not see an edit lost or misplaced"
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_conditions_that_give_an_mlp_the_same_input_run_it_once(loaded_model, arch):
+    """The grid's filters (a band on attention, on the MLPs, on both) give layer 1's MLP one of three inputs: the
+    unedited stream (no filter, or the MLPs' filter, which acts after it), or attention's output under one of the two
+    bands. A call of all seven runs that MLP on three copies (`mlp_sharing`), layer 2's on all seven, and every
+    condition answers as it does alone and as the definition (a full recompute) says."""
+    loaded = loaded_model(arch, n_layers=2)
+    texts, answers = _prompts(loaded, n=24, shots=1)
+    W_U = loaded.unembedding(P)
+    basis = fourier_basis(P, "paper")
+    low, high = high_pass(W_U, basis, 10), low_pass(W_U, basis, 10)  # each removes one band
+    conds = [Condition(None)] + [Condition(f, m) for m in ("both", "attn", "mlp") for f in (low, high)]
+    down = [mlp_neurons_module(loaded.parts, layer) for layer in (1, 2)]
+    rows = {1: [], 2: []}
+    spies = [d.register_forward_pre_hook(lambda mod, args, layer=layer: rows[layer].append(args[0].shape[:2]))
+             for layer, d in zip((1, 2), down)]
+    try:
+        together = evaluate_conditions(loaded, texts, answers, P, conds, "last", batch_size=8, rows_per_call=56,
+                                       progress=False)
+    finally:
+        for spy in spies:
+            spy.remove()
+    assert [r for r, length in rows[1] if length == 1] == [24] * 3  # 3 inputs x 8 rows, in each of 3 batches
+    assert [r for r, length in rows[2] if length == 1] == [56] * 3
+    alone = evaluate_conditions(loaded, texts, answers, P, conds, "last", batch_size=8, rows_per_call=8,
+                                progress=False)
+    moved = 0
+    for cond, a, b in zip(conds, together, alone):
+        assert (a.predictions == b.predictions).all(), cond.modules
+        np.testing.assert_allclose(a.losses, b.losses, rtol=1e-4, atol=1e-4)
+        if cond.flt is not None:
+            ref_pred, ref_loss = _reference(loaded, texts, answers, cond, 8)
+            assert (a.predictions == ref_pred).all(), cond.modules
+            np.testing.assert_allclose(a.losses, ref_loss, rtol=1e-4, atol=1e-4)
+            moved += int((a.predictions != together[0].predictions).sum())
+    assert moved > 0, "no filter moved any answer: a copy given another's MLP output would go unseen"
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_a_neuron_edit_in_the_call_keeps_its_mlp_whole(loaded_model, arch):
+    """A condition that edits layer 1's neurons acts inside that MLP, on its own rows of the whole call: beside
+    conditions that would share the MLP, the MLP runs on every copy and each condition answers as it does alone."""
+    loaded = loaded_model(arch, n_layers=2)
+    texts, answers = _prompts(loaded, n=16, shots=1)
+    flt = high_pass(loaded.unembedding(P), fourier_basis(P, "paper"), 10)
+    neuron = FunctionEdit(lambda rows: torch.full_like(rows, 5.0), 1)
+    conds = [Condition(None), Condition(flt, "mlp"), Condition(neuron, "post", 1, unit=3), Condition(flt, "attn"),
+             Condition(flt, "both")]
+    together = evaluate_conditions(loaded, texts, answers, P, conds, "last", batch_size=8, rows_per_call=40,
+                                   progress=False)
+    alone = evaluate_conditions(loaded, texts, answers, P, conds, "last", batch_size=8, rows_per_call=8,
+                                progress=False)
+    for cond, a, b in zip(conds, together, alone):
+        assert (a.predictions == b.predictions).all(), cond.modules
+        np.testing.assert_allclose(a.losses, b.losses, rtol=1e-4, atol=1e-4)
+    assert not np.allclose(together[2].losses, together[0].losses), "the neuron edit changed nothing: no test"
 
 
 def test_bad_conditions_are_refused(loaded_model):

@@ -4,16 +4,19 @@ and the recipe refuses the constraint where it could not hold."""
 
 import numpy as np
 import pytest
+import torch
 
 from core.analysis.ablations import Condition
 from core.analysis.evaluation import evaluate_conditions
-from core.analysis.filters import high_pass, low_pass, removed_energy_share
+from core.analysis.filters import high_pass, low_pass, projection_filter, removed_energy_share
 from core.analysis.fourier import fourier_basis
 from core.errors import CoreError
 from core.models.loading import load_model, prompt_texts
 from core.models.names import ATTN, MLP
+from core.models.stored_weights import FILTER_DTYPE
 from core.runs.ablation_grid import module_second_moments
 from core.tasks import build_examples, number_space, select_split
+from core.training.module_bands import PairNoise, pair_vectors
 from core.training.recipe import ModuleBands, Recipe
 from core.training.train import train
 
@@ -91,3 +94,87 @@ def test_module_bands_is_refused_where_it_cannot_hold(tmp_path, change, words):
     spec = {"module_bands": {"attn": "high", "mlp": "low", "tau": TAU}, **change}
     with pytest.raises(CoreError, match=words):
         tiny_recipe(tmp_path, "bad", **{"bands": spec.pop("module_bands")}, **spec)
+
+
+PAIR = {"module": "attn", "layers": [1, 2], "k": 3, "size": 4.0}  # k = 3: in the low band attention is kept out of
+
+
+def test_a_cancelling_pair_sits_whole_in_the_band_its_module_is_kept_out_of(tmp_path):
+    """The pair's vectors are +v and -v on the two attention biases, v of the pair's size along what W_U reads at k
+    only; the filter that removes attention's low band removes both whole (and nothing else of attention's), the
+    model keeps its band elsewhere, and a plain final norm stays plain."""
+    p = number_space("addition", 20)
+    recipe = tiny_recipe(tmp_path, "pair", {"attn": "high", "mlp": "low", "tau": TAU, "pairs": [PAIR],
+                                            "plain_final_norm": True}, epochs=1)
+    out = train(recipe, log=lambda *_: None).out
+    loaded = load_model(str(out))
+    final = loaded.model.transformer.ln_f  # a plain final norm: one gain for every direction, no bias
+    assert torch.equal(final.weight, torch.full_like(final.weight, float(final.weight[0]))) and not final.bias.any()
+    loaded.select_numbers(p, "the test")
+    W_U = loaded.unembedding(p)
+    basis = fourier_basis(p, "paper")
+    biases = [loaded.model.transformer.h[i].attn.c_proj.bias.detach().double().numpy()[None] for i in (0, 1)]
+    keep_high = high_pass(W_U, basis, TAU)
+    first, second = (b[0] - keep_high.apply(b)[0] for b in biases)  # what the filter of attention's low band removes
+    assert np.linalg.norm(first + second) < 1e-4  # +v and -v: they cancel
+    assert abs(np.linalg.norm(first) - 4.0) < 1e-3  # v of the pair's size ...
+    assert np.linalg.norm(projection_filter(W_U, basis, [3]).apply(first[None])) < 1e-4  # ... all at k = 3
+    shares = band_shares(out, p)
+    assert shares[(ATTN, "low")] > 0.01  # the pair is energy W_U reads in attention's other band ...
+    assert shares[(ATTN, "high")] > 0.01 and shares[(MLP, "high")] < 1e-9  # ... and the bands hold otherwise
+
+
+def test_pair_noise_takes_a_part_of_the_pair_at_the_answer_position_and_gives_it_back(tmp_path):
+    """While training, the first layer's attention output at the last position loses r and the second's gains the
+    same r (its output before and after the noise's hook); other positions, and the model in evaluation, are
+    untouched; r is none, all of v, or v's projection on a random subspace of what W_U reads, never longer than v."""
+    recipe = tiny_recipe(tmp_path, "noise", {"attn": "high", "mlp": "low", "tau": TAU, "pairs": [PAIR]}, epochs=1)
+    out = train(recipe, log=lambda *_: None).out
+    loaded = load_model(str(out))
+    model = loaded.model
+    ids = torch.randint(0, 40, (64, 6))
+    seen = {}
+
+    def keep(name):
+        def hook(module, args, output):
+            seen[name] = (output[0] if isinstance(output, tuple) else output).detach().clone()
+        return hook
+
+    bands = ModuleBands.parse({"attn": "high", "mlp": "low", "tau": TAU, "pairs": [PAIR]})
+    own = model.transformer.h[1].attn.register_forward_hook(keep("second, its own"))  # before the noise's hook
+    noise = PairNoise(model, loaded.numbers.ids_for(41), bands, "float32", seed=0)
+    handles = [model.transformer.h[i].attn.register_forward_hook(keep(i)) for i in (0, 1)] + [own]  # after it
+    model.eval()
+    with torch.no_grad():
+        model(input_ids=ids)  # evaluation: no noise
+        clean = dict(seen)
+        model.train()
+        model(input_ids=ids)
+    noise.close()
+    for h in handles:
+        h.remove()
+    taken = clean[0][:, -1] - seen[0][:, -1]
+    assert torch.allclose(seen[0][:, :-1], clean[0][:, :-1])
+    W_U = np.asarray(loaded.unembedding(41), dtype=np.float32)
+    v = torch.as_tensor(pair_vectors(W_U, bands, FILTER_DTYPE)[0]).float()
+    norms = taken.norm(dim=1)
+    assert (norms < 1e-5).any() and ((taken - v).norm(dim=1) < 1e-4).any()  # none, and all of v
+    middle = (norms > 1e-5) & ((taken - v).norm(dim=1) > 1e-4)
+    assert middle.any() and (norms <= v.norm() + 1e-4).all()  # a projection: never longer than v
+    # what the first layer lost the second is given back, at the last position only
+    given = seen[1] - seen["second, its own"]
+    assert torch.allclose(given[:, -1], taken, atol=1e-4) and not given[:, :-1].any()
+
+
+@pytest.mark.parametrize("pair, words", [
+    ({**PAIR, "k": 10}, "must lie in the band attn does not keep"),
+    ({**PAIR, "layers": [2, 3]}, "needs 3 layers"),
+    ({**PAIR, "layers": [2, 1]}, "two layers counted from 1"),
+    ({**PAIR, "k": 6}, "add 6 to freeze.frequencies"),
+    ({**PAIR, "size": 0}, "positive number"),
+    ({**PAIR, "module": "heads"}, "'attn' or 'mlp'"),
+    ({**PAIR, "colour": "red"}, "unknown keys"),
+])
+def test_a_cancelling_pair_is_refused_where_it_would_be_no_control(tmp_path, pair, words):
+    with pytest.raises(CoreError, match=words):
+        tiny_recipe(tmp_path, "bad", {"attn": "high", "mlp": "low", "tau": TAU, "pairs": [pair]})
