@@ -36,7 +36,7 @@ from core.claims.successors import INTRO, successor_paragraphs
 from core.files import PROJECT_ROOT
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs
-from core.runs.origin import run_origin, seed_of_manifest, summary_of, trained_short
+from core.runs.origin import frozen_waves, run_origin, seed_of_manifest, summary_of, trained_short
 from core.runs.reader import RunReader, Table
 from core.tasks import build_examples, select_split
 
@@ -160,7 +160,7 @@ def what_differs(run: RunReader, runs: dict) -> str:
     kind, rec, p = run_origin(run.manifest)["kind"], recipe(run), run.p
     freeze, pre = rec.get("freeze") or {}, rec.get("pretrain") or {}
     if kind == "planted" and (run.manifest.get("model") or {}).get("tied_embeddings"):
-        return (f"number rows 0..{p - 1} frozen to sinusoids of periods {periods(freeze.get('periods', []), ',')}; "
+        return (f"number rows 0..{p - 1} frozen to sinusoids of {frozen_waves(freeze)}; "
                 "tied embeddings, so the output rows are the same frozen rows (the paper's GPT-2 set-up)")
     if kind == "planted":
         return "the same frozen input rows, but a separate output matrix learned from random init"

@@ -432,9 +432,11 @@ def claim_ablations(run, tau: int = TABLE1_TAU) -> Claim:
         elif opposite == "no power":  # no yardstick: the paper cell itself fell short of its control
             spread = f" ± {100 * sd_paper:.1f}" if np.isfinite(sd_paper) else ""
             need = max(DROP, 2 * sd_paper) if np.isfinite(sd_paper) else DROP
-            bits.append(f"removing {name} {paper_band} band leaves {pct(acc_paper)}, only "
-                        f"{100 * (ctrl_paper - acc_paper):.1f} points below removing as many random directions "
-                        f"({pct(ctrl_paper)}{spread}), where the rule asks {100 * need:.1f}")
+            gap = ctrl_paper - acc_paper
+            where = (f"only {100 * gap:.1f} points below" if gap >= 0
+                     else f"{100 * -gap:.1f} points above")  # the band hurts less than random directions
+            bits.append(f"removing {name} {paper_band} band leaves {pct(acc_paper)}, {where} removing as many random "
+                        f"directions ({pct(ctrl_paper)}{spread}), where the rule asks {100 * need:.1f} below")
         elif opposite == "harmful":
             bits.append(f"removing {name} {other} band is not harmless ({pct(acc_other)})")
         else:

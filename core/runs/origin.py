@@ -299,6 +299,23 @@ def fine_tuning_text(manifest: dict) -> str:
     ).strip()
 
 
+def frozen_waves(freeze: dict) -> str:
+    """The sinusoids a "fourier" freeze planted, in words: its periods, its frequencies k of the paper's basis, and
+    how many faint frequencies it adds (core.training.recipe.Freeze)."""
+    parts = []
+    if freeze.get("periods"):
+        parts.append("periods " + ", ".join(f"{float(t):g}" for t in freeze["periods"]))
+    if freeze.get("frequencies"):
+        ks = ", ".join(str(int(k)) for k in freeze["frequencies"])
+        parts.append(f"frequencies k = {ks} (periods (p - 1) / k)")
+    said = "; ".join(parts) or "none"
+    faint = freeze.get("faint_frequencies") or []
+    if faint:
+        weight = f" (at weight {float(freeze['faint_scale']):g})" if "faint_scale" in freeze else ""
+        said += f", and {len(faint)} faint frequencies that no answer needs{weight}"
+    return said
+
+
 def describe_run(manifest: dict) -> str:
     """One paragraph: what this run's model is (size, how trained, what was planted, real or not)."""
     origin = run_origin(manifest)
@@ -336,9 +353,9 @@ def describe_run(manifest: dict) -> str:
     )
     freeze = recipe.get("freeze") or {}
     if origin["kind"] == "planted":
-        periods = ", ".join(f"{p:g}" for p in freeze.get("periods", []))
         what = (
-            f"Its number embeddings were **planted by hand**: frozen to sinusoids of periods {periods}, never learned."
+            f"Its number embeddings were **planted by hand**: frozen to sinusoids of {frozen_waves(freeze)}, never "
+            "learned."
         )
     elif origin["kind"] == "transplanted" and freeze.get("kind") == "representation":
         what = (

@@ -16,11 +16,19 @@ number rows).
 
 Two more parts serve the positive control's step 6 (docs/fine-tuning.md, "Controls"). A cancelling pair
 (`core.training.recipe.CancellingPair`) is a fixed vector v in a module's other band, added to the output bias of
-one layer and taken away at a later one: energy that W_U reads and the band's filter removes, yet that no answer
-needs, so step 6's random controls of the band's energy can take it instead of the answer's waves. `PairNoise`
+one layer and taken away at a later one: energy in W_U's row space that the band's filter removes, yet that no
+answer needs, so the module's paper band is a smaller share of its energy and step 6's random controls matched to
+that share remove less of everything, the answer's waves included. An offset (`core.training.recipe.FaintOffset`)
+does the same with one vector along (1, ..., 1), which every layer norm removes. `PairNoise`
 teaches the layers between the two to ignore it. A plain final norm (`plain_final_norm`) holds the final norm's
 gain the same in every direction (its mean; the scale is learnt) and its bias at 0, so the model reads the stream
 through W_U as the filters and the phase shift do, up to its scale and the norm's mean subtraction.
+
+Two more keep what W_U reads wide and the pairs alone in their frequencies. The freeze's faint frequencies
+(`core.training.recipe.Freeze.faint_frequencies`) are read by W_U at a small weight, and no module writes them
+(`faint_directions`): they widen W_U's row space with directions that carry nothing, so a random subspace as large as
+a band, drawn from that space, need not overlap the band much. With `clear_pair_frequencies` no module writes a
+pair's frequency but the pair, so no answer is carried there.
 """
 
 from __future__ import annotations
@@ -38,14 +46,19 @@ from core.training.recipe import ModuleBands
 OUTPUT_MAPS = {"attn": ("attn", "c_proj"), "mlp": ("mlp", "c_proj")}
 
 
-def band_filters(unembedding, bands: ModuleBands, weight_dtype) -> dict[str, ProjectionFilter]:
-    """{module: the filter removing the band it must not carry} for the constrained modules ("attn", "mlp").
+def band_filters(unembedding, bands: ModuleBands, weight_dtype, faint=()) -> dict[str, ProjectionFilter]:
+    """{module: the filter removing what it must not write} for the constrained modules ("attn", "mlp"): the band
+    it does not keep, and also the directions W_U reads at the freeze's faint frequencies (`faint_directions`) and,
+    with `clear_pair_frequencies`, what W_U reads at each pair's frequency (written only by the pair).
 
     `unembedding`: W_U's number rows (p, D) as the run will read them; `weight_dtype`: the dtype that sets the
     filters' rank tolerance (FILTER_DTYPE for rows read from a model's files, as every run reads them)."""
     W_U = torch.as_tensor(np.asarray(unembedding, dtype=np.float32))
     W_U.weight_dtype = weight_dtype  # read by core.analysis.filters, as an Unembed's dtype is
     basis = fourier_basis(W_U.shape[0], bands.basis)
+    pair_ks = sorted({p.k for p in bands.pairs}) if bands.clear_pair_frequencies else []
+    reserved = [faint_directions(W_U, basis, faint)] if faint else []
+    reserved += [projection_filter(W_U, basis, pair_ks).q] if pair_ks else []
     out = {}
     for module in OUTPUT_MAPS:
         band = bands.removed(module)
@@ -53,7 +66,27 @@ def band_filters(unembedding, bands: ModuleBands, weight_dtype) -> dict[str, Pro
             out[module] = high_pass(W_U, basis, bands.tau)  # keeps k >= tau: removes the low band
         elif band == "high":
             out[module] = low_pass(W_U, basis, bands.tau)  # keeps k < tau: removes the high band
+        if module in out and reserved:
+            flt = out[module]
+            u, s, _ = np.linalg.svd(np.hstack([flt.q, *reserved]), full_matrices=False)
+            q = u[:, s > 1e-6 * s.max()]
+            removed = tuple(sorted(set(flt.removed) | set(pair_ks) | {int(k) for k in faint}))
+            out[module] = ProjectionFilter(removed, flt.basis_name, q, flt.width)
     return out
+
+
+def faint_directions(W_U, basis, faint) -> np.ndarray:
+    """(D, r): an orthonormal basis of what W_U reads at the `faint` frequencies alone. The paper's basis spans p - 1
+    numbers, so its cosines all share the last number and W_U's reading at any frequency also catches that number's
+    row, which W_U reads at full weight: a direction of the faint frequencies' reading is kept where its part outside
+    what the other frequencies read has norm above 1/2 (the sine of its angle to that reading). For m faint
+    frequencies that leaves 2m - 1 directions: every sine, and the cosines but for their common part, which the last
+    row holds."""
+    faint = sorted(int(k) for k in faint)
+    q_faint = projection_filter(W_U, basis, faint).q
+    q_rest = projection_filter(W_U, basis, [k for k in basis.frequencies if k not in set(faint)]).q
+    u, s, _ = np.linalg.svd(q_faint - q_rest @ (q_rest.T @ q_faint), full_matrices=False)
+    return u[:, s > 0.5]
 
 
 def saved_rows(model, number_ids, save_dtype: str) -> np.ndarray:
@@ -62,17 +95,36 @@ def saved_rows(model, number_ids, save_dtype: str) -> np.ndarray:
     return rows.to(getattr(torch, save_dtype)).float().cpu().numpy()
 
 
-def pair_vectors(unembedding, bands: ModuleBands, weight_dtype) -> list[np.ndarray]:
-    """Each cancelling pair's vector v (D,): `size` times the first direction W_U reads at the pair's frequency."""
+def pair_vectors(unembedding, bands: ModuleBands, weight_dtype, faint=()) -> list[np.ndarray]:
+    """Each cancelling pair's vector v (D,): `size` times the first direction W_U reads at the pair's frequency (at a
+    faint frequency, the first of `faint_directions`: what W_U reads there alone)."""
     W_U = torch.as_tensor(np.asarray(unembedding, dtype=np.float32))
     W_U.weight_dtype = weight_dtype
     basis = fourier_basis(W_U.shape[0], bands.basis)
     out = []
     for pair in bands.pairs:
-        read = projection_filter(W_U, basis, [pair.k])
-        if read.rank == 0:
+        q = faint_directions(W_U, basis, [pair.k]) if pair.k in faint else projection_filter(W_U, basis, [pair.k]).q
+        if q.shape[1] == 0:
             raise CoreError(f"module_bands: W_U reads nothing at k = {pair.k}, so a pair there would be no control")
-        out.append(pair.size * read.q[:, 0])
+        out.append(pair.size * q[:, 0])
+    return out
+
+
+def offset_vectors(unembedding, bands: ModuleBands, weight_dtype, faint=()) -> list[np.ndarray]:
+    """Each offset's vector v (D,): `size` times (1, ..., 1) / sqrt(D), which W_U must read at the offset's faint
+    frequency alone (the freeze's norm-blind frequency puts that frequency's sine there)."""
+    W_U = torch.as_tensor(np.asarray(unembedding, dtype=np.float32))
+    W_U.weight_dtype = weight_dtype
+    basis = fourier_basis(W_U.shape[0], bands.basis)
+    out = []
+    for offset in bands.offsets:
+        q = faint_directions(W_U, basis, [offset.k]) if offset.k in faint else np.zeros((W_U.shape[1], 0))
+        ones = np.full(W_U.shape[1], 1 / np.sqrt(W_U.shape[1]))
+        if np.linalg.norm(q.T @ ones) < 0.999:
+            raise CoreError(f"module_bands: W_U does not read (1, ..., 1) at the faint k = {offset.k}, so an offset "
+                            "there would not be removed by the layer norms: set freeze.norm_blind_frequency to it")
+        along = q @ (q.T @ ones)  # (1, ..., 1) as W_U's reading at k holds it (the same up to rounding)
+        out.append(offset.size * along / np.linalg.norm(along))
     return out
 
 
@@ -80,19 +132,22 @@ class BandConstraint:
     """Holds every constrained module's output map to its band (module docstring), and adds each cancelling pair's
     vector to its two layers' output biases (+v at the first, -v at the second) once the band is kept."""
 
-    def __init__(self, model, number_ids, bands: ModuleBands, save_dtype: str):
+    def __init__(self, model, number_ids, bands: ModuleBands, save_dtype: str, faint=()):
         W_U = saved_rows(model, number_ids, save_dtype)
-        self.filters = band_filters(W_U, bands, FILTER_DTYPE)
+        self.filters = band_filters(W_U, bands, FILTER_DTYPE, faint)
         blocks = getattr(getattr(model, "transformer", None), "h", None)
         if blocks is None:
             raise CoreError("module_bands constrains GPT-2 blocks (transformer.h): only arch 'gpt2' trained here")
-        self.pairs = []  # (output map, the vector its bias gets: +v or -v)
+        self.fixed = []  # (output map, the vector its bias gets: +v or -v of a pair, v of an offset)
         # a plain final norm: W_U reads the stream itself (up to a scale), as the filters and shifts do
         self.final_norm = model.transformer.ln_f if bands.plain_final_norm else None
-        for pair, v in zip(bands.pairs, pair_vectors(W_U, bands, FILTER_DTYPE)):
+        for pair, v in zip(bands.pairs, pair_vectors(W_U, bands, FILTER_DTYPE, faint)):
             part, name = OUTPUT_MAPS[pair.module]
             for layer, sign in zip(pair.layers, (1.0, -1.0)):
-                self.pairs.append((getattr(getattr(blocks[layer - 1], part), name), torch.as_tensor(sign * v).float()))
+                self.fixed.append((getattr(getattr(blocks[layer - 1], part), name), torch.as_tensor(sign * v).float()))
+        for offset, v in zip(bands.offsets, offset_vectors(W_U, bands, FILTER_DTYPE, faint)):
+            part, name = OUTPUT_MAPS[offset.module]  # on the last layer; every layer norm removes it
+            self.fixed.append((getattr(getattr(blocks[-1], part), name), torch.as_tensor(v).float()))
         self.maps = []
         for module, flt in self.filters.items():
             if flt.erased:
@@ -112,7 +167,7 @@ class BandConstraint:
             conv.weight.copy_(conv.weight @ p)
             if conv.bias is not None:
                 conv.bias.copy_(conv.bias @ p)
-        for conv, v in self.pairs:  # the band kept, the pair's vector (in the other band) is added back whole
+        for conv, v in self.fixed:  # the band kept, each pair's or offset's vector (in the other band) is added whole
             conv.bias.add_(v.to(device=conv.bias.device, dtype=conv.bias.dtype))
         if self.final_norm is not None:  # one gain for every direction (the scale is learnt), no bias
             self.final_norm.weight.fill_(float(self.final_norm.weight.mean()))
@@ -124,7 +179,9 @@ def band_constraint(recipe, model, number_ids) -> BandConstraint | None:
     bands = recipe.module_band_config()
     if bands is None:
         return None
-    constraint = BandConstraint(model, number_ids, bands, recipe.save_dtype)
+    freeze = recipe.freeze_config()
+    faint = freeze.faint_frequencies if freeze is not None else ()
+    constraint = BandConstraint(model, number_ids, bands, recipe.save_dtype, faint)
     constraint.apply()
     return constraint
 
@@ -136,7 +193,7 @@ class PairNoise:
     their random controls remove it. r is taken from the first layer's output and given back at the second's, so the
     final stream is unchanged and the modules in between learn to read the same with or without it."""
 
-    def __init__(self, model, number_ids, bands: ModuleBands, save_dtype: str, seed: int):
+    def __init__(self, model, number_ids, bands: ModuleBands, save_dtype: str, seed: int, faint=()):
         W_U = saved_rows(model, number_ids, save_dtype)
         basis = fourier_basis(W_U.shape[0], bands.basis)
         W = torch.as_tensor(W_U)
@@ -146,7 +203,7 @@ class PairNoise:
         self.generator = torch.Generator().manual_seed(self.seed + 4099)
         self.handles, self.removed = [], {}
         blocks = model.transformer.h
-        for i, (pair, v) in enumerate(zip(bands.pairs, pair_vectors(W_U, bands, FILTER_DTYPE))):
+        for i, (pair, v) in enumerate(zip(bands.pairs, pair_vectors(W_U, bands, FILTER_DTYPE, faint))):
             v = torch.as_tensor(v).float()
             part = OUTPUT_MAPS[pair.module][0]
             first, second = (getattr(blocks[layer - 1], part) for layer in pair.layers)
@@ -197,4 +254,6 @@ def pair_noise(recipe, model, number_ids) -> PairNoise | None:
     bands = recipe.module_band_config()
     if bands is None or not bands.pairs:
         return None
-    return PairNoise(model, number_ids, bands, recipe.save_dtype, recipe.seed)
+    freeze = recipe.freeze_config()
+    return PairNoise(model, number_ids, bands, recipe.save_dtype, recipe.seed,
+                     freeze.faint_frequencies if freeze is not None else ())

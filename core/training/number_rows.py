@@ -36,31 +36,46 @@ def frozen_values(freeze: Freeze, tokenizer, n_numbers: int, width: int, seed: i
     """The rows the numbers 0..n_numbers-1 are frozen to, as the recipe's `freeze` says."""
     if freeze.kind == "fourier":
         periods = freeze.periods + tuple((n_numbers - 1) / k for k in freeze.frequencies)  # the paper's basis: p - 1
-        return fourier_embedding(n_numbers, width, periods, freeze.scale, seed)
+        faint = tuple((n_numbers - 1) / k for k in freeze.faint_frequencies)
+        weights = (1.0,) * len(periods) + (freeze.faint_scale,) * len(faint)
+        blind = None
+        if freeze.norm_blind_frequency is not None:  # the sine's column: after the cosine of its period
+            blind = 2 * (len(periods) + freeze.faint_frequencies.index(freeze.norm_blind_frequency)) + 1
+        return fourier_embedding(n_numbers, width, periods + faint, freeze.scale, seed, weights, blind)
     if freeze.kind == "representation":
         return representation_rows(freeze, n_numbers, width, log)
     return transplant_rows(freeze.source, tokenizer, n_numbers, width)
 
 
-def fourier_embedding(n_numbers: int, width: int, periods, scale: float = 1.0, seed: int = 0) -> np.ndarray:
-    """Rows n = 0..n_numbers-1: sum over periods T of cos(2 pi n / T) u_T + sin(2 pi n / T) v_T.
+def fourier_embedding(n_numbers: int, width: int, periods, scale: float = 1.0, seed: int = 0,
+                      weights=None, blind_column: int | None = None) -> np.ndarray:
+    """Rows n = 0..n_numbers-1: sum over periods T of w_T (cos(2 pi n / T) u_T + sin(2 pi n / T) v_T).
 
     u_T, v_T are orthonormal directions drawn once (seeded); sin is left out where it vanishes on
-    the integers (T = 2). Every row has norm `scale`.
+    the integers (T = 2); w_T is 1 unless `weights` gives it (a faint frequency). Every row has norm `scale`.
+    `blind_column` (an index into the 2 * len(periods) directions, cos then sin of each period) puts that direction
+    along (1, ..., 1) / sqrt(width), which every layer norm's mean subtraction removes.
     """
     periods = [float(t) for t in periods]
+    weights = [1.0] * len(periods) if weights is None else [float(w) for w in weights]
     n_dirs = 2 * len(periods)
     if n_dirs > width:
         raise CoreError(f"{len(periods)} periods need width >= {n_dirs}")
     rng = np.random.default_rng(seed)
     q, _ = np.linalg.qr(rng.normal(size=(width, n_dirs)))
+    if blind_column is not None:  # the all-ones direction first, the drawn ones made orthogonal to it
+        q, _ = np.linalg.qr(np.hstack([np.ones((width, 1)), q[:, :-1]]))
+        q = np.roll(q * np.sign(q[0, 0]), blind_column, axis=1) if blind_column else q * np.sign(q[0, 0])
     x = np.arange(n_numbers)[:, None]
     feats = []
-    for T in periods:
-        feats.append(np.cos(2 * np.pi * x / T))
+    for T, w in zip(periods, weights):
+        feats.append(w * np.cos(2 * np.pi * x / T))
         s = np.sin(2 * np.pi * x / T)
-        feats.append(s if np.abs(s).max() > 1e-9 else np.zeros_like(s))
+        feats.append(w * s if np.abs(s).max() > 1e-9 else np.zeros_like(s))
     F = np.hstack(feats)  # (n, 2 * len(periods))
+    if blind_column is not None and not (0 <= blind_column < n_dirs and np.abs(F[:, blind_column]).max() > 0):
+        raise CoreError(f"the norm-blind direction must be the sine of a frozen period that does not vanish on the "
+                        f"integers (not period 2), got column {blind_column} of {n_dirs}")
     E = F @ q.T
     norms = np.linalg.norm(E, axis=1, keepdims=True)
     return (scale * E / np.where(norms > 0, norms, 1)).astype(np.float32)

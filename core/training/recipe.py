@@ -58,6 +58,9 @@ class Freeze:
     periods: tuple[float, ...] = ()  # fourier: the periods T of the sinusoids
     frequencies: tuple[int, ...] = ()  # fourier: frequencies k of the paper's basis on p numbers (T = (p - 1) / k)
     scale: float = 1.0  # fourier: every row's norm
+    faint_frequencies: tuple[int, ...] = ()  # fourier: frequencies W_U also reads, weighted `faint_scale`
+    faint_scale: float = 0.01  # fourier: the weight of a faint frequency's sinusoids beside the others' 1
+    norm_blind_frequency: int | None = None  # fourier: a faint frequency whose sine lies along (1, ..., 1)
     source: str | None = None  # transplant, representation: the donor model's folder
     layer: int | None = None  # representation: the donor's layer
     context: str | None = None  # representation: the text the numbers are read in
@@ -81,11 +84,28 @@ class Freeze:
         ks = spec.get("frequencies", ())
         if not isinstance(ks, list | tuple) or not all(_is_whole(k) and k >= 1 for k in ks):
             raise CoreError(f"{where}: freeze.frequencies must be a list of whole numbers k >= 1, got {ks!r}")
+        faint = spec.get("faint_frequencies", ())
+        if not isinstance(faint, list | tuple) or not all(_is_whole(k) and k >= 1 for k in faint):
+            raise CoreError(f"{where}: freeze.faint_frequencies must be a list of whole numbers k >= 1, got {faint!r}")
+        if set(faint) & set(ks):
+            raise CoreError(f"{where}: freeze.faint_frequencies and freeze.frequencies share "
+                            f"{sorted(set(faint) & set(ks))}: a frequency is read at full weight or faintly, not both")
+        faint_scale = spec.get("faint_scale", cls.faint_scale)
+        if not isinstance(faint_scale, (int, float)) or isinstance(faint_scale, bool) or not 0 < faint_scale <= 1:
+            raise CoreError(f"{where}: freeze.faint_scale (a faint frequency's weight) must lie in (0, 1], "
+                            f"got {faint_scale!r}")
+        blind = spec.get("norm_blind_frequency")
+        if blind is not None and blind not in faint:
+            raise CoreError(f"{where}: freeze.norm_blind_frequency must be one of freeze.faint_frequencies, got "
+                            f"{blind!r}")
         return cls(
             kind=spec["kind"],
             periods=tuple(float(t) for t in spec.get("periods", ())),
+            norm_blind_frequency=None if blind is None else int(blind),
             frequencies=tuple(int(k) for k in spec.get("frequencies", ())),
             scale=float(spec.get("scale", 1.0)),
+            faint_frequencies=tuple(int(k) for k in faint),
+            faint_scale=float(faint_scale),
             source=spec.get("source"),
             layer=None if spec.get("layer") is None else int(spec["layer"]),
             context=spec.get("context"),
@@ -214,6 +234,8 @@ class ModuleBands:
     basis: str = "paper"  # the Fourier basis the bands are read on (core.analysis.fourier)
     pairs: tuple["CancellingPair", ...] = ()  # fixed vectors in a module's other band that cancel over two layers
     plain_final_norm: bool = False  # the final norm's gain one number (learnt), its bias 0: W_U reads the stream
+    clear_pair_frequencies: bool = False  # no module writes a pair's frequency but the pair itself
+    offsets: tuple["FaintOffset", ...] = ()  # fixed vectors on a module's last layer, at a faint frequency
 
     @classmethod
     def parse(cls, spec: dict, name: str = "") -> "ModuleBands":
@@ -243,7 +265,21 @@ class ModuleBands:
         plain = spec.get("plain_final_norm", cls.plain_final_norm)
         if not isinstance(plain, bool):
             raise CoreError(f"{where}.plain_final_norm must be true or false, got {plain!r}")
-        return cls(attn=bands.attn, mlp=bands.mlp, tau=tau, basis=basis, pairs=parsed, plain_final_norm=plain)
+        clear = spec.get("clear_pair_frequencies", cls.clear_pair_frequencies)
+        if not isinstance(clear, bool):
+            raise CoreError(f"{where}.clear_pair_frequencies must be true or false, got {clear!r}")
+        offsets = spec.get("offsets", [])
+        if not isinstance(offsets, list):
+            raise CoreError(f"{where}.offsets must be a list of faint offsets, got {offsets!r}")
+        offsets = tuple(FaintOffset.parse(o, f"{where}.offsets[{i}]") for i, o in enumerate(offsets))
+        for i, offset in enumerate(offsets):
+            band = bands.removed(offset.module)
+            if band is None or (offset.k < tau) != (band == "low"):
+                raise CoreError(f"{where}.offsets[{i}]: k = {offset.k} must lie in the band {offset.module} does not "
+                                f"keep ({band or 'none: that module keeps every band'}), so that removing that band "
+                                "removes the offset whole")
+        return cls(attn=bands.attn, mlp=bands.mlp, tau=tau, basis=basis, pairs=parsed, plain_final_norm=plain,
+                   clear_pair_frequencies=clear, offsets=offsets)
 
     def removed(self, module: str) -> str | None:
         """The band removed from `module`'s ("attn" or "mlp") outputs; None when it keeps every frequency."""
@@ -255,8 +291,9 @@ class ModuleBands:
 class CancellingPair:
     """A fixed vector v that `module`'s output map adds at layer layers[0] and takes away at layers[1] (its bias, at
     every position): along what W_U reads at frequency `k` only, of norm `size`, in the band the module does not keep,
-    so the two cancel before W_U reads the stream and removing that band removes both. It gives the random controls
-    of step 6 energy that W_U reads yet no answer needs (docs/fine-tuning.md, "Controls"). While training, at the
+    so the two cancel before W_U reads the stream and removing that band removes both. It gives the module energy in
+    W_U's row space that no answer needs, so its paper band is a smaller share of its energy, which step 6's
+    energy-matched random controls then match (docs/fine-tuning.md, "Controls"). While training, at the
     answer position, the stream between the two layers loses a random part of v (none, all, or its projection on a
     random subspace of what W_U reads), so the modules in between learn to ignore it."""
 
@@ -282,6 +319,35 @@ class CancellingPair:
         if not isinstance(size, (int, float)) or isinstance(size, bool) or not size > 0:
             raise CoreError(f"{where}.size (the pair's norm) must be a positive number, got {size!r}")
         return cls(module, (int(layers[0]), int(layers[1])), int(k), float(size))
+
+
+@dataclass(frozen=True)
+class FaintOffset:
+    """A fixed vector v on the output bias of `module`'s last layer (every position), of norm `size`, along
+    (1, ..., 1): the freeze's norm-blind frequency `k` (a faint one, in the band the module does not keep) puts its
+    sine there, so v lies in W_U's row space and the band's filter removes it whole. Every layer norm's mean
+    subtraction removes it too, so no layer after it and no logit sees it: energy in W_U's row space that no answer
+    can use, which makes the module's paper band a small share of its output energy (docs/fine-tuning.md,
+    "Controls"). Unlike a cancelling pair it needs no second layer and no noise."""
+
+    module: str  # "attn" or "mlp"
+    k: int  # a faint frequency (freeze.faint_frequencies)
+    size: float  # the norm of v
+
+    @classmethod
+    def parse(cls, spec: dict, where: str) -> "FaintOffset":
+        if not isinstance(spec, dict):
+            raise CoreError(f"{where} must be an object such as {{'module': 'mlp', 'k': 150, 'size': 40}}, "
+                            f"got {spec!r}")
+        _known_keys(cls, spec, where)
+        module, k, size = spec.get("module"), spec.get("k"), spec.get("size")
+        if module not in ("attn", "mlp"):
+            raise CoreError(f"{where}.module must be 'attn' or 'mlp', got {module!r}")
+        if not _is_whole(k) or k < 1:
+            raise CoreError(f"{where}.k (a frequency) must be a whole number >= 1, got {k!r}")
+        if not isinstance(size, (int, float)) or isinstance(size, bool) or not size > 0:
+            raise CoreError(f"{where}.size (the offset's norm) must be a positive number, got {size!r}")
+        return cls(module, int(k), float(size))
 
 
 @dataclass
@@ -378,9 +444,15 @@ class Recipe:
                 raise CoreError(f"recipe {self.name}: a cancelling pair at layers {list(pair.layers)} needs "
                                 f"{pair.layers[1]} layers, the model has {self.n_layers}")
             frequencies = (self.freeze or {}).get("frequencies")
-            if frequencies is not None and pair.k not in frequencies:
+            faint = (self.freeze or {}).get("faint_frequencies") or []
+            if frequencies is not None and pair.k not in frequencies and pair.k not in faint:
                 raise CoreError(f"recipe {self.name}: a cancelling pair at k = {pair.k} needs W_U to read that "
                                 f"frequency: add {pair.k} to freeze.frequencies")
+        for offset in self.module_band_config().offsets if self.module_bands is not None else ():
+            if offset.k != (self.freeze or {}).get("norm_blind_frequency"):
+                raise CoreError(f"recipe {self.name}: an offset at k = {offset.k} must lie along (1, ..., 1), which "
+                                "every layer norm removes, or it would change what the layers after it read: set "
+                                f"freeze.norm_blind_frequency to {offset.k} (one of freeze.faint_frequencies)")
 
     def freeze_config(self) -> Freeze | None:
         return Freeze.parse(self.freeze, self.name) if self.freeze else None

@@ -16,7 +16,8 @@ from core.models.names import ATTN, MLP
 from core.models.stored_weights import FILTER_DTYPE
 from core.runs.ablation_grid import module_second_moments
 from core.tasks import build_examples, number_space, select_split
-from core.training.module_bands import PairNoise, pair_vectors
+from core.training.module_bands import PairNoise, faint_directions, pair_vectors
+from core.training.number_rows import fourier_embedding
 from core.training.recipe import ModuleBands, Recipe
 from core.training.train import train
 
@@ -178,3 +179,88 @@ def test_pair_noise_takes_a_part_of_the_pair_at_the_answer_position_and_gives_it
 def test_a_cancelling_pair_is_refused_where_it_would_be_no_control(tmp_path, pair, words):
     with pytest.raises(CoreError, match=words):
         tiny_recipe(tmp_path, "bad", {"attn": "high", "mlp": "low", "tau": TAU, "pairs": [pair]})
+
+
+FAINT = [12, 17]  # frequencies W_U reads faintly, one in each band's reach: both above the cutoff here
+
+
+def faint_recipe(tmp_path, name, faint=FAINT, scale=0.05, blind=None, **bands):
+    freeze = {"kind": "fourier", "frequencies": [1, 2, 3, 4, 5, 10, 15, 20], "faint_frequencies": faint,
+              "faint_scale": scale, "norm_blind_frequency": blind}
+    return tiny_recipe(tmp_path, name, {"attn": "high", "mlp": "low", "tau": TAU, **bands}, freeze=freeze, epochs=1)
+
+
+OFFSET = {"module": "mlp", "k": 17, "size": 5.0}  # a faint frequency in the band the MLPs are kept out of
+
+
+def test_faint_frequencies_widen_what_w_u_reads_and_no_module_writes_them_nor_a_cleared_pair_frequency(tmp_path):
+    """W_U reads the faint frequencies at their weight, in directions of their own (sin and cos of each), which no
+    module's output map writes though attention keeps their band, but for the offset: on the last MLP's bias only,
+    whole along its frequency and there along (1, ..., 1), which every layer norm removes (the frequency is
+    norm-blind); with the pair's frequency cleared, no MLP writes k = 3 though the MLPs keep the low band, and the
+    pair is still there."""
+    p = number_space("addition", 20)
+    recipe = faint_recipe(tmp_path, "faint", blind=17, pairs=[PAIR], clear_pair_frequencies=True, offsets=[OFFSET])
+    out = train(recipe, log=lambda *_: None).out
+    loaded = load_model(str(out))
+    loaded.select_numbers(p, "the test")
+    W_U = loaded.unembedding(p)
+    basis = fourier_basis(p, "paper")
+    J = faint_directions(W_U, basis, FAINT)
+    # the sine of each, and the difference of the two cosines: the paper's basis spans p - 1 numbers, so every
+    # cosine also reads the last number's row, and only the cosines' difference is read by no other frequency
+    assert J.shape[1] == 3
+    W = np.asarray(W_U, dtype=float)
+    main = projection_filter(W_U, basis, [10, 15, 20]).q  # full-weight frequencies of the same band
+    assert 0.03 < np.linalg.norm(W @ J, 2) / np.linalg.norm(W @ main, 2) < 0.07  # about faint_scale = 0.05
+    others = projection_filter(W_U, basis, [k for k in basis.frequencies if k not in FAINT]).q
+    assert np.abs(others.T @ J).max() < 1e-4  # directions no other frequency reads
+    rank = projection_filter(W_U, basis, basis.frequencies).rank
+    assert rank == projection_filter(W_U, basis, [k for k in basis.frequencies if k not in FAINT]).rank + 3
+    blocks = loaded.model.transformer.h
+    maps = {(m, i): getattr(blocks[i], m).c_proj.weight.detach().double().numpy() for m in ("attn", "mlp")
+            for i in (0, 1)}
+    for key, w in maps.items():
+        assert np.abs(w @ J).max() < 1e-5, key  # nobody writes the faint directions ...
+    free = train(tiny_recipe(tmp_path, "free-faint", freeze=recipe.freeze, epochs=1), log=lambda *_: None).out
+    free_attn = load_model(str(free)).model.transformer.h[0].attn.c_proj.weight.detach().double().numpy()
+    assert np.abs(free_attn @ J).max() > 1e-3  # ... which a model trained free does: the check could fail
+    k3 = projection_filter(W_U, basis, [3]).q
+    assert all(np.abs(maps[("mlp", i)] @ k3).max() < 1e-5 for i in (0, 1))  # the pair's frequency, kept clear
+    bias = blocks[0].attn.c_proj.bias.detach().double().numpy()
+    assert abs(np.linalg.norm(k3.T @ bias) - 4.0) < 1e-3  # and the pair is there, whole
+    mlp_bias = [blocks[i].mlp.c_proj.bias.detach().double().numpy() for i in (0, 1)]
+    assert np.abs(J.T @ mlp_bias[0]).max() < 1e-5  # the offset: not on MLP 1 ...
+    k17 = faint_directions(W_U, basis, [17])
+    assert abs(np.linalg.norm(k17.T @ mlp_bias[1]) - 5.0) < 1e-3  # ... on MLP 2, whole at k = 17
+    assert abs(np.linalg.norm(J.T @ mlp_bias[1]) - 5.0) < 1e-3  # and nothing else in the faint directions
+    ones = np.full(J.shape[0], 1 / np.sqrt(J.shape[0]))
+    assert abs(ones @ mlp_bias[1] - 5.0) < 1e-3  # along (1, ..., 1): the final norm's mean subtraction removes it
+    assert np.linalg.norm(k17.T @ ones) > 0.999  # W_U reads that direction at k = 17
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"offsets": [{**OFFSET, "k": 12}]}, "set freeze.norm_blind_frequency to 12"),
+    ({"offsets": [{**OFFSET, "module": "attn"}]}, "must lie in the band attn does not keep"),
+    ({"offsets": [{**OFFSET, "size": 0}]}, "positive number"),
+    ({"faint": [10, 12]}, "share \\[10\\]"),
+    ({"faint": [0]}, "faint_frequencies must be a list"),
+    ({"blind": 5}, "norm_blind_frequency must be one of"),
+    ({"blind": None, "offsets": [OFFSET]}, "set freeze.norm_blind_frequency to 17"),
+    ({"scale": 0}, "faint_scale"),
+    ({"scale": 2}, "faint_scale"),
+])
+def test_faint_frequencies_are_refused_where_they_would_not_be_faint(tmp_path, change, words):
+    with pytest.raises(CoreError, match=words):
+        faint_recipe(tmp_path, "bad", **change)
+
+
+def test_a_norm_blind_direction_needs_a_sine_that_does_not_vanish():
+    rows = fourier_embedding(41, 48, [40 / 12, 40 / 17], blind_column=3)  # the sine of k = 17: along (1, ..., 1)
+    along_ones = rows @ np.full(48, 1 / np.sqrt(48))
+    sine = np.sin(2 * np.pi * 17 * np.arange(41) / 40)
+    assert np.corrcoef(along_ones, sine)[0, 1] > 0.9999  # what the layer norms remove of each row: that sine alone
+    with pytest.raises(CoreError, match="not period 2"):
+        fourier_embedding(41, 48, [40 / 12, 2.0], blind_column=3)  # period 2: its sine is 0 at every integer
+    with pytest.raises(CoreError, match="column 9 of 4"):
+        fourier_embedding(41, 48, [40 / 12, 40 / 17], blind_column=9)
