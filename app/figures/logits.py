@@ -434,13 +434,14 @@ def error_histogram(data: pd.DataFrame, title: str, caption: str):
 
 def top_periods_bars(
     run: RunReader, basis: str, last_layers: int = 15, top: int = 6, low_share: dict | None = None, tau: int = 50,
-    bar_levels: pd.DataFrame | None = None,
+    bar_levels: pd.DataFrame | None = None, slanted: bool = False,
 ):
     """MLP and attention side by side at the periods either of them carries most (mean over the last
     layers), as grouped bars: readable on a projector, unlike a heatmap of 260 thin columns. `low_share`
     (module -> share of the mean spectrum's energy below `tau`, the step 4 claim's numbers) goes into the legend.
     `bar_levels` (module "mlp"/"attn", k, level: core.claims.spectra.mean_bar_levels) draws, as a black tick on each
-    bar, the W_U baseline's bar that module must reach there to count as carrying that period."""
+    bar, the W_U baseline's bar that module must reach there to count as carrying that period. `slanted` sets the
+    period labels upright, for a column too narrow to set them flat (the Tour's folded panel)."""
     n = min(last_layers, run.n_layers)
     data, order = summaries.strongest_periods(
         run.table(Table.MODULE_SPECTRA), basis, n, run.basis(basis).k_max, top, also=task_periods(run.task)
@@ -464,7 +465,8 @@ def top_periods_bars(
         alt.Chart(data)
         .mark_bar()
         .encode(
-            x=alt.X("period T:N", title="period T (numbers per repetition)", sort=order, axis=alt.Axis(labelAngle=0)),
+            x=alt.X("period T:N", title="period T (numbers per repetition)", sort=order,
+                    axis=alt.Axis(labelAngle=-90 if slanted else 0)),
             xOffset=alt.XOffset("module:N"),
             y=alt.Y("magnitude:Q", title="mean |Fourier| of the logits"),
             color=alt.Color("module:N", title=None, scale=MODULE_COLOURS, legend=legend),
@@ -509,8 +511,8 @@ def layer_low_gaps(run: RunReader, tau: int = 50):
         tooltip=[alt.Tooltip("layer"), alt.Tooltip("gap:Q", format=".1f", title="points")])
     lines = alt.Chart(pd.DataFrame({"y": [10.0, -10.0]})).mark_rule(color="black", strokeDash=[4, 3]).encode(
         y=alt.Y("y:Q"))
-    caption = (f"Each layer on its own: above the dashed +10 line, its MLP holds 10 points more of its energy below "
-               f"tau = {tau} than its attention; below -10, the reverse.")
+    caption = (f"Each layer on its own: above the dashed +10 line, its MLP holds at least 10 points more of its "
+               f"energy below tau = {tau} than its attention; below -10, the reverse.")
     title = f"Low band in each of the last {len(data)} layers: MLP's share minus attention's — {run.label}"
     return styled(alt.layer(bars, lines), title, height=300), data, caption
 

@@ -193,8 +193,8 @@ def _reason(verdict: str, attn, mlp, mlp_low, low_powered: bool, coincide: bool 
     if not low_powered:
         return (f"attention's periods matter, but random directions of the MLPs' low slice's energy already leave "
                 f"{pct(mlp_low['control_mean'])}, so the long waves cannot be tested")
-    return (f"attention's periods matter, but removing the MLPs' long waves leaves {pct(mlp_low['accuracy'])}, within "
-            f"its controls ({pct(mlp_low['control_mean'])})")
+    return (f"attention's periods matter, but removing the MLPs' low slice (the longest waves) "
+            f"leaves {pct(mlp_low['accuracy'])}, within its controls ({pct(mlp_low['control_mean'])})")
 
 
 def period_table(run) -> pd.DataFrame:

@@ -223,8 +223,8 @@ def layer_sentences(counts: dict, read: dict, tau: int) -> str:
 
     bar = "above the bar" if read["above"] else "among its top 5 periods (no W_U baseline cached: raw periods read)"
     return (
-        f"Layer by layer over {layers}: the MLP holds 10 points more of its energy below tau = {tau} than the same "
-        f"layer's attention in {len(counts['mlp_low'])} of {n} layers, attention more than the MLP in "
+        f"Layer by layer over {layers}: the MLP holds at least 10 points more of its energy below tau = {tau} than "
+        f"the same layer's attention in {len(counts['mlp_low'])} of {n} layers, attention more than the MLP in "
         f"{len(counts['attn_low'])}. Attention carries period 2, 2.5, 5 or 10 {bar} in {len(counts['attn_short'])} "
         f"of {n} layers{where(counts['attn_short'])}, the MLP in {len(counts['mlp_short'])}. Second reading, the mean "
         f"spectrum (the largest layers weigh most): {pct(read['shares']['mlp'])} of the MLPs' energy and "

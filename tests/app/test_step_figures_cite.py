@@ -1,6 +1,7 @@
-"""Steps 4 and 6 draw what their verdicts rest on (issue 66 item 4, issue 67 items 2 and 3): step 4's chart carries
-the W_U bar its reason cites and its layer-by-layer chart puts exactly the layers the sentence counts above the line
-at 1; step 6 opens with the narrow test where that test gives the badge. On every shipped run."""
+"""Steps 4 and 6 draw what their verdicts rest on (issue 66 item 4, issue 67 items 2 and 3): step 4 opens with its
+layer-by-layer chart, which puts exactly the layers the sentence counts above the line at 1, and its folded mean
+chart carries the W_U bar its reason cites; step 6 opens with the narrow test where that test gives the badge. On
+every shipped run."""
 
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ def test_step_4_draws_the_bar_and_the_layers_it_counts(run):
     reader = RunReader(CACHE, run.name, run.manifest)
     claims = run_claims(reader)
     panels = spectrum_panels(reader, StepInputs("paper", claims, [reader]))
-    bars = panels[0].data
-    assert "W_U bar" in bars.columns and bars["W_U bar"].notna().all()  # a tick on every bar drawn
-    assert "Black tick" in panels[0].caption
+    assert panels[0].key == "tour-spec-layers" and panels[0].folded is None  # the figure shown: the layers counted
     by_key = {p.key: p for p in panels}
+    bars = by_key["tour-spec"].data  # the mean spectrum, folded as the second reading
+    assert "W_U bar" in bars.columns and bars["W_U bar"].notna().all()  # a tick on every bar drawn
+    assert "Black tick" in by_key["tour-spec"].caption
     gaps = by_key["tour-spec-gaps"].data  # the low band: MLP minus attention, in points, per layer
     assert sorted(int(x) for x in gaps.loc[gaps["gap"] >= 10 - 1e-9, "layer"]) == claims["spectra"].numbers[
         "mlp_low_layers"]
