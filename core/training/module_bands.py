@@ -46,6 +46,14 @@ from core.training.recipe import ModuleBands
 OUTPUT_MAPS = {"attn": ("attn", "c_proj"), "mlp": ("mlp", "c_proj")}
 
 
+def tagged_rows(unembedding, weight_dtype, basis_name: str):
+    """W_U's number rows as a float32 tensor tagged with `weight_dtype` (read by core.analysis.filters for the rank
+    tolerance, as an Unembed's dtype is), and the Fourier basis `basis_name` on its numbers."""
+    W_U = torch.as_tensor(np.asarray(unembedding, dtype=np.float32))
+    W_U.weight_dtype = weight_dtype
+    return W_U, fourier_basis(W_U.shape[0], basis_name)
+
+
 def band_filters(unembedding, bands: ModuleBands, weight_dtype, faint=()) -> dict[str, ProjectionFilter]:
     """{module: the filter removing what it must not write} for the constrained modules ("attn", "mlp"): the band
     it does not keep, and also the directions W_U reads at the freeze's faint frequencies (`faint_directions`) and,
@@ -53,9 +61,7 @@ def band_filters(unembedding, bands: ModuleBands, weight_dtype, faint=()) -> dic
 
     `unembedding`: W_U's number rows (p, D) as the run will read them; `weight_dtype`: the dtype that sets the
     filters' rank tolerance (FILTER_DTYPE for rows read from a model's files, as every run reads them)."""
-    W_U = torch.as_tensor(np.asarray(unembedding, dtype=np.float32))
-    W_U.weight_dtype = weight_dtype  # read by core.analysis.filters, as an Unembed's dtype is
-    basis = fourier_basis(W_U.shape[0], bands.basis)
+    W_U, basis = tagged_rows(unembedding, weight_dtype, bands.basis)
     pair_ks = sorted({p.k for p in bands.pairs}) if bands.clear_pair_frequencies else []
     reserved = [faint_directions(W_U, basis, faint)] if faint else []
     reserved += [projection_filter(W_U, basis, pair_ks).q] if pair_ks else []
@@ -98,9 +104,7 @@ def saved_rows(model, number_ids, save_dtype: str) -> np.ndarray:
 def pair_vectors(unembedding, bands: ModuleBands, weight_dtype, faint=()) -> list[np.ndarray]:
     """Each cancelling pair's vector v (D,): `size` times the first direction W_U reads at the pair's frequency (at a
     faint frequency, the first of `faint_directions`: what W_U reads there alone)."""
-    W_U = torch.as_tensor(np.asarray(unembedding, dtype=np.float32))
-    W_U.weight_dtype = weight_dtype
-    basis = fourier_basis(W_U.shape[0], bands.basis)
+    W_U, basis = tagged_rows(unembedding, weight_dtype, bands.basis)
     out = []
     for pair in bands.pairs:
         q = faint_directions(W_U, basis, [pair.k]) if pair.k in faint else projection_filter(W_U, basis, [pair.k]).q
@@ -113,9 +117,7 @@ def pair_vectors(unembedding, bands: ModuleBands, weight_dtype, faint=()) -> lis
 def offset_vectors(unembedding, bands: ModuleBands, weight_dtype, faint=()) -> list[np.ndarray]:
     """Each offset's vector v (D,): `size` times (1, ..., 1) / sqrt(D), which W_U must read at the offset's faint
     frequency alone (the freeze's norm-blind frequency puts that frequency's sine there)."""
-    W_U = torch.as_tensor(np.asarray(unembedding, dtype=np.float32))
-    W_U.weight_dtype = weight_dtype
-    basis = fourier_basis(W_U.shape[0], bands.basis)
+    W_U, basis = tagged_rows(unembedding, weight_dtype, bands.basis)
     out = []
     for offset in bands.offsets:
         q = faint_directions(W_U, basis, [offset.k]) if offset.k in faint else np.zeros((W_U.shape[1], 0))
@@ -174,14 +176,18 @@ class BandConstraint:
             self.final_norm.bias.zero_()
 
 
+def faint_frequencies(recipe) -> tuple[int, ...]:
+    """The recipe's faint frequencies (its freeze's; none without one)."""
+    freeze = recipe.freeze_config()
+    return freeze.faint_frequencies if freeze is not None else ()
+
+
 def band_constraint(recipe, model, number_ids) -> BandConstraint | None:
     """The recipe's constraint on `model` (None without `module_bands`), applied once."""
     bands = recipe.module_band_config()
     if bands is None:
         return None
-    freeze = recipe.freeze_config()
-    faint = freeze.faint_frequencies if freeze is not None else ()
-    constraint = BandConstraint(model, number_ids, bands, recipe.save_dtype, faint)
+    constraint = BandConstraint(model, number_ids, bands, recipe.save_dtype, faint_frequencies(recipe))
     constraint.apply()
     return constraint
 
@@ -195,9 +201,7 @@ class PairNoise:
 
     def __init__(self, model, number_ids, bands: ModuleBands, save_dtype: str, seed: int, faint=()):
         W_U = saved_rows(model, number_ids, save_dtype)
-        basis = fourier_basis(W_U.shape[0], bands.basis)
-        W = torch.as_tensor(W_U)
-        W.weight_dtype = FILTER_DTYPE
+        W, basis = tagged_rows(W_U, FILTER_DTYPE, bands.basis)
         self.read = torch.as_tensor(projection_filter(W, basis, basis.frequencies).q).float()  # (D, r_w)
         self.seed = int(seed)
         self.generator = torch.Generator().manual_seed(self.seed + 4099)
@@ -254,6 +258,4 @@ def pair_noise(recipe, model, number_ids) -> PairNoise | None:
     bands = recipe.module_band_config()
     if bands is None or not bands.pairs:
         return None
-    freeze = recipe.freeze_config()
-    return PairNoise(model, number_ids, bands, recipe.save_dtype, recipe.seed,
-                     freeze.faint_frequencies if freeze is not None else ())
+    return PairNoise(model, number_ids, bands, recipe.save_dtype, recipe.seed, faint_frequencies(recipe))

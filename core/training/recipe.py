@@ -251,40 +251,45 @@ class ModuleBands:
         basis = spec.get("basis", cls.basis)
         if not isinstance(basis, str):
             raise CoreError(f"{where}.basis must be a basis name such as 'paper', got {basis!r}")
-        pairs = spec.get("pairs", [])
-        if not isinstance(pairs, list):
-            raise CoreError(f"{where}.pairs must be a list of cancelling pairs, got {pairs!r}")
         bands = cls(attn=spec.get("attn", cls.attn), mlp=spec.get("mlp", cls.mlp), tau=tau, basis=basis)
-        parsed = tuple(CancellingPair.parse(p, f"{where}.pairs[{i}]") for i, p in enumerate(pairs))
-        for i, pair in enumerate(parsed):
-            band = bands.removed(pair.module)
-            if band is None or (pair.k < tau) != (band == "low"):
-                raise CoreError(f"{where}.pairs[{i}]: k = {pair.k} must lie in the band {pair.module} does not keep "
-                                f"({band or 'none: that module keeps every band'}), so that removing that band "
-                                "removes the pair whole")
+        fixed = {}  # the fixed vectors: cancelling pairs and offsets, each in the band its module does not keep
+        for key, kind, what in (("pairs", CancellingPair, "cancelling pairs"), ("offsets", FaintOffset, "offsets")):
+            listed = spec.get(key, [])
+            if not isinstance(listed, list):
+                raise CoreError(f"{where}.{key} must be a list of {what}, got {listed!r}")
+            fixed[key] = tuple(kind.parse(x, f"{where}.{key}[{i}]") for i, x in enumerate(listed))
+            for i, vector in enumerate(fixed[key]):
+                band = bands.removed(vector.module)
+                if band is None or (vector.k < tau) != (band == "low"):
+                    raise CoreError(f"{where}.{key}[{i}]: k = {vector.k} must lie in the band {vector.module} does "
+                                    f"not keep ({band or 'none: that module keeps every band'}), so that removing "
+                                    "that band removes it whole")
         plain = spec.get("plain_final_norm", cls.plain_final_norm)
         if not isinstance(plain, bool):
             raise CoreError(f"{where}.plain_final_norm must be true or false, got {plain!r}")
         clear = spec.get("clear_pair_frequencies", cls.clear_pair_frequencies)
         if not isinstance(clear, bool):
             raise CoreError(f"{where}.clear_pair_frequencies must be true or false, got {clear!r}")
-        offsets = spec.get("offsets", [])
-        if not isinstance(offsets, list):
-            raise CoreError(f"{where}.offsets must be a list of faint offsets, got {offsets!r}")
-        offsets = tuple(FaintOffset.parse(o, f"{where}.offsets[{i}]") for i, o in enumerate(offsets))
-        for i, offset in enumerate(offsets):
-            band = bands.removed(offset.module)
-            if band is None or (offset.k < tau) != (band == "low"):
-                raise CoreError(f"{where}.offsets[{i}]: k = {offset.k} must lie in the band {offset.module} does not "
-                                f"keep ({band or 'none: that module keeps every band'}), so that removing that band "
-                                "removes the offset whole")
-        return cls(attn=bands.attn, mlp=bands.mlp, tau=tau, basis=basis, pairs=parsed, plain_final_norm=plain,
-                   clear_pair_frequencies=clear, offsets=offsets)
+        return cls(attn=bands.attn, mlp=bands.mlp, tau=tau, basis=basis, pairs=fixed["pairs"], plain_final_norm=plain,
+                   clear_pair_frequencies=clear, offsets=fixed["offsets"])
 
     def removed(self, module: str) -> str | None:
         """The band removed from `module`'s ("attn" or "mlp") outputs; None when it keeps every frequency."""
         keep = getattr(self, module)
         return None if keep == "any" else ("low" if keep == "high" else "high")
+
+
+def _fixed_vector_fields(cls, spec, where: str, size_means: str) -> tuple[str, int, float]:
+    """The module, frequency and norm of a fixed vector's spec (a cancelling pair's or an offset's), checked."""
+    _known_keys(cls, spec, where)
+    module, k, size = spec.get("module"), spec.get("k"), spec.get("size")
+    if module not in ("attn", "mlp"):
+        raise CoreError(f"{where}.module must be 'attn' or 'mlp', got {module!r}")
+    if not _is_whole(k) or k < 1:
+        raise CoreError(f"{where}.k (a frequency) must be a whole number >= 1, got {k!r}")
+    if not isinstance(size, (int, float)) or isinstance(size, bool) or not size > 0:
+        raise CoreError(f"{where}.size ({size_means}) must be a positive number, got {size!r}")
+    return module, int(k), float(size)
 
 
 @dataclass(frozen=True)
@@ -307,18 +312,12 @@ class CancellingPair:
         if not isinstance(spec, dict):
             raise CoreError(f"{where} must be an object such as {{'module': 'attn', 'layers': [1, 2], 'k': 20, "
                             f"'size': 10}}, got {spec!r}")
-        _known_keys(cls, spec, where)
-        module, layers, k, size = spec.get("module"), spec.get("layers"), spec.get("k"), spec.get("size")
-        if module not in ("attn", "mlp"):
-            raise CoreError(f"{where}.module must be 'attn' or 'mlp', got {module!r}")
+        module, k, size = _fixed_vector_fields(cls, spec, where, "the pair's norm")
+        layers = spec.get("layers")
         if (not isinstance(layers, list) or len(layers) != 2 or not all(_is_whole(x) and x >= 1 for x in layers)
                 or layers[0] >= layers[1]):
             raise CoreError(f"{where}.layers must be two layers counted from 1, the first lower, got {layers!r}")
-        if not _is_whole(k) or k < 1:
-            raise CoreError(f"{where}.k (a frequency) must be a whole number >= 1, got {k!r}")
-        if not isinstance(size, (int, float)) or isinstance(size, bool) or not size > 0:
-            raise CoreError(f"{where}.size (the pair's norm) must be a positive number, got {size!r}")
-        return cls(module, (int(layers[0]), int(layers[1])), int(k), float(size))
+        return cls(module, (int(layers[0]), int(layers[1])), k, size)
 
 
 @dataclass(frozen=True)
@@ -339,15 +338,8 @@ class FaintOffset:
         if not isinstance(spec, dict):
             raise CoreError(f"{where} must be an object such as {{'module': 'mlp', 'k': 150, 'size': 40}}, "
                             f"got {spec!r}")
-        _known_keys(cls, spec, where)
-        module, k, size = spec.get("module"), spec.get("k"), spec.get("size")
-        if module not in ("attn", "mlp"):
-            raise CoreError(f"{where}.module must be 'attn' or 'mlp', got {module!r}")
-        if not _is_whole(k) or k < 1:
-            raise CoreError(f"{where}.k (a frequency) must be a whole number >= 1, got {k!r}")
-        if not isinstance(size, (int, float)) or isinstance(size, bool) or not size > 0:
-            raise CoreError(f"{where}.size (the offset's norm) must be a positive number, got {size!r}")
-        return cls(module, int(k), float(size))
+        module, k, size = _fixed_vector_fields(cls, spec, where, "the offset's norm")
+        return cls(module, k, size)
 
 
 @dataclass
@@ -439,17 +431,18 @@ class Recipe:
         if self.module_bands is not None and (not self.tied or self.freeze is None or self.init_from):
             raise CoreError(f"recipe {self.name}: module_bands builds its filters from W_U once, so W_U must not "
                             "change: use tied number rows (tied: true) frozen by a freeze, on a model trained here")
-        for pair in self.module_band_config().pairs if self.module_bands is not None else ():
+        if self.module_bands is None:
+            return
+        bands, freeze = self.module_band_config(), self.freeze_config()
+        for pair in bands.pairs:
             if pair.layers[1] > self.n_layers:
                 raise CoreError(f"recipe {self.name}: a cancelling pair at layers {list(pair.layers)} needs "
                                 f"{pair.layers[1]} layers, the model has {self.n_layers}")
-            frequencies = (self.freeze or {}).get("frequencies")
-            faint = (self.freeze or {}).get("faint_frequencies") or []
-            if frequencies is not None and pair.k not in frequencies and pair.k not in faint:
+            if freeze.frequencies and pair.k not in freeze.frequencies + freeze.faint_frequencies:
                 raise CoreError(f"recipe {self.name}: a cancelling pair at k = {pair.k} needs W_U to read that "
                                 f"frequency: add {pair.k} to freeze.frequencies")
-        for offset in self.module_band_config().offsets if self.module_bands is not None else ():
-            if offset.k != (self.freeze or {}).get("norm_blind_frequency"):
+        for offset in bands.offsets:
+            if offset.k != freeze.norm_blind_frequency:
                 raise CoreError(f"recipe {self.name}: an offset at k = {offset.k} must lie along (1, ..., 1), which "
                                 "every layer norm removes, or it would change what the layers after it read: set "
                                 f"freeze.norm_blind_frequency to {offset.k} (one of freeze.faint_frequencies)")
