@@ -542,8 +542,10 @@ def layer_short_ratios(run: RunReader, tau: int = 50):
 
 def table1_bars(run: RunReader, tau: int):
     """Table 1 as grouped bars: accuracy under each band filter, this run next to GPT-2-XL and to the random control."""
-    data = summaries.table1_long(summaries.table1(run.table(Table.ABLATIONS), tau), tau)
+    t1 = summaries.table1(run.table(Table.ABLATIONS), tau)
+    data = summaries.table1_long(t1, tau)
     order = ["this run", "random control", "GPT-2-XL"]
+    energy = "control matched on" in t1.columns and (t1["control matched on"] == "rank and energy").any()
     chart = (
         alt.Chart(data)
         .mark_bar()
@@ -573,8 +575,8 @@ def table1_bars(run: RunReader, tau: int):
         )
     )
     caption = (
-        f"Accuracy with one band removed from every layer (tau = {tau}); light bars: the same number of random "
-        "directions removed instead, grey: the paper's GPT-2-XL."
+        f"Accuracy with one band removed from every layer (tau = {tau}); light bars: as many random directions "
+        + ("of as much energy instead, " if energy else "instead, ") + "grey: the paper's GPT-2-XL."
     )
     if "spread" in data.columns and data["spread"].notna().any():  # the random control's spread over its draws
         spread = (
