@@ -3,7 +3,11 @@ every other table and the manifest's own keys are published again as they were (
 stage_published and publish); the manifest's `patching` note and `timings.patching_s` are replaced. Rows of the older
 table read over the very pairs this version reads are kept (core.runs.patch_run.patch_run's `previous`).
 
-    .venv/bin/python scripts/patching_upgrade.py RUN [RUN ...] [--threads N] [--extra-pairs N]
+    .venv/bin/python scripts/patching_upgrade.py RUN [RUN ...] [--threads N] [--extra-pairs N | --every-pair]
+
+The pairs each reading takes are the precompute's (core.runs.patch_run.pair_limits: every pair, but a deep model's
+samples for the heads and the other readings); `--every-pair` reads every pair for all of them on any run (the
+default run's 270 heads over its 3,036 pairs: about N minutes on two CPU threads).
 
 A run whose model is not here is refused with what to do; a run that fails loses nothing (the staging folder is
 published only once the table is written).
@@ -21,11 +25,11 @@ from core.errors import CoreError
 from core.files import read_json_file
 from core.runs.ablate import open_target
 from core.runs.cache import RunWriter
-from core.runs.patch_run import EXTRA_PAIRS, PATCH_VERSION, write_patch_table
+from core.runs.patch_run import PATCH_VERSION, pair_limits, write_patch_table
 from core.tasks import build_examples
 
 
-def upgrade(name: str, cache_dir: str, threads: int, extra_pairs: int = EXTRA_PAIRS) -> None:
+def upgrade(name: str, cache_dir: str, threads: int, extra_pairs: int | None = None, every_pair: bool = False) -> None:
     manifest = read_json_file(Path(cache_dir) / name / "manifest.json")
     if not manifest:
         raise CoreError(f"no run {name!r} in {cache_dir}: name one `python -m core list` shows")
@@ -36,8 +40,10 @@ def upgrade(name: str, cache_dir: str, threads: int, extra_pairs: int = EXTRA_PA
     writer = RunWriter(cache_dir, name, manifest["identity"], manifest["options"])
     keep = writer.stage_published()
     opts = SimpleNamespace(max_operand=target.max_operand, batch_size=32, progress=False)
+    heads, extra = (None, None) if every_pair else pair_limits(target.loaded, examples)
+    limits = (heads, extra if extra_pairs is None else extra_pairs)
     keep["patching"] = write_patch_table(writer, target.loaded, examples, target.texts, target.p, opts, print,
-                                         extra_pairs)
+                                         limits)
     keep["timings"] = {**(keep.get("timings") or {}), "patching_s": round(time.time() - t0, 2)}
     writer.publish(keep)
     print(f"run {name}: patching table of version {PATCH_VERSION} published ({time.time() - t0:.0f}s); nothing else "
@@ -49,11 +55,14 @@ def main() -> int:
     parser.add_argument("runs", nargs="+")
     parser.add_argument("--cache-dir", default="cache")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--extra-pairs", type=int, default=EXTRA_PAIRS,
-                        help="the seeded sample of pairs noising and the contrast 10 read (default %(default)s)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--extra-pairs", type=int, default=None,
+                       help="the seeded sample of pairs noising and the contrast 10 read (default: the precompute's)")
+    which.add_argument("--every-pair", action="store_true",
+                       help="every pair for the heads, noising and the contrast 10 too, on any run")
     args = parser.parse_args()
     for name in args.runs:
-        upgrade(name, args.cache_dir, args.threads, args.extra_pairs)
+        upgrade(name, args.cache_dir, args.threads, args.extra_pairs, args.every_pair)
     return 0
 
 

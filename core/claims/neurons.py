@@ -58,12 +58,14 @@ def neuron_summary(run: RunReader) -> str:
     for i, k in enumerate(sorted(int(x) for x in table.loc[table["k"] > 0, "k"].unique())):
         r = ablation_rows(table, k)
         h, d = r["helix"], r["heuristic"]
+        both = int(h["overlap"])
         lead = (f"Each neuron set to its mean, over {int(base['n']):,} {split} questions ({pct(base['accuracy'], 1)} "
                 "correct unedited): the" if i == 0 else "The")
         words.append(
             f"{lead} {k} the helix fits best leave {pct(h['accuracy'], 1)} correct and change the last "
             f"digit of {pct(h['last_digit_shift'], 1)} of the answers; the {k} the digit patterns fit best "
-            f"{pct(d['accuracy'], 1)} and {pct(d['last_digit_shift'], 1)} ({int(h['overlap'])} neurons in both sets); "
+            f"{pct(d['accuracy'], 1)} and {pct(d['last_digit_shift'], 1)} "
+            f"({both} neuron{'' if both == 1 else 's'} in both sets); "
             f"{k} random neurons of the same layers {pct(r['random_accuracy'], 1)} (sd "
             f"{pct(r['random_accuracy_sd'], 1)} over {r['draws']} draws) and {pct(r['random_shift'], 1)}.")
     return " ".join(words)

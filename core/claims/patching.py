@@ -185,7 +185,8 @@ def reading_summary(full: pd.DataFrame, direction: str, contrast: int, over: str
     if len(heads):
         shown = top_sites(t, (HEAD,))
         m = int(heads["n"].iloc[0])
-        lead_heads = f"Of the {len(heads)} heads (each over a sample of {m:,} of the pairs)"
+        lead_heads = (f"Of the {len(heads)} heads (each over the same {m:,} pairs)" if m == n else
+                      f"Of the {len(heads)} heads (each over a sample of {m:,} of the pairs)")
         words.append(f"{lead_heads}, the most: " + "; ".join(site_phrase(r) for r in shown.itertuples()) + "."
                      if len(shown) else f"{lead_heads}, none {verb} a share whose interval lies above zero.")
     return " ".join(words)

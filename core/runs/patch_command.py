@@ -33,7 +33,7 @@ from core.models.names import ATTN, HEAD, MLP, RESID, Z, hook_name
 from core.runs.ablate import Target, nan_to_none
 from core.runs.cache import read_manifest, read_table
 from core.runs.edit_arguments import check_pair, parse_answers, read_prompt
-from core.runs.patch_run import PAIR_RULE, TENS_RULE, group_sites, patch_run
+from core.runs.patch_run import PAIR_RULE, TENS_RULE, group_sites, pair_limits, patch_run
 from core.runs.position_patch_run import PositionPatchReport, position_report
 from core.runs.precompute import model_prompts
 from core.tasks import RUNNING_EXAMPLE_PHRASING, build_examples, select_split
@@ -138,9 +138,10 @@ def patch_command(target: Target, clean: str | None = None, corrupt: str | None 
                   contrast: int = 1) -> PatchReport | PositionPatchReport:
     """`python -m core patch`: with `clean` and `corrupt` (questions like "15 + 93" in the same phrasing,
     `phrasing`, by default the running example's for addition, else the first; or any texts: `pair_prompts`),
-    that one pair; without them, every pair of the target's questions (core.runs.patch_run: the stage's pairs,
-    each head over its sample of them). `answers` ("108,109") names the two answers compared. With `positions`, the
-    pair's stream patched at every token and layer instead (core.runs.position_patch_run.position_report).
+    that one pair; without them, every pair of the target's questions (core.runs.patch_run: the stage's pairs; a
+    deep model's heads and other readings over its samples, `pair_limits`). `answers` ("108,109") names the two
+    answers compared. With `positions`, the pair's stream patched at every token and layer instead
+    (core.runs.position_patch_run.position_report).
     `direction` (denoise, noise) and, for a split, `contrast` (1 or 10: the partner's second operand that much more)
     choose which reading is printed."""
     loaded, p = target.loaded, target.p
@@ -164,14 +165,17 @@ def patch_command(target: Target, clean: str | None = None, corrupt: str | None 
     else:
         everything = {e.id: e for e in build_examples(target.task, target.max_operand, target.dataset_seed)}
         examples = [everything[i] for i in target.ids]
-        table = patch_run(loaded, examples, target.texts, p, target.max_operand, 32, progress)
+        heads_read, extra_read = pair_limits(loaded, examples)
+        table = patch_run(loaded, examples, target.texts, p, target.max_operand, 32, progress,
+                          extra_pairs=extra_read, head_pairs=heads_read)
         if table is None:
             raise CoreError(f"none of the {len(examples)} questions has a partner: {PAIR_RULE}")
         table = table[(table["direction"] == direction) & (table["contrast"] == int(contrast))]
         heads = table[table["kind"] == HEAD]
         rule = TENS_RULE if int(contrast) == 10 else PAIR_RULE
         what = (f"{direction}, {int(table['n'].iloc[0])} pairs of {len(examples)} {target.split} questions ({rule})"
-                + (f"; each head over a sample of {int(heads['n'].iloc[0])} of them" if len(heads) else ""))
+                + (f"; each head over a sample of {int(heads['n'].iloc[0])} of them"
+                   if len(heads) and heads['n'].iloc[0] < table['n'].iloc[0] else ""))
     sites = [{"hook": site_hook(row.kind, int(row.layer), int(row.head), loaded.n_layers, int(row.from_layer),
                                 row.modules),
               "site": site_label(row.kind, int(row.layer), int(row.head), loaded.n_layers, int(row.from_layer),

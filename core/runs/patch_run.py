@@ -9,12 +9,13 @@ Pairs (each row's `n` says over how many it was read, and its interval is over t
 
 * denoising, contrast 1, the stream and module sites and the groups: every pair the split has (a question whose
   partner leaves the last digit as it was has none);
-* each attention head (where the heads can be read), denoising, contrast 1: a seeded sample of `HEAD_PAIRS` of them
-  (15 + 93 always in), since a head is one site of heads x layers (270 on SmolLM2-135M, about 7 ms a pair each on two
-  CPU cores);
-* noising at contrast 1, and both directions at contrast 10, the stream and module sites and the groups: a seeded
-  sample of `EXTRA_PAIRS` pairs of that contrast (the running example's pair always in; every pair where there are
-  fewer).
+* each attention head (where the heads can be read), denoising, contrast 1, and noising at contrast 1 and both
+  directions at contrast 10 (the stream and module sites and the groups): every pair, where the run reads every
+  question (`pair_limits`: a 2-layer demo, or `precompute --every-question`). A deep model's run of the sampled
+  design (core.runs.sampled_design) reads a seeded sample instead: `HEAD_PAIRS` pairs for the heads, since a head is
+  one site of heads x layers (270 on SmolLM2-135M, about 7 ms a pair each on two CPU cores), and `EXTRA_PAIRS` pairs
+  of each contrast for the other readings (15 + 93 always in; every pair where there are fewer).
+  `scripts/patching_upgrade.py RUN --every-pair` reads every pair on such a run too.
 
 The manifest's `patching` says how many, the pairing rules and the version. A table of version 1 (denoising at
 contrast 1 only) is upgraded by adding what it lacks: its rows over the very pairs this stage reads are kept.
@@ -33,6 +34,7 @@ from core.analysis.patching import Site, group_site, module_sites, patch_pairs, 
 from core.models.names import ATTN, HEAD, MLP
 from core.runs.cache import RunWriter
 from core.runs.patch_groups import trained_layers
+from core.runs.sampled_design import design_for
 from core.tasks import RUNNING_EXAMPLE, example_id, subsample
 
 #: The version of the patching table: a run whose table is of another version is given a new one (2: noising, the
@@ -57,13 +59,21 @@ def group_sites(loaded) -> list[Site]:
     return [group_site(ATTN, first, last), group_site(MLP, first, last)]
 
 
+def pair_limits(loaded, examples, every_question: bool = False) -> tuple[int | None, int | None]:
+    """(head pairs, extra pairs) of a run of `loaded` over `examples`: None and None (every pair) where the run reads
+    every question, `HEAD_PAIRS` and `EXTRA_PAIRS` where it reads a deep model's sampled design (module docstring)."""
+    if design_for([e.answer for e in examples], loaded.n_layers, loaded.width, every_question) is None:
+        return None, None
+    return HEAD_PAIRS, EXTRA_PAIRS
+
+
 def patch_run(loaded, examples, texts, p: int, max_operand: int, batch_size: int, progress=None, log=print,
-              previous=None, extra_pairs: int = EXTRA_PAIRS):
+              previous=None, extra_pairs: int | None = EXTRA_PAIRS, head_pairs: int | None = HEAD_PAIRS):
     """The `patching` table over the pairs of the run's questions `examples` (their prompts `texts` as the model
     reads them; the pairs each reading takes: module docstring); None where no question has a partner at contrast 1.
     `previous`, an older table of this run: its denoising rows at contrast 1 read over the same number of the same
-    pairs are kept instead of recomputed. `extra_pairs`: the sample noising and the contrast 10 read (default
-    `EXTRA_PAIRS`)."""
+    pairs are kept instead of recomputed. `extra_pairs` and `head_pairs`: the samples noising and the contrast 10,
+    and the heads, read (None: every pair; `pair_limits` gives a run's)."""
     t0 = time.time()
     text_of = {e.id: t for e, t in zip(examples, texts)}
     task = examples[0].task if examples else "addition"
@@ -99,7 +109,7 @@ def patch_run(loaded, examples, texts, p: int, max_operand: int, batch_size: int
         tables = [patched(pairs, singles)]
     tables.append(patched(pairs, groups))
     if loaded.parts.has_heads:
-        sample = head_sample(pairs, task)
+        sample = pair_sample(pairs, task, head_pairs)
         heads = kept([HEAD], len(sample))
         tables.append(heads if heads is not None else patched(sample, head_sites(loaded)))
     for direction, contrast in EXTRA_READINGS:
@@ -116,15 +126,9 @@ def head_sites(loaded) -> list[Site]:
     return [s for s in module_sites(loaded.n_layers, loaded.parts.n_heads) if s.kind == HEAD]
 
 
-def head_sample(pairs: list, task: str) -> list:
-    """The pairs the heads are read over: a seeded sample of `HEAD_PAIRS` (all when there are fewer), the running
-    example's pair always in, in the pairs' own order."""
-    return pair_sample(pairs, task, HEAD_PAIRS)
-
-
-def pair_sample(pairs: list, task: str, limit: int) -> list:
-    """A seeded sample (`HEAD_SEED`) of at most `limit` of `pairs` (all when there are fewer), the running example's
-    pair always in where it has one, in the pairs' own order."""
+def pair_sample(pairs: list, task: str, limit: int | None) -> list:
+    """A seeded sample (`HEAD_SEED`) of at most `limit` of `pairs` (all when there are fewer, or `limit` is None), the
+    running example's pair always in where it has one, in the pairs' own order."""
     chosen = subsample([c for c, _ in pairs], limit, HEAD_SEED, [example_id(task, *RUNNING_EXAMPLE)])
     ids = {c.id for c in chosen}
     return [(c, k) for c, k in pairs if c.id in ids]
@@ -149,12 +153,15 @@ def patch_note(table, n_questions: int) -> dict:
 
 
 def write_patch_table(writer: RunWriter, loaded, examples, texts, p: int, opts, log,
-                      extra_pairs: int = EXTRA_PAIRS) -> dict:
+                      limits: tuple[int | None, int | None] | None = None) -> dict:
     """The `patching` table into the staging folder (an older one there: its rows over the same pairs kept);
-    returns the manifest's note on it."""
+    returns the manifest's note on it. `limits`: (head pairs, extra pairs), None each for every pair (default: the
+    run's `pair_limits`, `opts.every_question` read where it has one)."""
+    if limits is None:
+        limits = pair_limits(loaded, examples, bool(getattr(opts, "every_question", False)))
     previous = writer.read("patching") if writer.has("patching") else None
     table = patch_run(loaded, examples, texts, p, opts.max_operand, opts.batch_size, opts.progress, log, previous,
-                      extra_pairs)
+                      extra_pairs=limits[1], head_pairs=limits[0])
     if table is None:
         return {"version": PATCH_VERSION, "pairs": 0, "questions": len(examples), "rule": PAIR_RULE}
     writer.write("patching", table)

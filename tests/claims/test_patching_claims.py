@@ -70,6 +70,10 @@ def test_the_sentence_names_the_sites_that_restore_most_and_says_when_none_does_
     assert "No single module restores half (the highest interval ends at 35%)" in text
     assert ("Of the 2 heads (each over a sample of 30 of the pairs), the most: head 3 of layer 2, 15% (95% "
             "interval") in text
+    # heads read over every pair the other sites read: said so, never "a sample"
+    every = t.assign(n=100)
+    assert "Of the 2 heads (each over the same 100 pairs), the most: head 3" in patching_summary(FakeRun(every))
+    assert "sample" not in patching_summary(FakeRun(every))
     # the stream passes 10% at its first layer: said as "before layer 1", never "up to layer 0"
     early = patching_summary(FakeRun(table([0.0, 0.6, 1.0], modules=[("attn", 1, -1, 0.3)])))
     assert "before layer 1, and over 50% from layer 1 on" in early and "layer 0" not in early

@@ -3,6 +3,7 @@ the groups in its table, an older table's rows kept only where they were read ov
 layers a recipe names (core.runs.patch_groups)."""
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,8 +11,9 @@ import pytest
 from core.analysis.patch_table import DENOISE, NOISE, with_defaults
 from core.models.random_models import save_random_model
 from core.runs.ablate import open_target
+from core.runs.live_sample import LIVE_SAMPLE
 from core.runs.patch_groups import trained_layers
-from core.runs.patch_run import EXTRA_PAIRS, patch_note, patch_run
+from core.runs.patch_run import EXTRA_PAIRS, HEAD_PAIRS, pair_limits, patch_note, patch_run
 from core.tasks import build_examples
 
 
@@ -61,3 +63,30 @@ def test_the_trained_layers_are_read_from_a_number_token_recipe_and_are_every_la
     assert trained_layers(str(folder), 30) == (19, 30, True)
     (folder / "recipe.json").write_text(json.dumps({"n_layers": 2, "freeze": {"kind": "fourier"}}))
     assert trained_layers(str(folder), 2) == (1, 2, False)
+
+
+def test_a_run_that_reads_every_question_patches_every_pair_and_a_deep_sampled_run_its_samples(tiny):
+    target, examples = tiny
+    assert pair_limits(target.loaded, examples) == (None, None)  # a tiny model: every pair
+    deep = SimpleNamespace(n_layers=30, width=576)  # SmolLM2-135M's shape over a whole split: the sampled design
+    split = build_examples("addition", 260, 0)[:3419]
+    assert pair_limits(deep, split) == (HEAD_PAIRS, EXTRA_PAIRS)
+    assert pair_limits(deep, split, every_question=True) == (None, None)
+    assert pair_limits(deep, split[:LIVE_SAMPLE]) == (None, None)  # no larger than the sample: every question
+    quiet = dict(log=lambda *_: None)
+    every = patch_run(target.loaded, examples, target.texts, target.p, 260, 32, False, **quiet,
+                      extra_pairs=None, head_pairs=None)
+    sampled = patch_run(target.loaded, examples, target.texts, target.p, 260, 32, False, **quiet,
+                        extra_pairs=4, head_pairs=5)
+    pairs = int(every.loc[(every["kind"] == "resid") & (every["direction"] == DENOISE) & (every["contrast"] == 1),
+                          "n"].iloc[0])
+    assert pairs > 5
+    for table, heads, extra in ((every, pairs, None), (sampled, 5, 4)):
+        head_rows = table[table["kind"] == "head"]
+        assert len(head_rows) and (head_rows["n"] == heads).all()
+        other = table[(table["direction"] == NOISE) | (table["contrast"] == 10)]
+        if extra is not None:
+            assert (other["n"] <= extra).all()
+        note = patch_note(table, len(examples))
+        assert note["head_pairs"] == heads and note["pairs"] == pairs
+    assert every.loc[every["direction"] == NOISE, "n"].iloc[0] == pairs  # noising at contrast 1: every pair too
