@@ -7,8 +7,9 @@ table read over the very pairs this version reads are kept (core.runs.patch_run.
 
 The pairs each reading takes are the precompute's (core.runs.patch_run.pair_limits: every pair, but a deep model's
 samples for the heads and the other readings); `--every-pair` reads every pair for all of them on any run. On the
-default run (270 heads, 92 other sites, 3,419 pairs) that is about 2 hours for the heads and as long again for the
-other three readings on two CPU threads (estimated from about 7 ms a site and pair; a 2-layer demo takes a minute).
+default run (270 heads, 93 other sites, 3,419 pairs) that is about 2 hours for the heads and as long again for the
+other three readings on two CPU threads (estimated from about 7 ms a site and pair; a 2-layer demo took about a minute
+with its contrast-1 rows kept).
 
 A run whose model is not here is refused with what to do; a run that fails loses nothing (the staging folder is
 published only once the table is written).
@@ -41,7 +42,7 @@ def upgrade(name: str, cache_dir: str, threads: int, extra_pairs: int | None = N
     writer = RunWriter(cache_dir, name, manifest["identity"], manifest["options"])
     keep = writer.stage_published()
     opts = SimpleNamespace(max_operand=target.max_operand, batch_size=32, progress=False)
-    heads, extra = (None, None) if every_pair else pair_limits(target.loaded, examples)
+    heads, extra = (None, None) if every_pair else pair_limits(target.loaded, examples, not manifest.get("design"))
     limits = (heads, extra if extra_pairs is None else extra_pairs)
     keep["patching"] = write_patch_table(writer, target.loaded, examples, target.texts, target.p, opts, print,
                                          limits)

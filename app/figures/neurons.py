@@ -10,12 +10,17 @@ import numpy as np
 import pandas as pd
 
 from app.figures.style import styled
+from core.analysis.neurons import with_matches
 
 #: Width of a bin of the R^2 map.
 BIN = 0.05
-SET_NAMES = {"helix": "best fitted by the helix of a+b", "heuristic": "best fitted by digit patterns",
-             "random": "random, same layers (mean ± sd)"}
-SET_COLOURS = alt.Scale(domain=list(SET_NAMES.values()), range=["#d62728", "#1f77b4", "#7f7f7f"])
+#: The sets drawn, by (selection, matches), in the order drawn, with their colour: each top set, then its random control
+#: drawn in its layers; a table of version 1 has one control over every layer read (matches "").
+SETS = {("helix", ""): ("best fitted by the helix of a+b", "#d62728"),
+        ("random", "helix"): ("random, in the helix set's layers (mean ± sd)", "#ff9896"),
+        ("heuristic", ""): ("best fitted by digit patterns", "#1f77b4"),
+        ("random", "heuristic"): ("random, in the digit set's layers (mean ± sd)", "#aec7e8"),
+        ("random", ""): ("random, of the layers read (mean ± sd)", "#7f7f7f")}
 
 
 def fit_map_data(fits: pd.DataFrame) -> pd.DataFrame:
@@ -54,14 +59,18 @@ def fit_map_chart(fits: pd.DataFrame, label: str = ""):
 
 
 def ablation_data(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (reading, k, set): the share, and for the random draws their mean and mean +- sd; `unedited`, the
-    unedited model's accuracy on the accuracy rows (empty on the others)."""
+    """One row per (reading, k, set of `SETS` the table holds): the share, and for the random draws their mean and mean
+    +- sd; `unedited`, the unedited model's accuracy on the accuracy rows (empty on the others)."""
+    table = with_matches(table)
     base = float(table.loc[table["selection"] == "none", "accuracy"].iloc[0])
     rows = []
     for column, reading in (("accuracy", "accuracy"), ("last_digit_shift", "last digit changed")):
         for k in sorted(int(x) for x in table.loc[table["k"] > 0, "k"].unique()):
-            for selection, name in SET_NAMES.items():
-                values = table.loc[(table["k"] == k) & (table["selection"] == selection), column].to_numpy()
+            for (selection, matches), (name, _) in SETS.items():
+                chosen = (table["k"] == k) & (table["selection"] == selection) & (table["matches"] == matches)
+                values = table.loc[chosen, column].to_numpy()
+                if not len(values):
+                    continue
                 sd = float(values.std(ddof=1)) if len(values) > 1 else 0.0
                 rows.append({"group": f"{reading}, {k} neurons", "set": name, "reading": reading, "k": k,
                              "share": float(values.mean()), "low": float(values.mean()) - sd,
@@ -75,15 +84,18 @@ def ablation_chart(table: pd.DataFrame, label: str = ""):
     reading and k, side by side by set; the random draws' spread as a rule; the unedited accuracy a black tick."""
     data = ablation_data(table)
     order = list(dict.fromkeys(data["group"]))
+    shown = [(name, colour) for name, colour in SETS.values() if name in set(data["set"])]
+    names = [name for name, _ in shown]
     enc = alt.Chart(data).encode(
         x=alt.X("group:N", title=None, sort=order,
                 axis=alt.Axis(labelAngle=0, labelLimit=0, labelExpr="split(datum.label, ', ')")),  # two lines each
-        xOffset=alt.XOffset("set:N", sort=list(SET_NAMES.values())),
+        xOffset=alt.XOffset("set:N", sort=names),
     )
     bars = enc.mark_bar().encode(
         y=alt.Y("share:Q", title="share of the questions (%)", axis=alt.Axis(format="%"),
                 scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("set:N", title="neurons averaged", scale=SET_COLOURS,
+        color=alt.Color("set:N", title="neurons averaged", scale=alt.Scale(domain=names,
+                                                                          range=[c for _, c in shown]),
                         legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
         tooltip=[alt.Tooltip("set:N"), alt.Tooltip("group:N"), alt.Tooltip("share:Q", format=".1%"),
                  alt.Tooltip("draws:Q")],
@@ -92,6 +104,6 @@ def ablation_chart(table: pd.DataFrame, label: str = ""):
     unedited = enc.mark_tick(color="black", thickness=2, size=40).encode(y=alt.Y("unedited:Q"))
     base = table[table["selection"] == "none"].iloc[0]
     caption = (f"Over {int(base['n']):,} questions; black ticks: accuracy unedited ({base['accuracy']:.1%}); the rule "
-               "on the grey bars spans the random draws' mean ± one standard deviation.")
+               "on each random set's bar spans its draws' mean ± one standard deviation.")
     title = "Neurons set to their mean: accuracy and last digit" + (f" — {label}" if label else "")
     return styled(alt.layer(bars, spread, unedited), title, height=300), data, caption

@@ -134,12 +134,27 @@ def top_neurons(fits: pd.DataFrame, column: str, k: int) -> pd.DataFrame:
     return fits.sort_values([column, "layer", "neuron"], ascending=[False, True, True], kind="stable").head(k)
 
 
-def random_neurons(fits: pd.DataFrame, k: int, seed) -> pd.DataFrame:
-    """k rows of `fits` drawn uniformly without replacement (seeded): the control of the same layers."""
-    if not 1 <= k <= len(fits):
-        raise CoreError(f"k = {k}: choose 1..{len(fits)} neurons")
-    rows = np.sort(np.random.default_rng(seed).choice(len(fits), k, replace=False))
-    return fits.iloc[rows]
+def random_neurons(fits: pd.DataFrame, like: pd.DataFrame, seed) -> pd.DataFrame:
+    """The control of the set of neurons `like` (rows of `fits`): as many neurons of `fits` in each layer as `like`
+    holds there, drawn uniformly without replacement within the layer (seeded), so the control has the set's size and
+    its layers in the same numbers."""
+    if not len(like):
+        raise CoreError("a random control copies the layers of a set of neurons: the set is empty")
+    layers = fits["layer"].to_numpy()
+    rng = np.random.default_rng(seed)
+    picked = []
+    for layer, count in sorted(like["layer"].value_counts().items()):
+        rows = np.flatnonzero(layers == layer)
+        if count > len(rows):
+            raise CoreError(f"MLP {layer}: {count} neurons asked of its {len(rows)}")
+        picked.append(rng.choice(rows, int(count), replace=False))
+    return fits.iloc[np.sort(np.concatenate(picked))]
+
+
+def with_matches(table: pd.DataFrame) -> pd.DataFrame:
+    """The `neurons` table (core.runs.neuron_run) with its `matches` column; a table of version 1 (random sets drawn
+    over every layer read, one control for both top sets) gets "" there."""
+    return table if "matches" in table.columns else table.assign(matches="")
 
 
 def last_digit_shift(predictions, reference) -> float:

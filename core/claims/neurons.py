@@ -1,7 +1,8 @@
 """The neuron-level test of a run in words (core.runs.neuron_run: Nikankin et al.'s "bag of heuristics" question),
 every number from its tables `neuron_fits` and `neurons`. The paper (Zhou et al. 2024) claims nothing about single
 neurons, so this module gives a reading with no verdict: which fit explains more of the neurons' held-out variance,
-and what mean-ablating the best-fitted neurons of each kind does beside random neurons of the same layers.
+and what mean-ablating the best-fitted neurons of each kind does beside random neurons drawn in that set's layers, as
+many in each (a table of version 1: drawn over every layer read).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from core.analysis.neurons import with_matches
 from core.claims.base import pct
 from core.runs.reader import RunReader, Table
 
@@ -23,17 +25,24 @@ def fit_counts(fits: pd.DataFrame) -> dict:
             "n_scored": int(fits["n_scored"].iloc[0])}
 
 
-def ablation_rows(table: pd.DataFrame, k: int) -> dict:
-    """One k of the ablation: the helix's and the heuristics' sets (rows), the random draws' mean and sd."""
-    rows = table[table["k"] == k]
-    rand = rows[rows["selection"] == "random"]
-    return {"helix": rows[rows["selection"] == "helix"].iloc[0],
-            "heuristic": rows[rows["selection"] == "heuristic"].iloc[0],
-            "random_accuracy": float(rand["accuracy"].mean()),
-            "random_accuracy_sd": float(rand["accuracy"].std(ddof=1)) if len(rand) > 1 else 0.0,
-            "random_shift": float(rand["last_digit_shift"].mean()),
-            "random_shift_sd": float(rand["last_digit_shift"].std(ddof=1)) if len(rand) > 1 else 0.0,
-            "draws": len(rand)}
+def control_rows(table: pd.DataFrame, k: int, selection: str) -> dict:
+    """The random draws that control the top-k set `selection` (helix, heuristic): those drawn in its layers
+    (`matches`), or in a table of version 1 the draws over every layer read; their mean and sd, and which they are."""
+    rows = with_matches(table)
+    rows = rows[(rows["k"] == k) & (rows["selection"] == "random")]
+    in_layers = bool((rows["matches"] != "").any())
+    rand = rows[rows["matches"] == selection] if in_layers else rows
+    sd = {c: float(rand[c].std(ddof=1)) if len(rand) > 1 else 0.0 for c in ("accuracy", "last_digit_shift")}
+    return {"accuracy": float(rand["accuracy"].mean()), "accuracy_sd": sd["accuracy"],
+            "shift": float(rand["last_digit_shift"].mean()), "shift_sd": sd["last_digit_shift"],
+            "draws": len(rand), "in_layers": in_layers}
+
+
+def set_words(row, n: int) -> str:
+    """A set's accuracy and last-digit change in words, the change also as a count of the questions."""
+    moved = int(round(float(row["last_digit_shift"]) * n))
+    return (f"{pct(row['accuracy'], 2)} correct, the last digit changed for {pct(row['last_digit_shift'], 2)} "
+            f"({moved:,})")
 
 
 def neuron_summary(run: RunReader) -> str:
@@ -41,7 +50,7 @@ def neuron_summary(run: RunReader) -> str:
     if not (run.has(Table.NEURON_FITS) and run.has(Table.NEURONS)):
         return ""
     c = fit_counts(run.table(Table.NEURON_FITS))
-    table = run.table(Table.NEURONS)
+    table = with_matches(run.table(Table.NEURONS))
     note = run.manifest.get("neurons") or {}
     split = note.get("split", run.split)
     base = table[table["selection"] == "none"].iloc[0]
@@ -55,17 +64,20 @@ def neuron_summary(run: RunReader) -> str:
              f"{c['helix_better']:,} and less for {c['heuristic_better']:,} (median held-out R² "
              f"{c['helix_median']:.2f} for the helix, {c['heuristic_median']:.2f} for the digit patterns; best neuron "
              f"{c['helix_top']:.2f} and {c['heuristic_top']:.2f})."]
-    for i, k in enumerate(sorted(int(x) for x in table.loc[table["k"] > 0, "k"].unique())):
-        r = ablation_rows(table, k)
-        h, d = r["helix"], r["heuristic"]
-        both = int(h["overlap"])
-        lead = (f"Each neuron set to its mean, over {int(base['n']):,} {split} questions ({pct(base['accuracy'], 1)} "
-                "correct unedited): the" if i == 0 else "The")
-        words.append(
-            f"{lead} {k} the helix fits best leave {pct(h['accuracy'], 1)} correct and change the last "
-            f"digit of {pct(h['last_digit_shift'], 1)} of the answers; the {k} the digit patterns fit best "
-            f"{pct(d['accuracy'], 1)} and {pct(d['last_digit_shift'], 1)} "
-            f"({both} neuron{'' if both == 1 else 's'} in both sets); "
-            f"{k} random neurons of the same layers {pct(r['random_accuracy'], 1)} (sd "
-            f"{pct(r['random_accuracy_sd'], 1)} over {r['draws']} draws) and {pct(r['random_shift'], 1)}.")
+    n = int(base["n"])
+    words.append(f"Each set's neurons were held at their mean activation over {n:,} {split} questions "
+                 f"({pct(base['accuracy'], 2)} correct unedited).")
+    for k in sorted(int(x) for x in table.loc[table["k"] > 0, "k"].unique()):
+        rows = table[table["k"] == k]
+        parts = []
+        for selection, name in (("helix", "the helix fits"), ("heuristic", "the digit patterns fit")):
+            top = rows[rows["selection"] == selection].iloc[0]
+            r = control_rows(table, k, selection)
+            where = "in its layers, as many in each" if r["in_layers"] else "of the layers read"
+            lead = "The" if not parts else "the"
+            parts.append(f"{lead} {k} {name} best leave {set_words(top, n)}, against {pct(r['accuracy'], 2)} correct "
+                         f"(sd {pct(r['accuracy_sd'], 2)}) and {pct(r['shift'], 2)} changed for {k} random neurons "
+                         f"{where} ({r['draws']} draws)")
+        both = int(rows[rows["selection"] == "helix"].iloc[0]["overlap"])
+        words.append("; ".join(parts) + f" ({both} neuron{'' if both == 1 else 's'} in both top sets).")
     return " ".join(words)

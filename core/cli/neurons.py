@@ -17,7 +17,8 @@ def add_neurons_parser(sub, positive, threads) -> None:
     cmd.add_argument("--limit", type=positive, help="fit on a seeded sample of N questions of the split (default all)")
     cmd.add_argument("--ablate", type=positive, default=None, help="questions the ablations read (default 1000)")
     cmd.add_argument("--ks", default="50,200", help="how many neurons each ablated set holds, e.g. 50,200")
-    cmd.add_argument("--draws", type=positive, default=None, help="random sets per k (default 5)")
+    cmd.add_argument("--draws", type=positive, default=None,
+                     help="random sets per k for each top set, drawn in its layers (default 5)")
     cmd.add_argument("--batch-size", type=positive, default=16)
     cmd.add_argument("--threads", type=threads, default="auto", help="CPU threads for torch: a number or 'auto'")
     cmd.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")

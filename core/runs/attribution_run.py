@@ -4,9 +4,10 @@ corrupted partner, the pairs exact patching reads (core.runs.patch_run: the seco
 digit changed, the same phrasing); the table `attribution`.
 
 Every site exact patching reads (the stream, each attention and MLP output, and each head where the heads can be read)
-is estimated over every pair of the split, heads included (exact patching reads the heads over a sample: a head's
-estimate costs nothing more). Each row's `n` says over how many pairs; the manifest's `attribution` says how many,
-the pairing rule and the version. Its agreement with exact patching is read by core.claims.attribution.
+is estimated over every pair of the split, heads included (on a deep model's sampled design exact patching reads the
+heads over a sample; a head's estimate costs nothing more). Each row's `n` says over how many pairs; the manifest's
+`attribution` says how many, the pairing rule and the version. Its agreement with exact patching is read by
+core.claims.attribution.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from core.runs.group_shift import GROUP_SHIFT_VERSION, has_group_shift, write_gr
 from core.runs.head_tables import HEAD_VERSION, has_heads, write_head_tables
 from core.runs.helix_tables import HELIX_VERSION, has_helix, write_helix_tables
 from core.runs.number_tables import row_origin_table, write_number_tables
-from core.runs.patch_run import PATCH_VERSION, write_patch_table
+from core.runs.patch_run import PATCH_VERSION, reads_enough, write_patch_table
 from core.runs.period_ablation import PERIOD_VERSION, has_periods, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
 from core.runs.position_patch_run import POSITION_VERSION, write_position_table
@@ -198,7 +198,8 @@ def upgrade_successors(writer: RunWriter, loaded, p: int, opts, examples, texts,
     """A run of every stage (no `not_computed`) gets the tables of the stages added since it was made, or of an older
     version: activation patching (core.runs.patch_run), the heads (core.runs.head_tables, where they can be read),
     the helix (core.runs.helix_tables) and attribution patching (core.runs.attribution_run), from the model, over
-    every question; nothing else is recomputed."""
+    every question, and a patching table that read fewer pairs than the run now reads
+    (core.runs.patch_run.reads_enough); nothing else is recomputed."""
     answers = np.array([e.answer for e in examples])
     stages = (("patching", "patching", PATCH_VERSION, True,
                lambda: write_patch_table(writer, loaded, examples, texts, p, opts, log)),
@@ -215,6 +216,8 @@ def upgrade_successors(writer: RunWriter, loaded, p: int, opts, examples, texts,
         manifest = read_json_file(writer.final / "manifest.json") or {}
         tables = manifest.get("tables") or {}
         current = table in tables and (manifest.get(key) or {}).get("version") == version
+        if current and key == "patching":  # a table of this version that read samples where the run now reads all
+            current = reads_enough(manifest[key], loaded, examples, opts.max_operand, not manifest.get("design"))
         if manifest.get("not_computed") or "examples" not in tables or current or not applies or key not in asked:
             continue
         keep = writer.stage_published()

@@ -8,11 +8,13 @@ layers: `python -m core neurons RUN`, which writes the run's tables `neuron_fits
   depth, MLPs 22-30 of a 30-layer model).
 * **Fits**: core.analysis.neurons.neuron_fit_table over those questions (fit on one seeded half, R^2 on the other).
 * **Ablation**: over `n_ablate` of the questions (a seeded sample; all where fewer), for each k of `ks`: the top-k
-  neurons by the helix's R^2, the top-k by the heuristics' R^2 (ranked over all the layers read together), and
-  `RANDOM_DRAWS` seeded draws of k neurons of the same layers; each set's activations replaced, at the answer
-  position, by their means over the captured questions, all the set's layers in one pass. Read: accuracy (the
-  answer's number token the highest of the numbers 0..p-1), and the last-digit shift (the share of questions whose
-  answer's last digit differs from the unedited model's answer's).
+  neurons by the helix's R^2, the top-k by the heuristics' R^2 (ranked over all the layers read together), and for
+  each of the two `RANDOM_DRAWS` seeded draws of k random neurons in its layers, as many in each layer as it holds
+  there (`matches` names the set; core.analysis.neurons.random_neurons): the best-fitted neurons of a deep model sit
+  in a few late layers, and a draw over every layer read would be mostly early neurons. Each set's activations are
+  replaced, at the answer position, by their means over the captured questions, all the set's layers in one pass.
+  Read: accuracy (the answer's number token the highest of the numbers 0..p-1), and the last-digit shift (the share
+  of questions whose answer's last digit differs from the unedited model's answer's).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from core.analysis.neurons import (
     neuron_fit_table,
     random_neurons,
     top_neurons,
+    with_matches,
 )
 from core.errors import CoreError
 from core.models.capture import capture_hooks
@@ -40,15 +43,17 @@ from core.models.sublayers import mlp_neurons_module
 from core.runs.cache import STAGING_PREFIX, RunWriter, read_manifest, run_lock
 from core.tasks import build_examples
 
-#: The neuron tables' version: raised when what they hold or how it is computed changes.
-NEURON_VERSION = 1
+#: The neuron tables' version: raised when what they hold or how it is computed changes (2: each top set's random
+#: controls drawn in its layers, `matches`).
+NEURON_VERSION = 2
 KS = (50, 200)
 RANDOM_DRAWS = 5
 RANDOM_SEED = 2024
 #: Questions the ablation reads by default (a seeded sample of the split; the fits read every question captured).
 N_ABLATE = 1000
-#: neurons: one row per ablated set (selection "none" is the unedited model, k 0).
-NEURON_COLUMNS = ("selection", "k", "draw", "n", "accuracy", "last_digit_shift", "helix_r2_mean",
+#: neurons: one row per ablated set (selection "none" is the unedited model, k 0; `matches`: the top set whose layers
+#: a random set copies, "" on the other rows).
+NEURON_COLUMNS = ("selection", "k", "draw", "matches", "n", "accuracy", "last_digit_shift", "helix_r2_mean",
                   "heuristic_r2_mean", "overlap")
 SELECTIONS = ("none", "helix", "heuristic", "random")
 
@@ -142,25 +147,26 @@ def neuron_tables(loaded, texts, answers, a, b, p: int, layers=None, ks=KS, n_ab
     log(f"neurons: fitted {len(fits):,} neurons ({time.time() - t0:.0f}s)")
     means = {layer: acts[layer].astype(np.float64).mean(axis=0) for layer in layers}
     chosen = np.sort(np.random.default_rng(FIT_SEED).permutation(len(texts))[:min(n_ablate, len(texts))])
-    sets, labels = [{}], [("none", 0, 0, fits.iloc[:0])]
+    sets, labels = [{}], [("none", 0, 0, "", fits.iloc[:0])]
     ks = [k for k in ks if k <= len(fits)]
     if not ks:
         raise CoreError(f"k must be at most the {len(fits)} neurons of the layers read")
     for k in ks:
-        for selection, rows in (("helix", top_neurons(fits, "helix_r2", k)),
-                                ("heuristic", top_neurons(fits, "heuristic_r2", k)),
-                                *(("random", random_neurons(fits, k, [RANDOM_SEED, k, d])) for d in range(draws))):
+        tops = {"helix": top_neurons(fits, "helix_r2", k), "heuristic": top_neurons(fits, "heuristic_r2", k)}
+        drawn = [("random", d, which, random_neurons(fits, rows, [RANDOM_SEED, k, d, m]))
+                 for m, (which, rows) in enumerate(tops.items()) for d in range(draws)]
+        for selection, draw, matches, rows in [(which, 0, "", rows) for which, rows in tops.items()] + drawn:
             sets.append(by_layer(rows))
-            labels.append((selection, k, len([x for x in labels if x[0] == selection and x[1] == k]), rows))
+            labels.append((selection, k, draw, matches, rows))
     preds = ablated_predictions(loaded, [texts[i] for i in chosen], answers[chosen], p, sets, means, batch_size)
     log(f"neurons: {len(sets)} ablations over {len(chosen)} questions ({time.time() - t0:.0f}s)")
     helix_top = {k: set(map(tuple, top_neurons(fits, "helix_r2", k)[["layer", "neuron"]].to_numpy())) for k in ks}
     heur_top = {k: set(map(tuple, top_neurons(fits, "heuristic_r2", k)[["layer", "neuron"]].to_numpy())) for k in ks}
     out = []
-    for (selection, k, draw, rows), pred in zip(labels, preds):
+    for (selection, k, draw, matches, rows), pred in zip(labels, preds):
         picked = set(map(tuple, rows[["layer", "neuron"]].to_numpy()))
         other = heur_top if selection == "helix" else helix_top
-        out.append({"selection": selection, "k": k, "draw": draw, "n": len(chosen),
+        out.append({"selection": selection, "k": k, "draw": draw, "matches": matches, "n": len(chosen),
                     "accuracy": float(np.mean(pred == answers[chosen])),
                     "last_digit_shift": last_digit_shift(pred, preds[0]),
                     "helix_r2_mean": float(rows["helix_r2"].mean()) if len(rows) else float("nan"),
@@ -175,7 +181,8 @@ def neuron_note(tables: dict[str, pd.DataFrame], n_questions: int, split: str) -
     fits, table = tables["neuron_fits"], tables["neurons"]
     return {"version": NEURON_VERSION, "layers": sorted(int(x) for x in fits["layer"].unique()),
             "questions_fitted": n_questions, "questions_ablated": int(table["n"].iloc[0]), "split": split,
-            "random_draws": int(table["draw"][table["selection"] == "random"].nunique())}
+            "random_draws": int(table["draw"][table["selection"] == "random"].nunique()),
+            "control": "each top set's draws in its layers, as many in each"}
 
 
 def refuse_while_amended(target) -> None:
@@ -216,18 +223,22 @@ def run_neurons(target, layers=None, ks=KS, n_ablate: int = N_ABLATE, draws: int
 
 
 def neuron_lines(tables: dict[str, pd.DataFrame]) -> list[str]:
-    """What `python -m core neurons` prints: one line per ablated set, random draws as their mean and spread."""
-    t = tables["neurons"]
+    """What `python -m core neurons` prints: one line per top set, then its random draws (in its layers) as their
+    mean and spread."""
+    t = with_matches(tables["neurons"])
     base = t[t["selection"] == "none"].iloc[0]
-    lines = [f"unedited: accuracy {base['accuracy']:.1%} over {int(base['n'])} questions"]
+    lines = [f"unedited: accuracy {base['accuracy']:.2%} over {int(base['n'])} questions"]
     for k in sorted(t.loc[t["k"] > 0, "k"].unique()):
         rows = t[t["k"] == k]
         for selection in ("helix", "heuristic"):
             r = rows[rows["selection"] == selection].iloc[0]
             lines.append(f"top {k} by {selection} R^2 (mean R^2 helix {r['helix_r2_mean']:.2f}, heuristics "
-                         f"{r['heuristic_r2_mean']:.2f}): accuracy {r['accuracy']:.1%}, last digit changed "
-                         f"{r['last_digit_shift']:.1%}")
-        rand = rows[rows["selection"] == "random"]
-        lines.append(f"{len(rand)} draws of {k} random neurons: accuracy {rand['accuracy'].mean():.1%} (sd "
-                     f"{rand['accuracy'].std(ddof=1):.1%}), last digit changed {rand['last_digit_shift'].mean():.1%}")
+                         f"{r['heuristic_r2_mean']:.2f}): accuracy {r['accuracy']:.2%}, last digit changed "
+                         f"{r['last_digit_shift']:.2%}")
+            rand = rows[(rows["selection"] == "random") & rows["matches"].isin([selection, ""])]
+            where = " in its layers" if (rand["matches"] != "").all() else ""
+            lines.append(f"  {len(rand)} draws of {k} random neurons{where}: accuracy {rand['accuracy'].mean():.2%} "
+                         f"(sd {rand['accuracy'].std(ddof=1):.2%}), last digit changed "
+                         f"{rand['last_digit_shift'].mean():.2%}")
     return lines
+

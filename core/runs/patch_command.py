@@ -165,7 +165,9 @@ def patch_command(target: Target, clean: str | None = None, corrupt: str | None 
     else:
         everything = {e.id: e for e in build_examples(target.task, target.max_operand, target.dataset_seed)}
         examples = [everything[i] for i in target.ids]
-        heads_read, extra_read = pair_limits(loaded, examples)
+        own = target.run_name is not None and target.split == target.run_split  # a run's split: read as its design
+        every = own and not read_manifest(target.run_dir, target.run_name).get("design")
+        heads_read, extra_read = pair_limits(loaded, examples, every_question=every)
         table = patch_run(loaded, examples, target.texts, p, target.max_operand, 32, progress,
                           extra_pairs=extra_read, head_pairs=heads_read)
         if table is None:

@@ -11,7 +11,8 @@ Pairs (each row's `n` says over how many it was read, and its interval is over t
   partner leaves the last digit as it was has none);
 * each attention head (where the heads can be read), denoising, contrast 1, and noising at contrast 1 and both
   directions at contrast 10 (the stream and module sites and the groups): every pair, where the run reads every
-  question (`pair_limits`: a 2-layer demo, or `precompute --every-question`). A deep model's run of the sampled
+  question (`pair_limits`: a 2-layer demo, a split of at most 512 questions, or `precompute --every-question`).
+  A deep model's run of the sampled
   design (core.runs.sampled_design) reads a seeded sample instead: `HEAD_PAIRS` pairs for the heads, since a head is
   one site of heads x layers (270 on SmolLM2-135M, about 7 ms a pair each on two CPU cores), and `EXTRA_PAIRS` pairs
   of each contrast for the other readings (15 + 93 always in; every pair where there are fewer).
@@ -65,6 +66,24 @@ def pair_limits(loaded, examples, every_question: bool = False) -> tuple[int | N
     if design_for([e.answer for e in examples], loaded.n_layers, loaded.width, every_question) is None:
         return None, None
     return HEAD_PAIRS, EXTRA_PAIRS
+
+
+def reads_enough(note: dict, loaded, examples, max_operand: int, every_question: bool) -> bool:
+    """Whether a run's patching table, as its manifest's `note` (`patch_note`) says, read at least the pairs
+    `pair_limits` asks of the heads and of each other reading: a table made while every run read samples there is
+    made again on an upgrade (its denoising rows at contrast 1 kept)."""
+    heads_limit, extra_limit = pair_limits(loaded, examples, every_question)
+    task = examples[0].task if examples else "addition"
+    if loaded.parts.has_heads:
+        wanted = len(pair_sample(pair_examples(examples, max_operand), task, heads_limit))
+        if int(note.get("head_pairs") or 0) < wanted:
+            return False
+    read = note.get("extra_pairs") or {}
+    for direction, contrast in EXTRA_READINGS:
+        wanted = len(pair_sample(pair_examples(examples, max_operand, contrast), task, extra_limit))
+        if int(read.get(f"{direction}_{contrast}") or 0) < wanted:
+            return False
+    return True
 
 
 def patch_run(loaded, examples, texts, p: int, max_operand: int, batch_size: int, progress=None, log=print,

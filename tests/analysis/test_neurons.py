@@ -102,9 +102,19 @@ def test_selections_and_last_digit_shift():
                          "heuristic_r2": [0.8, 0.0, 0.2, 0.1]})
     assert list(map(tuple, top_neurons(fits, "helix_r2", 2)[["layer", "neuron"]].to_numpy())) == [(22, 1), (23, 1)]
     assert top_neurons(fits, "heuristic_r2", 1)["neuron"].tolist() == [0]
-    drawn = random_neurons(fits, 3, 5)
-    assert len(drawn) == 3 and not drawn.duplicated().any()
-    assert random_neurons(fits, 3, 5).equals(drawn)
+    # the control of a set: as many neurons in each of its layers as it holds there, drawn within the layer
+    wide = pd.DataFrame({"layer": np.repeat([20, 21, 22], 50), "neuron": np.tile(np.arange(50), 3),
+                         "helix_r2": 0.0, "heuristic_r2": 0.0})
+    like = wide.iloc[[0, 1, 2, 100]]  # three of layer 20, one of layer 22, none of layer 21
+    drawn = random_neurons(wide, like, 5)
+    assert drawn["layer"].value_counts().to_dict() == {20: 3, 22: 1} and not drawn.duplicated().any()
+    assert random_neurons(wide, like, 5).equals(drawn) and not random_neurons(wide, like, 6).equals(drawn)
+    counts = pd.concat([random_neurons(wide, like, s) for s in range(200)])["neuron"].value_counts()
+    assert counts.index.isin(range(50)).all() and len(counts) > 45  # uniform within the layer, not the set's own
+    with pytest.raises(CoreError, match="of its 2"):
+        random_neurons(fits, fits.iloc[[0, 1, 2]].assign(layer=22), 0)
+    with pytest.raises(CoreError, match="empty"):
+        random_neurons(fits, fits.iloc[:0], 0)
     assert last_digit_shift([12, 25, 30], [12, 24, 40]) == pytest.approx(1 / 3)
     with pytest.raises(CoreError, match="k = 5"):
         top_neurons(fits, "helix_r2", 5)

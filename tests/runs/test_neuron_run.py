@@ -86,7 +86,13 @@ def test_neuron_tables_hold_every_neuron_and_every_set(loaded_model):
     assert list(fits.columns) == list(NEURON_FIT_COLUMNS) and len(fits) == width
     assert set(fits["layer"]) == set(default_layers(loaded.n_layers)) == {2}
     assert list(table.columns) == list(NEURON_COLUMNS)
-    assert table["selection"].tolist() == ["none"] + ["helix", "heuristic", "random", "random"] * 2
+    assert table["selection"].tolist() == ["none"] + ["helix", "heuristic"] + ["random"] * 4 + ["helix", "heuristic"] \
+        + ["random"] * 4
+    assert table["matches"].tolist() == [""] * 3 + ["helix"] * 2 + ["heuristic"] * 2 + [""] * 2 + ["helix"] * 2 \
+        + ["heuristic"] * 2
+    for k in (3, 10):  # each random set lies in its top set's layers, as many in each (one layer here: its size)
+        rows = table[(table["k"] == k) & (table["selection"] == "random")]
+        assert sorted(rows["draw"]) == [0, 0, 1, 1]
     assert (table["n"] == 20).all()
     top = table[(table["selection"] == "helix") & (table["k"] == 3)].iloc[0]
     assert top["helix_r2_mean"] == pytest.approx(fits["helix_r2"].nlargest(3).mean())
@@ -106,7 +112,7 @@ def test_neurons_command_writes_the_run_and_its_sentence(model_dir, tmp_path):
     words = neuron_summary(reader)
     fits = reader.table("neuron_fits")
     assert len(fits) == fits["neuron"].nunique() and set(fits["layer"]) == {2}
-    assert f"Of the {len(fits):,} neurons of MLPs 2-2" in words and "4 random neurons" in words
+    assert f"Of the {len(fits):,} neurons of MLPs 2-2" in words and "for 4 random neurons in its layers" in words
     assert "over 40 test questions" in words
     assert "agree" not in words.lower()  # the paper claims nothing here: no verdict word
     assert main(["neurons", name, "--cache-dir", str(cache), "--layers", "7-9"]) == 2

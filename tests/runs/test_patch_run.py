@@ -8,13 +8,22 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from core.analysis.pairs import pair_examples
 from core.analysis.patch_table import DENOISE, NOISE, with_defaults
 from core.models.random_models import save_random_model
 from core.runs.ablate import open_target
 from core.runs.live_sample import LIVE_SAMPLE
 from core.runs.patch_groups import trained_layers
-from core.runs.patch_run import EXTRA_PAIRS, HEAD_PAIRS, pair_limits, patch_note, patch_run
-from core.tasks import build_examples
+from core.runs.patch_run import (
+    EXTRA_PAIRS,
+    HEAD_PAIRS,
+    pair_limits,
+    pair_sample,
+    patch_note,
+    patch_run,
+    reads_enough,
+)
+from core.tasks import RUNNING_EXAMPLE, build_examples, example_id
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +99,27 @@ def test_a_run_that_reads_every_question_patches_every_pair_and_a_deep_sampled_r
         note = patch_note(table, len(examples))
         assert note["head_pairs"] == heads and note["pairs"] == pairs
     assert every.loc[every["direction"] == NOISE, "n"].iloc[0] == pairs  # noising at contrast 1: every pair too
+    tens = every.loc[every["contrast"] == 10, "n"]
+    assert len(tens) and (tens == len(pair_examples(examples, 260, 10))).all()
+    # a table's note is enough where it read what the run's limits ask: the sampled table is not, on this run
+    assert reads_enough(patch_note(every, len(examples)), target.loaded, examples, 260, False)
+    assert not reads_enough(patch_note(sampled, len(examples)), target.loaded, examples, 260, False)
+
+
+def test_a_sample_of_pairs_holds_the_running_example_and_none_is_every_pair():
+    examples = build_examples("addition", 260, 0)[:2000]
+    pairs = pair_examples(examples, 260)
+    assert len(pairs) > HEAD_PAIRS
+    assert pair_sample(pairs, "addition", None) == pairs
+    sample = pair_sample(pairs, "addition", HEAD_PAIRS)
+    assert len(sample) == HEAD_PAIRS and all(pair in pairs for pair in sample)
+    running = example_id("addition", *RUNNING_EXAMPLE)
+    if any(c.id == running for c, _ in pairs):
+        assert any(c.id == running for c, _ in sample)
+    # a deep model's run of the sampled design: its note with 300 head pairs and 200 of each other reading is enough
+    deep = SimpleNamespace(n_layers=30, width=576, parts=SimpleNamespace(has_heads=True))
+    split = build_examples("addition", 260, 0)[:3419]
+    note = {"head_pairs": HEAD_PAIRS, "extra_pairs": {"noise_1": 200, "denoise_10": 200, "noise_10": 200}}
+    assert reads_enough(note, deep, split, 260, every_question=False)
+    assert not reads_enough({**note, "head_pairs": 100}, deep, split, 260, every_question=False)
+    assert not reads_enough(note, deep, split, 260, every_question=True)  # read every question: every pair asked
