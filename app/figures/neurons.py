@@ -59,51 +59,69 @@ def fit_map_chart(fits: pd.DataFrame, label: str = ""):
 
 
 def ablation_data(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (reading, k, set of `SETS` the table holds): the share, and for the random draws their mean and mean
-    +- sd; `unedited`, the unedited model's accuracy on the accuracy rows (empty on the others)."""
+    """One row per (reading, k, set of `SETS` the table holds), in questions against the unedited model: `questions`,
+    the correct answers gained (+) or lost (-) for the accuracy reading, the answers whose last digit changed for the
+    other; for the random draws their mean, and `low`, `high` the mean -+ one sd; `share`, the reading as the table
+    holds it (accuracy, or the share changed)."""
     table = with_matches(table)
-    base = float(table.loc[table["selection"] == "none", "accuracy"].iloc[0])
+    base = table[table["selection"] == "none"].iloc[0]
+    n, unedited = int(base["n"]), float(base["accuracy"])
     rows = []
-    for column, reading in (("accuracy", "accuracy"), ("last_digit_shift", "last digit changed")):
+    for column, reading in (("accuracy", "correct (net)"),
+                            ("last_digit_shift", "last digit changed")):
         for k in sorted(int(x) for x in table.loc[table["k"] > 0, "k"].unique()):
             for (selection, matches), (name, _) in SETS.items():
                 chosen = (table["k"] == k) & (table["selection"] == selection) & (table["matches"] == matches)
                 values = table.loc[chosen, column].to_numpy()
                 if not len(values):
                     continue
-                sd = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+                counts = n * (values - unedited if column == "accuracy" else values)
+                sd = float(counts.std(ddof=1)) if len(counts) > 1 else 0.0
+                mean = float(counts.mean())
                 rows.append({"group": f"{reading}, {k} neurons", "set": name, "reading": reading, "k": k,
-                             "share": float(values.mean()), "low": float(values.mean()) - sd,
-                             "high": float(values.mean()) + sd, "draws": len(values),
-                             "unedited": base if column == "accuracy" else np.nan})
+                             "questions": mean, "low": mean - sd, "high": mean + sd, "share": float(values.mean()),
+                             "draws": len(values), "n": n})
     return pd.DataFrame(rows)
 
 
 def ablation_chart(table: pd.DataFrame, label: str = ""):
-    """Accuracy and the share of answers whose last digit changed, with each set of neurons set to its mean: bars by
-    reading and k, side by side by set; the random draws' spread as a rule; the unedited accuracy a black tick."""
+    """What holding each set of neurons at its mean does, counted in questions against the unedited model: correct
+    answers gained or lost, and answers whose last digit changed; bars by reading and k, side by side by set, each
+    with its count written on it; the random draws' spread as a rule; the unedited model is the line at 0."""
     data = ablation_data(table)
     order = list(dict.fromkeys(data["group"]))
     shown = [(name, colour) for name, colour in SETS.values() if name in set(data["set"])]
     names = [name for name, _ in shown]
+    n = int(data["n"].iloc[0])
     enc = alt.Chart(data).encode(
         x=alt.X("group:N", title=None, sort=order,
                 axis=alt.Axis(labelAngle=0, labelLimit=0, labelExpr="split(datum.label, ', ')")),  # two lines each
         xOffset=alt.XOffset("set:N", sort=names),
     )
+    reach = max(5.0, float(np.nanmax(np.abs(data[["questions", "low", "high"]].to_numpy()))) * 1.25)
     bars = enc.mark_bar().encode(
-        y=alt.Y("share:Q", title="share of the questions (%)", axis=alt.Axis(format="%"),
-                scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("set:N", title="neurons averaged", scale=alt.Scale(domain=names,
-                                                                          range=[c for _, c in shown]),
-                        legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
-        tooltip=[alt.Tooltip("set:N"), alt.Tooltip("group:N"), alt.Tooltip("share:Q", format=".1%"),
-                 alt.Tooltip("draws:Q")],
+        y=alt.Y("questions:Q", title=f"questions (of {n:,})", scale=alt.Scale(domain=[-reach, reach])),
+        color=alt.Color("set:N", title="neurons held at their mean", scale=alt.Scale(domain=names,
+                                                                                   range=[c for _, c in shown]),
+                        legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0, titleLimit=0)),
+        tooltip=[alt.Tooltip("set:N"), alt.Tooltip("group:N"), alt.Tooltip("questions:Q", format="+.1f"),
+                 alt.Tooltip("share:Q", title="share", format=".2%"), alt.Tooltip("draws:Q")],
     )
+    # each bar's count written past its end (and past its rule): signed for the net change, one decimal for a mean
+    signed = data["reading"] != "last digit changed"
+    labels = data.assign(
+        label=[(f"{q:+.1f}" if d > 1 else f"{q:+.0f}") if sign else (f"{q:.1f}" if d > 1 else f"{q:.0f}")
+               for q, d, sign in zip(data["questions"], data["draws"], signed)],
+        label_at=np.where(data["questions"] >= 0, data[["questions", "high"]].max(axis=1) + 0.08 * reach,
+                          data[["questions", "low"]].min(axis=1) - 0.08 * reach))
+    counts = alt.Chart(labels).mark_text().encode(
+        x=alt.X("group:N", sort=order), xOffset=alt.XOffset("set:N", sort=names), y=alt.Y("label_at:Q"),
+        text=alt.Text("label:N"))
     spread = enc.mark_rule(color="black").encode(y=alt.Y("low:Q"), y2=alt.Y2("high:Q"))
-    unedited = enc.mark_tick(color="black", thickness=2, size=40).encode(y=alt.Y("unedited:Q"))
+    zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="black", strokeWidth=1.5).encode(y=alt.Y("y:Q"))
     base = table[table["selection"] == "none"].iloc[0]
-    caption = (f"Over {int(base['n']):,} questions; black ticks: accuracy unedited ({base['accuracy']:.1%}); the rule "
-               "on each random set's bar spans its draws' mean ± one standard deviation.")
-    title = "Neurons set to their mean: accuracy and last digit" + (f" — {label}" if label else "")
-    return styled(alt.layer(bars, spread, unedited), title, height=300), data, caption
+    caption = (f"Counted in questions of {n:,} against the unedited model (the line at 0, {base['accuracy']:.2%} "
+               "correct): correct answers gained (+) or lost (-), net, and last digits changed; random sets: the mean "
+               "of their draws, the rule ± one standard deviation.")
+    title = "Neurons held at their mean: answers gained, lost or changed" + (f" — {label}" if label else "")
+    return styled(alt.layer(bars, spread, counts, zero), title, height=300), data, caption

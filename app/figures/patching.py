@@ -50,7 +50,7 @@ def share_tooltip(direction: str = DENOISE) -> list:
             alt.Tooltip("moved:Q", format=".0%",
                         title="answers moved to the clean one" if direction == DENOISE else
                         "answers moved to the corrupted one"),
-            alt.Tooltip("n:Q", title="pairs")]
+            alt.Tooltip("n:Q", title="pairs", format=",")]
 
 
 def stream_ticks(n_layers: int) -> list[int]:
@@ -138,7 +138,7 @@ def group_bars(run: RunReader, table: pd.DataFrame | None = None, pair: str | No
                  alt.Tooltip("recovered_low:Q", format=".1%", title="95% interval from"),
                  alt.Tooltip("recovered_high:Q", format=".1%", title="to"),
                  alt.Tooltip("single_sum:Q", format=".1%", title="its layers one at a time, summed"),
-                 alt.Tooltip("n:Q", title="pairs")],
+                 alt.Tooltip("n:Q", title="pairs", format=",")],
     )
     sums = alt.Chart(data).mark_tick(color="#000", thickness=2, size=18).encode(x=alt.X("single_sum:Q"), y=alt.Y(
         "label:N", sort=list(data["label"])))

@@ -1,12 +1,13 @@
-"""The Ablations page's last section: the neuron-level test (core.runs.neuron_run), its sentence (core.claims.neurons)
-and its two figures (app.figures.neurons); for a run without the neuron tables, one line saying how to make them."""
+"""The Ablations page's last section: the neuron-level test (core.runs.neuron_run), its headline and its numbers in a
+fold (core.claims.neurons) and its two figures (app.figures.neurons); for a run without the neuron tables, one line
+saying how to make them."""
 
 import streamlit as st
 
 from app.figures.neurons import ablation_chart, fit_map_chart
 from app.furniture import show_chart
 from app.sidebar import short_label
-from core.claims.neurons import neuron_summary
+from core.claims.neurons import neuron_headline, neuron_summary
 from core.runs.reader import RunReader, Table
 
 
@@ -24,9 +25,11 @@ def neurons_section(run: RunReader) -> None:
         "which digits a, b and a+b have. Both are fitted on half the questions and scored on the other half (R², "
         "the share of a neuron's variance predicted; 1 is all of it). Waves of the sum's last digit fit both ways "
         "alike; a long wave of the sum fits only the first, a pattern of one operand's digit only the second. "
-        "The paper reproduced here says nothing about single neurons, so there is no verdict, only the reading: "
-        + neuron_summary(run)
+        "The paper reproduced here says nothing about single neurons, so there is no verdict, only the reading. "
+        + neuron_headline(run)
     )
+    with st.expander("All the numbers"):
+        st.markdown(neuron_summary(run))
     label = short_label(run.label)
     show_chart(*fit_map_chart(run.table(Table.NEURON_FITS), label), key="neuron-fits")
     show_chart(*ablation_chart(run.table(Table.NEURONS), label), key="neuron-ablation")

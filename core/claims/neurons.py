@@ -81,3 +81,29 @@ def neuron_summary(run: RunReader) -> str:
         both = int(rows[rows["selection"] == "helix"].iloc[0]["overlap"])
         words.append("; ".join(parts) + f" ({both} neuron{'' if both == 1 else 's'} in both top sets).")
     return " ".join(words)
+
+
+def neuron_headline(run: RunReader) -> str:
+    """The neuron-level test in one sentence for a class (the rest in `neuron_summary`), or "" without its tables:
+    which fit explains more of the neurons, and the most last digits any top set changes beside what random neurons
+    in its layers change on average."""
+    if not (run.has(Table.NEURON_FITS) and run.has(Table.NEURONS)):
+        return ""
+    c = fit_counts(run.table(Table.NEURON_FITS))
+    table = with_matches(run.table(Table.NEURONS))
+    n = int(table.loc[table["selection"] == "none", "n"].iloc[0])
+    helix, digits = c["helix_better"], c["heuristic_better"]
+    lead = (f"Digit patterns fit {digits:,} of the {c['n']:,} neurons better than a helix of a+b does" if digits > helix
+            else f"A helix of a+b fits {helix:,} of the {c['n']:,} neurons better than digit patterns do"
+            if helix > digits else f"A helix of a+b and digit patterns each fit {helix:,} of the {c['n']:,} neurons "
+            "better")
+    tops = table[table["selection"].isin(("helix", "heuristic"))]
+    worst = tops.loc[tops["last_digit_shift"].idxmax()]
+    k, selection = int(worst["k"]), str(worst["selection"])
+    moved = int(round(float(worst["last_digit_shift"]) * n))
+    control = control_rows(table, k, selection)
+    name = "the helix fits" if selection == "helix" else "the digit patterns fit"
+    where = "in the same layers" if control["in_layers"] else "of the layers read"
+    return (f"{lead}. Holding the best-fitted neurons of either kind at their mean changes the last digit of at most "
+            f"{moved:,} of the {n:,} answers (the {k} {name} best), against {control['shift'] * n:.1f} on average "
+            f"for {k} random neurons {where}.")

@@ -4,7 +4,7 @@ read; the shift is given as a share and as a count of the questions."""
 
 import pandas as pd
 
-from core.claims.neurons import control_rows, neuron_summary
+from core.claims.neurons import control_rows, neuron_headline, neuron_summary
 from core.runs.reader import Table
 
 N = 2000
@@ -66,3 +66,18 @@ def test_a_version_1_table_reads_its_one_control_over_the_layers_read():
     text = neuron_summary(FakeRun({Table.NEURON_FITS: fits(), Table.NEURONS: table}))
     assert "changed for 2 random neurons of the layers read (2 draws)" in text and "in its layers" not in text
     assert neuron_summary(FakeRun({Table.NEURON_FITS: fits()})) == ""
+
+
+def test_the_headline_names_the_fit_that_wins_and_the_set_that_moves_most_beside_its_control():
+    more_digits = fits().assign(heuristic_r2=[0.7, 0.6, 0.95, 0.0])  # three of four fit the digit patterns better
+    text = neuron_headline(FakeRun({Table.NEURON_FITS: more_digits, Table.NEURONS: ablations()}))
+    assert text.startswith("Digit patterns fit 3 of the 4 neurons better than a helix of a+b does.")
+    # the helix's set moves most (5% of 2,000 = 100), against its own control's 1% (20.0)
+    assert "at most 100 of the 2,000 answers (the 2 the helix fits best), against 20.0 on average for 2 random " \
+           "neurons in the same layers." in text
+    more_helix = fits().assign(helix_r2=[0.9, 0.8, 0.9, 0.8])
+    assert neuron_headline(FakeRun({Table.NEURON_FITS: more_helix, Table.NEURONS: ablations(matched=False)})) \
+        .startswith("A helix of a+b fits 4 of the 4 neurons better than digit patterns do.")
+    assert "random neurons of the layers read" in neuron_headline(
+        FakeRun({Table.NEURON_FITS: fits(), Table.NEURONS: ablations(matched=False)}))
+    assert neuron_headline(FakeRun({Table.NEURON_FITS: fits()})) == ""
