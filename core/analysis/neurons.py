@@ -157,6 +157,16 @@ def with_matches(table: pd.DataFrame) -> pd.DataFrame:
     return table if "matches" in table.columns else table.assign(matches="")
 
 
+def control_draws(table: pd.DataFrame, k: int, selection: str) -> tuple[pd.DataFrame, bool]:
+    """(rows, in its layers) of the `neurons` table: the random draws that control the top-k set `selection` (helix,
+    heuristic), those drawn in its layers (`matches`); in a table of version 1, the one set of draws over every layer
+    read (and False)."""
+    rows = with_matches(table)
+    rows = rows[(rows["k"] == k) & (rows["selection"] == "random")]
+    in_layers = bool((rows["matches"] != "").any())
+    return (rows[rows["matches"] == selection] if in_layers else rows), in_layers
+
+
 def last_digit_shift(predictions, reference) -> float:
     """The share of questions whose predicted answer's last digit differs from the unedited model's."""
     p, r = np.asarray(predictions), np.asarray(reference)

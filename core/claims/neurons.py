@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from core.analysis.neurons import with_matches
+from core.analysis.neurons import control_draws, with_matches
 from core.claims.base import pct
 from core.runs.reader import RunReader, Table
 
@@ -26,12 +26,9 @@ def fit_counts(fits: pd.DataFrame) -> dict:
 
 
 def control_rows(table: pd.DataFrame, k: int, selection: str) -> dict:
-    """The random draws that control the top-k set `selection` (helix, heuristic): those drawn in its layers
-    (`matches`), or in a table of version 1 the draws over every layer read; their mean and sd, and which they are."""
-    rows = with_matches(table)
-    rows = rows[(rows["k"] == k) & (rows["selection"] == "random")]
-    in_layers = bool((rows["matches"] != "").any())
-    rand = rows[rows["matches"] == selection] if in_layers else rows
+    """The mean and sd of the random draws that control the top-k set `selection` (core.analysis.neurons.control_draws),
+    how many, and whether they were drawn in its layers."""
+    rand, in_layers = control_draws(table, k, selection)
     sd = {c: float(rand[c].std(ddof=1)) if len(rand) > 1 else 0.0 for c in ("accuracy", "last_digit_shift")}
     return {"accuracy": float(rand["accuracy"].mean()), "accuracy_sd": sd["accuracy"],
             "shift": float(rand["last_digit_shift"].mean()), "shift_sd": sd["last_digit_shift"],

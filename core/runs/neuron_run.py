@@ -31,6 +31,7 @@ from core.analysis.ablations import Condition
 from core.analysis.evaluation import PrefixCache, evaluate_conditions
 from core.analysis.neurons import (
     FIT_SEED,
+    control_draws,
     last_digit_shift,
     neuron_fit_table,
     random_neurons,
@@ -235,8 +236,8 @@ def neuron_lines(tables: dict[str, pd.DataFrame]) -> list[str]:
             lines.append(f"top {k} by {selection} R^2 (mean R^2 helix {r['helix_r2_mean']:.2f}, heuristics "
                          f"{r['heuristic_r2_mean']:.2f}): accuracy {r['accuracy']:.2%}, last digit changed "
                          f"{r['last_digit_shift']:.2%}")
-            rand = rows[(rows["selection"] == "random") & rows["matches"].isin([selection, ""])]
-            where = " in its layers" if (rand["matches"] != "").all() else ""
+            rand, in_layers = control_draws(t, k, selection)
+            where = " in its layers" if in_layers else ""
             lines.append(f"  {len(rand)} draws of {k} random neurons{where}: accuracy {rand['accuracy'].mean():.2%} "
                          f"(sd {rand['accuracy'].std(ddof=1):.2%}), last digit changed "
                          f"{rand['last_digit_shift'].mean():.2%}")

@@ -279,8 +279,11 @@ class ModuleBands:
         return None if keep == "any" else ("low" if keep == "high" else "high")
 
 
-def _fixed_vector_fields(cls, spec, where: str, size_means: str) -> tuple[str, int, float]:
-    """The module, frequency and norm of a fixed vector's spec (a cancelling pair's or an offset's), checked."""
+def _fixed_vector_fields(cls, spec, where: str, size_means: str, example: str) -> tuple[str, int, float]:
+    """The module, frequency and norm of a fixed vector's spec (a cancelling pair's or an offset's), checked; a spec
+    that is no object is refused with `example`, one written as JSON."""
+    if not isinstance(spec, dict):
+        raise CoreError(f"{where} must be an object such as {example}, got {spec!r}")
     _known_keys(cls, spec, where)
     module, k, size = spec.get("module"), spec.get("k"), spec.get("size")
     if module not in ("attn", "mlp"):
@@ -309,10 +312,8 @@ class CancellingPair:
 
     @classmethod
     def parse(cls, spec: dict, where: str) -> "CancellingPair":
-        if not isinstance(spec, dict):
-            raise CoreError(f"{where} must be an object such as {{'module': 'attn', 'layers': [1, 2], 'k': 20, "
-                            f"'size': 10}}, got {spec!r}")
-        module, k, size = _fixed_vector_fields(cls, spec, where, "the pair's norm")
+        module, k, size = _fixed_vector_fields(cls, spec, where, "the pair's norm",
+                                               "{'module': 'attn', 'layers': [1, 2], 'k': 20, 'size': 10}")
         layers = spec.get("layers")
         if (not isinstance(layers, list) or len(layers) != 2 or not all(_is_whole(x) and x >= 1 for x in layers)
                 or layers[0] >= layers[1]):
@@ -335,10 +336,8 @@ class FaintOffset:
 
     @classmethod
     def parse(cls, spec: dict, where: str) -> "FaintOffset":
-        if not isinstance(spec, dict):
-            raise CoreError(f"{where} must be an object such as {{'module': 'mlp', 'k': 150, 'size': 40}}, "
-                            f"got {spec!r}")
-        module, k, size = _fixed_vector_fields(cls, spec, where, "the offset's norm")
+        module, k, size = _fixed_vector_fields(cls, spec, where, "the offset's norm",
+                                               "{'module': 'mlp', 'k': 150, 'size': 40}")
         return cls(module, k, size)
 
 
