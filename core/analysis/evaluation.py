@@ -365,10 +365,12 @@ def answer_position_passes(
     its output is copied to every condition before the first edit acts: the first layer's attention for filters
     of every layer, and for edits of one layer (a phase shift) every block before the lowest layer the call edits,
     and that layer's attention (`first_edited_layer`); and each MLP runs once per distinct input among the call's
-    conditions (`mlp_sharing`: a filter of the MLPs alone leaves the first MLP's input unedited). A patch of a
-    token before the answer position (`RowPatch.back` > 1) changes what the prefix computes: then every position of
-    the batch runs for every condition, no prefix kept. The seam an interrupted grid is tested at
-    (tests/runs/test_precompute.py replaces it to stop a grid part way).
+    conditions (`mlp_sharing`: a filter of the MLPs alone leaves the first MLP's input unedited). An edit of a token
+    before the answer position (`RowPatch.back` or a `PlacedEdit`'s back k > 1) leaves the tokens before it as they
+    are: a call then runs its last k tokens (k its conditions' earliest, `edit_reach`) against the prefix of the rest,
+    and every position of the batch only where an edit reaches the first token or every token (then no prefix is
+    kept). The seam an interrupted grid is tested at (tests/runs/test_precompute.py replaces it to stop a grid part
+    way).
     """
     model = loaded.model
     device = loaded.input_device
@@ -380,8 +382,8 @@ def answer_position_passes(
     hooks.example_ids = np.asarray(batch.indices)
     prefix = None
     extra = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
-    whole = any(isinstance(c.flt, (RowPatch, PlacedEdit)) and c.flt.earliest > 1 for c in conditions)
-    if S > 1 and not whole:
+    reaches = [min(edit_reach([c]), S) for c in conditions]  # S: an edit of the first token, or of every token
+    if S > 1 and min(reaches) < S:
         prefix = stored.cache.get(stored.batch_no) if stored is not None else None
         if prefix is None:
             with torch.no_grad(), evaluating(model):  # the prefix's keys and values are kept, not its logits
@@ -392,30 +394,36 @@ def answer_position_passes(
             prefix = _cache_tensors(out.past_key_values)
             if stored is not None:
                 stored.cache.put(stored.batch_no, prefix)
-    # a call's rows: `rows_per_call` answer tokens, or as many tokens over whole prompts (every position runs)
-    per_call = max(1, (rows_per_call * WHOLE_PROMPT_TOKENS // S if whole else rows_per_call) // B)
-    copies = _PrefixCopies(prefix, min(per_call, len(conditions)), B) if prefix is not None else None
+    # a call's rows: `rows_per_call` answer tokens, or as many tokens over the last tokens it runs
+    tokens = max(reaches)
+    per_call = max(1, (rows_per_call * WHOLE_PROMPT_TOKENS // tokens if tokens > 1 else rows_per_call) // B)
+    copies = None
     for first in range(0, len(conditions), per_call):
         group = conditions[first : first + per_call]
         G = len(group)
+        run = max(reaches[first : first + per_call])  # the last tokens this call runs: all S, no prefix, or fewer
+        cached = run < S
+        if cached and (copies is None or copies.new_tokens != run):
+            kept = [(k[:, :, : S - run], v[:, :, : S - run]) for k, v in prefix]
+            copies = _PrefixCopies(kept, min(per_call, len(conditions)), B, run)
         plan: dict[str, list] = {kind: [] for kind in (*MODULE_OUTPUTS, RESID, Z, POST)}
         for g, cond in enumerate(group):
             if cond.flt is None:
                 continue
             for kind in cond.kinds:
                 plan[kind].append((g * B, (g + 1) * B, cond.flt, cond.layers))
-        last = slice(0, S) if whole else slice(S - 1, S)  # every position, or the answer's against the prefix
+        last = slice(S - run, S)  # every position, or the last `run` tokens against the prefix
         kwargs = dict(
             input_ids=ids[:, last].repeat(G, 1),
             attention_mask=mask.repeat(G, 1),
             position_ids=pos[:, last].repeat(G, 1),
-            use_cache=not whole,
+            use_cache=cached,
             **extra,
         )
-        if copies is not None:
+        if cached:
             kwargs["past_key_values"] = copies.cache(G)
         hooks.plan = plan
-        share = G > 1 and copies is not None and share_unedited
+        share = G > 1 and cached and share_unedited
         hooks.shared = (G, B, first_edited_layer(group, loaded.n_layers)) if share else None
         hooks.mlp_share = mlp_sharing(group, loaded.n_layers, B) if G > 1 and share_unedited else {}
         try:
@@ -425,6 +433,12 @@ def answer_position_passes(
             hooks.end_call()
         for g in range(G):
             yield first + g, logits[g * B : (g + 1) * B]
+
+
+def edit_reach(conditions: Sequence[Condition]) -> int:
+    """How many tokens from the end the earliest token any of `conditions` edits lies (1: the answer position only;
+    larger than any prompt for an edit of every token): the tokens before it compute what they compute unedited."""
+    return max((c.flt.earliest for c in conditions if isinstance(c.flt, (RowPatch, PlacedEdit))), default=1)
 
 
 def edited_before_mlp(cond: Condition, layer: int, n_layers: int) -> frozenset | None:
@@ -489,23 +503,24 @@ def _cache_tensors(cache) -> list[tuple]:
 
 
 class _PrefixCopies:
-    """Key/value buffers holding `copies` condition-major copies of one batch's prefix, plus one slot.
+    """Key/value buffers holding `copies` condition-major copies of one batch's prefix, plus `new_tokens` slots.
 
-    Filled once per batch; every call for a group of conditions writes only the answer token's
-    keys and values into the last slot, so no call copies the prefix again.
+    Filled once per batch (and number of new tokens); every call for a group of conditions writes only its new
+    tokens' keys and values into the last slots, so no call copies the prefix again.
     """
 
-    def __init__(self, prefix: list[tuple], copies: int, batch_rows: int):
+    def __init__(self, prefix: list[tuple], copies: int, batch_rows: int, new_tokens: int = 1):
         self.rows = batch_rows
+        self.new_tokens = int(new_tokens)
         self.prefix_len = prefix[0][0].shape[-2]
         self.buffers = []
         for k, v in prefix:
             bufs = []
             for t in (k, v):
                 B, H, S, d = t.shape
-                buf = t.new_empty((copies, B, H, S + 1, d))
+                buf = t.new_empty((copies, B, H, S + self.new_tokens, d))
                 buf[:, :, :, :S] = t  # broadcast over the copies
-                bufs.append(buf.view(copies * B, H, S + 1, d))
+                bufs.append(buf.view(copies * B, H, S + self.new_tokens, d))
             self.buffers.append(tuple(bufs))
 
     def cache(self, copies: int):
@@ -517,7 +532,7 @@ class _PrefixCopies:
 
 
 class _PrefixLayer(DynamicLayer):
-    """A cache layer over a preallocated buffer: the prefix, then one slot for the new token."""
+    """A cache layer over a preallocated buffer: the prefix, then a slot for each new token."""
 
     def __init__(self, keys, values, prefix_len: int):
         super().__init__()
@@ -531,8 +546,8 @@ class _PrefixLayer(DynamicLayer):
 
     def update(self, key_states, value_states, *args, **kwargs):
         rows = key_states.shape[0]
-        if key_states.shape[-2] != 1 or rows > self.keys.shape[0]:
-            raise CoreError("internal: the answer-position pass must run one token per row against the prefix cache")
+        if key_states.shape[-2] != self.keys.shape[-2] - self.prefix_len or rows > self.keys.shape[0]:
+            raise CoreError("internal: a pass against the prefix cache must run as many tokens as the cache has slots")
         # fewer rows than the buffer: the blocks before the first edit run on one copy (ConditionHooks.shared)
         keys, values = self.keys[:rows], self.values[:rows]
         keys[:, :, self.prefix_len :] = key_states

@@ -165,7 +165,7 @@ def patch_rows(block, patch: RowPatch, example_ids) -> None:
     back = np.broadcast_to(np.asarray(patch.back), (len(patch.values),))[example_ids]
     if (back > positions).any():
         raise CoreError(f"internal: a patch {int(back.max())} tokens from the end reached a pass of {positions} "
-                        "token(s); a patch before the answer position runs every position (evaluate_conditions)")
+                        "token(s); a call runs as many last tokens as its earliest patch (evaluate_conditions)")
     values = torch.as_tensor(np.asarray(patch.values)[example_ids], dtype=torch.float32, device=block.device)
     where = torch.as_tensor(positions - back, device=block.device)
     first, end = patch.columns or (0, block.shape[2])
@@ -389,9 +389,10 @@ class ConditionHooks:
 
 
 def _first_rows(value, total: int, rows: int):
-    """`value` with every tensor whose first dimension is `total` cut to its first `rows` rows."""
+    """`value` with every tensor of rows (two dimensions or more) whose first dimension is `total` cut to its first
+    `rows` rows (a pass of several tokens also carries their cache positions, one dimension, never cut)."""
     if isinstance(value, torch.Tensor):
-        return value[:rows] if value.dim() and value.shape[0] == total else value
+        return value[:rows] if value.dim() > 1 and value.shape[0] == total else value
     if isinstance(value, tuple):
         return tuple(_first_rows(v, total, rows) for v in value)
     if isinstance(value, list):

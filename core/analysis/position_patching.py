@@ -11,7 +11,10 @@ same index names different words); the cells are counted back from the answer po
 tokens, so pairs of one call should share the layout of those tokens (core.runs.position_patch_run selects them).
 
 Each cell is a `RowPatch` of the stream at its token (`RowPatch.back`) on the one edit path (core.analysis.
-filter_hooks), all cells in one evaluation: a patch before the answer position runs every token of the prompt.
+filter_hooks), all cells in one evaluation: a patch k tokens from the end runs the last k tokens against the prefix of
+the rest (core.analysis.evaluation.answer_position_passes). A cell before the first token where a pair's prompts differ
+(`differing_reach`) copies the corrupted prompt's own vector into it (the two prompts are the same up to there, and a
+token's stream reads only the tokens up to it): its patched run is the corrupted run, taken as it is, not run again.
 """
 
 from __future__ import annotations
@@ -75,6 +78,19 @@ def token_layout(tokenizer, clean_texts: Sequence[str], corrupt_texts: Sequence[
     return np.array([len(c) for c in clean])
 
 
+def differing_reach(tokenizer, clean_texts: Sequence[str], corrupt_texts: Sequence[str]) -> int:
+    """How many tokens from the end the earliest token where some pair's prompts differ lies (0 where none
+    differs): a stream patched further back than that copies the corrupted prompt's own vector."""
+    clean = tokenizer(list(clean_texts))["input_ids"]
+    corrupt = tokenizer(list(corrupt_texts))["input_ids"]
+    reach = 0
+    for c, k in zip(clean, corrupt):
+        differ = [i for i, (a, b) in enumerate(zip(c, k)) if a != b]
+        if differ:
+            reach = max(reach, len(c) - differ[0])
+    return reach
+
+
 def token_roles(tokenizer, text: str, length: int, span: int) -> list[str]:
     """The roles of the last `span` tokens of `text` (`length` tokens): "a"/"b" for an operand's tokens (found as
     `core.models.positions` finds them; none where the prompt holds no two numbers), "answer" for the last."""
@@ -108,16 +124,20 @@ def position_patch(loaded, clean_texts: Sequence[str], corrupt_texts: Sequence[s
     kept = capture_hooks(loaded, clean_texts, names, position="all", batch_size=batch_size, progress=progress)
     width = kept.mask.shape[1]  # left-padded: the token `back` from every prompt's end is column width - back
     cells = [(back, layer) for back in range(span, 0, -1) for layer in range(L + 1)]
+    reach = differing_reach(loaded.tokenizer, clean_texts, corrupt_texts)
+    run = [(back, layer) for back, layer in cells if back <= reach]  # the others are the corrupted run (docstring)
     conditions = [Condition(None)] + [
-        Condition(RowPatch(kept[names[layer]][:, width - back], back=back), RESID, layer) for back, layer in cells]
+        Condition(RowPatch(kept[names[layer]][:, width - back], back=back), RESID, layer) for back, layer in run]
     runs = evaluate_conditions(loaded, corrupt_texts, clean_answers, p, conditions, batch_size=batch_size,
                                contrast=corrupt_answers, progress=progress, desc="position patching")
     clean = evaluate_conditions(loaded, clean_texts, clean_answers, p, [Condition(None)], batch_size=batch_size,
                                 contrast=corrupt_answers, progress=progress, desc="position patching: clean")[0]
+    patched = dict(zip(run, runs[1:]))
+    outcome = [patched.get(cell, runs[0]) for cell in cells]
     tokens = kept.tokens[0][len(kept.tokens[0]) - span:]
     roles = token_roles(loaded.tokenizer, clean_texts[0], int(lengths[0]), span)
-    return PositionPatchResult(cells, tokens, roles, clean.gaps, runs[0].gaps, np.stack([r.gaps for r in runs[1:]]),
-                               np.stack([r.predictions == clean_answers for r in runs[1:]]))
+    return PositionPatchResult(cells, tokens, roles, clean.gaps, runs[0].gaps, np.stack([r.gaps for r in outcome]),
+                               np.stack([r.predictions == clean_answers for r in outcome]))
 
 
 def position_table(result: PositionPatchResult, resamples: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED

@@ -27,7 +27,7 @@ from core.runs.number_tables import row_origin_table, write_number_tables
 from core.runs.patch_run import PATCH_VERSION, reads_enough, write_patch_table
 from core.runs.period_ablation import PERIOD_VERSION, has_periods, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
-from core.runs.position_patch_run import POSITION_VERSION, write_position_table
+from core.runs.position_patch_run import POSITION_VERSION, reads_every_pair, write_position_table
 from core.runs.precompute_arguments import check_stages, options_refusal
 from core.runs.shift_run import SHIFT_VERSION, phase_shift_table, shift_specs
 from core.runs.tables import check_table
@@ -198,8 +198,9 @@ def upgrade_successors(writer: RunWriter, loaded, p: int, opts, examples, texts,
     """A run of every stage (no `not_computed`) gets the tables of the stages added since it was made, or of an older
     version: activation patching (core.runs.patch_run), the heads (core.runs.head_tables, where they can be read),
     the helix (core.runs.helix_tables) and attribution patching (core.runs.attribution_run), from the model, over
-    every question, and a patching table that read fewer pairs than the run now reads
-    (core.runs.patch_run.reads_enough); nothing else is recomputed."""
+    every question, and a patching or position patching table that read fewer pairs than the run now reads
+    (core.runs.patch_run.reads_enough, core.runs.position_patch_run.reads_every_pair); nothing else is
+    recomputed."""
     answers = np.array([e.answer for e in examples])
     stages = (("patching", "patching", PATCH_VERSION, True,
                lambda: write_patch_table(writer, loaded, examples, texts, p, opts, log)),
@@ -218,6 +219,8 @@ def upgrade_successors(writer: RunWriter, loaded, p: int, opts, examples, texts,
         current = table in tables and (manifest.get(key) or {}).get("version") == version
         if current and key == "patching":  # a table of this version that read samples where the run now reads all
             current = reads_enough(manifest[key], loaded, examples, opts.max_operand, not manifest.get("design"))
+        if current and key == "position_patching":
+            current = reads_every_pair(manifest[key], loaded, examples, texts, opts.max_operand)
         if manifest.get("not_computed") or "examples" not in tables or current or not applies or key not in asked:
             continue
         keep = writer.stage_published()

@@ -43,3 +43,74 @@ def test_the_command_prints_cells_and_refuses_positions_without_a_pair(model_dir
     assert printed["split"] == "given" and "(answer 108)" in printed["lines"][0] and "cached" in printed
     assert {"position", "token", "layer", "recovered"} <= set(cells[0])
     assert len({c["layer"] for c in cells}) == 3
+
+
+def _stream_hooks(block, layer: int, edit):
+    """A forward hook on block `layer` (0: a pre-hook on the first block, its input) calling edit(hidden)."""
+    if layer == 0:
+        def pre(module, args, kwargs):
+            hidden = args[0] if args else kwargs["hidden_states"]
+            out = edit(hidden)
+            if out is None:
+                return None
+            return ((out, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": out})
+        return block.register_forward_pre_hook(pre, with_kwargs=True)
+
+    def post(module, args, out):
+        hidden = out[0] if isinstance(out, tuple) else out
+        new = edit(hidden)
+        if new is None:
+            return None
+        return (new, *out[1:]) if isinstance(out, tuple) else new
+    return block.register_forward_hook(post)
+
+
+def _gap_by_definition(lm, clean: str, corrupt: str, answers, p: int, back: int, layer: int) -> float:
+    """One pair alone, no batch, no cache: the corrupted prompt with the stream h(layer) at its token `back` from the
+    end set to the clean prompt's; logit(clean answer) - logit(corrupted answer) over the number tokens."""
+    import torch
+
+    blocks = lm.parts.blocks
+    block = blocks[0] if layer == 0 else blocks[layer - 1]
+    ids = {t: torch.tensor([lm.tokenizer(t)["input_ids"]]) for t in (clean, corrupt)}
+    kept = {}
+    def keep(h):
+        kept["h"] = h[0, -back].clone()
+
+    handle = _stream_hooks(block, layer, keep)
+    with torch.no_grad():
+        lm.model(input_ids=ids[clean])
+    handle.remove()
+
+    def put(h):
+        h = h.clone()
+        h[0, -back] = kept["h"]
+        return h
+
+    handle = _stream_hooks(block, layer, put)
+    with torch.no_grad():
+        logits = lm.model(input_ids=ids[corrupt]).logits[0, -1]
+    handle.remove()
+    numbers = torch.as_tensor(lm.numbers.ids_for(p))
+    return float(logits[numbers[answers[0]]] - logits[numbers[answers[1]]])
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_every_cell_is_its_definition_run_alone_whether_run_on_the_last_tokens_or_taken_as_the_corrupted_run(
+        loaded_model, arch):
+    """Pairs of different lengths in one batch (left-padded), each cell against the pair run alone with a hook: the
+    cells the evaluation runs on the last tokens against the prefix, and those before the first differing token that
+    it takes from the corrupted run without running them."""
+    from core.analysis.position_patching import differing_reach
+
+    lm = loaded_model(arch)
+    clean = [CLEAN, "What is 7 plus 41? Answer:", "Add 30 and 12, please. Answer:"]
+    corrupt = [CORRUPT, "What is 7 plus 42? Answer:", "Add 30 and 13, please. Answer:"]
+    answers = [(108, 109), (48, 49), (42, 43)]
+    result = position_patch(lm, clean, corrupt, [a for a, _ in answers], [b for _, b in answers], 600, batch_size=2)
+    reach = differing_reach(lm.tokenizer, clean, corrupt)
+    assert 1 < reach < len(result.tokens), "the pairs should leave some cells before their first difference"
+    for i, (back, layer) in enumerate(result.cells):
+        for j in range(len(clean)):
+            want = _gap_by_definition(lm, clean[j], corrupt[j], answers[j], 600, back, layer)
+            assert result.patched_gap[i, j] == pytest.approx(want, abs=1e-3), (back, layer, j)

@@ -123,3 +123,17 @@ def test_a_sample_of_pairs_holds_the_running_example_and_none_is_every_pair():
     assert reads_enough(note, deep, split, 260, every_question=False)
     assert not reads_enough({**note, "head_pairs": 100}, deep, split, 260, every_question=False)
     assert not reads_enough(note, deep, split, 260, every_question=True)  # read every question: every pair asked
+
+
+def test_the_position_table_reads_every_pair_of_the_layout_and_a_sampled_one_is_not_enough(tiny):
+    from core.runs.position_patch_run import layout_pairs, position_note, position_patch_run, reads_every_pair
+
+    target, examples = tiny
+    text_of = {e.id: t for e, t in zip(examples, target.texts)}
+    layout = layout_pairs(target.loaded.tokenizer, pair_examples(examples, 260), text_of, "addition")
+    assert len(layout) > 1
+    table = position_patch_run(target.loaded, examples, target.texts, target.p, 260, 32, False, log=lambda *_: None)
+    assert (table["n"] == len(layout)).all()
+    note = position_note(table, len(examples))
+    assert reads_every_pair(note, target.loaded, examples, target.texts, 260)
+    assert not reads_every_pair({**note, "pairs": len(layout) - 1}, target.loaded, examples, target.texts, 260)
