@@ -27,13 +27,13 @@ import numpy as np
 
 import core.analysis.evaluation as evaluation
 import core.analysis.position_patching as position_patching
+from core.analysis.evaluation import EVERY_TOKEN
 from core.analysis.pairs import corrupted_text, pair_examples
 from core.runs.ablate import open_target
 from core.runs.position_patch_run import layout_pairs, question_start
 from core.tasks import build_examples
 
 DEFAULT_RUN = "smollm2-135m-fine-tuned-number-tokens-real-llm-rows-blocks-1-882bc8ee3b"
-EVERY_TOKEN = 2**31
 
 
 def main(argv=None) -> int:
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     answers = ([c.answer for c, _ in chosen], [k.answer for _, k in chosen])
 
     def every_token():
-        with mock.patch.object(evaluation, "edit_reach", lambda conditions: EVERY_TOKEN), \
+        with mock.patch.object(evaluation, "edit_reach", lambda *a: EVERY_TOKEN), \
                 mock.patch.object(position_patching, "differing_reach", lambda *a: EVERY_TOKEN):
             return position_patching.position_patch(loaded, clean, corrupt, *answers, target.p, span)
 

@@ -194,9 +194,12 @@ class PrefixCache:
             self.bytes += size
 
 
+#: `edit_reach` of an edit of every token: more tokens than any prompt has.
+EVERY_TOKEN = 2**31
 #: Rows of one answer-position pass (conditions x prompts): wide enough that per-call overhead is small.
 ROWS_PER_CALL = 512
-#: A pass over whole prompts (a patch before the answer position) takes as many tokens as this many answer tokens a row.
+#: A call that runs several last tokens a row (an edit before the answer position) holds at most `ROWS_PER_CALL` rows,
+#: and over this many tokens a row, as many tokens as ROWS_PER_CALL x this (every row keeps its copy of the prefix).
 WHOLE_PROMPT_TOKENS = 8
 
 
@@ -382,7 +385,7 @@ def answer_position_passes(
     hooks.example_ids = np.asarray(batch.indices)
     prefix = None
     extra = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
-    reaches = [min(edit_reach([c]), S) for c in conditions]  # S: an edit of the first token, or of every token
+    reaches = [min(edit_reach([c], batch.indices), S) for c in conditions]  # S: the first token, or every token
     if S > 1 and min(reaches) < S:
         prefix = stored.cache.get(stored.batch_no) if stored is not None else None
         if prefix is None:
@@ -394,9 +397,11 @@ def answer_position_passes(
             prefix = _cache_tensors(out.past_key_values)
             if stored is not None:
                 stored.cache.put(stored.batch_no, prefix)
-    # a call's rows: `rows_per_call` answer tokens, or as many tokens over the last tokens it runs
+    # a call's rows: `rows_per_call` answer tokens; over several tokens a row, no more rows and no more tokens than
+    # `rows_per_call` x WHOLE_PROMPT_TOKENS
     tokens = max(reaches)
-    per_call = max(1, (rows_per_call * WHOLE_PROMPT_TOKENS // tokens if tokens > 1 else rows_per_call) // B)
+    per_call = max(1, (rows_per_call * WHOLE_PROMPT_TOKENS // max(tokens, WHOLE_PROMPT_TOKENS) if tokens > 1
+                       else rows_per_call) // B)
     copies = None
     for first in range(0, len(conditions), per_call):
         group = conditions[first : first + per_call]
@@ -435,10 +440,21 @@ def answer_position_passes(
             yield first + g, logits[g * B : (g + 1) * B]
 
 
-def edit_reach(conditions: Sequence[Condition]) -> int:
-    """How many tokens from the end the earliest token any of `conditions` edits lies (1: the answer position only;
-    larger than any prompt for an edit of every token): the tokens before it compute what they compute unedited."""
-    return max((c.flt.earliest for c in conditions if isinstance(c.flt, (RowPatch, PlacedEdit))), default=1)
+def edit_reach(conditions: Sequence[Condition], rows=None) -> int:
+    """How many tokens from the end the earliest token any of `conditions` edits lies, over the prompts at places
+    `rows` of the list evaluated (default: all of them); 1: the answer position only, `EVERY_TOKEN` for an edit of
+    every token. The tokens before it compute what they compute unedited."""
+    reach = 1
+    for cond in conditions:
+        if not isinstance(cond.flt, (RowPatch, PlacedEdit)):
+            continue
+        if cond.flt.back is None:
+            return EVERY_TOKEN
+        back = np.asarray(cond.flt.back)
+        if back.ndim and rows is not None:
+            back = back[np.asarray(rows)]
+        reach = max(reach, int(back.max()))
+    return reach
 
 
 def edited_before_mlp(cond: Condition, layer: int, n_layers: int) -> frozenset | None:

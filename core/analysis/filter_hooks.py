@@ -357,9 +357,10 @@ class ConditionHooks:
         self.end_call()
         self.example_ids = None
 
-    #: (copies, rows per copy, first edited layer) while a call runs `copies` conditions whose answer positions are
-    #: the same up to the output of that layer's attention (no edit acts before it): every block before it, and its
-    #: attention, run on the first copy alone and their output is repeated for every copy
+    #: (copies, rows per copy, first edited layer) while a call runs `copies` conditions whose last tokens (the answer
+    #: position, or the tokens from the earliest edited one on) are the same up to the output of that layer's
+    #: attention (no edit acts before it): every block before it, and its attention, run on the first copy alone and
+    #: their output is repeated for every copy
     shared: tuple[int, int, int] | None = None
 
     def _one_copy(self, layer: int, whole_block: bool):

@@ -20,7 +20,7 @@
 9. attribution (core.runs.attribution_run): attribution patching, the gradient estimate of stage 6 at every site and
    head, over every pair.
 10. position_patching (core.runs.position_patch_run): the stream patched at every token of the question and every
-    layer, over the pairs of the running example's token layout (a seeded 300 on deep models).
+    layer, over every pair of the running example's token layout.
 Then error_analysis, the manifest, and an atomic publish (core.runs.cache).
 
 Before anything is loaded, core.runs.precompute_arguments checks the options and, for a model folder, the run they

@@ -2,12 +2,18 @@
 stream restores everything at the answer position only, and pairs of different token lengths are refused."""
 
 import json
+from unittest import mock
 
 import numpy as np
 import pytest
+import torch
 
-from core.analysis.position_patching import position_patch, position_table
+import core.analysis.evaluation as evaluation
+from core.analysis.ablations import Condition, FunctionEdit, RowPatch
+from core.analysis.evaluation import EVERY_TOKEN, evaluate_conditions
+from core.analysis.position_patching import differing_reach, position_patch, position_table
 from core.errors import CoreError
+from core.models.positions import steps_back
 
 CLEAN, CORRUPT = "Put together 15 and 93. Answer:", "Put together 15 and 94. Answer:"
 
@@ -68,8 +74,6 @@ def _stream_hooks(block, layer: int, edit):
 def _gap_by_definition(lm, clean: str, corrupt: str, answers, p: int, back: int, layer: int) -> float:
     """One pair alone, no batch, no cache: the corrupted prompt with the stream h(layer) at its token `back` from the
     end set to the clean prompt's; logit(clean answer) - logit(corrupted answer) over the number tokens."""
-    import torch
-
     blocks = lm.parts.blocks
     block = blocks[0] if layer == 0 else blocks[layer - 1]
     ids = {t: torch.tensor([lm.tokenizer(t)["input_ids"]]) for t in (clean, corrupt)}
@@ -101,16 +105,40 @@ def test_every_cell_is_its_definition_run_alone_whether_run_on_the_last_tokens_o
     """Pairs of different lengths in one batch (left-padded), each cell against the pair run alone with a hook: the
     cells the evaluation runs on the last tokens against the prefix, and those before the first differing token that
     it takes from the corrupted run without running them."""
-    from core.analysis.position_patching import differing_reach
-
     lm = loaded_model(arch)
     clean = [CLEAN, "What is 7 plus 41? Answer:", "Add 30 and 12, please. Answer:"]
     corrupt = [CORRUPT, "What is 7 plus 42? Answer:", "Add 30 and 13, please. Answer:"]
     answers = [(108, 109), (48, 49), (42, 43)]
-    result = position_patch(lm, clean, corrupt, [a for a, _ in answers], [b for _, b in answers], 600, batch_size=2)
+    result = position_patch(lm, clean, corrupt, [a for a, _ in answers], [b for _, b in answers], 600, batch_size=3)
     reach = differing_reach(lm.tokenizer, clean, corrupt)
     assert 1 < reach < len(result.tokens), "the pairs should leave some cells before their first difference"
     for i, (back, layer) in enumerate(result.cells):
         for j in range(len(clean)):
             want = _gap_by_definition(lm, clean[j], corrupt[j], answers[j], 600, back, layer)
             assert result.patched_gap[i, j] == pytest.approx(want, abs=1e-3), (back, layer, j)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_edits_before_the_answer_run_on_the_last_tokens_as_on_whole_prompts_shared_or_not(loaded_model, arch):
+    """Patches a few tokens back, one per prompt at its second operand, and module edits at an operand's token, above
+    layer 1 (so a call's conditions share the blocks below them), in calls of few rows over left-padded batches: the
+    same gaps as every token of every prompt run again for every condition."""
+    lm = loaded_model(arch)
+    prompts = [CLEAN, "What is 7 plus 41? Answer:", "Add 30 and 12, please. Answer:", "Sum 5 and 6. Answer:"]
+    answers, others = np.array([108, 48, 42, 11]), np.array([109, 49, 43, 12])
+    rng = np.random.default_rng(0)
+    patch = lambda back: RowPatch(rng.normal(size=(len(prompts), lm.width)).astype(np.float32), back=back)  # noqa: E731
+    double = lambda: FunctionEdit(lambda rows: 2 * rows, lm.width)  # noqa: E731
+    at_b = steps_back(lm.tokenizer, prompts, "b")
+    conditions = [Condition(None), Condition(patch(2), "resid", 1), Condition(patch(3), "resid", 2),
+                  Condition(patch(at_b), "resid", 1), Condition(patch(at_b), "attn", 2),
+                  Condition(double(), "mlp", 2, position="a"), Condition(double(), "attn", 2, position="b"),
+                  Condition(patch(1), "mlp", 2)]
+    reading = dict(p=600, contrast=others, batch_size=3, progress=False)
+    for rows in (3, 9, 512):
+        fast = evaluate_conditions(lm, prompts, answers, conditions=conditions, rows_per_call=rows, **reading)
+        with mock.patch.object(evaluation, "edit_reach", lambda *a: EVERY_TOKEN):
+            whole = evaluate_conditions(lm, prompts, answers, conditions=conditions, rows_per_call=rows, **reading)
+        for c, (f, w) in enumerate(zip(fast, whole)):
+            assert np.allclose(f.gaps, w.gaps, atol=1e-4), (rows, c)
+        assert not np.allclose(fast[1].gaps, fast[0].gaps, atol=1e-3)  # the patches do change the answer

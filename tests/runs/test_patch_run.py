@@ -23,6 +23,7 @@ from core.runs.patch_run import (
     patch_run,
     reads_enough,
 )
+from core.runs.position_patch_run import layout_pairs, position_note, position_patch_run, reads_every_pair
 from core.tasks import RUNNING_EXAMPLE, build_examples, example_id
 
 
@@ -125,9 +126,7 @@ def test_a_sample_of_pairs_holds_the_running_example_and_none_is_every_pair():
     assert not reads_enough(note, deep, split, 260, every_question=True)  # read every question: every pair asked
 
 
-def test_the_position_table_reads_every_pair_of_the_layout_and_a_sampled_one_is_not_enough(tiny):
-    from core.runs.position_patch_run import layout_pairs, position_note, position_patch_run, reads_every_pair
-
+def test_a_position_table_that_read_fewer_pairs_than_the_layout_holds_is_made_again(tiny):
     target, examples = tiny
     text_of = {e.id: t for e, t in zip(examples, target.texts)}
     layout = layout_pairs(target.loaded.tokenizer, pair_examples(examples, 260), text_of, "addition")
