@@ -27,7 +27,7 @@ import numpy as np
 
 import core.analysis.evaluation as evaluation
 import core.analysis.position_patching as position_patching
-from core.analysis.evaluation import EVERY_TOKEN
+from core.analysis.ablations import EVERY_TOKEN
 from core.analysis.pairs import corrupted_text, pair_examples
 from core.runs.ablate import open_target
 from core.runs.position_patch_run import layout_pairs, question_start

@@ -128,6 +128,19 @@ class FunctionEdit:
             raise CoreError(f"the edit must be a function of the rows (a tensor), got {type(self.fn).__name__}")
 
 
+#: The reach of an edit of every token: more tokens than any prompt has.
+EVERY_TOKEN = 2**31
+
+
+def tokens_back(back, rows=None) -> int:
+    """The largest of `back` (tokens counted from the end: one for every prompt, or one per prompt) over the prompts
+    at places `rows` (default: all)."""
+    back = np.asarray(back)
+    if back.ndim and rows is not None:
+        back = back[np.asarray(rows)]
+    return int(back.max())
+
+
 @dataclass(frozen=True, eq=False)
 class RowPatch:
     """Activation patching: each prompt's vector at one site replaced by a given one (the same site of the prompt it
@@ -154,10 +167,10 @@ class RowPatch:
     def width(self) -> int:
         return int(self.values.shape[1])
 
-    @property
-    def earliest(self) -> int:
-        """How far from the end the earliest patched token lies (1: the answer position only)."""
-        return int(np.max(self.back))
+    def reach(self, rows=None) -> int:
+        """How far from the end the earliest patched token lies (1: the answer position only), over the prompts at
+        places `rows` of the list evaluated (default: all)."""
+        return tokens_back(self.back, rows)
 
     rank = 0
     erased = False
@@ -210,10 +223,10 @@ class PlacedEdit:
     out_matrix: object | None = None
     width: int = 0
 
-    @property
-    def earliest(self) -> int:
-        """How far from the end the earliest edited token lies (every token: larger than any prompt)."""
-        return 2**31 if self.back is None else int(np.max(self.back))
+    def reach(self, rows=None) -> int:
+        """How far from the end the earliest edited token lies over the prompts at places `rows` (default: all);
+        `EVERY_TOKEN` for an edit of every token."""
+        return EVERY_TOKEN if self.back is None else tokens_back(self.back, rows)
 
     @property
     def rank(self) -> int:

@@ -194,8 +194,6 @@ class PrefixCache:
             self.bytes += size
 
 
-#: `edit_reach` of an edit of every token: more tokens than any prompt has.
-EVERY_TOKEN = 2**31
 #: Rows of one answer-position pass (conditions x prompts): wide enough that per-call overhead is small.
 ROWS_PER_CALL = 512
 #: A call that runs several last tokens a row (an edit before the answer position) holds at most `ROWS_PER_CALL` rows,
@@ -442,19 +440,10 @@ def answer_position_passes(
 
 def edit_reach(conditions: Sequence[Condition], rows=None) -> int:
     """How many tokens from the end the earliest token any of `conditions` edits lies, over the prompts at places
-    `rows` of the list evaluated (default: all of them); 1: the answer position only, `EVERY_TOKEN` for an edit of
-    every token. The tokens before it compute what they compute unedited."""
-    reach = 1
-    for cond in conditions:
-        if not isinstance(cond.flt, (RowPatch, PlacedEdit)):
-            continue
-        if cond.flt.back is None:
-            return EVERY_TOKEN
-        back = np.asarray(cond.flt.back)
-        if back.ndim and rows is not None:
-            back = back[np.asarray(rows)]
-        reach = max(reach, int(back.max()))
-    return reach
+    `rows` of the list evaluated (default: all of them); 1: the answer position only, `ablations.EVERY_TOKEN` for an
+    edit of every token (`RowPatch.reach`, `PlacedEdit.reach`). The tokens before it compute what they compute
+    unedited."""
+    return max((c.flt.reach(rows) for c in conditions if isinstance(c.flt, (RowPatch, PlacedEdit))), default=1)
 
 
 def edited_before_mlp(cond: Condition, layer: int, n_layers: int) -> frozenset | None:

@@ -65,8 +65,9 @@ class PositionPatchResult:
         return int(len(self.clean_gap))
 
 
-def token_layout(tokenizer, clean_texts: Sequence[str], corrupt_texts: Sequence[str]) -> np.ndarray:
-    """Each pair's number of tokens; refused, saying how they differ, where a pair's two prompts differ in length."""
+def token_layout(tokenizer, clean_texts: Sequence[str], corrupt_texts: Sequence[str]) -> tuple[np.ndarray, int]:
+    """Each pair's number of tokens, and how far from the end the earliest token where a pair's prompts differ lies
+    (`differing_reach`); refused, saying how they differ, where a pair's two prompts differ in length."""
     clean = tokenizer(list(clean_texts))["input_ids"]
     corrupt = tokenizer(list(corrupt_texts))["input_ids"]
     for i, (c, k) in enumerate(zip(clean, corrupt)):
@@ -75,14 +76,12 @@ def token_layout(tokenizer, clean_texts: Sequence[str], corrupt_texts: Sequence[
             raise CoreError(f"position patching needs the two prompts of a pair to have as many tokens: pair {i}'s "
                             f"clean prompt has {len(c)} ({show(c)}), its corrupted one {len(k)} ({show(k)}); choose "
                             "operands written with as many tokens")
-    return np.array([len(c) for c in clean])
+    return np.array([len(c) for c in clean]), differing_reach(clean, corrupt)
 
 
-def differing_reach(tokenizer, clean_texts: Sequence[str], corrupt_texts: Sequence[str]) -> int:
-    """How many tokens from the end the earliest token where some pair's prompts differ lies (0 where none
-    differs): a stream patched further back than that copies the corrupted prompt's own vector."""
-    clean = tokenizer(list(clean_texts))["input_ids"]
-    corrupt = tokenizer(list(corrupt_texts))["input_ids"]
+def differing_reach(clean, corrupt) -> int:
+    """How many tokens from the end the earliest token where some pair's prompts differ lies (0 where none differs),
+    from each pair's token ids: a stream patched further back than that copies the corrupted prompt's own vector."""
     reach = 0
     for c, k in zip(clean, corrupt):
         differ = [i for i, (a, b) in enumerate(zip(c, k)) if a != b]
@@ -116,7 +115,7 @@ def position_patch(loaded, clean_texts: Sequence[str], corrupt_texts: Sequence[s
     prompt into its corrupted partner (the same place in the lists); module docstring. The prompts as the model
     reads them, every one with the same number of tokens (`token_layout`)."""
     clean_answers, corrupt_answers = checked_pairs(clean_texts, corrupt_texts, clean_answers, corrupt_answers)
-    lengths = token_layout(loaded.tokenizer, clean_texts, corrupt_texts)
+    lengths, reach = token_layout(loaded.tokenizer, clean_texts, corrupt_texts)
     shortest = int(lengths.min())
     span = shortest if span is None else min(int(span), shortest)
     L = loaded.n_layers
@@ -124,7 +123,6 @@ def position_patch(loaded, clean_texts: Sequence[str], corrupt_texts: Sequence[s
     kept = capture_hooks(loaded, clean_texts, names, position="all", batch_size=batch_size, progress=progress)
     width = kept.mask.shape[1]  # left-padded: the token `back` from every prompt's end is column width - back
     cells = [(back, layer) for back in range(span, 0, -1) for layer in range(L + 1)]
-    reach = differing_reach(loaded.tokenizer, clean_texts, corrupt_texts)
     run = [(back, layer) for back, layer in cells if back <= reach]  # the others are the corrupted run (docstring)
     conditions = [Condition(None)] + [
         Condition(RowPatch(kept[names[layer]][:, width - back], back=back), RESID, layer) for back, layer in run]

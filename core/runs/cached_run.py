@@ -202,25 +202,28 @@ def upgrade_successors(writer: RunWriter, loaded, p: int, opts, examples, texts,
     (core.runs.patch_run.reads_enough, core.runs.position_patch_run.reads_every_pair); nothing else is
     recomputed."""
     answers = np.array([e.answer for e in examples])
+    # (manifest key, table, version, applies, write, read enough: a table of this version that read fewer pairs than
+    # the run now reads is made again; None where the version says all)
     stages = (("patching", "patching", PATCH_VERSION, True,
-               lambda: write_patch_table(writer, loaded, examples, texts, p, opts, log)),
+               lambda: write_patch_table(writer, loaded, examples, texts, p, opts, log),
+               lambda note, manifest: reads_enough(note, loaded, examples, opts.max_operand,
+                                                   not manifest.get("design"))),
               ("heads", "head_spectra", HEAD_VERSION, has_heads(loaded, p),
-               lambda: write_head_tables(writer, loaded, texts, answers, p, opts, log)),
+               lambda: write_head_tables(writer, loaded, texts, answers, p, opts, log), None),
               ("helix", "helix_fit", HELIX_VERSION, has_helix(p),
-               lambda: write_helix_tables(writer, loaded, examples, texts, p, opts, log)),
+               lambda: write_helix_tables(writer, loaded, examples, texts, p, opts, log), None),
               ("attribution", "attribution", ATTRIBUTION_VERSION, True,
-               lambda: write_attribution_table(writer, loaded, examples, texts, p, opts, log)),
+               lambda: write_attribution_table(writer, loaded, examples, texts, p, opts, log), None),
               ("position_patching", "position_patching", POSITION_VERSION, True,
-               lambda: write_position_table(writer, loaded, examples, texts, p, opts, log)))
+               lambda: write_position_table(writer, loaded, examples, texts, p, opts, log),
+               lambda note, manifest: reads_every_pair(note, loaded, examples, texts, opts.max_operand)))
     upgraded, asked = False, check_stages(opts.stages)
-    for key, table, version, applies, write in stages:
+    for key, table, version, applies, write, enough in stages:
         manifest = read_json_file(writer.final / "manifest.json") or {}
         tables = manifest.get("tables") or {}
         current = table in tables and (manifest.get(key) or {}).get("version") == version
-        if current and key == "patching":  # a table of this version that read samples where the run now reads all
-            current = reads_enough(manifest[key], loaded, examples, opts.max_operand, not manifest.get("design"))
-        if current and key == "position_patching":
-            current = reads_every_pair(manifest[key], loaded, examples, texts, opts.max_operand)
+        if current and enough is not None:
+            current = enough(manifest[key], manifest)
         if manifest.get("not_computed") or "examples" not in tables or current or not applies or key not in asked:
             continue
         keep = writer.stage_published()

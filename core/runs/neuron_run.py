@@ -242,4 +242,3 @@ def neuron_lines(tables: dict[str, pd.DataFrame]) -> list[str]:
                          f"(sd {rand['accuracy'].std(ddof=1):.2%}), last digit changed "
                          f"{rand['last_digit_shift'].mean():.2%}")
     return lines
-

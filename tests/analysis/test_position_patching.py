@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import core.analysis.evaluation as evaluation
-from core.analysis.ablations import Condition, FunctionEdit, RowPatch
-from core.analysis.evaluation import EVERY_TOKEN, evaluate_conditions
+from core.analysis.ablations import EVERY_TOKEN, Condition, FunctionEdit, RowPatch
+from core.analysis.evaluation import evaluate_conditions
 from core.analysis.position_patching import differing_reach, position_patch, position_table
 from core.errors import CoreError
 from core.models.positions import steps_back
@@ -110,7 +110,7 @@ def test_every_cell_is_its_definition_run_alone_whether_run_on_the_last_tokens_o
     corrupt = [CORRUPT, "What is 7 plus 42? Answer:", "Add 30 and 13, please. Answer:"]
     answers = [(108, 109), (48, 49), (42, 43)]
     result = position_patch(lm, clean, corrupt, [a for a, _ in answers], [b for _, b in answers], 600, batch_size=3)
-    reach = differing_reach(lm.tokenizer, clean, corrupt)
+    reach = differing_reach(lm.tokenizer(clean)["input_ids"], lm.tokenizer(corrupt)["input_ids"])
     assert 1 < reach < len(result.tokens), "the pairs should leave some cells before their first difference"
     for i, (back, layer) in enumerate(result.cells):
         for j in range(len(clean)):
