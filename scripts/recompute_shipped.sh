@@ -48,9 +48,10 @@ else
   echo "skipping smollm2-135m: import it with python -m core import-model smollm2-135m" >&2
 fi
 # the default run: SmolLM2 fine-tuned with number tokens (on a lent GPU); its delta is shipped, and rebuild imports the base
-# model first when it is not here (the earlier stages ship only their logs: docs/fine-tuning.md)
+# model first when it is not here (the earlier stages ship only their logs: docs/fine-tuning.md). Every question for
+# every table (--every-question): about 4 hours on two CPU threads from nothing (docs/speed.md)
 model=smollm2-addition-rows-blocks-18-29
 [ -f "models/$model/model.safetensors" ] || .venv/bin/python -m core rebuild "$model"
-.venv/bin/python -m core precompute --model "models/$model" --taus "$TAUS" --display-order 0 \
+.venv/bin/python -m core precompute --model "models/$model" --taus "$TAUS" --display-order 0 --every-question \
   --threads "$THREADS" $RECOMPUTE --no-progress
 .venv/bin/python -m core verify

@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--every-question",
         action="store_true",
         help="a deep model (30 layers) reads every question for every condition, not a fixed sample for the tau "
-        "sweep and the phase-shift screen (docs/method.md, 'Deep models'); hours instead of minutes on a CPU",
+        "sweep and the phase-shift screen (docs/method.md, 'Deep models'); hours instead of minutes on a CPU. On a "
+        "run cached with the sample: its grid and phase shift read again over every question, the rest kept",
     )
     pre.add_argument("--no-progress", action="store_true")
     pre.add_argument("--json", action="store_true",

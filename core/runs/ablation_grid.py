@@ -318,9 +318,7 @@ def redraw_run_controls(writer: RunWriter, loaded, p: int, opts, examples, texts
         with torch.no_grad():
             table, errors = redraw_unmatched_controls(loaded, texts, answers, p, basis, taus, opts, writer, table,
                                                       errors, log, design)
-        writer.write("ablations", table)
-        writer.write("ablation_errors", errors)
-        writer.write("error_analysis", error_analysis_table(writer.read("examples"), table))
+        write_grid_tables(writer, table, errors)
     keep["matched_draw_version"] = MATCH_DRAW_VERSION
     keep["timings"] = {**(keep.get("timings") or {}), "controls_redrawn_s": round(time.time() - t0, 2)}
     writer.publish(keep)
@@ -405,6 +403,14 @@ def _read_progress(path: Path, meta, keys: list[str]):
     except (OSError, ValueError, KeyError):
         return None
     return state
+
+
+def write_grid_tables(writer: RunWriter, ablations: pd.DataFrame, ablation_errors: pd.DataFrame) -> None:
+    """The grid's tables into the staging folder: `ablations`, `ablation_errors`, and `error_analysis` from them and
+    the run's examples (an upgrade that changes the grid writes all three)."""
+    writer.write("ablations", ablations)
+    writer.write("ablation_errors", ablation_errors)
+    writer.write("error_analysis", error_analysis_table(writer.read("examples"), ablations))
 
 
 def error_analysis_table(examples: pd.DataFrame, ablations: pd.DataFrame) -> pd.DataFrame:

@@ -1,7 +1,8 @@
-"""What `precompute` does with a run already in the cache: refuse it when asked with other options, upgrade what an
-older version left (the number and phase tables, the phase shift's capped edits), draw again the controls an older
-draw left unmatched, take in a training log's new seeds; and the two table writers the fresh run shares with the
-upgrades (the phase tables, the training log)."""
+"""What `precompute` does with a run already in the cache: refuse it when asked with other options, read a deep
+model's sampled run again over every question when asked with --every-question, upgrade what an older version left
+(the number and phase tables, the phase shift's capped edits), draw again the controls an older draw left unmatched,
+take in a training log's new seeds; and the table writers the fresh run shares with the upgrades (the phase tables,
+the phase shift, the training log)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import pandas as pd
 import torch
 
 from core import SCHEMA_VERSION
+from core.analysis.filters import MATCH_DRAW_VERSION
 from core.analysis.phase import PHASE_VERSION
 from core.errors import CoreError
 from core.files import read_json_file
 from core.models.source import read_provenance
-from core.runs.ablation_grid import redraw_run_controls
+from core.runs.ablation_grid import ablation_grid, redraw_run_controls, write_grid_tables
 from core.runs.attribution_run import ATTRIBUTION_VERSION, write_attribution_table
 from core.runs.cache import RunWriter
 from core.runs.group_shift import GROUP_SHIFT_VERSION, has_group_shift, write_group_tables
@@ -28,7 +30,7 @@ from core.runs.patch_run import PATCH_VERSION, reads_enough, write_patch_table
 from core.runs.period_ablation import PERIOD_VERSION, has_periods, write_period_table
 from core.runs.phase_run import PHASE_TABLES, phase_current, phase_note, phase_tables_from_model
 from core.runs.position_patch_run import POSITION_VERSION, reads_every_pair, write_position_table
-from core.runs.precompute_arguments import check_stages, options_refusal
+from core.runs.precompute_arguments import check_stages, options_refusal, reads_sample_again
 from core.runs.shift_run import SHIFT_VERSION, phase_shift_table, shift_specs
 from core.runs.tables import check_table
 from core.training.train import seed_logs
@@ -38,14 +40,16 @@ def keep_cached_run(
     writer: RunWriter, loaded, p: int, opts, examples, texts, options: dict, log, basis, taus,
     design=None,
 ) -> Path:
-    """A run already in the cache: refused when asked with other options, upgraded when its schema, phase or
-    phase-shift version is older, its unmatched controls drawn again when an older draw left them so, its training
-    log refreshed, else left as it is."""
+    """A run already in the cache: refused when asked with other options, read again over every question when it was
+    read on a sample and --every-question asks for all, upgraded when its schema, phase or phase-shift version is
+    older, its unmatched controls drawn again when an older draw left them so, its training log refreshed, else left
+    as it is."""
     existing = (read_json_file(writer.final / "manifest.json") or {}).get("options")
     refusal = options_refusal(writer.name, existing, options)
     if refusal:
         raise CoreError(refusal)
-    upgraded = upgrade_phase(writer, loaded, p, opts, examples, texts, log)
+    upgraded = upgrade_design(writer, loaded, p, opts, examples, texts, basis, taus, existing, options, log)
+    upgraded = upgrade_phase(writer, loaded, p, opts, examples, texts, log) or upgraded
     upgraded = upgrade_shift(writer, loaded, p, opts, examples, texts, design, log) or upgraded
     upgraded = upgrade_groups(writer, loaded, p, opts, examples, texts, log) or upgraded
     upgraded = upgrade_periods(writer, loaded, p, opts, examples, texts, log) or upgraded
@@ -70,6 +74,16 @@ def write_phase_tables(writer: RunWriter, loaded, examples, texts, p: int, opts)
     tables = phase_tables_from_model(loaded, examples, texts, p, opts.batch_size, opts.dataset_seed, opts.progress)
     for t, frame in tables.items():
         writer.write(t, frame)
+    return round(time.time() - t0, 2)
+
+
+def write_shift_tables(writer: RunWriter, loaded, texts, answers, p: int, opts, log, design=None) -> float:
+    """The phase-shift tables (core.runs.shift_run, under a sampled `design` if one) into the staging folder; the
+    seconds taken."""
+    t0 = time.time()
+    with torch.no_grad():
+        for name, frame in phase_shift_table(loaded, texts, answers, p, opts, log, design).items():
+            writer.write(name, frame)
     return round(time.time() - t0, 2)
 
 
@@ -122,6 +136,38 @@ def shift_note() -> dict:
     return {"version": SHIFT_VERSION}
 
 
+def upgrade_design(writer: RunWriter, loaded, p: int, opts, examples, texts, basis, taus, existing: dict | None,
+                   options: dict, log) -> bool:
+    """A deep model's run of the sampled design (core.runs.sampled_design) asked for with --every-question: its
+    ablation grid (with `ablation_errors` and `error_analysis`) and its phase shift are computed again over every
+    question, as a run of every question computes them; the manifest's `design` is dropped and the run takes the
+    options asked (`writer`'s); every other table is kept here (a patching table read on samples is then read again
+    over every pair by `upgrade_successors`, as a run of every question reads it). The grid resumes from its
+    checkpoints if stopped; nothing is published until both are written."""
+    if not reads_sample_again(existing, options):
+        return False
+    tables = (read_json_file(writer.final / "manifest.json") or {}).get("tables") or {}
+    keep = writer.stage_published()
+    keep.pop("design", None)
+    timings = dict(keep.get("timings") or {})
+    answers = np.array([e.answer for e in examples])
+    log(f"run {writer.name}: its grid and phase shift read a sample; reading them again over all {len(texts)} "
+        "questions (--every-question)")
+    if "ablations" in tables:
+        t0 = time.time()
+        with torch.no_grad():
+            write_grid_tables(writer, *ablation_grid(loaded, texts, answers, p, basis, taus, opts, writer, log))
+        timings["ablations_s"] = round(time.time() - t0, 2)
+        keep["matched_draw_version"] = MATCH_DRAW_VERSION  # every control drawn by today's code
+    if "phase_shift" in tables:
+        timings["phase_shift_s"] = write_shift_tables(writer, loaded, texts, answers, p, opts, log)
+        keep["phase_shift"] = shift_note()
+    keep["timings"] = {**timings, "threads": torch.get_num_threads()}
+    writer.publish(keep)
+    log(f"run {writer.name}: grid and phase shift read again over all {len(texts)} questions")
+    return True
+
+
 def upgrade_shift(writer: RunWriter, loaded, p: int, opts, examples, texts, design, log) -> bool:
     """A run whose phase-shift tables are of an older version (uncapped edits, pooled outcomes only) gets them anew
     from the model (core.runs.shift_run); nothing else is recomputed."""
@@ -129,12 +175,8 @@ def upgrade_shift(writer: RunWriter, loaded, p: int, opts, examples, texts, desi
     if shift_current(manifest) or not shift_specs(p, loaded.n_layers) or left_out(manifest, ("phase_shift",)):
         return False
     keep = writer.stage_published()
-    t0 = time.time()
-    answers = np.array([e.answer for e in examples])
-    with torch.no_grad():
-        for name, frame in phase_shift_table(loaded, texts, answers, p, opts, log, design).items():
-            writer.write(name, frame)
-    keep["timings"] = {**(keep.get("timings") or {}), "phase_shift_s": round(time.time() - t0, 2)}
+    seconds = write_shift_tables(writer, loaded, texts, np.array([e.answer for e in examples]), p, opts, log, design)
+    keep["timings"] = {**(keep.get("timings") or {}), "phase_shift_s": seconds}
     keep["phase_shift"] = shift_note()
     writer.publish(keep)
     log(f"run {writer.name}: phase-shift tables made anew (version {SHIFT_VERSION}: capped edits, per-question "

@@ -30,6 +30,8 @@ that check before importing this module (torch). A model whose tokenizer splits 
 
 A deep model (core.runs.sampled_design) reads every question in stages 1, 2 and 4 and for the conditions Table 1's
 verdict reads; the rest of stages 3 and 5 read a fixed stratified sample, and the manifest's `design` says so.
+`--every-question` reads every question for everything, and on a run cached with the design reads those stages
+again over every question (core.runs.cached_run.upgrade_design).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from core.runs.ablation_grid import (
 )
 from core.runs.attribution_run import attribution_note, write_attribution_table
 from core.runs.cache import RunWriter, ensure_cache_dir, run_lock, run_name
-from core.runs.cached_run import keep_cached_run, shift_note, training_log, write_phase_tables
+from core.runs.cached_run import keep_cached_run, shift_note, training_log, write_phase_tables, write_shift_tables
 from core.runs.group_shift import group_note, has_group_shift, run_groups, write_group_tables
 from core.runs.head_tables import has_heads, head_note, write_head_tables
 from core.runs.helix_tables import HELIX_JSON, has_helix, write_helix_tables
@@ -84,7 +86,7 @@ from core.runs.precompute_arguments import (
 )
 from core.runs.run_timings import StageTimings
 from core.runs.sampled_design import design_for
-from core.runs.shift_run import phase_shift_table, shift_specs
+from core.runs.shift_run import shift_specs
 from core.tasks import build_examples, running_example_id, select_split, subsample, with_shots
 from core.threads import use_threads
 
@@ -296,9 +298,7 @@ def _write_stage_tables(
     t4 = time.time()
     if ("shift" in stages and not (writer.has("phase_shift") and writer.has("phase_shift_answers"))
             and shift_specs(p, loaded.n_layers)):
-        answers = np.array([e.answer for e in examples])
-        for name, frame in phase_shift_table(loaded, texts, answers, p, opts, log, design).items():
-            writer.write(name, frame)
+        write_shift_tables(writer, loaded, texts, np.array([e.answer for e in examples]), p, opts, log, design)
     timings["phase_shift_s"] = round(time.time() - t4, 2)
     t5 = time.time()
     groups_pending = not (writer.has("group_shift") and writer.has("group_shift_answers"))

@@ -208,9 +208,10 @@ def option_differences(existing: dict, asked: dict, keys=None) -> list[str]:
 def options_refusal(name: str, existing: dict | None, options: dict, keys=None) -> str | None:
     """Why a run cached with `existing` options is not reused for these `options` (None: they are the same; `keys`:
     compare only these). A deep model's run cached before the sampled design existed is kept as it is with
-    --every-question."""
+    --every-question, and a run of the sampled design asked for with --every-question is read again over every
+    question (`reads_sample_again`; core.runs.cached_run.upgrade_design)."""
     asked = json.loads(json.dumps(options))
-    if existing is None:
+    if existing is None or reads_sample_again(existing, asked):
         return None
     differences = option_differences(existing, asked, keys)
     if not differences:
@@ -223,6 +224,15 @@ def options_refusal(name: str, existing: dict | None, options: dict, keys=None) 
         "with yours (the old run stays until the new one is complete), or keep it and write yours beside it with "
         f"another --cache-dir or --label.{hint}"
     )
+
+
+def reads_sample_again(existing: dict | None, asked: dict) -> bool:
+    """Whether a run cached with a sampled design (`existing` options) is asked for with every question and otherwise
+    the same options: `precompute --every-question` of a deep model's sampled run, which reads its sampled tables
+    again over every question and keeps the rest."""
+    if not existing or "design" not in existing or "design" in asked:
+        return False
+    return {k: v for k, v in existing.items() if k != "design"} == json.loads(json.dumps(asked))
 
 
 def digits_stage_refusal(stages, reason: str, single_tokens: int | None = None) -> str | None:

@@ -28,7 +28,7 @@ from core.runs.ablation_grid import (
 from core.runs.cache import list_runs, read_table, verify_run
 from core.runs.cached_run import options_refusal
 from core.runs.live_sample import live_sample
-from core.runs.precompute_arguments import DEFAULT_TAUS
+from core.runs.precompute_arguments import DEFAULT_TAUS, reads_sample_again
 from core.runs.reader import RunReader
 from core.runs.sampled_design import design_for, reads_every_question, sampled_cells_note, screened_modules
 from core.runs.shift_run import phase_shift_table, shift_specs
@@ -95,10 +95,11 @@ def test_the_screen_keeps_the_modules_whose_last_digit_moves_most():
 
 
 @pytest.mark.slow
-def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch):
+def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch, capsys):
     """A tiny model made to count as deep: the grid's rows say on how many questions they were read, a sampled
     row is the filter on the sample (re-evaluated here), the phase shift's dropped modules keep only their screen
-    rows, and the claim says what was read."""
+    rows, and the claim says what was read; `precompute --every-question` then reads the sampled tables again over
+    every question, as a fresh run of every question does, and keeps the rest."""
     monkeypatch.setattr(live_sample_mod, "SAMPLE_FROM_PARAMS", 0)
     monkeypatch.setattr(design_mod, "LIVE_SAMPLE", 40)
     monkeypatch.setattr(design_mod, "SAMPLE", 24)
@@ -182,6 +183,30 @@ def test_a_sampled_precompute_end_to_end(model_dir, tmp_path, monkeypatch):
         assert (r.low, r.high) == wilson_interval(r.accuracy, r.n)
     assert (sampled_rows["high"] - sampled_rows["low"]).min() > 0.08  # 24 questions: a wide interval
 
+    # `precompute --every-question` of the sampled run reads its grid and phase shift again over every question and
+    # keeps every other table as it was: the run is then what a run of every question computes
+    args = ["precompute", "--model", str(folder), "--max-operand", "95", "--taus", "5,10,40", "--n-sample", "4",
+            "--no-progress", "--limit", "120", "--stages", "measure,ablations,shift", "--every-question"]
+    assert main(args + ["--cache-dir", str(cache)]) == 0
+    assert "reading them again over all 120 questions" in capsys.readouterr().out
+    upgraded = list_runs(cache)[0]
+    assert upgraded.name == run.name and verify_run(upgraded.path) == []
+    up = upgraded.manifest
+    assert "design" not in up and "design" not in up["options"]
+    redone = {"ablations", "ablation_errors", "error_analysis", "phase_shift", "phase_shift_answers"}
+    assert redone <= set(up["tables"])
+    assert ({t: e["sha256"] for t, e in up["tables"].items() if t not in redone}
+            == {t: e["sha256"] for t, e in m["tables"].items() if t not in redone})
+    fresh = tmp_path / "fresh"
+    assert main(args + ["--cache-dir", str(fresh)]) == 0
+    for table in redone:
+        pd.testing.assert_frame_equal(read_table(cache, run.name, table), read_table(fresh, run.name, table))
+    ab = read_table(cache, run.name, "ablations")
+    assert (ab["n"] == 120).all() and sampled_cells_note(ab, up) is None
+    assert "fixed sample" not in claim_module_waves(RunReader(cache, run.name)).measured
+    assert main(args + ["--cache-dir", str(cache)]) == 0  # asked again: nothing left to read again
+    assert "nothing to do" in capsys.readouterr().out
+
 
 def test_a_deep_run_cached_before_the_design_is_kept_with_every_question():
     before = {"taus": [10, 50], "n_sample": 16}
@@ -196,6 +221,11 @@ def test_a_deep_run_cached_before_the_design_is_kept_with_every_question():
     assert "--recompute" in resized and "--every-question" not in resized
     assert "--recompute" in other and "--every-question" not in other  # other taus: only a rebuild helps
     assert options_refusal("r", None, before) is None
+    # a run of the design asked for with every question is read again (core.runs.cached_run.upgrade_design), not
+    # refused; with other taus as well it is refused as any other difference is
+    assert options_refusal("r", now, before) is None and reads_sample_again(now, before)
+    assert "--recompute" in options_refusal("r", now, {"taus": [7], "n_sample": 16})
+    assert not reads_sample_again(before, before) and not reads_sample_again(now, now)
 
 
 def test_the_phase_shift_stage_puts_each_row_back_with_its_condition(loaded_model):

@@ -57,7 +57,21 @@ def test_the_default_run_ships_its_delta_and_reads_every_question():
     # the trainer's one test scoring and precompute's agree to within a near-tie (batches pad differently)
     n = default["task"]["n_examples"]
     assert summary["rebuilt_test_accuracy_float32"] == pytest.approx(default["accuracy"], abs=1.5 / n)
-    # every table over every question: no fallback to the cached sample
+    # every table over every question: no fallback to the cached sample, no sampled design
     locking = default.get("phase_locking") or {}
-    assert locking.get("whole_split") is True and locking.get("n") == default["task"]["n_examples"]
-    assert "phase_shift" in default["tables"]
+    assert locking.get("whole_split") is True and locking.get("n") == n
+    assert "design" not in default and "design" not in default["options"]
+    run = RUNS[0].path
+    assert (pd.read_parquet(run / "ablations.parquet", columns=["n"])["n"] == n).all()
+    # a phase shift by d reads every question whose unedited answer y has y + d on the number line
+    predictions = pd.read_parquet(run / "examples.parquet", columns=["prediction"])["prediction"]
+    shift = pd.read_parquet(run / "phase_shift.parquet", columns=["period_set", "d", "n"])
+    reads = {d: int((predictions + d <= default["p"] - 1).sum()) for d in shift["d"].unique()}
+    assert (shift["n"] == shift["d"].map(reads)).all()
+    # and each question's outcome is kept for the verdict's set of periods (its interval resamples them)
+    per_condition = pd.read_parquet(run / "phase_shift_answers.parquet", columns=["condition"])["condition"]
+    controlled = shift[shift["period_set"] == "all"]
+    assert per_condition.value_counts().sort_index().to_dict() == controlled["n"].to_dict()
+    patching = default["patching"]
+    assert patching["pairs"] == patching["head_pairs"] == patching["questions"] == n
+    assert set(patching["extra_pairs"].values()) == {n}
