@@ -532,7 +532,7 @@ def operations_section(runs: dict, readers: list) -> None:
 def fine_tuned_section(runs: dict, readers: list) -> None:
     ft, llm = runs["fine"], runs["llm"]
     rec, summary, c = recipe(ft), summary_of(ft.manifest.get("model") or {}), claims(ft)
-    design = ft.manifest.get("design")  # a deep model's fixed sample (core.runs.sampled_design), if it was read so
+    assert not ft.manifest.get("design"), f"{ft.name} reads a sample: precompute it with --every-question first"
     spec = rec.get("number_tokens") or {}
     frozen, L = int(spec.get("frozen_blocks") or 0), ft.n_layers
     print("## The fine-tuned real LLM\n")
@@ -540,11 +540,9 @@ def fine_tuned_section(runs: dict, readers: list) -> None:
         f"`{rec.get('name')}`: its lower {frozen} blocks kept as pre-training left them, its number rows and its top "
         f"{L - frozen} blocks trained for {summary.get('epochs_run')} epochs in one run, on "
         f"{str(summary.get('device', 'the CPU')).split(' (')[0]}) reproduces of the paper, claim by claim. Its weights "
-        "are rebuilt from the shipped delta, so " + (
-            "every table reads every test question but the tau sweep, keep-one-frequency and the phase shift (the "
-            f"deep-model design's fixed sample of {design['sample']})" if design else
-            f"every condition of its grid, phase shift and patching reads all {ft.n_examples:,} test questions")
-        + ". The models it replaced, and how validation chose it, are in [fine-tuning.md](fine-tuning.md).", gap=True)
+        f"are rebuilt from the shipped delta, so every condition of its grid, phase shift and patching reads all "
+        f"{ft.n_examples:,} test questions. The models it replaced, and how validation chose it, are in "
+        "[fine-tuning.md](fine-tuning.md).", gap=True)
     ex = ft.table(Table.EXAMPLES).query("split == @ft.split")
     wrong = ex[~ex["correct"]]
     by = ", ".join(f"{lo} to {hi}: {pc(ex[ex['answer'].between(lo, hi)]['correct'].mean())}"
@@ -566,18 +564,15 @@ def fine_tuned_section(runs: dict, readers: list) -> None:
         f"against {len(out)} now") + f". Why \"{verdict(ft, 'numbers')}\": {c['numbers'].reason}.")
     stream, mods = shift_modules(ft)
     top, rest = (kept := mods[mods["draws"] > 0]).iloc[0], kept.iloc[1:]
-    others = (f"the other {word(len(rest))} modules the screen kept reach at most {pc(rest['read'].max())}; the other "
-              f"{len(mods) - len(kept)} modules were read only on the screen's {design['screen']} questions" if design
-              else f"the other {word(len(rest))} attention and MLP layers reach at most {pc(rest['read'].max())}")
     tens = module_locks(ft)
     tens = tens[np.isclose(tens["period"], 10.0)].groupby("kind", sort=False).head(2)
     so = f" So on this model {answer}." if (answer := groups_answer(ft)) else ""
     say(f"* **Which module computes the last digit: {verdict(ft, 'module_waves')} (causal test).** "
-        f"{groups_measured(ft) or c['module_waves'].headline} One module at a time, "
-        + ("on the sample" if design else f"over all {ft.n_examples:,} questions") + ": the whole stream "
-        f"after layer {int(stream['layer'])} moves it for {stream_text(ft)}; {name(top['kind'], top['layer'])}'s "
-        f"share of that is {pc(top['read_low'])} to {pc(top['read_high'])}, and {others}. Phase locking over all "
-        f"{int(ft.table(Table.PHASE_LOCKING)['n'].iloc[0]):,} questions finds waves that follow the answer mod 10 in "
+        f"{groups_measured(ft) or c['module_waves'].headline} One module at a time, over all {ft.n_examples:,} "
+        f"questions: the whole stream after layer {int(stream['layer'])} moves it for {stream_text(ft)}; "
+        f"{name(top['kind'], top['layer'])}'s share of that is {pc(top['read_low'])} to {pc(top['read_high'])}, and "
+        f"the other {word(len(rest))} attention and MLP layers reach at most {pc(rest['read'].max())}. Phase locking "
+        f"over all {int(ft.table(Table.PHASE_LOCKING)['n'].iloc[0]):,} finds waves that follow the answer mod 10 in "
         + listed(f"{name(r.kind, r.layer)} (R = {r.locking:.2f})" for r in tens.itertuples()) + f".{so}")
     say(f"* **MLP low / attention high division of labour: {verdict(ft, 'ablations')}.** Spectra "
         f"(**{verdict(ft, 'spectra')}**). {c['spectra'].headline} Table 1, over every question. "

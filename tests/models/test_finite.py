@@ -11,16 +11,19 @@ from core.models.loading import load_model
 from core.models.random_models import save_random_model
 from core.runs.ablate import edit_site, open_target
 
-WHERE = "first in the attention output of layer 2 (blocks.1.hook_attn_out)"
+WHERE = "first in the MLP output of layer 2 (blocks.1.hook_mlp_out)"
 
 
 @pytest.fixture(scope="module")
 def overflowing(tmp_path_factory):
-    """A tiny GPT-2 whose second attention's query/key/value weights are scaled by 1e30: every weight finite, its
-    attention scores infinite, so everything from layer 2's attention on is NaN."""
+    """A tiny GPT-2 whose second MLP's two maps are scaled by 1e25: every weight finite, its output past float32's
+    largest number, so everything from layer 2's MLP on is infinite or NaN. (Scaling the attention's query and key
+    instead overflows its scores, but what a softmax of infinite scores gives depends on the attention kernel: on
+    some CPUs a single prompt's came out finite.)"""
     folder = save_random_model(tmp_path_factory.mktemp("overflow"), "gpt2", n_layers=2)
     weights = load_file(folder / "model.safetensors")
-    weights["transformer.h.1.attn.c_attn.weight"] *= 1e30
+    weights["transformer.h.1.mlp.c_fc.weight"] *= 1e25
+    weights["transformer.h.1.mlp.c_proj.weight"] *= 1e25
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     return folder
 
