@@ -10,7 +10,8 @@ passes the checksum; these checks catch what it says that cannot be:
   heads, heads 0..n_heads-1 (-1 on a patching or attribution row that is not a head's);
 - each table's own invariants: shares in [0, 1] (core.runs.tables.SHARE_COLUMNS), counts above 0
   (COUNTED_TABLES), an interval running low to high and no further from its point than its own width (INTERVALS: a
-  percentile bootstrap interval of a ratio need not hold its point), all within rounding (`ROUNDING`);
+  percentile bootstrap interval of a ratio need not hold its point), all within rounding (`ROUNDING`; a patching
+  share also within its gaps' float32 rounding over their spread, `share_rounding`);
 - the unfiltered accuracy and loss (the ablations row modules=none, removed=none) against the examples table's mean
   of correct and of loss over the same questions (the manifest's accuracy is checked against the same mean by
   core.runs.manifest_checks.summary_problems), to `NEAR_TIE_POINTS`: the grid's pass and the measuring pass are
@@ -29,6 +30,9 @@ from core.runs.tables import COUNTED_TABLES, INTERVALS, NULLABLE_COLUMNS, SHARE_
 
 #: How far a share may stray outside [0, 1], or a point outside its interval, by rounding alone.
 ROUNDING = 1e-9
+#: A float32 logit gap's rounding, relative to the gap: a patching share is a difference of such gaps over their
+#: spread (clean - corrupt), so its rounding is this times the gaps over the spread (large where the spread is tiny).
+GAP_ROUNDING = 1e-5
 #: How many points the unfiltered accuracy may differ from the examples table's over the same questions (or one
 #: question, if more): near ties rounded the other way (core.runs.ablate.AGREE_POINTS, the same rule).
 NEAR_TIE_POINTS = 0.1
@@ -144,8 +148,8 @@ def invariant_problems(table: str, frame: pd.DataFrame) -> list[str]:
             p, lo, hi = (frame[c].to_numpy(dtype=float) for c in (point, low, high))
             known = np.isfinite(p) & np.isfinite(lo) & np.isfinite(hi)
             # a percentile bootstrap interval of a ratio of means need not hold its point (skewed draws, few pairs),
-            # but it runs low to high and cannot lie further from its point than its own width
-            slack = ROUNDING * np.maximum(1.0, np.abs(p)) + np.where(known, np.abs(hi - lo), 0)
+            # but it runs low to high and cannot lie further from its point than its own width and its rounding
+            slack = share_rounding(frame, p) + np.where(known, np.abs(hi - lo), 0)
             bad = known & ((lo > hi + ROUNDING) | (lo > p + slack) | (p > hi + slack))
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
@@ -153,6 +157,20 @@ def invariant_problems(table: str, frame: pd.DataFrame) -> list[str]:
                                 f"runs backwards, in {_rows(int(bad.sum()))} (first: {p[i]:g} against "
                                 f"{lo[i]:g}..{hi[i]:g}): {RECOMPUTE}")
     return problems
+
+
+def share_rounding(frame: pd.DataFrame, point: np.ndarray) -> np.ndarray:
+    """How far each row's point may be off by rounding alone: ROUNDING, and where the row holds the mean logit gaps
+    its share was made from (patching: `clean_gap`, `corrupt_gap`, `patched_gap`), GAP_ROUNDING times the largest
+    gap over the spread |clean - corrupt| (a share of a spread near float32's noise is that noisy)."""
+    rounding = ROUNDING * np.maximum(1.0, np.abs(point))
+    if not {"clean_gap", "corrupt_gap"} <= set(frame.columns):
+        return rounding
+    gaps = frame[[c for c in ("clean_gap", "corrupt_gap", "patched_gap") if c in frame]].abs().max(axis=1)
+    spread = (frame["clean_gap"] - frame["corrupt_gap"]).abs().to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        noise = np.where(spread > 0, GAP_ROUNDING * gaps.to_numpy(dtype=float) / spread, 0.0)
+    return rounding + np.nan_to_num(noise)
 
 
 def content_problems(manifest: dict, table: str, frame: pd.DataFrame) -> list[str]:

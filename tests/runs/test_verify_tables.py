@@ -18,6 +18,7 @@ from core.cli import main
 from core.files import PROJECT_ROOT, sha256_file
 from core.runs.cache import MANIFEST, verify_run
 from core.runs.run_names import locate_run, run_of_cache
+from core.runs.table_checks import invariant_problems
 
 CACHE = PROJECT_ROOT / "cache"
 RUN = "scratch-multiplication-demo-trained-here-multiplication-test-f68a05f30b"  # 2 layers, 8 heads, 168 questions
@@ -112,3 +113,20 @@ def test_verify_names_a_run_as_every_command_does(tmp_path, capsys):
     assert [r["checks"] for r in json.loads(capsys.readouterr().out)] == ["shallow"]
     assert main(["list", "--cache-dir", cache]) == 0
     assert "shallow checks" in capsys.readouterr().out
+
+
+def test_a_share_of_a_spread_near_float32_noise_may_miss_its_interval_by_its_rounding_only():
+    """A noising row of a random tiny model (the corrupted run's stream patched in after the last layer): its gaps
+    about 0.02 apart by 2.7e-4, the patched run's gap off the corrupted one by float32 noise, so its share 1.00009
+    lies 6e-5 above an interval 5.5e-5 wide: rounding, not an edit. 2e-4 above it is too, but not with gaps 5
+    apart, and 1e-2 above it is not either way."""
+    row = {"kind": "resid", "layer": 2, "head": -1, "n": 40, "recovered": 1.000087, "recovered_low": 0.999974,
+           "recovered_high": 1.000029, "moved": 1.0, "patched_gap": -0.021517, "clean_gap": -0.021789,
+           "corrupt_gap": -0.021517, "direction": "noise", "contrast": 10}
+    assert not [p for p in invariant_problems("patching", pd.DataFrame([row])) if "far outside" in p]
+    row["recovered"] = 1.0002
+    assert not [p for p in invariant_problems("patching", pd.DataFrame([row])) if "far outside" in p]
+    wide_apart = {**row, "clean_gap": 5.0, "corrupt_gap": 0.0, "patched_gap": 0.0}
+    assert [p for p in invariant_problems("patching", pd.DataFrame([wide_apart])) if "far outside" in p]
+    off = {**row, "recovered": 1.01}  # 1e-2 off: beyond what the gaps' rounding can give
+    assert [p for p in invariant_problems("patching", pd.DataFrame([off])) if "far outside" in p]
