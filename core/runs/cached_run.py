@@ -48,7 +48,7 @@ def keep_cached_run(
     refusal = options_refusal(writer.name, existing, options)
     if refusal:
         raise CoreError(refusal)
-    upgraded = upgrade_design(writer, loaded, p, opts, examples, texts, basis, taus, existing, options, log)
+    upgraded = upgrade_design(writer, loaded, p, opts, examples, texts, basis, taus, log)
     upgraded = upgrade_phase(writer, loaded, p, opts, examples, texts, log) or upgraded
     upgraded = upgrade_shift(writer, loaded, p, opts, examples, texts, design, log) or upgraded
     upgraded = upgrade_groups(writer, loaded, p, opts, examples, texts, log) or upgraded
@@ -136,17 +136,17 @@ def shift_note() -> dict:
     return {"version": SHIFT_VERSION}
 
 
-def upgrade_design(writer: RunWriter, loaded, p: int, opts, examples, texts, basis, taus, existing: dict | None,
-                   options: dict, log) -> bool:
+def upgrade_design(writer: RunWriter, loaded, p: int, opts, examples, texts, basis, taus, log) -> bool:
     """A deep model's run of the sampled design (core.runs.sampled_design) asked for with --every-question: its
     ablation grid (with `ablation_errors` and `error_analysis`) and its phase shift are computed again over every
     question, as a run of every question computes them; the manifest's `design` is dropped and the run takes the
     options asked (`writer`'s); every other table is kept here (a patching table read on samples is then read again
     over every pair by `upgrade_successors`, as a run of every question reads it). The grid resumes from its
     checkpoints if stopped; nothing is published until both are written."""
-    if not reads_sample_again(existing, options):
+    manifest = read_json_file(writer.final / "manifest.json") or {}
+    if not reads_sample_again(manifest.get("options"), writer.options):
         return False
-    tables = (read_json_file(writer.final / "manifest.json") or {}).get("tables") or {}
+    tables = manifest.get("tables") or {}
     keep = writer.stage_published()
     keep.pop("design", None)
     timings = dict(keep.get("timings") or {})
