@@ -20,7 +20,7 @@ from pathlib import Path
 from core.cli.arguments import build_parser, one_line
 from core.cli.neurons import parse_ks, parse_span
 from core.errors import CoreError
-from core.runs.cache import existing_cache_dir, list_runs, resolve_run, verify_run
+from core.runs.cache import existing_cache_dir, list_runs, repack_run, resolve_run, verify_run
 from core.runs.run_names import locate_run, run_of_cache
 
 
@@ -302,6 +302,31 @@ def cmd_verify(args) -> int:
     return 1 if bad else 0
 
 
+def cmd_repack(args) -> int:
+    """`repack [RUN ...]`: each run's tables rewritten in the current encoding (core.runs.cache.repack_run), the
+    size before and after; a run that cannot be repacked (does not verify, being computed) is named and skipped."""
+    existing_cache_dir(args.cache_dir)
+    names = []
+    for run in args.run:
+        found, cache_dir = locate_run(run, args.cache_dir)
+        names.append(run_of_cache(cache_dir, found))
+        args.cache_dir = cache_dir
+    names = names or [r.name for r in list_runs(args.cache_dir)]
+    failed = 0
+    for name in names:
+        path = resolve_run(args.cache_dir, name)
+        before = sum(f.stat().st_size for f in path.glob("*.parquet"))
+        try:
+            changed = repack_run(args.cache_dir, name)
+        except CoreError as exc:
+            failed += 1
+            print(f"{name}: not repacked: {exc}")
+            continue
+        after = sum(f.stat().st_size for f in path.glob("*.parquet"))
+        print(f"{name}: {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB" if changed else f"{name}: already packed")
+    return 1 if failed else 0
+
+
 def cmd_import_model(args) -> int:
     from core.models.importer import import_model
 
@@ -344,6 +369,7 @@ def main(argv=None) -> int:
         "rebuild": cmd_rebuild,
         "standin": cmd_standin,
         "upgrade": cmd_upgrade,
+        "repack": cmd_repack,
         "ablate": cmd_edit,
         "shift": cmd_edit,
         "patch": cmd_patch,

@@ -233,6 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
     upg.add_argument("run", nargs="*", help="run names (default: every run of an older schema)")
     upg.add_argument("--cache-dir", default="cache")
 
+    rep = sub.add_parser(
+        "repack", help="rewrite cached runs' tables in the current compact encoding (contents checked unchanged)"
+    )
+    rep.add_argument("run", nargs="*", help="runs: folder name or path, id, label or words (default: every run)")
+    rep.add_argument("--cache-dir", default="cache")
+
     reb = sub.add_parser(
         "rebuild", help="rebuild a fine-tuned model from its shipped delta and the base model, checked bit for bit"
     )
