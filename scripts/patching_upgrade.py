@@ -31,7 +31,7 @@ from types import SimpleNamespace
 from core.errors import CoreError
 from core.files import read_json_file
 from core.runs.ablate import open_target
-from core.runs.cache import RunWriter
+from core.runs.cache import RunWriter, run_lock
 from core.runs.patch_run import PATCH_VERSION, pair_limits, write_patch_table
 from core.runs.position_patch_run import POSITION_VERSION, write_position_table
 from core.tasks import build_examples
@@ -42,6 +42,12 @@ def upgrade(name: str, cache_dir: str, threads: int, extra_pairs: int | None = N
     manifest = read_json_file(Path(cache_dir) / name / "manifest.json")
     if not manifest:
         raise CoreError(f"no run {name!r} in {cache_dir}: name one `python -m core list` shows")
+    with run_lock(cache_dir, name, wait=False):  # never beside a precompute, a repack or another upgrade of the run
+        amend(name, manifest, cache_dir, threads, extra_pairs, every_pair, positions)
+
+
+def amend(name: str, manifest: dict, cache_dir: str, threads: int, extra_pairs: int | None, every_pair: bool,
+          positions: bool) -> None:
     t0 = time.time()
     target = open_target(name, cache_dir, threads=threads)
     everything = {e.id: e for e in build_examples(target.task, target.max_operand, target.dataset_seed)}

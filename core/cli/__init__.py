@@ -20,7 +20,7 @@ from pathlib import Path
 from core.cli.arguments import build_parser, one_line
 from core.cli.neurons import parse_ks, parse_span
 from core.errors import CoreError
-from core.runs.cache import existing_cache_dir, list_runs, repack_run, resolve_run, verify_run
+from core.runs.cache import existing_cache_dir, list_runs, resolve_run, verify_run
 from core.runs.run_names import locate_run, run_of_cache
 
 
@@ -303,24 +303,26 @@ def cmd_verify(args) -> int:
 
 
 def cmd_repack(args) -> int:
-    """`repack [RUN ...]`: each run's tables rewritten in the current encoding (core.runs.cache.repack_run), the
-    size before and after; a run that cannot be repacked (does not verify, being computed) is named and skipped."""
-    existing_cache_dir(args.cache_dir)
-    names = []
-    for run in args.run:
-        found, cache_dir = locate_run(run, args.cache_dir)
-        names.append(run_of_cache(cache_dir, found))
-        args.cache_dir = cache_dir
-    names = names or [r.name for r in list_runs(args.cache_dir)]
+    """`repack [RUN ...]`: each run's tables rewritten in the current encoding (core.runs.repack.repack_run), the
+    size before and after; a run that cannot be repacked (does not verify, is being computed, is no run) is named and
+    skipped, and the command then fails."""
+    from core.runs.repack import repack_run
+
+    located = [locate_run(run, args.cache_dir) for run in args.run]  # (name or words, its cache folder)
+    if not located:
+        existing_cache_dir(args.cache_dir)
+        located = [(r.name, args.cache_dir) for r in list_runs(args.cache_dir)]
     failed = 0
-    for name in names:
-        path = resolve_run(args.cache_dir, name)
-        before = sum(f.stat().st_size for f in path.glob("*.parquet"))
+    for run, cache_dir in located:
         try:
-            changed = repack_run(args.cache_dir, name)
+            existing_cache_dir(cache_dir)
+            name = run_of_cache(cache_dir, run)
+            path = resolve_run(cache_dir, name)
+            before = sum(f.stat().st_size for f in path.glob("*.parquet"))
+            changed = repack_run(cache_dir, name)
         except CoreError as exc:
             failed += 1
-            print(f"{name}: not repacked: {exc}")
+            print(f"{run}: not repacked: {exc}")
             continue
         after = sum(f.stat().st_size for f in path.glob("*.parquet"))
         print(f"{name}: {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB" if changed else f"{name}: already packed")

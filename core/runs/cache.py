@@ -100,8 +100,9 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 def parquet_options(frame: pd.DataFrame) -> dict:
     """How a table is written, losslessly: zstd at PARQUET_ZSTD_LEVEL; float columns byte-stream-split (each value's
     bytes grouped by significance, which zstd packs about a fifth tighter); integer columns delta-encoded (sorted ids,
-    layers and counts shrink to a few bits a row); strings, categories and booleans dictionary-encoded. Together
-    about a third smaller than plain zstd on the shipped runs (docs/cache-format.md)."""
+    layers and counts shrink to a few bits a row); strings and categories dictionary-encoded, booleans run-length
+    encoded. Together about a third smaller than plain zstd on the shipped runs (docs/cache-format.md);
+    core.runs.repack rewrites a run cached before in this encoding."""
     floats = [str(c) for c in frame.columns if pd.api.types.is_float_dtype(frame[c])]
     integers = [str(c) for c in frame.columns if pd.api.types.is_integer_dtype(frame[c])]  # not booleans, categories
     return {
@@ -267,8 +268,9 @@ class RunWriter:
         written_by_publish = ("tables", "created", "name", "schema_version", "identity", "run_id", "options")
         return {k: v for k, v in manifest.items() if k not in written_by_publish}
 
-    def publish(self, manifest: dict) -> Path:
-        """Write the manifest and move the run into place (replacing an older one by renames)."""
+    def publish(self, manifest: dict, created: str | None = None) -> Path:
+        """Write the manifest and move the run into place (replacing an older one by renames). `created` is now unless
+        given (a repack, which changes no number, keeps the run's own)."""
         missing = [t for t in required_tables(manifest) if not self.has(t)]
         if missing:
             raise CoreError(f"run {self.name} is missing tables {missing}; not publishing it")
@@ -288,7 +290,7 @@ class RunWriter:
             "identity": self.identity,
             "run_id": identity_hash(self.identity),
             "options": self.options,
-            "created": manifest.get("created") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),  # kept only by a repack
+            "created": created or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "tables": tables,
         }
         _atomic_write_bytes(self.staging / MANIFEST, json.dumps(manifest, indent=1, default=str).encode())
@@ -558,35 +560,3 @@ def read_table(cache_dir: str | Path, name: str, table: str, columns: list[str] 
         raise CoreError(f"table {table} of run {name} points outside its folder")
     return pd.read_parquet(f, columns=columns)
 
-
-def repack_run(cache_dir: str | Path, name: str, log=print) -> bool:
-    """Rewrite a cached run's tables in the current encoding (`parquet_options`), through a staging copy published
-    as any amendment is: every table read back equal to what it was, the manifest's checksums and the rest of it
-    (its `created` too) kept. Refused for a run that fails `verify_run` (a repack must not sign a damaged table)
-    or that has a staging folder (an interrupted precompute's work, which a writer would take over). Returns
-    whether any file changed."""
-    path = resolve_run(cache_dir, name)
-    with run_lock(cache_dir, name, log, wait=False):
-        problems = verify_run(path, deep=True)
-        if problems:
-            raise CoreError(f"run {name} does not verify ({problems[0]}): mend or recompute it before repacking it")
-        cache = Path(cache_dir)
-        if (cache / f"{STAGING_PREFIX}{name}").exists():
-            raise CoreError(
-                f"run {name} has an unfinished precompute in {STAGING_PREFIX}{name}: finish it (run the same "
-                "precompute again) or remove that folder, then repack"
-            )
-        manifest = read_json_file(path / MANIFEST)
-        writer = RunWriter(cache, name, manifest["identity"], manifest["options"])
-        keep = writer.stage_published()
-        for table, entry in manifest["tables"].items():
-            before = writer.read(table)
-            writer.write(table, before)
-            if not writer.read(table).equals(before):
-                shutil.rmtree(writer.staging, ignore_errors=True)
-                raise CoreError(f"run {name}: table {table} read back differently after repacking; left as it was")
-        if all(sha256_file(writer.staging / e["file"]) == e["sha256"] for e in manifest["tables"].values()):
-            shutil.rmtree(writer.staging, ignore_errors=True)
-            return False
-        writer.publish({**keep, "created": manifest.get("created")})
-    return True

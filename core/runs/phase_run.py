@@ -16,7 +16,7 @@ from core.errors import CoreError
 from core.models.capture import iter_capture
 from core.models.names import ATTN, FINAL, MLP, RESID, STREAMS
 from core.models.source import project_path
-from core.runs.cache import RunWriter, read_manifest, resolve_run
+from core.runs.cache import RunWriter, read_manifest, resolve_run, run_lock
 
 PHASE_TABLES = ("phase_locking", "wave_peaks")
 
@@ -136,36 +136,37 @@ def upgrade_without_model(cache_dir, name: str, log=print) -> bool:
     skipped = {**(manifest.get("not_applicable") or {}), **(manifest.get("not_computed") or {})}
     if phase_current(manifest) or all(t in skipped for t in PHASE_TABLES):
         return False
-    writer = RunWriter(cache_dir, path.name, manifest.get("identity") or {}, manifest.get("options") or {})
-    try:
-        keep = writer.stage_published()
-        t0 = time.time()
-        not_applicable = {
-            t: why for t, why in (keep.get("not_applicable") or {}).items() if t in ("module_logits", "examples")
-        }
-        if not_applicable:  # no number logits (a digit-splitting model): no phases either
-            reason = next(iter(not_applicable.values()))
-            keep["not_applicable"] = {**keep["not_applicable"], **{t: reason for t in PHASE_TABLES}}
-        else:
-            ex = writer.read("examples")
-            frames = phase_tables_from_sample(
-                writer.read("module_logits"),
-                ex,
-                int(manifest["p"]),
-                int(manifest["n_layers"]),
-                int((manifest.get("task") or {}).get("dataset_seed", 0)),
-            )
-            for t, frame in frames.items():
-                writer.write(t, frame)
-            n = int(frames["phase_locking"]["n"].iloc[0])
-            keep["phase_locking"] = {
-                **phase_note(n, len(ex), (manifest.get("task") or {}).get("split", "test")),
-                "why": "the model's weights are not here, so only the run's cached sample could be read",
+    with run_lock(cache_dir, path.name, log, wait=False):  # never beside a precompute, repack or another upgrade
+        writer = RunWriter(cache_dir, path.name, manifest.get("identity") or {}, manifest.get("options") or {})
+        try:
+            keep = writer.stage_published()
+            t0 = time.time()
+            not_applicable = {
+                t: why for t, why in (keep.get("not_applicable") or {}).items() if t in ("module_logits", "examples")
             }
-            keep["timings"] = {**(keep.get("timings") or {}), "phase_s": round(time.time() - t0, 2)}
-        writer.publish(keep)
-    finally:
-        writer.discard_if_empty()
+            if not_applicable:  # no number logits (a digit-splitting model): no phases either
+                reason = next(iter(not_applicable.values()))
+                keep["not_applicable"] = {**keep["not_applicable"], **{t: reason for t in PHASE_TABLES}}
+            else:
+                ex = writer.read("examples")
+                frames = phase_tables_from_sample(
+                    writer.read("module_logits"),
+                    ex,
+                    int(manifest["p"]),
+                    int(manifest["n_layers"]),
+                    int((manifest.get("task") or {}).get("dataset_seed", 0)),
+                )
+                for t, frame in frames.items():
+                    writer.write(t, frame)
+                n = int(frames["phase_locking"]["n"].iloc[0])
+                keep["phase_locking"] = {
+                    **phase_note(n, len(ex), (manifest.get("task") or {}).get("split", "test")),
+                    "why": "the model's weights are not here, so only the run's cached sample could be read",
+                }
+                keep["timings"] = {**(keep.get("timings") or {}), "phase_s": round(time.time() - t0, 2)}
+            writer.publish(keep)
+        finally:
+            writer.discard_if_empty()
     log(
         f"run {path.name}: phase tables added without the model "
         f"({'not applicable' if not_applicable else 'from the cached sample'})"

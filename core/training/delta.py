@@ -1,7 +1,8 @@
 """The fine-tuning delta on its own: its file format, the number tokens it adds, and the exact rebuild.
 
 A fine-tuned model (core.training.finetune) is kept as a **delta** (`delta.safetensors`: the new number rows
-and the LoRA factors in float16, with their metadata). `rebuild` merges it into the base model and
+in float16 and the LoRA factors in float16 or, where a recipe asks, in 8 bits with a scale per rank component
+(`encode_factors`), with their metadata). `rebuild` merges it into the base model and
 writes an ordinary model folder. The merge is W + (alpha / r) sum_k outer(B[:, k], A[k]), summed in
 float64 in a fixed order with elementwise numpy operations (no BLAS, whose rounding varies with the
 processor), then rounded once to the base's float32, so it gives the same bits on any machine; the
@@ -33,10 +34,15 @@ from core.models.importer import ensure_base_model
 from core.models.parts import find_parts
 from core.models.source import project_path, read_provenance
 from core.training.checkpoint import unique_tensors
+from core.training.recipe import FACTOR_PRECISIONS
 from core.training.stages import DELTA_FILE
 
 NUMBER_TOKEN = " {n}"  # the added token of n: its text, with the leading space (GPT-2's convention)
-DELTA_FORMAT = "number-rows+lora/1"
+DELTA_FORMAT = "number-rows+lora/1"  # the factors in float16
+DELTA_FORMAT_INT8 = "number-rows+lora-int8/1"  # the factors in 8 bits, one float32 scale per rank component
+#: How a delta may keep its LoRA factors (a recipe's `lora.factors`), and the format each is written in.
+FACTOR_FORMATS = dict(zip(FACTOR_PRECISIONS, (DELTA_FORMAT, DELTA_FORMAT_INT8), strict=True))
+SCALE_PREFIX = "scale."  # the int8 format's scale of factor `lora.X.A` is the tensor `scale.lora.X.A`
 #: The stages of `rebuild`, in order, as its `progress` callback names them (the first only when the base model has
 #: to be imported).
 REBUILD_STAGES = ("importing the base model", "merging", "checking the digest", "writing")
@@ -87,6 +93,41 @@ def unique_state(model) -> dict:
     return unique_tensors(model.state_dict())
 
 
+def encode_factors(tensors: dict, factors: str) -> dict:
+    """The delta's tensors as `factors` ("float16" or "int8", FACTOR_FORMATS) keeps them; the number rows stay
+    float16 either way. int8: each rank component k of a map's factors, A's row k and B's column k, is divided by its
+    own scale (its largest magnitude / 127) and rounded, so a component with a small singular value keeps as many
+    levels as the largest; the scales are kept in float32 (`SCALE_PREFIX`). `decode_factors` undoes it."""
+    if factors not in FACTOR_FORMATS:
+        raise CoreError(f"unknown factor precision {factors!r}: choose one of {', '.join(FACTOR_FORMATS)}")
+    out = {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in tensors.items()}
+    if factors == "float16":
+        return out
+    for key in [k for k in tensors if k.startswith("lora.")]:
+        t = tensors[key].detach().to("cpu", torch.float32)
+        along = 1 if key.endswith(".A") else 0  # A is r x in (component k a row), B is out x r (a column)
+        scale = t.abs().amax(dim=along).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
+        shaped = scale[:, None] if along == 1 else scale[None, :]
+        out[key] = torch.round(t / shaped).clamp(-127, 127).to(torch.int8).contiguous()
+        out[SCALE_PREFIX + key] = scale.contiguous()
+    return out
+
+
+def decode_factors(tensors: dict) -> dict:
+    """The factors as the merge reads them: an int8 factor times its per-component scale, in float32 (exact,
+    elementwise: the same bits on any machine); float tensors as they are. Without scales, the tensors unchanged."""
+    out = {k: v for k, v in tensors.items() if not k.startswith(SCALE_PREFIX)}
+    for key, value in out.items():
+        if value.dtype == torch.int8:
+            scale = tensors.get(SCALE_PREFIX + key)
+            if scale is None:
+                raise CoreError(f"the delta's factor {key} is int8 but has no scale {SCALE_PREFIX + key}: the delta is "
+                                "damaged; train the recipe again")
+            shaped = scale[:, None] if key.endswith(".A") else scale[None, :]
+            out[key] = value.float() * shaped.float()
+    return out
+
+
 def save_delta(path: Path, tensors: dict, meta: dict) -> None:
     """The delta's tensors plus `meta` (strings) in the safetensors header; written, then renamed."""
     tmp = path.with_suffix(".tmp")
@@ -100,10 +141,10 @@ def read_delta(path: Path) -> tuple[dict, dict]:
     with safe_open(str(path), framework="pt") as f:
         meta = dict(f.metadata() or {})
         tensors = {k: f.get_tensor(k) for k in f.keys()}
-    if meta.get("format") != DELTA_FORMAT:
+    if meta.get("format") not in FACTOR_FORMATS.values():
         raise CoreError(f"{path} is not a fine-tuning delta of this version (format {meta.get('format')!r}, "
-                        f"expected {DELTA_FORMAT!r})")
-    return tensors, meta
+                        f"expected one of {', '.join(repr(f) for f in FACTOR_FORMATS.values())})")
+    return decode_factors(tensors), meta
 
 
 def require_rows_follow(model, ids: np.ndarray) -> None:

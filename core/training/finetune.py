@@ -53,9 +53,10 @@ from core.training.answers import AdditionBatches, answer_loss, evaluate_split, 
 from core.training.checkpoint import CHECKPOINT, load_checkpoint, restore_optimizer, save_checkpoint
 from core.training.delta import (
     DELTA_FILE,
-    DELTA_FORMAT,
+    FACTOR_FORMATS,
     NUMBER_TOKEN,
     add_number_tokens,
+    decode_factors,
     library_versions,
     load_base,
     merged_model,
@@ -315,7 +316,8 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     frame = pd.DataFrame(state["log"])
     frame.insert(0, "recipe", recipe.name)
     meta = {
-        "format": DELTA_FORMAT,
+        "format": FACTOR_FORMATS[lora.factors],
+        "factors": lora.factors,
         "base": base_folder,
         "p": p,
         "rank": lora.rank,
@@ -338,13 +340,13 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
 def publish_delta(out: Path, recipe, tuned: FineTuneModel, meta: dict, data: dict, number_ids,
                   frame: pd.DataFrame, seconds: float, log=print) -> float:
     """Write the delta, the recipe, the log and the summary into `out`, then rebuild the model from the
-    delta there; the rebuilt model's test accuracy. The delta is float16: the model that counts is the
+    delta there; the rebuilt model's test accuracy. The delta is float16 or 8-bit: the model that counts is the
     one rebuilt from it, so its digest is recorded and it is scored as precompute scores it (its own
     tokenizer, float32): on the validation split, which says what the cut to rank r cost (the log's
     last validation figure is the uncut model's), and once on the test split, never read before."""
     base_folder, p = meta["base"], meta["p"]
-    tensors = delta_tensors(tuned, log=log)
-    rebuilt, rebuilt_tok = merged_model(base_folder, tensors, meta)
+    tensors = delta_tensors(tuned, log=log, factors=meta.get("factors", "float16"))
+    rebuilt, rebuilt_tok = merged_model(base_folder, decode_factors(tensors), meta)
     meta["rebuilt_sha256"] = state_digest(unique_state(rebuilt))
     save_delta(out / DELTA_FILE, tensors, meta)
     examples = build_examples(recipe.task, recipe.max_operand, recipe.dataset_seed)

@@ -21,7 +21,7 @@ import torch
 
 from core.errors import CoreError
 from core.models.parts import find_parts
-from core.training.delta import merge_lora, read_delta
+from core.training.delta import encode_factors, merge_lora, read_delta
 
 
 class NumberRowsEmbedding(torch.nn.Module):
@@ -240,9 +240,10 @@ class FineTuneModel:
         return out, kept
 
 
-def delta_tensors(tuned: FineTuneModel, log=print) -> dict:
-    """The delta's tensors, float16: the trained rows and LoRA factors, or, after full training, the
-    rank-r factors of each map's change (`FineTuneModel.compressed_delta`)."""
+def delta_tensors(tuned: FineTuneModel, log=print, factors: str = "float16") -> dict:
+    """The delta's tensors: the trained rows and LoRA factors, or, after full training, the rank-r factors of each
+    map's change (`FineTuneModel.compressed_delta`); the rows in float16, the factors as `factors` keeps them
+    (core.training.delta.encode_factors: "float16", or "int8" with a scale per rank component)."""
     tensors = tuned.delta_state()
     if tuned.full:
         tensors, kept = tuned.compressed_delta()
@@ -251,4 +252,4 @@ def delta_tensors(tuned: FineTuneModel, log=print) -> dict:
             f"full training compressed to rank {tuned.rank}: the factors keep {shares.mean():.1%} of the change's "
             f"energy on average (least {shares.min():.1%}, {min(kept, key=kept.get)})"
         )
-    return {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in tensors.items()}
+    return encode_factors(tensors, factors)

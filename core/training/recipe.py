@@ -30,6 +30,7 @@ FREEZE_KINDS = ("fourier", "transplant", "representation")
 #: which epoch's weights a demo run ships: the last one (the runs trained before selection existed), or the one
 #: with the best validation accuracy (ties: the lower validation loss), whose test split is then scored once
 SELECT_RULES = ("last", "val")
+FACTOR_PRECISIONS = ("float16", "int8")  # how a delta may keep its LoRA factors (core.training.delta.FACTOR_FORMATS)
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: the bands a module's output may be held to by `module_bands`: "low" (1 <= k < tau), "high" (k >= tau), or "any"
 MODULE_BANDS = ("low", "high", "any")
@@ -192,6 +193,7 @@ class LoRA:
     train: str = "lora"  # "lora": train the factors; "full": train the maps, ship rank-r SVD factors of the change
     # an earlier stage's delta whose rows and factors are the start; with "full", its change is merged into the maps
     init_delta: str | None = None
+    factors: str = "float16"  # how the delta keeps the factors: "float16", or "int8" with a scale per rank component
 
     @classmethod
     def parse(cls, spec: dict, name: str) -> "LoRA":
@@ -210,7 +212,12 @@ class LoRA:
         targets = spec.get("targets", cls.targets)
         if isinstance(targets, str) or not targets or not all(isinstance(t, str) for t in targets):
             raise CoreError(f"{where}.targets must be a list of linear maps' names such as ['q_proj'], got {targets!r}")
-        return cls(rank=rank, alpha=float(alpha), targets=tuple(targets), train=mode, init_delta=spec.get("init_delta"))
+        factors = spec.get("factors", cls.factors)
+        if factors not in FACTOR_PRECISIONS:
+            raise CoreError(f"{where}.factors must be 'float16' or 'int8' (8 bits with a scale per rank component: "
+                            f"about half the delta's size), got {factors!r}")
+        return cls(rank=rank, alpha=float(alpha), targets=tuple(targets), train=mode, init_delta=spec.get("init_delta"),
+                   factors=factors)
 
     @property
     def full(self) -> bool:

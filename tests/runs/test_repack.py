@@ -1,5 +1,6 @@
-"""The tables' encoding (core.runs.cache.parquet_options) and `repack`, which rewrites a run cached in an older
-encoding: every table reads back the same, the run still verifies, only the files and their checksums change."""
+"""The tables' encoding (core.runs.cache.parquet_options) and `repack` (core.runs.repack), which rewrites a run cached
+in an older encoding: every table reads back the same, the run still verifies, only the files and their checksums
+change; a repack refused, failed or stopped leaves the run as it was."""
 
 import json
 import shutil
@@ -12,7 +13,8 @@ import pytest
 from core.cli import main
 from core.errors import CoreError
 from core.files import sha256_file
-from core.runs.cache import LOCK_PREFIX, STAGING_PREFIX, list_runs, parquet_options, repack_run, run_lock, verify_run
+from core.runs.cache import LOCK_PREFIX, STAGING_PREFIX, RunWriter, list_runs, parquet_options, run_lock, verify_run
+from core.runs.repack import repack_run, table_packed
 
 SMALL = ["--max-operand", "20", "--limit", "30", "--taus", "5", "--n-sample", "2", "--no-progress",
          "--stages", "measure,embeddings,ablations"]
@@ -71,6 +73,9 @@ def test_every_kind_of_column_reads_back_the_same_and_is_encoded_as_documented(t
     for column in ("module", "kind"):
         assert "RLE_DICTIONARY" in encodings[column], column
     assert all(pq.ParquetFile(path).metadata.row_group(0).column(i).compression == "ZSTD" for i in range(9))
+    assert table_packed(path)
+    frame.to_parquet(path, index=False, compression="zstd")  # as the cache wrote tables before
+    assert not table_packed(path)
 
 
 def test_repack_rewrites_an_old_run_without_changing_a_number(cache_copy):
@@ -91,8 +96,41 @@ def test_repack_rewrites_an_old_run_without_changing_a_number(cache_copy):
     assert any(e["sha256"] != before["tables"][t]["sha256"] for t, e in after["tables"].items())
     assert sum((run / e["file"]).stat().st_size for e in after["tables"].values()) < sizes
     assert not (cache / f"{STAGING_PREFIX}{name}").exists()
+    assert after["created"] == before["created"]
     assert repack_run(cache, name, log=lambda *_: None) is False  # already packed: nothing rewritten
     assert json.loads((run / "manifest.json").read_text()) == after
+
+
+def test_a_repack_stopped_half_way_leaves_the_run_as_it_was(cache_copy, monkeypatch):
+    cache, name = cache_copy
+    run = cache / name
+    files = {f.name: f.read_bytes() for f in run.iterdir()}
+    written = []
+    real_write = RunWriter.write
+
+    def stop_at_the_second_table(self, table, frame):
+        written.append(table)
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        real_write(self, table, frame)
+
+    monkeypatch.setattr(RunWriter, "write", stop_at_the_second_table)
+    with pytest.raises(KeyboardInterrupt):
+        repack_run(cache, name, log=lambda *_: None)
+    assert {f.name: f.read_bytes() for f in run.iterdir()} == files
+    assert not (cache / f"{STAGING_PREFIX}{name}").exists() and not (cache / f"{LOCK_PREFIX}{name}").exists()
+    monkeypatch.undo()
+    assert repack_run(cache, name, log=lambda *_: None) is True  # and the next repack goes through
+
+
+def test_an_ordinary_amendment_still_gets_a_new_created(cache_copy):
+    cache, name = cache_copy
+    manifest = json.loads((cache / name / "manifest.json").read_text())
+    manifest["created"] = "2000-01-01T00:00:00+0000"
+    (cache / name / "manifest.json").write_text(json.dumps(manifest))
+    writer = RunWriter(cache, name, manifest["identity"], manifest["options"])
+    writer.publish(writer.stage_published())
+    assert json.loads((cache / name / "manifest.json").read_text())["created"] != "2000-01-01T00:00:00+0000"
 
 
 def test_repack_refuses_a_damaged_run_and_leaves_it_as_it_was(cache_copy):
@@ -116,7 +154,7 @@ def test_repack_refuses_a_run_being_computed_or_left_half_computed(cache_copy):
     staging = cache / f"{STAGING_PREFIX}{name}"
     staging.mkdir()
     (staging / "ablations.partial.json").write_text("{}")
-    with pytest.raises(CoreError, match="unfinished precompute.*finish it"):
+    with pytest.raises(CoreError, match="being amended by another command, or one was stopped half way"):
         repack_run(cache, name, log=lambda *_: None)
     assert (staging / "ablations.partial.json").read_text() == "{}"  # the interrupted work is kept
     assert not (cache / f"{LOCK_PREFIX}{name}").exists()
@@ -131,3 +169,11 @@ def test_repack_command_names_each_run_and_its_sizes(cache_copy, capsys):
     assert capsys.readouterr().out.strip() == f"{name}: already packed"
     assert main(["repack", "--cache-dir", str(cache / "missing")]) == 2
     assert "there is no cache folder" in capsys.readouterr().err
+    # a run named by its path is looked for in the folder that holds it, whatever --cache-dir says
+    assert main(["repack", str(cache / name), "--cache-dir", str(cache / "missing")]) == 0
+    assert capsys.readouterr().out.strip() == f"{name}: already packed"
+    # a folder that is no run is named and skipped; the others are still repacked, and the command fails
+    (cache / "stray").mkdir()
+    assert main(["repack", "--cache-dir", str(cache)]) == 1
+    out = capsys.readouterr().out
+    assert "stray: not repacked: " in out and f"{name}: already packed" in out
