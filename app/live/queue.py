@@ -174,7 +174,7 @@ class LiveQueue:
         return LiveStatus("done", result=found)
 
     def _typical_s(self) -> float | None:
-        recent = sorted((self.root / "results").glob("*.json"), key=lambda p: p.stat().st_mtime)[-5:]
+        recent = _answers_by_age(self.root / "results")[-5:]
         took = [r["compute_s"] for p in recent if (r := _read_json(p)) and r.get("compute_s")]
         return sum(took) / len(took) if took else None
 
@@ -315,11 +315,23 @@ class LiveQueue:
 
     def _finish(self, ticket: Path, key: str, result: dict) -> None:
         """Store the answer, drop the ticket, keep at most max_results answers (call with the queue locked)."""
-        kept = sorted((self.root / "results").glob("*.json"), key=lambda p: p.stat().st_mtime)
+        kept = _answers_by_age(self.root / "results")
         for old in kept[: max(0, len(kept) - self.max_results + 1)]:  # room for this one first: never over the bound
             old.unlink(missing_ok=True)
         _write_json(self._result_path(key), {**result, "key": key, "at": time.time()})
         ticket.unlink(missing_ok=True)
+
+
+def _answers_by_age(folder: Path) -> list[Path]:
+    """The answers kept in `folder`, oldest first. One removed while they are listed (a worker pruning the oldest, as
+    `_finish` does, while another process reads the typical time without the lock) is left out, not an error."""
+    dated = []
+    for path in folder.glob("*.json"):
+        try:
+            dated.append((path.stat().st_mtime, path.name, path))
+        except FileNotFoundError:
+            continue
+    return [path for _, _, path in sorted(dated)]
 
 
 def live_root() -> Path:

@@ -89,6 +89,23 @@ def test_the_queue_is_bounded_and_says_so(tmp_path):
     assert len(list((tmp_path / "results").glob("*.json"))) == 2  # the oldest answers went
 
 
+def test_an_answer_pruned_while_the_answers_are_listed_breaks_no_status(tmp_path):
+    """A waiting request's status reads the typical time from the kept answers without the lock, while a worker may
+    prune the oldest: an answer listed and gone before its age is read is left out, not an error."""
+    gate = Gate()
+    queue = LiveQueue(tmp_path, gate)
+    queue.submit({"tau": 1})
+    gate.open.set()
+    wait_for(queue, request_key({"tau": 1}))
+    gate.open.clear()
+    (tmp_path / "results" / "gone.json").symlink_to(tmp_path / "nowhere.json")  # listed, then not there
+    queue.submit({"tau": 2})
+    status = queue.submit({"tau": 3})
+    assert status.waiting and status.position == 2 and status.typical_s == pytest.approx(0.01)
+    gate.open.set()
+    assert wait_for(queue, request_key({"tau": 3})).state == "done"
+
+
 def test_a_failure_is_answered_in_one_line(tmp_path):
     def broken(request, on_progress):
         raise MemoryError
