@@ -41,7 +41,7 @@ from core.training.delta import (
 )
 from core.training.finetune import TRAINABLE_FILE
 from core.training.lora import FineTuneModel
-from core.training.recipe import Recipe
+from core.training.recipe import FACTOR_PRECISIONS, Recipe
 
 
 def change_factors(args, recipe, lora, spec, number_ids, val):
@@ -92,6 +92,9 @@ def main() -> None:
     parser.add_argument("--from-delta", action="store_true", help="cut the shipped delta, not the checkpoint's maps")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    unknown = [f for f in args.factors.split(",") if f not in FACTOR_PRECISIONS]
+    if unknown:
+        raise SystemExit(f"--factors {unknown[0]!r}: choose from {', '.join(FACTOR_PRECISIONS)}")
     torch.set_num_threads(args.threads)
     recipe = Recipe.load(args.recipe)
     spec, lora = recipe.number_token_config(), recipe.lora_config()

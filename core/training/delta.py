@@ -106,7 +106,8 @@ def encode_factors(tensors: dict, factors: str) -> dict:
     for key in [k for k in tensors if k.startswith("lora.")]:
         t = tensors[key].detach().to("cpu", torch.float32)
         along = 1 if key.endswith(".A") else 0  # A is r x in (component k a row), B is out x r (a column)
-        scale = t.abs().amax(dim=along).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
+        largest = t.abs().amax(dim=along)
+        scale = torch.where(largest > 0, largest / 127.0, torch.ones_like(largest))  # an all-zero component: 0 / 1
         shaped = scale[:, None] if along == 1 else scale[None, :]
         out[key] = torch.round(t / shaped).clamp(-127, 127).to(torch.int8).contiguous()
         out[SCALE_PREFIX + key] = scale.contiguous()

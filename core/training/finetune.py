@@ -24,7 +24,8 @@ training split with the answer-token loss (`core.training.answers.answer_loss`):
 
 The recipe's `number_tokens` and `lora` parts, with their defaults, are `core.training.recipe`'s
 `NumberTokens` and `LoRA`. What is kept is a **delta** (`delta.safetensors`, a few MB: the new rows
-and the LoRA factors in float16; `core.training.delta`). `rebuild` merges it into the base model and
+in float16 and the LoRA factors in float16, or in 8 bits where the recipe's `lora.factors` asks;
+`core.training.delta`). `rebuild` merges it into the base model and
 writes an ordinary model folder, bit for bit the same on any machine; the digest of the rebuilt
 weights is stored in the delta and checked. The fine-tuned model that is evaluated and analysed is
 always the rebuilt one.
@@ -199,6 +200,11 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     # (full training merges every factor of the start at its own scale: the recipe's rank does not cut it)
     start_tensors = (load_start_delta(start, base_digest, 0 if lora.full else lora.rank)
                      if start and (frozen or not resume) else None)
+    if start_tensors is not None and frozen and not lora.full and start_tensors.factors != lora.factors:
+        raise CoreError(  # encoded again at another precision, the frozen blocks' factors would change
+            f"recipe {recipe.name}: its frozen lower blocks keep {start}'s factors, kept in {start_tensors.factors}; "
+            f"set lora.factors to {start_tensors.factors!r} too"
+        )
     if start_tensors is not None:
         rows = start_tensors.tensors["number_rows"].float().numpy()  # on a resume, replaced by the checkpoint's
         if not resume:
@@ -317,7 +323,7 @@ def finetune(recipe, out: str | Path | None = None, restart: bool = False, progr
     frame.insert(0, "recipe", recipe.name)
     meta = {
         "format": FACTOR_FORMATS[lora.factors],
-        "factors": lora.factors,
+        **({"factors": lora.factors} if lora.factors != "float16" else {}),  # a float16 delta's header as it was
         "base": base_folder,
         "p": p,
         "rank": lora.rank,

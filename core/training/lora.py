@@ -91,6 +91,7 @@ class StartDelta:
     scale: float
     rank: int = 0
     digest: str = ""  # the earlier stage's rebuilt-weights digest: which delta this is
+    factors: str = "float16"  # how that delta kept its factors (core.training.delta.encode_factors)
 
 
 def load_start_delta(path: str, base_digest: str, rank: int) -> StartDelta:
@@ -105,7 +106,8 @@ def load_start_delta(path: str, base_digest: str, rank: int) -> StartDelta:
     have = int(meta["rank"])
     if have < rank:
         raise CoreError(f"{path} holds rank-{have} factors; this recipe's lora.rank {rank} needs at least that many")
-    return StartDelta(tensors, float(meta["alpha"]) / have, have, meta.get("rebuilt_sha256", ""))
+    return StartDelta(tensors, float(meta["alpha"]) / have, have, meta.get("rebuilt_sha256", ""),
+                      meta.get("factors", "float16"))
 
 
 class FineTuneModel:

@@ -19,6 +19,7 @@ from core.training.delta import (
     SCALE_PREFIX,
     decode_factors,
     encode_factors,
+    merged_model,
     read_delta,
     rebuild,
     save_delta,
@@ -26,6 +27,7 @@ from core.training.delta import (
     unique_state,
 )
 from core.training.finetune import finetune
+from core.training.lora import load_start_delta
 from core.training.recipe import Recipe
 
 QUIET = lambda *_: None  # noqa: E731
@@ -38,12 +40,13 @@ def tiny_base(tmp_path_factory):
     return import_gguf(path, root / "base", {"origin": "test"}, log=QUIET)
 
 
-def full_recipe(base, out, factors: str) -> Recipe:
+def full_recipe(base, out, factors: str, lora: dict | None = None, frozen_blocks: int = 0) -> Recipe:
     recipe = Recipe(
         name=f"tiny-full-{factors}", label="tiny full fine-tune", out=str(out), arch="llama", n_layers=3, width=64,
         heads=4, task="addition", max_operand=12, dataset_seed=0, init_from=str(base),
-        number_tokens={"layer": 2, "context": "The number {n}", "checkpoint_steps": 100},
-        lora={"rank": 16, "alpha": 16, "targets": ["q_proj", "down_proj"], "train": "full", "factors": factors},
+        number_tokens={"layer": 2, "context": "The number {n}", "checkpoint_steps": 100,
+                       "frozen_blocks": frozen_blocks},
+        lora=lora or {"rank": 16, "alpha": 16, "targets": ["q_proj", "down_proj"], "train": "full", "factors": factors},
         epochs=1, batch_size=16, lr=3e-3, weight_decay=0.0, warmup_steps=2, precision="float32", seed=0,
         eval_train_subset=40, threads=1,
     )
@@ -133,3 +136,27 @@ def test_an_int8_full_fine_tune_rebuilds_the_model_it_scored_at_about_half_the_s
     assert state_digest(unique_state(lm.model)) == meta["rebuilt_sha256"]
     summary = json.loads((eight.out / "train_summary.json").read_text())
     assert summary["delta_bytes"] == i8_bytes and summary["rebuilt_test_accuracy_float32"] == eight.test_accuracy
+
+
+def test_a_later_stage_starts_from_an_int8_delta_and_keeps_its_precision(tiny_base, tmp_path):
+    """lora.init_delta of an int8 delta: read decoded (its merge gives the digest it recorded), and a LoRA stage that
+    keeps the lower blocks' earlier factors frozen must keep them in int8 too (encoded again in float16 they would
+    change); in int8 it trains and rebuilds."""
+    lora = {"rank": 6, "alpha": 6, "targets": ["q_proj", "down_proj"], "train": "lora", "factors": "int8"}
+    first = finetune(full_recipe(tiny_base, tmp_path / "s1", "int8", lora=lora), log=QUIET)
+    delta = first.out / DELTA_FILE
+    tensors, meta = read_delta(delta)
+    assert all(v.dtype == torch.float32 for k, v in tensors.items() if k.startswith("lora."))
+    start = load_start_delta(str(delta), meta["base_sha256"], 6)
+    assert start.factors == "int8"
+    rebuilt, _ = merged_model(str(tiny_base), start.tensors, meta)
+    assert state_digest(unique_state(rebuilt)) == meta["rebuilt_sha256"]
+    later = {**lora, "init_delta": str(delta)}
+    with pytest.raises(CoreError, match="frozen lower blocks keep .* kept in int8; set lora.factors to 'int8' too"):
+        finetune(full_recipe(tiny_base, tmp_path / "s2", "float16", lora={**later, "factors": "float16"},
+                             frozen_blocks=1), log=QUIET)
+    second = finetune(full_recipe(tiny_base, tmp_path / "s3", "int8", lora=later, frozen_blocks=1), log=QUIET)
+    kept, _ = read_delta(second.out / DELTA_FILE)
+    lower = [k for k in tensors if k.startswith("lora.0.")]
+    assert lower and all(torch.equal(kept[k], tensors[k]) for k in lower)  # block 0's factors, exactly as they were
+    assert rebuild(second.out, str(tiny_base), log=QUIET).exists()  # its digest checked
