@@ -37,15 +37,12 @@ def table_packed(path: str | Path) -> bool:
 def repack_run(cache_dir: str | Path, name: str, log=print) -> bool:
     """Rewrite run `name`'s tables in the current encoding through a staging copy published as any amendment is,
     every table read back equal to what it was. Returns False, touching nothing, when every table is packed already
-    (`table_packed`). Refused, with nothing touched, for a run that fails `verify_run` (a repack must not sign a
-    damaged table), one another command holds the lock of, or one with a staging folder (another command's work,
-    running or stopped half way). A repack that fails or is stopped leaves the run as it was and no staging folder."""
+    (`table_packed`, read from the files' metadata: no table is read for a run with nothing to rewrite). Refused,
+    with nothing touched, for a run to rewrite that fails `verify_run` (a repack must not sign a damaged table), one
+    another command holds the lock of, or one with a staging folder (another command's work, running or stopped
+    half way). A repack that fails or is stopped leaves the run as it was and no staging folder."""
     path = resolve_run(cache_dir, name)
     with run_lock(cache_dir, name, log, wait=False):
-        problems = verify_run(path, deep=True)
-        if problems:
-            raise CoreError(f"run {name} does not verify ({problems[0]}; `python -m core verify {name}` lists every "
-                            "problem): mend or recompute it before repacking it")
         staging = Path(cache_dir) / f"{STAGING_PREFIX}{name}"
         if staging.exists():
             raise CoreError(f"run {name} is being amended by another command, or one was stopped half way ({staging} "
@@ -56,8 +53,12 @@ def repack_run(cache_dir: str | Path, name: str, log=print) -> bool:
         if odd:
             raise CoreError(f"run {name}: table {odd[0]} is not in the file {odd[0]}.parquet, as a precompute writes "
                             "it: recompute the run")
-        if all(table_packed(path / entry["file"]) for entry in tables.values()):
-            return False
+        if all((path / e["file"]).is_file() and table_packed(path / e["file"]) for e in tables.values()):
+            return False  # nothing to rewrite: the metadata says so, without reading a table (verify does that)
+        problems = verify_run(path, deep=True)
+        if problems:
+            raise CoreError(f"run {name} does not verify ({problems[0]}; `python -m core verify {name}` lists every "
+                            "problem): mend or recompute it before repacking it")
         writer = RunWriter(cache_dir, name, manifest.get("identity") or {}, manifest.get("options") or {})
         try:
             keep = writer.stage_published()

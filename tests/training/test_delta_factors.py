@@ -9,9 +9,7 @@ import torch
 from safetensors import safe_open
 
 from core.errors import CoreError
-from core.models.importer import import_gguf
 from core.models.loading import load_model
-from core.models.random_models import write_tiny_llama_gguf
 from core.training.delta import (
     DELTA_FILE,
     DELTA_FORMAT,
@@ -31,13 +29,6 @@ from core.training.lora import load_start_delta
 from core.training.recipe import Recipe
 
 QUIET = lambda *_: None  # noqa: E731
-
-
-@pytest.fixture(scope="module")
-def tiny_base(tmp_path_factory):
-    root = tmp_path_factory.mktemp("factors")
-    path, _ = write_tiny_llama_gguf(root / "tiny.gguf", quantize=None, n_layers=3)
-    return import_gguf(path, root / "base", {"origin": "test"}, log=QUIET)
 
 
 def full_recipe(base, out, factors: str, lora: dict | None = None, frozen_blocks: int = 0) -> Recipe:

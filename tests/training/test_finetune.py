@@ -17,11 +17,9 @@ from core.analysis.numbers import number_representations
 from core.claims.registry import run_claims
 from core.errors import CoreError
 from core.files import PROJECT_ROOT
-from core.models.importer import import_gguf
 from core.models.loading import load_model
 from core.models.number_tokens import find_number_tokens
 from core.models.parts import find_parts
-from core.models.random_models import write_tiny_llama_gguf
 from core.runs.cache import verify_run
 from core.runs.live_model import live_model_folder
 from core.runs.origin import describe_run, run_origin
@@ -48,13 +46,6 @@ from core.training.frozen_blocks import FrozenBottom, length_batches
 from core.training.lora import FineTuneModel, load_start_delta
 from core.training.recipe import Recipe
 from core.training.standin import make_standin
-
-
-@pytest.fixture(scope="module")
-def tiny_base(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ft")
-    path, _ = write_tiny_llama_gguf(root / "tiny.gguf", quantize=None, n_layers=3)
-    return import_gguf(path, root / "base", {"origin": "test"}, log=lambda *_: None)
 
 
 def tiny_recipe(base: Path, out: Path, **changes):
