@@ -47,10 +47,26 @@ def p95(values):
     return values[min(len(values) - 1, int(round(0.95 * (len(values) - 1))))]
 
 
+def values_by_label(w) -> dict | None:
+    """{label: value} for a select box or radio whose labels are formatted by a dict's `get` (the pages' way of naming
+    options), else None. AppTest's `select_index` sets the label itself as the value, which such a format turns into
+    None ("None is not in list" on the next rerun, for every control after it): the value behind it is set instead."""
+    table = getattr(w.format_func, "__self__", None)
+    return {label: value for value, label in table.items()} if isinstance(table, dict) else None
+
+
+def number(kind, label):
+    """`label` read as a number of type `kind`, or None."""
+    try:
+        return kind(label)
+    except ValueError:
+        return None
+
+
 def setters(w):
     """(set another value, set the value back) for control `w`, as functions of the control found again after each
     rerun; None when it has no other value AppTest can set (an option list whose labels are formatted from values
-    this script cannot name, other than a select box's, which is set by its index)."""
+    this script cannot name: not by a dict, and not a select box's, which is set by its index)."""
     value = w.value
     if isinstance(value, bool):
         return (lambda x: x.set_value(not value)), (lambda x: x.set_value(value))
@@ -60,7 +76,17 @@ def setters(w):
         if start is None or len(options) < 2:
             return None
         other = (start + max(1, len(options) // 2)) % len(options)
+        behind = values_by_label(w)
+        if behind is not None and options[other] in behind:  # labels from a dict: set the value behind the label
+            target = behind[options[other]]
+            return (lambda x: x.set_value(target)), (lambda x: x.set_value(value))
         return (lambda x: x.select_index(other)), (lambda x: x.select_index(start))
+    behind = values_by_label(w) if options else None
+    if behind is not None:  # a radio whose labels come from a dict: the value behind another label
+        others = [v for label, v in behind.items() if label in options and v != value]
+        if others:
+            other = others[len(others) // 2]
+            return (lambda x: x.set_value(other)), (lambda x: x.set_value(value))
     if options:
         def shown(o):  # the label the page shows for value o (None: the format cannot take an option's label)
             try:
@@ -69,6 +95,9 @@ def setters(w):
                 return None
         label = shown(value)
         raw = [o for o in options if o != label and shown(o) == o]
+        if not raw and isinstance(value, (int, float)):  # numbers shown by a format ("{:g}"): read back from labels
+            raw = [v for v in (number(type(value), o) for o in options) if v is not None and v != value
+                   and shown(v) in options]
         if not raw:
             return None
         other = raw[len(raw) // 2]
