@@ -51,7 +51,7 @@ def values_by_label(w) -> dict | None:
     """{label: value} for a select box or radio whose labels are formatted by a dict's `get` (the pages' way of naming
     options), else None. AppTest's `select_index` sets the label itself as the value, which such a format turns into
     None ("None is not in list" on the next rerun, for every control after it): the value behind it is set instead."""
-    table = getattr(w.format_func, "__self__", None)
+    table = getattr(getattr(w, "format_func", None), "__self__", None)
     return {label: value for value, label in table.items()} if isinstance(table, dict) else None
 
 
