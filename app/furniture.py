@@ -47,7 +47,9 @@ h1 { font-size: 2.2rem !important; } h2 { font-size: 1.9rem !important; } h3 { f
 [data-testid="stSidebar"] h3 { font-size: 1.25rem !important; }
 [data-testid="stMainBlockContainer"] { padding: 2.5rem 1.5rem 0 1.5rem !important; max-width: 100% !important; }
 [data-testid="stHeader"] { background: transparent !important; pointer-events: none; }
-[data-testid="stHeader"] button, [data-testid="stHeader"] a { pointer-events: auto; }
+[data-testid="stHeader"] * { pointer-events: none !important; }
+[data-testid="stHeader"] button, [data-testid="stHeader"] button *, [data-testid="stHeader"] a {
+  pointer-events: auto !important; }
 [data-testid="stMetricValue"] { font-size: 2.4rem !important; }
 .st-key-tour-claim .stMarkdown p { font-size: 1.08rem !important; }
 .st-key-tour-claim h3 { font-size: 1.35rem !important; padding-top: 0.25rem !important; }

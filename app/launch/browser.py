@@ -390,6 +390,15 @@ _LAYOUT_JS = r"""
   });
   document.querySelectorAll('[data-testid="stException"], [data-testid="stAlertContentError"]')
     .forEach((e) => out.push('error box: ' + e.innerText.slice(0, 200)));
+  // a button on screen whose top edge the page's header takes the clicks of (its toolbar, in presentation mode)
+  document.querySelectorAll('[data-testid="stMain"] button').forEach((btn) => {
+    const b = box(btn);
+    if (!btn.checkVisibility() || b.width < 4 || b.height < 8 || b.bottom <= 0 || b.top >= window.innerHeight) return;
+    const hit = document.elementFromPoint(b.left + b.width / 2, Math.max(b.top, 0) + 3);
+    if (hit && !btn.contains(hit) && hit.closest('[data-testid="stHeader"]'))
+      out.push(`button "${btn.innerText.trim().slice(0, 40)}" covered at its top edge by ` +
+               `${hit.getAttribute('data-testid') || hit.tagName}`);
+  });
   return out;
 }
 """
@@ -398,8 +407,9 @@ _LAYOUT_JS = r"""
 def layout_problems(page, large: bool) -> list[str]:
     """What a projector audience could not read on the page as drawn now: a chart title cut, wider than its chart or
     drawn above its top (clipped there), overlapping tick labels, a legend value with more digits than a reader
-    needs, an error box, and (presentation mode) axis or legend text under 14 px. Charts in a closed fold are left
-    out: hidden, they keep the width they were first drawn at and are drawn afresh when opened."""
+    needs, an error box, a button whose top edge the page's header takes the clicks of, and (presentation
+    mode) axis or legend text under 14 px. Charts in a closed fold are left out: hidden, they keep the width they were
+    first drawn at and are drawn afresh when opened."""
     return page.evaluate(_LAYOUT_JS, 14 if large else 0)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import altair as alt
 import pandas as pd
 
-from app.figures import logits, numbers, operations, recipes, training, wave_sum
+from app.figures import layer_spectra, logits, numbers, operations, recipes, training, wave_sum
 from app.figures.phase import locking_heatmap, shift_bars
 from app.tour.evidence import (
     Evidence,
@@ -27,6 +27,7 @@ from app.tour.evidence import (
     table_questions,
     training_runs,
 )
+from core.claims.accuracy import selection_note
 from core.claims.base import VERDICT_LABELS, Claim, pct
 from core.claims.helix import views_side_by_side
 from core.claims.operations import (
@@ -41,7 +42,7 @@ from core.claims.periods import claim_periods, period_table
 from core.claims.registry import TASK_STEPS, best_run, may_stand_in, run_claims
 from core.claims.shift_rule import CAUSAL_SHARE, causal_test
 from core.claims.siblings import recipe_bars, recipe_sentence, training_siblings
-from core.claims.spectra import mean_bar_levels
+from core.claims.spectra import layer_counts, layer_tests, mean_bar_levels, spectra_by_layer
 from core.paper import ACCURACY, TABLE1_TAU
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs
@@ -181,16 +182,28 @@ def spectrum_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
         return [_panel(chart, "tour-spec", evidence)]
     # the verdict counts layers, so its figure is the layers it counts; the mean spectrum, which the largest layers
     # dominate and which can hide a period one layer carries, is the second reading, folded
-    return [_panel(logits.layer_short_ratios(run, TABLE1_TAU), "tour-spec-layers", evidence),
-            _panel(logits.layer_low_gaps(run, TABLE1_TAU), "tour-spec-gaps", evidence, "Layer by layer: the low band"),
+    # of its two counts, the one the verdict's reason rests on is drawn: the low band when only that test fails
+    low_holds, short_holds = layer_tests(layer_counts(spectra_by_layer(run, TABLE1_TAU)))
+    short = layer_spectra.layer_short_ratios(run, TABLE1_TAU)
+    low = layer_spectra.layer_low_gaps(run, TABLE1_TAU)
+    if short_holds and not low_holds:
+        return [_panel(low, "tour-spec-gaps", evidence),
+                _panel(short, "tour-spec-layers", evidence, "Layer by layer: periods 2, 2.5, 5, 10"),
+                _panel(chart, "tour-spec", evidence, "The mean spectrum (a second reading)")]
+    return [_panel(short, "tour-spec-layers", evidence),
+            _panel(low, "tour-spec-gaps", evidence, "Layer by layer: the low band"),
             _panel(chart, "tour-spec", evidence, "The mean spectrum (a second reading)")]
+
+
+#: How many of the strongest waves step 5's figure sums (the paper's 5; the claim's top-5 share counts the same).
+WAVES_SHOWN = 5
 
 
 def waves_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     """The sum of the 5 strongest waves over the whole number line, its peak and the answer marked (the sentence
     names that peak), and folded beside it a zoom to the answer ± 25."""
     example = example_of(run)
-    whole, zoom = wave_sum.waves_line(run, example, inputs.basis, 5, window=25)
+    whole, zoom = wave_sum.waves_line(run, example, inputs.basis, WAVES_SHOWN, window=25)
     evidence = one_question(run, example)
     return [_panel(whole, "tour-waves", evidence), _panel(zoom, "tour-waves-zoom", evidence, "Zoom around the answer")]
 
@@ -537,8 +550,15 @@ def settings_note(step: Step, run: RunReader, tau: int, basis: str, runs_of_step
     )
 
 
-#: Said after a line whose numbers are over every question when the figure shows one of them.
-ONE_OF_THEM = "The figure shows one of these questions"
+#: Said after a line whose numbers are over every question when the figure shows one of them; what follows names
+#: that question and says whether it is one of those the line counts.
+ONE_OF_THEM = "The figure shows"
+
+
+def unclean_test(run: RunReader) -> bool:
+    """Whether the run's accuracy is a test score that is not a clean held-out figure (its training looked at the test
+    split: core.claims.accuracy.selection_note), which step 1 must say wherever it shows that score."""
+    return run.split == "test" and bool(selection_note(run))
 
 
 def run_line(step: Step, claim: Claim, run: RunReader) -> str:
@@ -548,13 +568,18 @@ def run_line(step: Step, claim: Claim, run: RunReader) -> str:
     n = claim.numbers
     if step.key == "accuracy" and "accuracy" in n:
         paper_split = "validation" if n.get("paper_split") == "validation" else "test"
+        unclean = " It is not a clean test score: the Why says why." if unclean_test(run) else ""
         return (
             f"{pct(n['accuracy'])} of its {n['n']} {run.split} prompts right (the paper's GPT-2-XL: "
-            f"{n.get('paper_accuracy', ACCURACY['GPT-2-XL fine-tuned'])}% of its {paper_split} prompts)."
+            f"{n.get('paper_accuracy', ACCURACY['GPT-2-XL fine-tuned'])}% of its {paper_split} prompts).{unclean}"
         )
-    if step.key == "waves" and claim.verdict != "does not apply":
-        example = expression_of_id(example_of(run).name)
-        return f"{claim.short.rstrip('.')}. {ONE_OF_THEM}, {example}."
+    if step.key == "waves" and claim.verdict != "does not apply" and run.has(Table.FINAL_WAVES):
+        example = example_of(run)
+        peak = wave_sum.sum_peak(wave_sum.wave_frames(run, example, TOUR_BASIS, WAVES_SHOWN))
+        answer = int(example["answer"])
+        where = ("one where they do" if peak == answer
+                 else f"one where they do not: their sum peaks at {peak}, not at the answer {answer}")
+        return f"{claim.short.rstrip('.')}. {ONE_OF_THEM} {expression_of_id(example.name)}, {where}."
     return claim.short
 
 

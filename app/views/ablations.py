@@ -181,7 +181,7 @@ if narrow is not None:
         "frequencies) and compares each with random directions that take away as much of the modules' energy."
     )
     st.markdown(f"{BADGE[narrow.verdict]} **This run:** {narrow.headline}  \n**Why:** {why_sentence(narrow)}")
-    st.dataframe(period_table(run), hide_index=True, column_config={
+    st.dataframe(period_table(run), hide_index=True, height="content", column_config={
         "what": st.column_config.TextColumn(pinned=True),
         "accuracy %": st.column_config.TextColumn(
             "accuracy % (95% interval)",

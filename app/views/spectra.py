@@ -1,6 +1,6 @@
 import streamlit as st
 
-from app.figures import logits
+from app.figures import layer_spectra, logits
 from app.figures.style import task_periods
 from app.furniture import intro, needs, rank_sentence, show_chart
 from app.glossary import term
@@ -48,8 +48,8 @@ show_chart(
     key="spec-top",
 )
 if run.has(Table.MODULE_SPECTRA_BASELINE) and run.task != "multiplication":  # what step 4's verdict counts
-    show_chart(*logits.layer_low_gaps(run, TABLE1_TAU), key="spec-gaps")
-    show_chart(*logits.layer_short_ratios(run, TABLE1_TAU), key="spec-layers")
+    show_chart(*layer_spectra.layer_low_gaps(run, TABLE1_TAU), key="spec-gaps")
+    show_chart(*layer_spectra.layer_short_ratios(run, TABLE1_TAU), key="spec-layers")
 show_chart(*logits.spectrum_heatmap(run, basis, module, tau), key="spec-heat")
 
 layers = summaries.module_layers(run.table(Table.MODULE_SPECTRA), module)

@@ -24,6 +24,7 @@ from app.tour.steps import (
     choose_run,
     run_line,
     settings_note,
+    unclean_test,
     who_line,
     why_shown,
 )
@@ -127,7 +128,8 @@ def accuracy_metrics() -> None:
     said_split = "validation" if claim.numbers.get("paper_split") == "validation" else "test"
     paper.metric(f"Paper: GPT-2-XL, {said_split} split",
                  f"{claim.numbers.get('paper_accuracy', ACCURACY['GPT-2-XL fine-tuned'])}%")
-    mine_now.metric(f"This run: {claim.numbers['n']} {shown.split} prompts", pct(claim.numbers["accuracy"]))
+    unclean = " (not a clean test score)" if unclean_test(shown) else ""
+    mine_now.metric(f"This run: {claim.numbers['n']} {shown.split} prompts{unclean}", pct(claim.numbers["accuracy"]))
 
 
 # on a projector the claim's column is wider (its large type wraps less) and its details and words fold into one

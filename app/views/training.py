@@ -87,7 +87,7 @@ else:
     show_chart(*training.fine_tuning_stages(roles, split, paper), key="training-stages")
     st.caption("Each model and stage above, from its training log (a later stage counts its epochs on from the "
                "stage it continues):")
-    st.dataframe(training_summaries.stages_table(stages, split), hide_index=True)
+    st.dataframe(training_summaries.stages_table(stages, split), hide_index=True, height="content")
     if once := training_summaries.scored_once(tuned):
         st.markdown(once)
     notes = [f"**{label}**: {note}." for label, manifest, log in tuned if (note := selection_note_of(manifest, log))]

@@ -42,7 +42,8 @@ to_url("window")
 chart, data, caption, _ = logits.waves(run, example, basis, st.session_state["k"], window=st.session_state["window"])
 show_chart(chart, data, caption, key="waves-zoom")
 st.caption(
-    f"Basis: {basis}. The final logits themselves peak at {int(final.loc[final['logit'].idxmax(), 'number'])}."
+    f"The waves above are read in the {basis} basis (the sidebar's Fourier basis). The model's final logits themselves "
+    f"peak at {int(final.loc[final['logit'].idxmax(), 'number'])}."
 )
 
 st.subheader("Over every example: which module's wave follows the answer?")
@@ -58,8 +59,9 @@ if run.has(Table.PHASE_LOCKING):
     groups = shared_on_run(group_shift_table, run)
     if len(groups):
         st.markdown("**Groups of modules shifted together** (the paper's claim is about attention as a whole):")
-        st.dataframe(groups, hide_index=True,
-                     column_config={"shifted together": st.column_config.TextColumn(pinned=True)})
+        st.dataframe(groups, hide_index=True, height="content",
+                     column_config={"shifted together": st.column_config.TextColumn(pinned=True),
+                                    "decides the last digit": st.column_config.TextColumn(width="large")})
         st.caption(shared_on_run(group_shift_caption, run))
     shifted = shared_on_run(module_shift_table, run)
     if len(shifted):

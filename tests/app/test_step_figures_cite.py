@@ -1,6 +1,7 @@
-"""Steps 4 and 6 draw what their verdicts rest on (issue 66 item 4, issue 67 items 2 and 3): step 4 opens with its
-layer-by-layer chart, which puts exactly the layers the sentence counts above the line at 1, and its folded mean
-chart carries the W_U bar its reason cites; step 6 opens with the narrow test where that test gives the badge. On
+"""Steps 4 and 6 draw what their verdicts rest on (issue 66 item 4, issue 67 items 2 and 3): step 4 opens with the
+layer-by-layer count its reason rests on (the short periods', which puts exactly the layers the sentence counts above
+the line at 1 and fills their points, or the low band's when only that test fails), and its folded mean chart carries
+the W_U bar its reason cites; step 6 opens with the narrow test where that test gives the badge. On
 every shipped run."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import pytest
 
 from app.tour.steps import StepInputs, ablation_panels, spectrum_panels
 from core.claims.registry import run_claims
+from core.claims.spectra import layer_counts, layer_tests, spectra_by_layer
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
 from core.runs.reader import RunReader
@@ -25,7 +27,12 @@ def test_step_4_draws_the_bar_and_the_layers_it_counts(run):
     reader = RunReader(CACHE, run.name, run.manifest)
     claims = run_claims(reader)
     panels = spectrum_panels(reader, StepInputs("paper", claims, [reader]))
-    assert panels[0].key == "tour-spec-layers" and panels[0].folded is None  # the figure shown: the layers counted
+    # the figure shown is the count the verdict's reason rests on: the low band's when only that test fails, else the
+    # short periods'; the other count is folded beside it
+    low_holds, short_holds = layer_tests(layer_counts(spectra_by_layer(reader)))
+    opening = "tour-spec-gaps" if short_holds and not low_holds else "tour-spec-layers"
+    assert panels[0].key == opening and panels[0].folded is None
+    assert all(p.folded for p in panels[1:])
     by_key = {p.key: p for p in panels}
     bars = by_key["tour-spec"].data  # the mean spectrum, folded as the second reading
     assert "W_U bar" in bars.columns and bars["W_U bar"].notna().all()  # a tick on every bar drawn
@@ -37,6 +44,10 @@ def test_step_4_draws_the_bar_and_the_layers_it_counts(run):
     drawn_above = sorted(int(x) for x in layers.loc[(layers["module"] == "Attention")
                                                     & (layers["short_over_bar"] >= 1 - 1e-9), "layer"])
     assert drawn_above == claims["spectra"].numbers["attn_short_layers"]
+    filled = sorted(int(x) for x in layers.loc[(layers["module"] == "Attention") & layers["carries"], "layer"])
+    assert filled == claims["spectra"].numbers["attn_short_layers"]  # filled points: the layers the sentence counts
+    attn = claims["spectra"].numbers["attn_short_layers"]
+    assert f"attention in {len(attn)} of" in by_key["tour-spec-layers"].caption
     assert np.isfinite(layers["short_over_bar"]).all()
 
 
