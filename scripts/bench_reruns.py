@@ -68,6 +68,8 @@ def setters(w):
     rerun; None when it has no other value AppTest can set (an option list whose labels are formatted from values
     this script cannot name: not by a dict, and not a select box's, which is set by its index)."""
     value = w.value
+    if isinstance(value, (list, tuple)) and not hasattr(w, "min"):  # a multiselect: not set one value at a time here
+        return None
     if isinstance(value, bool):
         return (lambda x: x.set_value(not value)), (lambda x: x.set_value(value))
     options = list(getattr(w, "options", []) or [])

@@ -122,6 +122,6 @@ def ablation_chart(table: pd.DataFrame, label: str = ""):
     base = table[table["selection"] == "none"].iloc[0]
     caption = (f"Counted in questions of {n:,} against the unedited model (the line at 0, {base['accuracy']:.2%} "
                "correct): correct answers gained (+) or lost (-), net, and last digits changed; random sets: the mean "
-               "of their draws, the rule ± one standard deviation.")
+               "of their draws, the black bar across it ± one standard deviation.")
     title = "Neurons held at their mean: answers gained, lost or changed" + (f" — {label}" if label else "")
     return styled(alt.layer(bars, spread, counts, zero), title, height=300), data, caption

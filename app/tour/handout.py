@@ -21,17 +21,8 @@ from app.glossary import TERMS, step_term_names
 from app.sidebar import short_label
 from app.state import projector_sizes
 from app.tour.handout_style import HANDOUT_CSS, HANDOUT_SCRIPT
-from app.tour.steps import (
-    NOTHING_TO_COMPARE,
-    OVER_RUNS,
-    STEPS,
-    Step,
-    StepInputs,
-    choose_run,
-    run_line,
-    who_line,
-    why_shown,
-)
+from app.tour.lines import run_line, who_line
+from app.tour.steps import NOTHING_TO_COMPARE, OVER_RUNS, STEPS, Step, StepInputs, choose_run, why_shown
 from core import SCHEMA_VERSION
 from core.claims.base import VERDICT_LABELS, VERDICTS, Claim
 from core.runs.origin import describe_run
@@ -215,7 +206,7 @@ def build_handout(
                 step.choices,
                 choice.claim,
                 who_line(step, choice, short_label(shown.label)),
-                choice.claim.short if step.key in OVER_RUNS else run_line(step, choice.claim, shown),
+                choice.claim.short if step.key in OVER_RUNS else run_line(step, choice.claim, shown, basis),
                 why_sentence(choice.claim),
                 "These runs" if step.key in OVER_RUNS else shown.label,
                 note,

@@ -15,6 +15,7 @@ import pandas as pd
 
 from app.figures import layer_spectra, logits, numbers, operations, recipes, training, wave_sum
 from app.figures.phase import locking_heatmap, shift_bars
+from app.shared import shared_on_run
 from app.tour.evidence import (
     Evidence,
     bars_questions,
@@ -27,7 +28,6 @@ from app.tour.evidence import (
     table_questions,
     training_runs,
 )
-from core.claims.accuracy import selection_note
 from core.claims.base import VERDICT_LABELS, Claim, pct
 from core.claims.helix import views_side_by_side
 from core.claims.operations import (
@@ -36,19 +36,18 @@ from core.claims.operations import (
     missing_of_kind,
     model_kind,
     operation_runs,
-    short_name,
 )
 from core.claims.periods import claim_periods, period_table
 from core.claims.registry import TASK_STEPS, best_run, may_stand_in, run_claims
 from core.claims.shift_rule import CAUSAL_SHARE, causal_test
 from core.claims.siblings import recipe_bars, recipe_sentence, training_siblings
 from core.claims.spectra import layer_counts, layer_tests, mean_bar_levels, spectra_by_layer
-from core.paper import ACCURACY, TABLE1_TAU
+from core.paper import TABLE1_TAU
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs
 from core.runs.origin import built_control, run_origin, seed_of_manifest, trained_part, trained_short
 from core.runs.reader import RunReader, Table
-from core.tasks import expression_of_id, task_name
+from core.tasks import task_name
 
 
 @dataclass(frozen=True)
@@ -170,6 +169,12 @@ def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
     return [_panel(logits.logit_heatmap(run, example), "tour-heat", one_question(run, example))]
 
 
+def spectra_tests(run: RunReader) -> tuple[bool, bool]:
+    """Step 4's two tests on the run's layers at the paper's tau (core.claims.spectra.layer_tests): (the MLPs carry
+    the low band, attention the short periods)."""
+    return layer_tests(layer_counts(spectra_by_layer(run, TABLE1_TAU)))
+
+
 def spectrum_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     # module_spectra holds the mean over every question of the split (core.runs.measure): the examples table's rows
     evidence = questions(run, len(run.table(Table.EXAMPLES)))
@@ -183,7 +188,7 @@ def spectrum_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     # the verdict counts layers, so its figure is the layers it counts; the mean spectrum, which the largest layers
     # dominate and which can hide a period one layer carries, is the second reading, folded
     # of its two counts, the one the verdict's reason rests on is drawn: the low band when only that test fails
-    low_holds, short_holds = layer_tests(layer_counts(spectra_by_layer(run, TABLE1_TAU)))
+    low_holds, short_holds = shared_on_run(spectra_tests, run)
     short = layer_spectra.layer_short_ratios(run, TABLE1_TAU)
     low = layer_spectra.layer_low_gaps(run, TABLE1_TAU)
     if short_holds and not low_holds:
@@ -506,89 +511,3 @@ def why_shown(step: Step, choice: StepChoice) -> str:
         among += " that do the task (step 1 at least Partly agrees)"
     return (f"Of {among}, it shows this step best ({VERDICT_LABELS[choice.claim.verdict]}; the sidebar's run: "
             f"{VERDICT_LABELS[choice.switched_from.verdict]}).")
-
-
-# ----------------------------------------------------------------------------- what a step says beside its figure
-
-#: The Fourier basis every step reads: the paper's, the one the verdicts are judged in (core.claims).
-TOUR_BASIS = "paper"
-#: The sidebar controls a step does not follow, because its verdict is judged at the paper's setting.
-FIXED_SETTINGS = {"spectra": ("tau", "basis"), "waves": ("basis",), "ablations": ("tau",), "numbers": ("basis",)}
-#: The pages where each sidebar control is used.
-CONTROL_PAGES = {"tau": ("Spectra", "Ablations"), "basis": ("Spectra", "Waves", "Numbers")}
-
-
-def step_tau(step: Step, run: RunReader) -> int:
-    """The cutoff tau a step reads: the paper's (50), or for the ablations the run's cached tau nearest to it."""
-    if step.key == "ablations" and run.has(Table.ABLATIONS):
-        return int(summaries.nearest_tau(run.table(Table.ABLATIONS), TABLE1_TAU))
-    return TABLE1_TAU
-
-
-def settings_note(step: Step, run: RunReader, tau: int, basis: str, runs_of_step: list | None = None) -> str:
-    """One sentence when the step does not follow a sidebar control set otherwise (tau, basis), or the sidebar's
-    run at all (step 8): which setting the step shows and where the sidebar's is used. Empty when they agree."""
-    if step.key == "training":
-        return "This step compares the small models trained here; the run chosen in the sidebar is not used."
-    if step.key == "operations":
-        shown = operation_runs(runs_of_step, run) if runs_of_step else {}
-        mine = " (the sidebar's run among them)" if run in shown.values() else " (the sidebar's run is not among them)"
-        return (f"One run of each operation{mine}: "
-                + "; ".join(f"{task_name(t)}: {short_name(r)}" for t, r in shown.items()) + ".")
-    fixed = FIXED_SETTINGS.get(step.key, ())
-    mine = {"tau": step_tau(step, run), "basis": TOUR_BASIS}
-    theirs = {"tau": int(tau), "basis": basis}
-    differ = [c for c in fixed if mine[c] != theirs[c]]
-    if not differ:
-        return ""
-    said = {"tau": f"tau = {mine['tau']}", "basis": f"{TOUR_BASIS} basis"}
-    side = {"tau": f"tau = {theirs['tau']}", "basis": f"{theirs['basis']} basis"}
-    pages = list(dict.fromkeys(p for c in differ for p in CONTROL_PAGES[c]))
-    return (
-        f"Shown at the paper's {' and '.join(said[c] for c in differ)}, where its verdict is judged; the sidebar's "
-        f"{' and '.join(side[c] for c in differ)} apply on the {', '.join(pages[:-1])} and {pages[-1]} pages."
-    )
-
-
-#: Said after a line whose numbers are over every question when the figure shows one of them; what follows names
-#: that question and says whether it is one of those the line counts.
-ONE_OF_THEM = "The figure shows"
-
-
-def unclean_test(run: RunReader) -> bool:
-    """Whether the run's accuracy is a test score that is not a clean held-out figure (its training looked at the test
-    split: core.claims.accuracy.selection_note), which step 1 must say wherever it shows that score."""
-    return run.split == "test" and bool(selection_note(run))
-
-
-def run_line(step: Step, claim: Claim, run: RunReader) -> str:
-    """The one line beside the badge about the shown run: its numbers can be found in the step's figure, or the
-    line says where they come from. Step 1 sets this run's test accuracy beside the paper's test accuracy (the
-    validation figure, on which the verdict is judged, is with the other numbers under the line)."""
-    n = claim.numbers
-    if step.key == "accuracy" and "accuracy" in n:
-        paper_split = "validation" if n.get("paper_split") == "validation" else "test"
-        unclean = " It is not a clean test score: the Why says why." if unclean_test(run) else ""
-        return (
-            f"{pct(n['accuracy'])} of its {n['n']} {run.split} prompts right (the paper's GPT-2-XL: "
-            f"{n.get('paper_accuracy', ACCURACY['GPT-2-XL fine-tuned'])}% of its {paper_split} prompts).{unclean}"
-        )
-    if step.key == "waves" and claim.verdict != "does not apply" and run.has(Table.FINAL_WAVES):
-        example = example_of(run)
-        peak = wave_sum.sum_peak(wave_sum.wave_frames(run, example, TOUR_BASIS, WAVES_SHOWN))
-        answer = int(example["answer"])
-        where = ("one where they do" if peak == answer
-                 else f"one where they do not: their sum peaks at {peak}, not at the answer {answer}")
-        return f"{claim.short.rstrip('.')}. {ONE_OF_THEM} {expression_of_id(example.name)}, {where}."
-    return claim.short
-
-
-def who_line(step: Step, choice: StepChoice, short_label: str) -> str:
-    """Whom the line beside the badge speaks of: "This run" only for the sidebar's run itself."""
-    if step.key == "training":
-        return "The small models trained here"
-    if step.key == "operations":
-        return "These runs"
-    if choice.switched_from is not None:
-        return f"Shown run ({short_label})"
-    return "This run"

@@ -14,20 +14,8 @@ from app.run_loading import run_claims, runs_of_split, seed_spread_line, trainin
 from app.sidebar import page_view, short_label
 from app.state import large
 from app.tour.classroom import ask_first, handout_button, prediction_note, reveal_switch, waiting
-from app.tour.steps import (
-    NOTHING_TO_COMPARE,
-    OVER_RUNS,
-    STEPS,
-    TOUR_BASIS,
-    Panel,
-    StepInputs,
-    choose_run,
-    run_line,
-    settings_note,
-    unclean_test,
-    who_line,
-    why_shown,
-)
+from app.tour.lines import TOUR_BASIS, run_line, settings_note, unclean_test, who_line
+from app.tour.steps import NOTHING_TO_COMPARE, OVER_RUNS, STEPS, Panel, StepInputs, choose_run, why_shown
 from core.claims.base import pct
 from core.paper import ACCURACY
 from core.runs.origin import describe_run

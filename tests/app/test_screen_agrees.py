@@ -16,7 +16,8 @@ from screen_text import spec_strings
 from streamlit.testing.v1 import AppTest
 
 from app.sidebar import PICKER_SHOWS, picker_label, picker_labels, precision_note
-from app.tour.steps import ONE_OF_THEM, OVER_RUNS, STEPS, settings_note
+from app.tour.lines import ONE_OF_THEM, settings_note
+from app.tour.steps import OVER_RUNS, STEPS
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
 from core.runs.reader import RunReader

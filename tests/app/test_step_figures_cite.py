@@ -11,7 +11,6 @@ import pytest
 
 from app.tour.steps import StepInputs, ablation_panels, spectrum_panels
 from core.claims.registry import run_claims
-from core.claims.spectra import layer_counts, layer_tests, spectra_by_layer
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
 from core.runs.reader import RunReader
@@ -29,7 +28,13 @@ def test_step_4_draws_the_bar_and_the_layers_it_counts(run):
     panels = spectrum_panels(reader, StepInputs("paper", claims, [reader]))
     # the figure shown is the count the verdict's reason rests on: the low band's when only that test fails, else the
     # short periods'; the other count is folded beside it
-    low_holds, short_holds = layer_tests(layer_counts(spectra_by_layer(reader)))
+    # the rule re-derived from claim_spectra's docstring: the MLP leads below tau in at least half the layers, and in
+    # more than attention does; attention carries a short period in at least a tenth of them (and in one)
+    numbers = claims["spectra"].numbers
+    n = len(numbers["layers"])
+    low_holds = (len(numbers["mlp_low_layers"]) >= np.ceil(n / 2)
+                 and len(numbers["mlp_low_layers"]) > len(numbers["attn_low_layers"]))
+    short_holds = len(numbers["attn_short_layers"]) >= max(1, np.ceil(n / 10))
     opening = "tour-spec-gaps" if short_holds and not low_holds else "tour-spec-layers"
     assert panels[0].key == opening and panels[0].folded is None
     assert all(p.folded for p in panels[1:])
@@ -40,6 +45,9 @@ def test_step_4_draws_the_bar_and_the_layers_it_counts(run):
     gaps = by_key["tour-spec-gaps"].data  # the low band: MLP minus attention, in points, per layer
     assert sorted(int(x) for x in gaps.loc[gaps["gap"] >= 10 - 1e-9, "layer"]) == claims["spectra"].numbers[
         "mlp_low_layers"]
+    leads = sorted(int(x) for x in gaps.loc[gaps["counted"] == "the MLP leads", "layer"])
+    assert leads == numbers["mlp_low_layers"]  # coloured as counted, and named in the caption
+    assert f"in {len(leads)} of {n} layers ({', '.join(map(str, leads)) or 'none'})" in by_key["tour-spec-gaps"].caption
     layers = by_key["tour-spec-layers"].data
     drawn_above = sorted(int(x) for x in layers.loc[(layers["module"] == "Attention")
                                                     & (layers["short_over_bar"] >= 1 - 1e-9), "layer"])

@@ -12,7 +12,8 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from app.tour.handout_export import listed_runs, pick_run
-from app.tour.steps import OVER_RUNS, STEPS, run_line, trained_here
+from app.tour.lines import run_line
+from app.tour.steps import OVER_RUNS, STEPS, trained_here
 from core.claims.base import VERDICT_LABELS
 from core.claims.features import claim_training
 from core.claims.operations import claim_operations, operation_runs

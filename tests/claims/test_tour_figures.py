@@ -15,7 +15,8 @@ import vl_convert as vlc
 
 from app.figures import logits
 from app.furniture import why_sentence
-from app.tour.steps import STEPS, TOUR_BASIS, StepInputs, choose_run, example_of, operation_question, training_logs_of
+from app.tour.lines import TOUR_BASIS
+from app.tour.steps import STEPS, StepInputs, choose_run, example_of, operation_question, training_logs_of
 from core.claims.base import measured_clause, unnested
 from core.claims.features import claim_training
 from core.claims.operations import operation_runs

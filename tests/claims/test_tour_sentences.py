@@ -6,12 +6,15 @@ import re
 import pytest
 
 from app.figures import logits
-from app.tour.steps import STEPS, TOUR_BASIS, StepInputs, example_of, run_line
-from core.claims.base import pct
+from app.tour.lines import TOUR_BASIS, run_line
+from app.tour.steps import STEPS, StepInputs, example_of
+from core.claims.accuracy import selection_note
+from core.claims.base import measured_clause, pct
+from core.claims.features import claim_training
 from core.claims.registry import run_claims
 from core.files import PROJECT_ROOT
 from core.runs.cache import list_runs
-from core.runs.reader import RunReader
+from core.runs.reader import RunReader, Table
 
 CACHE = PROJECT_ROOT / "cache"
 SHIPPED = [r for r in list_runs(CACHE, deep=False) if r.ok] if CACHE.is_dir() else []
@@ -85,3 +88,61 @@ def test_the_zoomed_waves_caption_names_the_peak_of_the_whole_line(run):
     peak = re.search(r"peaks at (\d+)", whole).group(1)
     said = f"Over the whole line 0..{reader.p - 1} the sum of the top 5 (black) peaks at {peak}"
     assert said in zoomed, (whole, zoomed)
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
+@pytest.mark.parametrize("run", [r for r in SHIPPED if "final_waves" in r.manifest["tables"]],
+                         ids=lambda r: r.name[:24])
+def test_step_5s_line_says_whether_its_example_is_one_it_counts(run):
+    """Step 5's line counts the questions whose top-5 sum peaks at the answer, then names the question its figure
+    draws and says whether it is one of them: in the figure's own basis the peak its figure's caption names, and in
+    the paper's basis (the one the line counts in) the example's own row of the counted table."""
+    reader = RunReader(CACHE, run.name)
+    claims = run_claims(reader)
+    step = next(s for s in STEPS if s.key == "waves")
+    if claims["waves"].verdict == "does not apply":
+        return
+    example = example_of(reader)
+    for basis in ("paper", "dft"):
+        line = run_line(step, claims["waves"], reader, basis)
+        caption = next(p.full_caption for p in step.panels(reader, StepInputs(basis, claims, [reader]))
+                       if p.key == "tour-waves")
+        drawn = re.search(r"it peaks at (\d+), not at the answer|it (peaks at the answer)", caption)
+        if drawn.group(2):
+            assert line.endswith(", one where they do."), (basis, line, caption)
+        else:
+            assert line.endswith(f"their sum peaks at {drawn.group(1)}, not at the answer {example['answer']}."), (
+                basis, line, caption)
+    counted = reader.table(Table.WAVE_PEAKS)
+    row = counted[(counted["example_id"] == example.name) & (counted["top"] == 5)].iloc[0]
+    paper_line = run_line(step, claims["waves"], reader, "paper")
+    assert paper_line.endswith(", one where they do.") == bool(row["at_answer"]), (paper_line, row.to_dict())
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
+@pytest.mark.parametrize("run", SHIPPED, ids=[r.name[:24] for r in SHIPPED])
+def test_step_1_says_when_a_test_score_is_not_clean(run):
+    """A test score whose training looked at the test split (core.claims.accuracy.selection_note) is said to be
+    not clean beside the number; a clean one, or a validation score, is not."""
+    reader = RunReader(CACHE, run.name)
+    claims = run_claims(reader)
+    step = next(s for s in STEPS if s.key == "accuracy")
+    if "accuracy" not in claims["accuracy"].numbers:
+        return
+    line = run_line(step, claims["accuracy"], reader)
+    assert ("not a clean test score" in line) == (reader.split == "test" and bool(selection_note(reader))), line
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped runs in cache/")
+def test_step_8s_reason_states_the_gain_and_the_rule():
+    """Step 8's reason is not its line again: it states the frozen run's gain over scratch, re-derived here from the
+    two accuracies the line quotes, and the rule's two numbers."""
+    claim = claim_training([RunReader(CACHE, r.name) for r in SHIPPED])
+    if claim.verdict == "not tested":
+        return
+    assert claim.reason != measured_clause(claim.measured)
+    frozen, scratch = (float(x) for x in re.findall(r"(\d+\.\d)% \(\d+ seeds?\)", claim.measured))
+    assert f"from {scratch:.1f}% to {frozen:.1f}%" in claim.reason, claim.reason
+    gain = float(re.search(r"\(([+-]\d+\.\d) points\)", claim.reason).group(1))
+    assert abs(gain - (frozen - scratch)) <= 0.1, (gain, frozen, scratch)
+    assert "95%" in claim.reason and "20 points" in claim.reason
