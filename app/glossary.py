@@ -123,10 +123,9 @@ TERMS = {
     "mean of 70.0 whose draws typically lie 9 points either side of it.",
     "95% interval": "The range a share counted on some questions most likely lies in: ranges made this way hold the "
     "true share 95 times in 100. '40.0 (37.1-43.0)' reads 40.0%, most likely between 37.1% and 43.0%.",
-    "W_U bar": "How strong a period must be in one module's logits to count as the module's own: twice what W_U "
-    "alone gives random vectors of the same size there, or the square root of the most any vector could reach where "
-    "that is under twice. W_U's own shape favours some periods, so a period below the bar may be W_U's doing, not the "
-    "module's.",
+    "W_U bar": "How strong a period must be in a module's logits to count as the module's own: twice what W_U alone "
+    "gives random vectors of the same size (the square root of the most any vector could reach, where that is less). "
+    "Below it, a period may be W_U's doing, not the module's.",
     "rule": "A verdict's rule: the thresholds a run's numbers must pass for 'Agrees' or 'Partly agrees', written in "
     "the code beside each claim; docs/verdicts.md lists each step's and says which were fixed before the runs were "
     "read and which were changed after. 'The rule asks 8' means it needs at least 8.",
