@@ -15,7 +15,6 @@ import pandas as pd
 
 from app.figures import layer_spectra, logits, numbers, operations, recipes, training, wave_sum
 from app.figures.phase import locking_heatmap, shift_bars
-from app.shared import shared_on_run
 from app.tour.evidence import (
     Evidence,
     bars_questions,
@@ -41,7 +40,7 @@ from core.claims.periods import claim_periods, period_table
 from core.claims.registry import TASK_STEPS, best_run, may_stand_in, run_claims
 from core.claims.shift_rule import CAUSAL_SHARE, causal_test
 from core.claims.siblings import recipe_bars, recipe_sentence, training_siblings
-from core.claims.spectra import layer_counts, layer_tests, mean_bar_levels, spectra_by_layer
+from core.claims.spectra import mean_bar_levels
 from core.paper import TABLE1_TAU
 from core.runs import summaries, training_summaries
 from core.runs.cache import list_runs
@@ -169,12 +168,6 @@ def locking_panels(run: RunReader, _inputs: StepInputs) -> list[Panel]:
     return [_panel(logits.logit_heatmap(run, example), "tour-heat", one_question(run, example))]
 
 
-def spectra_tests(run: RunReader) -> tuple[bool, bool]:
-    """Step 4's two tests on the run's layers at the paper's tau (core.claims.spectra.layer_tests): (the MLPs carry
-    the low band, attention the short periods)."""
-    return layer_tests(layer_counts(spectra_by_layer(run, TABLE1_TAU)))
-
-
 def spectrum_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     # module_spectra holds the mean over every question of the split (core.runs.measure): the examples table's rows
     evidence = questions(run, len(run.table(Table.EXAMPLES)))
@@ -188,10 +181,10 @@ def spectrum_panels(run: RunReader, inputs: StepInputs) -> list[Panel]:
     # the verdict counts layers, so its figure is the layers it counts; the mean spectrum, which the largest layers
     # dominate and which can hide a period one layer carries, is the second reading, folded
     # of its two counts, the one the verdict's reason rests on is drawn: the low band when only that test fails
-    low_holds, short_holds = shared_on_run(spectra_tests, run)
+    tests = inputs.claims["spectra"].numbers
     short = layer_spectra.layer_short_ratios(run, TABLE1_TAU)
     low = layer_spectra.layer_low_gaps(run, TABLE1_TAU)
-    if short_holds and not low_holds:
+    if tests.get("attn_short_holds") and not tests.get("mlp_low_holds", True):
         return [_panel(low, "tour-spec-gaps", evidence),
                 _panel(short, "tour-spec-layers", evidence, "Layer by layer: periods 2, 2.5, 5, 10"),
                 _panel(chart, "tour-spec", evidence, "The mean spectrum (a second reading)")]

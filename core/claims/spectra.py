@@ -170,7 +170,8 @@ def claim_spectra(run, tau: int = TABLE1_TAU, last_layers: int = 15) -> Claim:
         spectra_rule_reason(mlp_low, attn_short, counts, verdict, run),
         {"low_share": read["shares"], "top_periods": read["tops"], "above_baseline": read["above"],
          "layers": read["layers"], "mlp_low_layers": counts["mlp_low"], "attn_low_layers": counts["attn_low"],
-         "attn_short_layers": sorted(counts["attn_short"]), "mlp_short_layers": sorted(counts["mlp_short"])},
+         "attn_short_layers": sorted(counts["attn_short"]), "mlp_short_layers": sorted(counts["mlp_short"]),
+         "mlp_low_holds": mlp_low, "attn_short_holds": attn_short},
         headline=(f"Layer by layer, the MLP leads attention below tau = {tau} in "
                   f"{len(counts['mlp_low'])} of "
                   f"{n} layers; attention carries period 2, 2.5, 5 or 10 above the W_U bar in "
